@@ -1,0 +1,146 @@
+//! The six roots of the namespace and where a node sits in it.
+
+use std::ffi::OsStr;
+use std::fmt;
+
+/// One of the six top-level roots, or the mount root itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Area {
+    /// The mount root: fixed, holds only the six areas.
+    Root,
+    /// `system/`: read-only for everyone through the mount.
+    System,
+    /// `agents/`: one directory per agent.
+    Agents,
+    /// `tools/`: tool registry and definitions.
+    Tools,
+    /// `workspaces/`: user files.
+    Workspaces,
+    /// `vault/`: secrets, 0700.
+    Vault,
+    /// `specs/`: frozen documents, read-only through the mount.
+    Specs,
+}
+
+impl Area {
+    /// The six areas in the order `ls` shows them.
+    pub const ALL: [Area; 6] = [
+        Area::Agents,
+        Area::Specs,
+        Area::System,
+        Area::Tools,
+        Area::Vault,
+        Area::Workspaces,
+    ];
+
+    /// The directory name of an area (`""` for the mount root).
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Area::Root => "",
+            Area::System => "system",
+            Area::Agents => "agents",
+            Area::Tools => "tools",
+            Area::Workspaces => "workspaces",
+            Area::Vault => "vault",
+            Area::Specs => "specs",
+        }
+    }
+
+    /// The area a top-level name stands for, if any.
+    pub fn from_dir_name(name: &OsStr) -> Option<Area> {
+        Area::ALL
+            .into_iter()
+            .find(|a| OsStr::new(a.dir_name()) == name)
+    }
+
+    /// Areas nobody may change through the mount.
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Area::System | Area::Specs)
+    }
+}
+
+impl fmt::Display for Area {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Area::Root => f.write_str("/"),
+            other => write!(f, "{}/", other.dir_name()),
+        }
+    }
+}
+
+/// Where a directory sits, as far as ClawFS's own rules care. Derived from the parent's place
+/// and the name at lookup time; the places that carry rules cannot be renamed, so it never goes
+/// stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// The mount root.
+    MountRoot,
+    /// The top directory of an area (`workspaces/`, `agents/`, …).
+    AreaRoot(Area),
+    /// `workspaces/<name>/`.
+    WorkspaceRoot,
+    /// `workspaces/<name>/snapshots/`.
+    SnapshotsDir,
+    /// `agents/<name>/`.
+    AgentRoot,
+    /// Anything else inside an area.
+    Inside(Area),
+}
+
+/// Names inside a workspace root that ClawFS manages and nobody renames or removes.
+pub const WORKSPACE_MANAGED: [&str; 2] = ["metadata.json", "snapshots"];
+
+impl Place {
+    /// The area this place belongs to.
+    pub fn area(self) -> Area {
+        match self {
+            Place::MountRoot => Area::Root,
+            Place::AreaRoot(a) | Place::Inside(a) => a,
+            Place::WorkspaceRoot | Place::SnapshotsDir => Area::Workspaces,
+            Place::AgentRoot => Area::Agents,
+        }
+    }
+
+    /// The place of the child `name` of a directory at `self`.
+    pub fn child(self, name: &OsStr) -> Option<Place> {
+        Some(match self {
+            Place::MountRoot => Place::AreaRoot(Area::from_dir_name(name)?),
+            Place::AreaRoot(Area::Workspaces) => Place::WorkspaceRoot,
+            Place::AreaRoot(Area::Agents) => Place::AgentRoot,
+            Place::WorkspaceRoot if name == "snapshots" => Place::SnapshotsDir,
+            other => Place::Inside(other.area()),
+        })
+    }
+
+    /// Whether `name` inside a directory at `self` is managed by ClawFS (not renamed or removed).
+    pub fn is_managed_child(self, name: &OsStr) -> bool {
+        match self {
+            Place::WorkspaceRoot => WORKSPACE_MANAGED.iter().any(|m| OsStr::new(m) == name),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_follow_the_tree() {
+        let ws = Place::MountRoot.child(OsStr::new("workspaces")).unwrap();
+        assert_eq!(ws, Place::AreaRoot(Area::Workspaces));
+        let def = ws.child(OsStr::new("default")).unwrap();
+        assert_eq!(def, Place::WorkspaceRoot);
+        assert_eq!(
+            def.child(OsStr::new("snapshots")),
+            Some(Place::SnapshotsDir)
+        );
+        assert_eq!(
+            def.child(OsStr::new("notes")),
+            Some(Place::Inside(Area::Workspaces))
+        );
+        assert_eq!(Place::MountRoot.child(OsStr::new(".clawfs")), None);
+        assert!(def.is_managed_child(OsStr::new("metadata.json")));
+        assert!(!def.is_managed_child(OsStr::new("notes.md")));
+    }
+}

@@ -1,0 +1,110 @@
+//! Who is calling, and acting as them. Mutating calls run with the caller's fsuid, fsgid and
+//! supplementary groups on the worker thread, so the backing filesystem applies exactly the
+//! POSIX rules it applies natively (ownership of new files, setgid directories, sticky bits,
+//! chmod/chown permissions) and files are created as the caller, atomically.
+
+use std::io;
+
+/// The process behind a request, as the kernel reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective (fs) uid of the calling thread.
+    pub uid: u32,
+    /// Effective (fs) gid of the calling thread.
+    pub gid: u32,
+    /// Thread-group id of the caller; 0 for requests the kernel makes on its own.
+    pub pid: u32,
+}
+
+impl Caller {
+    /// The daemon itself (used by init and internal writes).
+    pub const ROOT: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+
+    /// Supplementary groups of the caller, from `/proc/<pid>/status`. The kernel does not pass
+    /// them with the request; a vanished process has none.
+    fn groups(&self) -> Vec<libc::gid_t> {
+        if self.pid == 0 {
+            return Vec::new();
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return Vec::new();
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// While alive, the current thread's filesystem credentials are the caller's. Dropping it
+/// restores the daemon's. Not `Send`: credentials are per thread.
+pub struct AsCaller {
+    switched: bool,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+fn daemon_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // The raw syscall changes only this thread; glibc's setgroups() would change every thread.
+    // SAFETY: the pointer and length describe a valid slice of gid_t.
+    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl AsCaller {
+    /// Switches to `caller`'s credentials. A root caller with gid 0, or a daemon that is not
+    /// root (a user mount, where every file belongs to the user anyway), switches nothing.
+    pub fn enter(caller: &Caller) -> io::Result<Self> {
+        let noop = Self {
+            switched: false,
+            _not_send: std::marker::PhantomData,
+        };
+        if (caller.uid == 0 && caller.gid == 0) || !daemon_is_root() {
+            return Ok(noop);
+        }
+        let groups = caller.groups();
+        set_thread_groups(&groups)?;
+        // SAFETY: setfsgid/setfsuid have no memory-safety preconditions; they affect only this
+        // thread's credentials, which `Drop` restores.
+        unsafe {
+            libc::setfsgid(caller.gid);
+            libc::setfsuid(caller.uid);
+        }
+        Ok(Self {
+            switched: true,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for AsCaller {
+    fn drop(&mut self) {
+        if !self.switched {
+            return;
+        }
+        // SAFETY: see `enter`; restoring root fs credentials also restores the fs capabilities.
+        unsafe {
+            libc::setfsuid(0);
+            libc::setfsgid(0);
+        }
+        if let Err(e) = set_thread_groups(&[0]) {
+            tracing::error!(error = %e, "could not restore the daemon's groups");
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Errors of the filesystem model. The FUSE adapter maps each variant to an errno in one place
+//! (`clawfs-fuse/src/errno.rs`), so every refusal picks its errno on purpose.
+
+use std::io;
+
+use crate::area::Area;
+
+/// Result of a filesystem-model operation.
+pub type FsResult<T> = Result<T, FsError>;
+
+/// Why a filesystem operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// The backing store refused or failed; carries the OS error unchanged.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// A mutating call on `system/` or `specs/`.
+    #[error("{0} is read-only")]
+    ReadOnly(Area),
+    /// The mount root holds exactly the six areas; nothing is added, removed or changed there.
+    #[error("the namespace root is fixed")]
+    FixedRoot,
+    /// A name that ClawFS validates (workspace, agent, snapshot) breaks the naming rules.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The refused name, lossily decoded.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A node ClawFS manages (workspace metadata, snapshots dir, area roots) cannot be removed,
+    /// renamed or replaced.
+    #[error("{0} is managed by ClawFS")]
+    Managed(String),
+    /// Renames and hard links stay inside one area.
+    #[error("cannot move or link from {from} to {to}")]
+    CrossArea {
+        /// Source area.
+        from: Area,
+        /// Destination area.
+        to: Area,
+    },
+    /// Only directories may be created directly under `workspaces/` and `agents/`.
+    #[error("only directories can be created in {0}")]
+    NotADirectoryArea(Area),
+    /// The kernel named an inode the daemon does not know (forgotten or never looked up).
+    #[error("unknown inode {0}")]
+    UnknownInode(u64),
+    /// The kernel named a file handle the daemon does not know.
+    #[error("unknown file handle {0}")]
+    UnknownHandle(u64),
+    /// An extended attribute outside the `user.` namespace.
+    #[error("extended attribute {0:?} is not in the user namespace")]
+    XattrNamespace(String),
+    /// A `user.clawfs.*` attribute with a bad name, value or target.
+    #[error("invalid ClawFS attribute {name}: {reason}")]
+    InvalidXattr {
+        /// The attribute name.
+        name: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A ClawFS-managed JSON file in the store could not be read or written.
+    #[error("{path}: {reason}")]
+    Corrupt {
+        /// Store-relative path.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl FsError {
+    /// Wraps the last OS error.
+    pub fn last_os_error() -> Self {
+        FsError::Io(io::Error::last_os_error())
+    }
+}
+
+impl From<rustix::io::Errno> for FsError {
+    fn from(e: rustix::io::Errno) -> Self {
+        FsError::Io(e.into())
+    }
+}

@@ -1,0 +1,928 @@
+//! The filesystem model: every operation the mount offers, on backing files, with ClawFS's
+//! rules on top. Each method is what one FUSE callback calls; it takes the caller and returns
+//! core types or an [`FsError`].
+//!
+//! Backing inodes are reached through kernel file handles ([`BackingHandle`]); calls that
+//! create, remove or change nodes run with the caller's credentials ([`AsCaller`]) so the
+//! backing filesystem applies native POSIX rules.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustix::fs::{AtFlags, Mode, RenameFlags, Timespec, Timestamps, XattrFlags};
+
+use crate::area::{Area, Place};
+use crate::attr::{decode_dev, Attr, FileKind};
+use crate::backing::{proc_fd_path, BackingHandle};
+use crate::creds::{AsCaller, Caller};
+use crate::error::{FsError, FsResult};
+use crate::inodes::{InodeTable, Node, ROOT_INO};
+use crate::names;
+use crate::open_files::{DirEntry, HandleTable, OpenDir, OpenFile};
+use crate::seed;
+use crate::store::Store;
+use crate::xattrs::{self, ClawfsAttr};
+
+/// What a lookup-like call returns: the node's attributes and generation.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// Attributes, with the mount's inode number.
+    pub attr: Attr,
+    /// Distinguishes files that reuse an inode number.
+    pub generation: u64,
+}
+
+/// A time in a `setattr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    /// The current time.
+    Now,
+    /// A given time.
+    At(SystemTime),
+}
+
+/// The changes of one `setattr` call; `None` leaves a field alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<SetTime>,
+    /// New modification time.
+    pub mtime: Option<SetTime>,
+}
+
+/// Filesystem statistics for `statfs`.
+#[derive(Clone, Copy, Debug)]
+pub struct StatFs {
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Block size.
+    pub bsize: u32,
+    /// Longest name.
+    pub namelen: u32,
+    /// Fragment size.
+    pub frsize: u32,
+}
+
+/// How a rename should treat an existing target.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameMode {
+    /// Fail with EEXIST if the target exists.
+    pub noreplace: bool,
+    /// Swap source and target atomically.
+    pub exchange: bool,
+}
+
+/// Counts shown by `clawfs status`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    /// Inodes the kernel currently holds.
+    pub inodes: usize,
+    /// Open files.
+    pub open_files: usize,
+    /// Open directories.
+    pub open_dirs: usize,
+}
+
+/// The ClawFS filesystem over one store.
+pub struct ClawFs {
+    store: Store,
+    inodes: InodeTable,
+    files: HandleTable<OpenFile>,
+    dirs: HandleTable<OpenDir>,
+}
+
+fn not_found() -> FsError {
+    FsError::Io(io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+fn errno(code: i32) -> FsError {
+    FsError::Io(io::Error::from_raw_os_error(code))
+}
+
+fn timespec(t: Option<SetTime>) -> Timespec {
+    match t {
+        None => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(SetTime::Now) => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(SetTime::At(t)) => {
+            let (sec, nsec) = match t.duration_since(SystemTime::UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut sec = -(d.as_secs() as i64);
+                    let mut nsec = -(d.subsec_nanos() as i64);
+                    if nsec < 0 {
+                        sec -= 1;
+                        nsec += 1_000_000_000;
+                    }
+                    (sec, nsec)
+                }
+            };
+            Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            }
+        }
+    }
+}
+
+impl ClawFs {
+    /// Serves `store`.
+    pub fn new(store: Store) -> io::Result<Self> {
+        let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
+        let st = rustix::fs::fstat(store.root_fd())?;
+        Ok(Self {
+            inodes: InodeTable::new(root, st.st_ino),
+            store,
+            files: HandleTable::default(),
+            dirs: HandleTable::default(),
+        })
+    }
+
+    /// The store being served.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Current table sizes.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            inodes: self.inodes.len(),
+            open_files: self.files.len(),
+            open_dirs: self.dirs.len(),
+        }
+    }
+
+    fn mount_fd(&self) -> BorrowedFd<'_> {
+        self.store.root_fd()
+    }
+
+    fn node(&self, ino: u64) -> FsResult<Node> {
+        self.inodes.get(ino).ok_or(FsError::UnknownInode(ino))
+    }
+
+    fn open_path(&self, node: &Node) -> FsResult<OwnedFd> {
+        Ok(node.handle.open_path(self.mount_fd())?)
+    }
+
+    fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino)))
+    }
+
+    /// Looks `name` up in the directory `dir` and records the kernel's new reference.
+    fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, place: Place) -> FsResult<Entry> {
+        let handle = BackingHandle::at(dir, name)?;
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let ino = self.inodes.mount_ino(st.st_ino);
+        let generation = handle.generation();
+        self.inodes.remember(ino, handle, place);
+        Ok(Entry {
+            attr: Attr::from_stat(&st, ino),
+            generation,
+        })
+    }
+
+    /// Records the kernel's reference to a node just created through `fd`.
+    fn entry_of_fd(&self, fd: BorrowedFd<'_>, place: Place) -> FsResult<Entry> {
+        let handle = BackingHandle::of_fd(fd)?;
+        let attr = self.attr_of(fd)?;
+        let generation = handle.generation();
+        self.inodes.remember(attr.ino, handle, place);
+        Ok(Entry { attr, generation })
+    }
+
+    // ---- rules ----------------------------------------------------------------------------
+
+    /// May something named `name` of kind `kind` be created in `parent`? Returns its place.
+    fn check_create(&self, parent: &Node, name: &OsStr, kind: FileKind) -> FsResult<Place> {
+        match parent.place {
+            Place::MountRoot => return Err(FsError::FixedRoot),
+            p if p.area().is_read_only() => return Err(FsError::ReadOnly(p.area())),
+            Place::AreaRoot(area @ (Area::Workspaces | Area::Agents)) => {
+                if kind != FileKind::Dir {
+                    return Err(FsError::NotADirectoryArea(area));
+                }
+                if area == Area::Workspaces {
+                    names::check_workspace_name(name)?;
+                } else {
+                    names::check_system_name(name)?;
+                }
+            }
+            Place::SnapshotsDir => {
+                names::check_snapshot_name(name)?;
+            }
+            p if p.is_managed_child(name) => {
+                return Err(FsError::Managed(name.to_string_lossy().into_owned()))
+            }
+            _ => {}
+        }
+        parent.place.child(name).ok_or_else(not_found)
+    }
+
+    /// May `name` in `parent` be removed, renamed or replaced?
+    fn check_remove(&self, parent: &Node, name: &OsStr) -> FsResult<()> {
+        match parent.place {
+            Place::MountRoot => Err(FsError::FixedRoot),
+            p if p.area().is_read_only() => Err(FsError::ReadOnly(p.area())),
+            p if p.is_managed_child(name) => {
+                Err(FsError::Managed(name.to_string_lossy().into_owned()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// May the node itself be changed (setattr, xattrs)?
+    fn check_modify(&self, node: &Node) -> FsResult<()> {
+        match node.place {
+            Place::MountRoot => Err(FsError::FixedRoot),
+            p if p.area().is_read_only() => Err(FsError::ReadOnly(p.area())),
+            Place::AreaRoot(Area::Vault) => Err(FsError::Managed("vault/".into())),
+            _ => Ok(()),
+        }
+    }
+
+    // ---- lookup and attributes ------------------------------------------------------------
+
+    /// Looks up `name` in `parent`.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        let pnode = self.node(parent)?;
+        let place = pnode.place.child(name).ok_or_else(not_found)?;
+        let dir = self.open_path(&pnode)?;
+        self.entry_at(dir.as_fd(), name, place)
+    }
+
+    /// Drops `n` kernel references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
+            return self.attr_of(&file.file);
+        }
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        self.attr_of(&fd)
+    }
+
+    /// Changes attributes of `ino` as `caller`.
+    pub fn setattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: Option<u64>,
+        change: SetAttr,
+    ) -> FsResult<Attr> {
+        let node = self.node(ino)?;
+        self.check_modify(&node)?;
+        let fd = self.open_path(&node)?;
+        let path = proc_fd_path(&fd);
+        let open = fh.and_then(|fh| self.files.get(fh).ok());
+        {
+            let _as = AsCaller::enter(caller)?;
+            // Owner before mode: chown clears setuid/setgid, which must not undo a chmod.
+            if change.uid.is_some() || change.gid.is_some() {
+                rustix::fs::chownat(
+                    &fd,
+                    "",
+                    change.uid.map(rustix::fs::Uid::from_raw),
+                    change.gid.map(rustix::fs::Gid::from_raw),
+                    AtFlags::EMPTY_PATH,
+                )?;
+            }
+            if let Some(mode) = change.mode {
+                rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode))?;
+            }
+            if let Some(size) = change.size {
+                match &open {
+                    Some(f) => f.file.set_len(size)?,
+                    None => {
+                        // SAFETY: `path` is a valid NUL-terminated string.
+                        if unsafe { libc::truncate(path.as_ptr(), size as libc::off_t) } != 0 {
+                            return Err(FsError::last_os_error());
+                        }
+                    }
+                }
+            }
+            if change.atime.is_some() || change.mtime.is_some() {
+                let times = Timestamps {
+                    last_access: timespec(change.atime),
+                    last_modification: timespec(change.mtime),
+                };
+                rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
+            }
+        }
+        self.attr_of(&fd)
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
+    }
+
+    // ---- creating and removing ------------------------------------------------------------
+
+    /// Creates a special or regular file node.
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Entry> {
+        let pnode = self.node(parent)?;
+        let place = self.check_create(&pnode, name, FileKind::from_mode(mode))?;
+        let dir = self.open_path(&pnode)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::mknodat(
+                &dir,
+                name,
+                rustix::fs::FileType::from_raw_mode(mode),
+                Mode::from_raw_mode(mode & 0o7777),
+                decode_dev(rdev),
+            )?;
+        }
+        self.entry_at(dir.as_fd(), name, place)
+    }
+
+    /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
+    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
+        let pnode = self.node(parent)?;
+        let place = self.check_create(&pnode, name, FileKind::Dir)?;
+        let dir = self.open_path(&pnode)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
+            if place == Place::WorkspaceRoot {
+                self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
+            }
+        }
+        self.entry_at(dir.as_fd(), name, place)
+    }
+
+    /// Gives a new workspace directory its `metadata.json` and `snapshots/`. Runs as the
+    /// creator, so both belong to them.
+    fn lay_out_workspace(
+        &self,
+        caller: &Caller,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<()> {
+        let ws = rustix::fs::openat(
+            parent,
+            name,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            Mode::empty(),
+        )?;
+        rustix::fs::mkdirat(&ws, "snapshots", Mode::from_raw_mode(mode & 0o7777))?;
+        let owner = seed::user_name(caller.uid);
+        let meta = seed::workspace_metadata(&name.to_string_lossy(), &owner, &seed::now_rfc3339());
+        atomic_write_at(ws.as_fd(), "metadata.json", &meta, mode & 0o666)?;
+        Ok(())
+    }
+
+    /// Removes a non-directory.
+    pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.remove(caller, parent, name, AtFlags::empty())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.remove(caller, parent, name, AtFlags::REMOVEDIR)
+    }
+
+    fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, flags: AtFlags) -> FsResult<()> {
+        let pnode = self.node(parent)?;
+        self.check_remove(&pnode, name)?;
+        let dir = self.open_path(&pnode)?;
+        let _as = AsCaller::enter(caller)?;
+        rustix::fs::unlinkat(&dir, name, flags)?;
+        Ok(())
+    }
+
+    /// Creates a symbolic link `name` → `target`.
+    pub fn symlink(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> FsResult<Entry> {
+        let pnode = self.node(parent)?;
+        let place = self.check_create(&pnode, name, FileKind::Symlink)?;
+        let dir = self.open_path(&pnode)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::symlinkat(target, &dir, name)?;
+        }
+        self.entry_at(dir.as_fd(), name, place)
+    }
+
+    /// Creates a hard link to `ino` as `newparent/newname`.
+    pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> FsResult<Entry> {
+        let node = self.node(ino)?;
+        let pnode = self.node(newparent)?;
+        let (from, to) = (node.place.area(), pnode.place.area());
+        if from != to {
+            return Err(FsError::CrossArea { from, to });
+        }
+        let place = self.check_create(&pnode, newname, FileKind::File)?;
+        let src = self.open_path(&node)?;
+        let dir = self.open_path(&pnode)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the /proc magic link does not.
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                proc_fd_path(&src).as_c_str(),
+                &dir,
+                newname,
+                AtFlags::SYMLINK_FOLLOW,
+            )?;
+        }
+        self.entry_at(dir.as_fd(), newname, place)
+    }
+
+    /// Renames `parent/name` to `newparent/newname`.
+    pub fn rename(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        let pnode = self.node(parent)?;
+        let npnode = self.node(newparent)?;
+        self.check_remove(&pnode, name)?;
+        self.check_remove(&npnode, newname)?;
+        let (from, to) = (pnode.place.area(), npnode.place.area());
+        if from != to {
+            return Err(FsError::CrossArea { from, to });
+        }
+        for (p, n) in [(&pnode, name), (&npnode, newname)] {
+            if let Place::AreaRoot(area) = p.place {
+                // Workspace and agent directories are named once, at creation.
+                return Err(FsError::Managed(format!("{area}{}", n.to_string_lossy())));
+            }
+        }
+        if npnode.place == Place::SnapshotsDir {
+            names::check_snapshot_name(newname)?;
+        }
+        if mode.exchange && pnode.place == Place::SnapshotsDir {
+            names::check_snapshot_name(name)?;
+        }
+        let flags = match (mode.noreplace, mode.exchange) {
+            (_, true) => RenameFlags::EXCHANGE,
+            (true, false) => RenameFlags::NOREPLACE,
+            (false, false) => RenameFlags::empty(),
+        };
+        let dir = self.open_path(&pnode)?;
+        let newdir = self.open_path(&npnode)?;
+        let _as = AsCaller::enter(caller)?;
+        rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
+        Ok(())
+    }
+
+    // ---- files ----------------------------------------------------------------------------
+
+    /// Opens `ino` with `flags` (the caller's open flags).
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, Arc<OpenFile>)> {
+        let node = self.node(ino)?;
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if writes && node.place.area().is_read_only() {
+            return Err(FsError::ReadOnly(node.place.area()));
+        }
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let fd = node.handle.open(self.mount_fd(), flags)?;
+        Ok(self.files.insert(OpenFile {
+            ino,
+            file: File::from(fd),
+            attachment: Default::default(),
+        }))
+    }
+
+    /// Creates and opens a regular file.
+    pub fn create(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Entry, u64, Arc<OpenFile>)> {
+        let pnode = self.node(parent)?;
+        let place = self.check_create(&pnode, name, FileKind::File)?;
+        let dir = self.open_path(&pnode)?;
+        let fd = {
+            let _as = AsCaller::enter(caller)?;
+            let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
+            rustix::fs::openat(
+                &dir,
+                name,
+                rustix::fs::OFlags::from_bits_retain(flags as u32),
+                Mode::from_raw_mode(mode & 0o7777),
+            )?
+        };
+        let entry = self.entry_of_fd(fd.as_fd(), place)?;
+        let (fh, file) = self.files.insert(OpenFile {
+            ino: entry.attr.ino,
+            file: File::from(fd),
+            attachment: Default::default(),
+        });
+        Ok((entry, fh, file))
+    }
+
+    /// The open file `fh`.
+    pub fn file(&self, fh: u64) -> FsResult<Arc<OpenFile>> {
+        self.files.get(fh)
+    }
+
+    /// Reads up to `size` bytes at `offset` (fewer only at end of file).
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let file = self.files.get(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match file.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    /// Writes `data` at `offset` (appends when the file was opened `O_APPEND`).
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let file = self.files.get(fh)?;
+        let n = file.file.write_at(data, offset)?;
+        Ok(n as u32)
+    }
+
+    /// Flushes buffered state of `fh` to the store.
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        if datasync {
+            file.file.sync_data()?;
+        } else {
+            file.file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Closes `fh`.
+    pub fn release(&self, fh: u64) -> FsResult<()> {
+        self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        Ok(())
+    }
+
+    /// Allocates or punches space in `fh`.
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        rustix::fs::fallocate(
+            &file.file,
+            rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
+            offset,
+            len,
+        )?;
+        Ok(())
+    }
+
+    /// Finds data or holes (`SEEK_DATA`/`SEEK_HOLE`), or computes a plain seek.
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let file = self.files.get(fh)?;
+        let off = u64::try_from(offset).map_err(|_| errno(libc::EINVAL));
+        let pos = match whence {
+            libc::SEEK_SET => rustix::fs::SeekFrom::Start(off?),
+            libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
+            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(off?),
+            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(off?),
+            _ => return Err(errno(libc::EINVAL)),
+        };
+        Ok(rustix::fs::seek(&file.file, pos)? as i64)
+    }
+
+    /// Copies a range between two open files inside the store.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        offset_in: u64,
+        fh_out: u64,
+        offset_out: u64,
+        len: u64,
+    ) -> FsResult<u32> {
+        let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
+        let (mut oi, mut oo) = (offset_in, offset_out);
+        let n = rustix::fs::copy_file_range(
+            &src.file,
+            Some(&mut oi),
+            &dst.file,
+            Some(&mut oo),
+            len.min(u32::MAX as u64) as usize,
+        )?;
+        Ok(n as u32)
+    }
+
+    // ---- directories ----------------------------------------------------------------------
+
+    /// Opens the directory `ino`.
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let node = self.node(ino)?;
+        // Opening now reports a vanished or unreadable directory at opendir, not later.
+        drop(
+            node.handle
+                .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?,
+        );
+        Ok(self
+            .dirs
+            .insert(OpenDir {
+                ino,
+                entries: Default::default(),
+            })
+            .0)
+    }
+
+    /// The entries of the open directory `fh`, read afresh when `offset` is 0 (a new pass or
+    /// a rewind), else the snapshot being served.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Arc<Vec<DirEntry>>> {
+        let dir = self.dirs.get(fh)?;
+        let mut entries = dir
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if offset == 0 {
+            *entries = Arc::new(self.list_dir(dir.ino)?);
+        }
+        Ok(Arc::clone(&entries))
+    }
+
+    fn list_dir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let node = self.node(ino)?;
+        let fd = node
+            .handle
+            .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let parent_ino = if ino == ROOT_INO {
+            ROOT_INO
+        } else {
+            let st = rustix::fs::statat(&fd, "..", AtFlags::empty())?;
+            self.inodes.mount_ino(st.st_ino)
+        };
+        let mut out = vec![
+            DirEntry {
+                ino,
+                kind: FileKind::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: parent_ino,
+                kind: FileKind::Dir,
+                name: "..".into(),
+            },
+        ];
+        let mut dir = rustix::fs::Dir::read_from(&fd)?;
+        while let Some(ent) = dir.read() {
+            let ent = ent?;
+            let name = OsStr::from_bytes(ent.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            if node.place == Place::MountRoot && Area::from_dir_name(name).is_none() {
+                continue; // the private area and strays are not part of the namespace
+            }
+            let kind = match ent.file_type() {
+                rustix::fs::FileType::Unknown => {
+                    let st = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                    FileKind::from_mode(st.st_mode)
+                }
+                t => FileKind::from_dirent(t),
+            };
+            out.push(DirEntry {
+                ino: self.inodes.mount_ino(ent.ino()),
+                kind,
+                name: OsString::from(name),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Closes the directory handle `fh`.
+    pub fn releasedir(&self, fh: u64) -> FsResult<()> {
+        self.dirs.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        Ok(())
+    }
+
+    /// Syncs the directory `ino`.
+    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
+        let node = self.node(ino)?;
+        let fd = node
+            .handle
+            .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        rustix::fs::fsync(&fd)?;
+        Ok(())
+    }
+
+    // ---- filesystem -----------------------------------------------------------------------
+
+    /// Statistics of the backing filesystem.
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let s = rustix::fs::fstatvfs(self.mount_fd())?;
+        Ok(StatFs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// `access(2)`: mode bits are the kernel's (`default_permissions`); ClawFS adds EROFS for
+    /// write access to read-only areas.
+    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+        let node = self.node(ino)?;
+        if mask & libc::W_OK != 0 && node.place.area().is_read_only() {
+            return Err(FsError::ReadOnly(node.place.area()));
+        }
+        Ok(())
+    }
+
+    // ---- extended attributes --------------------------------------------------------------
+
+    /// The value of xattr `name`; only `user.*` attributes exist.
+    pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+        let name = name.to_str().filter(|n| xattrs::is_user(n));
+        let Some(name) = name else {
+            return Err(errno(libc::ENODATA));
+        };
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        let _as = AsCaller::enter(caller)?;
+        let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
+        xattr::get_deref(path, name)?.ok_or_else(|| errno(libc::ENODATA))
+    }
+
+    /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
+    pub fn listxattr(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        let _as = AsCaller::enter(caller)?;
+        let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
+        let mut out = Vec::new();
+        for name in xattr::list_deref(path)? {
+            if name.to_str().is_some_and(xattrs::is_user) {
+                out.extend_from_slice(name.as_bytes());
+                out.push(0);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets a `user.*` xattr; `user.clawfs.*` values are validated and take effect.
+    pub fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        let node = self.node(ino)?;
+        self.check_modify(&node)?;
+        let name = self.user_xattr_name(name)?;
+        let effect = if name.starts_with(xattrs::CLAWFS_PREFIX) {
+            Some(xattrs::parse_clawfs(node.place, name, value)?)
+        } else {
+            None
+        };
+        let fd = self.open_path(&node)?;
+        let _as = AsCaller::enter(caller)?;
+        rustix::fs::setxattr(
+            proc_fd_path(&fd).as_c_str(),
+            name,
+            value,
+            XattrFlags::from_bits_retain(flags as u32),
+        )?;
+        match effect {
+            Some(ClawfsAttr::VectorDimension(dim)) => self.set_vector_dimension(&fd, dim),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes a `user.*` xattr. ClawFS's own attributes are set, never removed.
+    pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        let node = self.node(ino)?;
+        self.check_modify(&node)?;
+        let name = self.user_xattr_name(name)?;
+        if name.starts_with(xattrs::CLAWFS_PREFIX) {
+            return Err(FsError::InvalidXattr {
+                name: name.into(),
+                reason: "ClawFS attributes cannot be removed; set a new value".into(),
+            });
+        }
+        let fd = self.open_path(&node)?;
+        let _as = AsCaller::enter(caller)?;
+        rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
+        Ok(())
+    }
+
+    fn user_xattr_name<'a>(&self, name: &'a OsStr) -> FsResult<&'a str> {
+        name.to_str()
+            .filter(|n| xattrs::is_user(n))
+            .ok_or_else(|| FsError::XattrNamespace(name.to_string_lossy().into_owned()))
+    }
+
+    /// Records a workspace's new vector dimension in its metadata.json (atomically).
+    fn set_vector_dimension(&self, ws: &OwnedFd, dim: u32) -> FsResult<()> {
+        let corrupt = |reason: String| FsError::Corrupt {
+            path: "metadata.json".into(),
+            reason,
+        };
+        let file = rustix::fs::openat(
+            ws,
+            "metadata.json",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mode = rustix::fs::fstat(&file)?.st_mode & 0o7777;
+        let mut meta: serde_json::Value = serde_json::from_reader(File::from(file))
+            .map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
+        let obj = meta
+            .as_object_mut()
+            .ok_or_else(|| corrupt("not a JSON object".into()))?;
+        obj.insert("vector_dimension".into(), dim.into());
+        obj.insert("updated_at".into(), seed::now_rfc3339().into());
+        let mut bytes = serde_json::to_vec_pretty(&meta).expect("a Value serialises");
+        bytes.push(b'\n');
+        atomic_write_at(ws.as_fd(), "metadata.json", &bytes, mode)?;
+        Ok(())
+    }
+}
+
+/// Writes `name` in the directory `dir` via a temp file, fsync and rename, with the current
+/// thread's credentials. A crash leaves the old or the new file.
+pub fn atomic_write_at(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = format!(".{name}.tmp-{}", std::process::id());
+    let fd = rustix::fs::openat(
+        dir,
+        tmp.as_str(),
+        rustix::fs::OFlags::WRONLY
+            | rustix::fs::OFlags::CREATE
+            | rustix::fs::OFlags::TRUNC
+            | rustix::fs::OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )?;
+    let mut f = File::from(fd);
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
+    Ok(())
+}

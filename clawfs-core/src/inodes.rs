@@ -1,0 +1,132 @@
+//! The inode table: which backing inode each kernel inode number stands for, and how many
+//! lookups the kernel holds on it.
+//!
+//! Inode numbers are the backing inode numbers, so they are stable across remounts. The mount
+//! root must be 1 for FUSE: the store root's number and 1 swap places, which keeps the mapping a
+//! bijection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::area::Place;
+use crate::backing::BackingHandle;
+
+/// The inode number FUSE reserves for the mount root.
+pub const ROOT_INO: u64 = 1;
+
+/// What the daemon knows about one inode the kernel has looked up.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// How to reach the backing inode.
+    pub handle: Arc<BackingHandle>,
+    /// Where it sits (for directories; files are `Inside(area)`).
+    pub place: Place,
+}
+
+struct Slot {
+    node: Node,
+    /// Kernel references: +1 per successful lookup-like reply, −n per forget.
+    lookups: u64,
+}
+
+/// Inode number → node, with lookup counts.
+///
+/// Lock order: this table's lock is a leaf; nothing else is locked while holding it.
+pub struct InodeTable {
+    slots: Mutex<HashMap<u64, Slot>>,
+    root_backing_ino: u64,
+}
+
+impl InodeTable {
+    /// A table whose root (inode 1) is `root`, whose backing inode number is `root_backing_ino`.
+    pub fn new(root: BackingHandle, root_backing_ino: u64) -> Self {
+        let mut slots = HashMap::new();
+        slots.insert(
+            ROOT_INO,
+            Slot {
+                node: Node {
+                    handle: Arc::new(root),
+                    place: Place::MountRoot,
+                },
+                // The root is never forgotten.
+                lookups: u64::MAX / 2,
+            },
+        );
+        Self {
+            slots: Mutex::new(slots),
+            root_backing_ino,
+        }
+    }
+
+    /// The inode number the mount shows for a backing inode number.
+    pub fn mount_ino(&self, backing_ino: u64) -> u64 {
+        if backing_ino == self.root_backing_ino {
+            ROOT_INO
+        } else if backing_ino == ROOT_INO {
+            self.root_backing_ino
+        } else {
+            backing_ino
+        }
+    }
+
+    /// The node behind an inode number, if the kernel holds a lookup on it.
+    pub fn get(&self, ino: u64) -> Option<Node> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.get(&ino).map(|s| s.node.clone())
+    }
+
+    /// Records one more kernel lookup of `ino`. If the inode number was reused by another
+    /// backing file, the new handle replaces the old one (the kernel sees a new generation).
+    pub fn remember(&self, ino: u64, handle: BackingHandle, place: Place) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        match slots.get_mut(&ino) {
+            Some(slot) => {
+                if *slot.node.handle != handle {
+                    slot.node.handle = Arc::new(handle);
+                    slot.node.place = place;
+                }
+                slot.lookups = slot.lookups.saturating_add(1);
+            }
+            None => {
+                slots.insert(
+                    ino,
+                    Slot {
+                        node: Node {
+                            handle: Arc::new(handle),
+                            place,
+                        },
+                        lookups: 1,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops `n` kernel lookups; the entry goes when none remain. Decrement and removal happen
+    /// under the same guard.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.get_mut(&ino) {
+            slot.lookups = slot.lookups.saturating_sub(n);
+            if slot.lookups == 0 {
+                slots.remove(&ino);
+            }
+        }
+    }
+
+    /// How many inodes the kernel currently holds (for status and leak tests).
+    pub fn len(&self) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether only the root is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() <= 1
+    }
+}

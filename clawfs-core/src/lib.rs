@@ -1,0 +1,27 @@
+//! ClawFS core: the filesystem model behind the mount, with no FUSE dependency.
+//!
+//! The FUSE adapter (`clawfs-fuse`) decodes kernel requests, identifies the caller and calls one
+//! function of [`fs::ClawFs`]; everything that decides what happens lives here and is testable
+//! without a mount.
+#![warn(missing_docs)]
+
+pub mod area;
+pub mod attr;
+pub mod backing;
+pub mod creds;
+pub mod error;
+pub mod fs;
+pub mod identity;
+pub mod inodes;
+pub mod names;
+pub mod open_files;
+pub mod seed;
+pub mod store;
+pub mod xattrs;
+
+pub use error::{FsError, FsResult};
+pub use fs::ClawFs;
+pub use store::Store;
+
+/// The version of this build, shown by `clawfs status`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,122 @@
+//! The naming rules of P1.4 §2 for the names ClawFS itself creates or validates: workspaces,
+//! agents and snapshots. Files *inside* a workspace are free-form.
+
+use std::ffi::OsStr;
+
+use crate::error::FsError;
+
+/// Longest workspace or agent name (P1.4 §2.4).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Workspace names that cannot be created (P1.4 §2.4). `default` exists from `clawfs init`.
+pub const RESERVED_WORKSPACES: [&str; 3] = ["default", "system", "vault"];
+
+/// The default agent roster (P1.4 §2.2).
+pub const DEFAULT_AGENTS: [&str; 8] = [
+    "kernel-engine",
+    "ebpf-agent",
+    "security-agent",
+    "core-dev-agent",
+    "wasm-agent",
+    "fs-engine",
+    "observability",
+    "build-engine",
+];
+
+fn invalid(name: &OsStr, reason: &'static str) -> FsError {
+    FsError::InvalidName {
+        name: name.to_string_lossy().into_owned(),
+        reason,
+    }
+}
+
+/// Checks the `[a-z0-9-]+`, ≤ 64 bytes rule shared by workspace and agent names.
+pub fn check_system_name(name: &OsStr) -> Result<&str, FsError> {
+    let s = name
+        .to_str()
+        .ok_or_else(|| invalid(name, "must be ASCII"))?;
+    if s.is_empty() {
+        return Err(invalid(name, "must not be empty"));
+    }
+    if s.len() > MAX_NAME_LEN {
+        return Err(invalid(name, "must be at most 64 characters"));
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(invalid(
+            name,
+            "may contain only lowercase letters, digits and hyphens ([a-z0-9-]+)",
+        ));
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        return Err(invalid(name, "must not start or end with a hyphen"));
+    }
+    Ok(s)
+}
+
+/// Checks a new workspace name: the shared rule plus the reserved names.
+pub fn check_workspace_name(name: &OsStr) -> Result<&str, FsError> {
+    let s = check_system_name(name)?;
+    if RESERVED_WORKSPACES.contains(&s) {
+        return Err(invalid(name, "is a reserved workspace name"));
+    }
+    Ok(s)
+}
+
+/// Checks a snapshot file name: `snapshot-YYYY-MM-DD.db` with a real date (P1.4 §2.5).
+pub fn check_snapshot_name(name: &OsStr) -> Result<&str, FsError> {
+    const RULE: &str = "snapshots are named snapshot-YYYY-MM-DD.db";
+    let s = name.to_str().ok_or_else(|| invalid(name, RULE))?;
+    let date = s
+        .strip_prefix("snapshot-")
+        .and_then(|r| r.strip_suffix(".db"))
+        .ok_or_else(|| invalid(name, RULE))?;
+    chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+        .ok()
+        .filter(|_| date.len() == 10)
+        .ok_or_else(|| invalid(name, RULE))?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(f: fn(&OsStr) -> Result<&str, FsError>, s: &str) -> bool {
+        f(OsStr::new(s)).is_ok()
+    }
+
+    #[test]
+    fn system_names() {
+        assert!(ok(check_system_name, "project-alpha"));
+        assert!(ok(check_system_name, "a1"));
+        for bad in ["", "Project", "a_b", "a b", "-a", "a-", "é", "a.b", "../x"] {
+            assert!(!ok(check_system_name, bad), "{bad:?} accepted");
+        }
+        assert!(ok(check_system_name, &"a".repeat(64)));
+        assert!(!ok(check_system_name, &"a".repeat(65)));
+    }
+
+    #[test]
+    fn reserved_workspaces() {
+        for r in RESERVED_WORKSPACES {
+            assert!(!ok(check_workspace_name, r));
+        }
+        assert!(ok(check_workspace_name, "notes"));
+    }
+
+    #[test]
+    fn snapshot_names() {
+        assert!(ok(check_snapshot_name, "snapshot-2024-02-24.db"));
+        for bad in [
+            "snapshot-2024-13-01.db",
+            "snapshot-2024-2-24.db",
+            "snap-2024-02-24.db",
+            "snapshot-2024-02-24.sqlite",
+        ] {
+            assert!(!ok(check_snapshot_name, bad), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Open file and directory handles. Handle numbers come from an atomic counter and carry no
+//! meaning; each maps to an `Arc` so a slow read never holds the table lock.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use crate::attr::FileKind;
+use crate::error::{FsError, FsResult};
+
+/// An open regular file.
+pub struct OpenFile {
+    /// Inode number on the mount.
+    pub ino: u64,
+    /// The backing file, opened with the caller's flags.
+    pub file: File,
+    /// Whatever the adapter needs to keep alive while the file is open (the passthrough
+    /// backing id). Opaque to the core.
+    pub attachment: OnceLock<Box<dyn Any + Send + Sync>>,
+}
+
+/// One directory entry as the mount shows it.
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    /// Inode number on the mount.
+    pub ino: u64,
+    /// Entry type.
+    pub kind: FileKind,
+    /// Entry name.
+    pub name: std::ffi::OsString,
+}
+
+/// An open directory: its entries, read at `opendir` and again at a rewind.
+pub struct OpenDir {
+    /// Inode number on the mount.
+    pub ino: u64,
+    /// The snapshot of entries being served.
+    pub entries: Mutex<Arc<Vec<DirEntry>>>,
+}
+
+/// A table of open handles of one kind.
+pub struct HandleTable<T> {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Arc<T>>>,
+}
+
+impl<T> Default for HandleTable<T> {
+    fn default() -> Self {
+        Self {
+            next: AtomicU64::new(1),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> HandleTable<T> {
+    /// Registers `value` and returns its new handle number.
+    pub fn insert(&self, value: T) -> (u64, Arc<T>) {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        let value = Arc::new(value);
+        self.lock().insert(fh, Arc::clone(&value));
+        (fh, value)
+    }
+
+    /// The handle `fh`.
+    pub fn get(&self, fh: u64) -> FsResult<Arc<T>> {
+        self.lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::UnknownHandle(fh))
+    }
+
+    /// Removes `fh`; the value lives on while other threads still use it.
+    pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
+        self.lock().remove(&fh)
+    }
+
+    /// Number of open handles.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no handle is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<T>>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

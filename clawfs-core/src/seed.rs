@@ -1,0 +1,265 @@
+//! What `clawfs init` puts in a new store: the six areas with P1.4 §8.1 modes and owners, the
+//! agent roster's directories, the default workspace, and the system and spec files. Every
+//! step creates only what is missing, so an interrupted init can simply run again.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::identity;
+use crate::names::DEFAULT_AGENTS;
+use crate::store::atomic_write;
+
+/// The frozen ClawFS specification, served under `specs/p1/`.
+pub const SPEC_P1_4: &str = include_str!("../assets/P1.4-clawfs-spec.md");
+/// The default seccomp whitelist (`system/seccomp/whitelist.json`).
+pub const SECCOMP_WHITELIST: &str = include_str!("../assets/seccomp-whitelist.json");
+/// The AppArmor profile of P1.4 §8.3 (`system/apparmor/clawos-fs`).
+pub const APPARMOR_PROFILE: &str = include_str!("../assets/clawos-fs.apparmor");
+
+/// Default vector dimension of a workspace (P1.4 §4.4).
+pub const DEFAULT_VECTOR_DIMENSION: u32 = 1536;
+
+/// RFC 3339 "now", seconds precision, UTC.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The numeric id of a group in /etc/group, if it exists.
+fn group_id(name: &str) -> Option<u32> {
+    id_from_db("/etc/group", name)
+}
+
+/// The numeric id of a user in /etc/passwd, if it exists.
+fn user_id(name: &str) -> Option<u32> {
+    id_from_db("/etc/passwd", name)
+}
+
+/// The login name of `uid`, or the number when /etc/passwd does not know it.
+pub fn user_name(uid: u32) -> String {
+    fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|db| {
+            db.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[2].parse() == Ok(uid)).then(|| f[0].to_string())
+            })
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
+fn id_from_db(db: &str, name: &str) -> Option<u32> {
+    fs::read_to_string(db).ok()?.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Creates `path` with `mode` if missing and applies mode and (as root) owner.
+fn dir(path: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    match fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    set_mode_owner(path, mode, owner)
+}
+
+fn set_mode_owner(path: &Path, mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    if let (Some((uid, gid)), true) = (owner, is_root()) {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+/// Writes a file atomically unless it already exists.
+fn file(path: &Path, content: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    if !path.exists() {
+        let dir = path.parent().expect("seed files have a parent");
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("ASCII name");
+        atomic_write(dir, name, content, mode)?;
+    }
+    set_mode_owner(path, mode, owner)
+}
+
+fn pretty(v: &serde_json::Value) -> Vec<u8> {
+    let mut s = serde_json::to_vec_pretty(v).expect("a Value serialises");
+    s.push(b'\n');
+    s
+}
+
+/// The metadata.json of a new workspace (P1.4 §1.2).
+pub fn workspace_metadata(name: &str, owner: &str, now: &str) -> Vec<u8> {
+    pretty(&json!({
+        "workspace_id": name,
+        "created_at": now,
+        "updated_at": now,
+        "vector_dimension": DEFAULT_VECTOR_DIMENSION,
+        "hnsw_params": { "m": 16, "ef_construction": 200, "ef_search": 50 },
+        "owner": owner,
+        "encryption_enabled": false
+    }))
+}
+
+fn quotas() -> serde_json::Value {
+    let agents: serde_json::Map<String, serde_json::Value> = DEFAULT_AGENTS
+        .iter()
+        .map(|a| (a.to_string(), json!({})))
+        .collect();
+    json!({
+        "version": 1,
+        "description": "cgroup v2 limits applied by `clawfs run` to each agent's group (P1.5). Per-agent entries override the defaults.",
+        "defaults": {
+            "memory.max": "1073741824",
+            "memory.swap.max": "0",
+            "cpu.max": "100000 100000",
+            "pids.max": "512"
+        },
+        "agents": agents
+    })
+}
+
+/// Lays out the areas and their default content under `root`.
+pub fn lay_out(root: &Path) -> io::Result<()> {
+    let now = now_rfc3339();
+    let root_owner = Some((0, 0));
+    let agents_group = group_id("clawos-agents").unwrap_or(0);
+    let users_group = group_id("clawos-users").unwrap_or(0);
+    let tools_owner = user_id("wasm-agent").unwrap_or(0);
+
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755))?;
+
+    // system/ — 0555, root:root; files 0444.
+    let system = root.join("system");
+    dir(&system, 0o755, root_owner)?;
+    for sub in ["seccomp", "apparmor", "cgroup"] {
+        dir(&system.join(sub), 0o755, root_owner)?;
+    }
+    let system_files: [(&str, Vec<u8>); 3] = [
+        (
+            "seccomp/whitelist.json",
+            SECCOMP_WHITELIST.as_bytes().to_vec(),
+        ),
+        ("apparmor/clawos-fs", APPARMOR_PROFILE.as_bytes().to_vec()),
+        ("cgroup/quotas.json", pretty(&quotas())),
+    ];
+    let mut manifest = serde_json::Map::new();
+    for (rel, content) in &system_files {
+        file(&system.join(rel), content, 0o444, root_owner)?;
+        let on_disk = fs::read(system.join(rel))?;
+        manifest.insert(
+            (*rel).to_string(),
+            json!(format!("sha256:{}", hex::encode(Sha256::digest(&on_disk)))),
+        );
+    }
+    file(
+        &system.join("manifest.json"),
+        &pretty(&json!({ "version": 1, "generated_at": now, "files": manifest })),
+        0o444,
+        root_owner,
+    )?;
+    for sub in ["seccomp", "apparmor", "cgroup"] {
+        set_mode_owner(&system.join(sub), 0o555, root_owner)?;
+    }
+    set_mode_owner(&system, 0o555, root_owner)?;
+
+    // agents/ — 0750 root:clawos-agents; one directory per agent of the roster.
+    let agents = root.join("agents");
+    dir(&agents, 0o750, Some((0, agents_group)))?;
+    for agent in DEFAULT_AGENTS {
+        let a = agents.join(agent);
+        dir(&a, 0o750, Some((0, agents_group)))?;
+        dir(&a.join("logs"), 0o750, Some((0, agents_group)))?;
+        dir(&a.join("cache"), 0o750, Some((0, agents_group)))?;
+        file(
+            &a.join("identity.json"),
+            &pretty(&identity::new_identity(agent, &now)),
+            0o640,
+            Some((0, agents_group)),
+        )?;
+        file(
+            &a.join("state.json"),
+            &pretty(&json!({ "agent_id": agent, "status": "idle", "updated_at": now })),
+            0o640,
+            Some((0, agents_group)),
+        )?;
+    }
+
+    // tools/ — 0755 wasm-agent:clawos-agents.
+    let tools = root.join("tools");
+    let tools_owner = Some((tools_owner, agents_group));
+    dir(&tools, 0o755, tools_owner)?;
+    dir(&tools.join("definitions"), 0o755, tools_owner)?;
+    dir(&tools.join("binaries"), 0o755, tools_owner)?;
+    file(
+        &tools.join("registry.json"),
+        &pretty(&json!({ "version": 1, "updated_at": now, "tools": [] })),
+        0o644,
+        tools_owner,
+    )?;
+
+    // workspaces/ — 0750 root:clawos-users; the default workspace.
+    let workspaces = root.join("workspaces");
+    dir(&workspaces, 0o750, Some((0, users_group)))?;
+    let default = workspaces.join("default");
+    dir(&default, 0o770, Some((0, users_group)))?;
+    dir(&default.join("snapshots"), 0o770, Some((0, users_group)))?;
+    file(
+        &default.join("metadata.json"),
+        &workspace_metadata("default", "root", &now),
+        0o664,
+        Some((0, users_group)),
+    )?;
+
+    // vault/ — 0700 root:root.
+    let vault = root.join("vault");
+    dir(&vault, 0o700, root_owner)?;
+    dir(&vault.join("secrets"), 0o700, root_owner)?;
+    dir(&vault.join("archive"), 0o700, root_owner)?;
+
+    // specs/ — 0555 (P1.4 says 0444, which would make the directory untraversable); files 0444.
+    let specs = root.join("specs");
+    dir(&specs, 0o755, root_owner)?;
+    dir(&specs.join("p1"), 0o755, root_owner)?;
+    file(
+        &specs.join("p1/P1.4-clawfs-spec.md"),
+        SPEC_P1_4.as_bytes(),
+        0o444,
+        root_owner,
+    )?;
+    let spec_sha = hex::encode(Sha256::digest(fs::read(
+        specs.join("p1/P1.4-clawfs-spec.md"),
+    )?));
+    file(
+        &specs.join("signatures.json"),
+        &pretty(&json!({
+            "version": 1,
+            "signatures": [{
+                "spec_id": "P1.4-clawfs-spec",
+                "path": "p1/P1.4-clawfs-spec.md",
+                "sha256": spec_sha,
+                "signed_by": "clawfs init",
+                "signed_at": now,
+                "status": "FROZEN"
+            }]
+        })),
+        0o444,
+        root_owner,
+    )?;
+    set_mode_owner(&specs.join("p1"), 0o555, root_owner)?;
+    set_mode_owner(&specs, 0o555, root_owner)?;
+    Ok(())
+}

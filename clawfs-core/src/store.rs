@@ -1,0 +1,311 @@
+//! The backing store: a directory of real files (the six areas) plus a private `.clawfs/`
+//! area for ClawFS's own bookkeeping, which the mount never shows.
+//!
+//! ```text
+//! <store>/
+//!   .clawfs/format       store format version ("1")
+//!   .clawfs/lock         flock()ed by the daemon serving the store
+//!   .clawfs/daemon.json  who serves it, while mounted
+//!   .clawfs/daemon.log   stderr of a background daemon
+//!   system/ agents/ tools/ workspaces/ vault/ specs/
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::seed;
+
+/// The store format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// The private area, hidden from the mount.
+pub const PRIVATE_DIR: &str = ".clawfs";
+
+/// Why a store could not be created, opened or locked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No `.clawfs/format` in the directory.
+    #[error("{0} is not a ClawFS store (run `clawfs init --store {0}`)")]
+    NotInitialised(PathBuf),
+    /// Written by a newer ClawFS.
+    #[error("{path} has store format {found}; this clawfs ({version}) reads format {supported}: upgrade clawfs")]
+    NewerFormat {
+        /// Store path.
+        path: PathBuf,
+        /// Format found.
+        found: u32,
+        /// Format supported.
+        supported: u32,
+        /// This build.
+        version: &'static str,
+    },
+    /// `.clawfs/format` holds something else than a number.
+    #[error("{path}: unreadable store format {content:?}")]
+    BadFormat {
+        /// The format file.
+        path: PathBuf,
+        /// What it holds.
+        content: String,
+    },
+    /// Another daemon serves this store.
+    #[error("store {path} is already served{}", .by.as_ref().map(|d| format!(" by pid {} at {}", d.pid, d.mountpoint.display())).unwrap_or_default())]
+    Locked {
+        /// Store path.
+        path: PathBuf,
+        /// The daemon holding it, if it said.
+        by: Option<DaemonInfo>,
+    },
+    /// An I/O error on a store path.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// Path involved.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What a running daemon records about itself in `.clawfs/daemon.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DaemonInfo {
+    /// Daemon pid.
+    pub pid: u32,
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// ClawFS version.
+    pub version: String,
+    /// RFC 3339 start time.
+    pub started_at: String,
+    /// Whether kernel passthrough is in use.
+    pub passthrough: bool,
+}
+
+/// An opened, initialised store.
+pub struct Store {
+    root: PathBuf,
+    root_dir: File,
+}
+
+/// Held while a daemon serves the store; dropping it releases the lock.
+pub struct StoreLock {
+    _file: File,
+}
+
+/// Whether `init` created the store or found it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InitOutcome {
+    /// The store was laid out now.
+    Created,
+    /// It was already initialised; nothing was changed.
+    AlreadyInitialised,
+}
+
+impl Store {
+    /// The default store: `/var/lib/clawfs` for root, else `$XDG_DATA_HOME/clawfs` or
+    /// `~/.local/share/clawfs`.
+    pub fn default_path() -> PathBuf {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return PathBuf::from("/var/lib/clawfs");
+        }
+        if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(xdg).join("clawfs");
+        }
+        let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+        PathBuf::from(home).join(".local/share/clawfs")
+    }
+
+    /// Lays out a new store at `path` (creating the directory), or leaves an initialised one
+    /// alone. An interrupted init is completed: the format file is written last.
+    pub fn init(path: &Path) -> Result<InitOutcome, StoreError> {
+        let format = path.join(PRIVATE_DIR).join("format");
+        if format.exists() {
+            Self::open(path)?;
+            return Ok(InitOutcome::AlreadyInitialised);
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path.join(PRIVATE_DIR))
+            .map_err(io_err(path))?;
+        fs::set_permissions(
+            path.join(PRIVATE_DIR),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(io_err(path))?;
+        seed::lay_out(path).map_err(io_err(path))?;
+        atomic_write(
+            &path.join(PRIVATE_DIR),
+            "format",
+            format!("{FORMAT_VERSION}\n").as_bytes(),
+            0o644,
+        )
+        .map_err(io_err(&format))?;
+        Ok(InitOutcome::Created)
+    }
+
+    /// Opens an initialised store.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let format = path.join(PRIVATE_DIR).join("format");
+        let content = match fs::read_to_string(&format) {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotInitialised(path.to_path_buf()))
+            }
+            Err(e) => return Err(io_err(&format)(e)),
+        };
+        let found: u32 = content.trim().parse().map_err(|_| StoreError::BadFormat {
+            path: format.clone(),
+            content: content.clone(),
+        })?;
+        if found > FORMAT_VERSION {
+            return Err(StoreError::NewerFormat {
+                path: path.to_path_buf(),
+                found,
+                supported: FORMAT_VERSION,
+                version: crate::VERSION,
+            });
+        }
+        let root = fs::canonicalize(path).map_err(io_err(path))?;
+        let root_dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&root)
+            .map_err(io_err(&root))?;
+        Ok(Store { root, root_dir })
+    }
+
+    /// Opens the store at `path`, initialising it first if it has never been (the embedded
+    /// default store of `clawfs mount`).
+    pub fn open_or_init(path: &Path) -> Result<Store, StoreError> {
+        match Self::open(path) {
+            Err(StoreError::NotInitialised(_)) => {
+                Self::init(path)?;
+                Self::open(path)
+            }
+            other => other,
+        }
+    }
+
+    /// The store directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A descriptor of the store directory (the mount root's backing directory).
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root_dir.as_fd()
+    }
+
+    /// The private area.
+    pub fn private_dir(&self) -> PathBuf {
+        self.root.join(PRIVATE_DIR)
+    }
+
+    /// Takes the serving lock, failing at once if another daemon holds it.
+    pub fn lock(&self) -> Result<StoreLock, StoreError> {
+        let path = self.private_dir().join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(StoreError::Locked {
+                    path: self.root.clone(),
+                    by: self.daemon_info(),
+                });
+            }
+            return Err(io_err(&path)(e));
+        }
+        Ok(StoreLock { _file: file })
+    }
+
+    /// What the serving daemon recorded, if any.
+    pub fn daemon_info(&self) -> Option<DaemonInfo> {
+        let text = fs::read_to_string(self.private_dir().join("daemon.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Records the serving daemon (atomically).
+    pub fn write_daemon_info(&self, info: &DaemonInfo) -> Result<(), StoreError> {
+        let json = serde_json::to_vec_pretty(info).expect("DaemonInfo serialises");
+        atomic_write(&self.private_dir(), "daemon.json", &json, 0o644)
+            .map_err(io_err(&self.private_dir()))
+    }
+
+    /// Forgets the serving daemon.
+    pub fn clear_daemon_info(&self) {
+        let _ = fs::remove_file(self.private_dir().join("daemon.json"));
+    }
+}
+
+/// Writes `dir/name` so that a crash leaves the old or the new content, never a mix: a temp
+/// file in the same directory, fsync, rename, fsync of the directory.
+pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, dir.join(name))?;
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_open_and_newer_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::NotInitialised(_))
+        ));
+        assert_eq!(Store::init(&path).unwrap(), InitOutcome::Created);
+        assert_eq!(Store::init(&path).unwrap(), InitOutcome::AlreadyInitialised);
+        let store = Store::open(&path).unwrap();
+        for area in crate::area::Area::ALL {
+            assert!(store.root().join(area.dir_name()).is_dir(), "{area}");
+        }
+        let lock = store.lock().unwrap();
+        assert!(matches!(store.lock(), Err(StoreError::Locked { .. })));
+        drop(lock);
+        store.lock().unwrap();
+
+        fs::write(path.join(".clawfs/format"), "2\n").unwrap();
+        let err = Store::open(&path).err().unwrap();
+        assert!(
+            matches!(err, StoreError::NewerFormat { found: 2, .. }),
+            "{err}"
+        );
+        fs::write(path.join(".clawfs/format"), "two\n").unwrap();
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::BadFormat { .. })
+        ));
+    }
+}
