@@ -543,6 +543,26 @@ impl ClawFs {
         }))
     }
 
+    /// A read-write descriptor of `ino` for kernel passthrough, shared by every open of the
+    /// inode. It carries no `O_APPEND`/`O_DIRECT`: the kernel applies each opener's own flags
+    /// per request. Read-only areas, and files that cannot be opened for writing, get a
+    /// read-only one.
+    pub fn passthrough_file(&self, ino: u64) -> FsResult<File> {
+        let node = self.node(ino)?;
+        let rw = if node.place.area().is_read_only() {
+            Err(errno(libc::EROFS))
+        } else {
+            node.handle
+                .open(self.mount_fd(), libc::O_RDWR)
+                .map_err(FsError::from)
+        };
+        let fd = match rw {
+            Ok(fd) => fd,
+            Err(_) => node.handle.open(self.mount_fd(), libc::O_RDONLY)?,
+        };
+        Ok(File::from(fd))
+    }
+
     /// Creates and opens a regular file.
     pub fn create(
         &self,

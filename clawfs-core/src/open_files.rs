@@ -91,3 +91,40 @@ impl<T> HandleTable<T> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// One value per inode shared by all its open handles, alive while any handle holds it (the
+/// kernel requires every passthrough open of an inode to use the same backing file).
+pub struct SharedByInode<T> {
+    map: Mutex<(HashMap<u64, std::sync::Weak<T>>, usize)>,
+}
+
+impl<T> Default for SharedByInode<T> {
+    fn default() -> Self {
+        Self {
+            map: Mutex::new((HashMap::new(), 0)),
+        }
+    }
+}
+
+impl<T> SharedByInode<T> {
+    /// The live value of `ino`, or a new one from `make` (called under the lock, so two opens
+    /// never make two values for one inode).
+    pub fn get_or_try_insert<E>(
+        &self,
+        ino: u64,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        let mut guard = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let (map, inserts) = &mut *guard;
+        if let Some(v) = map.get(&ino).and_then(std::sync::Weak::upgrade) {
+            return Ok(v);
+        }
+        let v = Arc::new(make()?);
+        map.insert(ino, Arc::downgrade(&v));
+        *inserts += 1;
+        if *inserts % 1024 == 0 {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        Ok(v)
+    }
+}

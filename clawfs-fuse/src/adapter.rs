@@ -1,0 +1,729 @@
+//! The thin fuser adapter. Every callback has one shape: a span, decode the arguments, identify
+//! the caller, one call into [`ClawFs`], reply or map the error. Passthrough registration is the
+//! only FUSE-specific state, and it lives in the core's per-file attachment slot.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use clawfs_core::attr::{Attr, FileKind};
+use clawfs_core::creds::Caller;
+use clawfs_core::fs::{Entry, RenameMode, SetAttr, SetTime};
+use clawfs_core::open_files::{OpenFile, SharedByInode};
+use clawfs_core::{ClawFs, FsError};
+use fuser::{
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use tracing::{debug, info, warn};
+
+use crate::errno::{is_refusal, to_errno};
+
+/// Adapter settings.
+#[derive(Clone, Copy, Debug)]
+pub struct AdapterConfig {
+    /// How long the kernel may cache entries and attributes.
+    pub ttl: Duration,
+    /// Ask the kernel for FUSE passthrough of regular-file I/O.
+    pub passthrough: bool,
+}
+
+/// `fuser::Filesystem` over a [`ClawFs`].
+pub struct Adapter {
+    fs: ClawFs,
+    config: AdapterConfig,
+    /// Whether the kernel granted passthrough at init (cleared if registering a file fails).
+    passthrough: AtomicBool,
+    /// The passthrough backing id of each open inode.
+    backings: SharedByInode<BackingId>,
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
+    t.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(t),
+    })
+}
+
+/// Maps a core error to an errno, logging ClawFS refusals with their reason.
+fn fail(op: &str, e: FsError) -> Errno {
+    let errno = to_errno(&e);
+    if is_refusal(&e) {
+        info!(op, errno = errno.code(), reason = %e, "refused");
+    } else {
+        debug!(op, errno = errno.code(), error = %e, "failed");
+    }
+    errno
+}
+
+impl Adapter {
+    /// An adapter serving `fs`.
+    pub fn new(fs: ClawFs, config: AdapterConfig) -> Self {
+        Self {
+            fs,
+            config,
+            passthrough: AtomicBool::new(false),
+            backings: SharedByInode::default(),
+        }
+    }
+
+    fn reply_entry(&self, op: &str, r: Result<Entry, FsError>, reply: ReplyEntry) {
+        match r {
+            Ok(e) => reply.entry(
+                &self.config.ttl,
+                &file_attr(&e.attr),
+                Generation(e.generation),
+            ),
+            Err(e) => reply.error(fail(op, e)),
+        }
+    }
+
+    fn reply_empty(op: &str, r: Result<(), FsError>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail(op, e)),
+        }
+    }
+
+    fn reply_attr(&self, op: &str, r: Result<Attr, FsError>, reply: ReplyAttr) {
+        match r {
+            Ok(a) => reply.attr(&self.config.ttl, &file_attr(&a)),
+            Err(e) => reply.error(fail(op, e)),
+        }
+    }
+
+    fn reply_xattr(op: &str, r: Result<Vec<u8>, FsError>, size: u32, reply: ReplyXattr) {
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(fail(op, e)),
+        }
+    }
+
+    /// Registers `file` for kernel passthrough; on failure, turns passthrough off for good and
+    /// serves reads and writes through the daemon.
+    fn backing<F>(&self, file: &OpenFile, open_backing: F) -> Option<Arc<BackingId>>
+    where
+        F: FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let registered = self.backings.get_or_try_insert(file.ino, || {
+            let backing = self
+                .fs
+                .passthrough_file(file.ino)
+                .map_err(std::io::Error::other)?;
+            open_backing(&backing)
+        });
+        match registered {
+            Ok(id) => Some(id),
+            Err(e) => {
+                warn!(error = %e, "passthrough registration failed; serving I/O through the daemon");
+                self.passthrough.store(false, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        if self.config.passthrough {
+            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
+                let _ = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH);
+                // The store is on a plain filesystem (stack depth 0); ClawFS itself may be stacked.
+                let _ = config.set_max_stack_depth(1);
+                self.passthrough.store(true, Ordering::Relaxed);
+            } else {
+                warn!("the kernel does not offer FUSE passthrough; serving I/O through the daemon");
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        info!(
+            passthrough = self.passthrough.load(Ordering::Relaxed),
+            "ClawFS session started"
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
+        self.reply_entry("lookup", self.fs.lookup(parent.0, name), reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _s = tracing::debug_span!("getattr", ino = ino.0).entered();
+        self.reply_attr("getattr", self.fs.getattr(ino.0, fh.map(|f| f.0)), reply);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _s = tracing::debug_span!("setattr", ino = ino.0).entered();
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        let r = self
+            .fs
+            .setattr(&caller(req), ino.0, fh.map(|f| f.0), change);
+        self.reply_attr("setattr", r, reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _s = tracing::debug_span!("readlink", ino = ino.0).entered();
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(fail("readlink", e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
+        let r = self.fs.mknod(&caller(req), parent.0, name, mode, rdev);
+        self.reply_entry("mknod", r, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
+        let r = self.fs.mkdir(&caller(req), parent.0, name, mode);
+        self.reply_entry("mkdir", r, reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
+        Self::reply_empty(
+            "unlink",
+            self.fs.unlink(&caller(req), parent.0, name),
+            reply,
+        );
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
+        Self::reply_empty("rmdir", self.fs.rmdir(&caller(req), parent.0, name), reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
+        let r = self
+            .fs
+            .symlink(&caller(req), parent.0, link_name, target.as_os_str());
+        self.reply_entry("symlink", r, reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!(
+            "rename",
+            parent = parent.0,
+            ?name,
+            newparent = newparent.0,
+            ?newname
+        )
+        .entered();
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        let mode = RenameMode {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        let r = self
+            .fs
+            .rename(&caller(req), parent.0, name, newparent.0, newname, mode);
+        Self::reply_empty("rename", r, reply);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _s =
+            tracing::debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
+        let r = self.fs.link(&caller(req), ino.0, newparent.0, newname);
+        self.reply_entry("link", r, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
+        match self.fs.open(ino.0, flags.0) {
+            Ok((fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
+                Some(id) => {
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                    let _ = file.attachment.set(Box::new(id));
+                }
+                None => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            },
+            Err(e) => reply.error(fail("open", e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
+        match self.fs.create(&caller(req), parent.0, name, mode, flags) {
+            Ok((entry, fh, file)) => {
+                let attr = file_attr(&entry.attr);
+                let generation = Generation(entry.generation);
+                let ttl = self.config.ttl;
+                match self.backing(&file, |f| reply.open_backing(f)) {
+                    Some(id) => {
+                        reply.created_passthrough(
+                            &ttl,
+                            &attr,
+                            generation,
+                            FileHandle(fh),
+                            FopenFlags::empty(),
+                            &id,
+                        );
+                        let _ = file.attachment.set(Box::new(id));
+                    }
+                    None => {
+                        reply.created(&ttl, &attr, generation, FileHandle(fh), FopenFlags::empty())
+                    }
+                }
+            }
+            Err(e) => reply.error(fail("create", e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
+        match self.fs.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(fail("read", e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _s = tracing::debug_span!("write", fh = fh.0, offset, len = data.len()).entered();
+        match self.fs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(fail("write", e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes go straight to the backing file; there is nothing buffered to flush.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("release", fh = fh.0).entered();
+        Self::reply_empty("release", self.fs.release(fh.0), reply);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("fsync", fh = fh.0).entered();
+        Self::reply_empty("fsync", self.fs.fsync(fh.0, datasync), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(fail("opendir", e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let _s = tracing::debug_span!("readdir", fh = fh.0, offset).entered();
+        let entries = match self.fs.readdir(fh.0, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(fail("readdir", e)),
+        };
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(e.ino), (i + 1) as u64, file_type(e.kind), &e.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _s = tracing::debug_span!("readdirplus", fh = fh.0, offset).entered();
+        let entries = match self.fs.readdir(fh.0, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(fail("readdirplus", e)),
+        };
+        let dir_attr = match self.fs.getattr(ino.0, None) {
+            Ok(a) => file_attr(&a),
+            Err(e) => return reply.error(fail("readdirplus", e)),
+        };
+        let ttl = self.config.ttl;
+        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            let next = (i + 1) as u64;
+            if e.name == "." || e.name == ".." {
+                // The kernel takes no reference for these two.
+                if reply.add(
+                    INodeNo(e.ino),
+                    next,
+                    &e.name,
+                    &ttl,
+                    &dir_attr,
+                    Generation(0),
+                ) {
+                    break;
+                }
+                continue;
+            }
+            // Each entry added is a kernel reference, taken by this lookup; an entry that does
+            // not fit gives its reference back.
+            let Ok(entry) = self.fs.lookup(ino.0, &e.name) else {
+                continue; // removed since the listing
+            };
+            let attr = file_attr(&entry.attr);
+            if reply.add(
+                attr.ino,
+                next,
+                &e.name,
+                &ttl,
+                &attr,
+                Generation(entry.generation),
+            ) {
+                self.fs.forget(entry.attr.ino, 1);
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::reply_empty("releasedir", self.fs.releasedir(fh.0), reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::reply_empty("fsyncdir", self.fs.fsyncdir(ino.0), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(fail("statfs", e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("setxattr", ino = ino.0, ?name).entered();
+        let r = self.fs.setxattr(&caller(req), ino.0, name, value, flags);
+        Self::reply_empty("setxattr", r, reply);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name).entered();
+        Self::reply_xattr(
+            "getxattr",
+            self.fs.getxattr(&caller(req), ino.0, name),
+            size,
+            reply,
+        );
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _s = tracing::debug_span!("listxattr", ino = ino.0).entered();
+        Self::reply_xattr(
+            "listxattr",
+            self.fs.listxattr(&caller(req), ino.0),
+            size,
+            reply,
+        );
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
+        let r = self.fs.removexattr(&caller(req), ino.0, name);
+        Self::reply_empty("removexattr", r, reply);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        Self::reply_empty("access", self.fs.access(ino.0, mask.bits()), reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("fallocate", fh = fh.0, offset, length, mode).entered();
+        Self::reply_empty(
+            "fallocate",
+            self.fs.fallocate(fh.0, offset, length, mode),
+            reply,
+        );
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.fs.lseek(fh.0, offset, whence) {
+            Ok(off) => reply.offset(off),
+            Err(e) => reply.error(fail("lseek", e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self
+            .fs
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+        {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(fail("copy_file_range", e)),
+        }
+    }
+
+    // ---- explicitly unsupported -----------------------------------------------------------
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No ClawFS ioctls; ENOTTY is what a file without ioctls answers.
+        reply.error(Errno::from_i32(libc::ENOTTY));
+    }
+
+    fn bmap(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _blocksize: u32,
+        _idx: u64,
+        reply: fuser::ReplyBmap,
+    ) {
+        // Not a block-device filesystem: there is no block map to give.
+        reply.error(Errno::from_i32(libc::ENOSYS));
+    }
+}

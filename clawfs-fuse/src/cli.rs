@@ -1,0 +1,72 @@
+//! Command-line interface of `clawfs`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// ClawFS: a filesystem for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "clawfs", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the store is.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArg {
+    /// The backing store (default: /var/lib/clawfs for root, else ~/.local/share/clawfs).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub store: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a store: the six roots, the agent roster, the default workspace.
+    Init {
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// Serve a store at MOUNTPOINT (initialising the default store on first use).
+    Mount(MountArgs),
+    /// Unmount a ClawFS mount (also clears a mount left by a killed daemon).
+    #[command(alias = "unmount")]
+    Umount {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// Detach now even if files are open; the mount goes when they close.
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Show what is mounted: store, version, daemon, counts.
+    Status {
+        /// A mount point (default: every ClawFS mount).
+        mountpoint: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Arguments of `clawfs mount`.
+#[derive(Debug, Clone, Args)]
+pub struct MountArgs {
+    /// Where to mount (an existing, empty directory).
+    pub mountpoint: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Stay attached to the terminal instead of running in the background.
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Serve file I/O through the daemon instead of kernel FUSE passthrough.
+    #[arg(long)]
+    pub no_passthrough: bool,
+    /// Worker threads serving requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Seconds the kernel may cache names and attributes.
+    #[arg(long, default_value_t = 1.0)]
+    pub attr_timeout: f64,
+}

@@ -1,0 +1,187 @@
+//! `clawfs init`, `umount` and `status`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clawfs_core::area::Area;
+use clawfs_core::store::{InitOutcome, Store};
+use serde_json::json;
+
+use crate::daemon::{store_path, unmount};
+use crate::error::{mountpoint, Failure};
+use crate::mounts;
+
+/// `clawfs init`.
+pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {
+    let path = store_path(store);
+    match Store::init(&path)? {
+        InitOutcome::Created => println!("initialised ClawFS store {}", path.display()),
+        InitOutcome::AlreadyInitialised => {
+            println!(
+                "{} is already a ClawFS store; nothing changed",
+                path.display()
+            )
+        }
+    }
+    Ok(())
+}
+
+fn is_stale(mp: &Path) -> bool {
+    std::fs::metadata(mp).err().and_then(|e| e.raw_os_error()) == Some(libc::ENOTCONN)
+}
+
+/// `clawfs umount`.
+pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
+    let shown = mp.display();
+    if is_stale(mp) {
+        unmount(mp, true).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
+        println!("removed the stale ClawFS mount at {shown} (its daemon had died)");
+        return Ok(());
+    }
+    let canonical = std::fs::canonicalize(mp).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
+    let Some(entry) = mounts::clawfs_mount_at(&canonical).context("reading mountinfo")? else {
+        return Err(mountpoint(format!("{shown}: not a ClawFS mount")));
+    };
+    let daemon = Store::open(Path::new(&entry.source))
+        .ok()
+        .and_then(|s| s.daemon_info());
+    match unmount(&canonical, lazy) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(mountpoint(format!(
+                "{shown}: busy (a process has a file open or its working directory there); close it or use --lazy"
+            )))
+        }
+        Err(e) => return Err(mountpoint(format!("{shown}: {e}"))),
+    }
+    // Wait for the daemon to finish, so the store is free when we return.
+    if let Some(d) = daemon {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_alive(d.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    println!("unmounted {shown}");
+    Ok(())
+}
+
+fn process_alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state letter tells.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+fn count_dirs(p: &Path) -> usize {
+    std::fs::read_dir(p)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn count_entries(p: &Path) -> usize {
+    std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
+}
+
+fn describe(entry: &mounts::MountEntry) -> serde_json::Value {
+    let store = Path::new(&entry.source);
+    let daemon = Store::open(store).ok().and_then(|s| s.daemon_info());
+    json!({
+        "mountpoint": entry.mount_point,
+        "state": "mounted",
+        "store": entry.source,
+        "daemon": daemon,
+        "counts": {
+            "agents": count_dirs(&store.join(Area::Agents.dir_name())),
+            "workspaces": count_dirs(&store.join(Area::Workspaces.dir_name())),
+            "secrets": count_entries(&store.join("vault/secrets")),
+        }
+    })
+}
+
+fn print_human(v: &serde_json::Value) {
+    println!(
+        "{}: {}",
+        v["mountpoint"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?")
+    );
+    if let Some(store) = v["store"].as_str() {
+        println!("  store:       {store}");
+    }
+    if let Some(d) = v["daemon"].as_object() {
+        println!(
+            "  daemon:      pid {}, clawfs {}, since {}",
+            d["pid"],
+            d["version"].as_str().unwrap_or("?"),
+            d["started_at"].as_str().unwrap_or("?")
+        );
+        println!(
+            "  passthrough: {}",
+            if d["passthrough"].as_bool() == Some(true) {
+                "requested"
+            } else {
+                "off"
+            }
+        );
+    }
+    if let Some(c) = v["counts"].as_object() {
+        println!(
+            "  agents: {}  workspaces: {}  secrets: {}",
+            c["agents"], c["workspaces"], c["secrets"]
+        );
+    }
+}
+
+/// `clawfs status`.
+pub fn status(mp: Option<&Path>, as_json: bool) -> Result<(), Failure> {
+    let reports: Vec<serde_json::Value> = match mp {
+        Some(mp) if is_stale(mp) => {
+            return Err(mountpoint(format!(
+                "{}: stale mount (its daemon died); run `clawfs umount {}`",
+                mp.display(),
+                mp.display()
+            )))
+        }
+        Some(mp) => {
+            let canonical = std::fs::canonicalize(mp)
+                .map_err(|e: io::Error| mountpoint(format!("{}: {e}", mp.display())))?;
+            let entry = mounts::clawfs_mount_at(&canonical)
+                .context("reading mountinfo")?
+                .ok_or_else(|| mountpoint(format!("{}: not a ClawFS mount", mp.display())))?;
+            vec![describe(&entry)]
+        }
+        None => mounts::clawfs_mounts()
+            .context("reading mountinfo")?
+            .iter()
+            .map(describe)
+            .collect(),
+    };
+    if as_json {
+        let out = if mp.is_some() {
+            reports[0].clone()
+        } else {
+            json!(reports)
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON serialises")
+        );
+    } else if reports.is_empty() {
+        println!("no ClawFS mounts (clawfs {})", clawfs_core::VERSION);
+    } else {
+        for r in &reports {
+            print_human(r);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! `clawfs mount`: checks, then either serves in the foreground or starts a background daemon
+//! (this same binary with `--foreground`) and waits until its mount is live.
+
+use std::fs::OpenOptions;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clawfs_core::store::{DaemonInfo, Store, StoreError};
+use clawfs_core::ClawFs;
+use fuser::{Config, MountOption, SessionACL};
+use tracing::{info, warn};
+
+use crate::adapter::{Adapter, AdapterConfig};
+use crate::cli::MountArgs;
+use crate::error::{mountpoint, Failure};
+use crate::mounts;
+
+/// How long `clawfs mount` waits for a background daemon's mount to appear.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The store path a command acts on.
+pub fn store_path(arg: &Option<PathBuf>) -> PathBuf {
+    arg.clone().unwrap_or_else(Store::default_path)
+}
+
+/// Checks that `mp` can take a mount and returns its canonical path.
+pub fn check_mountpoint(mp: &Path) -> Result<PathBuf, Failure> {
+    let shown = mp.display();
+    match std::fs::metadata(mp) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(mountpoint(format!(
+                "{shown}: a ClawFS daemon died and left its mount behind (Transport endpoint is not connected); run `clawfs umount {shown}` first"
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(mountpoint(format!(
+                "{shown}: no such directory; create it first (mkdir -p {shown})"
+            )))
+        }
+        Err(e) => return Err(mountpoint(format!("{shown}: {e}"))),
+        Ok(m) if !m.is_dir() => return Err(mountpoint(format!("{shown}: not a directory"))),
+        Ok(_) => {}
+    }
+    let canonical = std::fs::canonicalize(mp).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
+    if let Some(m) = mounts::clawfs_mount_at(&canonical).context("reading mountinfo")? {
+        return Err(mountpoint(format!(
+            "{shown}: ClawFS is already mounted here (store {})",
+            m.source
+        )));
+    }
+    let mut entries =
+        std::fs::read_dir(&canonical).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
+    if entries.next().is_some() {
+        return Err(mountpoint(format!(
+            "{shown}: directory is not empty; mount on an empty directory"
+        )));
+    }
+    Ok(canonical)
+}
+
+/// Opens the store to serve: the default store is initialised on first use, as is an explicit
+/// `--store` directory that does not exist yet or is empty.
+fn open_store(path: &Path) -> Result<Store, Failure> {
+    let fresh = std::fs::read_dir(path)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    match Store::open(path) {
+        Err(StoreError::NotInitialised(_)) if fresh => Ok(Store::open_or_init(path)?),
+        other => Ok(other?),
+    }
+}
+
+/// `clawfs mount`.
+pub fn mount(args: &MountArgs) -> Result<(), Failure> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "clawfs mount must run as root: it opens backing files by handle (CAP_DAC_READ_SEARCH) and uses FUSE passthrough (CAP_SYS_ADMIN)"
+        )));
+    }
+    let mp = check_mountpoint(&args.mountpoint)?;
+    let store = open_store(&store_path(&args.store.store))?;
+    if args.foreground {
+        serve(args, &mp, store)
+    } else {
+        // Fail here, with the message on the user's terminal, if another daemon holds it.
+        drop(store.lock()?);
+        start_background(args, &mp, &store)
+    }
+}
+
+fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
+    let log_path = store.private_dir().join("daemon.log");
+    let mut log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let log_start = log.seek(SeekFrom::End(0)).unwrap_or(0);
+    let exe = std::env::current_exe().context("locating the clawfs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(mp)
+        .arg("--foreground")
+        .arg("--store")
+        .arg(store.root())
+        .arg("--threads")
+        .arg(args.threads.to_string())
+        .arg("--attr-timeout")
+        .arg(args.attr_timeout.to_string());
+    if args.no_passthrough {
+        cmd.arg("--no-passthrough");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().context("log file")?)
+        .stderr(log.try_clone().context("log file")?);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the daemon")?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for the daemon")? {
+            let mut text = String::new();
+            let _ = log.seek(SeekFrom::Start(log_start));
+            let _ = log.read_to_string(&mut text);
+            let last = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon exited ({status}) before mounting: {last} (log: {})",
+                log_path.display()
+            )));
+        }
+        let mounted = mounts::clawfs_mount_at(mp).ok().flatten().is_some();
+        let ready = store.daemon_info().is_some_and(|d| d.pid == child.id());
+        if mounted && ready {
+            println!(
+                "ClawFS mounted at {} (store {}, pid {}, log {})",
+                mp.display(),
+                store.root().display(),
+                child.id(),
+                log_path.display()
+            );
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon did not mount within {}s (log: {})",
+                START_TIMEOUT.as_secs(),
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
+    let _lock = store.lock()?;
+    // Modes of new files come from the caller's request, already masked by the kernel.
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0) };
+    let store_root = store.root().to_path_buf();
+    let fs = ClawFs::new(store).context("opening the store root")?;
+    let adapter = Adapter::new(
+        fs,
+        AdapterConfig {
+            ttl: Duration::from_secs_f64(args.attr_timeout.clamp(0.0, 3600.0)),
+            passthrough: !args.no_passthrough,
+        },
+    );
+    let mut options = vec![
+        MountOption::FSName(store_root.display().to_string()),
+        MountOption::Subtype("clawfs".into()),
+        MountOption::DefaultPermissions,
+        // Agents' files never grant privileges or reach devices.
+        MountOption::NoSuid,
+        MountOption::NoDev,
+    ];
+    if which("fusermount3") {
+        // A SIGKILLed daemon then leaves no "Transport endpoint is not connected" behind.
+        options.push(MountOption::AutoUnmount);
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = SessionACL::All;
+    config.n_threads = Some(args.threads as usize);
+    config.clone_fd = true;
+
+    let session = fuser::Session::new(adapter, mp, &config)
+        .with_context(|| format!("mounting {}", mp.display()))?;
+    let reopened = Store::open(&store_root)?;
+    reopened.write_daemon_info(&DaemonInfo {
+        pid: std::process::id(),
+        mountpoint: mp.to_path_buf(),
+        version: clawfs_core::VERSION.into(),
+        started_at: clawfs_core::seed::now_rfc3339(),
+        passthrough: !args.no_passthrough,
+    })?;
+    info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
+    spawn_signal_handler(mp.to_path_buf())?;
+    let result = session.run();
+    reopened.clear_daemon_info();
+    info!(mountpoint = %mp.display(), "unmounted");
+    result.with_context(|| format!("serving {}", mp.display()))?;
+    Ok(())
+}
+
+/// SIGTERM and SIGINT unmount cleanly, which ends the session loop.
+fn spawn_signal_handler(mp: PathBuf) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                info!(signal = sig, "unmounting on signal");
+                if let Err(e) = unmount(&mp, false).or_else(|_| unmount(&mp, true)) {
+                    warn!(error = %e, "unmount on signal failed");
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// Unmounts `mp`; `lazy` detaches it even while files are open.
+pub fn unmount(mp: &Path, lazy: bool) -> io::Result<()> {
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn which(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+        .unwrap_or(false)
+}

@@ -1,0 +1,42 @@
+//! CLI failures and their exit codes.
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | success |
+//! | 1 | any other error |
+//! | 2 | bad command line (from clap) |
+//! | 3 | mount point problem: missing, not a directory, not empty, already mounted, stale, busy, not a ClawFS mount |
+//! | 4 | store problem: not initialised, newer format, already served, unreadable |
+
+use clawfs_core::store::StoreError;
+
+/// A failed command: a one-line message and an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// Mount point problems (exit 3).
+    #[error("{0}")]
+    Mountpoint(String),
+    /// Store problems (exit 4).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Anything else (exit 1).
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl Failure {
+    /// The process exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Mountpoint(_) => 3,
+            Failure::Store(StoreError::Io { .. }) => 1,
+            Failure::Store(_) => 4,
+            Failure::Other(_) => 1,
+        }
+    }
+}
+
+/// A mount point failure with a formatted message.
+pub fn mountpoint(msg: impl Into<String>) -> Failure {
+    Failure::Mountpoint(msg.into())
+}

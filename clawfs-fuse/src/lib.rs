@@ -1,0 +1,31 @@
+//! The `clawfs` command and the thin FUSE adapter over `clawfs-core`.
+
+pub mod adapter;
+pub mod cli;
+pub mod commands;
+pub mod daemon;
+pub mod errno;
+pub mod error;
+pub mod logging;
+pub mod mounts;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+
+/// Runs one `clawfs` command; prints a one-line error and returns its exit code on failure.
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match &cli.command {
+        Command::Init { store } => commands::init(&store.store),
+        Command::Mount(args) => daemon::mount(args),
+        Command::Umount { mountpoint, lazy } => commands::umount(mountpoint, *lazy),
+        Command::Status { mountpoint, json } => commands::status(mountpoint.as_deref(), *json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clawfs: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
