@@ -1,0 +1,203 @@
+//! Test harness: a real ClawFS mounted in a temp dir by the real `clawfs` binary, unmounted and
+//! removed on drop (also when the test panics). Every test gets its own store and mount point, so
+//! tests run in parallel.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `clawfs` binary under test.
+pub fn clawfs_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_clawfs")
+}
+
+/// Runs `clawfs ARGS`.
+pub fn clawfs<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(clawfs_bin())
+        .args(args)
+        .output()
+        .expect("run clawfs")
+}
+
+/// A live mount.
+pub struct Mounted {
+    /// Holds the store and the mount point.
+    pub dir: tempfile::TempDir,
+    /// The mount point.
+    pub mnt: PathBuf,
+    /// The backing store.
+    pub store: PathBuf,
+}
+
+impl Mounted {
+    /// A fresh store mounted with default options.
+    pub fn new() -> Self {
+        Self::with_args(&[])
+    }
+
+    /// A fresh store mounted with extra `clawfs mount` arguments.
+    pub fn with_args(args: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("clawfs-test.")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        // Other users (tests that switch uid) must be able to reach the mount.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mnt = dir.path().join("mnt");
+        let store = dir.path().join("store");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted { dir, mnt, store };
+        m.mount(args);
+        m
+    }
+
+    /// Mounts (again) at the same place.
+    pub fn mount(&self, args: &[&str]) {
+        let mut all: Vec<&OsStr> = vec![
+            OsStr::new("mount"),
+            self.mnt.as_os_str(),
+            OsStr::new("--store"),
+            self.store.as_os_str(),
+        ];
+        all.extend(args.iter().map(OsStr::new));
+        let out = clawfs(all);
+        assert!(
+            out.status.success(),
+            "clawfs mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Unmounts with `clawfs umount`.
+    pub fn umount(&self) -> Output {
+        clawfs([OsStr::new("umount"), self.mnt.as_os_str()])
+    }
+
+    /// A path under the mount.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// The default workspace.
+    pub fn ws(&self) -> PathBuf {
+        self.mnt.join("workspaces/default")
+    }
+
+    /// The backing path of a mount path (relative to the mount).
+    pub fn backing(&self, rel: &str) -> PathBuf {
+        self.store.join(rel)
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.store.join(".clawfs/daemon.log")).unwrap_or_default()
+    }
+
+    /// Whether a ClawFS mount is live at the mount point.
+    pub fn is_mounted(&self) -> bool {
+        let canonical = std::fs::canonicalize(&self.mnt).unwrap_or_else(|_| self.mnt.clone());
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                f.get(4) == Some(&canonical.to_str().unwrap()) && l.contains(" - fuse.clawfs ")
+            })
+    }
+
+    /// The daemon's pid.
+    pub fn daemon_pid(&self) -> i32 {
+        let info = std::fs::read_to_string(self.store.join(".clawfs/daemon.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+        v["pid"].as_i64().unwrap() as i32
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.is_mounted() || std::fs::metadata(&self.mnt).is_err() {
+            let out = self.umount();
+            if !out.status.success() {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+    }
+}
+
+/// The errno of an I/O result that must have failed.
+pub fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("the call should have been refused")
+        .raw_os_error()
+        .expect("an OS error")
+}
+
+/// Runs a shell command line, asserting success, and returns stdout.
+pub fn sh(cmd: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a shell command line as uid/gid 65534 (nobody) and returns its output.
+pub fn sh_as_nobody(cmd: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            cmd,
+        ])
+        .output()
+        .unwrap()
+}
+
+/// A listing of a tree: relative path → (kind, mode, size, content hash or link target).
+pub fn tree(root: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let mode = md.permissions().mode() & 0o7777;
+            let desc = if md.file_type().is_symlink() {
+                format!("link -> {}", std::fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                format!("dir {mode:o}")
+            } else {
+                let data = std::fs::read(&p).unwrap_or_default();
+                format!("file {mode:o} {} {:x}", md.len(), crc(&data))
+            };
+            out.push((rel, desc));
+            if md.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+fn crc(data: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut h);
+    h.finish()
+}

@@ -1,0 +1,186 @@
+//! Mounting and unmounting: the happy path, every refusal with its message and exit code, and
+//! recovery from a killed daemon.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::time::{Duration, Instant};
+
+use common::{clawfs, Mounted};
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn mount_at(mnt: &std::path::Path, store: &std::path::Path) -> std::process::Output {
+    clawfs([
+        OsStr::new("mount"),
+        mnt.as_os_str(),
+        OsStr::new("--store"),
+        store.as_os_str(),
+    ])
+}
+
+#[test]
+fn mounting_twice_is_refused() {
+    let m = Mounted::new();
+    let out = mount_at(&m.mnt, &m.store);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("already mounted"), "{}", stderr(&out));
+    // A second mount point for the same store: the store is already served.
+    let other = m.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let out = mount_at(&other, &m.store);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already served by pid"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_mount_points_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let out = mount_at(&dir.path().join("missing"), &store);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("no such directory"));
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"x").unwrap();
+    let out = mount_at(&full, &store);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("not empty"));
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    assert_eq!(mount_at(&file, &store).status.code(), Some(3));
+}
+
+#[test]
+fn a_store_of_a_newer_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    assert!(
+        clawfs([OsStr::new("init"), OsStr::new("--store"), store.as_os_str()])
+            .status
+            .success()
+    );
+    std::fs::write(store.join(".clawfs/format"), "99\n").unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = mount_at(&mnt, &store);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("store format 99"), "{}", stderr(&out));
+    // A non-empty directory that is not a store is not silently initialised.
+    let junk = dir.path().join("junk");
+    std::fs::create_dir(&junk).unwrap();
+    std::fs::write(junk.join("data"), b"x").unwrap();
+    let out = mount_at(&mnt, &junk);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("not a ClawFS store"));
+    assert_eq!(
+        std::fs::read_dir(&junk).unwrap().count(),
+        1,
+        "nothing was written"
+    );
+}
+
+#[test]
+fn init_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let args = [OsStr::new("init"), OsStr::new("--store"), store.as_os_str()];
+    let first = clawfs(args);
+    assert!(String::from_utf8_lossy(&first.stdout).contains("initialised"));
+    std::fs::write(store.join("workspaces/default/keep"), b"mine").unwrap();
+    let again = clawfs(args);
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already"));
+    assert_eq!(
+        std::fs::read(store.join("workspaces/default/keep")).unwrap(),
+        b"mine"
+    );
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_unmounts_cleanly() {
+    let m = Mounted::new();
+    std::fs::write(m.ws().join("kept"), b"data").unwrap();
+    let pid = m.daemon_pid();
+    // SAFETY: sending a signal to the daemon we started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    wait_until("unmount", || !m.is_mounted());
+    wait_until("daemon.json removal", || {
+        !m.store.join(".clawfs/daemon.json").exists()
+    });
+    assert_eq!(
+        std::fs::read(m.store.join("workspaces/default/kept")).unwrap(),
+        b"data"
+    );
+    m.mount(&[]);
+    assert_eq!(std::fs::read(m.ws().join("kept")).unwrap(), b"data");
+}
+
+#[test]
+fn a_killed_daemon_is_recovered_by_umount() {
+    let m = Mounted::new();
+    std::fs::write(m.ws().join("kept"), b"data").unwrap();
+    let pid = m.daemon_pid();
+    // SAFETY: killing the daemon we started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Either auto-unmount removed the mount, or it is stale ("Transport endpoint is not
+    // connected"): `clawfs umount` clears it, and the store mounts again.
+    wait_until("the daemon to die", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    });
+    let stale = std::fs::metadata(&m.mnt)
+        .err()
+        .and_then(|e| e.raw_os_error())
+        == Some(libc::ENOTCONN);
+    if stale {
+        let out = m.umount();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("stale"));
+    }
+    wait_until("the mount to go", || !m.is_mounted());
+    m.mount(&[]);
+    assert_eq!(std::fs::read(m.ws().join("kept")).unwrap(), b"data");
+}
+
+#[test]
+fn umount_refuses_what_is_not_clawfs_and_busy_mounts() {
+    let m = Mounted::new();
+    let out = clawfs([OsStr::new("umount"), m.dir.path().as_os_str()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("not a ClawFS mount"));
+    let cwd_holder = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(m.ws())
+        .spawn()
+        .unwrap();
+    let out = m.umount();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    let mut holder = cwd_holder;
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(m.umount().status.success());
+    assert!(!m.is_mounted());
+}
+
+#[test]
+fn status_of_something_else_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = clawfs([OsStr::new("status"), dir.path().as_os_str()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("not a ClawFS mount"));
+}

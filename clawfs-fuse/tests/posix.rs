@@ -1,0 +1,226 @@
+//! POSIX behaviour on the writable roots beyond what pjdfstest covers: sparse and large files,
+//! O_DIRECT, rename flags, stable inode numbers, inotify, with and without passthrough.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{errno, Mounted};
+
+const GIB: u64 = 1 << 30;
+
+fn large_sparse_file(m: &Mounted) {
+    let p = m.ws().join("big.img");
+    let f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let at = 5 * GIB + 123;
+    f.write_all_at(b"tail", at).unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    drop(f);
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.len(), at + 4);
+    assert!(md.blocks() * 512 < 1 << 20, "the hole is not allocated");
+    let f = fs::File::open(&p).unwrap();
+    let mut buf = [0u8; 4];
+    f.read_exact_at(&mut buf, at).unwrap();
+    assert_eq!(&buf, b"tail");
+    f.read_exact_at(&mut buf, GIB).unwrap();
+    assert_eq!(buf, [0; 4]);
+    // SEEK_DATA / SEEK_HOLE reach the backing file.
+    // SAFETY: lseek on a descriptor we own.
+    let hole = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 0, libc::SEEK_HOLE) };
+    assert!(hole > 0 && (hole as u64) < at, "hole at {hole}");
+}
+
+#[test]
+fn sparse_files_over_4gib_with_passthrough() {
+    large_sparse_file(&Mounted::new());
+}
+
+#[test]
+fn sparse_files_over_4gib_without_passthrough() {
+    large_sparse_file(&Mounted::with_args(&["--no-passthrough"]));
+}
+
+#[test]
+fn o_direct_is_honoured() {
+    let m = Mounted::new();
+    let p = m.ws().join("direct");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    // An aligned write works...
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+    // SAFETY: layout has a non-zero size; the buffer is freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: ptr points to 4096 initialised bytes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4096) };
+    buf.fill(7);
+    f.write_all(buf).unwrap();
+    // ...and a misaligned one is refused, as on the backing filesystem: not silently buffered.
+    assert_eq!(errno(f.write(&buf[1..100])), libc::EINVAL);
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let n = f.read(buf).unwrap();
+    assert_eq!(n, 4096);
+    assert!(buf.iter().all(|&b| b == 7));
+    // SAFETY: allocated above with the same layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    let a = CString::new(from.as_os_str().as_bytes()).unwrap();
+    let b = CString::new(to.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn rename_noreplace_and_exchange() {
+    let m = Mounted::new();
+    let (a, b) = (m.ws().join("a"), m.ws().join("b"));
+    fs::write(&a, b"A").unwrap();
+    fs::write(&b, b"B").unwrap();
+    assert_eq!(
+        errno(renameat2(&a, &b, libc::RENAME_NOREPLACE)),
+        libc::EEXIST
+    );
+    renameat2(&a, &b, libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(&a).unwrap(), b"B");
+    assert_eq!(fs::read(&b).unwrap(), b"A");
+    renameat2(&a, &m.ws().join("c"), libc::RENAME_NOREPLACE).unwrap();
+    assert!(!a.exists());
+}
+
+#[test]
+fn inode_numbers_and_links_survive_a_remount() {
+    let m = Mounted::new();
+    let p = m.ws().join("stable");
+    fs::write(&p, b"x").unwrap();
+    fs::hard_link(&p, m.ws().join("stable2")).unwrap();
+    let before = fs::metadata(&p).unwrap();
+    assert_eq!(before.nlink(), 2);
+    assert!(m.umount().status.success());
+    m.mount(&[]);
+    let after = fs::metadata(&p).unwrap();
+    assert_eq!(before.ino(), after.ino());
+    assert_eq!(after.nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.ws().join("stable2")).unwrap().ino(),
+        before.ino()
+    );
+    fs::remove_file(m.ws().join("stable2")).unwrap();
+    assert_eq!(
+        fs::metadata(&p).unwrap().nlink(),
+        1,
+        "nlink is not stale after unlink"
+    );
+}
+
+#[test]
+fn inotifywait_sees_changes_made_through_the_mount() {
+    let m = Mounted::new();
+    let ws = m.ws();
+    let mut child = Command::new("inotifywait")
+        .args([
+            "-m",
+            "-e",
+            "create,modify,moved_to,delete",
+            "--format",
+            "%e %f",
+        ])
+        .arg(&ws)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("inotifywait (inotify-tools) is installed");
+    // Wait until the watch is set up.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("Watches established") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "inotifywait exited");
+    }
+    fs::write(ws.join("n1"), b"one").unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(ws.join("n1"))
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    fs::rename(ws.join("n1"), ws.join("n2")).unwrap();
+    fs::remove_file(ws.join("n2")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            if tx.send(l.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
+        let done = l == "DELETE n2";
+        seen.push(l);
+        if done {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for want in ["CREATE n1", "MODIFY n1", "MOVED_TO n2", "DELETE n2"] {
+        assert!(
+            seen.iter().any(|s| s == want),
+            "missing {want:?} in {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn a_slow_reader_does_not_stall_ls() {
+    let m = Mounted::with_args(&["--no-passthrough"]);
+    let p = m.ws().join("fifo");
+    assert!(Command::new("mkfifo").arg(&p).status().unwrap().success());
+    // A reader blocked on a FIFO holds one request thread... (FIFO I/O is the kernel's, but the
+    // open is ours and the kernel serialises nothing else behind it.)
+    let reader = std::thread::spawn({
+        let p = p.clone();
+        move || fs::read(p).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let start = std::time::Instant::now();
+    for _ in 0..20 {
+        assert!(fs::read_dir(m.ws()).unwrap().count() >= 3);
+    }
+    assert!(start.elapsed() < Duration::from_secs(10));
+    fs::write(&p, b"unblock").unwrap();
+    assert_eq!(reader.join().unwrap(), b"unblock");
+}
