@@ -1,0 +1,290 @@
+//! ClawFS agent tools: the read/search/patch/edit/trash tool set as a library, JSON in and JSON out.
+//!
+//! This crate knows nothing of FUSE. The daemon serves `/clawfs/tools/call/<tool>` and the
+//! `requests/`→`responses/` pair by calling [`call`] (or [`call_request`] when the tool name is in the
+//! request), and `registry.json` / `definitions/tool-<name>.json` from [`registry`] and
+//! [`definition`]. Every call acts on one workspace directory through a [`ToolRoot`], which resolves
+//! paths itself (no `..`, symlink or absolute path leaves the root), refuses protected names, and
+//! asks the daemon's [`AccessCheck`] before every read and write.
+//!
+//! Responses are `{"ok": true, ...fields}` or `{"ok": false, "error": "<code>", "message": "..."}`;
+//! the codes are listed in [`ERROR_CODES`]. No input makes a call panic.
+#![warn(missing_docs)]
+
+pub mod error;
+mod fsops;
+pub mod limits;
+mod patch;
+mod paths;
+pub mod policy;
+mod registry;
+mod text;
+mod tools;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+
+use serde_json::Value;
+
+pub use error::{ToolError, ToolResult, ERROR_CODES};
+pub use limits::Limits;
+pub use policy::{Access, AccessCheck, Allowed, DefaultPolicy};
+pub use registry::{definition, registry};
+pub use tools::TOOL_NAMES;
+
+/// One workspace as the tools see it: the directory on disk, where soft-deleted items and backups
+/// go, and the caller's policy. Cheap to share between threads (`&ToolRoot` is `Sync`); build one per
+/// (workspace, caller) pair, or one per workspace and swap the policy per caller.
+pub struct ToolRoot {
+    /// The workspace directory, canonical (no symlinks), so prefix checks on real paths hold.
+    root: PathBuf,
+    /// Soft-deleted items: `<trash_dir>/<trash_id>/item` plus `<trash_id>/meta.json`.
+    trash_dir: PathBuf,
+    /// Backups before edits: `<backup_dir>/<rel dir>/<name>.bak.<YYYYmmdd-HHMMSS>[-n]`.
+    backup_dir: PathBuf,
+    /// Absolute prefixes that also denote the workspace root (e.g. its path under the mount).
+    aliases: Vec<String>,
+    policy: Arc<dyn AccessCheck>,
+    limits: Limits,
+    locks: PathLocks,
+}
+
+impl std::fmt::Debug for ToolRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRoot")
+            .field("root", &self.root)
+            .field("trash_dir", &self.trash_dir)
+            .field("backup_dir", &self.backup_dir)
+            .field("aliases", &self.aliases)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolRoot {
+    /// A root over `root` (which must exist and be a directory), with the trash in
+    /// `<root>/.clawfs/trash`, backups in `<root>/.clawfs/backups` (both protected names, so tools
+    /// never see them), the [`DefaultPolicy`] and default [`Limits`].
+    pub fn new(root: impl AsRef<Path>) -> std::io::Result<ToolRoot> {
+        let root = std::fs::canonicalize(root.as_ref())?;
+        if !root.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "workspace root is not a directory",
+            ));
+        }
+        Ok(ToolRoot {
+            trash_dir: root.join(".clawfs").join("trash"),
+            backup_dir: root.join(".clawfs").join("backups"),
+            root,
+            aliases: Vec::new(),
+            policy: Arc::new(DefaultPolicy::default()),
+            limits: Limits::default(),
+            locks: PathLocks::default(),
+        })
+    }
+
+    /// Soft-deleted items go here. Must be on the same filesystem as the root (items are renamed).
+    pub fn with_trash_dir(mut self, dir: impl Into<PathBuf>) -> ToolRoot {
+        self.trash_dir = dir.into();
+        self
+    }
+
+    /// Backups before edits go here.
+    pub fn with_backup_dir(mut self, dir: impl Into<PathBuf>) -> ToolRoot {
+        self.backup_dir = dir.into();
+        self
+    }
+
+    /// The caller's policy, asked before every read and write.
+    pub fn with_policy(mut self, policy: Arc<dyn AccessCheck>) -> ToolRoot {
+        self.policy = policy;
+        self
+    }
+
+    /// Limits on request and file sizes.
+    pub fn with_limits(mut self, limits: Limits) -> ToolRoot {
+        self.limits = limits;
+        self
+    }
+
+    /// An absolute path that also means the workspace root in requests, e.g. the workspace's path
+    /// under the mount (`/mnt/clawfs/ws/alice`). Absolute request paths starting with an alias have
+    /// it stripped; any other absolute path is taken relative to the workspace root.
+    pub fn with_alias(mut self, alias: impl Into<String>) -> ToolRoot {
+        let a: String = alias.into();
+        let a = a.trim_end_matches('/').to_string();
+        if !a.is_empty() {
+            self.aliases.push(a);
+        }
+        self
+    }
+
+    /// The canonical workspace directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The caller's policy.
+    pub fn policy(&self) -> &dyn AccessCheck {
+        self.policy.as_ref()
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// Runs `tool` with the JSON `request` (the tool's arguments as one object) and returns the JSON
+/// response bytes. Never panics; every failure is an `{"ok": false, ...}` response.
+pub fn call(root: &ToolRoot, tool: &str, request: &[u8]) -> Vec<u8> {
+    let v = match parse_request(root, request) {
+        Ok(v) => guarded(|| tools::dispatch(root, tool, v)),
+        Err(e) => Err(e),
+    };
+    render(v)
+}
+
+/// The two-file interface: the request object names its tool in `"tool"`. Same response as
+/// [`call`].
+pub fn call_request(root: &ToolRoot, request: &[u8]) -> Vec<u8> {
+    let v = parse_request(root, request).and_then(|v| {
+        let tool = match v.get("tool") {
+            Some(Value::String(t)) => t.clone(),
+            Some(_) => {
+                return Err(ToolError::InvalidArgs(
+                    "\"tool\" must be a string naming the tool, e.g. {\"tool\": \"info\", \"path\": \"notes.md\"}.".into(),
+                ))
+            }
+            None => {
+                return Err(ToolError::InvalidArgs(
+                    "the request has no \"tool\" field: add \"tool\": \"<name>\" next to the arguments, e.g. {\"tool\": \"info\", \"path\": \"notes.md\"}.".into(),
+                ))
+            }
+        };
+        guarded(|| tools::dispatch(root, &tool, v))
+    });
+    render(v)
+}
+
+/// Like [`call`], on an already parsed request, returning the response as a JSON value.
+pub fn call_value(root: &ToolRoot, tool: &str, request: Value) -> Value {
+    match guarded(|| tools::dispatch(root, tool, request)) {
+        Ok(Value::Object(mut m)) => {
+            let mut out = serde_json::Map::new();
+            out.insert("ok".into(), Value::Bool(true));
+            out.append(&mut m);
+            Value::Object(out)
+        }
+        Ok(other) => serde_json::json!({"ok": true, "result": other}),
+        Err(e) => e.to_json(),
+    }
+}
+
+fn parse_request(root: &ToolRoot, request: &[u8]) -> ToolResult<Value> {
+    if request.len() > root.limits.max_request_bytes {
+        return Err(ToolError::TooLarge(format!(
+            "the request is {} bytes; the limit is {} bytes. Split the work into smaller calls (e.g. several edits, or apply_patch with a smaller diff).",
+            request.len(),
+            root.limits.max_request_bytes
+        )));
+    }
+    let text = std::str::from_utf8(request).map_err(|e| {
+        ToolError::InvalidJson(format!(
+            "the request is not UTF-8 (invalid byte at offset {}). Send a UTF-8 JSON object.",
+            e.valid_up_to()
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        ToolError::InvalidJson(format!(
+            "the request is not valid JSON ({e}). Send one JSON object of the tool's arguments."
+        ))
+    })?;
+    if !v.is_object() {
+        return Err(ToolError::InvalidJson(
+            "the request must be a JSON object of the tool's arguments, e.g. {\"path\": \"notes.md\"}.".into(),
+        ));
+    }
+    Ok(v)
+}
+
+/// Runs `f`, turning a panic (a bug, never expected) into an `io_error` response.
+fn guarded(f: impl FnOnce() -> ToolResult<Value>) -> ToolResult<Value> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => Err(ToolError::Io {
+            context: "internal error in the tool".into(),
+            source: std::io::Error::other("the tool panicked; the call was abandoned"),
+        }),
+    }
+}
+
+/// Serializes a result with `"ok"` first, then the tool's fields.
+fn render(r: ToolResult<Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    match r {
+        Ok(Value::Object(m)) => {
+            out.extend_from_slice(b"{\"ok\":true");
+            for (k, v) in m {
+                out.push(b',');
+                // Serializing a String and a Value cannot fail.
+                out.extend(serde_json::to_vec(&k).unwrap_or_default());
+                out.push(b':');
+                out.extend(serde_json::to_vec(&v).unwrap_or_default());
+            }
+            out.push(b'}');
+        }
+        Ok(other) => {
+            out = serde_json::to_vec(&serde_json::json!({"ok": true, "result": other}))
+                .unwrap_or_default();
+        }
+        Err(e) => out = serde_json::to_vec(&e.to_json()).unwrap_or_default(),
+    }
+    out.push(b'\n');
+    out
+}
+
+/// Per-path write locks, so two mutating calls on one file run one after the other (the second
+/// sees the first's result, e.g. a new hash). Keys are real absolute paths.
+#[derive(Default)]
+struct PathLocks {
+    held: Mutex<HashSet<PathBuf>>,
+    freed: Condvar,
+}
+
+/// Holds the locks on a set of paths until dropped.
+struct PathGuard<'a> {
+    locks: &'a PathLocks,
+    paths: Vec<PathBuf>,
+}
+
+impl PathLocks {
+    /// Waits until none of `paths` is held, then holds them all (all at once, so two callers
+    /// locking overlapping sets cannot deadlock).
+    fn lock(&self, paths: &[&Path]) -> PathGuard<'_> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        while paths.iter().any(|p| held.contains(*p)) {
+            held = self.freed.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        let paths: Vec<PathBuf> = paths.iter().map(|p| p.to_path_buf()).collect();
+        for p in &paths {
+            held.insert(p.clone());
+        }
+        PathGuard { locks: self, paths }
+    }
+}
+
+impl Drop for PathGuard<'_> {
+    fn drop(&mut self) {
+        let mut held = self.locks.held.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &self.paths {
+            held.remove(p);
+        }
+        self.locks.freed.notify_all();
+    }
+}

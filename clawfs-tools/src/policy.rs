@@ -1,0 +1,146 @@
+//! Access policy seen by the tools: may this caller read or write this workspace-relative path?
+//!
+//! The daemon implements [`AccessCheck`] with the caller's real policy, so a tool call gets exactly
+//! the access the agent has by direct file access. Protected names are refused by [`crate::ToolRoot`]
+//! whatever the policy says, so no policy can open the trash, backups or `.git` to a tool.
+
+use crate::error::{ToolError, ToolResult};
+
+/// What a tool wants to do with a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read contents, metadata, or list a folder.
+    Read,
+    /// Create, modify, move, or delete.
+    Write,
+}
+
+/// A summary of what a caller may access, returned by `list_allowed`.
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
+pub struct Allowed {
+    /// Workspace-relative globs the caller may read ("**" is everything).
+    pub read: Vec<String>,
+    /// Workspace-relative globs the caller may write.
+    pub write: Vec<String>,
+    /// Names refused everywhere, whatever the policy (matched case-insensitively, any depth).
+    pub protected: Vec<String>,
+}
+
+/// The daemon's answer to "may this caller do this?". `rel` is a normalized workspace-relative path
+/// with `/` separators and no `.`/`..` components; `""` is the workspace root. It is the real path
+/// after case-insensitive lookup and symlink resolution, never the raw request string.
+pub trait AccessCheck: Send + Sync {
+    /// `Ok(())` to allow; `Err(ToolError::Denied | ToolError::Protected)` to refuse, with a message
+    /// the model can act on.
+    fn check(&self, rel: &str, access: Access) -> ToolResult<()>;
+    /// What this caller may read and write, for `list_allowed`.
+    fn describe(&self) -> Allowed;
+}
+
+/// Folder names refused to every tool. Compared case-insensitively with each path component.
+pub const PROTECTED_NAMES: &[&str] = &[".git", ".obsidian", ".smarthole"];
+
+/// Any path component starting with this (case-insensitively) is protected: ClawFS's own files.
+pub const PROTECTED_PREFIX: &str = ".clawfs";
+
+/// The protected component of `rel`, if any. `rel` is `/`-separated.
+pub fn protected_component(rel: &str) -> Option<&str> {
+    rel.split('/').find(|c| {
+        PROTECTED_NAMES.iter().any(|p| c.eq_ignore_ascii_case(p))
+            || (c.len() >= PROTECTED_PREFIX.len()
+                && c.as_bytes()[..PROTECTED_PREFIX.len()]
+                    .eq_ignore_ascii_case(PROTECTED_PREFIX.as_bytes()))
+    })
+}
+
+/// Refuses protected paths with the `protected` code.
+pub fn check_protected(rel: &str) -> ToolResult<()> {
+    match protected_component(rel) {
+        Some(c) => Err(ToolError::Protected(format!(
+            "'{rel}' is inside the protected folder '{c}' (system folders .git, .obsidian, .smarthole and .clawfs* are never accessible to tools). Choose a path outside it."
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The default policy: everything outside the protected names may be read; written too unless
+/// `read_only`.
+#[derive(Debug, Clone, Default)]
+pub struct DefaultPolicy {
+    /// Refuse every write with `denied`.
+    pub read_only: bool,
+}
+
+impl AccessCheck for DefaultPolicy {
+    fn check(&self, rel: &str, access: Access) -> ToolResult<()> {
+        check_protected(rel)?;
+        if self.read_only && access == Access::Write {
+            return Err(ToolError::Denied(format!(
+                "writing '{rel}' is denied: this workspace is read-only for you. Use list_allowed to see what you may write."
+            )));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> Allowed {
+        Allowed {
+            read: vec!["**".into()],
+            write: if self.read_only {
+                vec![]
+            } else {
+                vec!["**".into()]
+            },
+            protected: protected_list(),
+        }
+    }
+}
+
+/// The protected names as shown to callers.
+pub fn protected_list() -> Vec<String> {
+    PROTECTED_NAMES
+        .iter()
+        .map(|n| format!("{n}/"))
+        .chain(std::iter::once(format!("{PROTECTED_PREFIX}*")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protected_names_any_case_any_depth() {
+        for p in [
+            ".git",
+            ".GIT/config",
+            "a/.Obsidian/x",
+            ".SmartHole",
+            ".clawfs",
+            "x/.ClawFS-trash/y",
+            ".clawfsfoo",
+        ] {
+            assert!(protected_component(p).is_some(), "{p}");
+        }
+        for p in [
+            "",
+            "a.git",
+            ".gitignore",
+            "notes/.github/x",
+            "clawfs",
+            "a/b.md",
+        ] {
+            assert!(protected_component(p).is_none(), "{p}");
+        }
+    }
+
+    #[test]
+    fn read_only_policy_refuses_writes() {
+        let p = DefaultPolicy { read_only: true };
+        assert!(p.check("a.md", Access::Read).is_ok());
+        assert_eq!(p.check("a.md", Access::Write).unwrap_err().code(), "denied");
+        assert_eq!(
+            p.check(".git/x", Access::Read).unwrap_err().code(),
+            "protected"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! The tool registry served as `/clawfs/tools/registry.json` and `definitions/tool-<name>.json`:
+//! every tool with a JSON Schema of its arguments and of its result, generated from the very types
+//! the dispatcher parses and returns.
+
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::{json, Value};
+
+use crate::error::ERROR_CODES;
+use crate::tools::{schemas, TOOL_NAMES};
+
+/// Self-contained draft 2020-12 schema of `T` (subschemas inlined, except recursive ones).
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
+    let gen = SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    gen.into_root_schema_for::<T>().to_value()
+}
+
+/// Adds the `ok` field every response carries to a result schema.
+fn with_ok(mut schema: Value) -> Value {
+    if let Some(obj) = schema.as_object_mut() {
+        if let Some(Value::Object(props)) = obj.get_mut("properties") {
+            let mut with = serde_json::Map::new();
+            with.insert(
+                "ok".into(),
+                json!({"const": true, "description": "Always true on success; errors are {\"ok\": false, \"error\": code, \"message\": ...}."}),
+            );
+            with.append(props);
+            *props = with;
+        }
+        match obj.get_mut("required") {
+            Some(Value::Array(r)) => r.insert(0, json!("ok")),
+            _ => {
+                obj.insert("required".into(), json!(["ok"]));
+            }
+        }
+    }
+    schema
+}
+
+/// The definition of one tool: `{"name", "description", "input_schema", "output_schema"}`, or
+/// `None` for an unknown name. `input_schema` is in the shape model APIs take for tool arguments.
+pub fn definition(tool: &str) -> Option<Value> {
+    let (desc, args, result) = schemas(tool)?;
+    let mut input = args;
+    if let Some(o) = input.as_object_mut() {
+        o.remove("$schema");
+        o.remove("title");
+        o.remove("description");
+    }
+    let mut output = with_ok(result);
+    if let Some(o) = output.as_object_mut() {
+        o.remove("$schema");
+        o.remove("title");
+    }
+    Some(json!({
+        "name": tool,
+        "description": desc,
+        "input_schema": input,
+        "output_schema": output,
+    }))
+}
+
+/// The whole registry: protocol summary, error codes, limits and every tool's definition.
+pub fn registry() -> Value {
+    json!({
+        "name": "clawfs-tools",
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": {
+            "call": "Open /clawfs/tools/call/<tool> read-write, write the arguments as one JSON object, read the JSON response from the same descriptor.",
+            "requests": "Or write {\"tool\": \"<tool>\", ...arguments} to /clawfs/tools/requests/<id>.json and read /clawfs/tools/responses/<id>.json after closing it.",
+            "response": "{\"ok\": true, ...result fields} or {\"ok\": false, \"error\": \"<code>\", \"message\": \"<what to do>\", ...}.",
+            "paths": "Workspace-relative (\"notes/plan.md\"); a leading \"/\" means the workspace root. Read tools match names case-insensitively when the exact path does not exist.",
+        },
+        "error_codes": ERROR_CODES,
+        "limits": crate::Limits::default(),
+        "tools": TOOL_NAMES.iter().filter_map(|t| definition(t)).collect::<Vec<_>>(),
+    })
+}

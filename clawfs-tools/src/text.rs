@@ -1,0 +1,144 @@
+//! Text model shared by the tools: UTF-8 checks, binary sniffing, and 1-based line slicing.
+//!
+//! A line is the text between `\n`s, without the `\n`; a final line without a newline counts, and
+//! a file ending in `\n` has no empty last line. `\r` of CRLF files stays part of the line's bytes
+//! and is stripped only when lines are compared or shown.
+
+use crate::error::{ToolError, ToolResult};
+use crate::limits::{BINARY_SNIFF_BYTES, MAX_LINE_CHARS};
+use crate::paths::show;
+
+/// The file's bytes as text, or `not_text` for binary or non-UTF-8 content.
+pub(crate) fn decode<'a>(bytes: &'a [u8], rel: &str) -> ToolResult<&'a str> {
+    let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
+    if sniff.contains(&0) {
+        return Err(ToolError::NotText(format!(
+            "'{}' is a binary file; text tools cannot show or edit it. Use get_file_info for its size and dates.",
+            show(rel)
+        )));
+    }
+    std::str::from_utf8(bytes).map_err(|e| {
+        ToolError::NotText(format!(
+            "'{}' is not UTF-8 text (invalid byte at offset {}); text tools cannot work on it.",
+            show(rel),
+            e.valid_up_to()
+        ))
+    })
+}
+
+/// Whether bytes look binary (a NUL in the first few KiB).
+pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
+    bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+}
+
+/// The lines of `text` (see the module doc), each without its `\n`.
+pub(crate) fn lines(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let t = text.strip_suffix('\n').unwrap_or(text);
+    t.split('\n').collect()
+}
+
+/// A line for display: no trailing `\r`, cut to [`MAX_LINE_CHARS`] characters.
+pub(crate) fn show_line(line: &str) -> String {
+    let l = line.strip_suffix('\r').unwrap_or(line);
+    cut(l, MAX_LINE_CHARS)
+}
+
+/// `s` cut to at most `max` characters, marking the cut.
+pub(crate) fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}… [line cut at {max} characters]", &s[..i]),
+    }
+}
+
+/// The line ending the file mostly uses: `"\r\n"` if its first line ends so, else `"\n"`.
+pub(crate) fn eol_of(text: &str) -> &'static str {
+    match text.find('\n') {
+        Some(i) if i > 0 && text.as_bytes()[i - 1] == b'\r' => "\r\n",
+        _ => "\n",
+    }
+}
+
+/// Lines `start..=end` (1-based, already clamped) of `lines`, joined with `\n`, ending with `\n`
+/// when not empty, at most `max_chars` characters of whole lines (a first line longer than that
+/// is cut). Returns the text and the last line included.
+pub(crate) fn slice_lines(
+    lines: &[&str],
+    start: usize,
+    end: usize,
+    max_chars: usize,
+    numbers: bool,
+) -> (String, usize) {
+    let mut out = String::new();
+    let mut chars = 0usize;
+    let mut last = start.saturating_sub(1);
+    for (i, l) in lines
+        .iter()
+        .enumerate()
+        .take(end)
+        .skip(start.saturating_sub(1))
+    {
+        let l = l.strip_suffix('\r').unwrap_or(l);
+        let piece = if numbers {
+            format!("{:>6}\t{l}\n", i + 1)
+        } else {
+            format!("{l}\n")
+        };
+        let n = piece.chars().count();
+        if chars + n > max_chars {
+            if out.is_empty() {
+                out = cut(&piece, max_chars);
+                out.push('\n');
+                last = i + 1;
+            }
+            break;
+        }
+        chars += n;
+        out.push_str(&piece);
+        last = i + 1;
+    }
+    (out, last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_model() {
+        assert_eq!(lines(""), Vec::<&str>::new());
+        assert_eq!(lines("a"), vec!["a"]);
+        assert_eq!(lines("a\n"), vec!["a"]);
+        assert_eq!(lines("a\n\n"), vec!["a", ""]);
+        assert_eq!(lines("a\r\nb"), vec!["a\r", "b"]);
+        assert_eq!(eol_of("a\r\nb"), "\r\n");
+        assert_eq!(eol_of("a\nb"), "\n");
+    }
+
+    #[test]
+    fn slicing_respects_char_budget() {
+        let l = vec!["one", "two", "three"];
+        assert_eq!(
+            slice_lines(&l, 1, 3, 100, false),
+            ("one\ntwo\nthree\n".into(), 3)
+        );
+        assert_eq!(slice_lines(&l, 2, 3, 5, false), ("two\n".into(), 2));
+        let (t, last) = slice_lines(&l, 3, 3, 2, false);
+        assert_eq!(last, 3);
+        assert!(t.starts_with("th"));
+        assert_eq!(
+            slice_lines(&l, 1, 1, 100, true).0,
+            "     1\tone\n".to_string()
+        );
+    }
+
+    #[test]
+    fn decode_refuses_binary_and_bad_utf8() {
+        assert_eq!(decode(b"a\0b", "x").unwrap_err().code(), "not_text");
+        assert_eq!(decode(b"a\xffb", "x").unwrap_err().code(), "not_text");
+        assert_eq!(decode("héllo".as_bytes(), "x").unwrap(), "héllo");
+    }
+}

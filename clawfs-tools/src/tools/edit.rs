@@ -1,0 +1,499 @@
+//! Writing tools: apply_patch, edit_exact, edit_file, write_file. Each holds the file's lock from
+//! reading the current content to the atomic rename, so concurrent edits serialize and a stale
+//! base hash is always detected; each keeps a backup of the content it replaces.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::{ToolError, ToolResult};
+use crate::fsops::{atomic_write, backup, create_parents, read_limited, sha256_hex};
+use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
+use crate::patch::{self, AppliedHunk};
+use crate::paths::{show, Found};
+use crate::policy::Access;
+use crate::text::{decode, eol_of, lines, show_line};
+use crate::ToolRoot;
+
+/// `apply_patch` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyPatchArgs {
+    /// Workspace-relative path of the file to patch.
+    pub path: String,
+    /// The sha256 of the file the patch was made against (from info or a previous edit).
+    pub base_sha256: String,
+    /// A unified diff for this one file: optional ---/+++ lines, then @@ -a,b +c,d @@ hunks.
+    pub patch: String,
+    /// Check that the patch applies and return the new hash without writing. Default false.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `apply_patch` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ApplyPatchResult {
+    /// The resolved path.
+    pub path: String,
+    /// sha256 of the new content: the base_sha256 for the next edit.
+    pub sha256: String,
+    /// Where the previous content was saved (absent on dry_run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    /// Where each hunk applied.
+    pub hunks: Vec<AppliedHunk>,
+    /// Lines after the edit.
+    pub lines: usize,
+    /// Bytes after the edit.
+    pub bytes: usize,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+}
+
+fn check_hash(rel: &str, expected: &str, actual: &str) -> ToolResult<()> {
+    let e = expected.trim();
+    if e.len() != 64 || !e.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ToolError::InvalidArgs(
+            "base_sha256 must be the 64 hex digits of sha256 returned by info (or by your last edit)."
+                .into(),
+        ));
+    }
+    if !e.eq_ignore_ascii_case(actual) {
+        return Err(ToolError::HashMismatch {
+            path: rel.to_string(),
+            expected: e.to_ascii_lowercase(),
+            actual: actual.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A locked, loaded file: resolved, checked for write access, read.
+struct Loaded {
+    f: Found,
+    bytes: Vec<u8>,
+    sha256: String,
+}
+
+fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
+    let bytes = read_limited(&f.abs, &f.rel, root.limits().max_text_file_bytes)?;
+    let sha256 = sha256_hex(&bytes);
+    Ok(Loaded { f, bytes, sha256 })
+}
+
+/// Backs up the old content and replaces the file with `new`. Returns the backup path.
+fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
+    let b = backup(root, &l.f.rel, &l.bytes)?;
+    atomic_write(&l.f.abs, &l.f.rel, new.as_bytes(), Some(&l.f.meta))?;
+    Ok(b)
+}
+
+pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<ApplyPatchResult> {
+    let f = root.existing_file(&a.path, Access::Write)?;
+    let _guard = root.locks.lock(&[&f.abs]);
+    let l = load(root, f)?;
+    check_hash(&l.f.rel, &a.base_sha256, &l.sha256)?;
+    let text = decode(&l.bytes, &l.f.rel)?;
+    let p = patch::parse(&a.patch).map_err(|m| ToolError::PatchFailed {
+        message: format!("the patch could not be read: {m} The file is unchanged."),
+        details: vec![m],
+    })?;
+    let (new, hunks) = patch::apply(text, &p).map_err(|details| ToolError::PatchFailed {
+        message: format!(
+            "the patch does not apply to '{}'; the file is unchanged. {} Re-read those lines with read_range and rebuild the hunk from the exact current text.",
+            show(&l.f.rel),
+            details.join(" ")
+        ),
+        details,
+    })?;
+    let sha256 = sha256_hex(new.as_bytes());
+    let backup = if a.dry_run {
+        None
+    } else {
+        Some(commit(root, &l, &new)?)
+    };
+    Ok(ApplyPatchResult {
+        path: l.f.rel.clone(),
+        sha256,
+        backup,
+        hunks,
+        lines: lines(&new).len(),
+        bytes: new.len(),
+        dry_run: a.dry_run,
+    })
+}
+
+/// `edit_exact` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditExactArgs {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The exact text to replace (whitespace and line breaks matter).
+    pub old: String,
+    /// The replacement text.
+    pub new: String,
+    /// Most occurrences allowed; all of them are replaced (default 1).
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// If given, the file's sha256 must still be this.
+    #[serde(default)]
+    pub base_sha256: Option<String>,
+}
+
+/// `edit_exact` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EditExactResult {
+    /// The resolved path.
+    pub path: String,
+    /// Occurrences replaced.
+    pub replacements: usize,
+    /// sha256 of the new content.
+    pub sha256: String,
+    /// Where the previous content was saved.
+    pub backup: String,
+}
+
+/// The 1-based line numbers and lines where `needle` starts in `text`.
+fn occurrences(text: &str, needle: &str) -> Vec<serde_json::Value> {
+    let ls = lines(text);
+    text.match_indices(needle)
+        .take(MAX_CANDIDATES)
+        .map(|(i, _)| {
+            let line = text[..i].matches('\n').count() + 1;
+            json!({"line": line, "text": ls.get(line - 1).map(|l| show_line(l)).unwrap_or_default()})
+        })
+        .collect()
+}
+
+pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditExactResult> {
+    if a.old.is_empty() {
+        return Err(ToolError::InvalidArgs(
+            "old is empty; give the exact text to replace (to add text, use edit_file with insert)."
+                .into(),
+        ));
+    }
+    let count = a.count.unwrap_or(1);
+    if count == 0 {
+        return Err(ToolError::InvalidArgs("count must be at least 1.".into()));
+    }
+    let f = root.existing_file(&a.path, Access::Write)?;
+    let _guard = root.locks.lock(&[&f.abs]);
+    let l = load(root, f)?;
+    if let Some(base) = &a.base_sha256 {
+        check_hash(&l.f.rel, base, &l.sha256)?;
+    }
+    let text = decode(&l.bytes, &l.f.rel)?;
+    let n = text.matches(a.old.as_str()).count();
+    if n == 0 {
+        return Err(ToolError::NotFound(format!(
+            "the text of old does not occur in '{}'; nothing changed. Copy it exactly from read_range or search (whitespace and line breaks matter).",
+            show(&l.f.rel)
+        )));
+    }
+    if n > count {
+        return Err(ToolError::MultipleMatches {
+            message: format!(
+                "the text of old occurs {n} times in '{}', more than count={count}; nothing changed. Include more surrounding text to make it unique, or set count to {n} to replace all.",
+                show(&l.f.rel)
+            ),
+            candidates: occurrences(text, &a.old),
+        });
+    }
+    let new = text.replace(a.old.as_str(), &a.new);
+    let sha256 = sha256_hex(new.as_bytes());
+    let backup = commit(root, &l, &new)?;
+    Ok(EditExactResult {
+        path: l.f.rel.clone(),
+        replacements: n,
+        sha256,
+        backup,
+    })
+}
+
+/// One search/replace edit.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Replace {
+    /// The exact text to find.
+    pub old: String,
+    /// Its replacement.
+    pub new: String,
+    /// Replace every occurrence instead of requiring exactly one. Default false.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// A line-based insertion.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Insert {
+    /// Insert after this line (1-based); 0 inserts at the top; the line count appends at the end.
+    pub line: usize,
+    /// The text to insert (a newline is added at its end if missing).
+    pub text: String,
+}
+
+/// `edit_file` arguments: `edits`, `insert`, or both (the insert applies first, at the original
+/// line numbers).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditFileArgs {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Search/replace edits, applied in order.
+    #[serde(default)]
+    pub edits: Vec<Replace>,
+    /// A line-based insertion.
+    #[serde(default)]
+    pub insert: Option<Insert>,
+    /// Return the diff without writing. Default false.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// If given, the file's sha256 must still be this.
+    #[serde(default)]
+    pub base_sha256: Option<String>,
+}
+
+/// `edit_file` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EditFileResult {
+    /// The resolved path.
+    pub path: String,
+    /// Unified diff of the change (cut at 20000 characters).
+    pub diff: String,
+    /// Whether the diff was cut.
+    pub diff_truncated: bool,
+    /// Whether the content changed.
+    pub changed: bool,
+    /// sha256 of the new content (of the would-be content on dry_run).
+    pub sha256: String,
+    /// Where the previous content was saved (absent on dry_run or when unchanged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+}
+
+/// A unified diff of two texts, cut to [`MAX_DIFF_CHARS`].
+pub(crate) fn unified_diff(rel: &str, old: &str, new: &str) -> (String, bool) {
+    let d = similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{rel}"), &format!("b/{rel}"))
+        .to_string();
+    match d.char_indices().nth(MAX_DIFF_CHARS) {
+        None => (d, false),
+        Some((i, _)) => (d[..i].to_string(), true),
+    }
+}
+
+fn insert_at(text: &str, ins: &Insert, rel: &str) -> ToolResult<String> {
+    let ls = lines(text);
+    if ins.line > ls.len() {
+        return Err(ToolError::InvalidArgs(format!(
+            "insert.line is {} but '{}' has {} lines; use 0 for the top or {} for the end.",
+            ins.line,
+            show(rel),
+            ls.len(),
+            ls.len()
+        )));
+    }
+    let eol = eol_of(text);
+    let mut piece = ins.text.replace("\r\n", "\n");
+    if !piece.ends_with('\n') {
+        piece.push('\n');
+    }
+    if eol == "\r\n" {
+        piece = piece.replace('\n', "\r\n");
+    }
+    // Byte offset of the start of line ins.line + 1.
+    let mut at = 0;
+    for _ in 0..ins.line {
+        at = match text[at..].find('\n') {
+            Some(i) => at + i + 1,
+            None => text.len(),
+        };
+    }
+    let mut out = String::with_capacity(text.len() + piece.len() + 2);
+    out.push_str(&text[..at]);
+    if at == text.len() && !text.is_empty() && !text.ends_with('\n') {
+        out.push_str(eol);
+    }
+    out.push_str(&piece);
+    out.push_str(&text[at..]);
+    Ok(out)
+}
+
+pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFileResult> {
+    if a.edits.is_empty() && a.insert.is_none() {
+        return Err(ToolError::InvalidArgs(
+            "nothing to do: give edits [{\"old\": ..., \"new\": ...}] and/or insert {\"line\": N, \"text\": ...}.".into(),
+        ));
+    }
+    let f = root.existing_file(&a.path, Access::Write)?;
+    let _guard = root.locks.lock(&[&f.abs]);
+    let l = load(root, f)?;
+    if let Some(base) = &a.base_sha256 {
+        check_hash(&l.f.rel, base, &l.sha256)?;
+    }
+    let rel = l.f.rel.clone();
+    let old = decode(&l.bytes, &rel)?;
+    let mut text = match &a.insert {
+        Some(ins) => insert_at(old, ins, &rel)?,
+        None => old.to_string(),
+    };
+    for (k, e) in a.edits.iter().enumerate() {
+        if e.old.is_empty() {
+            return Err(ToolError::InvalidArgs(format!(
+                "edits[{k}].old is empty; give the exact text to replace."
+            )));
+        }
+        let n = text.matches(e.old.as_str()).count();
+        if n == 0 {
+            return Err(ToolError::NotFound(format!(
+                "edits[{k}].old does not occur in '{}' (after the earlier edits); nothing changed. Copy the text exactly from read_file.",
+                show(&rel)
+            )));
+        }
+        if n > 1 && !e.replace_all {
+            return Err(ToolError::MultipleMatches {
+                message: format!(
+                    "edits[{k}].old occurs {n} times in '{}'; nothing changed. Add surrounding text to make it unique, or set replace_all=true.",
+                    show(&rel)
+                ),
+                candidates: occurrences(&text, &e.old),
+            });
+        }
+        text = text.replace(e.old.as_str(), &e.new);
+    }
+    let (diff, diff_truncated) = unified_diff(&rel, old, &text);
+    let changed = text != old;
+    let sha256 = sha256_hex(text.as_bytes());
+    let backup = if a.dry_run || !changed {
+        None
+    } else {
+        Some(commit(root, &l, &text)?)
+    };
+    Ok(EditFileResult {
+        path: rel,
+        diff,
+        diff_truncated,
+        changed,
+        sha256,
+        backup,
+        dry_run: a.dry_run,
+    })
+}
+
+/// `write_file` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// Workspace-relative path of the file to create or overwrite.
+    pub path: String,
+    /// The complete new content.
+    pub content: String,
+    /// Create missing parent folders (default true).
+    #[serde(default)]
+    pub create_parents: Option<bool>,
+    /// Allow replacing an existing file (default true).
+    #[serde(default)]
+    pub overwrite: Option<bool>,
+}
+
+/// `write_file` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WriteFileResult {
+    /// The path written.
+    pub path: String,
+    /// Bytes written.
+    pub bytes: usize,
+    /// Whether the file is new.
+    pub created: bool,
+    /// sha256 of the content.
+    pub sha256: String,
+    /// Where the overwritten content was saved, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+}
+
+pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteFileResult> {
+    let (rel, abs, meta) = root.target(&a.path, Access::Write)?;
+    let _guard = root.locks.lock(&[&abs]);
+    // Re-read the metadata under the lock.
+    let meta = match meta {
+        Some(_) => std::fs::symlink_metadata(&abs).ok(),
+        None => None,
+    };
+    let mut backup_path = None;
+    match &meta {
+        Some(m) if m.is_dir() => {
+            return Err(ToolError::NotAFile(format!(
+                "'{}' is a folder; choose a file name inside it.",
+                show(&rel)
+            )))
+        }
+        Some(m) if !m.is_file() => {
+            return Err(ToolError::NotAFile(format!(
+                "'{}' exists and is not a regular file.",
+                show(&rel)
+            )))
+        }
+        Some(_) if a.overwrite == Some(false) => {
+            return Err(ToolError::Exists(format!(
+                "'{}' already exists and overwrite=false. Choose another path, or edit it with edit_file.",
+                show(&rel)
+            )))
+        }
+        Some(m) => {
+            if m.len() <= root.limits().max_text_file_bytes {
+                let old = read_limited(&abs, &rel, root.limits().max_text_file_bytes)?;
+                backup_path = Some(backup(root, &rel, &old)?);
+            }
+        }
+        None => {
+            let parent_exists = abs.parent().is_some_and(|p| p.is_dir());
+            if !parent_exists {
+                if a.create_parents == Some(false) {
+                    return Err(ToolError::NotFound(format!(
+                        "the folder for '{}' does not exist and create_parents=false. Create it with create_folder or set create_parents=true.",
+                        show(&rel)
+                    )));
+                }
+                create_parents(&abs, &rel)?;
+            }
+        }
+    }
+    atomic_write(&abs, &rel, a.content.as_bytes(), meta.as_ref())?;
+    Ok(WriteFileResult {
+        path: rel,
+        bytes: a.content.len(),
+        created: meta.is_none(),
+        sha256: sha256_hex(a.content.as_bytes()),
+        backup: backup_path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts() {
+        let ins = |line, text: &str| Insert {
+            line,
+            text: text.into(),
+        };
+        assert_eq!(insert_at("a\nb\n", &ins(0, "x"), "f").unwrap(), "x\na\nb\n");
+        assert_eq!(insert_at("a\nb\n", &ins(1, "x"), "f").unwrap(), "a\nx\nb\n");
+        assert_eq!(
+            insert_at("a\nb\n", &ins(2, "x\n"), "f").unwrap(),
+            "a\nb\nx\n"
+        );
+        assert_eq!(insert_at("a\nb", &ins(2, "x"), "f").unwrap(), "a\nb\nx\n");
+        assert_eq!(insert_at("", &ins(0, "x"), "f").unwrap(), "x\n");
+        assert_eq!(insert_at("a\r\n", &ins(1, "x"), "f").unwrap(), "a\r\nx\r\n");
+        assert!(insert_at("a\n", &ins(5, "x"), "f").is_err());
+    }
+}

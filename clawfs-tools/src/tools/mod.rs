@@ -1,0 +1,154 @@
+//! The tool table: every tool's name, argument and result types, and description, from which the
+//! dispatcher and the registry are both generated, so they cannot disagree.
+
+mod discover;
+mod edit;
+mod manage;
+mod read;
+mod walk;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{ToolError, ToolResult};
+use crate::ToolRoot;
+
+/// What kind of entry a path is.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryType {
+    /// A regular file.
+    File,
+    /// A directory.
+    Folder,
+    /// A symbolic link (listed, never followed by listings).
+    Symlink,
+    /// Anything else (socket, fifo, device).
+    Other,
+}
+
+impl EntryType {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> EntryType {
+        let t = meta.file_type();
+        if t.is_file() {
+            EntryType::File
+        } else if t.is_dir() {
+            EntryType::Folder
+        } else if t.is_symlink() {
+            EntryType::Symlink
+        } else {
+            EntryType::Other
+        }
+    }
+}
+
+/// Parses a tool's arguments strictly (unknown fields refused, so typos surface).
+fn parse_args<T: DeserializeOwned>(tool: &str, mut args: Value) -> ToolResult<T> {
+    if let Value::Object(m) = &mut args {
+        // The two-file interface names the tool inside the request.
+        match m.remove("tool") {
+            None => {}
+            Some(Value::String(t)) if t == tool => {}
+            Some(other) => {
+                return Err(ToolError::InvalidArgs(format!(
+                    "the request says \"tool\": {other} but was sent to '{tool}'; remove \"tool\" or make it match."
+                )))
+            }
+        }
+    }
+    serde_json::from_value(args).map_err(|e| {
+        ToolError::InvalidArgs(format!(
+            "{tool}: {e}. See definitions/tool-{tool}.json for its arguments."
+        ))
+    })
+}
+
+fn to_value<T: Serialize>(r: T) -> ToolResult<Value> {
+    serde_json::to_value(r).map_err(|e| ToolError::Io {
+        context: "encoding the result".into(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+macro_rules! tool_table {
+    ($( $name:literal => $func:path, $args:ty, $res:ty, $desc:literal; )*) => {
+        /// Every tool name, in registry order.
+        pub const TOOL_NAMES: &[&str] = &[$($name),*];
+
+        /// Parses the arguments and runs the tool.
+        pub(crate) fn dispatch(root: &ToolRoot, tool: &str, args: Value) -> ToolResult<Value> {
+            match tool {
+                $( $name => {
+                    let a: $args = parse_args($name, args)?;
+                    let r: $res = $func(root, a)?;
+                    to_value(r)
+                } )*
+                _ => Err(ToolError::UnknownTool(tool.chars().take(64).collect())),
+            }
+        }
+
+        /// `(description, argument schema, result schema)` of a tool.
+        pub(crate) fn schemas(tool: &str) -> Option<(&'static str, Value, Value)> {
+            match tool {
+                $( $name => Some((
+                    $desc,
+                    crate::registry::schema_of::<$args>(),
+                    crate::registry::schema_of::<$res>(),
+                )), )*
+                _ => None,
+            }
+        }
+    };
+}
+
+tool_table! {
+    "resolve" => read::resolve, read::ResolveArgs, read::ResolveResult,
+        "Find a file by path (exact, then case-insensitive) or by title (file name, with or without .md; exact, then case-insensitive). Returns the path to use in the other tools; several matches give multiple_matches with candidates.";
+    "info" => read::info, read::PathArgs, read::InfoResult,
+        "Size, line count, sha256 and modification time of a file. Use the sha256 as base_sha256 for apply_patch. Read whole files only when lines <= 400; otherwise outline, search, then read_range.";
+    "outline" => read::outline, read::OutlineArgs, read::OutlineResult,
+        "The Markdown headings of a file with their line numbers and levels (headings inside code fences and front matter are skipped).";
+    "search" => read::search, read::SearchArgs, read::SearchResult,
+        "Search one file for a literal string (or a regex with regex=true); returns matching lines with line numbers and optional context lines.";
+    "read_range" => read::read_range, read::RangeArgs, read::RangeResult,
+        "Lines start..end (1-based, inclusive) of a file. At most 2000 lines / 100000 characters per call; next_start tells where to continue.";
+    "head" => read::head, read::HeadArgs, read::RangeResult,
+        "The first lines of a file (default 50).";
+    "tail" => read::tail, read::HeadArgs, read::RangeResult,
+        "The last lines of a file (default 50).";
+    "apply_patch" => edit::apply_patch, edit::ApplyPatchArgs, edit::ApplyPatchResult,
+        "Apply a unified diff to one file. base_sha256 (from info) must equal the file's current hash, else hash_mismatch with expected/actual. All hunks apply or none (patch_failed, file unchanged); context must match exactly but may have moved. Keeps a timestamped backup; returns the new sha256.";
+    "edit_exact" => edit::edit_exact, edit::EditExactArgs, edit::EditExactResult,
+        "Replace every occurrence of the exact text old with new. Refused when old occurs 0 times (not_found) or more than count times (multiple_matches with the lines). Optional base_sha256 guards against concurrent changes.";
+    "read_file" => read::read_file, read::ReadFileArgs, read::ReadFileResult,
+        "Read a text file, optionally lines start..end, with line numbers by default. Output is cut at max_chars (default 20000, at most 100000) on a line boundary, with a note saying how to read on.";
+    "read_multiple_files" => read::read_multiple_files, read::ReadMultipleArgs, read::ReadMultipleResult,
+        "Read up to 20 files at once; max_chars (default 50000) is shared among them. A failing file gives an error entry, not a failed call.";
+    "write_file" => edit::write_file, edit::WriteFileArgs, edit::WriteFileResult,
+        "Create a file or overwrite it with content (an overwritten file is backed up first). Creates missing parent folders unless create_parents=false; refuses to overwrite when overwrite=false.";
+    "edit_file" => edit::edit_file, edit::EditFileArgs, edit::EditFileResult,
+        "Targeted edits: insert text after a line (line 0 = top), then search/replace edits in order (each old must occur exactly once unless replace_all). All or nothing. Returns a unified diff; dry_run shows the diff without writing.";
+    "move" => manage::move_entry, manage::MoveArgs, manage::MoveResult,
+        "Move or rename a file or folder to a new full path; creates missing parent folders. Refuses when the destination exists.";
+    "delete" => manage::delete, manage::PathArgs, manage::DeleteResult,
+        "Soft-delete a file or folder into the workspace trash. Recoverable with restore {trash_id}; list_trash shows the trash.";
+    "restore" => manage::restore, manage::RestoreArgs, manage::RestoreResult,
+        "Put a trashed item back at its original path (or at to). Refuses when that path exists.";
+    "list_trash" => manage::list_trash, manage::ListTrashArgs, manage::ListTrashResult,
+        "The items in the workspace trash, newest first, with their trash_id and original path.";
+    "create_folder" => manage::create_folder, manage::PathArgs, manage::CreateFolderResult,
+        "Create a folder and any missing parents. Succeeds with created=false if it already exists.";
+    "get_file_info" => manage::get_file_info, manage::PathArgs, manage::FileInfoResult,
+        "Created and modified dates, size and type of a file or folder (a folder's size is the total of the files in it).";
+    "search_files" => discover::search_files, discover::SearchFilesArgs, discover::SearchFilesResult,
+        "Regex (or literal) search across the files under a folder, with include/exclude globs (case-insensitive), context lines and a result limit (default 50, at most 500). Binary files and files over 8 MiB are skipped.";
+    "list_files" => discover::list_files, discover::ListFilesArgs, discover::ListFilesResult,
+        "List a folder, newest first, with type, size and modification time. With glob (case-insensitive; a glob without '/' matches file names at any depth), lists matching entries below the folder.";
+    "directory_tree" => discover::directory_tree, discover::TreeArgs, discover::TreeResult,
+        "A folder's tree as nested JSON, to a depth (default 3, at most 10), at most 1000 entries.";
+    "list_allowed" => discover::list_allowed, discover::NoArgs, discover::AllowedResult,
+        "What you may read and write in this workspace, the protected names, the tools and the limits.";
+}

@@ -1,0 +1,743 @@
+//! Read tools: resolve, info, outline, search, read_range, head, tail, read_file,
+//! read_multiple_files. None of them writes; all resolve paths case-insensitively.
+
+use regex::{Regex, RegexBuilder};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::walk::{walk, Step};
+use super::EntryType;
+use crate::error::{ToolError, ToolResult};
+use crate::fsops::{read_limited, rfc3339, stream_info, unix_secs};
+use crate::limits::*;
+use crate::paths::{show, Lookup, Walk};
+use crate::policy::Access;
+use crate::text::{decode, lines, show_line, slice_lines};
+use crate::ToolRoot;
+
+/// Arguments naming one path.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathArgs {
+    /// Workspace-relative path, e.g. "Projects/Plan.md" ("/" prefix allowed; matched
+    /// case-insensitively if the exact path does not exist).
+    pub path: String,
+}
+
+/// `resolve` arguments: exactly one of `path` and `title`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveArgs {
+    /// Workspace-relative path to check.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A file name to find anywhere in the workspace, e.g. "Project Plan" or "Project Plan.md".
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// `resolve` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ResolveResult {
+    /// The path to use in other tool calls.
+    pub resolved_path: String,
+    /// What the path is.
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    /// How it was found: "exact", "case_insensitive" or "title".
+    pub matched_by: String,
+}
+
+pub(crate) fn resolve(root: &ToolRoot, a: ResolveArgs) -> ToolResult<ResolveResult> {
+    match (a.path, a.title) {
+        (Some(p), None) => {
+            let exact = matches!(root.walk(&p, Lookup::EXACT)?, Walk::Found(_));
+            let f = root.existing(&p, Access::Read, Lookup::READ)?;
+            Ok(ResolveResult {
+                resolved_path: show(&f.rel),
+                kind: EntryType::of(&f.meta),
+                matched_by: if exact { "exact" } else { "case_insensitive" }.into(),
+            })
+        }
+        (None, Some(t)) => resolve_title(root, t.trim()),
+        _ => Err(ToolError::InvalidArgs(
+            "resolve needs exactly one of \"path\" or \"title\", e.g. {\"title\": \"Project Plan\"}.".into(),
+        )),
+    }
+}
+
+fn resolve_title(root: &ToolRoot, title: &str) -> ToolResult<ResolveResult> {
+    if title.is_empty() || title.contains('/') || title.contains('\0') {
+        return Err(ToolError::InvalidArgs(
+            "title must be a file name without folders, e.g. \"Project Plan\"; use path for paths."
+                .into(),
+        ));
+    }
+    let names = [title.to_string(), format!("{title}.md")];
+    let lower: Vec<String> = names.iter().map(|n| n.to_lowercase()).collect();
+    let (mut exact, mut loose) = (Vec::new(), Vec::new());
+    walk(root, "", usize::MAX, |e| {
+        if e.meta.is_file() {
+            if names.contains(&e.name) {
+                exact.push(e.rel.clone());
+            } else if lower.contains(&e.name.to_lowercase()) {
+                loose.push(e.rel.clone());
+            }
+        }
+        Step::Continue
+    })?;
+    let hits = if exact.is_empty() { loose } else { exact };
+    match hits.len() {
+        0 => Err(ToolError::NotFound(format!(
+            "no file named '{title}' or '{title}.md' in the workspace. Try search_files or list_files with a glob such as \"*{title}*\"."
+        ))),
+        1 => Ok(ResolveResult {
+            resolved_path: hits[0].clone(),
+            kind: EntryType::File,
+            matched_by: "title".into(),
+        }),
+        n => Err(ToolError::MultipleMatches {
+            message: format!(
+                "{n} files are named '{title}'; pick one of the candidates and call again with its path."
+            ),
+            candidates: hits
+                .into_iter()
+                .take(MAX_CANDIDATES)
+                .map(Value::String)
+                .collect(),
+        }),
+    }
+}
+
+/// `info` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct InfoResult {
+    /// The resolved path.
+    pub path: String,
+    /// Number of lines (a last line without newline counts).
+    pub lines: u64,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Lowercase hex sha256 of the content: the base_sha256 for apply_patch.
+    pub sha256: String,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+    /// Modification time, RFC 3339 UTC.
+    pub modified: String,
+}
+
+pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
+    let f = root.existing_file(&a.path, Access::Read)?;
+    let (bytes, lines, sha256) = stream_info(&f.abs, &f.rel)?;
+    let m = f.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+    Ok(InfoResult {
+        path: f.rel,
+        lines,
+        bytes,
+        sha256,
+        mtime: unix_secs(m),
+        modified: rfc3339(m),
+    })
+}
+
+/// Loads a readable text file: `(resolved path, text)`.
+pub(crate) fn load_text(root: &ToolRoot, path: &str) -> ToolResult<(String, String)> {
+    let f = root.existing_file(path, Access::Read)?;
+    let bytes = read_limited(&f.abs, &f.rel, root.limits().max_text_file_bytes)?;
+    let text = decode(&bytes, &f.rel)?.to_string();
+    Ok((f.rel, text))
+}
+
+/// `outline` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutlineArgs {
+    /// Workspace-relative path of a Markdown file.
+    pub path: String,
+    /// Most headings to return (default 200, at most 2000).
+    #[serde(default)]
+    pub max_headings: Option<usize>,
+}
+
+/// One Markdown heading.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Heading {
+    /// 1-based line number.
+    pub line: usize,
+    /// 1 for "#", 6 for "######".
+    pub level: usize,
+    /// The heading text without the "#" marks.
+    pub text: String,
+}
+
+/// `outline` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OutlineResult {
+    /// The resolved path.
+    pub path: String,
+    /// Headings in file order.
+    pub headings: Vec<Heading>,
+    /// Headings in the whole file.
+    pub total: usize,
+    /// Lines in the file.
+    pub total_lines: usize,
+    /// Whether headings were left out (raise max_headings).
+    pub truncated: bool,
+}
+
+fn heading(line: &str) -> Option<(usize, String)> {
+    let l = line.strip_suffix('\r').unwrap_or(line);
+    let indent = l.len() - l.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let l = &l[indent..];
+    let level = l.len() - l.trim_start_matches('#').len();
+    if !(1..=6).contains(&level) {
+        return None;
+    }
+    let rest = &l[level..];
+    if !(rest.is_empty() || rest.starts_with(' ') || rest.starts_with('\t')) {
+        return None;
+    }
+    let t = rest.trim();
+    // A closing run of '#' preceded by a space is not part of the text.
+    let t = match t.trim_end_matches('#') {
+        s if s.len() < t.len() && (s.is_empty() || s.ends_with(' ')) => s.trim_end(),
+        _ => t,
+    };
+    Some((level, t.to_string()))
+}
+
+pub(crate) fn outline(root: &ToolRoot, a: OutlineArgs) -> ToolResult<OutlineResult> {
+    let max = a.max_headings.unwrap_or(OUTLINE_DEFAULT).min(OUTLINE_MAX);
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let mut headings = Vec::new();
+    let mut total = 0;
+    let mut fence: Option<&str> = None;
+    let mut i = 0;
+    // YAML front matter: its '#' lines are comments, not headings.
+    if ls.first().map(|l| l.trim_end()) == Some("---") {
+        if let Some(end) = ls.iter().skip(1).position(|l| {
+            let t = l.trim_end();
+            t == "---" || t == "..."
+        }) {
+            i = end + 2;
+        }
+    }
+    while i < ls.len() {
+        let l = ls[i];
+        let t = l.trim_start_matches(' ');
+        if let Some(f) = fence {
+            if t.starts_with(f) {
+                fence = None;
+            }
+        } else if t.starts_with("```") {
+            fence = Some("```");
+        } else if t.starts_with("~~~") {
+            fence = Some("~~~");
+        } else if let Some((level, text)) = heading(l) {
+            total += 1;
+            if headings.len() < max {
+                headings.push(Heading {
+                    line: i + 1,
+                    level,
+                    text: crate::text::cut(&text, MAX_LINE_CHARS),
+                });
+            }
+        }
+        i += 1;
+    }
+    Ok(OutlineResult {
+        path: rel,
+        truncated: total > headings.len(),
+        headings,
+        total,
+        total_lines: ls.len(),
+    })
+}
+
+/// `search` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// Workspace-relative path of the file to search.
+    pub path: String,
+    /// The text to find (a regular expression if regex is true).
+    pub pattern: String,
+    /// Treat pattern as a regular expression (Rust regex syntax). Default false.
+    #[serde(default)]
+    pub regex: bool,
+    /// Ignore case. Default false.
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Lines of context before and after each hit (default 0, at most 10).
+    #[serde(default)]
+    pub context: Option<usize>,
+    /// Most hits to return (default 20, at most 500).
+    #[serde(default)]
+    pub max_hits: Option<usize>,
+}
+
+/// One matching line.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LineMatch {
+    /// 1-based line number.
+    pub line: usize,
+    /// The line (cut at 500 characters).
+    pub text: String,
+    /// Lines before it, oldest first.
+    pub context_before: Vec<String>,
+    /// Lines after it.
+    pub context_after: Vec<String>,
+}
+
+/// `search` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchResult {
+    /// The resolved path.
+    pub path: String,
+    /// The first max_hits matching lines.
+    pub matches: Vec<LineMatch>,
+    /// Matching lines in the whole file.
+    pub total_hits: usize,
+    /// Whether hits were left out (raise max_hits or narrow the pattern).
+    pub truncated: bool,
+}
+
+/// Builds the matcher for a search pattern, bounded in size.
+pub(crate) fn matcher(pattern: &str, regex: bool, ci: bool) -> ToolResult<Regex> {
+    if pattern.is_empty() {
+        return Err(ToolError::InvalidArgs(
+            "pattern is empty; give the text to search for.".into(),
+        ));
+    }
+    let src = if regex {
+        pattern.to_string()
+    } else {
+        regex::escape(pattern)
+    };
+    RegexBuilder::new(&src)
+        .case_insensitive(ci)
+        .size_limit(4 << 20)
+        .dfa_size_limit(8 << 20)
+        .build()
+        .map_err(|e| {
+            ToolError::InvalidArgs(format!(
+                "pattern is not a valid regular expression: {e}. Set regex=false to search for the literal text."
+            ))
+        })
+}
+
+/// The `context` lines around index `i` of `ls`.
+pub(crate) fn context_of(ls: &[&str], i: usize, ctx: usize) -> (Vec<String>, Vec<String>) {
+    let before = ls[i.saturating_sub(ctx)..i]
+        .iter()
+        .map(|l| show_line(l))
+        .collect();
+    let after = ls[(i + 1).min(ls.len())..(i + 1 + ctx).min(ls.len())]
+        .iter()
+        .map(|l| show_line(l))
+        .collect();
+    (before, after)
+}
+
+pub(crate) fn search(root: &ToolRoot, a: SearchArgs) -> ToolResult<SearchResult> {
+    let re = matcher(&a.pattern, a.regex, a.case_insensitive)?;
+    let ctx = a.context.unwrap_or(0).min(MAX_CONTEXT);
+    let max = a
+        .max_hits
+        .unwrap_or(SEARCH_DEFAULT_HITS)
+        .min(SEARCH_MAX_HITS);
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let mut matches = Vec::new();
+    let mut total = 0;
+    for (i, l) in ls.iter().enumerate() {
+        if re.is_match(l.strip_suffix('\r').unwrap_or(l)) {
+            total += 1;
+            if matches.len() < max {
+                let (context_before, context_after) = context_of(&ls, i, ctx);
+                matches.push(LineMatch {
+                    line: i + 1,
+                    text: show_line(l),
+                    context_before,
+                    context_after,
+                });
+            }
+        }
+    }
+    Ok(SearchResult {
+        path: rel,
+        truncated: total > matches.len(),
+        matches,
+        total_hits: total,
+    })
+}
+
+/// `read_range` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RangeArgs {
+    /// Workspace-relative path.
+    pub path: String,
+    /// First line, 1-based.
+    pub start: usize,
+    /// Last line, inclusive (default: start + 1999; clamped to the file's end).
+    #[serde(default)]
+    pub end: Option<usize>,
+    /// Prefix each line with its number and a tab. Default false.
+    #[serde(default)]
+    pub line_numbers: bool,
+}
+
+/// `head` / `tail` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeadArgs {
+    /// Workspace-relative path.
+    pub path: String,
+    /// How many lines (default 50, at most 2000).
+    #[serde(default)]
+    pub lines: Option<usize>,
+    /// Prefix each line with its number and a tab. Default false.
+    #[serde(default)]
+    pub line_numbers: bool,
+}
+
+/// A range of lines.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RangeResult {
+    /// The resolved path.
+    pub path: String,
+    /// First line returned (1-based).
+    pub start: usize,
+    /// Last line returned (0 when none).
+    pub end: usize,
+    /// Lines in the file.
+    pub total_lines: usize,
+    /// The lines, each ending with a newline.
+    pub text: String,
+    /// Whether fewer lines than asked were returned because of the size caps.
+    pub truncated: bool,
+    /// Where to continue reading, when lines remain after end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_start: Option<usize>,
+}
+
+fn range(
+    rel: String,
+    ls: &[&str],
+    start: usize,
+    want_end: usize,
+    numbers: bool,
+) -> ToolResult<RangeResult> {
+    let total = ls.len();
+    if start == 0 {
+        return Err(ToolError::InvalidArgs(
+            "start is 1-based: the first line is 1.".into(),
+        ));
+    }
+    if want_end < start {
+        return Err(ToolError::InvalidArgs(format!(
+            "end ({want_end}) is before start ({start})."
+        )));
+    }
+    if start > total {
+        return Err(ToolError::InvalidArgs(format!(
+            "start ({start}) is past the end: '{}' has {total} lines.",
+            show(&rel)
+        )));
+    }
+    let capped_end = want_end.min(total).min(start + READ_MAX_LINES - 1);
+    let (text, end) = slice_lines(ls, start, capped_end, READ_MAX_CHARS, numbers);
+    Ok(RangeResult {
+        path: rel,
+        start,
+        end,
+        total_lines: total,
+        text,
+        truncated: end < want_end.min(total),
+        next_start: (end < total).then_some(end + 1),
+    })
+}
+
+pub(crate) fn read_range(root: &ToolRoot, a: RangeArgs) -> ToolResult<RangeResult> {
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let end = a.end.unwrap_or(a.start.saturating_add(READ_MAX_LINES - 1));
+    range(rel, &ls, a.start, end, a.line_numbers)
+}
+
+fn empty_range(rel: String) -> RangeResult {
+    RangeResult {
+        path: rel,
+        start: 1,
+        end: 0,
+        total_lines: 0,
+        text: String::new(),
+        truncated: false,
+        next_start: None,
+    }
+}
+
+pub(crate) fn head(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let n = a
+        .lines
+        .unwrap_or(HEAD_DEFAULT_LINES)
+        .clamp(1, READ_MAX_LINES);
+    if ls.is_empty() {
+        return Ok(empty_range(rel));
+    }
+    range(rel, &ls, 1, n, a.line_numbers)
+}
+
+pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let n = a
+        .lines
+        .unwrap_or(HEAD_DEFAULT_LINES)
+        .clamp(1, READ_MAX_LINES);
+    if ls.is_empty() {
+        return Ok(empty_range(rel));
+    }
+    let start = ls.len().saturating_sub(n) + 1;
+    range(rel, &ls, start, ls.len(), a.line_numbers)
+}
+
+/// `read_file` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// Workspace-relative path.
+    pub path: String,
+    /// First line to read, 1-based (default 1).
+    #[serde(default)]
+    pub start: Option<usize>,
+    /// Last line to read, inclusive (default: the end of the file).
+    #[serde(default)]
+    pub end: Option<usize>,
+    /// Prefix each line with its number and a tab (default true).
+    #[serde(default)]
+    pub line_numbers: Option<bool>,
+    /// Most characters to return (default 20000, at most 100000); the cut falls on a line boundary.
+    #[serde(default)]
+    pub max_chars: Option<usize>,
+}
+
+/// `read_file` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReadFileResult {
+    /// The resolved path.
+    pub path: String,
+    /// The text (with line numbers unless line_numbers=false).
+    pub content: String,
+    /// First line shown.
+    pub start: usize,
+    /// Last line shown (0 when none).
+    pub end: usize,
+    /// Lines in the file.
+    pub total_lines: usize,
+    /// Whether the requested lines did not all fit.
+    pub truncated: bool,
+    /// How to read on, when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+pub(crate) fn read_file_budget(
+    root: &ToolRoot,
+    a: &ReadFileArgs,
+    max_chars: usize,
+) -> ToolResult<ReadFileResult> {
+    let (rel, text) = load_text(root, &a.path)?;
+    let ls = lines(&text);
+    let total = ls.len();
+    let start = a.start.unwrap_or(1);
+    if start == 0 {
+        return Err(ToolError::InvalidArgs(
+            "start is 1-based: the first line is 1.".into(),
+        ));
+    }
+    if total == 0 {
+        return Ok(ReadFileResult {
+            path: rel,
+            content: String::new(),
+            start: 1,
+            end: 0,
+            total_lines: 0,
+            truncated: false,
+            note: Some("The file is empty.".into()),
+        });
+    }
+    if start > total {
+        return Err(ToolError::InvalidArgs(format!(
+            "start ({start}) is past the end: '{}' has {total} lines.",
+            show(&rel)
+        )));
+    }
+    let want_end = a.end.unwrap_or(total).min(total);
+    if want_end < start {
+        return Err(ToolError::InvalidArgs(format!(
+            "end ({want_end}) is before start ({start})."
+        )));
+    }
+    let (content, end) = slice_lines(
+        &ls,
+        start,
+        want_end,
+        max_chars,
+        a.line_numbers.unwrap_or(true),
+    );
+    let truncated = end < want_end;
+    let note = truncated.then(|| {
+        format!(
+            "Showing lines {start}-{end} of {total} (cut at {max_chars} characters). To read on, call read_file with {{\"path\": \"{rel}\", \"start\": {}}}.",
+            end + 1
+        )
+    });
+    Ok(ReadFileResult {
+        path: rel,
+        content,
+        start,
+        end,
+        total_lines: total,
+        truncated,
+        note,
+    })
+}
+
+pub(crate) fn read_file(root: &ToolRoot, a: ReadFileArgs) -> ToolResult<ReadFileResult> {
+    let max = a
+        .max_chars
+        .unwrap_or(READ_FILE_DEFAULT_CHARS)
+        .clamp(1, READ_MAX_CHARS);
+    read_file_budget(root, &a, max)
+}
+
+/// `read_multiple_files` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadMultipleArgs {
+    /// Workspace-relative paths (at most 20).
+    pub paths: Vec<String>,
+    /// Total characters shared equally among the files (default 50000, at most 100000).
+    #[serde(default)]
+    pub max_chars: Option<usize>,
+    /// Prefix each line with its number and a tab (default true).
+    #[serde(default)]
+    pub line_numbers: Option<bool>,
+}
+
+/// One file of `read_multiple_files`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MultiFile {
+    /// The path as requested, or resolved when found.
+    pub path: String,
+    /// Whether this file was read.
+    pub ok: bool,
+    /// The text, when ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Lines in the file, when ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_lines: Option<usize>,
+    /// Whether the content was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// How to read on, when cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The error code, when not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The error message, when not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `read_multiple_files` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReadMultipleResult {
+    /// One entry per requested path, in order.
+    pub files: Vec<MultiFile>,
+}
+
+pub(crate) fn read_multiple_files(
+    root: &ToolRoot,
+    a: ReadMultipleArgs,
+) -> ToolResult<ReadMultipleResult> {
+    if a.paths.is_empty() {
+        return Err(ToolError::InvalidArgs(
+            "paths is empty; list the files to read.".into(),
+        ));
+    }
+    if a.paths.len() > MULTI_MAX_FILES {
+        return Err(ToolError::TooLarge(format!(
+            "{} paths given; read_multiple_files reads at most {MULTI_MAX_FILES} per call. Split the list.",
+            a.paths.len()
+        )));
+    }
+    let total = a
+        .max_chars
+        .unwrap_or(MULTI_DEFAULT_CHARS)
+        .clamp(1, READ_MAX_CHARS);
+    let each = (total / a.paths.len()).max(1);
+    let files = a
+        .paths
+        .into_iter()
+        .map(|p| {
+            let args = ReadFileArgs {
+                path: p.clone(),
+                start: None,
+                end: None,
+                line_numbers: a.line_numbers,
+                max_chars: None,
+            };
+            match read_file_budget(root, &args, each) {
+                Ok(r) => MultiFile {
+                    path: r.path,
+                    ok: true,
+                    content: Some(r.content),
+                    total_lines: Some(r.total_lines),
+                    truncated: Some(r.truncated),
+                    note: r.note,
+                    error: None,
+                    message: None,
+                },
+                Err(e) => MultiFile {
+                    path: p,
+                    ok: false,
+                    content: None,
+                    total_lines: None,
+                    truncated: None,
+                    note: None,
+                    error: Some(e.code().into()),
+                    message: Some(e.to_string()),
+                },
+            }
+        })
+        .collect();
+    Ok(ReadMultipleResult { files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heading;
+
+    #[test]
+    fn headings() {
+        assert_eq!(heading("# Title"), Some((1, "Title".into())));
+        assert_eq!(heading("### A ###"), Some((3, "A".into())));
+        assert_eq!(heading("   ## x"), Some((2, "x".into())));
+        assert_eq!(heading("#nospace"), None);
+        assert_eq!(heading("####### seven"), None);
+        assert_eq!(heading("    # code"), None);
+        assert_eq!(heading("## C#"), Some((2, "C#".into())));
+    }
+}
