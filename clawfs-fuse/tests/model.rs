@@ -56,7 +56,7 @@ fn apply(root: &Path, op: &Op) -> Result<(), i32> {
     let p = |i: usize| root.join(NAMES[i]);
     let d = |i: usize| root.join(DIRS[i]);
     let r: std::io::Result<()> = match op {
-        Op::Create(a) => OpenOptions::new().create(true).write(true).open(p(*a)).map(drop),
+        Op::Create(a) => OpenOptions::new().create(true).truncate(false).write(true).open(p(*a)).map(drop),
         Op::Write(a, off, len, b) => OpenOptions::new()
             .write(true)
             .open(p(*a))
@@ -165,6 +165,7 @@ fn fsx(m: &Mounted) {
             let open = || {
                 OpenOptions::new()
                     .create(true)
+                    .truncate(false)
                     .read(true)
                     .write(true)
                     .open(&path)

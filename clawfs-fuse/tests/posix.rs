@@ -20,6 +20,7 @@ fn large_sparse_file(m: &Mounted) {
     let p = m.ws().join("big.img");
     let f = OpenOptions::new()
         .create(true)
+        .truncate(false)
         .read(true)
         .write(true)
         .open(&p)

@@ -1,0 +1,39 @@
+# Sourced by setup.sh and test.sh: the Debian/Ubuntu packages ClawFS builds, runs and is tested
+# with, installed with apt-get when any is missing.
+CLAWFS_PACKAGES=(
+  build-essential pkg-config git
+  fuse3            # fusermount3: auto-unmount when a daemon dies
+  attr             # setfattr/getfattr
+  inotify-tools    # inotifywait
+  util-linux       # setpriv, used by tests to act as another user
+)
+
+clawfs_install_packages() {
+  local missing=()
+  for p in "${CLAWFS_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+clawfs_require_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "$0: run as root (sudo $0): ClawFS mounts with FUSE passthrough and installs packages" >&2
+    exit 1
+  fi
+}
+
+clawfs_require_cargo() {
+  if ! command -v cargo >/dev/null; then
+    for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
+      [ -x "$d/cargo" ] && export PATH="$d:$PATH" && return 0
+    done
+    echo "$0: cargo not found: install a stable Rust toolchain (>= 1.85) first, e.g. with rustup" >&2
+    exit 1
+  fi
+}

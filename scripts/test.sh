@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, from a clean clone: system packages, one debug build, format and lint
+# checks, unit and end-to-end tests on real mounts, and the pjdfstest POSIX suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/packages.sh
+clawfs_require_root
+clawfs_install_packages
+clawfs_require_cargo
+
+command -v pjdfstest >/dev/null || cargo install pjdfstest --locked --version 0.2.2
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+pjd=0
+tests/pjdfstest/run.sh target/debug/clawfs 2>&1 | tee -a "$log" || pjd=$?
+
+passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed' "$log" | awk '{s+=$2} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
+pjd_passed=$(grep -Eo '^pjdfstest: [0-9]+ passed' "$log" | awk '{print $2}' | tail -1)
+pjd_failed=$(grep -Eo '^pjdfstest: [0-9]+ passed, [0-9]+ failed' "$log" | awk '{print $4}' | tail -1)
+echo
+echo "cargo test: $passed passed, $failed failed; pjdfstest: ${pjd_passed:-0} passed, ${pjd_failed:-?} failed"
+if [ "$status" -ne 0 ] || [ "$pjd" -ne 0 ]; then
+  echo "total: $((passed + ${pjd_passed:-0})) passed, $((failed + ${pjd_failed:-1})) failed"
+  exit 1
+fi
+echo "total: $((passed + pjd_passed)) passed, $((failed + pjd_failed)) failed"
