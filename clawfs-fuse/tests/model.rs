@@ -37,7 +37,8 @@ fn op() -> impl Strategy<Value = Op> {
     let d = 0..DIRS.len();
     prop_oneof![
         n.clone().prop_map(Op::Create),
-        (n.clone(), 0u64..70_000, 0usize..9000, any::<u8>()).prop_map(|(a, o, l, b)| Op::Write(a, o, l, b)),
+        (n.clone(), 0u64..70_000, 0usize..9000, any::<u8>())
+            .prop_map(|(a, o, l, b)| Op::Write(a, o, l, b)),
         (n.clone(), 0u64..70_000).prop_map(|(a, s)| Op::Truncate(a, s)),
         (n.clone(), n.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
         (d.clone(), d.clone()).prop_map(|(a, b)| Op::RenameDir(a, b)),
@@ -56,12 +57,20 @@ fn apply(root: &Path, op: &Op) -> Result<(), i32> {
     let p = |i: usize| root.join(NAMES[i]);
     let d = |i: usize| root.join(DIRS[i]);
     let r: std::io::Result<()> = match op {
-        Op::Create(a) => OpenOptions::new().create(true).truncate(false).write(true).open(p(*a)).map(drop),
+        Op::Create(a) => OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(p(*a))
+            .map(drop),
         Op::Write(a, off, len, b) => OpenOptions::new()
             .write(true)
             .open(p(*a))
             .and_then(|f| f.write_all_at(&vec![*b; *len], *off)),
-        Op::Truncate(a, s) => OpenOptions::new().write(true).open(p(*a)).and_then(|f| f.set_len(*s)),
+        Op::Truncate(a, s) => OpenOptions::new()
+            .write(true)
+            .open(p(*a))
+            .and_then(|f| f.set_len(*s)),
         Op::Rename(a, b) => fs::rename(p(*a), p(*b)),
         Op::RenameDir(a, b) => fs::rename(d(*a), d(*b)),
         Op::Link(a, b) => fs::hard_link(p(*a), p(*b)),
