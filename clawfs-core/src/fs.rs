@@ -105,8 +105,31 @@ pub struct Counts {
     pub open_dirs: usize,
 }
 
+/// Fault injection for tests, from the environment of the daemon:
+/// `CLAWFS_FAULT_SLOW_LOOKUP=NAME=MS` makes every lookup of NAME take MS milliseconds.
+#[derive(Debug, Default)]
+struct Faults {
+    slow_lookup: Option<(OsString, std::time::Duration)>,
+}
+
+impl Faults {
+    fn from_env() -> Self {
+        let slow_lookup = std::env::var("CLAWFS_FAULT_SLOW_LOOKUP")
+            .ok()
+            .and_then(|v| {
+                let (name, ms) = v.rsplit_once('=')?;
+                Some((
+                    name.into(),
+                    std::time::Duration::from_millis(ms.parse().ok()?),
+                ))
+            });
+        Self { slow_lookup }
+    }
+}
+
 /// The ClawFS filesystem over one store.
 pub struct ClawFs {
+    faults: Faults,
     store: Store,
     inodes: InodeTable,
     files: HandleTable<OpenFile>,
@@ -159,6 +182,7 @@ impl ClawFs {
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
         Ok(Self {
+            faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
             store,
             files: HandleTable::default(),
@@ -273,6 +297,11 @@ impl ClawFs {
 
     /// Looks up `name` in `parent`.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        if let Some((slow, delay)) = &self.faults.slow_lookup {
+            if slow == name {
+                std::thread::sleep(*delay);
+            }
+        }
         let pnode = self.node(parent)?;
         let place = pnode.place.child(name).ok_or_else(not_found)?;
         let dir = self.open_path(&pnode)?;

@@ -43,6 +43,11 @@ impl Mounted {
 
     /// A fresh store mounted with extra `clawfs mount` arguments.
     pub fn with_args(args: &[&str]) -> Self {
+        Self::with_args_env(args, &[])
+    }
+
+    /// A fresh store mounted with extra arguments and daemon environment variables.
+    pub fn with_args_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("clawfs-test.")
             .tempdir_in("/tmp")
@@ -53,12 +58,16 @@ impl Mounted {
         let store = dir.path().join("store");
         std::fs::create_dir(&mnt).unwrap();
         let m = Mounted { dir, mnt, store };
-        m.mount(args);
+        m.mount_env(args, env);
         m
     }
 
     /// Mounts (again) at the same place.
     pub fn mount(&self, args: &[&str]) {
+        self.mount_env(args, &[])
+    }
+
+    fn mount_env(&self, args: &[&str], env: &[(&str, &str)]) {
         let mut all: Vec<&OsStr> = vec![
             OsStr::new("mount"),
             self.mnt.as_os_str(),
@@ -66,7 +75,11 @@ impl Mounted {
             self.store.as_os_str(),
         ];
         all.extend(args.iter().map(OsStr::new));
-        let out = clawfs(all);
+        let out = Command::new(clawfs_bin())
+            .args(all)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run clawfs");
         assert!(
             out.status.success(),
             "clawfs mount failed: {}",
