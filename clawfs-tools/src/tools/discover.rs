@@ -328,7 +328,7 @@ pub(crate) fn directory_tree(root: &ToolRoot, a: TreeArgs) -> ToolResult<TreeRes
             TreeNode {
                 name: e.name.clone(),
                 kind: EntryType::of(&e.meta),
-                size: e.meta.is_file().then(|| e.meta.len()),
+                size: e.meta.is_file().then_some(e.meta.len()),
                 children: (is_dir && e.depth < depth).then(Vec::new),
             },
         ));
