@@ -112,6 +112,7 @@ DAEMON_PID=""
 MOUNTED_FS=0
 MOUNTED_CLAWFS=0
 MOUNT_PID=""
+CLAWFS_STATUS=""
 
 is_mounted() { awk -v p="$1" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 
@@ -148,6 +149,7 @@ cleanup() {
         unmount_clawfs
     fi
     if ((MOUNTED_FS)) && is_mounted "$FS"; then
+        [[ -f $STORE/.clawfs/daemon.log ]] && cp "$STORE/.clawfs/daemon.log" "$RES/daemon.log"
         sync
         umount "$FS" 2>>"$LOG" || { sleep 1; umount "$FS" 2>>"$LOG"; } || umount -l "$FS"
     fi
@@ -310,6 +312,8 @@ if ((!NATIVE_ONLY)); then
         done
     fi
     log "ClawFS mounted (daemon pid ${DAEMON_PID:-unknown})"
+    CLAWFS_STATUS=$("$CLAWFS" status 2>&1) || true
+    echo "$CLAWFS_STATUS" >>"$LOG"
     mkdir -p "$CLAWDIR"
     TARGETS=(native clawfs)
 else
@@ -372,6 +376,7 @@ workload git_status 0.5 "git status, $K-file repo, warm"
 workload grep 0.5 "grep -r (working tree, .git excluded), warm"
 
 T_START=$(date +%s)
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 log "workloads: ${#WORKLOADS[@]} × ${TARGETS[*]}; log: $LOG"
 
 # Workloads are interleaved (native, then clawfs, for each) so slow drift on the shared
@@ -462,6 +467,7 @@ for t in "${TARGETS[@]}"; do
     else failed grep "$t"; fi
 done
 T_END=$(date +%s)
+LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- report
 if ((!NATIVE_ONLY)); then
@@ -470,6 +476,9 @@ if ((!NATIVE_ONLY)); then
     else
         PASSTHROUGH="on (default; used where the kernel allows)"
     fi
+    # What the daemon itself reports, e.g. "passthrough: requested".
+    pt=$(awk -v m="$MNT" '$1 == m":" { f = 1; next } /^[^ ]/ { f = 0 } f && /passthrough:/ { sub(/^ *passthrough: */, ""); print; exit }' <<<"${CLAWFS_STATUS:-}")
+    [[ -n $pt ]] && PASSTHROUGH="$PASSTHROUGH; clawfs status says: $pt"
 fi
 
 report() {
@@ -527,7 +536,8 @@ report() {
     echo "- stat = lstat of every file by path; readdir = opendir+readdir of the whole directory (no stat)"
     echo "- warm random reads: the file is read once through the mount first; O_DIRECT: caches dropped first"
     echo "- git repo: $N files (~1–3 KiB) in $(((N + 99) / 100)) directories two levels deep; grep pattern matches ~1% of files"
-    echo "- wall time of the run: $((T_END - T_START)) s"
+    echo "- wall time of the run: $((T_END - T_START)) s; load average at start $LOAD_START, at end $LOAD_END" \
+        "(other load on the $(nproc) CPUs skews both sides; rerun when it is high)"
 }
 
 REPORT=$(report)
