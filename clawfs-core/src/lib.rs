@@ -17,6 +17,7 @@ pub mod names;
 pub mod open_files;
 pub mod seed;
 pub mod store;
+pub mod virtual_files;
 pub mod xattrs;
 
 pub use error::{FsError, FsResult};

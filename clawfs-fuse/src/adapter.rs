@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use clawfs_core::attr::{Attr, FileKind};
 use clawfs_core::creds::Caller;
-use clawfs_core::fs::{Entry, RenameMode, SetAttr, SetTime};
+use clawfs_core::fs::{Entry, Opened, RenameMode, SetAttr, SetTime};
 use clawfs_core::open_files::{OpenFile, SharedByInode};
+use clawfs_core::virtual_files::VirtualInodes;
 use clawfs_core::{ClawFs, FsError};
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
@@ -112,10 +113,19 @@ impl Adapter {
         }
     }
 
+    /// How long the kernel may cache `ino`: generated files differ per caller, so never.
+    fn ttl(&self, ino: u64) -> Duration {
+        if VirtualInodes::is_virtual(ino) {
+            Duration::ZERO
+        } else {
+            self.config.ttl
+        }
+    }
+
     fn reply_entry(&self, op: &str, r: Result<Entry, FsError>, reply: ReplyEntry) {
         match r {
             Ok(e) => reply.entry(
-                &self.config.ttl,
+                &self.ttl(e.attr.ino),
                 &file_attr(&e.attr),
                 Generation(e.generation),
             ),
@@ -132,7 +142,7 @@ impl Adapter {
 
     fn reply_attr(&self, op: &str, r: Result<Attr, FsError>, reply: ReplyAttr) {
         match r {
-            Ok(a) => reply.attr(&self.config.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl(a.ino), &file_attr(&a)),
             Err(e) => reply.error(fail(op, e)),
         }
     }
@@ -357,16 +367,18 @@ impl Filesystem for Adapter {
         self.reply_entry("link", r, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
-        match self.fs.open(ino.0, flags.0) {
-            Ok((fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
+        match self.fs.open(&caller(req), ino.0, flags.0) {
+            Ok(Opened::Backing(fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
                 Some(id) => {
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
                     let _ = file.attachment.set(Box::new(id));
                 }
                 None => reply.opened(FileHandle(fh), FopenFlags::empty()),
             },
+            // Generated content: every read and write reaches the daemon.
+            Ok(Opened::Virtual(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(fail("open", e)),
         }
     }
@@ -411,7 +423,7 @@ impl Filesystem for Adapter {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -420,7 +432,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        match self.fs.read(fh.0, offset, size) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail("read", e)),
         }
@@ -429,7 +441,7 @@ impl Filesystem for Adapter {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -439,7 +451,7 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _s = tracing::debug_span!("write", fh = fh.0, offset, len = data.len()).entered();
-        match self.fs.write(fh.0, offset, data) {
+        match self.fs.write(ino.0, fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("write", e)),
         }
@@ -460,7 +472,7 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -468,19 +480,19 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
-        Self::reply_empty("release", self.fs.release(fh.0), reply);
+        Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
     }
 
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fsync", fh = fh.0).entered();
-        Self::reply_empty("fsync", self.fs.fsync(fh.0, datasync), reply);
+        Self::reply_empty("fsync", self.fs.fsync(ino.0, fh.0, datasync), reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -175,6 +175,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     unsafe { libc::umask(0) };
     let store_root = store.root().to_path_buf();
     let fs = ClawFs::new(store).context("opening the store root")?;
+    fs.set_mountpoint(mp.to_path_buf());
     let adapter = Adapter::new(
         fs,
         AdapterConfig {

@@ -27,7 +27,10 @@ use crate::names;
 use crate::open_files::{DirEntry, HandleTable, OpenDir, OpenFile};
 use crate::seed;
 use crate::store::Store;
+use crate::virtual_files::{VirtualHandle, VirtualInodes};
 use crate::xattrs::{self, ClawfsAttr};
+
+mod virtuals;
 
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]
@@ -134,6 +137,20 @@ pub struct ClawFs {
     inodes: InodeTable,
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
+    virtuals: VirtualInodes,
+    vfiles: HandleTable<VirtualHandle>,
+    /// Where the store is mounted, for tool requests that use absolute paths.
+    mountpoint: std::sync::OnceLock<std::path::PathBuf>,
+    /// When the daemon started: the times of virtual nodes.
+    started: SystemTime,
+}
+
+/// What `open` opened.
+pub enum Opened {
+    /// A backing file; the adapter may register it for passthrough.
+    Backing(u64, Arc<OpenFile>),
+    /// A generated file: never passthrough, never cached.
+    Virtual(u64),
 }
 
 fn not_found() -> FsError {
@@ -187,7 +204,16 @@ impl ClawFs {
             store,
             files: HandleTable::default(),
             dirs: HandleTable::default(),
+            virtuals: VirtualInodes::default(),
+            vfiles: HandleTable::default(),
+            mountpoint: Default::default(),
+            started: SystemTime::now(),
         })
+    }
+
+    /// Records where the store is mounted (tool requests may use absolute paths under it).
+    pub fn set_mountpoint(&self, mountpoint: std::path::PathBuf) {
+        let _ = self.mountpoint.set(mountpoint);
     }
 
     /// The store being served.
@@ -209,6 +235,10 @@ impl ClawFs {
     }
 
     fn node(&self, ino: u64) -> FsResult<Node> {
+        if VirtualInodes::is_virtual(ino) {
+            // Generated files have no backing node: nothing but their own calls applies.
+            return Err(errno(libc::EPERM));
+        }
         self.inodes.get(ino).ok_or(FsError::UnknownInode(ino))
     }
 
@@ -247,6 +277,11 @@ impl ClawFs {
 
     /// May something named `name` of kind `kind` be created in `parent`? Returns its place.
     fn check_create(&self, parent: &Node, name: &OsStr, kind: FileKind) -> FsResult<Place> {
+        if crate::virtual_files::child_of_place(parent.place, name).is_some()
+            || is_private(parent.place, name)
+        {
+            return Err(FsError::Managed(name.to_string_lossy().into_owned()));
+        }
         match parent.place {
             Place::MountRoot => return Err(FsError::FixedRoot),
             p if p.area().is_read_only() => return Err(FsError::ReadOnly(p.area())),
@@ -273,6 +308,9 @@ impl ClawFs {
 
     /// May `name` in `parent` be removed, renamed or replaced?
     fn check_remove(&self, parent: &Node, name: &OsStr) -> FsResult<()> {
+        if is_private(parent.place, name) {
+            return Err(not_found());
+        }
         match parent.place {
             Place::MountRoot => Err(FsError::FixedRoot),
             p if p.area().is_read_only() => Err(FsError::ReadOnly(p.area())),
@@ -302,7 +340,13 @@ impl ClawFs {
                 std::thread::sleep(*delay);
             }
         }
+        if let Some(entry) = self.lookup_virtual(parent, name)? {
+            return Ok(entry);
+        }
         let pnode = self.node(parent)?;
+        if is_private(pnode.place, name) {
+            return Err(not_found());
+        }
         let place = pnode.place.child(name).ok_or_else(not_found)?;
         let dir = self.open_path(&pnode)?;
         self.entry_at(dir.as_fd(), name, place)
@@ -315,6 +359,9 @@ impl ClawFs {
 
     /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.virtual_attr(ino);
+        }
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
             return self.attr_of(&file.file);
         }
@@ -331,6 +378,9 @@ impl ClawFs {
         fh: Option<u64>,
         change: SetAttr,
     ) -> FsResult<Attr> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.virtual_setattr(ino, fh, change);
+        }
         let node = self.node(ino)?;
         self.check_modify(&node)?;
         let fd = self.open_path(&node)?;
@@ -557,7 +607,10 @@ impl ClawFs {
     // ---- files ----------------------------------------------------------------------------
 
     /// Opens `ino` with `flags` (the caller's open flags).
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, Arc<OpenFile>)> {
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.open_virtual(caller, ino, flags).map(Opened::Virtual);
+        }
         let node = self.node(ino)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if writes && node.place.area().is_read_only() {
@@ -565,11 +618,12 @@ impl ClawFs {
         }
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
         let fd = node.handle.open(self.mount_fd(), flags)?;
-        Ok(self.files.insert(OpenFile {
+        let (fh, file) = self.files.insert(OpenFile {
             ino,
             file: File::from(fd),
             attachment: Default::default(),
-        }))
+        });
+        Ok(Opened::Backing(fh, file))
     }
 
     /// A read-write descriptor of `ino` for kernel passthrough, shared by every open of the
@@ -629,7 +683,10 @@ impl ClawFs {
     }
 
     /// Reads up to `size` bytes at `offset` (fewer only at end of file).
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.read_virtual(fh, offset, size);
+        }
         let file = self.files.get(fh)?;
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;
@@ -646,14 +703,20 @@ impl ClawFs {
     }
 
     /// Writes `data` at `offset` (appends when the file was opened `O_APPEND`).
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.write_virtual(fh, offset, data);
+        }
         let file = self.files.get(fh)?;
         let n = file.file.write_at(data, offset)?;
         Ok(n as u32)
     }
 
     /// Flushes buffered state of `fh` to the store.
-    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            return Ok(());
+        }
         let file = self.files.get(fh)?;
         if datasync {
             file.file.sync_data()?;
@@ -664,7 +727,11 @@ impl ClawFs {
     }
 
     /// Closes `fh`.
-    pub fn release(&self, fh: u64) -> FsResult<()> {
+    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            self.vfiles.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+            return Ok(());
+        }
         self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
         Ok(())
     }
@@ -721,12 +788,18 @@ impl ClawFs {
 
     /// Opens the directory `ino`.
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
-        let node = self.node(ino)?;
-        // Opening now reports a vanished or unreadable directory at opendir, not later.
-        drop(
-            node.handle
-                .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?,
-        );
+        if VirtualInodes::is_virtual(ino) {
+            if !self.virtual_node(ino)?.is_dir() {
+                return Err(errno(libc::ENOTDIR));
+            }
+        } else {
+            let node = self.node(ino)?;
+            // Opening now reports a vanished or unreadable directory at opendir, not later.
+            drop(
+                node.handle
+                    .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?,
+            );
+        }
         Ok(self
             .dirs
             .insert(OpenDir {
@@ -751,6 +824,9 @@ impl ClawFs {
     }
 
     fn list_dir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.list_virtual_dir(ino);
+        }
         let node = self.node(ino)?;
         let fd = node
             .handle
@@ -783,6 +859,11 @@ impl ClawFs {
             if node.place == Place::MountRoot && Area::from_dir_name(name).is_none() {
                 continue; // the private area and strays are not part of the namespace
             }
+            if is_private(node.place, name)
+                || crate::virtual_files::child_of_place(node.place, name).is_some()
+            {
+                continue; // hidden, or shadowed by a generated file
+            }
             let kind = match ent.file_type() {
                 rustix::fs::FileType::Unknown => {
                     let st = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -793,6 +874,19 @@ impl ClawFs {
             out.push(DirEntry {
                 ino: self.inodes.mount_ino(ent.ino()),
                 kind,
+                name: OsString::from(name),
+            });
+        }
+        for name in crate::virtual_files::children_of_place(node.place) {
+            let v = crate::virtual_files::child_of_place(node.place, OsStr::new(name))
+                .expect("listed virtual children exist");
+            out.push(DirEntry {
+                ino: self.virtuals.ino(&v),
+                kind: if v.is_dir() {
+                    FileKind::Dir
+                } else {
+                    FileKind::File
+                },
                 name: OsString::from(name),
             });
         }
@@ -847,7 +941,7 @@ impl ClawFs {
     /// The value of xattr `name`; only `user.*` attributes exist.
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
         let name = name.to_str().filter(|n| xattrs::is_user(n));
-        let Some(name) = name else {
+        let Some(name) = name.filter(|_| !VirtualInodes::is_virtual(ino)) else {
             return Err(errno(libc::ENODATA));
         };
         let node = self.node(ino)?;
@@ -859,6 +953,9 @@ impl ClawFs {
 
     /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
     pub fn listxattr(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+        if VirtualInodes::is_virtual(ino) {
+            return Ok(Vec::new());
+        }
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
         let _as = AsCaller::enter(caller)?;
@@ -952,6 +1049,12 @@ impl ClawFs {
         atomic_write_at(ws.as_fd(), "metadata.json", &bytes, mode)?;
         Ok(())
     }
+}
+
+/// ClawFS's private directory inside a workspace (tool trash and backups), hidden from the mount
+/// like the store's own private area.
+fn is_private(place: Place, name: &OsStr) -> bool {
+    place == Place::WorkspaceRoot && name == crate::store::PRIVATE_DIR
 }
 
 /// Writes `name` in the directory `dir` via a temp file, fsync and rename, with the current

@@ -1,0 +1,277 @@
+//! Serving the generated files (`agents/self`, `tools/call/<tool>`): lookup, attributes, open,
+//! read, write. See [`crate::virtual_files`] for what they are.
+
+use std::ffi::{OsStr, OsString};
+use std::sync::PoisonError;
+
+use super::{errno, ClawFs, Entry};
+use crate::attr::{Attr, FileKind};
+use crate::creds::{AsCaller, Caller};
+use crate::error::{FsError, FsResult};
+use crate::open_files::DirEntry;
+use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualInodes, VirtualNode};
+
+impl ClawFs {
+    /// The node of a virtual inode number.
+    pub(super) fn virtual_node(&self, ino: u64) -> FsResult<VirtualNode> {
+        self.virtuals.node(ino).ok_or(FsError::UnknownInode(ino))
+    }
+
+    /// A virtual child of `parent`, if `name` is one.
+    pub(super) fn lookup_virtual(&self, parent: u64, name: &OsStr) -> FsResult<Option<Entry>> {
+        let node = if VirtualInodes::is_virtual(parent) {
+            let dir = self.virtual_node(parent)?;
+            Some(virtual_files::child_of_virtual(&dir, name).ok_or_else(|| errno(libc::ENOENT))?)
+        } else {
+            let pnode = self.node(parent)?;
+            virtual_files::child_of_place(pnode.place, name)
+        };
+        Ok(node.map(|n| Entry {
+            attr: self.attr_of_virtual(&n),
+            generation: 0,
+        }))
+    }
+
+    fn attr_of_virtual(&self, node: &VirtualNode) -> Attr {
+        Attr {
+            ino: self.virtuals.ino(node),
+            // The content depends on the caller and the request: reads go to the daemon
+            // (direct I/O), which serves whatever length there is.
+            size: 0,
+            blocks: 0,
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            kind: if node.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            },
+            perm: node.perm(),
+            nlink: if node.is_dir() { 2 } else { 1 },
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+        }
+    }
+
+    pub(super) fn virtual_attr(&self, ino: u64) -> FsResult<Attr> {
+        Ok(self.attr_of_virtual(&self.virtual_node(ino)?))
+    }
+
+    /// Only truncation to zero (a shell's `>`) is accepted: it clears the request.
+    pub(super) fn virtual_setattr(
+        &self,
+        ino: u64,
+        fh: Option<u64>,
+        change: super::SetAttr,
+    ) -> FsResult<Attr> {
+        let only_truncate = change.mode.is_none()
+            && change.uid.is_none()
+            && change.gid.is_none()
+            && change.size == Some(0);
+        let times_only = change.size.is_none()
+            && change.mode.is_none()
+            && change.uid.is_none()
+            && change.gid.is_none();
+        if !(only_truncate || times_only) {
+            return Err(errno(libc::EPERM));
+        }
+        if let (true, Some(fh)) = (only_truncate, fh) {
+            let handle = self.vfiles.get(fh)?;
+            *handle.state.lock().unwrap_or_else(PoisonError::into_inner) = Exchange::default();
+        }
+        self.virtual_attr(ino)
+    }
+
+    pub(super) fn open_virtual(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<u64> {
+        let node = self.virtual_node(ino)?;
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let mut exchange = Exchange::default();
+        match &node {
+            VirtualNode::SelfInfo if writes => return Err(errno(libc::EACCES)),
+            VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
+            VirtualNode::CallDir => return Err(errno(libc::EISDIR)),
+            VirtualNode::Call(_) => {}
+        }
+        let (fh, _) = self.vfiles.insert(VirtualHandle {
+            node,
+            caller: *caller,
+            state: std::sync::Mutex::new(exchange),
+        });
+        Ok(fh)
+    }
+
+    pub(super) fn write_virtual(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let handle = self.vfiles.get(fh)?;
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match handle.node {
+            VirtualNode::Call(_) => Ok(state.write(offset, data).map_err(errno)? as u32),
+            _ => Err(errno(libc::EBADF)),
+        }
+    }
+
+    pub(super) fn read_virtual(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let handle = self.vfiles.get(fh)?;
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_none() {
+            if let VirtualNode::Call(tool) = &handle.node {
+                // The call runs on this request thread; the other threads keep serving.
+                let response = self.run_tool(&handle.caller, tool, &state.request);
+                state.response = Some(response);
+            }
+        }
+        Ok(state.read(offset, size as usize).to_vec())
+    }
+
+    pub(super) fn list_virtual_dir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let dir = self.virtual_node(ino)?;
+        let parent = self.inodes.mount_ino(
+            rustix::fs::stat(self.store.root().join(crate::area::Area::Tools.dir_name()))?.st_ino,
+        );
+        let mut out = vec![
+            DirEntry {
+                ino,
+                kind: FileKind::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: parent,
+                kind: FileKind::Dir,
+                name: "..".into(),
+            },
+        ];
+        for child in virtual_files::children_of_virtual(&dir) {
+            let name = match &child {
+                VirtualNode::Call(t) => OsString::from(t),
+                other => OsString::from(format!("{other:?}")),
+            };
+            out.push(DirEntry {
+                ino: self.virtuals.ino(&child),
+                kind: if child.is_dir() {
+                    FileKind::Dir
+                } else {
+                    FileKind::File
+                },
+                name,
+            });
+        }
+        Ok(out)
+    }
+
+    /// What `agents/self` says to `caller`.
+    fn self_info(&self, caller: &Caller) -> Vec<u8> {
+        let identity = if caller.uid == 0 { "admin" } else { "user" };
+        let mut out = serde_json::to_vec_pretty(&serde_json::json!({
+            "identity": identity,
+            "agent": null,
+            "uid": caller.uid,
+            "gid": caller.gid,
+            "pid": caller.pid,
+        }))
+        .expect("JSON serialises");
+        out.push(b'\n');
+        out
+    }
+
+    /// Runs one tool call for `caller`, with the caller's credentials, and returns the JSON
+    /// response. Every failure is a JSON error response, never an errno.
+    fn run_tool(&self, caller: &Caller, tool: &str, request: &[u8]) -> Vec<u8> {
+        let (workspace, request) = split_workspace(request);
+        let error = |code: &str, message: String| {
+            let mut v = serde_json::to_vec(&serde_json::json!({
+                "ok": false, "error": code, "message": message
+            }))
+            .expect("JSON serialises");
+            v.push(b'\n');
+            v
+        };
+        if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
+            return error("invalid_args", format!("\"workspace\": {e}"));
+        }
+        let ws_dir = self
+            .store
+            .root()
+            .join(crate::area::Area::Workspaces.dir_name())
+            .join(&workspace);
+        if !ws_dir.is_dir() {
+            return error(
+                "not_found",
+                format!("there is no workspace {workspace:?}; list /workspaces to see them"),
+            );
+        }
+        if let Err(e) = self.prepare_tool_dirs(&ws_dir) {
+            return error("io_error", format!("preparing the workspace's trash: {e}"));
+        }
+        let mut root = match clawfs_tools::ToolRoot::new(&ws_dir) {
+            Ok(r) => r,
+            Err(e) => return error("io_error", e.to_string()),
+        };
+        root = root.with_alias(format!("/workspaces/{workspace}"));
+        if let Some(mp) = self.mountpoint.get() {
+            root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
+        }
+        let _as = match AsCaller::enter(caller) {
+            Ok(guard) => guard,
+            Err(e) => return error("io_error", e.to_string()),
+        };
+        let mut out = clawfs_tools::call(&root, tool, &request);
+        if out.last() != Some(&b'\n') {
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// The workspace's private trash and backup folders, shared by all its users like /tmp.
+    fn prepare_tool_dirs(&self, ws_dir: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let private = ws_dir.join(crate::store::PRIVATE_DIR);
+        for dir in [
+            private.clone(),
+            private.join("trash"),
+            private.join("backups"),
+        ] {
+            match std::fs::DirBuilder::new().mode(0o1777).create(&dir) {
+                Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes the optional `"workspace"` argument (default `default`) out of a request; a request
+/// that is not a JSON object is passed on unchanged for the tool layer to report.
+fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
+    let default = || ("default".to_string(), request.to_vec());
+    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_slice(request) else {
+        return default();
+    };
+    match obj.remove("workspace") {
+        Some(serde_json::Value::String(ws)) => (
+            ws,
+            serde_json::to_vec(&serde_json::Value::Object(obj)).expect("JSON serialises"),
+        ),
+        Some(_) => ("".into(), request.to_vec()),
+        None => default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_workspace;
+
+    #[test]
+    fn workspace_argument_is_taken_out() {
+        let (ws, rest) = split_workspace(br#"{"workspace":"notes","path":"a.md"}"#);
+        assert_eq!(ws, "notes");
+        assert_eq!(rest, br#"{"path":"a.md"}"#);
+        let (ws, rest) = split_workspace(b"not json");
+        assert_eq!(
+            (ws.as_str(), rest.as_slice()),
+            ("default", &b"not json"[..])
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! Files the daemon generates instead of storing: `agents/self` (who ClawFS thinks the caller
+//! is) and the tool-call interface `tools/call/<tool>`. They have inode numbers of their own
+//! (top bit set, never a backing inode number), are never passthrough, and their content depends
+//! on the caller, so the kernel is told not to cache them.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::{Mutex, PoisonError};
+
+use crate::area::{Area, Place};
+
+/// First inode number of virtual nodes. Backing filesystems hand out far smaller numbers.
+pub const VIRTUAL_INO_BASE: u64 = 1 << 63;
+
+/// The largest request a tool call accepts through the mount; larger writes fail with EFBIG.
+pub const MAX_CALL_REQUEST: usize = 4 << 20;
+
+/// A generated node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum VirtualNode {
+    /// `agents/self`: the caller's identity as JSON.
+    SelfInfo,
+    /// `tools/call/`: one file per tool.
+    CallDir,
+    /// `tools/call/<tool>`: write a JSON request, read the JSON response, on one descriptor.
+    Call(String),
+}
+
+impl VirtualNode {
+    /// Whether this node is a directory.
+    pub fn is_dir(&self) -> bool {
+        matches!(self, VirtualNode::CallDir)
+    }
+
+    /// The place of a virtual directory, for its children's rules.
+    pub fn place(&self) -> Place {
+        match self {
+            VirtualNode::SelfInfo => Place::Inside(Area::Agents),
+            VirtualNode::CallDir | VirtualNode::Call(_) => Place::Inside(Area::Tools),
+        }
+    }
+
+    /// Permission bits: the call files are writable by everyone (the call runs as the caller,
+    /// with exactly the caller's access), `self` is read-only.
+    pub fn perm(&self) -> u16 {
+        match self {
+            VirtualNode::SelfInfo => 0o444,
+            VirtualNode::CallDir => 0o555,
+            VirtualNode::Call(_) => 0o666,
+        }
+    }
+}
+
+/// The virtual child `name` of a real directory at `place`, if there is one.
+pub fn child_of_place(place: Place, name: &OsStr) -> Option<VirtualNode> {
+    match (place, name.to_str()?) {
+        (Place::AreaRoot(Area::Agents), "self") => Some(VirtualNode::SelfInfo),
+        (Place::AreaRoot(Area::Tools), "call") => Some(VirtualNode::CallDir),
+        _ => None,
+    }
+}
+
+/// The virtual names listed in a real directory at `place`.
+pub fn children_of_place(place: Place) -> &'static [&'static str] {
+    match place {
+        Place::AreaRoot(Area::Agents) => &["self"],
+        Place::AreaRoot(Area::Tools) => &["call"],
+        _ => &[],
+    }
+}
+
+/// The child `name` of a virtual directory.
+pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> {
+    match dir {
+        VirtualNode::CallDir => {
+            let name = name.to_str()?;
+            clawfs_tools::TOOL_NAMES
+                .contains(&name)
+                .then(|| VirtualNode::Call(name.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// The children of a virtual directory.
+pub fn children_of_virtual(dir: &VirtualNode) -> Vec<VirtualNode> {
+    match dir {
+        VirtualNode::CallDir => clawfs_tools::TOOL_NAMES
+            .iter()
+            .map(|t| VirtualNode::Call(t.to_string()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Interns virtual nodes: one stable inode number per node for the life of the mount.
+#[derive(Default)]
+pub struct VirtualInodes {
+    maps: Mutex<(HashMap<VirtualNode, u64>, HashMap<u64, VirtualNode>)>,
+}
+
+impl VirtualInodes {
+    /// Whether `ino` is a virtual inode number.
+    pub fn is_virtual(ino: u64) -> bool {
+        ino >= VIRTUAL_INO_BASE
+    }
+
+    /// The inode number of `node`.
+    pub fn ino(&self, node: &VirtualNode) -> u64 {
+        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&ino) = maps.0.get(node) {
+            return ino;
+        }
+        let ino = VIRTUAL_INO_BASE + maps.0.len() as u64 + 1;
+        maps.0.insert(node.clone(), ino);
+        maps.1.insert(ino, node.clone());
+        ino
+    }
+
+    /// The node of a virtual inode number.
+    pub fn node(&self, ino: u64) -> Option<VirtualNode> {
+        let maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        maps.1.get(&ino).cloned()
+    }
+}
+
+/// One open of a virtual file: what the caller wrote and what it reads back.
+#[derive(Debug)]
+pub struct VirtualHandle {
+    /// The node opened.
+    pub node: VirtualNode,
+    /// The opener.
+    pub caller: crate::creds::Caller,
+    /// State of the exchange.
+    pub state: Mutex<Exchange>,
+}
+
+/// The request/response exchange of one open virtual file.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    /// Bytes written so far (the request).
+    pub request: Vec<u8>,
+    /// The response, once produced.
+    pub response: Option<Vec<u8>>,
+    /// The file offset of the first read of the response: reads are relative to it, so a
+    /// program reading at offset 0 and a shell reading on after its write both see the
+    /// response from its start.
+    pub read_base: Option<u64>,
+}
+
+impl Exchange {
+    /// Appends or overwrites request bytes at `offset`; a write after a response starts a new
+    /// call on the same descriptor.
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<usize, i32> {
+        if self.response.is_some() {
+            *self = Exchange::default();
+        }
+        let end = (offset as usize)
+            .checked_add(data.len())
+            .ok_or(libc::EFBIG)?;
+        if end > MAX_CALL_REQUEST {
+            return Err(libc::EFBIG);
+        }
+        if self.request.len() < end {
+            self.request.resize(end, 0);
+        }
+        self.request[offset as usize..end].copy_from_slice(data);
+        Ok(data.len())
+    }
+
+    /// The response bytes a read at `offset` of `size` returns.
+    pub fn read(&mut self, offset: u64, size: usize) -> &[u8] {
+        let base = *self.read_base.get_or_insert(offset);
+        let response = self.response.as_deref().unwrap_or_default();
+        let start = (offset.saturating_sub(base) as usize).min(response.len());
+        let end = start.saturating_add(size).min(response.len());
+        &response[start..end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inodes_are_stable_and_virtual() {
+        let v = VirtualInodes::default();
+        let a = v.ino(&VirtualNode::SelfInfo);
+        let b = v.ino(&VirtualNode::Call("info".into()));
+        assert_ne!(a, b);
+        assert_eq!(a, v.ino(&VirtualNode::SelfInfo));
+        assert!(VirtualInodes::is_virtual(a) && VirtualInodes::is_virtual(b));
+        assert_eq!(v.node(b), Some(VirtualNode::Call("info".into())));
+    }
+
+    #[test]
+    fn exchange_reads_relative_to_the_first_read() {
+        let mut x = Exchange::default();
+        assert_eq!(x.write(0, b"{\"a\":1}"), Ok(7));
+        x.response = Some(b"RESPONSE".to_vec());
+        // A shell reads on from where it wrote.
+        assert_eq!(x.read(7, 4), b"RESP");
+        assert_eq!(x.read(11, 100), b"ONSE");
+        assert_eq!(x.read(15, 100), b"");
+        // Writing again starts a new call.
+        x.write(0, b"{}").unwrap();
+        assert!(x.response.is_none());
+        assert_eq!(x.write(0, &vec![0; MAX_CALL_REQUEST + 1]), Err(libc::EFBIG));
+    }
+}
