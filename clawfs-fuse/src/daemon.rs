@@ -174,6 +174,8 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
     let store_root = store.root().to_path_buf();
+    // A new build may serve new tools: their definitions are files under tools/.
+    clawfs_core::seed::write_tool_registry(&store_root).context("writing the tool registry")?;
     let fs = ClawFs::new(store).context("opening the store root")?;
     fs.set_mountpoint(mp.to_path_buf());
     let adapter = Adapter::new(

@@ -76,7 +76,18 @@ fn init_lays_out_real_content() {
     assert!(m.path("system/apparmor/clawos-fs").is_file());
     let reg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(m.path("tools/registry.json")).unwrap()).unwrap();
-    assert!(reg["tools"].is_array());
+    let listed = reg["tools"].as_array().unwrap();
+    assert_eq!(listed.len(), clawfs_tools::TOOL_NAMES.len());
+    for tool in clawfs_tools::TOOL_NAMES {
+        let def: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(m.path(&format!("tools/definitions/tool-{tool}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            def.to_string().contains("\"properties\""),
+            "{tool} has a schema"
+        );
+    }
     assert!(m.path("vault/secrets").is_dir() && m.path("vault/archive").is_dir());
 }
 
