@@ -13,7 +13,7 @@ use crate::fsops::{read_limited, rfc3339, stream_info, unix_secs};
 use crate::limits::*;
 use crate::paths::{show, Lookup, Walk};
 use crate::policy::Access;
-use crate::text::{decode, lines, show_line, slice_lines};
+use crate::text::{count_lines, decode_owned, line_window, lines, show_line, slice_lines};
 use crate::ToolRoot;
 
 /// Arguments naming one path.
@@ -145,7 +145,7 @@ pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
 pub(crate) fn load_text(root: &ToolRoot, path: &str) -> ToolResult<(String, String)> {
     let f = root.existing_file(path, Access::Read)?;
     let bytes = read_limited(&f.abs, &f.rel, root.limits().max_text_file_bytes)?;
-    let text = decode(&bytes, &f.rel)?.to_string();
+    let text = decode_owned(bytes, &f.rel)?;
     Ok((f.rel, text))
 }
 
@@ -429,12 +429,12 @@ pub struct RangeResult {
 
 fn range(
     rel: String,
-    ls: &[&str],
+    text: &str,
     start: usize,
     want_end: usize,
     numbers: bool,
 ) -> ToolResult<RangeResult> {
-    let total = ls.len();
+    let total = count_lines(text);
     if start == 0 {
         return Err(ToolError::InvalidArgs(
             "start is 1-based: the first line is 1.".into(),
@@ -452,7 +452,9 @@ fn range(
         )));
     }
     let capped_end = want_end.min(total).min(start + READ_MAX_LINES - 1);
-    let (text, end) = slice_lines(ls, start, capped_end, READ_MAX_CHARS, numbers);
+    let window = line_window(text, start, capped_end);
+    let (text, last) = slice_lines(&window, 1, window.len(), READ_MAX_CHARS, numbers, start - 1);
+    let end = start - 1 + last;
     Ok(RangeResult {
         path: rel,
         start,
@@ -466,9 +468,8 @@ fn range(
 
 pub(crate) fn read_range(root: &ToolRoot, a: RangeArgs) -> ToolResult<RangeResult> {
     let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
     let end = a.end.unwrap_or(a.start.saturating_add(READ_MAX_LINES - 1));
-    range(rel, &ls, a.start, end, a.line_numbers)
+    range(rel, &text, a.start, end, a.line_numbers)
 }
 
 fn empty_range(rel: String) -> RangeResult {
@@ -485,29 +486,28 @@ fn empty_range(rel: String) -> RangeResult {
 
 pub(crate) fn head(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
     let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
     let n = a
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    if ls.is_empty() {
+    if text.is_empty() {
         return Ok(empty_range(rel));
     }
-    range(rel, &ls, 1, n, a.line_numbers)
+    range(rel, &text, 1, n, a.line_numbers)
 }
 
 pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
     let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
     let n = a
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    if ls.is_empty() {
+    if text.is_empty() {
         return Ok(empty_range(rel));
     }
-    let start = ls.len().saturating_sub(n) + 1;
-    range(rel, &ls, start, ls.len(), a.line_numbers)
+    let total = count_lines(&text);
+    let start = total.saturating_sub(n) + 1;
+    range(rel, &text, start, total, a.line_numbers)
 }
 
 /// `read_file` arguments.
@@ -556,8 +556,7 @@ pub(crate) fn read_file_budget(
     max_chars: usize,
 ) -> ToolResult<ReadFileResult> {
     let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
-    let total = ls.len();
+    let total = count_lines(&text);
     let start = a.start.unwrap_or(1);
     if start == 0 {
         return Err(ToolError::InvalidArgs(
@@ -587,13 +586,16 @@ pub(crate) fn read_file_budget(
             "end ({want_end}) is before start ({start})."
         )));
     }
-    let (content, end) = slice_lines(
-        &ls,
-        start,
-        want_end,
+    let window = line_window(&text, start, want_end);
+    let (content, last) = slice_lines(
+        &window,
+        1,
+        window.len(),
         max_chars,
         a.line_numbers.unwrap_or(true),
+        start - 1,
     );
+    let end = start - 1 + last;
     let truncated = end < want_end;
     let note = truncated.then(|| {
         format!(
