@@ -21,7 +21,7 @@ mod registry;
 mod text;
 mod tools;
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -47,7 +47,8 @@ pub struct ToolRoot {
     aliases: Vec<String>,
     policy: Arc<dyn AccessCheck>,
     limits: Limits,
-    locks: PathLocks,
+    /// The process-wide lock table, so roots built per call still serialize edits of one file.
+    locks: &'static PathLocks,
 }
 
 impl std::fmt::Debug for ToolRoot {
@@ -81,7 +82,7 @@ impl ToolRoot {
             aliases: Vec::new(),
             policy: Arc::new(DefaultPolicy::default()),
             limits: Limits::default(),
-            locks: PathLocks::default(),
+            locks: &PATH_LOCKS,
         })
     }
 
@@ -250,12 +251,17 @@ fn render(r: ToolResult<Value>) -> Vec<u8> {
 }
 
 /// Per-path write locks, so two mutating calls on one file run one after the other (the second
-/// sees the first's result, e.g. a new hash). Keys are real absolute paths.
-#[derive(Default)]
+/// sees the first's result, e.g. a new hash). Keys are real absolute paths. One table for the
+/// process: the daemon may build a `ToolRoot` per call.
 struct PathLocks {
-    held: Mutex<HashSet<PathBuf>>,
+    held: Mutex<BTreeSet<PathBuf>>,
     freed: Condvar,
 }
+
+static PATH_LOCKS: PathLocks = PathLocks {
+    held: Mutex::new(BTreeSet::new()),
+    freed: Condvar::new(),
+};
 
 /// Holds the locks on a set of paths until dropped.
 struct PathGuard<'a> {

@@ -370,10 +370,19 @@ fn concurrent_patches_on_same_base_exactly_one_wins() {
                 let sha = sha.clone();
                 std::thread::spawn(move || {
                     let patch = format!("@@ -3 +3 @@\n-intro\n+{word}\n");
-                    w.call(
-                        "apply_patch",
-                        json!({"path": "c.md", "base_sha256": sha, "patch": patch}),
-                    )
+                    let req = json!({"path": "c.md", "base_sha256": sha, "patch": patch});
+                    // Half the callers build their own root, as a daemon may per call.
+                    if word.len() % 2 == 0 {
+                        let own = ToolRoot::new(&w.dir).unwrap();
+                        serde_json::from_slice::<Value>(&call(
+                            &own,
+                            "apply_patch",
+                            req.to_string().as_bytes(),
+                        ))
+                        .unwrap()
+                    } else {
+                        w.call("apply_patch", req)
+                    }
                 })
             })
             .collect();
