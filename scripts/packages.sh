@@ -33,7 +33,7 @@ clawfs_require_cargo() {
     for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
       [ -x "$d/cargo" ] && export PATH="$d:$PATH" && return 0
     done
-    echo "$0: cargo not found: install a stable Rust toolchain (>= 1.85) first, e.g. with rustup" >&2
+    echo "$0: cargo not found: install a stable Rust toolchain (>= 1.88) first, e.g. with rustup" >&2
     exit 1
   fi
 }

@@ -36,6 +36,8 @@ pub struct DirEntry {
 pub struct OpenDir {
     /// Inode number on the mount.
     pub ino: u64,
+    /// Who opened it (generated directories list per caller).
+    pub caller: crate::creds::Caller,
     /// The snapshot of entries being served.
     pub entries: Mutex<Arc<Vec<DirEntry>>>,
 }

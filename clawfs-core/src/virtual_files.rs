@@ -24,19 +24,55 @@ pub enum VirtualNode {
     CallDir,
     /// `tools/call/<tool>`: write a JSON request, read the JSON response, on one descriptor.
     Call(String),
+    /// `tools/requests/`: write `<id>.json` (the arguments plus `"tool"`); closing it runs the call.
+    RequestsDir,
+    /// `tools/responses/`: `<id>.json` holds the answer, visible to its caller only.
+    ResponsesDir,
+    /// A request being written by `owner`.
+    Request {
+        /// Whose request (see `ClawFs::owner_key`).
+        owner: String,
+        /// The id from the file name.
+        id: String,
+    },
+    /// A response kept for `owner`.
+    Response {
+        /// Whose response.
+        owner: String,
+        /// The id from the file name.
+        id: String,
+    },
+}
+
+/// The largest number of responses kept per caller; the oldest go first.
+pub const MAX_RESPONSES_PER_CALLER: usize = 256;
+
+/// The id of a request or response file name: `<id>.json`, id of `[A-Za-z0-9._-]`, 1–128 bytes.
+pub fn request_id(name: &OsStr) -> Option<&str> {
+    let id = name.to_str()?.strip_suffix(".json")?;
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    ok.then_some(id)
 }
 
 impl VirtualNode {
     /// Whether this node is a directory.
     pub fn is_dir(&self) -> bool {
-        matches!(self, VirtualNode::CallDir)
+        matches!(
+            self,
+            VirtualNode::CallDir | VirtualNode::RequestsDir | VirtualNode::ResponsesDir
+        )
     }
 
     /// The place of a virtual directory, for its children's rules.
     pub fn place(&self) -> Place {
         match self {
             VirtualNode::SelfInfo => Place::Inside(Area::Agents),
-            VirtualNode::CallDir | VirtualNode::Call(_) => Place::Inside(Area::Tools),
+            _ => Place::Inside(Area::Tools),
         }
     }
 
@@ -44,9 +80,11 @@ impl VirtualNode {
     /// with exactly the caller's access), `self` is read-only.
     pub fn perm(&self) -> u16 {
         match self {
-            VirtualNode::SelfInfo => 0o444,
+            VirtualNode::SelfInfo | VirtualNode::Response { .. } => 0o444,
             VirtualNode::CallDir => 0o555,
-            VirtualNode::Call(_) => 0o666,
+            // Everyone may drop requests and delete their own responses.
+            VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1777,
+            VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
         }
     }
 }
@@ -56,6 +94,8 @@ pub fn child_of_place(place: Place, name: &OsStr) -> Option<VirtualNode> {
     match (place, name.to_str()?) {
         (Place::AreaRoot(Area::Agents), "self") => Some(VirtualNode::SelfInfo),
         (Place::AreaRoot(Area::Tools), "call") => Some(VirtualNode::CallDir),
+        (Place::AreaRoot(Area::Tools), "requests") => Some(VirtualNode::RequestsDir),
+        (Place::AreaRoot(Area::Tools), "responses") => Some(VirtualNode::ResponsesDir),
         _ => None,
     }
 }
@@ -64,12 +104,12 @@ pub fn child_of_place(place: Place, name: &OsStr) -> Option<VirtualNode> {
 pub fn children_of_place(place: Place) -> &'static [&'static str] {
     match place {
         Place::AreaRoot(Area::Agents) => &["self"],
-        Place::AreaRoot(Area::Tools) => &["call"],
+        Place::AreaRoot(Area::Tools) => &["call", "requests", "responses"],
         _ => &[],
     }
 }
 
-/// The child `name` of a virtual directory.
+/// The child `name` of a virtual directory whose children do not depend on the caller.
 pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> {
     match dir {
         VirtualNode::CallDir => {
@@ -82,7 +122,7 @@ pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> 
     }
 }
 
-/// The children of a virtual directory.
+/// The children of a virtual directory whose children do not depend on the caller.
 pub fn children_of_virtual(dir: &VirtualNode) -> Vec<VirtualNode> {
     match dir {
         VirtualNode::CallDir => clawfs_tools::TOOL_NAMES
@@ -181,6 +221,21 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_ids() {
+        assert_eq!(request_id(OsStr::new("job-1.json")), Some("job-1"));
+        for bad in [
+            ".json",
+            "a",
+            "a.txt",
+            "../x.json",
+            ".hidden.json",
+            "a b.json",
+        ] {
+            assert_eq!(request_id(OsStr::new(bad)), None, "{bad}");
+        }
+    }
 
     #[test]
     fn inodes_are_stable_and_virtual() {

@@ -208,9 +208,13 @@ impl Filesystem for Adapter {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        self.reply_entry("lookup", self.fs.lookup(parent.0, name), reply);
+        self.reply_entry(
+            "lookup",
+            self.fs.lookup(&caller(req), parent.0, name),
+            reply,
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -395,7 +399,14 @@ impl Filesystem for Adapter {
     ) {
         let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
         match self.fs.create(&caller(req), parent.0, name, mode, flags) {
-            Ok((entry, fh, file)) => {
+            Ok((entry, Opened::Virtual(fh))) => reply.created(
+                &Duration::ZERO,
+                &file_attr(&entry.attr),
+                Generation(entry.generation),
+                FileHandle(fh),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
+            Ok((entry, Opened::Backing(fh, file))) => {
                 let attr = file_attr(&entry.attr);
                 let generation = Generation(entry.generation);
                 let ttl = self.config.ttl;
@@ -495,9 +506,9 @@ impl Filesystem for Adapter {
         Self::reply_empty("fsync", self.fs.fsync(ino.0, fh.0, datasync), reply);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
-        match self.fs.opendir(ino.0) {
+        match self.fs.opendir(&caller(req), ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fail("opendir", e)),
         }
@@ -526,7 +537,7 @@ impl Filesystem for Adapter {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -560,7 +571,7 @@ impl Filesystem for Adapter {
             }
             // Each entry added is a kernel reference, taken by this lookup; an entry that does
             // not fit gives its reference back.
-            let Ok(entry) = self.fs.lookup(ino.0, &e.name) else {
+            let Ok(entry) = self.fs.lookup(&caller(req), ino.0, &e.name) else {
                 continue; // removed since the listing
             };
             let attr = file_attr(&entry.attr);

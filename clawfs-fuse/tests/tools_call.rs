@@ -162,3 +162,84 @@ fn agents_self_tells_the_caller_who_it_is() {
     assert_eq!(e.raw_os_error(), Some(libc::EACCES));
     assert!(fs::create_dir(m.path("agents/self")).is_err());
 }
+
+#[test]
+fn two_file_interface_for_whole_file_harnesses() {
+    let m = Mounted::new();
+    fs::write(m.ws().join("n.md"), "# A\ntext\n").unwrap();
+    fs::write(
+        m.path("tools/requests/job-1.json"),
+        br#"{"tool": "outline", "path": "n.md"}"#,
+    )
+    .unwrap();
+    let resp: Value =
+        serde_json::from_slice(&fs::read(m.path("tools/responses/job-1.json")).unwrap()).unwrap();
+    assert_eq!(resp["ok"], true, "{resp}");
+    assert_eq!(resp["headings"][0]["text"], "A");
+    let listed: Vec<_> = fs::read_dir(m.path("tools/responses"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed, ["job-1.json"]);
+    // The size is known, for harnesses that read st_size bytes.
+    let len = fs::metadata(m.path("tools/responses/job-1.json"))
+        .unwrap()
+        .len();
+    assert_eq!(
+        len as usize,
+        fs::read(m.path("tools/responses/job-1.json"))
+            .unwrap()
+            .len()
+    );
+    // Missing "tool", bad JSON: error responses, not errnos.
+    fs::write(m.path("tools/requests/job-2.json"), br#"{"path": "n.md"}"#).unwrap();
+    let resp: Value =
+        serde_json::from_slice(&fs::read(m.path("tools/responses/job-2.json")).unwrap()).unwrap();
+    assert_eq!(resp["error"], "invalid_args");
+    // Bad request names are refused.
+    let e = fs::write(m.path("tools/requests/bad name.txt"), b"{}").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    // Deleting a response forgets it.
+    fs::remove_file(m.path("tools/responses/job-1.json")).unwrap();
+    assert!(!m.path("tools/responses/job-1.json").exists());
+}
+
+#[test]
+fn each_caller_sees_only_its_own_responses() {
+    let m = Mounted::new();
+    fs::set_permissions(
+        m.path("workspaces"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fs::set_permissions(m.ws(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    fs::write(
+        m.path("tools/requests/mine.json"),
+        br#"{"tool":"list_allowed"}"#,
+    )
+    .unwrap();
+    assert!(m.path("tools/responses/mine.json").exists());
+    let out = common::sh_as_nobody(&format!(
+        "ls {d}; cat {d}/mine.json",
+        d = m.path("tools/responses").display()
+    ));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "nobody lists nothing"
+    );
+    let out = common::sh_as_nobody(&format!(
+        "printf '{{\"tool\":\"list_allowed\"}}' > {r}/theirs.json && cat {s}/theirs.json",
+        r = m.path("tools/requests").display(),
+        s = m.path("tools/responses").display()
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !m.path("tools/responses/theirs.json").exists(),
+        "root does not see nobody's"
+    );
+}

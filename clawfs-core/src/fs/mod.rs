@@ -143,6 +143,10 @@ pub struct ClawFs {
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
     /// When the daemon started: the times of virtual nodes.
     started: SystemTime,
+    /// Answers of the two-file tool interface, per caller, oldest first.
+    responses: std::sync::Mutex<
+        std::collections::HashMap<String, std::collections::VecDeque<(String, Vec<u8>)>>,
+    >,
 }
 
 /// What `open` opened.
@@ -208,6 +212,7 @@ impl ClawFs {
             vfiles: HandleTable::default(),
             mountpoint: Default::default(),
             started: SystemTime::now(),
+            responses: Default::default(),
         })
     }
 
@@ -334,13 +339,13 @@ impl ClawFs {
     // ---- lookup and attributes ------------------------------------------------------------
 
     /// Looks up `name` in `parent`.
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+    pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<Entry> {
         if let Some((slow, delay)) = &self.faults.slow_lookup {
             if slow == name {
                 std::thread::sleep(*delay);
             }
         }
-        if let Some(entry) = self.lookup_virtual(parent, name)? {
+        if let Some(entry) = self.lookup_virtual(caller, parent, name)? {
             return Ok(entry);
         }
         let pnode = self.node(parent)?;
@@ -505,6 +510,9 @@ impl ClawFs {
     }
 
     fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, flags: AtFlags) -> FsResult<()> {
+        if VirtualInodes::is_virtual(parent) {
+            return self.remove_virtual(caller, parent, name);
+        }
         let pnode = self.node(parent)?;
         self.check_remove(&pnode, name)?;
         let dir = self.open_path(&pnode)?;
@@ -654,7 +662,10 @@ impl ClawFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> FsResult<(Entry, u64, Arc<OpenFile>)> {
+    ) -> FsResult<(Entry, Opened)> {
+        if VirtualInodes::is_virtual(parent) {
+            return self.create_virtual(caller, parent, name);
+        }
         let pnode = self.node(parent)?;
         let place = self.check_create(&pnode, name, FileKind::File)?;
         let dir = self.open_path(&pnode)?;
@@ -674,7 +685,7 @@ impl ClawFs {
             file: File::from(fd),
             attachment: Default::default(),
         });
-        Ok((entry, fh, file))
+        Ok((entry, Opened::Backing(fh, file)))
     }
 
     /// The open file `fh`.
@@ -729,8 +740,7 @@ impl ClawFs {
     /// Closes `fh`.
     pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
         if VirtualInodes::is_virtual(ino) {
-            self.vfiles.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
-            return Ok(());
+            return self.release_virtual(fh);
         }
         self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
         Ok(())
@@ -787,7 +797,7 @@ impl ClawFs {
     // ---- directories ----------------------------------------------------------------------
 
     /// Opens the directory `ino`.
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+    pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
         if VirtualInodes::is_virtual(ino) {
             if !self.virtual_node(ino)?.is_dir() {
                 return Err(errno(libc::ENOTDIR));
@@ -804,6 +814,7 @@ impl ClawFs {
             .dirs
             .insert(OpenDir {
                 ino,
+                caller: *caller,
                 entries: Default::default(),
             })
             .0)
@@ -818,14 +829,14 @@ impl ClawFs {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if offset == 0 {
-            *entries = Arc::new(self.list_dir(dir.ino)?);
+            *entries = Arc::new(self.list_dir(&dir.caller, dir.ino)?);
         }
         Ok(Arc::clone(&entries))
     }
 
-    fn list_dir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+    fn list_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
         if VirtualInodes::is_virtual(ino) {
-            return self.list_virtual_dir(ino);
+            return self.list_virtual_dir(caller, ino);
         }
         let node = self.node(ino)?;
         let fd = node

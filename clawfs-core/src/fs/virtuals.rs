@@ -17,11 +17,57 @@ impl ClawFs {
         self.virtuals.node(ino).ok_or(FsError::UnknownInode(ino))
     }
 
+    /// Whose requests and responses a caller sees.
+    pub(super) fn owner_key(&self, caller: &Caller) -> String {
+        format!("uid:{}", caller.uid)
+    }
+
+    fn response(&self, owner: &str, id: &str) -> Option<Vec<u8>> {
+        let all = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.get(owner)?
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, r)| r.clone())
+    }
+
+    fn keep_response(&self, owner: String, id: String, response: Vec<u8>) {
+        let mut all = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = all.entry(owner).or_default();
+        mine.retain(|(i, _)| *i != id);
+        mine.push_back((id, response));
+        while mine.len() > virtual_files::MAX_RESPONSES_PER_CALLER {
+            mine.pop_front();
+        }
+    }
+
     /// A virtual child of `parent`, if `name` is one.
-    pub(super) fn lookup_virtual(&self, parent: u64, name: &OsStr) -> FsResult<Option<Entry>> {
+    pub(super) fn lookup_virtual(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+    ) -> FsResult<Option<Entry>> {
         let node = if VirtualInodes::is_virtual(parent) {
             let dir = self.virtual_node(parent)?;
-            Some(virtual_files::child_of_virtual(&dir, name).ok_or_else(|| errno(libc::ENOENT))?)
+            let child = match dir {
+                VirtualNode::ResponsesDir => virtual_files::request_id(name).and_then(|id| {
+                    let owner = self.owner_key(caller);
+                    self.response(&owner, id).map(|_| VirtualNode::Response {
+                        owner,
+                        id: id.to_string(),
+                    })
+                }),
+                // Requests are in flight only while their writer holds them open.
+                VirtualNode::RequestsDir => None,
+                dir => virtual_files::child_of_virtual(&dir, name),
+            };
+            Some(child.ok_or_else(|| errno(libc::ENOENT))?)
         } else {
             let pnode = self.node(parent)?;
             virtual_files::child_of_place(pnode.place, name)
@@ -33,11 +79,17 @@ impl ClawFs {
     }
 
     fn attr_of_virtual(&self, node: &VirtualNode) -> Attr {
+        let size = match node {
+            VirtualNode::Response { owner, id } => {
+                self.response(owner, id).map_or(0, |r| r.len() as u64)
+            }
+            _ => 0,
+        };
         Attr {
             ino: self.virtuals.ino(node),
-            // The content depends on the caller and the request: reads go to the daemon
+            // Other content depends on the caller and the request: reads go to the daemon
             // (direct I/O), which serves whatever length there is.
-            size: 0,
+            size,
             blocks: 0,
             atime: self.started,
             mtime: self.started,
@@ -92,7 +144,21 @@ impl ClawFs {
         match &node {
             VirtualNode::SelfInfo if writes => return Err(errno(libc::EACCES)),
             VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
-            VirtualNode::CallDir => return Err(errno(libc::EISDIR)),
+            VirtualNode::Response { .. } if writes => return Err(errno(libc::EACCES)),
+            VirtualNode::Response { owner, id } => {
+                if *owner != self.owner_key(caller) {
+                    return Err(errno(libc::ENOENT));
+                }
+                exchange.response = Some(
+                    self.response(owner, id)
+                        .ok_or_else(|| errno(libc::ENOENT))?,
+                );
+            }
+            VirtualNode::CallDir | VirtualNode::RequestsDir | VirtualNode::ResponsesDir => {
+                return Err(errno(libc::EISDIR))
+            }
+            // Reopening a request being written is not possible: each request is one file.
+            VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
             VirtualNode::Call(_) => {}
         }
         let (fh, _) = self.vfiles.insert(VirtualHandle {
@@ -107,7 +173,9 @@ impl ClawFs {
         let handle = self.vfiles.get(fh)?;
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         match handle.node {
-            VirtualNode::Call(_) => Ok(state.write(offset, data).map_err(errno)? as u32),
+            VirtualNode::Call(_) | VirtualNode::Request { .. } => {
+                Ok(state.write(offset, data).map_err(errno)? as u32)
+            }
             _ => Err(errno(libc::EBADF)),
         }
     }
@@ -118,14 +186,86 @@ impl ClawFs {
         if state.response.is_none() {
             if let VirtualNode::Call(tool) = &handle.node {
                 // The call runs on this request thread; the other threads keep serving.
-                let response = self.run_tool(&handle.caller, tool, &state.request);
+                let response = self.run_tool(&handle.caller, Some(tool), &state.request);
                 state.response = Some(response);
             }
         }
         Ok(state.read(offset, size as usize).to_vec())
     }
 
-    pub(super) fn list_virtual_dir(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+    /// Creating `<id>.json` in `tools/requests/` starts a request.
+    pub(super) fn create_virtual(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+    ) -> FsResult<(Entry, super::Opened)> {
+        if self.virtual_node(parent)? != VirtualNode::RequestsDir {
+            return Err(errno(libc::EACCES));
+        }
+        let id = virtual_files::request_id(name).ok_or_else(|| FsError::InvalidName {
+            name: name.to_string_lossy().into_owned(),
+            reason: "requests are named <id>.json, id of letters, digits, '.', '_' and '-'",
+        })?;
+        let node = VirtualNode::Request {
+            owner: self.owner_key(caller),
+            id: id.to_string(),
+        };
+        let entry = Entry {
+            attr: self.attr_of_virtual(&node),
+            generation: 0,
+        };
+        let (fh, _) = self.vfiles.insert(VirtualHandle {
+            node,
+            caller: *caller,
+            state: std::sync::Mutex::new(Exchange::default()),
+        });
+        Ok((entry, super::Opened::Virtual(fh)))
+    }
+
+    /// Closing a request runs it; its answer appears in `tools/responses/<id>.json`.
+    pub(super) fn release_virtual(&self, fh: u64) -> FsResult<()> {
+        let handle = self.vfiles.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        if let VirtualNode::Request { owner, id } = &handle.node {
+            let request = std::mem::take(
+                &mut handle
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .request,
+            );
+            let response = self.run_tool(&handle.caller, None, &request);
+            self.keep_response(owner.clone(), id.clone(), response);
+        }
+        Ok(())
+    }
+
+    /// Deleting a response in `tools/responses/` forgets it.
+    pub(super) fn remove_virtual(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+    ) -> FsResult<()> {
+        if self.virtual_node(parent)? != VirtualNode::ResponsesDir {
+            return Err(errno(libc::EPERM));
+        }
+        let id = virtual_files::request_id(name).ok_or_else(|| errno(libc::ENOENT))?;
+        let owner = self.owner_key(caller);
+        let mut all = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = all.get_mut(&owner).ok_or_else(|| errno(libc::ENOENT))?;
+        let before = mine.len();
+        mine.retain(|(i, _)| i != id);
+        if mine.len() == before {
+            return Err(errno(libc::ENOENT));
+        }
+        Ok(())
+    }
+
+    pub(super) fn list_virtual_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
         let dir = self.virtual_node(ino)?;
         let parent = self.inodes.mount_ino(
             rustix::fs::stat(self.store.root().join(crate::area::Area::Tools.dir_name()))?.st_ino,
@@ -142,9 +282,32 @@ impl ClawFs {
                 name: "..".into(),
             },
         ];
-        for child in virtual_files::children_of_virtual(&dir) {
+        let children = match dir {
+            VirtualNode::ResponsesDir => {
+                let owner = self.owner_key(caller);
+                let all = self
+                    .responses
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                all.get(&owner)
+                    .map(|mine| {
+                        mine.iter()
+                            .map(|(id, _)| VirtualNode::Response {
+                                owner: owner.clone(),
+                                id: id.clone(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            dir => virtual_files::children_of_virtual(&dir),
+        };
+        for child in children {
             let name = match &child {
                 VirtualNode::Call(t) => OsString::from(t),
+                VirtualNode::Request { id, .. } | VirtualNode::Response { id, .. } => {
+                    OsString::from(format!("{id}.json"))
+                }
                 other => OsString::from(format!("{other:?}")),
             };
             out.push(DirEntry {
@@ -177,7 +340,7 @@ impl ClawFs {
 
     /// Runs one tool call for `caller`, with the caller's credentials, and returns the JSON
     /// response. Every failure is a JSON error response, never an errno.
-    fn run_tool(&self, caller: &Caller, tool: &str, request: &[u8]) -> Vec<u8> {
+    fn run_tool(&self, caller: &Caller, tool: Option<&str>, request: &[u8]) -> Vec<u8> {
         let (workspace, request) = split_workspace(request);
         let error = |code: &str, message: String| {
             let mut v = serde_json::to_vec(&serde_json::json!({
@@ -216,7 +379,10 @@ impl ClawFs {
             Ok(guard) => guard,
             Err(e) => return error("io_error", e.to_string()),
         };
-        let mut out = clawfs_tools::call(&root, tool, &request);
+        let mut out = match tool {
+            Some(tool) => clawfs_tools::call(&root, tool, &request),
+            None => clawfs_tools::call_request(&root, &request),
+        };
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
         }
