@@ -144,10 +144,12 @@ pub struct ClawFs {
     /// When the daemon started: the times of virtual nodes.
     started: SystemTime,
     /// Answers of the two-file tool interface, per caller, oldest first.
-    responses: std::sync::Mutex<
-        std::collections::HashMap<String, std::collections::VecDeque<(String, Vec<u8>)>>,
-    >,
+    responses: std::sync::Mutex<ResponsesByOwner>,
 }
+
+/// Kept tool responses: owner → (id, response), oldest first.
+type ResponsesByOwner =
+    std::collections::HashMap<String, std::collections::VecDeque<(String, Vec<u8>)>>;
 
 /// What `open` opened.
 pub enum Opened {
