@@ -32,6 +32,24 @@ pub struct DirEntry {
     pub name: std::ffi::OsString,
 }
 
+impl DirEntry {
+    /// The `.` and `..` entries that start every listing.
+    pub fn dots(ino: u64, parent: u64) -> Vec<DirEntry> {
+        vec![
+            DirEntry {
+                ino,
+                kind: FileKind::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: parent,
+                kind: FileKind::Dir,
+                name: "..".into(),
+            },
+        ]
+    }
+}
+
 /// An open directory: its entries, read at `opendir` and again at a rewind.
 pub struct OpenDir {
     /// Inode number on the mount.

@@ -850,18 +850,7 @@ impl ClawFs {
             let st = rustix::fs::statat(&fd, "..", AtFlags::empty())?;
             self.inodes.mount_ino(st.st_ino)
         };
-        let mut out = vec![
-            DirEntry {
-                ino,
-                kind: FileKind::Dir,
-                name: ".".into(),
-            },
-            DirEntry {
-                ino: parent_ino,
-                kind: FileKind::Dir,
-                name: "..".into(),
-            },
-        ];
+        let mut out = DirEntry::dots(ino, parent_ino);
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         while let Some(ent) = dir.read() {
             let ent = ent?;

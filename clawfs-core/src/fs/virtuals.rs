@@ -270,18 +270,7 @@ impl ClawFs {
         let parent = self.inodes.mount_ino(
             rustix::fs::stat(self.store.root().join(crate::area::Area::Tools.dir_name()))?.st_ino,
         );
-        let mut out = vec![
-            DirEntry {
-                ino,
-                kind: FileKind::Dir,
-                name: ".".into(),
-            },
-            DirEntry {
-                ino: parent,
-                kind: FileKind::Dir,
-                name: "..".into(),
-            },
-        ];
+        let mut out = DirEntry::dots(ino, parent);
         let children = match dir {
             VirtualNode::ResponsesDir => {
                 let owner = self.owner_key(caller);
