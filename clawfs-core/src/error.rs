@@ -60,6 +60,9 @@ pub enum FsError {
         /// Why it was refused.
         reason: String,
     },
+    /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
+    #[error("{0}")]
+    Tampered(String),
     /// A ClawFS-managed JSON file in the store could not be read or written.
     #[error("{path}: {reason}")]
     Corrupt {

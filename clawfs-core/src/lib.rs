@@ -16,6 +16,7 @@ pub mod inodes;
 pub mod names;
 pub mod open_files;
 pub mod seed;
+pub mod spec_integrity;
 pub mod store;
 pub mod virtual_files;
 pub mod xattrs;

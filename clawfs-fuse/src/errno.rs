@@ -19,6 +19,8 @@ pub fn to_errno(e: &FsError) -> Errno {
         FsError::XattrNamespace(_) => libc::EOPNOTSUPP,
         FsError::InvalidXattr { .. } => libc::EINVAL,
         FsError::Corrupt { .. } => libc::EIO,
+        // The document exists but must not be served: an I/O error, as for a bad block.
+        FsError::Tampered(_) => libc::EIO,
     };
     Errno::from_i32(code)
 }

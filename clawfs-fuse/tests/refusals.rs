@@ -225,3 +225,22 @@ fn ordinary_users_get_posix_permissions() {
         & 0o7777;
     assert_eq!(mode, 0o755);
 }
+
+#[test]
+fn a_tampered_spec_is_not_served() {
+    let m = Mounted::new();
+    let spec = m.path("specs/p1/P1.4-clawfs-spec.md");
+    assert!(fs::read(&spec).unwrap().starts_with(b"# P1.4"));
+    // Edited in the store behind the daemon's back.
+    let backing = m.backing("specs/p1/P1.4-clawfs-spec.md");
+    fs::set_permissions(&backing, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut text = fs::read(&backing).unwrap();
+    text[2] ^= 0x20;
+    fs::write(&backing, &text).unwrap();
+    assert_eq!(errno(fs::read(&spec)), libc::EIO);
+    assert!(m.log().contains("not served"), "{}", m.log());
+    // An unsigned document is not served either; signatures.json always is.
+    fs::write(m.backing("specs/p1/unsigned.md"), b"x").unwrap();
+    assert_eq!(errno(fs::read(m.path("specs/p1/unsigned.md"))), libc::EIO);
+    assert!(fs::read(m.path("specs/signatures.json")).is_ok());
+}

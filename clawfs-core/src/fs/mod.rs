@@ -145,6 +145,7 @@ pub struct ClawFs {
     started: SystemTime,
     /// Answers of the two-file tool interface, per caller, oldest first.
     responses: std::sync::Mutex<ResponsesByOwner>,
+    specs: crate::spec_integrity::SpecChecker,
 }
 
 /// Kept tool responses: owner → (id, response), oldest first.
@@ -215,6 +216,7 @@ impl ClawFs {
             mountpoint: Default::default(),
             started: SystemTime::now(),
             responses: Default::default(),
+            specs: Default::default(),
         })
     }
 
@@ -437,6 +439,17 @@ impl ClawFs {
         Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
     }
 
+    /// Refuses a document of `specs/` that does not match its signature.
+    fn check_spec(&self, fd: &OwnedFd) -> FsResult<()> {
+        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(fd).as_bytes()))?;
+        let specs = self.store.root().join(Area::Specs.dir_name());
+        let Ok(rel) = real.strip_prefix(&specs) else {
+            return Ok(());
+        };
+        let rel = rel.to_string_lossy();
+        self.specs.check(&specs, &rel).map_err(FsError::Tampered)
+    }
+
     // ---- creating and removing ------------------------------------------------------------
 
     /// Creates a special or regular file node.
@@ -628,6 +641,9 @@ impl ClawFs {
         }
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
         let fd = node.handle.open(self.mount_fd(), flags)?;
+        if node.place.area() == Area::Specs {
+            self.check_spec(&fd)?;
+        }
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             file: File::from(fd),
