@@ -11,10 +11,13 @@ use sha2::{Digest, Sha256};
 /// The signatures file, relative to `specs/`.
 pub const SIGNATURES: &str = "signatures.json";
 
-/// Remembers verdicts per (path, mtime, size) so a document is hashed once per change.
+/// What a verdict was computed for: the document's and the signatures' change times, and size.
+type Version = (i64, i64, u64);
+
+/// Remembers verdicts per document version so a document is hashed once per change.
 #[derive(Default)]
 pub struct SpecChecker {
-    verdicts: Mutex<HashMap<String, (i64, i64, u64, Result<(), String>)>>,
+    verdicts: Mutex<HashMap<String, (Version, Result<(), String>)>>,
 }
 
 impl SpecChecker {
