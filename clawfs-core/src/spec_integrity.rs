@@ -31,19 +31,19 @@ impl SpecChecker {
         let sigs_md = std::fs::metadata(specs_dir.join(SIGNATURES))
             .map_err(|e| format!("{SIGNATURES}: {e}"))?;
         use std::os::unix::fs::MetadataExt;
-        let key = (
+        let version: Version = (
             md.mtime_nsec() ^ md.mtime(),
             sigs_md.mtime_nsec() ^ sigs_md.mtime(),
             md.size(),
         );
         let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((a, b, c, v)) = verdicts.get(rel) {
-            if (*a, *b, *c) == key {
+        if let Some((seen, v)) = verdicts.get(rel) {
+            if *seen == version {
                 return v.clone();
             }
         }
         let verdict = verify(specs_dir, rel);
-        verdicts.insert(rel.to_string(), (key.0, key.1, key.2, verdict.clone()));
+        verdicts.insert(rel.to_string(), (version, verdict.clone()));
         verdict
     }
 }
