@@ -14,10 +14,13 @@ pub const SIGNATURES: &str = "signatures.json";
 /// What a verdict was computed for: the document's and the signatures' change times, and size.
 type Version = (i64, i64, u64);
 
+/// Whether a document may be served, or why not.
+type Verdict = Result<(), String>;
+
 /// Remembers verdicts per document version so a document is hashed once per change.
 #[derive(Default)]
 pub struct SpecChecker {
-    verdicts: Mutex<HashMap<String, (Version, Result<(), String>)>>,
+    verdicts: Mutex<HashMap<String, (Version, Verdict)>>,
 }
 
 impl SpecChecker {
