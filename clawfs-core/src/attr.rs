@@ -91,6 +91,25 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
 }
 
 impl Attr {
+    /// The attributes sent with a negative lookup entry (the kernel reads only the TTL).
+    pub fn negative() -> Attr {
+        Attr {
+            ino: 0,
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            kind: FileKind::File,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+        }
+    }
+
     /// Attributes of a backing `stat`, shown under inode number `ino`.
     pub fn from_stat(st: &rustix::fs::Stat, ino: u64) -> Attr {
         Attr {

@@ -10,15 +10,39 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crate::attr::FileKind;
 use crate::error::{FsError, FsResult};
 
+/// A backing descriptor and what the adapter keeps alive with it (the passthrough backing id).
+/// With passthrough, one is shared by every open of an inode (the kernel requires one backing
+/// file per inode); without, each open has its own, opened with the caller's flags.
+pub struct BackingFile {
+    /// The backing file.
+    pub file: File,
+    /// Opaque to the core: set once by the adapter.
+    pub attachment: OnceLock<Box<dyn Any + Send + Sync>>,
+}
+
+impl BackingFile {
+    /// A backing file with nothing attached yet.
+    pub fn new(file: File) -> Self {
+        Self {
+            file,
+            attachment: OnceLock::new(),
+        }
+    }
+}
+
 /// An open regular file.
 pub struct OpenFile {
     /// Inode number on the mount.
     pub ino: u64,
-    /// The backing file, opened with the caller's flags.
-    pub file: File,
-    /// Whatever the adapter needs to keep alive while the file is open (the passthrough
-    /// backing id). Opaque to the core.
-    pub attachment: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// The backing descriptor serving it.
+    pub backing: Arc<BackingFile>,
+}
+
+impl std::ops::Deref for OpenFile {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.backing.file
+    }
 }
 
 /// One directory entry as the mount shows it.

@@ -5,13 +5,12 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clawfs_core::attr::{Attr, FileKind};
 use clawfs_core::creds::Caller;
 use clawfs_core::fs::{Entry, Opened, RenameMode, SetAttr, SetTime};
-use clawfs_core::open_files::{OpenFile, SharedByInode};
+use clawfs_core::open_files::OpenFile;
 use clawfs_core::virtual_files::VirtualInodes;
 use clawfs_core::{ClawFs, FsError};
 use fuser::{
@@ -40,9 +39,11 @@ pub struct Adapter {
     config: AdapterConfig,
     /// Whether the kernel granted passthrough at init (cleared if registering a file fails).
     passthrough: AtomicBool,
-    /// The passthrough backing id of each open inode.
-    backings: SharedByInode<BackingId>,
 }
+
+/// Open flags for backing files: the daemon buffers nothing, so `close` need not wait for a
+/// FLUSH round trip.
+const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 fn caller(req: &Request) -> Caller {
     Caller {
@@ -109,7 +110,6 @@ impl Adapter {
             fs,
             config,
             passthrough: AtomicBool::new(false),
-            backings: SharedByInode::default(),
         }
     }
 
@@ -156,39 +156,42 @@ impl Adapter {
         }
     }
 
-    /// Registers `file` for kernel passthrough; on failure, turns passthrough off for good and
-    /// serves reads and writes through the daemon.
-    fn backing<F>(&self, file: &OpenFile, open_backing: F) -> Option<Arc<BackingId>>
+    /// The passthrough backing id of `file`'s backing descriptor, registered with the kernel on
+    /// its first open (all opens of an inode share it). On failure, passthrough is turned off
+    /// for good and I/O is served through the daemon.
+    fn backing<'a, F>(&self, file: &'a OpenFile, open_backing: F) -> Option<&'a BackingId>
     where
         F: FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
     {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
-        let registered = self.backings.get_or_try_insert(file.ino, || {
-            let backing = self
-                .fs
-                .passthrough_file(file.ino)
-                .map_err(std::io::Error::other)?;
-            open_backing(&backing)
-        });
-        match registered {
-            Ok(id) => Some(id),
-            Err(e) => {
-                warn!(error = %e, "passthrough registration failed; serving I/O through the daemon");
-                self.passthrough.store(false, Ordering::Relaxed);
-                None
+        let slot = &file.backing.attachment;
+        if slot.get().is_none() {
+            match open_backing(&file.backing.file) {
+                // A racing open may have registered first; its id is used, ours dropped.
+                Ok(id) => drop(slot.set(Box::new(id))),
+                Err(e) => {
+                    warn!(error = %e, "passthrough registration failed; serving I/O through the daemon");
+                    self.passthrough.store(false, Ordering::Relaxed);
+                    self.fs.set_passthrough(false);
+                    return None;
+                }
             }
         }
+        slot.get()?.downcast_ref::<BackingId>()
     }
 }
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // HANDLE_KILLPRIV_V2: the backing filesystem clears setuid/setgid bits itself, so the
+        // kernel need not ask for security.capability before every write.
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let _ = config.add_capabilities(wanted & config.capabilities());
         if self.config.passthrough {
             if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
@@ -196,6 +199,7 @@ impl Filesystem for Adapter {
                 // The store is on a plain filesystem (stack depth 0); ClawFS itself may be stacked.
                 let _ = config.set_max_stack_depth(1);
                 self.passthrough.store(true, Ordering::Relaxed);
+                self.fs.set_passthrough(true);
             } else {
                 warn!("the kernel does not offer FUSE passthrough; serving I/O through the daemon");
             }
@@ -210,11 +214,20 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        self.reply_entry(
-            "lookup",
-            self.fs.lookup(&caller(req), parent.0, name),
-            reply,
-        );
+        match self.fs.lookup(&caller(req), parent.0, name) {
+            // A name that does not exist is cached too (node id 0): `git status` and the like
+            // look up the same missing files over and over. Generated directories answer per
+            // caller, so their misses are not cached.
+            Err(FsError::Io(e))
+                if e.raw_os_error() == Some(libc::ENOENT)
+                    && !VirtualInodes::is_virtual(parent.0) =>
+            {
+                let mut negative = file_attr(&clawfs_core::attr::Attr::negative());
+                negative.ino = INodeNo(0);
+                reply.entry(&self.config.ttl, &negative, Generation(0));
+            }
+            r => self.reply_entry("lookup", r, reply),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -375,11 +388,11 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
         match self.fs.open(&caller(req), ino.0, flags.0) {
             Ok(Opened::Backing(fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
-                Some(id) => {
-                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-                    let _ = file.attachment.set(Box::new(id));
-                }
-                None => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
+                None => reply.opened(
+                    FileHandle(fh),
+                    FILE_OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE,
+                ),
             },
             // Generated content: every read and write reaches the daemon.
             Ok(Opened::Virtual(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
@@ -411,20 +424,21 @@ impl Filesystem for Adapter {
                 let generation = Generation(entry.generation);
                 let ttl = self.config.ttl;
                 match self.backing(&file, |f| reply.open_backing(f)) {
-                    Some(id) => {
-                        reply.created_passthrough(
-                            &ttl,
-                            &attr,
-                            generation,
-                            FileHandle(fh),
-                            FopenFlags::empty(),
-                            &id,
-                        );
-                        let _ = file.attachment.set(Box::new(id));
-                    }
-                    None => {
-                        reply.created(&ttl, &attr, generation, FileHandle(fh), FopenFlags::empty())
-                    }
+                    Some(id) => reply.created_passthrough(
+                        &ttl,
+                        &attr,
+                        generation,
+                        FileHandle(fh),
+                        FILE_OPEN_FLAGS,
+                        id,
+                    ),
+                    None => reply.created(
+                        &ttl,
+                        &attr,
+                        generation,
+                        FileHandle(fh),
+                        FILE_OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE,
+                    ),
                 }
             }
             Err(e) => reply.error(fail("create", e)),
@@ -509,6 +523,12 @@ impl Filesystem for Adapter {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
         match self.fs.opendir(&caller(req), ino.0) {
+            // Listings of real directories are cached by the kernel until the directory
+            // changes; generated ones depend on the caller.
+            Ok(fh) if !VirtualInodes::is_virtual(ino.0) => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fail("opendir", e)),
         }

@@ -24,7 +24,7 @@ use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
 use crate::names;
-use crate::open_files::{DirEntry, HandleTable, OpenDir, OpenFile};
+use crate::open_files::{BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode};
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
@@ -146,6 +146,10 @@ pub struct ClawFs {
     /// Answers of the two-file tool interface, per caller, oldest first.
     responses: std::sync::Mutex<ResponsesByOwner>,
     specs: crate::spec_integrity::SpecChecker,
+    /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
+    /// shares one read-write backing descriptor.
+    passthrough: std::sync::atomic::AtomicBool,
+    shared: SharedByInode<BackingFile>,
 }
 
 /// Kept tool responses: owner → (id, response), oldest first.
@@ -217,7 +221,20 @@ impl ClawFs {
             started: SystemTime::now(),
             responses: Default::default(),
             specs: Default::default(),
+            passthrough: Default::default(),
+            shared: Default::default(),
         })
+    }
+
+    /// Whether the kernel serves reads and writes itself (FUSE passthrough), as negotiated at
+    /// session start.
+    pub fn set_passthrough(&self, on: bool) {
+        self.passthrough
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn passthrough(&self) -> bool {
+        self.passthrough.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records where the store is mounted (tool requests may use absolute paths under it).
@@ -372,7 +389,7 @@ impl ClawFs {
             return self.virtual_attr(ino);
         }
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
-            return self.attr_of(&file.file);
+            return self.attr_of(&file.backing.file);
         }
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
@@ -412,7 +429,7 @@ impl ClawFs {
             }
             if let Some(size) = change.size {
                 match &open {
-                    Some(f) => f.file.set_len(size)?,
+                    Some(f) => f.backing.file.set_len(size)?,
                     None => {
                         // SAFETY: `path` is a valid NUL-terminated string.
                         if unsafe { libc::truncate(path.as_ptr(), size as libc::off_t) } != 0 {
@@ -440,7 +457,7 @@ impl ClawFs {
     }
 
     /// Refuses a document of `specs/` that does not match its signature.
-    fn check_spec(&self, fd: &OwnedFd) -> FsResult<()> {
+    fn check_spec(&self, fd: impl AsFd) -> FsResult<()> {
         let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(fd).as_bytes()))?;
         let specs = self.store.root().join(Area::Specs.dir_name());
         let Ok(rel) = real.strip_prefix(&specs) else {
@@ -639,16 +656,20 @@ impl ClawFs {
         if writes && node.place.area().is_read_only() {
             return Err(FsError::ReadOnly(node.place.area()));
         }
-        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        let fd = node.handle.open(self.mount_fd(), flags)?;
+        let backing = if self.passthrough() {
+            self.shared
+                .get_or_try_insert(ino, || self.passthrough_file(&node).map(BackingFile::new))?
+        } else {
+            // O_DIRECT is the kernel's business on the mount side; the daemon's own buffers
+            // are not aligned for it.
+            let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT);
+            let fd = node.handle.open(self.mount_fd(), flags)?;
+            Arc::new(BackingFile::new(File::from(fd)))
+        };
         if node.place.area() == Area::Specs {
-            self.check_spec(&fd)?;
+            self.check_spec(&backing.file)?;
         }
-        let (fh, file) = self.files.insert(OpenFile {
-            ino,
-            file: File::from(fd),
-            attachment: Default::default(),
-        });
+        let (fh, file) = self.files.insert(OpenFile { ino, backing });
         Ok(Opened::Backing(fh, file))
     }
 
@@ -656,8 +677,7 @@ impl ClawFs {
     /// inode. It carries no `O_APPEND`/`O_DIRECT`: the kernel applies each opener's own flags
     /// per request. Read-only areas, and files that cannot be opened for writing, get a
     /// read-only one.
-    pub fn passthrough_file(&self, ino: u64) -> FsResult<File> {
-        let node = self.node(ino)?;
+    fn passthrough_file(&self, node: &Node) -> FsResult<File> {
         let rw = if node.place.area().is_read_only() {
             Err(errno(libc::EROFS))
         } else {
@@ -690,19 +710,37 @@ impl ClawFs {
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
-            rustix::fs::openat(
-                &dir,
-                name,
-                rustix::fs::OFlags::from_bits_retain(flags as u32),
-                Mode::from_raw_mode(mode & 0o7777),
-            )?
+            // With passthrough the descriptor is the inode's shared backing file: read-write,
+            // without the opener's append/direct flags (the kernel applies those per request).
+            let shared =
+                (flags & !(libc::O_ACCMODE | libc::O_APPEND | libc::O_DIRECT)) | libc::O_RDWR;
+            let open = |flags: i32| {
+                rustix::fs::openat(
+                    &dir,
+                    name,
+                    rustix::fs::OFlags::from_bits_retain(flags as u32),
+                    Mode::from_raw_mode(mode & 0o7777),
+                )
+            };
+            match self.passthrough() {
+                // An existing file (a racing creator) may not be writable by the caller.
+                true => open(shared).or_else(|_| open(flags))?,
+                false => open(flags & !libc::O_DIRECT)?,
+            }
         };
         let entry = self.entry_of_fd(fd.as_fd(), place)?;
-        let (fh, file) = self.files.insert(OpenFile {
-            ino: entry.attr.ino,
-            file: File::from(fd),
-            attachment: Default::default(),
-        });
+        let ino = entry.attr.ino;
+        let backing = match self.passthrough() {
+            true => self.shared.get_or_try_insert(ino, || {
+                let rw = rustix::fs::fcntl_getfl(&fd)?.contains(rustix::fs::OFlags::RDWR);
+                match rw {
+                    true => Ok::<_, FsError>(BackingFile::new(File::from(fd))),
+                    false => Ok(BackingFile::new(self.passthrough_file(&self.node(ino)?)?)),
+                }
+            })?,
+            false => Arc::new(BackingFile::new(File::from(fd))),
+        };
+        let (fh, file) = self.files.insert(OpenFile { ino, backing });
         Ok((entry, Opened::Backing(fh, file)))
     }
 
@@ -720,7 +758,11 @@ impl ClawFs {
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;
         while done < buf.len() {
-            match file.file.read_at(&mut buf[done..], offset + done as u64) {
+            match file
+                .backing
+                .file
+                .read_at(&mut buf[done..], offset + done as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -737,7 +779,7 @@ impl ClawFs {
             return self.write_virtual(fh, offset, data);
         }
         let file = self.files.get(fh)?;
-        let n = file.file.write_at(data, offset)?;
+        let n = file.backing.file.write_at(data, offset)?;
         Ok(n as u32)
     }
 
@@ -748,9 +790,9 @@ impl ClawFs {
         }
         let file = self.files.get(fh)?;
         if datasync {
-            file.file.sync_data()?;
+            file.backing.file.sync_data()?;
         } else {
-            file.file.sync_all()?;
+            file.backing.file.sync_all()?;
         }
         Ok(())
     }
@@ -768,7 +810,7 @@ impl ClawFs {
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         let file = self.files.get(fh)?;
         rustix::fs::fallocate(
-            &file.file,
+            &file.backing.file,
             rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
             offset,
             len,
@@ -787,7 +829,7 @@ impl ClawFs {
             libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(off?),
             _ => return Err(errno(libc::EINVAL)),
         };
-        Ok(rustix::fs::seek(&file.file, pos)? as i64)
+        Ok(rustix::fs::seek(&file.backing.file, pos)? as i64)
     }
 
     /// Copies a range between two open files inside the store.
@@ -803,9 +845,9 @@ impl ClawFs {
         let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
         let (mut oi, mut oo) = (offset_in, offset_out);
         let n = rustix::fs::copy_file_range(
-            &src.file,
+            &src.backing.file,
             Some(&mut oi),
-            &dst.file,
+            &dst.backing.file,
             Some(&mut oo),
             len.min(u32::MAX as u64) as usize,
         )?;
