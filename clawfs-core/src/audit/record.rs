@@ -237,6 +237,20 @@ impl AuditRecord {
         }
     }
 
+    /// The record's line as stored (no newline), with its stored `hmac` if any. For a record read
+    /// from a trail this gives back the line's bytes.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(320);
+        self.encode_into(None, &mut out);
+        if let Some(tag) = &self.hmac {
+            out.pop();
+            out.extend_from_slice(HMAC_PREFIX);
+            out.extend_from_slice(tag.as_bytes());
+            out.extend_from_slice(b"\"}");
+        }
+        out
+    }
+
     /// Parses one line (without its newline).
     pub fn parse(line: &[u8]) -> Result<AuditRecord, serde_json::Error> {
         let w: Wire = serde_json::from_slice(line)?;
@@ -354,6 +368,7 @@ mod tests {
         assert_eq!(check_line_hmac(&line, &[8u8; 32]), Some(false));
         let parsed = AuditRecord::parse(&line).unwrap();
         assert_eq!(parsed.hmac.as_deref().map(str::len), Some(64));
+        assert_eq!(parsed.to_line(), line);
         let mut edited = line.clone();
         let at = s.find("4096").unwrap();
         edited[at] = b'5';

@@ -342,16 +342,14 @@ where
         let Ok(rec) = AuditRecord::parse(&item.line.bytes) else {
             continue;
         };
-        if i == 0 {
-            if rec.seq == expected + 1 {
-                return (
-                    BreakKind::Edited,
-                    format!(
-                        "its seq was changed from {expected}: the next record is {}",
-                        rec.seq
-                    ),
-                );
-            }
+        if i == 0 && rec.seq == expected + 1 {
+            return (
+                BreakKind::Edited,
+                format!(
+                    "its seq was changed from {expected}: the next record is {}",
+                    rec.seq
+                ),
+            );
         }
         if (expected..found).contains(&rec.seq) {
             let name = item
