@@ -2,7 +2,8 @@
 //! bounded channel; the thread numbers and chains them, batches the writes, rotates files, keeps
 //! the per-agent views and syncs about once a second.
 //!
-//! Recording costs a channel send. When the channel is full (the disk cannot keep up) `record`
+//! Recording costs a channel send: under load the writer takes events in batches about once a
+//! millisecond, so a sender rarely has to wake it. When the channel is full (the disk cannot keep up) `record`
 //! blocks until there is room: the trail is never silently shortened.
 
 use std::collections::HashMap;
@@ -325,6 +326,8 @@ struct Writer {
 
 /// Events taken from the channel before the batch is written.
 const BATCH: usize = 4096;
+/// How long the writer sleeps after a batch before taking the next one (see [`Writer::run`]).
+const POLL: Duration = Duration::from_millis(1);
 /// Pending bytes that force a write before the delay is up.
 const WRITE_AT: usize = 256 * 1024;
 
@@ -337,6 +340,7 @@ impl Writer {
                 Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
             };
             let mut closed = false;
+            let received = first.is_ok();
             match first {
                 Ok(msg) => {
                     self.handle(msg, &mut replies);
@@ -385,6 +389,12 @@ impl Writer {
                     tracing::error!(error = %e, "audit trail: last write failed");
                 }
                 return;
+            }
+            if received {
+                // While the writer sleeps (not parked in recv) a sender's `send` is a plain queue
+                // push with no wake-up system call; events arriving meanwhile are taken in one
+                // batch. Only the first event after an idle spell pays for waking the writer.
+                std::thread::sleep(POLL);
             }
         }
     }
