@@ -525,7 +525,8 @@ impl Writer {
             return;
         }
         let Some(c) = &mut self.current else {
-            // No file could be opened; retry at the next rotation check.
+            // No file could be opened; the next record retries. Back off rather than spin.
+            self.pending_since = Some(Instant::now());
             return;
         };
         match c.file.write_all(&self.pending) {
@@ -557,6 +558,8 @@ impl Writer {
                 let e = AuditError::io(&c.info.path, e);
                 tracing::error!(error = %e, "audit trail: fdatasync failed");
                 self.error.get_or_insert(e);
+                // Retry after the next interval rather than spin.
+                self.unsynced_since = Some(Instant::now());
             }
         }
     }
