@@ -7,6 +7,7 @@
 
 pub mod area;
 pub mod attr;
+pub mod audit;
 pub mod backing;
 pub mod creds;
 pub mod error;

@@ -1,0 +1,358 @@
+//! `clawfs audit verify | tail | search` (CLI layer): reads the trail in `<store>/.clawfs/audit`
+//! through `clawfs_core::audit` and prints it. Needs no running daemon.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use chrono::SecondsFormat;
+use clap::Subcommand;
+use clawfs_core::audit::{self, AuditError, AuditRecord, Filter, Outcome};
+
+use crate::error::Failure;
+
+/// The `clawfs audit` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuditCommand {
+    /// Replay the chain across all files and name the first broken record (exit 1 if any).
+    Verify {
+        /// Also check HMACs with this key: a file holding 64 hex digits (or 32 raw bytes).
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the last records.
+    Tail {
+        /// How many.
+        #[arg(short = 'n', long = "lines", default_value_t = 20)]
+        n: usize,
+        /// Print records as JSON lines, exactly as stored.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the records that match every condition given, oldest first.
+    Search {
+        /// Only this caller: an agent name, `admin` or `user:<uid>`.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only records on this path or under it (namespace path, e.g. /workspaces/default).
+        #[arg(long, value_name = "PATH")]
+        path: Option<String>,
+        /// Only records since this time: RFC 3339, a date (2024-02-24) or an age (10m, 2h, 1d).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only refusals.
+        #[arg(long)]
+        denied: bool,
+        /// At most this many records (the oldest that match).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print records as JSON lines, exactly as stored.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one `clawfs audit` subcommand against the store at `store_root`.
+pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {
+    let dir = audit::audit_dir(store_root);
+    match cmd {
+        AuditCommand::Verify { key_file, json } => verify(&dir, key_file.as_deref(), *json),
+        AuditCommand::Tail { n, json } => {
+            let records = audit::tail(&dir, *n).map_err(fail)?;
+            print_records(records, *json)
+        }
+        AuditCommand::Search {
+            agent,
+            path,
+            since,
+            denied,
+            limit,
+            json,
+        } => {
+            let since = since
+                .as_deref()
+                .map(|s| audit::parse_since(s, chrono::Utc::now()))
+                .transpose()
+                .map_err(fail)?;
+            let filter = Filter {
+                agent: agent.clone(),
+                path_prefix: path.clone(),
+                since,
+                denied_only: *denied,
+                limit: *limit,
+            };
+            print_records(audit::search(&dir, &filter).map_err(fail)?, *json)
+        }
+    }
+}
+
+fn fail(e: AuditError) -> Failure {
+    Failure::Other(e.into())
+}
+
+fn read_key(path: &Path) -> Result<[u8; 32], Failure> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let hex_text = text.trim();
+    let key = if hex_text.len() == 64 {
+        hex::decode(hex_text).map_err(|_| anyhow!("{}: not 64 hex digits", path.display()))?
+    } else if bytes.len() == 32 {
+        bytes
+    } else {
+        return Err(anyhow!("{}: a key is 64 hex digits or 32 bytes", path.display()).into());
+    };
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&key);
+    Ok(out)
+}
+
+fn verify(dir: &Path, key_file: Option<&Path>, json: bool) -> Result<(), Failure> {
+    let key = key_file.map(read_key).transpose()?;
+    let r = audit::verify(dir, key.as_ref()).map_err(fail)?;
+    if json {
+        let broken = r.broken.as_ref().map(|b| {
+            serde_json::json!({
+                "file": b.file,
+                "line": b.line,
+                "seq": b.seq,
+                "kind": b.kind.to_string(),
+                "detail": b.detail,
+            })
+        });
+        let out = serde_json::json!({
+            "intact": r.is_intact(),
+            "files": r.files,
+            "records": r.records,
+            "first_seq": r.first_seq,
+            "last_seq": r.last_seq,
+            "head_missing": r.head_missing,
+            "hmac_checked": r.hmac_checked,
+            "hmac_unchecked": r.hmac_unchecked,
+            "torn_tail": r.torn_tail,
+            "broken": broken,
+        });
+        println!("{out}");
+    } else {
+        let mut msg = format!("{} good records in {} files", r.records, r.files);
+        if let (Some(a), Some(b)) = (r.first_seq, r.last_seq) {
+            let _ = write!(msg, " (seq {a}..={b})");
+        }
+        if key.is_some() {
+            let _ = write!(msg, ", {} HMACs checked", r.hmac_checked);
+        }
+        println!("{msg}");
+        if r.head_missing {
+            println!(
+                "note: the trail starts at seq {}: older files were removed",
+                r.first_seq.unwrap_or(0)
+            );
+        }
+        if r.hmac_unchecked > 0 {
+            println!(
+                "note: {} records carry an HMAC that was not checked ({})",
+                r.hmac_unchecked,
+                if key.is_some() {
+                    "signed with another key"
+                } else {
+                    "give --key-file to check them"
+                }
+            );
+        }
+        if r.torn_tail {
+            println!(
+                "note: the newest file ends in a partial record (a write in progress or a crash)"
+            );
+        }
+    }
+    match r.broken {
+        None => {
+            if !json {
+                println!("audit trail intact");
+            }
+            Ok(())
+        }
+        Some(b) => Err(Failure::Other(anyhow!("audit trail broken: {b}"))),
+    }
+}
+
+fn print_records(
+    records: impl IntoIterator<Item = Result<AuditRecord, AuditError>>,
+    json: bool,
+) -> Result<(), Failure> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut bad = 0usize;
+    for rec in records {
+        let written = match rec {
+            Ok(rec) if json => out
+                .write_all(&rec.to_line())
+                .and_then(|()| out.write_all(b"\n")),
+            Ok(rec) => writeln!(out, "{}", human(&rec)),
+            Err(e @ AuditError::Parse { .. }) => {
+                bad += 1;
+                eprintln!("clawfs: {e}");
+                Ok(())
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        match written {
+            Ok(()) => {}
+            // `clawfs audit search … | head` closes the pipe: stop quietly.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(anyhow::Error::from(e).context("writing to stdout").into()),
+        }
+    }
+    match out.flush() {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            return Err(anyhow::Error::from(e).context("writing to stdout").into())
+        }
+        _ => {}
+    }
+    if bad > 0 {
+        return Err(Failure::Other(anyhow!(
+            "{bad} lines are not audit records; run `clawfs audit verify`"
+        )));
+    }
+    Ok(())
+}
+
+/// One record as a log line in the P1.4 §8.4 style:
+/// `2024-02-24T12:34:56.000Z [WARN] #12 agent=a pid=1 operation=open path=/x denied=true rule=R errno=13 reason="…"`.
+pub fn human(rec: &AuditRecord) -> String {
+    let ev = &rec.event;
+    let level = match ev.result {
+        Outcome::Ok => "INFO",
+        Outcome::Denied => "WARN",
+        Outcome::Error => "ERROR",
+    };
+    let mut s = format!(
+        "{} [{level}] #{} agent={} pid={} operation={} path={}",
+        ev.time.to_rfc3339_opts(SecondsFormat::Millis, true),
+        rec.seq,
+        quote(&ev.agent),
+        ev.pid,
+        quote(&ev.operation),
+        quote(&ev.path),
+    );
+    if let Some(t) = &ev.target {
+        let _ = write!(s, " target={}", quote(t));
+    }
+    if let Some(b) = ev.bytes {
+        let _ = write!(s, " bytes={b}");
+    }
+    match ev.result {
+        Outcome::Ok => {}
+        Outcome::Denied => s.push_str(" denied=true"),
+        Outcome::Error => s.push_str(" result=error"),
+    }
+    if let Some(r) = &ev.rule {
+        let _ = write!(s, " rule={}", quote(r));
+    }
+    if let Some(e) = ev.errno {
+        let _ = write!(s, " errno={e}");
+    }
+    if let Some(r) = &ev.reason {
+        let _ = write!(s, " reason={r:?}");
+    }
+    s
+}
+
+/// A value as is when it has no spaces, quotes or control characters, else Rust-quoted.
+fn quote(v: &str) -> String {
+    if !v.is_empty()
+        && !v
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=')
+    {
+        v.to_string()
+    } else {
+        format!("{v:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawfs_core::audit::{AuditEvent, AuditLog};
+
+    #[test]
+    fn verify_tail_search_and_broken_trail() {
+        let store = tempfile::tempdir().unwrap();
+        let dir = audit::audit_dir(store.path());
+        {
+            let log = AuditLog::open(&dir).unwrap();
+            log.record(AuditEvent::new(
+                "alpha",
+                1,
+                "create",
+                "/workspaces/default/My Notes.md",
+            ));
+            log.record(
+                AuditEvent::new("alpha", 1, "open", "/agents/beta/state.json").denied(
+                    13,
+                    "RULE-001",
+                    "agents write only their own directory",
+                ),
+            );
+            log.record(AuditEvent::new("beta", 2, "write", "/agents/beta/x").bytes(10));
+        }
+        let verify = AuditCommand::Verify {
+            key_file: None,
+            json: false,
+        };
+        run(store.path(), &verify).unwrap();
+        run(store.path(), &AuditCommand::Tail { n: 2, json: true }).unwrap();
+        let search = AuditCommand::Search {
+            agent: Some("alpha".into()),
+            path: None,
+            since: Some("1h".into()),
+            denied: true,
+            limit: None,
+            json: false,
+        };
+        run(store.path(), &search).unwrap();
+        let bad_since = AuditCommand::Search {
+            agent: None,
+            path: None,
+            since: Some("yesterday".into()),
+            denied: false,
+            limit: None,
+            json: false,
+        };
+        assert!(run(store.path(), &bad_since).is_err());
+
+        let file = audit::list_files(&dir).unwrap()[0].path.clone();
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, text.replacen("My Notes", "Our Notes", 1)).unwrap();
+        let e = run(store.path(), &verify).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("record seq 1") && msg.contains("edited"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn human_lines() {
+        let rec = AuditRecord {
+            seq: 12,
+            event: AuditEvent::new("kernel-engine", 7, "open", "/vault/master-key.enc")
+                .denied(13, "RULE-004", "the vault is closed to this agent")
+                .at(chrono::DateTime::from_timestamp(1_708_778_098, 0).unwrap()),
+            prev: audit::GENESIS.into(),
+            hmac: None,
+        };
+        assert_eq!(
+            human(&rec),
+            "2024-02-24T12:34:58.000Z [WARN] #12 agent=kernel-engine pid=7 operation=open \
+             path=/vault/master-key.enc denied=true rule=RULE-004 errno=13 \
+             reason=\"the vault is closed to this agent\""
+        );
+        assert_eq!(quote("My Notes.md"), "\"My Notes.md\"");
+    }
+}
