@@ -16,6 +16,7 @@ pub mod identity;
 pub mod inodes;
 pub mod names;
 pub mod open_files;
+pub mod policy;
 pub mod seed;
 pub mod spec_integrity;
 pub mod store;

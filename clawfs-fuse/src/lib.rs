@@ -9,6 +9,7 @@ pub mod errno;
 pub mod error;
 pub mod logging;
 pub mod mounts;
+pub mod policy_cmd;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,393 @@
+//! The decision: may this identity do this access at this namespace path? Pure functions of the
+//! policy and their arguments, no I/O, so the FUSE adapter can call them on every request.
+
+use super::{rule, Access, AgentName, AgentSpec, Denial, DenyKind, Grant, Identity, NsPath};
+use super::{Policy, Quota, UsersMode};
+
+/// The top-level names of the namespace.
+const SYSTEM: &str = "system";
+const SPECS: &str = "specs";
+const TOOLS: &str = "tools";
+const AGENTS: &str = "agents";
+const WORKSPACES: &str = "workspaces";
+const VAULT: &str = "vault";
+
+/// The virtual file that tells a caller who ClawFS thinks it is: `/agents/self`.
+const SELF_FILE: &str = "self";
+
+fn deny(rule: &'static str, kind: DenyKind, reason: String) -> Result<(), Denial> {
+    Err(Denial::new(rule, kind, reason))
+}
+
+impl Policy {
+    /// May `who` do `access` at `path`? Admins always may (POSIX applies below); ordinary users
+    /// per the `users` mode; agents per the rules in `policy/README.md`. The first rule that
+    /// refuses decides, protected names first.
+    pub fn check(&self, who: &Identity, access: Access, path: &NsPath) -> Result<(), Denial> {
+        match who {
+            Identity::Admin => Ok(()),
+            Identity::User { .. } => self.check_user(access, path),
+            Identity::Agent(name) => match self.agents.get(name) {
+                Some(spec) => self.check_agent(spec, access, path),
+                None => deny(
+                    rule::UNKNOWN_AGENT,
+                    DenyKind::Access,
+                    format!(
+                        "agent {name} is not in the policy in force, so it may not {} {path}; ask an admin to add [agents.{name}] to the policy",
+                        access.verb()
+                    ),
+                ),
+            },
+        }
+    }
+
+    /// A rename of `from` to `to` (or one half of an exchange: check both directions): the
+    /// caller must be able to delete the source and create the destination, so nothing moves out
+    /// of, or into, a place the caller may not write.
+    pub fn check_move(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        self.check(who, Access::Delete, from)?;
+        self.check(who, Access::Create, to)
+    }
+
+    /// A hard link to `from` at `to`: the caller must be able to modify the source (the new name
+    /// reaches the same content) and create the destination, so a link never turns a read-only
+    /// file into a writable one.
+    pub fn check_link(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        self.check(who, Access::Write, from)?;
+        self.check(who, Access::Create, to)
+    }
+
+    /// Whether an agent that has written `used` may write `adding` more. Only growth is checked,
+    /// so an agent over its quota (after the policy lowered it) can still delete and shrink.
+    /// Admins and ordinary users have no ClawFS quota.
+    pub fn check_quota(&self, who: &Identity, used: Quota, adding: Quota) -> Result<(), Denial> {
+        let Identity::Agent(name) = who else {
+            return Ok(());
+        };
+        let limit = self.quota(name);
+        if adding.bytes > 0 && used.bytes.saturating_add(adding.bytes) > limit.bytes {
+            return deny(
+                rule::QUOTA,
+                DenyKind::Quota,
+                format!(
+                    "agent {name} has written {} of its {}-byte quota and cannot add {} more; delete files in /agents/{name}/ or ask an admin to raise quota.bytes",
+                    used.bytes, limit.bytes, adding.bytes
+                ),
+            );
+        }
+        if adding.files > 0 && used.files.saturating_add(adding.files) > limit.files {
+            return deny(
+                rule::QUOTA,
+                DenyKind::Quota,
+                format!(
+                    "agent {name} has {} of its {} files and cannot create more; delete some or ask an admin to raise quota.files",
+                    used.files, limit.files
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn check_user(&self, access: Access, path: &NsPath) -> Result<(), Denial> {
+        let writable_root = match path.get(0) {
+            None | Some(SYSTEM) | Some(SPECS) => false,
+            Some(_) => true,
+        };
+        match self.users {
+            UsersMode::Posix => Ok(()),
+            _ if !writable_root => Ok(()),
+            UsersMode::ReadOnly if access.is_read() => Ok(()),
+            UsersMode::ReadOnly => deny(
+                rule::USERS_MODE,
+                DenyKind::ReadOnly,
+                format!(
+                    "ordinary users may only read under /{}/ on this mount (users = \"read-only\"), so you may not {} {path}; ask an admin",
+                    path.get(0).unwrap_or_default(),
+                    access.verb()
+                ),
+            ),
+            UsersMode::None => deny(
+                rule::USERS_MODE,
+                DenyKind::Access,
+                format!(
+                    "ordinary users have no access to /{}/ on this mount (users = \"none\"); ask an admin",
+                    path.get(0).unwrap_or_default()
+                ),
+            ),
+        }
+    }
+
+    fn check_agent(&self, me: &AgentSpec, access: Access, path: &NsPath) -> Result<(), Denial> {
+        for c in path.components() {
+            if let Some(p) = self.protected_match(c) {
+                return deny(
+                    rule::PROTECTED,
+                    DenyKind::Permission,
+                    format!(
+                        "{path} is inside '{c}', which matches the protected name '{p}'; agents may not read, write or delete protected folders in any letter case, so work outside it"
+                    ),
+                );
+            }
+        }
+        let Some(area) = path.get(0) else {
+            if access.is_read() {
+                return Ok(());
+            }
+            return deny(
+                rule::NAMESPACE,
+                DenyKind::Permission,
+                "the mount root holds only the six areas and cannot be changed".to_string(),
+            );
+        };
+        match area {
+            SYSTEM | SPECS => self.read_only_root(area, access, path),
+            TOOLS => self.check_tools(me, access, path),
+            AGENTS => self.check_agents_area(me, access, path),
+            WORKSPACES => self.check_workspaces(me, access, path),
+            VAULT => self.check_vault(me, access, path),
+            _ => deny(
+                rule::NAMESPACE,
+                DenyKind::Permission,
+                format!(
+                    "{path} is outside the six areas (agents, specs, system, tools, vault, workspaces)"
+                ),
+            ),
+        }
+    }
+
+    /// Area roots are listable; changing one is a change to the fixed mount root.
+    fn area_root(&self, access: Access, path: &NsPath) -> Result<(), Denial> {
+        if access.is_read() {
+            return Ok(());
+        }
+        deny(
+            rule::NAMESPACE,
+            DenyKind::Permission,
+            format!(
+                "{path} is an area root of the fixed namespace and cannot be changed by agents"
+            ),
+        )
+    }
+
+    fn read_only_root(&self, area: &str, access: Access, path: &NsPath) -> Result<(), Denial> {
+        if access.is_read() {
+            return Ok(());
+        }
+        let hint = if area == TOOLS {
+            "; call a tool by writing /tools/call/<tool> or /tools/requests/<id>.json instead"
+        } else {
+            ""
+        };
+        deny(
+            rule::READ_ONLY_ROOT,
+            DenyKind::ReadOnly,
+            format!(
+                "/{area}/ is read-only to agents, so you may not {} {path}{hint}",
+                access.verb()
+            ),
+        )
+    }
+
+    /// `/tools`: readable; the call interface (`call/<tool>`, `requests/<id>`, `responses/<id>`)
+    /// is usable by every agent; anything else is writable only with `tools = "read-write"`.
+    fn check_tools(&self, me: &AgentSpec, access: Access, path: &NsPath) -> Result<(), Denial> {
+        if access.is_read() {
+            return Ok(());
+        }
+        if path.depth() == 3 {
+            let call_interface = match path.get(1) {
+                Some("call") => access == Access::Write,
+                Some("requests") => true,
+                Some("responses") => access == Access::Delete,
+                _ => false,
+            };
+            if call_interface {
+                return Ok(());
+            }
+        }
+        if path.depth() > 1 && me.tools == Grant::ReadWrite {
+            return Ok(());
+        }
+        if path.depth() == 1 {
+            return self.area_root(access, path);
+        }
+        self.read_only_root(TOOLS, access, path)
+    }
+
+    fn check_agents_area(
+        &self,
+        me: &AgentSpec,
+        access: Access,
+        path: &NsPath,
+    ) -> Result<(), Denial> {
+        let myself = &me.name;
+        let Some(owner) = path.get(1) else {
+            if !access.is_read() {
+                return deny(
+                    rule::RULE_001,
+                    DenyKind::Access,
+                    format!(
+                        "agents may not change /agents/ itself; write inside /agents/{myself}/ instead"
+                    ),
+                );
+            }
+            return Ok(());
+        };
+        if owner == SELF_FILE && path.depth() == 2 {
+            if access == Access::Read {
+                return Ok(());
+            }
+            return deny(
+                rule::NAMESPACE,
+                DenyKind::Permission,
+                "/agents/self is a read-only file that tells you who you are".to_string(),
+            );
+        }
+        if owner == myself.as_str() {
+            return own_dir(myself, access, path);
+        }
+        if access.is_read() {
+            if self.may_read_agent(myself, owner) {
+                return Ok(());
+            }
+            return deny(
+                rule::AGENT_READ,
+                DenyKind::Access,
+                format!(
+                    "{path} belongs to agent {owner}, and you ({myself}) may only read your own /agents/{myself}/ unless the policy lists {owner} in your read_agents"
+                ),
+            );
+        }
+        deny(
+            rule::RULE_001,
+            DenyKind::Access,
+            format!(
+                "agents may only write inside their own directory, so you ({myself}) may not {} {path}; write inside /agents/{myself}/ instead",
+                access.verb()
+            ),
+        )
+    }
+
+    fn check_workspaces(
+        &self,
+        me: &AgentSpec,
+        access: Access,
+        path: &NsPath,
+    ) -> Result<(), Denial> {
+        let Some(ws) = path.get(1) else {
+            return self.area_root(access, path);
+        };
+        if path.depth() == 2 && matches!(access, Access::Create | Access::Delete) {
+            return deny(
+                rule::WORKSPACE_ROOT,
+                DenyKind::Permission,
+                format!(
+                    "agents may not create, remove or rename whole workspaces such as {path}; ask an admin"
+                ),
+            );
+        }
+        let grant = self.workspace_grant(&me.name, ws);
+        if grant.allows(access) {
+            return Ok(());
+        }
+        let name = &me.name;
+        match grant {
+            Grant::Read => deny(
+                rule::WORKSPACE_GRANT,
+                DenyKind::ReadOnly,
+                format!(
+                    "workspace {ws} is read-only for agent {name}, so you may not {} {path}; write in a workspace granted read-write or in /agents/{name}/",
+                    access.verb()
+                ),
+            ),
+            _ => deny(
+                rule::WORKSPACE_GRANT,
+                DenyKind::Access,
+                format!(
+                    "agent {name} has no grant on workspace {ws}, so you may not {} {path}; ask an admin for a grant in [agents.{name}] workspaces",
+                    access.verb()
+                ),
+            ),
+        }
+    }
+
+    /// `/vault`: the root and `secrets/` are listable; a granted secret is readable as
+    /// `secrets/<id>` or `secrets/<id>.enc`; nothing else, and nothing is writable.
+    fn check_vault(&self, me: &AgentSpec, access: Access, path: &NsPath) -> Result<(), Denial> {
+        let name = &me.name;
+        if path.depth() == 1 {
+            return self.area_root(access, path);
+        }
+        if !access.is_read() {
+            return deny(
+                rule::VAULT_GRANT,
+                DenyKind::Access,
+                format!("agents may not change the vault ({path}); ask an admin to manage secrets"),
+            );
+        }
+        if path.get(1) != Some("secrets") {
+            return deny(
+                rule::VAULT_GRANT,
+                DenyKind::Access,
+                format!(
+                    "agents may read only their granted secrets under /vault/secrets/, not {path}"
+                ),
+            );
+        }
+        match path.depth() {
+            2 => Ok(()),
+            3 => {
+                let file = path.get(2).unwrap_or_default();
+                let id = file.strip_suffix(".enc").unwrap_or(file);
+                if access == Access::Read && me.secrets.contains(id) {
+                    return Ok(());
+                }
+                deny(
+                    rule::VAULT_GRANT,
+                    DenyKind::Access,
+                    format!(
+                        "agent {name} is not granted the secret {id}; ask an admin to add it to [agents.{name}] secrets"
+                    ),
+                )
+            }
+            _ => deny(
+                rule::VAULT_GRANT,
+                DenyKind::Access,
+                format!("{path} is not a secret agents may read"),
+            ),
+        }
+    }
+}
+
+/// An agent in its own directory: everything, except that the directory itself is not created,
+/// removed or renamed, and `logs/` and `denials` are written by ClawFS only.
+fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Denial> {
+    if path.depth() == 2 {
+        if matches!(access, Access::Create | Access::Delete) {
+            return deny(
+                rule::RULE_001,
+                DenyKind::Permission,
+                format!(
+                    "your own directory /agents/{myself} cannot be created, removed or renamed by you; work inside it"
+                ),
+            );
+        }
+        return Ok(());
+    }
+    let record = match path.get(2) {
+        Some("logs") => Some("logs/"),
+        Some("denials") if path.depth() == 3 => Some("denials"),
+        _ => None,
+    };
+    match record {
+        Some(what) if !access.is_read() => deny(
+            rule::AGENT_LOGS,
+            DenyKind::Permission,
+            format!(
+                "/agents/{myself}/{what} is written by ClawFS only, so you may not {} {path}; read it, and keep your own files elsewhere in /agents/{myself}/",
+                access.verb()
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
