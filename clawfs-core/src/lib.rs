@@ -8,6 +8,7 @@
 pub mod area;
 pub mod attr;
 pub mod backing;
+pub mod cgroup;
 pub mod creds;
 pub mod error;
 pub mod fs;

@@ -8,6 +8,7 @@ pub mod errno;
 pub mod error;
 pub mod logging;
 pub mod mounts;
+pub mod run;
 
 use std::process::ExitCode;
 
