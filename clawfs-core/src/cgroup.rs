@@ -513,17 +513,30 @@ impl SetupReport {
     /// One line naming every controller and limit that is not in force, or `None` if all are.
     pub fn warning(&self) -> Option<String> {
         let mut parts = Vec::new();
-        if !self.controllers.not_enabled.is_empty() {
+        if !self.limits.skipped.is_empty() {
+            let keys: Vec<&str> = self
+                .limits
+                .skipped
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect();
+            parts.push(format!("not enforced (no such file): {}", keys.join(", ")));
+        }
+        for (k, why) in &self.limits.failed {
+            parts.push(format!("{k} not applied: {why}"));
+        }
+        if let Some((_, why)) = self.controllers.not_enabled.first() {
             let names: Vec<&str> = self
                 .controllers
                 .not_enabled
                 .iter()
                 .map(|(c, _)| c.as_str())
                 .collect();
-            parts.push(format!("controllers not enabled: {}", names.join(", ")));
-        }
-        for (k, why) in self.limits.skipped.iter().chain(&self.limits.failed) {
-            parts.push(format!("{k} not applied: {why}"));
+            parts.push(format!(
+                "controllers not enabled: {} ({}: {why})",
+                names.join(", "),
+                names[0]
+            ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
@@ -776,7 +789,54 @@ mod tests {
             .push(("memory.max".into(), "no memory.max here".into()));
         let w = r.warning().unwrap();
         assert!(w.contains("controllers not enabled: memory"), "{w}");
-        assert!(w.contains("memory.max not applied"), "{w}");
+        assert!(w.contains("not enforced (no such file): memory.max"), "{w}");
+    }
+
+    /// On the real hierarchy (root only; otherwise reported and skipped): a run group, a process
+    /// moved in and named by `agent_of_pid`, waiting for it to leave, removal.
+    #[test]
+    fn run_group_lifecycle() {
+        let Ok(cg) = Cgroup2::find().map_err(|e| eprintln!("skipped: {e}")) else {
+            return;
+        };
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let agent = format!("core-test-{}", std::process::id());
+        let limits = BTreeMap::from([("pids.max".to_string(), "50".to_string())]);
+        let (group, report) =
+            RunGroup::create(&cg, &agent, 1, &DEFAULT_CONTROLLERS, &limits).unwrap();
+        // Either in force or reported, never silently dropped.
+        assert_eq!(
+            report.limits.applied.len() + report.limits.skipped.len() + report.limits.failed.len(),
+            1
+        );
+        assert_eq!(group.agent().path(), cg.agent_dir(&agent));
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        group.run().add_pid(sleeper.id()).unwrap();
+        assert_eq!(group.run().pids().unwrap(), vec![sleeper.id()]);
+        assert_eq!(agent_of_pid(sleeper.id()).unwrap(), Some(agent.clone()));
+        assert!(group.run().is_populated().unwrap());
+        assert!(group.agent().is_populated().unwrap());
+        assert!(matches!(
+            group.run().wait_empty(Some(Duration::from_millis(100))),
+            Err(CgroupError::Timeout { .. })
+        ));
+        // Busy: nothing removed, no error.
+        assert!(!group.agent().remove().unwrap());
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        group
+            .run()
+            .wait_empty(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(group.remove().unwrap());
+        assert!(!cg.agent_dir(&agent).exists());
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! `clawfs/agent-NAME/run-<pid>` in `pre_exec`, while still root, and only then drops to the
 //! agent's uid and sets no_new_privs, so neither it nor any descendant can write a `cgroup.procs`
 //! to leave. `CLAWFS_AGENT` is set for the agent's information only; the daemon never reads it.
+//!
+//! The command gets a session of its own (no controlling terminal: it cannot inject input into
+//! the invoker's terminal with TIOCSTI). Forwarded signals go to its process group while it lives
+//! — as a terminal's ^C would — and to every process left in the run's group after it has exited;
+//! `clawfs run` returns when the last one is gone.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
@@ -410,6 +415,13 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
                 Err(io::Error::last_os_error())
             }
         };
+        // 0. A session of its own: the command has no controlling terminal, so it cannot push
+        //    input into the terminal of whoever started it (TIOCSTI needs the tty to be the
+        //    caller's controlling one); terminal signals reach `clawfs run`, which forwards them.
+        // SAFETY: setsid has no arguments; the forked child is not a group leader.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
+        }
         // 1. Join the run's group while still root ("0" = the writing process).
         // SAFETY: procs_fd is open (the parent keeps `procs` until spawn returns); the buffer is a
         // static one-byte string.
@@ -463,7 +475,9 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             for sig in signals.forever() {
                 let guard = alive.lock().unwrap_or_else(PoisonError::into_inner);
                 let targets = match *guard {
-                    Some(pid) => vec![pid],
+                    // The command's process group (it leads it, see setsid above), as a terminal
+                    // would signal it; valid while the command is unreaped.
+                    Some(pid) => vec![-pid],
                     // The command is gone but some of its descendants are not: signal them.
                     None => leaf
                         .pids()
@@ -473,8 +487,8 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
                         .collect(),
                 };
                 for p in targets {
-                    // SAFETY: kill has no memory arguments; `p` is our unreaped child or a
-                    // member of the run's group.
+                    // SAFETY: kill has no memory arguments; `p` is our unreaped child's group
+                    // or a member of the run's cgroup.
                     unsafe { libc::kill(p, sig) };
                 }
             }
