@@ -10,6 +10,7 @@ pub mod error;
 pub mod logging;
 pub mod mounts;
 pub mod policy_cmd;
+pub mod run;
 
 use std::process::ExitCode;
 

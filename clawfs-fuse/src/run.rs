@@ -1,0 +1,570 @@
+//! `clawfs run --agent NAME -- CMD ARGS…` (CLI layer): starts CMD as agent NAME — inside the agent's
+//! cgroup v2 group, as an unprivileged uid, with no_new_privs — forwards signals to it, waits for
+//! every process of the run to exit, removes the run's group and exits with CMD's status.
+//!
+//! Identity comes from the cgroup alone (ARCHITECTURE.md §4): the child joins
+//! `clawfs/agent-NAME/run-<pid>` in `pre_exec`, while still root, and only then drops to the
+//! agent's uid and sets no_new_privs, so neither it nor any descendant can write a `cgroup.procs`
+//! to leave. `CLAWFS_AGENT` is set for the agent's information only; the daemon never reads it.
+//!
+//! The command gets a session of its own (no controlling terminal: it cannot inject input into
+//! the invoker's terminal with TIOCSTI). Forwarded signals go to its process group while it lives
+//! — as a terminal's ^C would — and to every process left in the run's group after it has exited;
+//! `clawfs run` returns when the last one is gone.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsString};
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use anyhow::anyhow;
+use clawfs_core::area::Area;
+use clawfs_core::cgroup::{self, Cgroup2, RunGroup, DEFAULT_CONTROLLERS};
+use clawfs_core::names::{check_system_name, DEFAULT_AGENTS};
+use clawfs_core::store::Store;
+use serde_json::Value;
+use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::iterator::Signals;
+use tracing::warn;
+
+use crate::cli::StoreArg;
+use crate::daemon::store_path;
+use crate::error::Failure;
+
+/// First uid of the placeholder range: agent `i` of the roster runs as `AGENT_UID_BASE + i` until
+/// the policy assigns uids.
+pub const AGENT_UID_BASE: u32 = 61000;
+
+/// Signals `clawfs run` passes on to the command (to the whole run once the command has exited).
+pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+
+/// Arguments of `clawfs run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// The agent to run as (a directory under the store's agents/).
+    #[arg(long, value_name = "NAME")]
+    pub agent: String,
+    /// Start in `<mount>/workspaces/WS`.
+    #[arg(long, value_name = "WS")]
+    pub workspace: Option<String>,
+    /// Run as this uid (and gid; default: the user's primary group, or GID = UID), a number or a
+    /// name from /etc/passwd. Default: the agent's own unprivileged uid.
+    #[arg(long, value_name = "UID[:GID]")]
+    pub user: Option<String>,
+    /// Where ClawFS is mounted (for --workspace).
+    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
+    pub mount: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Everything needed to start one agent process; [`run`] builds it from the command line, the
+/// policy layer may build it itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The agent (its group is `clawfs/agent-<agent>`).
+    pub agent: String,
+    /// The uid the command runs as.
+    pub uid: u32,
+    /// The gid the command runs as (supplementary groups are cleared).
+    pub gid: u32,
+    /// Allow uid or gid 0. Only an explicit policy decision should set this.
+    pub allow_root: bool,
+    /// Working directory, entered after dropping privileges (so as the agent); `None`: unchanged.
+    pub cwd: Option<PathBuf>,
+    /// Program and arguments.
+    pub command: Vec<OsString>,
+    /// Extra environment variables (`CLAWFS_AGENT` is always set).
+    pub env: Vec<(OsString, OsString)>,
+    /// cgroup interface files to write in the agent's group (`memory.max` → `1073741824`, …).
+    pub limits: BTreeMap<String, String>,
+}
+
+fn fail(msg: impl std::fmt::Display) -> Failure {
+    Failure::Other(anyhow!("{msg}"))
+}
+
+/// `clawfs run`: returns the command's exit code (128 + N if it was killed by signal N).
+pub fn run(args: &RunArgs) -> Result<u8, Failure> {
+    // First, so that an unprivileged caller is told the real reason rather than "cannot read the
+    // store".
+    require_root()?;
+    let spec = spec_from_args(args)?;
+    execute(&spec)
+}
+
+/// Checks the command line against the store and builds the [`RunSpec`].
+pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
+    let agent = check_system_name(args.agent.as_ref())
+        .map_err(|e| fail(format!("--agent: {e}")))?
+        .to_string();
+    let store = Store::open(&store_path(&args.store.store))?;
+    let agents = store.root().join(Area::Agents.dir_name());
+    if !agents.join(&agent).is_dir() {
+        return Err(fail(format!(
+            "unknown agent {agent:?}: no {} (known: {})",
+            agents.join(&agent).display(),
+            roster(store.root()).join(", ")
+        )));
+    }
+    let (uid, gid) = match &args.user {
+        Some(u) => parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?,
+        None => {
+            let uid = placeholder_uid(store.root(), &agent);
+            (uid, uid)
+        }
+    };
+    let cwd = match &args.workspace {
+        None => None,
+        Some(ws) => {
+            let ws =
+                check_system_name(ws.as_ref()).map_err(|e| fail(format!("--workspace: {e}")))?;
+            if !store
+                .root()
+                .join(Area::Workspaces.dir_name())
+                .join(ws)
+                .is_dir()
+            {
+                return Err(fail(format!("unknown workspace {ws:?}")));
+            }
+            let dir = args.mount.join(Area::Workspaces.dir_name()).join(ws);
+            if !dir.is_dir() {
+                return Err(fail(format!(
+                    "{} is not there: is ClawFS mounted at {}? (--mount DIR)",
+                    dir.display(),
+                    args.mount.display()
+                )));
+            }
+            Some(dir)
+        }
+    };
+    Ok(RunSpec {
+        limits: load_quotas(store.root(), &agent)?,
+        agent,
+        uid,
+        gid,
+        allow_root: false,
+        cwd,
+        command: args.command.clone(),
+        env: Vec::new(),
+    })
+}
+
+/// The agents of a store: its `agents/` directories, sorted.
+pub fn roster(store: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(store.join(Area::Agents.dir_name()))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A deterministic unprivileged uid for `agent` until the policy provides one:
+/// [`AGENT_UID_BASE`] + its index in the default roster (P1.4 §2.2), then the store's other agents
+/// in name order after those.
+pub fn placeholder_uid(store: &Path, agent: &str) -> u32 {
+    if let Some(i) = DEFAULT_AGENTS.iter().position(|a| *a == agent) {
+        return AGENT_UID_BASE + i as u32;
+    }
+    let others: Vec<String> = roster(store)
+        .into_iter()
+        .filter(|a| !DEFAULT_AGENTS.contains(&a.as_str()))
+        .collect();
+    let i = others
+        .iter()
+        .position(|a| a == agent)
+        .unwrap_or(others.len());
+    AGENT_UID_BASE + (DEFAULT_AGENTS.len() + i) as u32
+}
+
+/// The cgroup limits for `agent` from `<store>/system/cgroup/quotas.json`:
+/// `{"defaults": {KEY: VALUE, …}, "agents": {NAME: {KEY: VALUE, …}}}`, the agent's entries
+/// overriding the defaults. Values are strings or numbers; `null` removes a default. A missing
+/// file means no limits; a malformed one is an error (quotas are not silently dropped).
+pub fn load_quotas(store: &Path, agent: &str) -> Result<BTreeMap<String, String>, Failure> {
+    let path = store.join("system/cgroup/quotas.json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
+    };
+    parse_quotas(&text, agent).map_err(|e| fail(format!("{}: {e}", path.display())))
+}
+
+/// Parses quotas.json text for `agent` (see [`load_quotas`]).
+pub fn parse_quotas(text: &str, agent: &str) -> Result<BTreeMap<String, String>, String> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let mut limits = BTreeMap::new();
+    let mut merge = |section: Option<&Value>, what: &str| -> Result<(), String> {
+        let Some(section) = section else {
+            return Ok(());
+        };
+        let map = section
+            .as_object()
+            .ok_or_else(|| format!("{what} must be an object"))?;
+        for (key, value) in map {
+            cgroup::check_limit_key(key).map_err(|e| format!("{what}: {e}"))?;
+            match value {
+                Value::String(s) => {
+                    limits.insert(key.clone(), s.clone());
+                }
+                Value::Number(n) => {
+                    limits.insert(key.clone(), n.to_string());
+                }
+                Value::Null => {
+                    limits.remove(key);
+                }
+                _ => return Err(format!("{what}.{key} must be a string or a number")),
+            }
+        }
+        Ok(())
+    };
+    merge(doc.get("defaults"), "defaults")?;
+    if let Some(agents) = doc.get("agents") {
+        let agents = agents
+            .as_object()
+            .ok_or_else(|| "agents must be an object".to_string())?;
+        merge(agents.get(agent), &format!("agents.{agent}"))?;
+    }
+    Ok(limits)
+}
+
+fn db_lookup(db: &str, key: &str) -> Option<Vec<String>> {
+    fs::read_to_string(db).ok()?.lines().find_map(|l| {
+        let f: Vec<String> = l.split(':').map(str::to_string).collect();
+        (f.len() > 3 && f[0] == key).then_some(f)
+    })
+}
+
+/// Parses `--user`: `UID`, `UID:GID`, `NAME` or `NAME:GROUP`. Without a group: the user's
+/// primary group from /etc/passwd, or GID = UID for a uid it does not know.
+pub fn parse_user(s: &str) -> Result<(u32, u32), String> {
+    let (user, group) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let (uid, primary) = match user.parse::<u32>() {
+        Ok(uid) => {
+            let primary = fs::read_to_string("/etc/passwd").ok().and_then(|db| {
+                db.lines().find_map(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    (f.len() > 3 && f[2].parse() == Ok(uid))
+                        .then(|| f[3].parse().ok())
+                        .flatten()
+                })
+            });
+            (uid, primary.unwrap_or(uid))
+        }
+        Err(_) => {
+            let f = db_lookup("/etc/passwd", user).ok_or("no such user")?;
+            let uid = f[2].parse().map_err(|_| "bad /etc/passwd entry")?;
+            let gid = f[3].parse().map_err(|_| "bad /etc/passwd entry")?;
+            (uid, gid)
+        }
+    };
+    let gid = match group {
+        None => primary,
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => db_lookup("/etc/group", g)
+                .ok_or("no such group")?
+                .get(2)
+                .and_then(|v| v.parse().ok())
+                .ok_or("bad /etc/group entry")?,
+        },
+    };
+    Ok((uid, gid))
+}
+
+/// The shell-style exit code of a finished process: its code, or 128 + the signal that killed it.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (None, None) => 1,
+    }
+}
+
+fn require_root() -> Result<(), Failure> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(fail(
+            "clawfs run must be started as root: it creates the agent's cgroup and then switches to the agent's uid",
+        ));
+    }
+    Ok(())
+}
+
+/// Starts `spec` in its agent's group and waits for it: see the module documentation.
+pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
+    if spec.command.is_empty() {
+        return Err(fail("no command to run"));
+    }
+    if !cgroup::valid_agent(&spec.agent) {
+        return Err(fail(format!("invalid agent name {:?}", spec.agent)));
+    }
+    if (spec.uid == 0 || spec.gid == 0) && !spec.allow_root {
+        return Err(fail(format!(
+            "refusing to run agent {} as uid {} gid {}: root for an agent needs an explicit policy grant",
+            spec.agent, spec.uid, spec.gid
+        )));
+    }
+    require_root()?;
+    let cg = Cgroup2::find().map_err(|e| {
+        fail(format!(
+            "{e}; clawfs run needs it to give agents an identity"
+        ))
+    })?;
+    let (group, report) = RunGroup::create(
+        &cg,
+        &spec.agent,
+        std::process::id(),
+        &DEFAULT_CONTROLLERS,
+        &spec.limits,
+    )
+    .map_err(|e| {
+        fail(format!(
+            "setting up the cgroup of agent {}: {e}",
+            spec.agent
+        ))
+    })?;
+    if let Some(w) = report.warning() {
+        warn!(agent = %spec.agent, "quotas not fully in force: {w}");
+    }
+    let result = spawn_and_wait(spec, &group);
+    // Whatever happened, nothing of this run may be left in its leaf before it is removed.
+    if let Err(e) = group.run().wait_empty(None) {
+        warn!(error = %e, "waiting for the run's group to empty");
+    }
+    if let Err(e) = group.remove() {
+        warn!(error = %e, "removing the run's cgroup");
+    }
+    result
+}
+
+/// Waits for `pid` to exit without reaping it, so that its pid cannot be reused while a
+/// forwarded signal may still be sent to it.
+fn wait_exited(pid: libc::pid_t) -> io::Result<()> {
+    loop {
+        // SAFETY: siginfo_t is plain data; all-zero is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only into `info`, which outlives the call.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
+    let shown = spec.command[0].to_string_lossy().into_owned();
+    // Everything the child needs is prepared here: between fork and exec it may only make
+    // async-signal-safe calls (no allocation, no locks).
+    let procs = group
+        .run()
+        .procs_file()
+        .map_err(|e| fail(format!("joining the agent's cgroup: {e}")))?;
+    let procs_fd = procs.as_raw_fd();
+    let cwd = spec
+        .cwd
+        .as_ref()
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+        .map_err(|_| fail("working directory contains a NUL byte"))?;
+    let (uid, gid) = (spec.uid, spec.gid);
+
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env("CLAWFS_AGENT", &spec.agent);
+    let pre_exec = move || -> io::Result<()> {
+        let check = |r: libc::c_int| {
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        // 0. A session of its own: the command has no controlling terminal, so it cannot push
+        //    input into the terminal of whoever started it (TIOCSTI needs the tty to be the
+        //    caller's controlling one); terminal signals reach `clawfs run`, which forwards them.
+        // SAFETY: setsid has no arguments; the forked child is not a group leader.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // 1. Join the run's group while still root ("0" = the writing process).
+        // SAFETY: procs_fd is open (the parent keeps `procs` until spawn returns); the buffer is a
+        // static one-byte string.
+        if unsafe { libc::write(procs_fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(io::Error::last_os_error());
+        }
+        // 2. Drop privileges: no supplementary groups, then gid, then uid (all capabilities go).
+        // SAFETY: plain syscalls with valid arguments (setgroups with size 0 reads no list).
+        unsafe {
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgid(gid))?;
+            check(libc::setuid(uid))?;
+        }
+        // 3. No set-uid binary or file capability can give privileges back.
+        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) has no memory arguments.
+        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+        // 4. Enter the working directory as the agent, so the daemon checks the agent's access.
+        if let Some(dir) = &cwd {
+            // SAFETY: `dir` is a NUL-terminated string that lives as long as the closure.
+            check(unsafe { libc::chdir(dir.as_ptr()) })?;
+        }
+        Ok(())
+    };
+    // SAFETY: the closure makes only async-signal-safe system calls on data prepared before fork.
+    unsafe { cmd.pre_exec(pre_exec) };
+
+    // Registered before the child exists, so that a signal arriving in between is not lost: it
+    // waits in `signals` and is forwarded once the forwarder starts.
+    let mut signals = Signals::new(FORWARDED_SIGNALS)
+        .map_err(|e| fail(format!("installing signal handlers: {e}")))?;
+    let handle = signals.handle();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            handle.close();
+            return Err(fail(format!(
+                "cannot start {shown} as agent {} (uid {uid}, gid {gid}): {e}",
+                spec.agent
+            )));
+        }
+    };
+    drop(procs);
+    let pid = child.id() as libc::pid_t;
+
+    // `Some(pid)` while the child is alive and unreaped; the forwarder signals under this lock.
+    let alive = Arc::new(Mutex::new(Some(pid)));
+    let forwarder = {
+        let alive = Arc::clone(&alive);
+        let leaf = group.run().clone();
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                let guard = alive.lock().unwrap_or_else(PoisonError::into_inner);
+                let targets = match *guard {
+                    // The command's process group (it leads it, see setsid above), as a terminal
+                    // would signal it; valid while the command is unreaped.
+                    Some(pid) => vec![-pid],
+                    // The command is gone but some of its descendants are not: signal them.
+                    None => leaf
+                        .pids()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|p| p as libc::pid_t)
+                        .collect(),
+                };
+                for p in targets {
+                    // SAFETY: kill has no memory arguments; `p` is our unreaped child's group
+                    // or a member of the run's cgroup.
+                    unsafe { libc::kill(p, sig) };
+                }
+            }
+        })
+    };
+
+    let waited = wait_exited(pid);
+    *alive.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    let status = waited.and_then(|()| child.wait());
+    // Stragglers (background jobs of the command) keep the run alive, and receive forwarded
+    // signals, until they exit.
+    let emptied = group.run().wait_empty(None);
+    handle.close();
+    let _ = forwarder.join();
+    let status = status.map_err(|e| fail(format!("waiting for {shown}: {e}")))?;
+    emptied.map_err(|e| fail(format!("waiting for the run to end: {e}")))?;
+    Ok(exit_code(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_merge_defaults_and_agent_overrides() {
+        let text = r#"{
+            "version": 1,
+            "defaults": {"memory.max": "1073741824", "pids.max": 512, "cpu.max": "100000 100000"},
+            "agents": {"a": {"pids.max": "64", "cpu.max": null}, "b": {}}
+        }"#;
+        let a = parse_quotas(text, "a").unwrap();
+        assert_eq!(a.get("memory.max").map(String::as_str), Some("1073741824"));
+        assert_eq!(a.get("pids.max").map(String::as_str), Some("64"));
+        assert_eq!(a.get("cpu.max"), None);
+        let c = parse_quotas(text, "c").unwrap();
+        assert_eq!(c.get("pids.max").map(String::as_str), Some("512"));
+        assert_eq!(c.len(), 3);
+        assert!(parse_quotas("{", "a").is_err());
+        assert!(parse_quotas(r#"{"defaults": {"cgroup.procs": "1"}}"#, "a").is_err());
+        assert!(parse_quotas(r#"{"defaults": {"memory.max": true}}"#, "a").is_err());
+        assert!(parse_quotas(r#"{"agents": []}"#, "a").is_err());
+        assert!(parse_quotas("{}", "a").unwrap().is_empty());
+    }
+
+    #[test]
+    fn user_specs() {
+        assert_eq!(parse_user("1234:99").unwrap(), (1234, 99));
+        assert_eq!(parse_user("4000000").unwrap(), (4000000, 4000000));
+        assert_eq!(parse_user("root").unwrap(), (0, 0));
+        assert_eq!(parse_user("0:root").unwrap(), (0, 0));
+        assert!(parse_user("no-such-user-xyz").is_err());
+        assert!(parse_user("1:no-such-group-xyz").is_err());
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+    }
+
+    #[test]
+    fn placeholder_uids_are_stable_and_unprivileged() {
+        let dir = tempfile::tempdir().unwrap();
+        for a in ["zeta", "alpha", "fs-engine"] {
+            fs::create_dir_all(dir.path().join("agents").join(a)).unwrap();
+        }
+        let fs_engine = DEFAULT_AGENTS
+            .iter()
+            .position(|a| *a == "fs-engine")
+            .unwrap();
+        assert_eq!(
+            placeholder_uid(dir.path(), "fs-engine"),
+            AGENT_UID_BASE + fs_engine as u32
+        );
+        assert_eq!(placeholder_uid(dir.path(), "alpha"), AGENT_UID_BASE + 8);
+        assert_eq!(placeholder_uid(dir.path(), "zeta"), AGENT_UID_BASE + 9);
+    }
+}
