@@ -104,7 +104,7 @@ impl BackingHandle {
 
 /// The `/proc/self/fd/N` path of a descriptor: lets path-only calls (chmod, utimes, xattrs) act
 /// on an `O_PATH` descriptor with the *current* credentials.
-pub fn proc_fd_path(fd: impl AsFd) -> CString {
+pub fn proc_fd_path(fd: &impl AsFd) -> CString {
     CString::new(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())).expect("no NUL in a number")
 }
 

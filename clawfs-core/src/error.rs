@@ -60,6 +60,9 @@ pub enum FsError {
         /// Why it was refused.
         reason: String,
     },
+    /// The policy refuses the call for this caller.
+    #[error("{0}")]
+    Denied(crate::policy::Denial),
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
     Tampered(String),

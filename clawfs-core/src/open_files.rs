@@ -36,6 +36,9 @@ pub struct OpenFile {
     pub ino: u64,
     /// The backing descriptor serving it.
     pub backing: Arc<BackingFile>,
+    /// For an agent's write handle: the agent and the size at open, so the growth counts
+    /// against its byte quota at close.
+    pub quota: Option<(crate::policy::AgentName, u64)>,
 }
 
 impl std::ops::Deref for OpenFile {

@@ -29,6 +29,16 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// The gid of `clawos-agents`, the group of the agent directories, if it exists.
+pub fn agents_group() -> Option<u32> {
+    group_id("clawos-agents")
+}
+
+/// The gid of `clawos-users`, the group of the workspaces, if it exists.
+pub fn users_group() -> Option<u32> {
+    group_id("clawos-users")
+}
+
 /// The numeric id of a group in /etc/group, if it exists.
 fn group_id(name: &str) -> Option<u32> {
     id_from_db("/etc/group", name)
@@ -156,6 +166,12 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
         ("apparmor/clawos-fs", APPARMOR_PROFILE.as_bytes().to_vec()),
         ("cgroup/quotas.json", pretty(&quotas())),
     ];
+    file(
+        &system.join("policy.toml"),
+        crate::policy::DEFAULT_POLICY_TOML.as_bytes(),
+        0o444,
+        root_owner,
+    )?;
     let mut manifest = serde_json::Map::new();
     for (rel, content) in &system_files {
         file(&system.join(rel), content, 0o444, root_owner)?;
@@ -179,22 +195,30 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     // agents/ — 0750 root:clawos-agents; one directory per agent of the roster.
     let agents = root.join("agents");
     dir(&agents, 0o750, Some((0, agents_group)))?;
+    // Each agent owns its directory (POSIX lets it write there; the policy keeps it there);
+    // logs/ is written by ClawFS only.
+    let policy = crate::policy::Policy::default_policy();
     for agent in DEFAULT_AGENTS {
+        let uid = crate::policy::AgentName::new(agent)
+            .ok()
+            .and_then(|n| policy.agent(&n).and_then(|a| a.run_as()))
+            .map_or(0, |(uid, _)| uid);
+        let own = Some((uid, agents_group));
         let a = agents.join(agent);
-        dir(&a, 0o750, Some((0, agents_group)))?;
+        dir(&a, 0o750, own)?;
         dir(&a.join("logs"), 0o750, Some((0, agents_group)))?;
-        dir(&a.join("cache"), 0o750, Some((0, agents_group)))?;
+        dir(&a.join("cache"), 0o750, own)?;
         file(
             &a.join("identity.json"),
             &pretty(&identity::new_identity(agent, &now)),
             0o640,
-            Some((0, agents_group)),
+            own,
         )?;
         file(
             &a.join("state.json"),
             &pretty(&json!({ "agent_id": agent, "status": "idle", "updated_at": now })),
             0o640,
-            Some((0, agents_group)),
+            own,
         )?;
     }
 

@@ -35,7 +35,7 @@ pub struct AdapterConfig {
 
 /// `fuser::Filesystem` over a [`ClawFs`].
 pub struct Adapter {
-    fs: ClawFs,
+    fs: std::sync::Arc<ClawFs>,
     config: AdapterConfig,
     /// Whether the kernel granted passthrough at init (cleared if registering a file fails).
     passthrough: AtomicBool,
@@ -105,7 +105,7 @@ fn fail(op: &str, e: FsError) -> Errno {
 
 impl Adapter {
     /// An adapter serving `fs`.
-    pub fn new(fs: ClawFs, config: AdapterConfig) -> Self {
+    pub fn new(fs: std::sync::Arc<ClawFs>, config: AdapterConfig) -> Self {
         Self {
             fs,
             config,

@@ -48,6 +48,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a command as an agent, in a cgroup of its own that identifies it to the daemon.
+    Run(crate::run::RunArgs),
+    /// Read and verify the audit trail.
+    Audit {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::audit_cmd::AuditCommand,
+    },
+    /// Check or reload the policy.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+/// `clawfs policy` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate a policy file, reporting every error with its line and column.
+    Check {
+        /// The policy file.
+        file: PathBuf,
+    },
+    /// Make the daemon serving a store re-read `system/policy.toml` (as SIGHUP does); an
+    /// invalid policy is refused and the old one stays.
+    Reload {
+        /// A new policy to install first (checked before it replaces the one in force).
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArg,
+    },
 }
 
 /// Arguments of `clawfs mount`.

@@ -185,3 +185,67 @@ pub fn status(mp: Option<&Path>, as_json: bool) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// Where the daemon reports the outcome of its last policy load.
+pub const POLICY_STATUS: &str = "policy-status.json";
+
+/// `clawfs policy reload [FILE]`: installs FILE (after checking it), then makes the daemon
+/// re-read the policy and reports what it says.
+pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(), Failure> {
+    let store = Store::open(&store_path(store))?;
+    let target = store.root().join(clawfs_core::fs::POLICY_FILE);
+    if let Some(file) = file {
+        crate::policy_cmd::check(file)?;
+        let text = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let dir = target.parent().expect("policy file has a directory");
+        // system/ is read-only to everyone but root writing the store directly.
+        clawfs_core::store::atomic_write(dir, "policy.toml", &text, 0o444)
+            .with_context(|| format!("installing {}", target.display()))?;
+    } else {
+        crate::policy_cmd::check(&target)?;
+    }
+    let Some(daemon) = store.daemon_info() else {
+        println!(
+            "{}: the policy takes effect at the next mount (no daemon serves this store)",
+            target.display()
+        );
+        return Ok(());
+    };
+    let status_path = store.private_dir().join(POLICY_STATUS);
+    let before = std::fs::read(&status_path).ok();
+    // SAFETY: sending SIGHUP to the daemon recorded for this store.
+    if unsafe { libc::kill(daemon.pid as i32, libc::SIGHUP) } != 0 {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "signalling the daemon (pid {}): {}",
+            daemon.pid,
+            io::Error::last_os_error()
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = std::fs::read(&status_path).ok();
+        if now.is_some() && now != before {
+            let v: serde_json::Value = serde_json::from_slice(&now.unwrap_or_default())
+                .context("reading the daemon's policy status")?;
+            if v["ok"] == true {
+                println!(
+                    "policy reloaded by pid {} ({})",
+                    daemon.pid,
+                    target.display()
+                );
+                return Ok(());
+            }
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon refused the policy and kept the old one: {}",
+                v["errors"]
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon (pid {}) did not report a reload within 10 s",
+                daemon.pid
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

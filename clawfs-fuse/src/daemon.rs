@@ -9,9 +9,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clawfs_core::audit::{audit_dir, AuditLog};
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
 use fuser::{Config, MountOption, SessionACL};
+use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::adapter::{Adapter, AdapterConfig};
@@ -176,10 +178,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let store_root = store.root().to_path_buf();
     // A new build may serve new tools: their definitions are files under tools/.
     clawfs_core::seed::write_tool_registry(&store_root).context("writing the tool registry")?;
-    let fs = ClawFs::new(store).context("opening the store root")?;
+    let fs = Arc::new(ClawFs::new(store).context("opening the store root")?);
     fs.set_mountpoint(mp.to_path_buf());
+    let audit = AuditLog::builder(audit_dir(&store_root))
+        .with_agent_logs(store_root.join("agents"))
+        .open()
+        .context("opening the audit trail")?;
+    fs.set_audit(Arc::new(audit));
     let adapter = Adapter::new(
-        fs,
+        Arc::clone(&fs),
         AdapterConfig {
             ttl: Duration::from_secs_f64(args.attr_timeout.clamp(0.0, 3600.0)),
             passthrough: !args.no_passthrough,
@@ -214,31 +221,67 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         passthrough: !args.no_passthrough,
     })?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
-    spawn_signal_handler(mp.to_path_buf())?;
+    spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
     let result = session.run();
+    if let Some(audit) = fs.audit_log() {
+        if let Err(e) = audit.flush() {
+            warn!(error = %e, "flushing the audit trail");
+        }
+    }
     reopened.clear_daemon_info();
     info!(mountpoint = %mp.display(), "unmounted");
     result.with_context(|| format!("serving {}", mp.display()))?;
     Ok(())
 }
 
-/// SIGTERM and SIGINT unmount cleanly, which ends the session loop.
-fn spawn_signal_handler(mp: PathBuf) -> Result<(), Failure> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+/// SIGTERM and SIGINT unmount cleanly, which ends the session loop; SIGHUP reloads the policy
+/// (an invalid one is refused and the old one stays) and reports in `.clawfs/policy-status.json`.
+fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    reload_policy(&fs, &private);
+                    continue;
+                }
                 info!(signal = sig, "unmounting on signal");
                 if let Err(e) = unmount(&mp, false).or_else(|_| unmount(&mp, true)) {
                     warn!(error = %e, "unmount on signal failed");
                 }
+                break;
             }
         })
         .context("starting the signal thread")?;
     Ok(())
+}
+
+/// Swaps in the store's policy file, or keeps the old policy if it is invalid; either way the
+/// outcome goes to `.clawfs/policy-status.json` for `clawfs policy reload`.
+fn reload_policy(fs: &ClawFs, private: &Path) {
+    let now = clawfs_core::seed::now_rfc3339();
+    let status = match fs.reload_policy() {
+        Ok(()) => {
+            info!("policy reloaded");
+            serde_json::json!({ "ok": true, "at": now })
+        }
+        Err(errors) => {
+            let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            warn!(?errors, "policy refused; the old one stays");
+            serde_json::json!({ "ok": false, "errors": errors, "at": now })
+        }
+    };
+    if let Err(e) = clawfs_core::store::atomic_write(
+        private,
+        crate::commands::POLICY_STATUS,
+        status.to_string().as_bytes(),
+        0o644,
+    ) {
+        warn!(error = %e, "writing the policy status");
+    }
 }
 
 /// Unmounts `mp`; `lazy` detaches it even while files are open.

@@ -21,6 +21,7 @@ pub fn to_errno(e: &FsError) -> Errno {
         FsError::Corrupt { .. } => libc::EIO,
         // The document exists but must not be served: an I/O error, as for a bad block.
         FsError::Tampered(_) => libc::EIO,
+        FsError::Denied(d) => clawfs_core::policy::errno_of(d.kind),
     };
     Errno::from_i32(code)
 }

@@ -23,6 +23,24 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Mount(args) => daemon::mount(args),
         Command::Umount { mountpoint, lazy } => commands::umount(mountpoint, *lazy),
         Command::Status { mountpoint, json } => commands::status(mountpoint.as_deref(), *json),
+        Command::Run(args) => {
+            return match run::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("clawfs: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        Command::Audit { store, command } => {
+            audit_cmd::run(&daemon::store_path(&store.store), command)
+        }
+        Command::Policy { command } => match command {
+            cli::PolicyCommand::Check { file } => policy_cmd::check(file),
+            cli::PolicyCommand::Reload { file, store } => {
+                commands::policy_reload(&store.store, file.as_deref())
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -80,8 +80,10 @@ pub struct RunSpec {
     pub agent: String,
     /// The uid the command runs as.
     pub uid: u32,
-    /// The gid the command runs as (supplementary groups are cleared).
+    /// The gid the command runs as.
     pub gid: u32,
+    /// Supplementary groups: the ClawFS groups whose directories agents work in.
+    pub groups: Vec<u32>,
     /// Allow uid or gid 0. Only an explicit policy decision should set this.
     pub allow_root: bool,
     /// Working directory, entered after dropping privileges (so as the agent); `None`: unchanged.
@@ -121,13 +123,41 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
             roster(store.root()).join(", ")
         )));
     }
-    let (uid, gid) = match &args.user {
-        Some(u) => parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?,
-        None => {
+    // The policy in force decides who may run and as which uid.
+    let policy =
+        clawfs_core::policy::Policy::load(&store.root().join(clawfs_core::fs::POLICY_FILE))
+            .or_else(|e| match e {
+                clawfs_core::policy::PolicyLoadError::Io { source, .. }
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    Ok(clawfs_core::policy::Policy::default_policy())
+                }
+                e => Err(fail(e)),
+            })?;
+    let spec_in_policy = clawfs_core::policy::AgentName::new(&agent)
+        .ok()
+        .and_then(|n| policy.agent(&n).cloned())
+        .ok_or_else(|| {
+            fail(format!(
+                "agent {agent:?} is not in the policy ({}); add [agents.{agent}] there",
+                clawfs_core::fs::POLICY_FILE
+            ))
+        })?;
+    let (uid, gid) = match (&args.user, spec_in_policy.run_as()) {
+        (Some(u), _) => parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?,
+        (None, Some(ids)) => ids,
+        (None, None) => {
             let uid = placeholder_uid(store.root(), &agent);
             (uid, uid)
         }
     };
+    let groups = [
+        clawfs_core::seed::agents_group(),
+        clawfs_core::seed::users_group(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let cwd = match &args.workspace {
         None => None,
         Some(ws) => {
@@ -157,7 +187,8 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         agent,
         uid,
         gid,
-        allow_root: false,
+        groups,
+        allow_root: spec_in_policy.allow_root,
         cwd,
         command: args.command.clone(),
         env: Vec::new(),
@@ -402,6 +433,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .transpose()
         .map_err(|_| fail("working directory contains a NUL byte"))?;
     let (uid, gid) = (spec.uid, spec.gid);
+    let groups: Vec<libc::gid_t> = spec.groups.clone();
 
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..])
@@ -428,10 +460,10 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         if unsafe { libc::write(procs_fd, b"0".as_ptr().cast(), 1) } != 1 {
             return Err(io::Error::last_os_error());
         }
-        // 2. Drop privileges: no supplementary groups, then gid, then uid (all capabilities go).
-        // SAFETY: plain syscalls with valid arguments (setgroups with size 0 reads no list).
+        // 2. Drop privileges: the ClawFS groups only, then gid, then uid (all capabilities go).
+        // SAFETY: plain syscalls with valid arguments; the list outlives the call.
         unsafe {
-            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgroups(groups.len(), groups.as_ptr()))?;
             check(libc::setgid(gid))?;
             check(libc::setuid(uid))?;
         }

@@ -73,9 +73,15 @@ impl Fixture {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
-        for a in agents {
+        // Each extra agent gets a directory and a place in the store's policy, with the uid
+        // after the default roster's.
+        let mut policy = std::fs::read_to_string(store.join("system/policy.toml")).unwrap();
+        for (i, a) in agents.iter().enumerate() {
             std::fs::create_dir(store.join("agents").join(a)).unwrap();
+            let uid = AGENT_UID_BASE + 9 + i as u32;
+            policy.push_str(&format!("\n[agents.{a}]\nuid = {uid}\ngid = {uid}\n"));
         }
+        std::fs::write(store.join("system/policy.toml"), policy).unwrap();
         Fixture {
             _dir: dir,
             store,
@@ -102,6 +108,20 @@ impl Fixture {
     fn agent_dir(&self, agent: &str) -> PathBuf {
         self.cg.agent_dir(agent)
     }
+}
+
+/// The supplementary groups `clawfs run` gives an agent, as `id -G` lists them after the
+/// primary group (sorted, each with a leading space).
+fn clawfs_groups() -> String {
+    let mut gids: Vec<u32> = [
+        clawfs_core::seed::agents_group(),
+        clawfs_core::seed::users_group(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    gids.sort_unstable();
+    gids.iter().map(|g| format!(" {g}")).collect()
 }
 
 fn text(b: &[u8]) -> String {
@@ -183,10 +203,11 @@ fn child_is_agent_in_its_group_unprivileged_with_no_new_privs() {
         "{all}"
     );
     // The only extra agent of this store: the first uid after the default roster.
-    let uid = AGENT_UID_BASE + 8;
+    let uid = AGENT_UID_BASE + 9;
+    let groups = format!("{uid}{}", clawfs_groups());
     assert!(
-        all.contains(&format!("uid={uid} gid={uid} groups={uid}\n")),
-        "{all}"
+        all.contains(&format!("uid={uid} gid={uid} groups={groups}\n")),
+        "{all} (wanted groups={groups})"
     );
     assert!(all.contains("NoNewPrivs:\t1"), "{all}");
     assert!(all.contains(&format!("agent={agent}")), "{all}");
@@ -206,7 +227,10 @@ fn explicit_user_and_gid() {
         "echo $(id -u) $(id -g) $(id -G)",
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), "12345 23456 23456");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("12345 23456 23456{}", clawfs_groups())
+    );
 }
 
 fn root_is_refused() {
@@ -474,7 +498,8 @@ fn default_agent_gets_its_roster_uid() {
     let out = f.run("fs-engine", &[], "id -u; cat /proc/self/cgroup");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.lines().next(), Some("61005"));
+    // The uid the default policy gives fs-engine.
+    assert_eq!(stdout.lines().next(), Some("61006"));
     assert!(v2_line(&stdout).starts_with("/clawfs/agent-fs-engine/run-"));
 }
 

@@ -30,7 +30,10 @@ use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
 use crate::xattrs::{self, ClawfsAttr};
 
+mod gate;
 mod virtuals;
+
+pub use gate::{audit_name, POLICY_FILE};
 
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]
@@ -150,6 +153,7 @@ pub struct ClawFs {
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
     shared: SharedByInode<BackingFile>,
+    gate: gate::Gate,
 }
 
 /// Kept tool responses: owner → (id, response), oldest first.
@@ -209,7 +213,18 @@ impl ClawFs {
     pub fn new(store: Store) -> io::Result<Self> {
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
+        let policy = match crate::policy::Policy::load(&store.root().join(POLICY_FILE)) {
+            Ok(p) => p,
+            Err(crate::policy::PolicyLoadError::Io { source, .. })
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                tracing::warn!("{POLICY_FILE} is missing; using the default policy");
+                crate::policy::Policy::default_policy()
+            }
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        };
         Ok(Self {
+            gate: gate::Gate::new(policy, st.st_uid),
             faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
             store,
@@ -410,6 +425,12 @@ impl ClawFs {
         let node = self.node(ino)?;
         self.check_modify(&node)?;
         let fd = self.open_path(&node)?;
+        self.decide(
+            caller,
+            "setattr",
+            crate::policy::Access::Write,
+            &self.ns_path(&fd)?,
+        )?;
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());
         {
@@ -458,7 +479,7 @@ impl ClawFs {
 
     /// Refuses a document of `specs/` that does not match its signature.
     fn check_spec(&self, fd: impl AsFd) -> FsResult<()> {
-        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(fd).as_bytes()))?;
+        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))?;
         let specs = self.store.root().join(Area::Specs.dir_name());
         let Ok(rel) = real.strip_prefix(&specs) else {
             return Ok(());
@@ -481,6 +502,7 @@ impl ClawFs {
         let pnode = self.node(parent)?;
         let place = self.check_create(&pnode, name, FileKind::from_mode(mode))?;
         let dir = self.open_path(&pnode)?;
+        self.decide_create(caller, "mknod", &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mknodat(
@@ -499,6 +521,7 @@ impl ClawFs {
         let pnode = self.node(parent)?;
         let place = self.check_create(&pnode, name, FileKind::Dir)?;
         let dir = self.open_path(&pnode)?;
+        self.decide_create(caller, "mkdir", &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
@@ -548,6 +571,17 @@ impl ClawFs {
         let pnode = self.node(parent)?;
         self.check_remove(&pnode, name)?;
         let dir = self.open_path(&pnode)?;
+        let op = if flags.contains(AtFlags::REMOVEDIR) {
+            "rmdir"
+        } else {
+            "unlink"
+        };
+        self.decide(
+            caller,
+            op,
+            crate::policy::Access::Delete,
+            &self.ns_child(&dir, name)?,
+        )?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::unlinkat(&dir, name, flags)?;
         Ok(())
@@ -564,6 +598,7 @@ impl ClawFs {
         let pnode = self.node(parent)?;
         let place = self.check_create(&pnode, name, FileKind::Symlink)?;
         let dir = self.open_path(&pnode)?;
+        self.decide_create(caller, "symlink", &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
@@ -588,6 +623,8 @@ impl ClawFs {
         let place = self.check_create(&pnode, newname, FileKind::File)?;
         let src = self.open_path(&node)?;
         let dir = self.open_path(&pnode)?;
+        let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
+        self.decide_move(caller, "link", &from, &to, false)?;
         {
             let _as = AsCaller::enter(caller)?;
             // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the /proc magic link does not.
@@ -639,6 +676,8 @@ impl ClawFs {
         };
         let dir = self.open_path(&pnode)?;
         let newdir = self.open_path(&npnode)?;
+        let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
+        self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
         Ok(())
@@ -656,6 +695,23 @@ impl ClawFs {
         if writes && node.place.area().is_read_only() {
             return Err(FsError::ReadOnly(node.place.area()));
         }
+        let path = self.ns_path(self.open_path(&node)?)?;
+        let access = if writes {
+            crate::policy::Access::Write
+        } else {
+            crate::policy::Access::Read
+        };
+        let who = self.decide(caller, "open", access, &path)?;
+        if writes {
+            self.decide_quota(
+                caller,
+                &who,
+                "open",
+                &path,
+                crate::policy::Quota { bytes: 1, files: 0 },
+                false,
+            )?;
+        }
         let backing = if self.passthrough() {
             self.shared
                 .get_or_try_insert(ino, || self.passthrough_file(&node).map(BackingFile::new))?
@@ -669,7 +725,17 @@ impl ClawFs {
         if node.place.area() == Area::Specs {
             self.check_spec(&backing.file)?;
         }
-        let (fh, file) = self.files.insert(OpenFile { ino, backing });
+        let quota = match (writes, who) {
+            (true, crate::policy::Identity::Agent(agent)) => {
+                Some((agent, backing.file.metadata()?.len()))
+            }
+            _ => None,
+        };
+        let (fh, file) = self.files.insert(OpenFile {
+            ino,
+            backing,
+            quota,
+        });
         Ok(Opened::Backing(fh, file))
     }
 
@@ -707,6 +773,7 @@ impl ClawFs {
         let pnode = self.node(parent)?;
         let place = self.check_create(&pnode, name, FileKind::File)?;
         let dir = self.open_path(&pnode)?;
+        let who = self.decide_create(caller, "create", &dir, name)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -740,7 +807,15 @@ impl ClawFs {
             })?,
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
-        let (fh, file) = self.files.insert(OpenFile { ino, backing });
+        let quota = match who {
+            crate::policy::Identity::Agent(agent) => Some((agent, 0)),
+            _ => None,
+        };
+        let (fh, file) = self.files.insert(OpenFile {
+            ino,
+            backing,
+            quota,
+        });
         Ok((entry, Opened::Backing(fh, file)))
     }
 
@@ -802,7 +877,12 @@ impl ClawFs {
         if VirtualInodes::is_virtual(ino) {
             return self.release_virtual(fh);
         }
-        self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        if let Some((agent, at_open)) = &file.quota {
+            let now = file.backing.file.metadata()?.len();
+            let bytes = now.saturating_sub(*at_open);
+            self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+        }
         Ok(())
     }
 
@@ -865,10 +945,15 @@ impl ClawFs {
         } else {
             let node = self.node(ino)?;
             // Opening now reports a vanished or unreadable directory at opendir, not later.
-            drop(
-                node.handle
-                    .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?,
-            );
+            let fd = node
+                .handle
+                .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+            self.decide(
+                caller,
+                "opendir",
+                crate::policy::Access::List,
+                &self.ns_path(&fd)?,
+            )?;
         }
         Ok(self
             .dirs
@@ -1006,6 +1091,12 @@ impl ClawFs {
         };
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
+        self.decide(
+            caller,
+            "getxattr",
+            crate::policy::Access::Read,
+            &self.ns_path(&fd)?,
+        )?;
         let _as = AsCaller::enter(caller)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
         xattr::get_deref(path, name)?.ok_or_else(|| errno(libc::ENODATA))
@@ -1018,6 +1109,12 @@ impl ClawFs {
         }
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
+        self.decide(
+            caller,
+            "listxattr",
+            crate::policy::Access::Read,
+            &self.ns_path(&fd)?,
+        )?;
         let _as = AsCaller::enter(caller)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
         let mut out = Vec::new();
@@ -1048,6 +1145,12 @@ impl ClawFs {
             None
         };
         let fd = self.open_path(&node)?;
+        self.decide(
+            caller,
+            "setxattr",
+            crate::policy::Access::Write,
+            &self.ns_path(&fd)?,
+        )?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::setxattr(
             proc_fd_path(&fd).as_c_str(),
@@ -1073,6 +1176,12 @@ impl ClawFs {
             });
         }
         let fd = self.open_path(&node)?;
+        self.decide(
+            caller,
+            "removexattr",
+            crate::policy::Access::Write,
+            &self.ns_path(&fd)?,
+        )?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
         Ok(())

@@ -9,6 +9,7 @@ use crate::attr::{Attr, FileKind};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::open_files::DirEntry;
+use crate::policy::{Identity, NsPath, Policy};
 use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualInodes, VirtualNode};
 
 impl ClawFs {
@@ -314,13 +315,38 @@ impl ClawFs {
 
     /// What `agents/self` says to `caller`.
     fn self_info(&self, caller: &Caller) -> Vec<u8> {
-        let identity = if caller.uid == 0 { "admin" } else { "user" };
+        let who = self.identify(caller);
+        let policy = self.policy();
+        let (identity, agent, grants) = match &who {
+            Identity::Admin => ("admin", None, serde_json::Value::Null),
+            Identity::User { .. } => ("user", None, serde_json::Value::Null),
+            Identity::Agent(a) => {
+                let spec = policy.agent(a);
+                let grants = serde_json::json!({
+                    "own_directory": format!("/agents/{a}"),
+                    "workspaces": spec.map(|s| {
+                        let mut m = serde_json::Map::new();
+                        for (ws, g) in &s.workspaces.named {
+                            m.insert(ws.clone(), g.as_str().into());
+                        }
+                        if let Some(g) = s.workspaces.others {
+                            m.insert("*".into(), g.as_str().into());
+                        }
+                        m
+                    }),
+                    "secrets": policy.secrets_for(a).collect::<Vec<_>>(),
+                    "quota": spec.map(|s| serde_json::json!({"bytes": s.quota.bytes, "files": s.quota.files})),
+                });
+                ("agent", Some(a.as_str().to_string()), grants)
+            }
+        };
         let mut out = serde_json::to_vec_pretty(&serde_json::json!({
             "identity": identity,
-            "agent": null,
+            "agent": agent,
             "uid": caller.uid,
             "gid": caller.gid,
             "pid": caller.pid,
+            "policy": grants,
         }))
         .expect("JSON serialises");
         out.push(b'\n');
@@ -360,7 +386,14 @@ impl ClawFs {
             Ok(r) => r,
             Err(e) => return error("io_error", e.to_string()),
         };
-        root = root.with_alias(format!("/workspaces/{workspace}"));
+        let who = self.identify(caller);
+        root = root
+            .with_alias(format!("/workspaces/{workspace}"))
+            .with_policy(std::sync::Arc::new(ToolAccess {
+                policy: self.policy(),
+                who: who.clone(),
+                workspace: workspace.clone(),
+            }));
         if let Some(mp) = self.mountpoint.get() {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
@@ -372,6 +405,29 @@ impl ClawFs {
             Some(tool) => clawfs_tools::call(&root, tool, &request),
             None => clawfs_tools::call_request(&root, &request),
         };
+        let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
+            serde_json::from_slice::<serde_json::Value>(&request)
+                .ok()
+                .and_then(|v| v["tool"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "?".into())
+        });
+        let mut ev = crate::audit::AuditEvent::new(
+            super::audit_name(&who),
+            caller.pid,
+            format!("tool:{tool_name}"),
+            format!("/workspaces/{workspace}"),
+        );
+        if out.starts_with(br#"{"ok":false"#) {
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
+            let code = v["error"].as_str().unwrap_or("error").to_string();
+            let message = v["message"].as_str().unwrap_or("").to_string();
+            ev = if code == "denied" || code == "protected" {
+                ev.denied(libc::EACCES, code, message)
+            } else {
+                ev.failed(libc::EINVAL).reason(format!("{code}: {message}"))
+            };
+        }
+        self.record(ev);
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
         }
@@ -411,6 +467,56 @@ fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
         ),
         Some(_) => ("".into(), request.to_vec()),
         None => default(),
+    }
+}
+
+/// A tool call's access: exactly what the calling identity has by direct file access.
+struct ToolAccess {
+    policy: std::sync::Arc<Policy>,
+    who: Identity,
+    workspace: String,
+}
+
+impl ToolAccess {
+    fn ns(&self, rel: &str) -> Option<NsPath> {
+        let mut p = NsPath::parse(&format!("/workspaces/{}", self.workspace)).ok()?;
+        for c in rel.split('/').filter(|c| !c.is_empty()) {
+            p = p.join(c).ok()?;
+        }
+        Some(p)
+    }
+}
+
+impl clawfs_tools::AccessCheck for ToolAccess {
+    fn check(&self, rel: &str, access: clawfs_tools::Access) -> clawfs_tools::ToolResult<()> {
+        clawfs_tools::policy::check_protected(rel)?;
+        let path = self.ns(rel).ok_or_else(|| {
+            clawfs_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
+        })?;
+        let access = match access {
+            clawfs_tools::Access::Read => crate::policy::Access::Read,
+            clawfs_tools::Access::Write => crate::policy::Access::Write,
+        };
+        self.policy
+            .check(&self.who, access, &path)
+            .map_err(|d| clawfs_tools::ToolError::Denied(d.reason))
+    }
+
+    fn describe(&self) -> clawfs_tools::Allowed {
+        let all = || vec!["**".to_string()];
+        let (read, write) = match &self.who {
+            Identity::Agent(a) => match self.policy.workspace_grant(a, &self.workspace) {
+                crate::policy::Grant::ReadWrite => (all(), all()),
+                crate::policy::Grant::Read => (all(), Vec::new()),
+                crate::policy::Grant::None => (Vec::new(), Vec::new()),
+            },
+            _ => (all(), all()),
+        };
+        clawfs_tools::Allowed {
+            read,
+            write,
+            protected: self.policy.protected().to_vec(),
+        }
     }
 }
 

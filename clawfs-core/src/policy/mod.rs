@@ -206,6 +206,16 @@ pub enum DenyKind {
     Quota,
 }
 
+/// The errno a refusal of `kind` returns to the caller (also written in audit records).
+pub fn errno_of(kind: DenyKind) -> i32 {
+    match kind {
+        DenyKind::Access => libc::EACCES,
+        DenyKind::Permission => libc::EPERM,
+        DenyKind::ReadOnly => libc::EROFS,
+        DenyKind::Quota => libc::EDQUOT,
+    }
+}
+
 /// A refusal: the rule that refused, one sentence the caller can act on, and the errno kind.
 /// Written as-is to `/agents/<self>/denials`, the audit trail and tool errors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

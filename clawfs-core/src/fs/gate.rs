@@ -1,0 +1,370 @@
+//! Who is calling and what they may do: the identity of each request (cgroup → agent, uid
+//! mapping, admin, user), the policy decision on every call that reaches the daemon, the audit
+//! record of each decision, the per-agent denials file, and quotas.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use super::ClawFs;
+use crate::audit::{AuditEvent, AuditLog};
+use crate::backing::proc_fd_path;
+use crate::creds::Caller;
+use crate::error::{FsError, FsResult};
+use crate::policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
+
+/// How long a pid's identity is trusted before `/proc/<pid>/cgroup` is read again. A pid reused
+/// within this time by another process of a different identity is the residual risk.
+const IDENTITY_TTL: Duration = Duration::from_secs(1);
+/// Denials kept in `agents/<name>/denials`.
+pub const MAX_DENIALS: usize = 1000;
+/// The policy file in force, relative to the store.
+pub const POLICY_FILE: &str = "system/policy.toml";
+
+/// Identity, policy, audit and quota state of a mount.
+pub struct Gate {
+    policy: RwLock<Arc<Policy>>,
+    identities: Mutex<HashMap<u32, (Instant, Identity)>>,
+    store_owner: u32,
+    audit: OnceLock<Arc<AuditLog>>,
+    denials: Mutex<HashMap<String, VecDeque<String>>>,
+    usage: Mutex<HashMap<String, Quota>>,
+}
+
+impl Gate {
+    /// A gate with `policy`, for a store owned by `store_owner`.
+    pub fn new(policy: Policy, store_owner: u32) -> Self {
+        Self {
+            policy: RwLock::new(Arc::new(policy)),
+            identities: Mutex::default(),
+            store_owner,
+            audit: OnceLock::new(),
+            denials: Mutex::default(),
+            usage: Mutex::default(),
+        }
+    }
+}
+
+/// The name an audit record gives an identity.
+pub fn audit_name(who: &Identity) -> String {
+    match who {
+        Identity::Admin => "admin".into(),
+        Identity::Agent(a) => a.as_str().to_string(),
+        Identity::User { uid } => format!("user:{uid}"),
+    }
+}
+
+impl ClawFs {
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(
+            &self
+                .gate
+                .policy
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Re-reads `system/policy.toml`; an invalid file is refused and the old policy stays.
+    pub fn reload_policy(&self) -> Result<(), Vec<PolicyError>> {
+        let path = self.store.root().join(POLICY_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            vec![PolicyError {
+                line: 0,
+                column: 0,
+                message: format!("{}: {e}", path.display()),
+            }]
+        })?;
+        let policy = Policy::parse(&text)?;
+        *self
+            .gate
+            .policy
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
+        self.gate
+            .identities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.record(AuditEvent::new(
+            "admin",
+            0,
+            "policy:reload",
+            format!("/{POLICY_FILE}"),
+        ));
+        Ok(())
+    }
+
+    /// Starts recording decisions in `audit`.
+    pub fn set_audit(&self, audit: Arc<AuditLog>) {
+        let _ = self.gate.audit.set(audit);
+    }
+
+    /// The audit trail, if one is attached.
+    pub fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+        self.gate.audit.get()
+    }
+
+    pub(super) fn record(&self, event: AuditEvent) {
+        if let Some(a) = self.gate.audit.get() {
+            a.record(event);
+        }
+    }
+
+    /// Who `caller` is: an agent by its cgroup (what `clawfs run` set up, which the process
+    /// cannot leave), else by the policy's uid mapping, else admin (root, the store owner, the
+    /// policy's admins) or an ordinary user. Nothing the caller can write is consulted.
+    pub fn identify(&self, caller: &Caller) -> Identity {
+        if caller.pid != 0 {
+            let cache = self
+                .gate
+                .identities
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, who)) = cache.get(&caller.pid) {
+                if at.elapsed() < IDENTITY_TTL {
+                    return who.clone();
+                }
+            }
+        }
+        let policy = self.policy();
+        let by_cgroup = match crate::cgroup::agent_of_pid(caller.pid) {
+            Ok(Some(agent)) => AgentName::new(&agent).ok(),
+            _ => None,
+        };
+        let who = match by_cgroup {
+            Some(agent) => Identity::Agent(agent),
+            None => policy.identity_for_uid(caller.uid, self.gate.store_owner),
+        };
+        if caller.pid != 0 {
+            let mut cache = self
+                .gate
+                .identities
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if cache.len() > 4096 {
+                cache.retain(|_, (at, _)| at.elapsed() < IDENTITY_TTL);
+            }
+            cache.insert(caller.pid, (Instant::now(), who.clone()));
+        }
+        who
+    }
+
+    /// The namespace path of an open backing descriptor (`/workspaces/default/notes.md`).
+    pub(super) fn ns_path(&self, fd: impl AsFd) -> FsResult<NsPath> {
+        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))?;
+        let rel = real
+            .strip_prefix(self.store.root())
+            .map_err(|_| FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
+        NsPath::from_components(rel.components().map(|c| c.as_os_str()))
+            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+    }
+
+    /// `dir`'s namespace path joined with `name`.
+    pub(super) fn ns_child(&self, dir: impl AsFd, name: &OsStr) -> FsResult<NsPath> {
+        self.ns_path(dir)?
+            .join(name)
+            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+    }
+
+    /// Decides `access` to `path` for `caller`, records the decision, and on refusal writes the
+    /// agent's denials file. `op` names the operation in the record.
+    pub(super) fn decide(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        access: Access,
+        path: &NsPath,
+    ) -> FsResult<Identity> {
+        let who = self.identify(caller);
+        let verdict = self.policy().check(&who, access, path);
+        self.conclude(caller, &who, op, path, None, verdict)?;
+        Ok(who)
+    }
+
+    /// Like [`Self::decide`] for a rename (`exchange`: both ways) or a link.
+    pub(super) fn decide_move(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        from: &NsPath,
+        to: &NsPath,
+        exchange: bool,
+    ) -> FsResult<Identity> {
+        let who = self.identify(caller);
+        let policy = self.policy();
+        let verdict = match op {
+            "link" => policy.check_link(&who, from, to),
+            _ if exchange => policy
+                .check_move(&who, from, to)
+                .and_then(|()| policy.check_move(&who, to, from)),
+            _ => policy.check_move(&who, from, to),
+        };
+        self.conclude(caller, &who, op, from, Some(to), verdict)?;
+        Ok(who)
+    }
+
+    /// Decides creating `name` in `dir` (and the file it adds to the caller's quota).
+    pub(super) fn decide_create(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        dir: impl AsFd,
+        name: &OsStr,
+    ) -> FsResult<Identity> {
+        let path = self.ns_child(dir, name)?;
+        let who = self.decide(caller, op, Access::Create, &path)?;
+        self.decide_quota(caller, &who, op, &path, Quota { bytes: 0, files: 1 }, true)?;
+        Ok(who)
+    }
+
+    /// Checks that `who` may add `adding` (files, bytes) to what it has written; `commit`
+    /// counts it.
+    pub(super) fn decide_quota(
+        &self,
+        caller: &Caller,
+        who: &Identity,
+        op: &'static str,
+        path: &NsPath,
+        adding: Quota,
+        commit: bool,
+    ) -> FsResult<()> {
+        let Identity::Agent(agent) = who else {
+            return Ok(());
+        };
+        let used = self.usage(agent);
+        let verdict = self.policy().check_quota(who, used, adding);
+        if verdict.is_ok() && commit {
+            self.add_usage(agent, adding);
+        }
+        self.conclude_refusal(caller, who, op, path, None, verdict)
+    }
+
+    fn usage(&self, agent: &AgentName) -> Quota {
+        let usage = self
+            .gate
+            .usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        usage
+            .get(agent.as_str())
+            .copied()
+            .unwrap_or(Quota { bytes: 0, files: 0 })
+    }
+
+    /// Adds to an agent's usage (bytes written are counted when a handle is closed).
+    pub(super) fn add_usage(&self, agent: &AgentName, adding: Quota) {
+        let mut usage = self
+            .gate
+            .usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let u = usage
+            .entry(agent.as_str().to_string())
+            .or_insert(Quota { bytes: 0, files: 0 });
+        u.bytes = u.bytes.saturating_add(adding.bytes);
+        u.files = u.files.saturating_add(adding.files);
+    }
+
+    fn conclude(
+        &self,
+        caller: &Caller,
+        who: &Identity,
+        op: &'static str,
+        path: &NsPath,
+        target: Option<&NsPath>,
+        verdict: Result<(), Denial>,
+    ) -> FsResult<()> {
+        if verdict.is_ok() {
+            let mut ev = AuditEvent::new(audit_name(who), caller.pid, op, path.to_string());
+            if let Some(t) = target {
+                ev = ev.target(t.to_string());
+            }
+            self.record(ev);
+        }
+        self.conclude_refusal(caller, who, op, path, target, verdict)
+    }
+
+    fn conclude_refusal(
+        &self,
+        caller: &Caller,
+        who: &Identity,
+        op: &'static str,
+        path: &NsPath,
+        target: Option<&NsPath>,
+        verdict: Result<(), Denial>,
+    ) -> FsResult<()> {
+        let Err(denial) = verdict else {
+            return Ok(());
+        };
+        let errno = crate::policy::errno_of(denial.kind);
+        let mut ev = AuditEvent::new(audit_name(who), caller.pid, op, path.to_string()).denied(
+            errno,
+            denial.rule,
+            denial.reason.clone(),
+        );
+        if let Some(t) = target {
+            ev = ev.target(t.to_string());
+        }
+        self.record(ev);
+        if let Identity::Agent(agent) = who {
+            self.write_denial(agent, op, path, target, &denial);
+        }
+        Err(FsError::Denied(denial))
+    }
+
+    /// Appends to `agents/<agent>/denials`, keeping the last [`MAX_DENIALS`].
+    fn write_denial(
+        &self,
+        agent: &AgentName,
+        op: &str,
+        path: &NsPath,
+        target: Option<&NsPath>,
+        denial: &Denial,
+    ) {
+        let line = serde_json::json!({
+            "time": crate::seed::now_rfc3339(),
+            "operation": op,
+            "path": path.to_string(),
+            "target": target.map(|t| t.to_string()),
+            "rule": denial.rule,
+            "reason": denial.reason,
+        })
+        .to_string();
+        let dir: PathBuf = self.store.root().join("agents").join(agent.as_str());
+        if !dir.is_dir() {
+            return;
+        }
+        let mut all = self
+            .gate
+            .denials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = all.entry(agent.as_str().to_string()).or_insert_with(|| {
+            std::fs::read_to_string(dir.join("denials"))
+                .map(|t| t.lines().map(String::from).collect())
+                .unwrap_or_default()
+        });
+        mine.push_back(line);
+        while mine.len() > MAX_DENIALS {
+            mine.pop_front();
+        }
+        let mut text = mine
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.push('\n');
+        if let Err(e) = crate::store::atomic_write(&dir, "denials", text.as_bytes(), 0o640) {
+            tracing::warn!(agent = agent.as_str(), error = %e, "could not write the denials file");
+        }
+        if let Some(gid) = crate::seed::agents_group() {
+            let _ = std::os::unix::fs::chown(dir.join("denials"), Some(0), Some(gid));
+        }
+    }
+}
