@@ -291,9 +291,8 @@ fn read_patch(file: Option<&PathBuf>, stdin: &mut dyn Read) -> Result<String, Ou
             format!("the patch is over {MAX_REQUEST_BYTES} bytes"),
         ));
     }
-    let text = String::from_utf8(bytes).map_err(|_| {
-        Outcome::error(Exit::User, "invalid_args", "the patch is not UTF-8 text")
-    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Outcome::error(Exit::User, "invalid_args", "the patch is not UTF-8 text"))?;
     if text.trim().is_empty() {
         return Err(Outcome::error(
             Exit::User,
@@ -331,7 +330,11 @@ where
     let mount = cli
         .mount
         .clone()
-        .or_else(|| env("CLAWFS_MOUNT").filter(|s| !s.is_empty()).map(PathBuf::from))
+        .or_else(|| {
+            env("CLAWFS_MOUNT")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
     let workspace = cli.workspace.clone().or_else(|| {
         env("CLAWFS_WORKSPACE")
@@ -378,7 +381,17 @@ mod tests {
         );
         assert_eq!(
             request(
-                &["vaultctl", "search", "a.md", "TODO", "--max-hits", "3", "--context", "2", "-i"],
+                &[
+                    "vaultctl",
+                    "search",
+                    "a.md",
+                    "TODO",
+                    "--max-hits",
+                    "3",
+                    "--context",
+                    "2",
+                    "-i"
+                ],
                 ""
             ),
             (
@@ -396,7 +409,10 @@ mod tests {
             ("tail", json!({"path": "a.md", "lines": 5}))
         );
         assert_eq!(
-            request(&["vaultctl", "apply-patch", "a.md", "abc"], "@@ -1 +1 @@\n-a\n+b\n"),
+            request(
+                &["vaultctl", "apply-patch", "a.md", "abc"],
+                "@@ -1 +1 @@\n-a\n+b\n"
+            ),
             (
                 "apply_patch",
                 json!({"path": "a.md", "base_sha256": "abc", "patch": "@@ -1 +1 @@\n-a\n+b\n"})
@@ -404,7 +420,16 @@ mod tests {
         );
         assert_eq!(
             request(
-                &["vaultctl", "edit-exact", "a.md", "abc", "--old", "-x", "--new", "y"],
+                &[
+                    "vaultctl",
+                    "edit-exact",
+                    "a.md",
+                    "abc",
+                    "--old",
+                    "-x",
+                    "--new",
+                    "y"
+                ],
                 ""
             ),
             (
@@ -447,11 +472,9 @@ mod tests {
         assert_eq!(out.exit, Exit::System);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["error"], "mount_unavailable");
-        let out = run(
-            ["vaultctl", "info", "a.md"],
-            &mut "".as_bytes(),
-            &|k| (k == "CLAWFS_MOUNT").then(|| "/nonexistent/env".into()),
-        );
+        let out = run(["vaultctl", "info", "a.md"], &mut "".as_bytes(), &|k| {
+            (k == "CLAWFS_MOUNT").then(|| "/nonexistent/env".into())
+        });
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(
             v["message"].as_str().unwrap().contains("/nonexistent/env"),

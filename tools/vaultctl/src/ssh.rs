@@ -115,7 +115,10 @@ pub fn check_command(command: Option<&str>) -> Result<Vec<String>, Refusal> {
     }
     for a in &args {
         for opt in FORBIDDEN_OPTIONS {
-            if a == opt || a.strip_prefix(opt).is_some_and(|rest| rest.starts_with('=')) {
+            if a == opt
+                || a.strip_prefix(opt)
+                    .is_some_and(|rest| rest.starts_with('='))
+            {
                 return Err(Refusal::ForbiddenOption(opt.to_string()));
             }
         }
@@ -148,9 +151,7 @@ fn scan_quoting(command: &str) -> Result<(), Refusal> {
                     Some((_, '\n')) | None => {
                         return Err(Refusal::BadQuoting("trailing backslash".into()))
                     }
-                    Some((at, e)) if e.is_control() => {
-                        return Err(Refusal::ControlCharacter(at))
-                    }
+                    Some((at, e)) if e.is_control() => return Err(Refusal::ControlCharacter(at)),
                     Some(_) => {}
                 },
                 ';' | '&' | '|' | '<' | '>' | '(' | ')' | '$' | '`' | '*' | '?' | '[' | ']'
@@ -192,25 +193,44 @@ mod tests {
 
     #[test]
     fn accepts_plain_vaultctl_commands() {
-        assert_eq!(ok("vaultctl info Projects/Plan.md"), ["info", "Projects/Plan.md"]);
+        assert_eq!(
+            ok("vaultctl info Projects/Plan.md"),
+            ["info", "Projects/Plan.md"]
+        );
         assert_eq!(
             ok(r#"vaultctl resolve --title "Project Plan""#),
             ["resolve", "--title", "Project Plan"]
         );
         assert_eq!(
             ok("vaultctl search 'My Note.md' 'TODO|FIXME; $HOME' --regex --context 2"),
-            ["search", "My Note.md", "TODO|FIXME; $HOME", "--regex", "--context", "2"]
+            [
+                "search",
+                "My Note.md",
+                "TODO|FIXME; $HOME",
+                "--regex",
+                "--context",
+                "2"
+            ]
         );
         assert_eq!(
             ok("vaultctl edit-exact a.md abc --old 'line one\nline two' --new x"),
-            ["edit-exact", "a.md", "abc", "--old", "line one\nline two", "--new", "x"]
+            [
+                "edit-exact",
+                "a.md",
+                "abc",
+                "--old",
+                "line one\nline two",
+                "--new",
+                "x"
+            ]
         );
         assert_eq!(ok(r"vaultctl info My\ Note.md"), ["info", "My Note.md"]);
     }
 
     #[test]
     fn refuses_everything_else() {
-        let cases: &[(Option<&str>, fn(&Refusal) -> bool)] = &[
+        type Case = (Option<&'static str>, fn(&Refusal) -> bool);
+        let cases: &[Case] = &[
             (None, |r| *r == Refusal::NoCommand),
             (Some(""), |r| *r == Refusal::NoCommand),
             (Some("bash"), |r| matches!(r, Refusal::NotVaultctl(_))),
@@ -219,8 +239,12 @@ mod tests {
             }),
             (Some("rm -rf /"), |r| matches!(r, Refusal::NotVaultctl(_))),
             (Some("vaultctl"), |r| matches!(r, Refusal::Subcommand(_))),
-            (Some("vaultctl shell"), |r| matches!(r, Refusal::Subcommand(_))),
-            (Some("vaultctl --help"), |r| matches!(r, Refusal::Subcommand(_))),
+            (Some("vaultctl shell"), |r| {
+                matches!(r, Refusal::Subcommand(_))
+            }),
+            (Some("vaultctl --help"), |r| {
+                matches!(r, Refusal::Subcommand(_))
+            }),
             (Some("vaultctl info a; rm -rf /"), |r| {
                 matches!(r, Refusal::Metacharacter(';', _))
             }),
@@ -248,8 +272,12 @@ mod tests {
             (Some("vaultctl info a\nrm -rf /"), |r| {
                 matches!(r, Refusal::ControlCharacter(_))
             }),
-            (Some("vaultctl info 'a"), |r| matches!(r, Refusal::BadQuoting(_))),
-            (Some("vaultctl info a\\"), |r| matches!(r, Refusal::BadQuoting(_))),
+            (Some("vaultctl info 'a"), |r| {
+                matches!(r, Refusal::BadQuoting(_))
+            }),
+            (Some("vaultctl info a\\"), |r| {
+                matches!(r, Refusal::BadQuoting(_))
+            }),
             (Some("vaultctl --mount /etc info passwd"), |r| {
                 matches!(r, Refusal::Subcommand(_))
             }),
@@ -259,9 +287,10 @@ mod tests {
             (Some("vaultctl info a --mount=/"), |r| {
                 matches!(r, Refusal::ForbiddenOption(_))
             }),
-            (Some("vaultctl apply-patch a abc --patch-file /etc/shadow"), |r| {
-                matches!(r, Refusal::ForbiddenOption(_))
-            }),
+            (
+                Some("vaultctl apply-patch a abc --patch-file /etc/shadow"),
+                |r| matches!(r, Refusal::ForbiddenOption(_)),
+            ),
         ];
         for (cmd, want) in cases {
             let got = check_command(*cmd).expect_err(&format!("{cmd:?} must be refused"));
