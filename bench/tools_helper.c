@@ -7,11 +7,16 @@
  *   tools_helper cat FILE RUNS WARMUP
  *       RUNS times: open, read to EOF (64 KiB reads), close — what `cat FILE` does, without
  *       the process start.
+ *   tools_helper spawn RUNS WARMUP PROGRAM ARGS...
+ *       RUNS times: posix_spawn PROGRAM with stdout to /dev/null and wait for it (`cat FILE`
+ *       as a shell runs it).
  *
  * Prints "p50_us p99_us mean_us bytes" (bytes: of the last response or file).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,11 +142,41 @@ static int do_cat(char **argv) {
     return 0;
 }
 
+extern char **environ;
+
+static int do_spawn(int argc, char **argv) {
+    int runs = atoi(argv[2]), warmup = atoi(argv[3]);
+    char **child = argv + 4;
+    (void)argc;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    double *t = calloc(runs, sizeof *t);
+    for (int i = 0; i < warmup + runs; i++) {
+        double t0 = now_us();
+        pid_t pid;
+        int rc = posix_spawnp(&pid, child[0], &fa, NULL, child, environ);
+        if (rc) { fprintf(stderr, "spawn %s: %s\n", child[0], strerror(rc)); return 1; }
+        int status;
+        if (waitpid(pid, &status, 0) < 0) { perror("waitpid"); return 1; }
+        double t1 = now_us();
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+            fprintf(stderr, "%s failed (status %d)\n", child[0], status);
+            return 1;
+        }
+        if (i >= warmup) t[i - warmup] = t1 - t0;
+    }
+    report(t, runs, 0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 5 && !strcmp(argv[1], "spawn")) return do_spawn(argc, argv);
     if ((argc == 7 || argc == 8) && !strcmp(argv[1], "call")) return do_call(argc, argv);
     if (argc == 5 && !strcmp(argv[1], "cat")) return do_cat(argv);
     fprintf(stderr,
             "usage: tools_helper call MNT TOOL REQ_FILE [REQ_FILE2] RUNS WARMUP\n"
-            "       tools_helper cat FILE RUNS WARMUP\n");
+            "       tools_helper cat FILE RUNS WARMUP\n"
+            "       tools_helper spawn RUNS WARMUP PROGRAM ARGS...\n");
     return 2;
 }
