@@ -6,8 +6,10 @@
 //! file over the target, rename into the trash, create), behind the kernel's back, and the daemon
 //! does not invalidate the kernel's entry/attribute caches of the names it touched, so the mount
 //! shows the old tree (and the old inode) until the entry timeout expires (~1 s).
-//! Cause of the last: a two-file request runs at RELEASE, which the kernel sends asynchronously
-//! after close(2) has returned, so `responses/<id>.json` may not exist yet when the writer reads it.
+//! Cause of the fourth: a two-file request runs at RELEASE, which the kernel sends asynchronously
+//! after close(2) has returned, so `responses/<id>.json` may not exist yet when the writer reads it
+//! (this also makes tools_call.rs's two-file tests flaky under load).
+//! The last two: modes of what the tools create.
 
 mod common;
 
@@ -78,19 +80,75 @@ fn a_write_through_the_mount_after_a_tool_edit_is_kept() {
 #[ignore = "bug: the request runs at RELEASE, after close(2) has returned"]
 fn the_response_exists_as_soon_as_the_request_is_closed() {
     let m = Mounted::new();
-    let mut missing = 0;
-    for i in 0..300 {
-        fs::write(
-            m.path(&format!("tools/requests/r{i}.json")),
-            br#"{"tool": "list_allowed"}"#,
-        )
-        .unwrap();
-        if fs::read(m.path(&format!("tools/responses/r{i}.json"))).is_err() {
-            missing += 1;
-        }
-    }
+    // Four writers at once, 500 requests each: the window is narrow on an idle machine.
+    let missing: usize = std::thread::scope(|s| {
+        (0..4)
+            .map(|t| {
+                let m = &m;
+                s.spawn(move || {
+                    (0..500)
+                        .filter(|i| {
+                            fs::write(
+                                m.path(&format!("tools/requests/r{t}-{i}.json")),
+                                br#"{"tool": "list_allowed"}"#,
+                            )
+                            .unwrap();
+                            fs::read(m.path(&format!("tools/responses/r{t}-{i}.json"))).is_err()
+                        })
+                        .count()
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum()
+    });
     assert_eq!(
         missing, 0,
-        "{missing} of 300 responses were missing right after close"
+        "{missing} of 2000 responses were missing right after close"
     );
+}
+
+/// Files and folders a tool creates are 0666/0777 (the daemon runs with umask 0 and the tools
+/// create with 0o666/0o777), where `touch`/`mkdir` through the mount give 0644/0755 under the
+/// caller's umask 022: any local user may then rewrite what an agent wrote.
+#[test]
+#[ignore = "bug: tools create world-writable files and folders"]
+fn what_a_tool_creates_is_not_world_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Mounted::new();
+    for (tool, req) in [
+        ("write_file", json!({"path": "w/new.md", "content": "x"})),
+        ("create_folder", json!({"path": "f"})),
+    ] {
+        let r = tool_call(&m, tool, &req);
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    for p in ["w", "w/new.md", "f"] {
+        let mode = fs::metadata(m.ws().join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o002, 0, "{p} is world-writable: {mode:o}");
+    }
+}
+
+/// The backup of a 0600 file is 0666 in the store: readable and writable by anyone who can
+/// reach the store's workspace folder.
+#[test]
+#[ignore = "bug: backups do not keep the file's permissions"]
+fn a_backup_keeps_the_files_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Mounted::new();
+    let path = m.ws().join("s.md");
+    fs::write(&path, "secret\n").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    let r = tool_call(
+        &m,
+        "edit_exact",
+        &json!({"path": "s.md", "old": "secret", "new": "public"}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let backup = m
+        .backing("workspaces/default")
+        .join(r["backup"].as_str().unwrap());
+    let mode = fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the backup of a 0600 file is {mode:o}");
 }
