@@ -214,3 +214,90 @@ fn crc(data: &[u8]) -> u64 {
     data.hash(&mut h);
     h.finish()
 }
+
+/// One agent-tool call on one descriptor: open `tools/call/<tool>` read-write, write the request,
+/// read the response on the same descriptor.
+pub fn tool_call(m: &Mounted, tool: &str, request: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path(&format!("tools/call/{tool}")))
+        .unwrap_or_else(|e| panic!("open tools/call/{tool}: {e}"));
+    f.write_all(request.to_string().as_bytes()).unwrap();
+    let mut out = String::new();
+    f.read_to_string(&mut out).unwrap();
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{tool}: {e}: {out:?}"))
+}
+
+/// One agent-tool call through the two-file interface: write `tools/requests/<id>.json` (the
+/// request with `"tool"` added), read `tools/responses/<id>.json`, then delete the response.
+pub fn tool_request(m: &Mounted, tool: &str, request: &serde_json::Value) -> serde_json::Value {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = format!(
+        "req-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut req = request.clone();
+    req.as_object_mut()
+        .expect("a request is a JSON object")
+        .insert("tool".into(), serde_json::Value::from(tool));
+    std::fs::write(
+        m.path(&format!("tools/requests/{id}.json")),
+        req.to_string(),
+    )
+    .unwrap_or_else(|e| panic!("write tools/requests/{id}.json: {e}"));
+    let resp = m.path(&format!("tools/responses/{id}.json"));
+    // The call runs at RELEASE, which the kernel sends after close(2) has returned, so the
+    // response may appear a moment later (tools_bugs.rs shows it); wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let out = loop {
+        match std::fs::read(&resp) {
+            Ok(out) => break out,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(e) => panic!("read {}: {e}", resp.display()),
+        }
+    };
+    std::fs::remove_file(&resp).unwrap();
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{tool}: {e}: {:?}", String::from_utf8_lossy(&out)))
+}
+
+/// A binary of this workspace built next to `clawfs` (e.g. `vaultctl`, from package `package`),
+/// built with `cargo build -p <package> --bins` first if it is not there yet.
+pub fn workspace_bin(name: &str, package: &str) -> PathBuf {
+    let path = Path::new(clawfs_bin()).with_file_name(name);
+    if !path.exists() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let release = path.parent().and_then(|d| d.file_name()) == Some(OsStr::new("release"));
+        let status = Command::new(cargo)
+            .args(["build", "-p", package, "--bins"])
+            .args(release.then_some("--release"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build -p {package} failed");
+    }
+    assert!(path.exists(), "{} is missing", path.display());
+    path
+}
+
+/// Waits until `cond` holds, at most 5 s: a change a tool made in the backing store reaches the
+/// kernel's caches of the mount only when their entries expire (tools_bugs.rs shows it).
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
