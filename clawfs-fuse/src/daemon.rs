@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clawfs_core::audit::{audit_dir, AuditLog};
+use clawfs_core::fs::{Invalidation, Invalidator};
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
 use fuser::{Config, MountOption, SessionACL};
@@ -212,6 +213,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
 
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;
+    fs.set_invalidator(spawn_notifier(session.notifier())?);
     let reopened = Store::open(&store_root)?;
     reopened.write_daemon_info(&DaemonInfo {
         pid: std::process::id(),
@@ -282,6 +284,47 @@ fn reload_policy(fs: &ClawFs, private: &Path) {
     ) {
         warn!(error = %e, "writing the policy status");
     }
+}
+
+/// How long a tool call waits for the kernel to drop stale cache entries before answering.
+const INVALIDATION_WAIT: Duration = Duration::from_secs(2);
+
+/// Kernel cache invalidations go through this thread, never from inside a callback, so a
+/// notification that needs a directory lock held by a request in progress cannot deadlock
+/// the request's own thread; the caller waits for the batch, at most [`INVALIDATION_WAIT`].
+fn spawn_notifier(notifier: fuser::Notifier) -> Result<Invalidator, Failure> {
+    type Batch = (Vec<Invalidation>, std::sync::mpsc::Sender<()>);
+    let (tx, rx) = std::sync::mpsc::channel::<Batch>();
+    std::thread::Builder::new()
+        .name("notifier".into())
+        .spawn(move || {
+            for (batch, done) in rx {
+                for inv in batch {
+                    // ENOENT: the kernel had nothing cached, which is fine.
+                    let _ = match &inv {
+                        Invalidation::Entry { parent, name } => {
+                            notifier.inval_entry(fuser::INodeNo(*parent), name)
+                        }
+                        Invalidation::Inode { ino } => {
+                            notifier.inval_inode(fuser::INodeNo(*ino), 0, 0)
+                        }
+                    };
+                }
+                let _ = done.send(());
+            }
+        })
+        .context("starting the notifier thread")?;
+    let tx = std::sync::Mutex::new(tx);
+    Ok(Box::new(move |batch| {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let sent = tx
+            .lock()
+            .map(|tx| tx.send((batch, done_tx)).is_ok())
+            .unwrap_or(false);
+        if sent && done_rx.recv_timeout(INVALIDATION_WAIT).is_err() {
+            warn!("the kernel did not take cache invalidations in time");
+        }
+    }))
 }
 
 /// Unmounts `mp`; `lazy` detaches it even while files are open.

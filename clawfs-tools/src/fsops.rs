@@ -3,6 +3,7 @@
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +84,7 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Replaces (or creates) `abs` with `bytes` atomically: a reader sees the old or the new content,
 /// never a mix, and after return the new content is durable. Keeps the old file's permissions.
 pub(crate) fn atomic_write(
+    root: &ToolRoot,
     abs: &Path,
     rel: &str,
     bytes: &[u8],
@@ -96,6 +98,7 @@ pub(crate) fn atomic_write(
         match OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(root.file_mode())
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
         {
@@ -117,6 +120,7 @@ pub(crate) fn atomic_write(
         let _ = std::fs::remove_file(&tmp);
         return Err(ToolError::io(ctx(), e));
     }
+    root.changed(abs);
     Ok(())
 }
 
@@ -161,7 +165,11 @@ pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<Str
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
     let target: PathBuf = root.backup_dir.join(rel);
     let dir = target.parent().unwrap_or(&root.backup_dir).to_path_buf();
-    std::fs::create_dir_all(&dir).map_err(ctx)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(ctx)?;
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -177,6 +185,7 @@ pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<Str
         match OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&cand)
         {
@@ -192,10 +201,28 @@ pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<Str
 }
 
 /// Creates the missing folders of `abs`'s parent chain, refusing if a part is a file.
-pub(crate) fn create_parents(abs: &Path, rel: &str) -> ToolResult<()> {
-    if let Some(parent) = abs.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| ToolError::io(format!("creating the folders for '{}'", show(rel)), e))?;
+pub(crate) fn create_parents(root: &ToolRoot, abs: &Path, rel: &str) -> ToolResult<()> {
+    match abs.parent() {
+        Some(parent) => create_dirs(root, parent, rel),
+        None => Ok(()),
+    }
+}
+
+/// Creates `dir` and its missing parents with the caller's folder mode, and reports the
+/// topmost one created.
+pub(crate) fn create_dirs(root: &ToolRoot, dir: &Path, rel: &str) -> ToolResult<()> {
+    let topmost_new = dir
+        .ancestors()
+        .take_while(|a| std::fs::symlink_metadata(a).is_err())
+        .last()
+        .map(Path::to_path_buf);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(root.dir_mode())
+        .create(dir)
+        .map_err(|e| ToolError::io(format!("creating the folders for '{}'", show(rel)), e))?;
+    if let Some(t) = topmost_new {
+        root.changed(&t);
     }
     Ok(())
 }

@@ -49,7 +49,14 @@ pub struct ToolRoot {
     limits: Limits,
     /// The process-wide lock table, so roots built per call still serialize edits of one file.
     locks: &'static PathLocks,
+    /// Permission bits cleared from new files and folders (the caller's umask).
+    umask: u32,
+    /// Told the absolute path of every entry a call creates, replaces, moves or removes.
+    observer: Option<Observer>,
 }
+
+/// A callback told of every changed path (see [`ToolRoot::with_observer`]).
+pub type Observer = Arc<dyn Fn(&Path) + Send + Sync>;
 
 impl std::fmt::Debug for ToolRoot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,6 +90,8 @@ impl ToolRoot {
             policy: Arc::new(DefaultPolicy::default()),
             limits: Limits::default(),
             locks: &PATH_LOCKS,
+            umask: 0o022,
+            observer: None,
         })
     }
 
@@ -102,6 +111,34 @@ impl ToolRoot {
     pub fn with_policy(mut self, policy: Arc<dyn AccessCheck>) -> ToolRoot {
         self.policy = policy;
         self
+    }
+
+    /// The caller's umask: new files get `0666 & !umask`, new folders `0777 & !umask`
+    /// (default 022). Backups and trash entries are private to the caller (0600/0700).
+    pub fn with_umask(mut self, umask: u32) -> ToolRoot {
+        self.umask = umask & 0o777;
+        self
+    }
+
+    /// Calls `observer` with the absolute path of every entry a call creates, replaces, moves
+    /// or removes, after the change (the daemon uses it to refresh the kernel's caches).
+    pub fn with_observer(mut self, observer: Observer) -> ToolRoot {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub(crate) fn changed(&self, abs: &Path) {
+        if let Some(o) = &self.observer {
+            o(abs);
+        }
+    }
+
+    pub(crate) fn file_mode(&self) -> u32 {
+        0o666 & !self.umask
+    }
+
+    pub(crate) fn dir_mode(&self) -> u32 {
+        0o777 & !self.umask
     }
 
     /// Limits on request and file sizes.

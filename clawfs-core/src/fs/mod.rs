@@ -154,7 +154,29 @@ pub struct ClawFs {
     passthrough: std::sync::atomic::AtomicBool,
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
+    invalidator: std::sync::OnceLock<Invalidator>,
 }
+
+/// A kernel cache entry to drop because the store changed behind the kernel's back (a tool
+/// call wrote the backing files directly).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invalidation {
+    /// The name `name` in directory `parent`.
+    Entry {
+        /// Directory inode on the mount.
+        parent: u64,
+        /// The entry's name.
+        name: OsString,
+    },
+    /// The attributes and cached data of `ino`.
+    Inode {
+        /// Inode on the mount.
+        ino: u64,
+    },
+}
+
+/// Delivers invalidations to the kernel and returns once they are done (or given up on).
+pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
 
 /// Kept tool responses: owner → (id, response), oldest first.
 type ResponsesByOwner =
@@ -238,6 +260,7 @@ impl ClawFs {
             specs: Default::default(),
             passthrough: Default::default(),
             shared: Default::default(),
+            invalidator: Default::default(),
         })
     }
 
@@ -250,6 +273,37 @@ impl ClawFs {
 
     fn passthrough(&self) -> bool {
         self.passthrough.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets how the kernel is told about changes made behind its back.
+    pub fn set_invalidator(&self, invalidator: Invalidator) {
+        let _ = self.invalidator.set(invalidator);
+    }
+
+    /// Tells the kernel that the backing entries at `paths` (absolute, inside the store) changed:
+    /// their names and their directories' attributes and listings are dropped from its caches.
+    pub(crate) fn invalidate_paths(&self, paths: &[std::path::PathBuf]) {
+        let Some(invalidate) = self.invalidator.get() else {
+            return;
+        };
+        let mut batch = Vec::new();
+        for p in paths {
+            let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::stat(dir) else {
+                continue;
+            };
+            let parent = self.inodes.mount_ino(st.st_ino);
+            batch.push(Invalidation::Entry {
+                parent,
+                name: name.to_owned(),
+            });
+            batch.push(Invalidation::Inode { ino: parent });
+        }
+        if !batch.is_empty() {
+            invalidate(batch);
+        }
     }
 
     /// Records where the store is mounted (tool requests may use absolute paths under it).
@@ -868,6 +922,14 @@ impl ClawFs {
             file.backing.file.sync_data()?;
         } else {
             file.backing.file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request.
+    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.flush_virtual(fh);
         }
         Ok(())
     }

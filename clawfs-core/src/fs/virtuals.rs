@@ -224,21 +224,35 @@ impl ClawFs {
         Ok((entry, super::Opened::Virtual(fh)))
     }
 
-    /// Closing a request runs it; its answer appears in `tools/responses/<id>.json`.
+    /// Closing a request runs it; its answer is in `tools/responses/<id>.json` by the time
+    /// `close()` returns (the kernel's FLUSH is synchronous with `close()`, RELEASE is not).
+    pub(super) fn flush_virtual(&self, fh: u64) -> FsResult<()> {
+        let handle = self.vfiles.get(fh)?;
+        self.run_request(&handle);
+        Ok(())
+    }
+
+    /// The last close of a request that was never flushed also runs it.
     pub(super) fn release_virtual(&self, fh: u64) -> FsResult<()> {
         let handle = self.vfiles.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
-        if let VirtualNode::Request { owner, id } = &handle.node {
-            let request = std::mem::take(
-                &mut handle
-                    .state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .request,
-            );
-            let response = self.run_tool(&handle.caller, None, &request);
-            self.keep_response(owner.clone(), id.clone(), response);
-        }
+        self.run_request(&handle);
         Ok(())
+    }
+
+    /// Runs a request once; later flushes of the same descriptor (after more writes) run it
+    /// again with the whole content.
+    fn run_request(&self, handle: &VirtualHandle) {
+        let VirtualNode::Request { owner, id } = &handle.node else {
+            return;
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() {
+            return;
+        }
+        let response = self.run_tool(&handle.caller, None, &state.request);
+        state.response = Some(Vec::new());
+        drop(state);
+        self.keep_response(owner.clone(), id.clone(), response);
     }
 
     /// Deleting a response in `tools/responses/` forgets it.
@@ -397,7 +411,19 @@ impl ClawFs {
         if let Some(mp) = self.mountpoint.get() {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
-        let _as = match AsCaller::enter(caller) {
+        let changed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        root = root
+            .with_umask(caller_umask(caller.pid))
+            .with_observer(std::sync::Arc::new({
+                let changed = std::sync::Arc::clone(&changed);
+                move |p: &std::path::Path| {
+                    changed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(p.to_path_buf())
+                }
+            }));
+        let as_caller = match AsCaller::enter(caller) {
             Ok(guard) => guard,
             Err(e) => return error("io_error", e.to_string()),
         };
@@ -405,6 +431,11 @@ impl ClawFs {
             Some(tool) => clawfs_tools::call(&root, tool, &request),
             None => clawfs_tools::call_request(&root, &request),
         };
+        drop(as_caller);
+        // The tool wrote the backing files directly: the kernel's view of them is stale until
+        // told, and the caller must see its change as soon as it has the answer.
+        let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
+        self.invalidate_paths(&changed);
         let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
             serde_json::from_slice::<serde_json::Value>(&request)
                 .ok()
@@ -468,6 +499,19 @@ fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
         Some(_) => ("".into(), request.to_vec()),
         None => default(),
     }
+}
+
+/// The umask of process `pid` (new files a tool creates for it get its usual modes); 022
+/// when it cannot be read.
+fn caller_umask(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 /// A tool call's access: exactly what the calling identity has by direct file access.

@@ -84,7 +84,7 @@ fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
 /// Backs up the old content and replaces the file with `new`. Returns the backup path.
 fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
     let b = backup(root, &l.f.rel, &l.bytes)?;
-    atomic_write(&l.f.abs, &l.f.rel, new.as_bytes(), Some(&l.f.meta))?;
+    atomic_write(root, &l.f.abs, &l.f.rel, new.as_bytes(), Some(&l.f.meta))?;
     Ok(b)
 }
 
@@ -461,11 +461,11 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
                         show(&rel)
                     )));
                 }
-                create_parents(&abs, &rel)?;
+                create_parents(root, &abs, &rel)?;
             }
         }
     }
-    atomic_write(&abs, &rel, a.content.as_bytes(), meta.as_ref())?;
+    atomic_write(root, &abs, &rel, a.content.as_bytes(), meta.as_ref())?;
     Ok(WriteFileResult {
         path: rel,
         bytes: a.content.len(),

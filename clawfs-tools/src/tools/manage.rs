@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -110,9 +111,11 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
         )));
     }
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
-    crate::fsops::create_parents(&to_abs, &to_rel)?;
+    crate::fsops::create_parents(root, &to_abs, &to_rel)?;
     rename_noreplace(&src.abs, &to_abs)
         .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
+    root.changed(&src.abs);
+    root.changed(&to_abs);
     if let Some(p) = to_abs.parent() {
         let _ = sync_dir(p);
     }
@@ -179,7 +182,8 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     let (id, dir) = loop {
         let id = new_trash_id();
         let dir = root.trash_dir.join(&id);
-        match std::fs::create_dir(&dir) {
+        // Private to whoever deleted the item.
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => break (id, dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(ctx(e)),
@@ -197,12 +201,18 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
         },
     };
     let meta = serde_json::to_vec_pretty(&item).unwrap_or_default();
-    let res = std::fs::write(dir.join("meta.json"), meta)
+    let res = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join("meta.json"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &meta))
         .and_then(|_| std::fs::rename(&src.abs, dir.join("item")));
     if let Err(e) = res {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(ctx(e));
     }
+    root.changed(&src.abs);
     if let Some(p) = src.abs.parent() {
         let _ = sync_dir(p);
     }
@@ -271,9 +281,10 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     }
     let dir = root.trash_dir.join(&a.trash_id);
     let _guard = root.locks.lock(&[&abs, &dir]);
-    crate::fsops::create_parents(&abs, &rel)?;
+    crate::fsops::create_parents(root, &abs, &rel)?;
     rename_noreplace(&dir.join("item"), &abs)
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
+    root.changed(&abs);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(RestoreResult {
         trash_id: a.trash_id,
@@ -352,8 +363,7 @@ pub(crate) fn create_folder(root: &ToolRoot, a: PathArgs) -> ToolResult<CreateFo
             "'{rel}' already exists and is a file, not a folder."
         ))),
         None => {
-            std::fs::create_dir_all(&abs)
-                .map_err(|e| ToolError::io(format!("creating folder '{rel}'"), e))?;
+            crate::fsops::create_dirs(root, &abs, &rel)?;
             Ok(CreateFolderResult {
                 path: rel,
                 created: true,

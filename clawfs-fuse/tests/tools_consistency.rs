@@ -1,15 +1,7 @@
-//! Known bugs of the agent tools as served by the mount, each a test that fails today. They are
-//! `#[ignore]`d so the suite stays green; run them with
-//! `cargo test -p clawfs-fuse --test tools_bugs -- --ignored`, and drop the `ignore` with the fix.
-//!
-//! Cause of the first three: a tool call changes the backing store directly (rename of a temp
-//! file over the target, rename into the trash, create), behind the kernel's back, and the daemon
-//! does not invalidate the kernel's entry/attribute caches of the names it touched, so the mount
-//! shows the old tree (and the old inode) until the entry timeout expires (~1 s).
-//! Cause of the fourth: a two-file request runs at RELEASE, which the kernel sends asynchronously
-//! after close(2) has returned, so `responses/<id>.json` may not exist yet when the writer reads it
-//! (this also makes tools_call.rs's two-file tests flaky under load).
-//! The last two: modes of what the tools create.
+//! What a tool call changes is what the mount shows, at once: a tool writes the backing store
+//! directly, so the daemon drops the kernel's cached names and attributes of what it touched
+//! before answering; a two-file request runs when the request file is closed (FLUSH, which
+//! close(2) waits for); and what tools create gets the caller's usual modes.
 
 mod common;
 
@@ -20,7 +12,6 @@ use common::{tool_call, Mounted};
 use serde_json::json;
 
 #[test]
-#[ignore = "bug: tool changes do not invalidate the kernel's entry cache"]
 fn a_file_moved_by_a_tool_leaves_its_old_name_at_once() {
     let m = Mounted::new();
     fs::write(m.ws().join("a.md"), "a\n").unwrap();
@@ -34,7 +25,6 @@ fn a_file_moved_by_a_tool_leaves_its_old_name_at_once() {
 }
 
 #[test]
-#[ignore = "bug: tool changes do not invalidate the kernel's negative entries"]
 fn a_file_created_by_a_tool_is_visible_at_once() {
     let m = Mounted::new();
     assert!(!m.ws().join("new.md").exists()); // a negative entry now
@@ -49,7 +39,6 @@ fn a_file_created_by_a_tool_is_visible_at_once() {
 /// Data loss: an editor (or `tail -f`) keeps the file open; a tool edits it; an append through
 /// the mount right after goes to the replaced inode's backing file and is lost.
 #[test]
-#[ignore = "bug: a write after a tool edit goes to the replaced file"]
 fn a_write_through_the_mount_after_a_tool_edit_is_kept() {
     let m = Mounted::new();
     let path = m.ws().join("e.md");
@@ -77,7 +66,6 @@ fn a_write_through_the_mount_after_a_tool_edit_is_kept() {
 }
 
 #[test]
-#[ignore = "bug: the request runs at RELEASE, after close(2) has returned"]
 fn the_response_exists_as_soon_as_the_request_is_closed() {
     let m = Mounted::new();
     // Four writers at once, 500 requests each: the window is narrow on an idle machine.
@@ -113,7 +101,6 @@ fn the_response_exists_as_soon_as_the_request_is_closed() {
 /// create with 0o666/0o777), where `touch`/`mkdir` through the mount give 0644/0755 under the
 /// caller's umask 022: any local user may then rewrite what an agent wrote.
 #[test]
-#[ignore = "bug: tools create world-writable files and folders"]
 fn what_a_tool_creates_is_not_world_writable() {
     use std::os::unix::fs::PermissionsExt;
     let m = Mounted::new();
@@ -133,7 +120,6 @@ fn what_a_tool_creates_is_not_world_writable() {
 /// The backup of a 0600 file is 0666 in the store: readable and writable by anyone who can
 /// reach the store's workspace folder.
 #[test]
-#[ignore = "bug: backups do not keep the file's permissions"]
 fn a_backup_keeps_the_files_permissions() {
     use std::os::unix::fs::PermissionsExt;
     let m = Mounted::new();
