@@ -37,3 +37,11 @@ clawfs_require_cargo() {
     exit 1
   fi
 }
+
+# The groups of the agent directories and the workspaces (P1.4 §8.1). Created before any store
+# is initialised, so that init gives the directories these groups.
+clawfs_create_groups() {
+  for g in clawos-agents clawos-users; do
+    getent group "$g" >/dev/null || groupadd --system "$g"
+  done
+}

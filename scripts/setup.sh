@@ -13,9 +13,7 @@ mountpoint=${1:-/clawfs}
 
 cargo build --release --locked -p clawfs-fuse
 install -m 0755 target/release/clawfs /usr/local/bin/clawfs
-for g in clawos-agents clawos-users; do
-  getent group "$g" >/dev/null || groupadd --system "$g"
-done
+clawfs_create_groups
 
 mkdir -p "$mountpoint"
 if clawfs status "$mountpoint" >/dev/null 2>&1; then

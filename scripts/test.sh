@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 clawfs_require_root
 clawfs_install_packages
 clawfs_require_cargo
+clawfs_create_groups
 
 command -v pjdfstest >/dev/null || cargo install pjdfstest --locked --version 0.2.2
 
@@ -15,7 +16,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# A hung mount must fail the run, not stall it.
+timeout 1800 cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 pjd=0
 tests/pjdfstest/run.sh target/debug/clawfs 2>&1 | tee -a "$log" || pjd=$?
 

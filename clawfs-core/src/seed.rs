@@ -195,8 +195,9 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     // agents/ — 0750 root:clawos-agents; one directory per agent of the roster.
     let agents = root.join("agents");
     dir(&agents, 0o750, Some((0, agents_group)))?;
-    // Each agent owns its directory (POSIX lets it write there; the policy keeps it there);
-    // logs/ is written by ClawFS only.
+    // Each agent owns its directory. The directories are group-writable by clawos-agents on
+    // purpose: POSIX lets every agent try, so that the daemon (not the kernel's mode check)
+    // decides, records the refusal and tells the agent why (RULE-001). logs/ is ClawFS's.
     let policy = crate::policy::Policy::default_policy();
     for agent in DEFAULT_AGENTS {
         let uid = crate::policy::AgentName::new(agent)
@@ -205,7 +206,7 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
             .map_or(0, |(uid, _)| uid);
         let own = Some((uid, agents_group));
         let a = agents.join(agent);
-        dir(&a, 0o750, own)?;
+        dir(&a, 0o770, own)?;
         dir(&a.join("logs"), 0o750, Some((0, agents_group)))?;
         dir(&a.join("cache"), 0o750, own)?;
         file(

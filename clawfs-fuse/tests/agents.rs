@@ -1,0 +1,353 @@
+//! Agents through a real mount: processes started with `clawfs run` are their agent to the
+//! daemon, which enforces the policy on every call, records each decision in the audit trail,
+//! and tells the agent why in its denials file. Every refusal is checked for its errno, its
+//! records and an unchanged store.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{clawfs, Mounted};
+use serde_json::Value;
+
+/// `clawfs run --agent AGENT -- sh -c SCRIPT` against the mount.
+fn run_agent(m: &Mounted, agent: &str, script: &str) -> Output {
+    Command::new(common::clawfs_bin())
+        .arg("run")
+        .arg("--store")
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args(["--agent", agent, "--", "sh", "-c", script])
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The audit records of `agent` (flushed: the daemon syncs its trail within a second).
+fn audit(m: &Mounted, args: &[&str]) -> Vec<Value> {
+    let mut all = vec![
+        OsStr::new("audit"),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+        OsStr::new("search"),
+        OsStr::new("--json"),
+    ];
+    all.extend(args.iter().map(OsStr::new));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = clawfs(&all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let records: Vec<Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if !records.is_empty() || std::time::Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn denials(m: &Mounted, agent: &str) -> Vec<Value> {
+    fs::read_to_string(m.backing(&format!("agents/{agent}/denials")))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn exists(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+#[test]
+fn two_agents_each_write_only_their_own_directory() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display().to_string();
+    let script = |me: &str, other: &str| {
+        format!(
+            "echo mine > {mnt}/agents/{me}/notes.txt && \
+             (echo theirs > {mnt}/agents/{other}/intruder.txt) 2>&1; \
+             (cat {mnt}/agents/{other}/identity.json > /dev/null) 2>&1; \
+             cat {mnt}/agents/self"
+        )
+    };
+    // In parallel, each in its own cgroup.
+    let a = std::thread::spawn({
+        let s = script("fs-engine", "kernel-engine");
+        let (store, mnt) = (m.store.clone(), m.mnt.clone());
+        move || {
+            Command::new(common::clawfs_bin())
+                .arg("run")
+                .arg("--store")
+                .arg(store)
+                .arg("--mount")
+                .arg(mnt)
+                .args(["--agent", "fs-engine", "--", "sh", "-c", &s])
+                .output()
+                .unwrap()
+        }
+    });
+    let b = run_agent(&m, "kernel-engine", &script("kernel-engine", "fs-engine"));
+    let a = a.join().unwrap();
+    for (out, me, other) in [
+        (&a, "fs-engine", "kernel-engine"),
+        (&b, "kernel-engine", "fs-engine"),
+    ] {
+        let text = stdout(out);
+        assert!(
+            text.contains("Permission denied"),
+            "{me}: {text} {}",
+            stderr(out)
+        );
+        // The agent knows who it is.
+        let json_start = text.find('{').unwrap();
+        let me_json: Value = serde_json::from_str(&text[json_start..]).unwrap();
+        assert_eq!(me_json["identity"], "agent");
+        assert_eq!(me_json["agent"], me);
+        // Its own write landed, as a real file owned by its uid; nothing landed next door.
+        assert_eq!(
+            fs::read_to_string(m.backing(&format!("agents/{me}/notes.txt"))).unwrap(),
+            "mine\n"
+        );
+        assert!(!exists(&m.backing(&format!("agents/{other}/intruder.txt"))));
+        // The refusal is on record, for the agent and in the audit trail, with its rule.
+        let d = denials(&m, me);
+        assert!(
+            d.iter()
+                .any(|r| r["path"] == format!("/agents/{other}/intruder.txt")
+                    && r["rule"] == "RULE-001"
+                    && r["operation"] == "create"),
+            "{d:?}"
+        );
+        let recs = audit(&m, &["--agent", me, "--denied"]);
+        assert!(
+            recs.iter()
+                .any(|r| r["path"] == format!("/agents/{other}/intruder.txt")
+                    && r["errno"] == libc::EACCES),
+            "{recs:?}"
+        );
+    }
+    // The daily view of an agent holds its own records only.
+    let logs: Vec<_> = fs::read_dir(m.backing("agents/fs-engine/logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = fs::read_to_string(&logs[0]).unwrap();
+    assert!(log.lines().count() >= 2);
+    assert!(
+        log.lines().all(|l| l.contains("\"agent\":\"fs-engine\"")),
+        "{log}"
+    );
+    // And the chain is intact.
+    let out = clawfs([
+        OsStr::new("audit"),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+        OsStr::new("verify"),
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn agents_cannot_write_their_logs_or_denials_or_read_only_roots() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "for p in agents/fs-engine/logs/x.log agents/fs-engine/denials tools/registry.json; do \
+               (echo x >> {mnt}/$p) 2>&1; done; true"
+        ),
+    );
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("Operation not permitted").count()
+            + text.matches("Permission denied").count()
+            + text.matches("Read-only file system").count(),
+        3,
+        "{text}"
+    );
+    assert!(!exists(&m.backing("agents/fs-engine/logs/x.log")));
+}
+
+#[test]
+fn workspace_grants_and_protected_names() {
+    let m = Mounted::new();
+    fs::create_dir(m.path("workspaces/secret-project")).unwrap();
+    fs::write(m.path("workspaces/secret-project/plan.md"), "hidden").unwrap();
+    fs::create_dir(m.path("workspaces/default/.git")).unwrap();
+    fs::write(m.path("workspaces/default/.git/config"), "[core]").unwrap();
+    // POSIX would let anyone in: what refuses is the policy.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(
+        m.path("workspaces/default/.git"),
+        fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    fs::set_permissions(
+        m.path("workspaces/default/.git/config"),
+        fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "cd {mnt}/workspaces/default && echo ok > shared.md && cat shared.md; \
+             (cat {mnt}/workspaces/secret-project/plan.md) 2>&1; \
+             (ls {mnt}/workspaces/secret-project) 2>&1; \
+             (cat .git/config) 2>&1; (echo x > .git/new) 2>&1; (rm .git/config) 2>&1; \
+             for n in .GIT .Git .gIT .Obsidian .SMARTHOLE .clawfs-x; do (mkdir $n) 2>&1; done; true"
+        ),
+    );
+    let text = stdout(&out);
+    assert!(text.starts_with("ok\n"), "{text}");
+    // No grant on secret-project: read and list refused.
+    assert!(text.contains("plan.md: Permission denied"), "{text}");
+    // Protected names, in every case variant: read, write and delete refused.
+    assert_eq!(text.matches("Operation not permitted").count(), 9, "{text}");
+    assert!(exists(&m.backing("workspaces/default/.git/config")));
+    assert!(!exists(&m.backing("workspaces/default/.git/new")));
+    assert!(!exists(&m.backing("workspaces/default/.Obsidian")));
+    let d = denials(&m, "fs-engine");
+    assert!(d.iter().any(|r| r["rule"] == "PROTECTED"), "{d:?}");
+    assert!(d.iter().any(|r| r["rule"] == "WORKSPACE-GRANT"), "{d:?}");
+}
+
+#[test]
+fn renames_links_and_symlinks_cannot_escape() {
+    let m = Mounted::new();
+    fs::create_dir(m.path("workspaces/secret-project")).unwrap();
+    fs::write(m.path("workspaces/secret-project/plan.md"), "hidden").unwrap();
+    fs::write(m.path("agents/kernel-engine/private.txt"), "k").unwrap();
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "cd {mnt}/agents/fs-engine; \
+             (ln {mnt}/workspaces/secret-project/plan.md stolen) 2>&1; \
+             (mv {mnt}/agents/kernel-engine/private.txt mine.txt) 2>&1; \
+             echo x > mine2.txt; (mv mine2.txt {mnt}/agents/kernel-engine/planted) 2>&1; \
+             (ln mine2.txt {mnt}/agents/kernel-engine/hardlinked) 2>&1; \
+             ln -s {mnt}/workspaces/secret-project/plan.md link; (cat link) 2>&1; \
+             ln -s ../kernel-engine/private.txt link2; (cat link2) 2>&1; true"
+        ),
+    );
+    let text = stdout(&out);
+    assert!(!text.contains("hidden") && !text.contains("k\n"), "{text}");
+    assert!(!exists(&m.backing("agents/fs-engine/stolen")));
+    assert!(exists(&m.backing("agents/kernel-engine/private.txt")));
+    assert!(!exists(&m.backing("agents/fs-engine/mine.txt")));
+    assert!(!exists(&m.backing("agents/kernel-engine/planted")));
+    assert!(!exists(&m.backing("agents/kernel-engine/hardlinked")));
+    assert!(exists(&m.backing("agents/fs-engine/mine2.txt")));
+    let ops: Vec<String> = denials(&m, "fs-engine")
+        .iter()
+        .map(|r| r["operation"].as_str().unwrap().to_string())
+        .collect();
+    for op in ["link", "rename", "open"] {
+        assert!(ops.iter().any(|o| o == op), "{op} not refused: {ops:?}");
+    }
+}
+
+#[test]
+fn quotas_and_policy_reload() {
+    let m = Mounted::new();
+    let policy_path = m.backing("system/policy.toml");
+    let original = fs::read_to_string(&policy_path).unwrap();
+    let tight = original.replace(
+        "[agents.fs-engine]\nuid = 61006\ngid = 61006\n",
+        "[agents.fs-engine]\nuid = 61006\ngid = 61006\nquota = { files = 3 }\nworkspaces = { default = \"read\" }\n",
+    );
+    assert_ne!(tight, original, "the default policy changed shape");
+    let new_policy = m.dir.path().join("tight.toml");
+    fs::write(&new_policy, &tight).unwrap();
+    let reload = |file: &Path| {
+        clawfs([
+            OsStr::new("policy"),
+            OsStr::new("reload"),
+            file.as_os_str(),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+        ])
+    };
+    let out = reload(&new_policy);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(m.path("system/policy.toml")).unwrap(),
+        tight,
+        "the policy in force is visible read-only"
+    );
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "cd {mnt}/agents/fs-engine; for i in 1 2 3 4 5; do (touch f$i) 2>&1; done; \
+             (echo x > {mnt}/workspaces/default/w.txt) 2>&1; true"
+        ),
+    );
+    let text = stdout(&out);
+    assert!(text.contains("Disk quota exceeded"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert!(exists(&m.backing("agents/fs-engine/f3")));
+    assert!(!exists(&m.backing("agents/fs-engine/f4")));
+    assert!(!exists(&m.backing("workspaces/default/w.txt")));
+
+    // An invalid policy is refused with every error, and the old one stays in force.
+    let bad = m.dir.path().join("bad.toml");
+    fs::write(
+        &bad,
+        "version = 1\nusers = \"sometimes\"\n[agents.Bad_Name]\nuid = 0\n",
+    )
+    .unwrap();
+    let out = reload(&bad);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).matches("bad.toml:").count() >= 2,
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fs::read_to_string(&policy_path).unwrap(), tight);
+    // And the agent is still read-only on the workspace.
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!("(echo x > {mnt}/workspaces/default/w.txt) 2>&1; true"),
+    );
+    assert!(
+        stdout(&out).contains("Read-only file system"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn an_agent_not_in_the_policy_cannot_run() {
+    let m = Mounted::new();
+    fs::create_dir(m.backing("agents/rogue")).unwrap();
+    let out = run_agent(&m, "rogue", "true");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not in the policy"),
+        "{}",
+        stderr(&out)
+    );
+}
