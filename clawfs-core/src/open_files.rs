@@ -39,6 +39,8 @@ pub struct OpenFile {
     /// For an agent's write handle: the agent and the size at open, so the growth counts
     /// against its byte quota at close.
     pub quota: Option<(crate::policy::AgentName, u64)>,
+    /// For a staged write (an identity file): where it goes when it is closed.
+    pub staged: Option<crate::fs::StagedTarget>,
 }
 
 impl std::ops::Deref for OpenFile {

@@ -186,8 +186,10 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // HANDLE_KILLPRIV_V2: the backing filesystem clears setuid/setgid bits itself, so the
-        // kernel need not ask for security.capability before every write.
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+        // kernel need not ask for security.capability before every write. ATOMIC_O_TRUNC:
+        // O_TRUNC arrives with the open, so a staged (validated) write never truncates first.
+        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
@@ -387,6 +389,10 @@ impl Filesystem for Adapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
         match self.fs.open(&caller(req), ino.0, flags.0) {
+            // A staged identity write: served by the daemon, committed at close (FLUSH).
+            Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            }
             Ok(Opened::Backing(fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
                 Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
                 None => reply.opened(
@@ -484,7 +490,7 @@ impl Filesystem for Adapter {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
@@ -492,7 +498,7 @@ impl Filesystem for Adapter {
     ) {
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered); only generated
         // files get here, where closing a tool request runs it.
-        Self::reply_empty("flush", self.fs.flush(ino.0, fh.0), reply);
+        Self::reply_empty("flush", self.fs.flush(&caller(req), ino.0, fh.0), reply);
     }
 
     fn release(

@@ -58,11 +58,30 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::audit_cmd::AuditCommand,
     },
+    /// Check agents' identity files: reports any whose checksum does not match its content
+    /// (e.g. edited in the store behind ClawFS's back).
+    Identity {
+        /// What to do.
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
     /// Check or reload the policy.
     Policy {
         /// What to do.
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+/// `clawfs identity` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum IdentityCommand {
+    /// Verify the checksum of every agent's identity.json (or one agent's).
+    Verify {
+        /// Only this agent.
+        agent: Option<String>,
+        #[command(flatten)]
+        store: StoreArg,
     },
 }
 

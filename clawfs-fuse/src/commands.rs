@@ -249,3 +249,49 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `clawfs identity verify [AGENT]`: every identity file's checksum against its content.
+pub fn identity_verify(store: &Option<PathBuf>, agent: Option<&str>) -> Result<(), Failure> {
+    let store = Store::open(&store_path(store))?;
+    let agents_dir = store.root().join(Area::Agents.dir_name());
+    let mut names: Vec<String> = match agent {
+        Some(a) => vec![a.to_string()],
+        None => std::fs::read_dir(&agents_dir)
+            .with_context(|| format!("listing {}", agents_dir.display()))?
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("identity.json").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+    };
+    names.sort();
+    let mut bad = 0;
+    for name in &names {
+        let path = agents_dir.join(name).join("identity.json");
+        let verdict = match std::fs::read(&path) {
+            Err(e) => Err(e.to_string()),
+            Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Err(e) => Err(format!("not valid JSON: {e}")),
+                Ok(doc) if clawfs_core::identity::verify(&doc) => Ok(()),
+                Ok(doc) => Err(format!(
+                    "checksum mismatch: the file says {}, its content hashes to {}",
+                    doc["checksum"],
+                    clawfs_core::identity::checksum(&doc)
+                )),
+            },
+        };
+        match verdict {
+            Ok(()) => println!("{name}: ok"),
+            Err(why) => {
+                bad += 1;
+                println!("{name}: BAD: {why}");
+            }
+        }
+    }
+    if bad > 0 {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "{bad} of {} identity files do not verify",
+            names.len()
+        )));
+    }
+    Ok(())
+}

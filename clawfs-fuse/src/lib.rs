@@ -35,6 +35,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Audit { store, command } => {
             audit_cmd::run(&daemon::store_path(&store.store), command)
         }
+        Command::Identity {
+            command: cli::IdentityCommand::Verify { agent, store },
+        } => commands::identity_verify(&store.store, agent.as_deref()),
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),
             cli::PolicyCommand::Reload { file, store } => {

@@ -351,3 +351,80 @@ fn an_agent_not_in_the_policy_cannot_run() {
         stderr(&out)
     );
 }
+
+#[test]
+fn identity_files_are_validated_on_close_and_verifiable() {
+    let m = Mounted::new();
+    let id_path = m.backing("agents/fs-engine/identity.json");
+    let before = fs::read(&id_path).unwrap();
+    let mut doc: Value = serde_json::from_slice(&before).unwrap();
+    doc["state"]["current_task"] = Value::from("A-02");
+    doc["history"]["total_executions"] = Value::from(7);
+    let edited = m.dir.path().join("edited.json");
+    fs::write(&edited, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    fs::set_permissions(
+        m.dir.path().join("edited.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mnt = m.mnt.display().to_string();
+    let target = format!("{mnt}/agents/fs-engine/identity.json");
+    // A valid edit is accepted, stamped and checksummed; the old version is kept.
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!("cat {} > {target}", edited.display()),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved: Value = serde_json::from_slice(&fs::read(&id_path).unwrap()).unwrap();
+    assert_eq!(saved["state"]["current_task"], "A-02");
+    assert!(clawfs_core::identity::verify(&saved));
+    let backups: Vec<_> = fs::read_dir(m.backing("agents/fs-engine/backups"))
+        .unwrap()
+        .collect();
+    assert_eq!(backups.len(), 1);
+    // Malformed JSON and a schema violation are refused at close; the file stays as it was.
+    let good = fs::read(&id_path).unwrap();
+    for bad in [
+        r#"{"agent_id": "fs-engine", "#,
+        r#"{"agent_id": "kernel-engine", "version": 1}"#,
+    ] {
+        fs::write(&edited, bad).unwrap();
+        // cat reports an error of its final close(), as a careful writer does.
+        let out = run_agent(
+            &m,
+            "fs-engine",
+            &format!("cat {} > {target}", edited.display()),
+        );
+        assert!(!out.status.success(), "{bad} was accepted");
+        assert!(
+            stderr(&out).contains("Invalid argument"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(fs::read(&id_path).unwrap(), good, "{bad} changed the file");
+    }
+    let d = denials(&m, "fs-engine");
+    assert!(d.iter().any(|r| r["rule"] == "IDENTITY-SCHEMA"), "{d:?}");
+    // `clawfs identity verify` finds an edit made behind the daemon's back.
+    let verify = || {
+        clawfs([
+            OsStr::new("identity"),
+            OsStr::new("verify"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+        ])
+    };
+    assert!(verify().status.success(), "{}", stdout(&verify()));
+    let mut tampered: Value = serde_json::from_slice(&good).unwrap();
+    tampered["history"]["total_executions"] = Value::from(9999);
+    fs::write(&id_path, serde_json::to_vec_pretty(&tampered).unwrap()).unwrap();
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("fs-engine: BAD: checksum mismatch"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("kernel-engine: ok"));
+}

@@ -271,6 +271,18 @@ impl ClawFs {
         u.files = u.files.saturating_add(adding.files);
     }
 
+    /// Records a refusal decided outside the policy (e.g. an invalid identity document).
+    pub(super) fn refuse(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        path: &NsPath,
+        denial: Denial,
+    ) -> FsResult<()> {
+        let who = self.identify(caller);
+        self.conclude_refusal(caller, &who, op, path, None, Err(denial))
+    }
+
     fn conclude(
         &self,
         caller: &Caller,

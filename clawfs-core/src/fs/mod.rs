@@ -31,9 +31,11 @@ use crate::virtual_files::{VirtualHandle, VirtualInodes};
 use crate::xattrs::{self, ClawfsAttr};
 
 mod gate;
+mod staged;
 mod virtuals;
 
 pub use gate::{audit_name, POLICY_FILE};
+pub use staged::{identity_file_agent, validate as validate_identity, StagedTarget};
 
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]
@@ -479,12 +481,12 @@ impl ClawFs {
         let node = self.node(ino)?;
         self.check_modify(&node)?;
         let fd = self.open_path(&node)?;
-        self.decide(
-            caller,
-            "setattr",
-            crate::policy::Access::Write,
-            &self.ns_path(&fd)?,
-        )?;
+        let ns = self.ns_path(&fd)?;
+        self.decide(caller, "setattr", crate::policy::Access::Write, &ns)?;
+        if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
+            // Identity files change whole, validated at close: open and write them.
+            return Err(FsError::Managed("identity.json (write it whole)".into()));
+        }
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());
         {
@@ -749,7 +751,8 @@ impl ClawFs {
         if writes && node.place.area().is_read_only() {
             return Err(FsError::ReadOnly(node.place.area()));
         }
-        let path = self.ns_path(self.open_path(&node)?)?;
+        let opath = self.open_path(&node)?;
+        let path = self.ns_path(&opath)?;
         let access = if writes {
             crate::policy::Access::Write
         } else {
@@ -765,6 +768,11 @@ impl ClawFs {
                 crate::policy::Quota { bytes: 1, files: 0 },
                 false,
             )?;
+            if let Some(agent) = staged::identity_file_agent(&path) {
+                let (fh, file) =
+                    self.open_staged(ino, &opath, agent, flags & libc::O_TRUNC != 0)?;
+                return Ok(Opened::Backing(fh, file));
+            }
         }
         let backing = if self.passthrough() {
             self.shared
@@ -779,6 +787,11 @@ impl ClawFs {
         if node.place.area() == Area::Specs {
             self.check_spec(&backing.file)?;
         }
+        if self.passthrough() && flags & libc::O_TRUNC != 0 {
+            // The kernel passes O_TRUNC with the open (atomic O_TRUNC); the shared descriptor
+            // was not opened with it.
+            backing.file.set_len(0)?;
+        }
         let quota = match (writes, who) {
             (true, crate::policy::Identity::Agent(agent)) => {
                 Some((agent, backing.file.metadata()?.len()))
@@ -789,6 +802,7 @@ impl ClawFs {
             ino,
             backing,
             quota,
+            staged: None,
         });
         Ok(Opened::Backing(fh, file))
     }
@@ -869,6 +883,7 @@ impl ClawFs {
             ino,
             backing,
             quota,
+            staged: None,
         });
         Ok((entry, Opened::Backing(fh, file)))
     }
@@ -909,6 +924,11 @@ impl ClawFs {
         }
         let file = self.files.get(fh)?;
         let n = file.backing.file.write_at(data, offset)?;
+        if let Some(staged) = &file.staged {
+            staged
+                .dirty
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         Ok(n as u32)
     }
 
@@ -926,12 +946,14 @@ impl ClawFs {
         Ok(())
     }
 
-    /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request.
-    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+    /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request, or
+    /// validates and commits a staged identity file (its error is `close()`'s).
+    pub fn flush(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
         if VirtualInodes::is_virtual(ino) {
             return self.flush_virtual(fh);
         }
-        Ok(())
+        let file = self.files.get(fh)?;
+        self.commit_staged(caller, &file)
     }
 
     /// Closes `fh`.

@@ -1,0 +1,189 @@
+//! Writes of `agents/<name>/identity.json` are staged: the writer works on a private copy, and
+//! closing it validates the document (JSON, P1.4 §5.3 schema, the right agent), stamps
+//! `updated_at` and the checksum, keeps the previous version in `agents/<name>/backups/`, and
+//! replaces the file atomically. A document that does not validate is refused (`close()` fails
+//! with EINVAL, the reason goes to the denials file and the log) and the old version stays.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::ClawFs;
+use crate::creds::Caller;
+use crate::error::{FsError, FsResult};
+use crate::open_files::{BackingFile, OpenFile};
+use crate::policy::NsPath;
+
+/// The largest identity document accepted.
+pub const MAX_IDENTITY_BYTES: u64 = 1 << 20;
+
+/// Where a staged write goes when it is closed.
+#[derive(Debug)]
+pub struct StagedTarget {
+    /// The agent whose identity file this is.
+    pub agent: String,
+    /// The backing `agents/<agent>/` directory.
+    pub dir: PathBuf,
+    /// Written since the last commit. Only writes count: a descriptor closed without writing
+    /// (a shell's copy after `dup2`, or a bare truncation) commits nothing.
+    pub dirty: std::sync::atomic::AtomicBool,
+}
+
+/// The agent whose `identity.json` `path` is, if it is one.
+pub fn identity_file_agent(path: &NsPath) -> Option<&str> {
+    (path.depth() == 3 && path.get(0) == Some("agents") && path.get(2) == Some("identity.json"))
+        .then(|| path.get(1))
+        .flatten()
+}
+
+/// Validates an identity document for `agent` (P1.4 §5.3).
+pub fn validate(agent: &str, bytes: &[u8]) -> Result<Value, String> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
+    let obj = doc
+        .as_object()
+        .ok_or("the document must be a JSON object")?;
+    match obj.get("agent_id").and_then(Value::as_str) {
+        Some(a) if a == agent => {}
+        Some(a) => return Err(format!("agent_id is {a:?}; this file belongs to {agent:?}")),
+        None => return Err("agent_id (a string) is missing".into()),
+    }
+    if !obj
+        .get("version")
+        .is_some_and(|v| v.as_u64().is_some_and(|n| n >= 1))
+    {
+        return Err("version must be a whole number >= 1".into());
+    }
+    if !obj.get("created_at").is_some_and(Value::is_string) {
+        return Err("created_at (an RFC 3339 string) is missing".into());
+    }
+    for section in ["state", "memory", "history", "performance"] {
+        if !obj.get(section).is_some_and(Value::is_object) {
+            return Err(format!("{section} must be an object"));
+        }
+    }
+    Ok(doc)
+}
+
+impl ClawFs {
+    /// Opens a private copy of an identity file for writing.
+    pub(super) fn open_staged(
+        &self,
+        ino: u64,
+        node_fd: &std::os::fd::OwnedFd,
+        agent: &str,
+        truncate: bool,
+    ) -> FsResult<(u64, Arc<OpenFile>)> {
+        let staging = self.store.private_dir().join("staging");
+        std::fs::create_dir_all(&staging)?;
+        let mut copy = tempfile::tempfile_in(&staging)?;
+        if !truncate {
+            use std::os::unix::ffi::OsStrExt;
+            let proc = crate::backing::proc_fd_path(node_fd);
+            let mut current = File::open(std::ffi::OsStr::from_bytes(proc.as_bytes()))?;
+            std::io::copy(&mut current, &mut copy)?;
+        }
+        let dir = self.store.root().join("agents").join(agent);
+        Ok(self.files.insert(OpenFile {
+            ino,
+            backing: Arc::new(BackingFile::new(copy)),
+            quota: None,
+            staged: Some(StagedTarget {
+                agent: agent.to_string(),
+                dir,
+                dirty: Default::default(),
+            }),
+        }))
+    }
+
+    /// Commits a staged identity write at `close()`.
+    pub(super) fn commit_staged(&self, caller: &Caller, file: &OpenFile) -> FsResult<()> {
+        let Some(target) = &file.staged else {
+            return Ok(());
+        };
+        if !target
+            .dirty
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        let mut f = &file.backing.file;
+        if f.metadata()?.len() > MAX_IDENTITY_BYTES {
+            return self.refuse_identity(caller, target, "the document is larger than 1 MiB");
+        }
+        let mut bytes = Vec::new();
+        f.seek(SeekFrom::Start(0))?;
+        f.read_to_end(&mut bytes)?;
+        let mut doc = match validate(&target.agent, &bytes) {
+            Ok(d) => d,
+            Err(reason) => return self.refuse_identity(caller, target, &reason),
+        };
+        doc["updated_at"] = Value::String(crate::seed::now_rfc3339());
+        doc["checksum"] = Value::String(crate::identity::checksum(&doc));
+        let mut out = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
+        out.push(b'\n');
+        let current = target.dir.join("identity.json");
+        let md = std::fs::metadata(&current)?;
+        let backups = target.dir.join("backups");
+        std::fs::create_dir_all(&backups)?;
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
+        std::fs::copy(&current, backups.join(format!("identity-{stamp}.json")))?;
+        crate::store::atomic_write(&target.dir, "identity.json", &out, md.mode() & 0o7777)?;
+        std::os::unix::fs::chown(&current, Some(md.uid()), Some(md.gid()))?;
+        self.invalidate_paths(&[current]);
+        Ok(())
+    }
+
+    fn refuse_identity(
+        &self,
+        caller: &Caller,
+        target: &StagedTarget,
+        reason: &str,
+    ) -> FsResult<()> {
+        let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))
+            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
+        let denial = crate::policy::Denial {
+            rule: "IDENTITY-SCHEMA",
+            reason: format!("identity.json was not saved: {reason}; the previous version stays"),
+            kind: crate::policy::DenyKind::Permission,
+        };
+        // On record as a refusal; the writer gets EINVAL: the content, not its right, is wrong.
+        let _ = self.refuse(caller, "write", &path, denial);
+        Err(FsError::InvalidName {
+            name: "identity.json".into(),
+            reason: "the identity document does not validate (see the denials file)",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_documents_are_validated() {
+        let good = crate::identity::new_identity("fs-engine", "2026-01-01T00:00:00Z");
+        assert!(validate("fs-engine", good.to_string().as_bytes()).is_ok());
+        assert!(validate("kernel-engine", good.to_string().as_bytes())
+            .unwrap_err()
+            .contains("belongs to"));
+        assert!(validate("fs-engine", b"{not json").is_err());
+        let mut no_state = good.clone();
+        no_state.as_object_mut().unwrap().remove("state");
+        assert!(validate("fs-engine", no_state.to_string().as_bytes()).is_err());
+        let mut bad_version = good;
+        bad_version["version"] = Value::from("one");
+        assert!(validate("fs-engine", bad_version.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
+    fn identity_paths() {
+        let p = NsPath::parse("/agents/fs-engine/identity.json").unwrap();
+        assert_eq!(identity_file_agent(&p), Some("fs-engine"));
+        let q = NsPath::parse("/workspaces/default/identity.json").unwrap();
+        assert_eq!(identity_file_agent(&q), None);
+    }
+}
