@@ -51,10 +51,8 @@ pub fn validate(agent: &str, bytes: &[u8]) -> Result<Value, String> {
         Some(a) => return Err(format!("agent_id is {a:?}; this file belongs to {agent:?}")),
         None => return Err("agent_id (a string) is missing".into()),
     }
-    if !obj
-        .get("version")
-        .is_some_and(|v| v.as_u64().is_some_and(|n| n >= 1))
-    {
+    let version = obj.get("version").and_then(Value::as_u64);
+    if version.is_none_or(|n| n < 1) {
         return Err("version must be a whole number >= 1".into());
     }
     if !obj.get("created_at").is_some_and(Value::is_string) {
