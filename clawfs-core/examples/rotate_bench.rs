@@ -23,10 +23,35 @@ fn main() {
         v.put(&format!("secret-{i:05}"), format!("value {i}").as_bytes())
             .expect("put");
     }
-    println!("put {n} secrets: {:.1}s (serial)", t.elapsed().as_secs_f64());
+    println!(
+        "put {n} secrets: {:.1}s (serial)",
+        t.elapsed().as_secs_f64()
+    );
     v.lock().expect("lock");
     let v = Vault::open(dir.path(), VaultConfig::default()).expect("open");
     v.unlock(None).expect("unlock");
+    // Calibration on this (shared) machine, same run: one derivation, and the speed-up two
+    // threads give right now.
+    let k = clawfs_core::vault::Key256::random();
+    let derive = |i: usize| {
+        let _ = k.pbkdf2(format!("cal-{i}:v1").as_bytes(), 600_000);
+    };
+    let t = Instant::now();
+    (0..8).for_each(derive);
+    let serial = t.elapsed().as_secs_f64() / 8.0;
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for th in 0..2 {
+            s.spawn(move || (0..8).for_each(|i| derive(100 * th + i)));
+        }
+    });
+    let par = t.elapsed().as_secs_f64() / 16.0;
+    println!(
+        "PBKDF2 600k: {:.0} ms serial; {:.0} ms/key on 2 threads (speed-up {:.2}x)",
+        serial * 1000.0,
+        par * 1000.0,
+        serial / par
+    );
     let r = v.rotate(None, &|_| {}).expect("rotate");
     println!(
         "rotated {} secrets in {:.1}s on {} threads ({:.0} ms/secret)",
