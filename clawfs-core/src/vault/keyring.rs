@@ -202,15 +202,23 @@ impl Keyring {
 
     /// Descriptions of the keys linked in this keyring.
     pub fn descriptions(&self) -> Result<Vec<(i32, String)>, VaultError> {
-        let mut ids = vec![0i32; 4096];
-        let n = keyctl(
-            KEYCTL_READ,
-            self.id.into(),
-            ids.as_mut_ptr() as libc::c_long,
-            (ids.len() * 4) as libc::c_long,
-        )
-        .map_err(|e| keyring_err("list keyring", e))? as usize;
-        ids.truncate((n / 4).min(ids.len()));
+        let mut ids = vec![0i32; 1024];
+        loop {
+            let n = keyctl(
+                KEYCTL_READ,
+                self.id.into(),
+                ids.as_mut_ptr() as libc::c_long,
+                (ids.len() * 4) as libc::c_long,
+            )
+            .map_err(|e| keyring_err("list keyring", e))? as usize;
+            // KEYCTL_READ returns the full size even when the buffer was too small.
+            if n / 4 > ids.len() {
+                ids = vec![0i32; n / 4 + 64];
+                continue;
+            }
+            ids.truncate(n / 4);
+            break;
+        }
         let mut out = Vec::new();
         for id in ids {
             let mut buf = vec![0u8; 512];
