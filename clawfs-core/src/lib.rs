@@ -21,6 +21,7 @@ pub mod policy;
 pub mod seed;
 pub mod spec_integrity;
 pub mod store;
+pub mod vault;
 pub mod virtual_files;
 pub mod xattrs;
 

@@ -11,6 +11,7 @@ pub mod logging;
 pub mod mounts;
 pub mod policy_cmd;
 pub mod run;
+pub mod vault_cmd;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,95 @@
+//! `VaultError`: every way a vault operation can fail, each a distinct variant so the CLI, the FUSE
+//! adapter (errno) and tests can tell them apart.
+
+use std::io;
+use std::path::PathBuf;
+
+/// A failed vault operation.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    /// `vault/master-key.enc` does not exist.
+    #[error("the vault is not initialised (run `clawfs vault init`)")]
+    NotInitialized,
+    /// `init` on a vault that already has a master key.
+    #[error("the vault is already initialised ({0} exists)")]
+    AlreadyInitialized(PathBuf),
+    /// The master key is not in the kernel keyring (never unlocked, locked, or timed out).
+    #[error("the vault is locked (run `clawfs vault unlock`)")]
+    Locked,
+    /// The passphrase does not open `master-key.enc`.
+    #[error("wrong passphrase")]
+    WrongPassphrase,
+    /// The sealer needs a passphrase and none was given.
+    #[error(
+        "this vault is sealed with a passphrase; give it (CLAWFS_VAULT_PASSPHRASE or the prompt)"
+    )]
+    PassphraseRequired,
+    /// A vault file fails authentication or does not parse: it was modified, truncated, moved
+    /// from another name, or is an older version put back.
+    #[error("{}: tampered or corrupt: {reason}", file.display())]
+    Tampered {
+        /// The file that failed.
+        file: PathBuf,
+        /// What did not match.
+        reason: String,
+    },
+    /// No secret of that name.
+    #[error("no secret named {0:?}")]
+    NotFound(String),
+    /// A secret name outside `[a-z0-9-]+` (≤ 64 bytes, no leading or trailing hyphen).
+    #[error("bad secret name {name:?}: {reason}")]
+    BadName {
+        /// The name given.
+        name: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+    /// No TPM is reachable (no TCTI configured, no `/dev/tpmrm0`), or the TCTI cannot be opened.
+    #[error("no TPM: {0}")]
+    NoTpm(String),
+    /// The TPM refused to unseal because the PCR values differ from those at sealing time.
+    #[error("the TPM refused to unseal the master key: PCR values differ from sealing time (policy check failed)")]
+    TpmPolicy,
+    /// Any other TPM failure.
+    #[error("TPM: {0}")]
+    Tpm(String),
+    /// The host key file is missing, unreadable, has the wrong size or mode, or is another key
+    /// than the one that wrapped the master key.
+    #[error("host key {}: {reason}", path.display())]
+    HostKey {
+        /// The host key file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A kernel keyring call failed.
+    #[error("kernel keyring: {0}")]
+    Keyring(String),
+    /// A staged secret did not decrypt to the original value during rotation (nothing was switched).
+    #[error("rotation aborted: {0}")]
+    Rotation(String),
+    /// A file system call failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl VaultError {
+    pub(crate) fn tampered(file: impl Into<PathBuf>, reason: impl Into<String>) -> VaultError {
+        VaultError::Tampered {
+            file: file.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `map_err` helper: an I/O error on `path`.
+pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> VaultError {
+    let path = path.into();
+    move |source| VaultError::Io { path, source }
+}

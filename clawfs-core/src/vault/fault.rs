@@ -1,0 +1,29 @@
+//! Crash injection for rotation tests: with `CLAWFS_VAULT_FAULT_AFTER=N` in the environment the
+//! process aborts (no unwinding, no cleanup — like `kill -9`) right after the N-th durable step.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The environment variable naming the step after which to abort.
+pub const FAULT_ENV: &str = "CLAWFS_VAULT_FAULT_AFTER";
+
+static STEPS: AtomicU64 = AtomicU64::new(0);
+
+fn limit() -> Option<u64> {
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| std::env::var(FAULT_ENV).ok()?.parse().ok())
+}
+
+/// Counts one durable step; aborts the process if it is the configured one.
+pub fn step() {
+    let n = STEPS.fetch_add(1, Ordering::SeqCst) + 1;
+    if limit() == Some(n) {
+        eprintln!("{FAULT_ENV}={n}: aborting");
+        std::process::abort();
+    }
+}
+
+/// Steps counted so far in this process.
+pub fn steps() -> u64 {
+    STEPS.load(Ordering::SeqCst)
+}

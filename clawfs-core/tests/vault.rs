@@ -1,0 +1,642 @@
+//! Vault tests against real components: the kernel keyring, a swtpm started per test, real
+//! files, and child processes aborted in the middle of a rotation.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clawfs_core::vault::{
+    fault::FAULT_ENV, SealerChoice, SealerKind, Vault, VaultConfig, VaultError,
+};
+use serde_json::Value;
+
+const PASS: &str = "correct horse battery staple";
+
+fn store() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn vault(dir: &Path) -> Vault {
+    Vault::open(dir, VaultConfig::default()).unwrap()
+}
+
+/// Locks the vault (removing its keyring) when the test ends, pass or fail.
+struct Locker<'a>(&'a Vault);
+impl Drop for Locker<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.lock();
+    }
+}
+
+fn secret_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("vault/secrets").join(format!("{name}.enc"))
+}
+
+fn edit_json(path: &Path, f: impl FnOnce(&mut Value)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+fn flip_b64(s: &str) -> String {
+    use base64::Engine;
+    let e = base64::engine::general_purpose::STANDARD;
+    let mut b = e.decode(s).unwrap();
+    b[0] ^= 0x01;
+    e.encode(b)
+}
+
+fn assert_tampered<T: std::fmt::Debug>(r: Result<T, VaultError>) {
+    match r {
+        Err(VaultError::Tampered { .. }) => {}
+        other => panic!("want Tampered, got {other:?}"),
+    }
+}
+
+#[test]
+fn passphrase_vault_round_trip_lock_unlock() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    assert!(!v.status().unwrap().initialized);
+    assert!(matches!(v.get("a"), Err(VaultError::NotInitialized)));
+    let st = v
+        .init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS))
+        .unwrap();
+    assert_eq!(st.sealer, Some(SealerKind::Passphrase));
+    assert!(st.unlocked);
+    assert!(matches!(
+        v.init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS)),
+        Err(VaultError::AlreadyInitialized(_))
+    ));
+    assert_eq!(v.put("openai-api-key", b"sk-123").unwrap(), 1);
+    assert_eq!(v.put("github-pat", b"ghp-456").unwrap(), 1);
+    assert_eq!(v.put("openai-api-key", b"sk-789").unwrap(), 2);
+    assert_eq!(&v.get("openai-api-key").unwrap()[..], b"sk-789");
+    assert_eq!(v.list().unwrap(), ["github-pat", "openai-api-key"]);
+    assert!(matches!(
+        v.put("Bad Name", b"x"),
+        Err(VaultError::BadName { .. })
+    ));
+    assert!(matches!(v.get("../x"), Err(VaultError::BadName { .. })));
+    assert!(matches!(v.get("nope"), Err(VaultError::NotFound(_))));
+
+    // The file is P1.4 §3.5 JSON.
+    let f: Value =
+        serde_json::from_slice(&std::fs::read(secret_path(d.path(), "openai-api-key")).unwrap())
+            .unwrap();
+    assert_eq!(f["algorithm"], "AES-256-GCM");
+    assert_eq!(f["version"], 2);
+    assert_eq!(f["kdf"]["iterations"], 600000);
+    assert!(f["key_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("kernel-keyring:clawos-master#"));
+    assert!(!String::from_utf8_lossy(
+        &std::fs::read(secret_path(d.path(), "openai-api-key")).unwrap()
+    )
+    .contains("sk-789"));
+
+    // Another process (a fresh Vault) reads through the keyring.
+    assert_eq!(&vault(d.path()).get("github-pat").unwrap()[..], b"ghp-456");
+
+    v.lock().unwrap();
+    assert!(!v.status().unwrap().unlocked);
+    assert!(matches!(v.get("github-pat"), Err(VaultError::Locked)));
+    assert!(matches!(
+        vault(d.path()).get("github-pat"),
+        Err(VaultError::Locked)
+    ));
+    assert!(matches!(v.put("x", b"1"), Err(VaultError::Locked)));
+    assert!(matches!(
+        v.unlock(None),
+        Err(VaultError::PassphraseRequired)
+    ));
+    assert!(matches!(
+        v.unlock(Some("wrong")),
+        Err(VaultError::WrongPassphrase)
+    ));
+    assert!(v.unlock(Some(PASS)).unwrap().unlocked);
+    assert_eq!(&v.get("github-pat").unwrap()[..], b"ghp-456");
+
+    v.remove("github-pat").unwrap();
+    assert!(matches!(v.get("github-pat"), Err(VaultError::NotFound(_))));
+    assert!(matches!(
+        v.remove("github-pat"),
+        Err(VaultError::NotFound(_))
+    ));
+    assert_eq!(v.list().unwrap(), ["openai-api-key"]);
+    // A removed name can be stored again, at a higher version.
+    assert_eq!(v.put("github-pat", b"new").unwrap(), 2);
+    assert_eq!(v.status().unwrap().secrets, 2);
+}
+
+#[test]
+fn host_key_vault() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    let st = v
+        .init(SealerChoice::Kind(SealerKind::HostKey), None)
+        .unwrap();
+    assert_eq!(st.sealer, Some(SealerKind::HostKey));
+    let hk = d.path().join(".clawfs/host.key");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&hk).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(&hk).unwrap().len(), 32);
+    v.put("token", b"abc").unwrap();
+    v.lock().unwrap();
+    v.unlock(None).unwrap();
+    assert_eq!(&v.get("token").unwrap()[..], b"abc");
+
+    // A host key readable by others is refused; another key is refused by fingerprint.
+    use std::os::unix::fs::PermissionsExt;
+    v.lock().unwrap();
+    std::fs::set_permissions(&hk, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(matches!(v.unlock(None), Err(VaultError::HostKey { .. })));
+    let good = std::fs::read(&hk).unwrap();
+    std::fs::set_permissions(&hk, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&hk, [7u8; 32]).unwrap();
+    assert!(matches!(v.unlock(None), Err(VaultError::HostKey { .. })));
+    std::fs::write(&hk, &good).unwrap();
+    v.unlock(None).unwrap();
+    assert_eq!(&v.get("token").unwrap()[..], b"abc");
+}
+
+#[test]
+fn unlock_times_out() {
+    let d = store();
+    let cfg = VaultConfig {
+        unlock_timeout: Duration::from_secs(2),
+        ..VaultConfig::default()
+    };
+    let v = Vault::open(d.path(), cfg).unwrap();
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::HostKey), None)
+        .unwrap();
+    v.put("a", b"1").unwrap();
+    v.unlock(None).unwrap();
+    assert_eq!(&v.get("a").unwrap()[..], b"1");
+    std::thread::sleep(Duration::from_millis(3100));
+    assert!(matches!(v.get("a"), Err(VaultError::Locked)));
+    assert!(!v.status().unwrap().unlocked);
+}
+
+#[test]
+fn tampering_is_detected() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS))
+        .unwrap();
+    for (n, val) in [("a", "alpha"), ("b", "bravo"), ("c", "charlie")] {
+        v.put(n, val.as_bytes()).unwrap();
+    }
+    let pa = secret_path(d.path(), "a");
+    let pb = secret_path(d.path(), "b");
+    let pristine = std::fs::read(&pa).unwrap();
+    let pristine_b = std::fs::read(&pb).unwrap();
+    let restore = || {
+        std::fs::write(&pa, &pristine).unwrap();
+        std::fs::write(&pb, &pristine_b).unwrap();
+    };
+
+    // A flipped bit in each binary field.
+    for field in ["encrypted_value", "iv", "auth_tag"] {
+        edit_json(&pa, |j| {
+            j[field] = Value::from(flip_b64(j[field].as_str().unwrap()))
+        });
+        assert_tampered(v.get("a"));
+        restore();
+    }
+    // A flipped byte anywhere in the raw file.
+    let mut raw = pristine.clone();
+    let i = raw.len() / 2;
+    raw[i] ^= 0x20;
+    std::fs::write(&pa, &raw).unwrap();
+    assert_tampered(v.get("a"));
+    restore();
+    assert_eq!(&v.get("a").unwrap()[..], b"alpha");
+
+    // The AAD fields: secret_id, version (with a matching salt, so only GCM can tell), key_id.
+    edit_json(&pa, |j| j["secret_id"] = "b".into());
+    assert_tampered(v.get("a"));
+    restore();
+    edit_json(&pa, |j| {
+        j["version"] = 7.into();
+        use base64::Engine;
+        j["kdf"]["salt"] = base64::engine::general_purpose::STANDARD
+            .encode("a:v7")
+            .into();
+    });
+    assert_tampered(v.get("a"));
+    restore();
+    edit_json(&pa, |j| {
+        j["key_id"] = "kernel-keyring:clawos-master#00000000000000000000000000000000".into()
+    });
+    assert_tampered(v.get("a"));
+    restore();
+
+    // Ciphertext swapped between two files (same length values: both 5 bytes).
+    let ja: Value = serde_json::from_slice(&pristine).unwrap();
+    let jb: Value = serde_json::from_slice(&std::fs::read(&pb).unwrap()).unwrap();
+    edit_json(&pa, |j| {
+        for f in ["encrypted_value", "iv", "auth_tag"] {
+            j[f] = jb[f].clone();
+        }
+    });
+    edit_json(&pb, |j| {
+        for f in ["encrypted_value", "iv", "auth_tag"] {
+            j[f] = ja[f].clone();
+        }
+    });
+    assert_tampered(v.get("a"));
+    assert_tampered(v.get("b"));
+    // A whole file copied over another name.
+    std::fs::copy(secret_path(d.path(), "c"), &pb).unwrap();
+    assert_tampered(v.get("b"));
+    restore();
+
+    // An older version put back.
+    let old_c = std::fs::read(secret_path(d.path(), "c")).unwrap();
+    v.put("c", b"charlie-2").unwrap();
+    std::fs::write(secret_path(d.path(), "c"), &old_c).unwrap();
+    assert_tampered(v.get("c"));
+    // A removed secret put back.
+    v.put("c", b"charlie-3").unwrap();
+    let before_rm = std::fs::read(secret_path(d.path(), "c")).unwrap();
+    v.remove("c").unwrap();
+    std::fs::write(secret_path(d.path(), "c"), &before_rm).unwrap();
+    assert!(matches!(v.get("c"), Err(VaultError::NotFound(_))));
+    std::fs::remove_file(secret_path(d.path(), "c")).unwrap();
+
+    // The manifest.
+    let pm = d.path().join("vault/manifest.json");
+    let m = std::fs::read(&pm).unwrap();
+    edit_json(&pm, |j| j["secrets"]["a"]["version"] = 0.into());
+    assert_tampered(v.get("a"));
+    std::fs::write(&pm, &m).unwrap();
+
+    // master-key.enc: the wrapped key, the header, a raw byte.
+    let pk = d.path().join("vault/master-key.enc");
+    let k = std::fs::read(&pk).unwrap();
+    v.lock().unwrap();
+    edit_json(&pk, |j| {
+        j["ciphertext"] = flip_b64(j["ciphertext"].as_str().unwrap()).into()
+    });
+    assert_tampered(v.unlock(Some(PASS)));
+    std::fs::write(&pk, &k).unwrap();
+    edit_json(&pk, |j| j["generation"] = 9.into());
+    assert_tampered(v.unlock(Some(PASS)));
+    std::fs::write(&pk, &k).unwrap();
+    let mut raw = k.clone();
+    raw[10] ^= 0x01;
+    std::fs::write(&pk, &raw).unwrap();
+    assert_tampered(v.unlock(Some(PASS)));
+    std::fs::write(&pk, &k).unwrap();
+    v.unlock(Some(PASS)).unwrap();
+    assert_eq!(&v.get("a").unwrap()[..], b"alpha");
+    assert_eq!(&v.get("b").unwrap()[..], b"bravo");
+}
+
+#[test]
+fn passphrase_rotation_and_archive() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS))
+        .unwrap();
+    v.put("a", b"1").unwrap();
+    v.put("b", b"2").unwrap();
+    let before = v.status().unwrap();
+    assert!(matches!(
+        v.rotate(None, &|_| {}),
+        Err(VaultError::PassphraseRequired)
+    ));
+    assert!(matches!(
+        v.rotate(Some("wrong"), &|_| {}),
+        Err(VaultError::WrongPassphrase)
+    ));
+    let r = v.rotate(Some(PASS), &|_| {}).unwrap();
+    assert_eq!(r.secrets, 2);
+    assert_eq!(r.generation, 2);
+    let after = v.status().unwrap();
+    assert_ne!(before.key_id, after.key_id);
+    assert_eq!(after.key_id.as_deref(), Some(r.new_key_id.as_str()));
+    assert_eq!(&v.get("a").unwrap()[..], b"1");
+    let f: Value =
+        serde_json::from_slice(&std::fs::read(secret_path(d.path(), "a")).unwrap()).unwrap();
+    assert_eq!(f["version"], 2);
+    assert_eq!(f["key_id"], Value::from(r.new_key_id.clone()));
+    let archived: Vec<_> = std::fs::read_dir(d.path().join("vault/archive"))
+        .unwrap()
+        .collect();
+    assert_eq!(archived.len(), 1);
+    // After relocking, the passphrase still opens the new key.
+    v.lock().unwrap();
+    v.unlock(Some(PASS)).unwrap();
+    assert_eq!(&v.get("b").unwrap()[..], b"2");
+    // Archives older than 30 days are purged by the next unlock.
+    let old = d
+        .path()
+        .join("vault/archive/master-key-20000101T000000Z-deadbeef.enc");
+    std::fs::write(&old, b"{}").unwrap();
+    v.unlock(Some(PASS)).unwrap();
+    assert!(!old.exists());
+    assert_eq!(
+        std::fs::read_dir(d.path().join("vault/archive"))
+            .unwrap()
+            .count(),
+        1
+    );
+}
+
+/// Child half of `rotation_survives_a_crash_at_every_step`: rotates and is aborted by the fault
+/// hook. Does nothing unless started by that test.
+#[test]
+fn child_rotate() {
+    let Ok(dir) = std::env::var("CLAWFS_TEST_VAULT_STORE") else {
+        return;
+    };
+    let v = vault(Path::new(&dir));
+    v.rotate(None, &|_| {}).unwrap();
+}
+
+fn run_child_rotation(dir: &Path, fault_after: u64) -> std::process::ExitStatus {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_rotate", "--nocapture", "--test-threads=1"])
+        .env("CLAWFS_TEST_VAULT_STORE", dir)
+        .env(FAULT_ENV, fault_after.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn rotation_survives_a_crash_at_every_step() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::HostKey), None)
+        .unwrap();
+    let mut want = BTreeMap::new();
+    for i in 0..3 {
+        let name = format!("secret-{i}");
+        let value = format!("value {i}");
+        v.put(&name, value.as_bytes()).unwrap();
+        want.insert(name, value);
+    }
+    let check = |v: &Vault| {
+        for (n, val) in &want {
+            assert_eq!(&v.get(n).unwrap()[..], val.as_bytes(), "{n}");
+        }
+    };
+    // Steps: started, 3 × staged, verified, archived, 3 × switched, manifest, key, done = 12.
+    let steps = 2 * want.len() as u64 + 6;
+    let mut generation = 1;
+    for n in 1..=steps + 1 {
+        let status = run_child_rotation(d.path(), n);
+        if n <= steps {
+            assert!(!status.success(), "step {n}: the child should have aborted");
+        } else {
+            assert!(status.success(), "the child should have finished");
+        }
+        // Every secret readable straight away, through the keyring, by another process.
+        check(&vault(d.path()));
+        // Half the time, relock and unlock (which recovers); then the next rotate completes.
+        let fresh = vault(d.path());
+        if n % 2 == 0 {
+            fresh.lock().unwrap();
+            assert!(matches!(fresh.get("secret-0"), Err(VaultError::Locked)));
+            fresh.unlock(None).unwrap();
+            assert!(fresh.status().unwrap().rotation.is_none());
+            check(&fresh);
+        }
+        let r = fresh.rotate(None, &|_| {}).unwrap();
+        assert_eq!(r.secrets, want.len());
+        // Crashed before every staged secret was verified (steps 1..=4): rolled back; after:
+        // completed. Either way this rotation then adds one generation.
+        let completed = n > 1 + want.len() as u64;
+        let expect = generation + 1 + u64::from(completed);
+        assert_eq!(r.generation, expect, "step {n}");
+        generation = r.generation;
+        assert!(fresh.status().unwrap().rotation.is_none());
+        assert!(!d.path().join("vault/rotation-staging").exists());
+        check(&fresh);
+        check(&vault(d.path()));
+    }
+}
+
+#[test]
+fn rotation_during_concurrent_reads() {
+    let d = store();
+    let v = Arc::new(vault(d.path()));
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::HostKey), None)
+        .unwrap();
+    let mut want = BTreeMap::new();
+    for i in 0..6 {
+        let name = format!("s-{i}");
+        let value = format!("value-{i}").repeat(i + 1);
+        v.put(&name, value.as_bytes()).unwrap();
+        want.insert(name, value);
+    }
+    let want = Arc::new(want);
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (want, done, dir) = (want.clone(), done.clone(), d.path().to_path_buf());
+            std::thread::spawn(move || {
+                // A separate Vault: like the daemon, with its own cache.
+                let reader = vault(&dir);
+                let mut reads = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    for (n, val) in want.iter().skip(t) {
+                        let got = reader.get(n).unwrap_or_else(|e| panic!("{n}: {e}"));
+                        assert_eq!(&got[..], val.as_bytes(), "{n}");
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        v.rotate(None, &|_| {}).unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(reads > 0);
+    assert_eq!(v.status().unwrap().generation, Some(4));
+}
+
+// ---------------------------------------------------------------------------------------------
+// TPM (swtpm)
+
+struct Swtpm {
+    child: Child,
+    state: tempfile::TempDir,
+    port: u16,
+}
+
+impl Swtpm {
+    fn start() -> Swtpm {
+        for _ in 0..50 {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            if port == u16::MAX || TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
+                continue;
+            }
+            drop(l);
+            let state = tempfile::tempdir().unwrap();
+            let child = Command::new("swtpm")
+                .args(["socket", "--tpm2", "--server"])
+                .arg(format!("type=tcp,port={port}"))
+                .arg("--ctrl")
+                .arg(format!("type=tcp,port={}", port + 1))
+                .args(["--flags", "not-need-init,startup-clear", "--tpmstate"])
+                .arg(format!("dir={}", state.path().display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("swtpm (apt-get install swtpm swtpm-tools)");
+            let mut s = Swtpm { child, state, port };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = s.child.try_wait() {
+                    break; // port taken meanwhile: try another
+                }
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return s;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+            let _ = &mut s.state;
+        }
+        panic!("could not start swtpm");
+    }
+
+    fn tcti(&self) -> String {
+        format!("swtpm:host=127.0.0.1,port={}", self.port)
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tpm_config(tpm: &Swtpm, pcrs: Vec<u8>) -> VaultConfig {
+    VaultConfig {
+        tcti: Some(tpm.tcti()),
+        pcrs,
+        ..VaultConfig::default()
+    }
+}
+
+#[test]
+fn tpm_sealed_vault() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = Vault::open(d.path(), tpm_config(&tpm, vec![])).unwrap();
+    let _l = Locker(&v);
+    let st = v.init(SealerChoice::Auto, None).unwrap();
+    assert_eq!(st.sealer, Some(SealerKind::Tpm));
+    assert_eq!(st.tcti.as_deref(), Some(tpm.tcti().as_str()));
+    let env: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("vault/master-key.enc")).unwrap())
+            .unwrap();
+    assert_eq!(env["sealer"], "tpm2");
+    assert_eq!(env["format"], 1);
+    assert!(env["public"].is_string() && env["private"].is_string());
+    v.put("k", b"tpm-protected").unwrap();
+    v.lock().unwrap();
+    // Unseal in a fresh context and a fresh Vault.
+    let v2 = Vault::open(d.path(), tpm_config(&tpm, vec![])).unwrap();
+    v2.unlock(None).unwrap();
+    assert_eq!(&v2.get("k").unwrap()[..], b"tpm-protected");
+    v2.rotate(None, &|_| {}).unwrap();
+    v2.lock().unwrap();
+    v2.unlock(None).unwrap();
+    assert_eq!(&v2.get("k").unwrap()[..], b"tpm-protected");
+
+    // A flipped byte in the private blob: the TPM refuses to load it.
+    v2.lock().unwrap();
+    let pk = d.path().join("vault/master-key.enc");
+    let k = std::fs::read(&pk).unwrap();
+    edit_json(&pk, |j| {
+        use base64::Engine;
+        let e = base64::engine::general_purpose::STANDARD;
+        let mut b = e.decode(j["private"].as_str().unwrap()).unwrap();
+        let i = b.len() - 5;
+        b[i] ^= 0x01;
+        j["private"] = e.encode(b).into();
+    });
+    assert_tampered(v2.unlock(None));
+    std::fs::write(&pk, &k).unwrap();
+    v2.unlock(None).unwrap();
+}
+
+#[test]
+fn tpm_pcr_policy_refuses_after_extend() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = Vault::open(d.path(), tpm_config(&tpm, vec![16, 23])).unwrap();
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
+    assert_eq!(v.status().unwrap().pcrs, vec![16, 23]);
+    v.put("k", b"bound").unwrap();
+    v.lock().unwrap();
+    // PCRs unchanged: unseals (the PCR list comes from the envelope).
+    let plain = Vault::open(d.path(), tpm_config(&tpm, vec![])).unwrap();
+    plain.unlock(None).unwrap();
+    assert_eq!(&plain.get("k").unwrap()[..], b"bound");
+    plain.lock().unwrap();
+    // Extend PCR 16 with tpm2-tools: the boot state "changed", the TPM refuses.
+    let out = Command::new("tpm2_pcrextend")
+        .arg("-T")
+        .arg(tpm.tcti())
+        .arg(format!("16:sha256={}", "ab".repeat(32)))
+        .output()
+        .expect("tpm2_pcrextend (apt-get install tpm2-tools)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(matches!(plain.unlock(None), Err(VaultError::TpmPolicy)));
+    assert!(matches!(plain.get("k"), Err(VaultError::Locked)));
+    // The same through tss-esapi on PCR 23, on a fresh vault.
+    let d2 = store();
+    let v2 = Vault::open(d2.path(), tpm_config(&tpm, vec![23])).unwrap();
+    let _l2 = Locker(&v2);
+    v2.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
+    v2.lock().unwrap();
+    clawfs_core::vault::tpm::pcr_extend(&tpm.tcti(), 23, b"new boot state").unwrap();
+    assert!(matches!(v2.unlock(None), Err(VaultError::TpmPolicy)));
+}
+
+#[test]
+fn no_tpm_is_reported() {
+    let d = store();
+    let cfg = VaultConfig {
+        tcti: Some("swtpm:host=127.0.0.1,port=1".into()),
+        ..VaultConfig::default()
+    };
+    let v = Vault::open(d.path(), cfg).unwrap();
+    let _l = Locker(&v);
+    match v.init(SealerChoice::Kind(SealerKind::Tpm), None) {
+        Err(VaultError::NoTpm(_)) => {}
+        other => panic!("want NoTpm, got {other:?}"),
+    }
+    assert!(!v.status().unwrap().initialized);
+}

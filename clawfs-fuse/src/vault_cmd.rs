@@ -1,0 +1,524 @@
+//! `clawfs vault …`: the vault's command line over `clawfs_core::vault`, plus `grant`/`revoke`,
+//! which edit the agents' `secrets` lists in `<store>/system/policy.toml` (formatting and
+//! comments preserved).
+
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use clap::{Subcommand, ValueEnum};
+use clawfs_core::vault::{
+    check_secret_name, SealerChoice, SealerKind, Vault, VaultConfig, VaultError, VaultStatus,
+};
+use zeroize::Zeroizing;
+
+use crate::error::Failure;
+
+/// Environment variable holding the vault passphrase (else it is prompted on the terminal).
+pub const PASSPHRASE_ENV: &str = "CLAWFS_VAULT_PASSPHRASE";
+
+/// `--sealer` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SealerArg {
+    /// TPM 2.0 (`/dev/tpmrm0`, `--tcti`, or TPM2TOOLS_TCTI/TCTI).
+    Tpm,
+    /// An admin passphrase (PBKDF2-HMAC-SHA256, 600,000 iterations).
+    Passphrase,
+    /// A root-only key file, `<store>/.clawfs/host.key`.
+    HostKey,
+}
+
+/// The `clawfs vault` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum VaultCommand {
+    /// Create the master key and seal it (default: TPM if reachable, else passphrase if
+    /// CLAWFS_VAULT_PASSPHRASE is set, else host key). Leaves the vault unlocked.
+    Init {
+        /// Which sealer protects the master key.
+        #[arg(long, value_enum)]
+        sealer: Option<SealerArg>,
+        /// TPM TCTI, e.g. `device:/dev/tpmrm0` or `swtpm:host=127.0.0.1,port=2321`.
+        #[arg(long)]
+        tcti: Option<String>,
+        /// Bind the TPM-sealed key to these SHA-256 PCRs (comma-separated indices, e.g. 0,2,7).
+        #[arg(long, value_delimiter = ',')]
+        pcrs: Vec<u8>,
+    },
+    /// Unseal the master key into the kernel keyring (finishing an interrupted rotation first).
+    Unlock {
+        /// How long the key stays in the keyring: seconds, or with a unit (90s, 30m, 8h).
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Remove the master key and every cached derived key from the kernel keyring.
+    Lock,
+    /// Sealer, locked or unlocked, number of secrets, key id and generation.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store a secret read from stdin (one trailing newline is dropped unless --raw).
+    Put {
+        /// Secret name ([a-z0-9-]+).
+        name: String,
+        /// Keep stdin byte for byte.
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Print a secret to stdout.
+    Get {
+        /// Secret name.
+        name: String,
+    },
+    /// List secret names.
+    List,
+    /// Remove a secret.
+    Rm {
+        /// Secret name.
+        name: String,
+    },
+    /// Let AGENT read secret NAME (edits system/policy.toml; then `clawfs policy reload`).
+    Grant {
+        /// Agent name.
+        agent: String,
+        /// Secret name.
+        name: String,
+    },
+    /// Withdraw AGENT's access to secret NAME.
+    Revoke {
+        /// Agent name.
+        agent: String,
+        /// Secret name.
+        name: String,
+    },
+    /// Re-encrypt every secret under a new master key; archive the old one for 30 days.
+    Rotate,
+}
+
+/// `90`, `90s`, `30m`, `8h`, `1d`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'd')) => (&s[..i], 86400),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: want seconds or a number with s, m, h or d"))?;
+    if n == 0 {
+        return Err("the timeout must be positive".into());
+    }
+    Ok(Duration::from_secs(n.saturating_mul(mult)))
+}
+
+fn fail(e: VaultError) -> Failure {
+    Failure::Other(anyhow!(e))
+}
+
+/// The passphrase from `CLAWFS_VAULT_PASSPHRASE`, else the terminal (twice when `confirm`).
+fn passphrase(confirm: bool) -> Result<Zeroizing<String>, Failure> {
+    if let Ok(p) = std::env::var(PASSPHRASE_ENV) {
+        return Ok(Zeroizing::new(p));
+    }
+    if !io::stdin().is_terminal() && !Path::new("/dev/tty").exists() {
+        return Err(
+            anyhow!("a passphrase is needed: set {PASSPHRASE_ENV} or run on a terminal").into(),
+        );
+    }
+    let p = Zeroizing::new(
+        rpassword::prompt_password("Vault passphrase: ").context("reading the passphrase")?,
+    );
+    if confirm {
+        if p.is_empty() {
+            return Err(anyhow!("the passphrase must not be empty").into());
+        }
+        let again = Zeroizing::new(
+            rpassword::prompt_password("Again: ").context("reading the passphrase")?,
+        );
+        if *again != *p {
+            return Err(anyhow!("the passphrases differ").into());
+        }
+    }
+    Ok(p)
+}
+
+/// The passphrase if this vault's sealer needs one.
+fn passphrase_if_needed(vault: &Vault) -> Result<Option<Zeroizing<String>>, Failure> {
+    match vault.status().map_err(fail)?.sealer {
+        Some(SealerKind::Passphrase) => passphrase(false).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Runs one `clawfs vault` command on the store at `store_root`.
+pub fn run(store_root: &Path, cmd: &VaultCommand) -> Result<(), Failure> {
+    run_with(
+        store_root,
+        cmd,
+        VaultConfig::default(),
+        &mut io::stdout().lock(),
+    )
+}
+
+/// [`run`] with a vault configuration and an output stream (tests).
+pub fn run_with(
+    store_root: &Path,
+    cmd: &VaultCommand,
+    mut config: VaultConfig,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let w = |e: io::Error| Failure::Other(anyhow!(e));
+    if let VaultCommand::Init { tcti, pcrs, .. } = cmd {
+        if tcti.is_some() {
+            config.tcti = tcti.clone();
+        }
+        config.pcrs = pcrs.clone();
+    }
+    if let VaultCommand::Unlock { timeout } = cmd {
+        config.unlock_timeout = *timeout;
+    }
+    match cmd {
+        VaultCommand::Grant { agent, name } => return grant(store_root, agent, name, true, out),
+        VaultCommand::Revoke { agent, name } => return grant(store_root, agent, name, false, out),
+        _ => {}
+    }
+    let vault = Vault::open(store_root, config).map_err(fail)?;
+    match cmd {
+        VaultCommand::Init { sealer, .. } => {
+            let choice = match sealer {
+                None => SealerChoice::Auto,
+                Some(SealerArg::Tpm) => SealerChoice::Kind(SealerKind::Tpm),
+                Some(SealerArg::Passphrase) => SealerChoice::Kind(SealerKind::Passphrase),
+                Some(SealerArg::HostKey) => SealerChoice::Kind(SealerKind::HostKey),
+            };
+            let pass = match sealer {
+                Some(SealerArg::Passphrase) => Some(passphrase(true)?),
+                None => std::env::var(PASSPHRASE_ENV).ok().map(Zeroizing::new),
+                _ => None,
+            };
+            let st = vault
+                .init(choice, pass.as_deref().map(|s| s.as_str()))
+                .map_err(fail)?;
+            writeln!(out, "vault initialised; {}", describe(&st)).map_err(w)?;
+        }
+        VaultCommand::Unlock { timeout } => {
+            let pass = passphrase_if_needed(&vault)?;
+            let st = vault
+                .unlock(pass.as_deref().map(|s| s.as_str()))
+                .map_err(fail)?;
+            writeln!(
+                out,
+                "vault unlocked for {}s; {}",
+                timeout.as_secs(),
+                describe(&st)
+            )
+            .map_err(w)?;
+        }
+        VaultCommand::Lock => {
+            vault.lock().map_err(fail)?;
+            writeln!(out, "vault locked").map_err(w)?;
+        }
+        VaultCommand::Status { json } => {
+            let st = vault.status().map_err(fail)?;
+            if *json {
+                serde_json::to_writer_pretty(&mut *out, &st).map_err(|e| anyhow!(e))?;
+                writeln!(out).map_err(w)?;
+            } else {
+                writeln!(out, "{}", describe(&st)).map_err(w)?;
+            }
+        }
+        VaultCommand::Put { name, raw } => {
+            check_secret_name(name).map_err(fail)?;
+            let mut value = Zeroizing::new(Vec::new());
+            io::stdin()
+                .read_to_end(&mut value)
+                .context("reading the secret from stdin")?;
+            if !raw && value.last() == Some(&b'\n') {
+                value.pop();
+                if value.last() == Some(&b'\r') {
+                    value.pop();
+                }
+            }
+            let version = vault.put(name, &value).map_err(fail)?;
+            writeln!(out, "stored {name} (version {version})").map_err(w)?;
+        }
+        VaultCommand::Get { name } => {
+            let value = vault.get(name).map_err(fail)?;
+            out.write_all(&value).map_err(w)?;
+            out.flush().map_err(w)?;
+        }
+        VaultCommand::List => {
+            for name in vault.list().map_err(fail)? {
+                writeln!(out, "{name}").map_err(w)?;
+            }
+        }
+        VaultCommand::Rm { name } => {
+            vault.remove(name).map_err(fail)?;
+            writeln!(out, "removed {name}").map_err(w)?;
+        }
+        VaultCommand::Rotate => {
+            let pass = passphrase_if_needed(&vault)?;
+            let r = vault
+                .rotate(pass.as_deref().map(|s| s.as_str()), &|_| {})
+                .map_err(fail)?;
+            if let Some(rec) = &r.recovered {
+                writeln!(out, "an interrupted rotation was {rec} first").map_err(w)?;
+            }
+            writeln!(
+                out,
+                "rotated {} secrets to {} (generation {}) in {:.1}s on {} threads",
+                r.secrets,
+                r.new_key_id,
+                r.generation,
+                r.elapsed.as_secs_f64(),
+                r.threads
+            )
+            .map_err(w)?;
+        }
+        VaultCommand::Grant { .. } | VaultCommand::Revoke { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+/// One line about the vault's state.
+pub fn describe(st: &VaultStatus) -> String {
+    if !st.initialized {
+        return "vault not initialised (run `clawfs vault init`)".into();
+    }
+    let sealer = match st.sealer {
+        Some(SealerKind::Tpm) => {
+            let pcrs = if st.pcrs.is_empty() {
+                "no PCR binding".to_string()
+            } else {
+                let l: Vec<String> = st.pcrs.iter().map(|p| p.to_string()).collect();
+                format!("PCRs {}", l.join(","))
+            };
+            format!(
+                "sealed by TPM 2.0 ({}, {pcrs})",
+                st.tcti.as_deref().unwrap_or("?")
+            )
+        }
+        Some(k) => format!("sealed by {k}"),
+        None => "sealer unknown".into(),
+    };
+    let mut s = format!(
+        "{sealer}; {}; {} secret{}; key {} generation {}",
+        if st.unlocked { "unlocked" } else { "locked" },
+        st.secrets,
+        if st.secrets == 1 { "" } else { "s" },
+        st.key_id.as_deref().unwrap_or("?"),
+        st.generation.unwrap_or(0)
+    );
+    if let Some(r) = &st.rotation {
+        s.push_str(&format!(
+            "; an interrupted rotation ({r}) will be finished by the next unlock or rotate"
+        ));
+    }
+    s
+}
+
+/// Adds (`grant`) or removes NAME in `[agents.AGENT] secrets` of `<store>/system/policy.toml`,
+/// keeping the file's formatting; the result must pass the policy checker before it is written.
+fn grant(
+    store_root: &Path,
+    agent: &str,
+    name: &str,
+    add: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    check_secret_name(name).map_err(fail)?;
+    let dir = store_root.join("system");
+    let path = dir.join("policy.toml");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow!(
+            "{}: {e} (the policy file is installed by `clawfs init`)",
+            path.display()
+        )
+    })?;
+    let new =
+        edit_policy(&text, agent, name, add).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let Some(new) = new else {
+        let what = if add { "already has" } else { "does not have" };
+        writeln!(out, "{agent} {what} {name}; policy unchanged").map_err(|e| anyhow!(e))?;
+        return Ok(());
+    };
+    if let Err(errors) = clawfs_core::policy::Policy::parse(&new) {
+        let msgs: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
+        return Err(anyhow!(
+            "{}: the edited policy would be invalid: {}",
+            path.display(),
+            msgs.join("; ")
+        )
+        .into());
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path)
+            .context("policy metadata")?
+            .permissions(),
+    ) & 0o7777;
+    clawfs_core::store::atomic_write(&dir, "policy.toml", new.as_bytes(), mode)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let verb = if add { "granted" } else { "revoked" };
+    writeln!(
+        out,
+        "{verb} {name} {} {agent}; apply with `clawfs policy reload`",
+        if add { "to" } else { "from" }
+    )
+    .map_err(|e| anyhow!(e))?;
+    Ok(())
+}
+
+/// The policy text with NAME added to or removed from `[agents.AGENT] secrets`; `None` when
+/// nothing changes.
+pub fn edit_policy(
+    text: &str,
+    agent: &str,
+    name: &str,
+    add: bool,
+) -> anyhow::Result<Option<String>> {
+    let mut doc: toml_edit::DocumentMut = text.parse().context("does not parse as TOML")?;
+    let table = doc
+        .get_mut("agents")
+        .and_then(|a| a.as_table_like_mut())
+        .and_then(|a| a.get_mut(agent))
+        .and_then(|t| t.as_table_like_mut())
+        .ok_or_else(|| anyhow!("no agent {agent:?} ([agents.{agent}])"))?;
+    let present = table
+        .get("secrets")
+        .and_then(|s| s.as_array())
+        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(name)));
+    if present == add {
+        return Ok(None);
+    }
+    if table.get("secrets").is_none() {
+        table.insert("secrets", toml_edit::value(toml_edit::Array::new()));
+    }
+    let arr = table
+        .get_mut("secrets")
+        .and_then(|s| s.as_array_mut())
+        .ok_or_else(|| anyhow!("[agents.{agent}] secrets is not an array"))?;
+    let one_line = !arr.to_string().contains('\n');
+    if add {
+        arr.push(name);
+    } else {
+        arr.retain(|v| v.as_str() != Some(name));
+    }
+    if one_line {
+        // Normalise the spacing between items; multi-line arrays keep their layout.
+        arr.fmt();
+    }
+    Ok(Some(doc.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = "version = 1\n\n# The roster.\n[agents.fs-engine] # files\nuid = 61006\n\n# Observability.\n[agents.observability]\nuid = 61007\nsecrets = [\"a\"] # granted\n";
+
+    #[test]
+    fn grant_and_revoke_keep_formatting() {
+        let t = edit_policy(POLICY, "fs-engine", "openai-api-key", true)
+            .unwrap()
+            .unwrap();
+        assert!(
+            t.contains("[agents.fs-engine] # files\nuid = 61006\nsecrets = [\"openai-api-key\"]\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# Observability.\n[agents.observability]"),
+            "{t}"
+        );
+        assert!(edit_policy(&t, "fs-engine", "openai-api-key", true)
+            .unwrap()
+            .is_none());
+        let t2 = edit_policy(&t, "observability", "b", true)
+            .unwrap()
+            .unwrap();
+        assert!(t2.contains("secrets = [\"a\", \"b\"] # granted"), "{t2}");
+        let t3 = edit_policy(&t2, "observability", "a", false)
+            .unwrap()
+            .unwrap();
+        assert!(t3.contains("secrets = [\"b\"] # granted"), "{t3}");
+        assert!(edit_policy(&t3, "observability", "zzz", false)
+            .unwrap()
+            .is_none());
+        assert!(edit_policy(POLICY, "nobody", "a", true).is_err());
+        clawfs_core::policy::Policy::parse(&t3).unwrap();
+    }
+
+    #[test]
+    fn default_policy_grant_is_valid() {
+        let t = edit_policy(
+            clawfs_core::policy::DEFAULT_POLICY_TOML,
+            "fs-engine",
+            "openai-api-key",
+            true,
+        )
+        .unwrap()
+        .unwrap();
+        let p = clawfs_core::policy::Policy::parse(&t).unwrap();
+        assert_eq!(p.agents().len(), 8);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("h").is_err());
+    }
+
+    #[test]
+    fn cli_round_trip_with_host_key() {
+        let d = tempfile::tempdir().unwrap();
+        let run = |cmd: VaultCommand| {
+            let mut out = Vec::new();
+            run_with(d.path(), &cmd, VaultConfig::default(), &mut out)
+                .map(|()| String::from_utf8(out).unwrap())
+        };
+        let o = run(VaultCommand::Init {
+            sealer: Some(SealerArg::HostKey),
+            tcti: None,
+            pcrs: vec![],
+        })
+        .unwrap();
+        assert!(o.contains("sealed by host-key; unlocked"), "{o}");
+        let v = Vault::open(d.path(), VaultConfig::default()).unwrap();
+        v.put("k", b"v").unwrap();
+        assert_eq!(run(VaultCommand::Get { name: "k".into() }).unwrap(), "v");
+        assert_eq!(run(VaultCommand::List).unwrap(), "k\n");
+        let o = run(VaultCommand::Status { json: true }).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&o).unwrap();
+        assert_eq!(j["sealer"], "host-key");
+        assert_eq!(j["secrets"], 1);
+        assert!(run(VaultCommand::Rotate)
+            .unwrap()
+            .contains("rotated 1 secrets"));
+        run(VaultCommand::Lock).unwrap();
+        assert!(run(VaultCommand::Get { name: "k".into() })
+            .unwrap_err()
+            .to_string()
+            .contains("locked"));
+        run(VaultCommand::Unlock {
+            timeout: Duration::from_secs(60),
+        })
+        .unwrap();
+        run(VaultCommand::Rm { name: "k".into() }).unwrap();
+        assert_eq!(run(VaultCommand::List).unwrap(), "");
+        // No policy file in a bare store: the error says where it should be.
+        let e = run(VaultCommand::Grant {
+            agent: "fs-engine".into(),
+            name: "k".into(),
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("system/policy.toml"), "{e}");
+        run(VaultCommand::Lock).unwrap();
+    }
+}
