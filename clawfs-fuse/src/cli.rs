@@ -58,6 +58,14 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::audit_cmd::AuditCommand,
     },
+    /// The vault: sealed master key, encrypted secrets, grants, rotation.
+    Vault {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::vault_cmd::VaultCommand,
+    },
     /// Check agents' identity files: reports any whose checksum does not match its content
     /// (e.g. edited in the store behind ClawFS's back).
     Identity {
@@ -119,6 +127,9 @@ pub struct MountArgs {
     /// Worker threads serving requests.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
+    #[arg(long)]
+    pub no_audit: bool,
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, default_value_t = 1.0)]
     pub attr_timeout: f64,

@@ -118,6 +118,9 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
     if args.no_passthrough {
         cmd.arg("--no-passthrough");
     }
+    if args.no_audit {
+        cmd.arg("--no-audit");
+    }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().context("log file")?)
         .stderr(log.try_clone().context("log file")?);
@@ -181,11 +184,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     clawfs_core::seed::write_tool_registry(&store_root).context("writing the tool registry")?;
     let fs = Arc::new(ClawFs::new(store).context("opening the store root")?);
     fs.set_mountpoint(mp.to_path_buf());
-    let audit = AuditLog::builder(audit_dir(&store_root))
-        .with_agent_logs(store_root.join("agents"))
-        .open()
-        .context("opening the audit trail")?;
-    fs.set_audit(Arc::new(audit));
+    if args.no_audit {
+        warn!("the audit trail is off (--no-audit)");
+    } else {
+        let audit = AuditLog::builder(audit_dir(&store_root))
+            .with_agent_logs(store_root.join("agents"))
+            .open()
+            .context("opening the audit trail")?;
+        fs.set_audit(Arc::new(audit));
+    }
     let adapter = Adapter::new(
         Arc::clone(&fs),
         AdapterConfig {

@@ -36,6 +36,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Audit { store, command } => {
             audit_cmd::run(&daemon::store_path(&store.store), command)
         }
+        Command::Vault { store, command } => {
+            vault_cmd::run(&daemon::store_path(&store.store), command)
+        }
         Command::Identity {
             command: cli::IdentityCommand::Verify { agent, store },
         } => commands::identity_verify(&store.store, agent.as_deref()),
