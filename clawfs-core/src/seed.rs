@@ -244,9 +244,10 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
         Some((0, users_group)),
     )?;
 
-    // vault/ — 0700 root:root.
+    // vault/ — root's, 0711: traversable so that granted agents reach their secrets at
+    // vault/secrets/<name> (served by the daemon, grant-checked), not listable by anyone else.
     let vault = root.join("vault");
-    dir(&vault, 0o700, root_owner)?;
+    dir(&vault, 0o711, root_owner)?;
     dir(&vault.join("secrets"), 0o700, root_owner)?;
     dir(&vault.join("archive"), 0o700, root_owner)?;
 

@@ -35,6 +35,10 @@ pub enum VirtualNode {
         /// The id from the file name.
         id: String,
     },
+    /// `vault/secrets/`: the secrets a caller may see.
+    SecretsDir,
+    /// `vault/secrets/<name>`: a secret's plaintext, decrypted for granted readers.
+    Secret(String),
     /// A response kept for `owner`.
     Response {
         /// Whose response.
@@ -64,7 +68,10 @@ impl VirtualNode {
     pub fn is_dir(&self) -> bool {
         matches!(
             self,
-            VirtualNode::CallDir | VirtualNode::RequestsDir | VirtualNode::ResponsesDir
+            VirtualNode::CallDir
+                | VirtualNode::RequestsDir
+                | VirtualNode::ResponsesDir
+                | VirtualNode::SecretsDir
         )
     }
 
@@ -72,6 +79,7 @@ impl VirtualNode {
     pub fn place(&self) -> Place {
         match self {
             VirtualNode::SelfInfo => Place::Inside(Area::Agents),
+            VirtualNode::SecretsDir | VirtualNode::Secret(_) => Place::Inside(Area::Vault),
             _ => Place::Inside(Area::Tools),
         }
     }
@@ -82,6 +90,9 @@ impl VirtualNode {
         match self {
             VirtualNode::SelfInfo | VirtualNode::Response { .. } => 0o444,
             VirtualNode::CallDir => 0o555,
+            // Listing is filtered per caller; reading needs a grant; writing is the admin's.
+            VirtualNode::SecretsDir => 0o755,
+            VirtualNode::Secret(_) => 0o644,
             // Everyone may drop requests and delete their own responses.
             VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1777,
             VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
@@ -96,6 +107,7 @@ pub fn child_of_place(place: Place, name: &OsStr) -> Option<VirtualNode> {
         (Place::AreaRoot(Area::Tools), "call") => Some(VirtualNode::CallDir),
         (Place::AreaRoot(Area::Tools), "requests") => Some(VirtualNode::RequestsDir),
         (Place::AreaRoot(Area::Tools), "responses") => Some(VirtualNode::ResponsesDir),
+        (Place::AreaRoot(Area::Vault), "secrets") => Some(VirtualNode::SecretsDir),
         _ => None,
     }
 }
@@ -105,6 +117,7 @@ pub fn children_of_place(place: Place) -> &'static [&'static str] {
     match place {
         Place::AreaRoot(Area::Agents) => &["self"],
         Place::AreaRoot(Area::Tools) => &["call", "requests", "responses"],
+        Place::AreaRoot(Area::Vault) => &["secrets"],
         _ => &[],
     }
 }

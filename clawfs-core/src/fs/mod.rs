@@ -31,6 +31,7 @@ use crate::virtual_files::{VirtualHandle, VirtualInodes};
 use crate::xattrs::{self, ClawfsAttr};
 
 mod gate;
+mod secrets;
 mod staged;
 mod virtuals;
 
@@ -157,6 +158,7 @@ pub struct ClawFs {
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
+    vault: std::sync::OnceLock<crate::vault::Vault>,
 }
 
 /// A kernel cache entry to drop because the store changed behind the kernel's back (a tool
@@ -263,6 +265,7 @@ impl ClawFs {
             passthrough: Default::default(),
             shared: Default::default(),
             invalidator: Default::default(),
+            vault: Default::default(),
         })
     }
 

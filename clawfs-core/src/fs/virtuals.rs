@@ -66,6 +66,11 @@ impl ClawFs {
                 }),
                 // Requests are in flight only while their writer holds them open.
                 VirtualNode::RequestsDir => None,
+                VirtualNode::SecretsDir => name
+                    .to_str()
+                    .filter(|n| crate::names::check_system_name(OsStr::new(n)).is_ok())
+                    .filter(|n| self.secret_exists(n))
+                    .map(|n| VirtualNode::Secret(n.to_string())),
                 dir => virtual_files::child_of_virtual(&dir, name),
             };
             Some(child.ok_or_else(|| errno(libc::ENOENT))?)
@@ -155,9 +160,11 @@ impl ClawFs {
                         .ok_or_else(|| errno(libc::ENOENT))?,
                 );
             }
-            VirtualNode::CallDir | VirtualNode::RequestsDir | VirtualNode::ResponsesDir => {
-                return Err(errno(libc::EISDIR))
-            }
+            VirtualNode::Secret(name) => self.open_secret(caller, name, writes, &mut exchange)?,
+            VirtualNode::CallDir
+            | VirtualNode::RequestsDir
+            | VirtualNode::ResponsesDir
+            | VirtualNode::SecretsDir => return Err(errno(libc::EISDIR)),
             // Reopening a request being written is not possible: each request is one file.
             VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
             VirtualNode::Call(_) => {}
@@ -174,7 +181,7 @@ impl ClawFs {
         let handle = self.vfiles.get(fh)?;
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         match handle.node {
-            VirtualNode::Call(_) | VirtualNode::Request { .. } => {
+            VirtualNode::Call(_) | VirtualNode::Request { .. } | VirtualNode::Secret(_) => {
                 Ok(state.write(offset, data).map_err(errno)? as u32)
             }
             _ => Err(errno(libc::EBADF)),
@@ -201,6 +208,23 @@ impl ClawFs {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<(Entry, super::Opened)> {
+        if self.virtual_node(parent)? == VirtualNode::SecretsDir {
+            // A new secret, written by an admin; stored encrypted when closed.
+            let secret = crate::names::check_system_name(name)?.to_string();
+            let node = VirtualNode::Secret(secret.clone());
+            let mut exchange = Exchange::default();
+            self.open_secret(caller, &secret, true, &mut exchange)?;
+            let entry = Entry {
+                attr: self.attr_of_virtual(&node),
+                generation: 0,
+            };
+            let (fh, _) = self.vfiles.insert(VirtualHandle {
+                node,
+                caller: *caller,
+                state: std::sync::Mutex::new(exchange),
+            });
+            return Ok((entry, super::Opened::Virtual(fh)));
+        }
         if self.virtual_node(parent)? != VirtualNode::RequestsDir {
             return Err(errno(libc::EACCES));
         }
@@ -229,14 +253,14 @@ impl ClawFs {
     pub(super) fn flush_virtual(&self, fh: u64) -> FsResult<()> {
         let handle = self.vfiles.get(fh)?;
         self.run_request(&handle);
-        Ok(())
+        self.store_secret(&handle)
     }
 
     /// The last close of a request that was never flushed also runs it.
     pub(super) fn release_virtual(&self, fh: u64) -> FsResult<()> {
         let handle = self.vfiles.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
         self.run_request(&handle);
-        Ok(())
+        self.store_secret(&handle)
     }
 
     /// Runs a request once; later flushes of the same descriptor (after more writes) run it
@@ -262,6 +286,10 @@ impl ClawFs {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<()> {
+        if self.virtual_node(parent)? == VirtualNode::SecretsDir {
+            let name = crate::names::check_system_name(name)?;
+            return self.remove_secret(caller, name);
+        }
         if self.virtual_node(parent)? != VirtualNode::ResponsesDir {
             return Err(errno(libc::EPERM));
         }
@@ -282,9 +310,13 @@ impl ClawFs {
 
     pub(super) fn list_virtual_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
         let dir = self.virtual_node(ino)?;
-        let parent = self.inodes.mount_ino(
-            rustix::fs::stat(self.store.root().join(crate::area::Area::Tools.dir_name()))?.st_ino,
-        );
+        let parent_area = match dir {
+            VirtualNode::SecretsDir => crate::area::Area::Vault,
+            _ => crate::area::Area::Tools,
+        };
+        let parent = self
+            .inodes
+            .mount_ino(rustix::fs::stat(self.store.root().join(parent_area.dir_name()))?.st_ino);
         let mut out = DirEntry::dots(ino, parent);
         let children = match dir {
             VirtualNode::ResponsesDir => {
@@ -304,11 +336,16 @@ impl ClawFs {
                     })
                     .unwrap_or_default()
             }
+            VirtualNode::SecretsDir => self
+                .visible_secrets(caller)
+                .into_iter()
+                .map(VirtualNode::Secret)
+                .collect(),
             dir => virtual_files::children_of_virtual(&dir),
         };
         for child in children {
             let name = match &child {
-                VirtualNode::Call(t) => OsString::from(t),
+                VirtualNode::Call(t) | VirtualNode::Secret(t) => OsString::from(t),
                 VirtualNode::Request { id, .. } | VirtualNode::Response { id, .. } => {
                     OsString::from(format!("{id}.json"))
                 }

@@ -1,0 +1,161 @@
+//! `vault/secrets/<name>` through the mount: plaintext to the admin and to agents the policy
+//! grants the secret, EACCES to everyone else. Reads decrypt in the daemon (the vault must be
+//! unlocked; a locked vault answers ENOKEY); an admin's write is encrypted and stored when the
+//! file is closed. Plaintext never touches the store's disk and is never passthrough.
+
+use std::sync::PoisonError;
+
+use super::{errno, ClawFs};
+use crate::audit::AuditEvent;
+use crate::creds::Caller;
+use crate::error::{FsError, FsResult};
+use crate::policy::{Access, Identity, NsPath};
+use crate::vault::{Vault, VaultConfig, VaultError};
+use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
+
+/// The errno a vault failure gives a reader.
+fn vault_errno(e: &VaultError) -> i32 {
+    match e {
+        VaultError::NotFound(_) => libc::ENOENT,
+        VaultError::Locked | VaultError::NotInitialized => libc::ENOKEY,
+        VaultError::BadName { .. } => libc::EINVAL,
+        _ => libc::EIO,
+    }
+}
+
+fn secret_path(name: &str) -> FsResult<NsPath> {
+    NsPath::parse(&format!("/vault/secrets/{name}"))
+        .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+}
+
+impl ClawFs {
+    fn vault(&self) -> FsResult<&Vault> {
+        if let Some(v) = self.vault.get() {
+            return Ok(v);
+        }
+        let v = Vault::open(self.store.root(), VaultConfig::default())
+            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
+        Ok(self.vault.get_or_init(|| v))
+    }
+
+    /// Whether a secret is stored under `name`.
+    pub(super) fn secret_exists(&self, name: &str) -> bool {
+        self.vault()
+            .and_then(|v| {
+                v.list()
+                    .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+            })
+            .is_ok_and(|names| names.iter().any(|n| n == name))
+    }
+
+    /// The secret names `caller` may see: all for admins, the granted ones for agents.
+    pub(super) fn visible_secrets(&self, caller: &Caller) -> Vec<String> {
+        let Ok(names) = self.vault().and_then(|v| {
+            v.list()
+                .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+        }) else {
+            return Vec::new();
+        };
+        let who = self.identify(caller);
+        let policy = self.policy();
+        names
+            .into_iter()
+            .filter(|n| secret_path(n).is_ok_and(|p| policy.check(&who, Access::Read, &p).is_ok()))
+            .collect()
+    }
+
+    /// Opening a secret: reading decrypts now (after the grant check); writing, for admins,
+    /// collects the new value for [`ClawFs::store_secret`].
+    pub(super) fn open_secret(
+        &self,
+        caller: &Caller,
+        name: &str,
+        writes: bool,
+        exchange: &mut Exchange,
+    ) -> FsResult<()> {
+        let path = secret_path(name)?;
+        let access = if writes { Access::Write } else { Access::Read };
+        let who = self.decide(caller, "vault:open", access, &path)?;
+        if writes {
+            if who != Identity::Admin {
+                return Err(errno(libc::EACCES));
+            }
+            exchange.response = None;
+            return Ok(());
+        }
+        let value = self.vault()?.get(name);
+        let ev = AuditEvent::new(
+            super::audit_name(&who),
+            caller.pid,
+            "vault:get",
+            path.to_string(),
+        );
+        match value {
+            Ok(v) => {
+                self.record(ev.bytes(v.len() as u64));
+                exchange.response = Some(v.to_vec());
+                Ok(())
+            }
+            Err(e) => {
+                let code = vault_errno(&e);
+                self.record(ev.failed(code).reason(e.to_string()));
+                tracing::info!(secret = name, error = %e, "secret not served");
+                Err(errno(code))
+            }
+        }
+    }
+
+    /// Stores what an admin wrote to `vault/secrets/<name>` (one trailing newline dropped, as
+    /// `echo` adds it), encrypted; called when the file is closed.
+    pub(super) fn store_secret(&self, handle: &VirtualHandle) -> FsResult<()> {
+        let VirtualNode::Secret(name) = &handle.node else {
+            return Ok(());
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A read handle holds the plaintext as its response; a write handle that wrote
+        // nothing (a shell's copy closed after dup2) stores nothing.
+        if state.response.is_some() || state.request.is_empty() {
+            return Ok(());
+        }
+        let mut value = std::mem::take(&mut state.request);
+        if value.last() == Some(&b'\n') {
+            value.pop();
+        }
+        // Done: later flushes of this descriptor store nothing more unless written again.
+        state.response = Some(Vec::new());
+        drop(state);
+        let path = secret_path(name)?;
+        let who = self.identify(&handle.caller);
+        let ev = AuditEvent::new(
+            super::audit_name(&who),
+            handle.caller.pid,
+            "vault:put",
+            path.to_string(),
+        );
+        let stored = self.vault()?.put(name, &value);
+        zeroize::Zeroize::zeroize(&mut value);
+        match stored {
+            Ok(version) => {
+                self.record(ev.reason(format!("version {version}")));
+                Ok(())
+            }
+            Err(e) => {
+                let code = vault_errno(&e);
+                self.record(ev.failed(code).reason(e.to_string()));
+                Err(errno(code))
+            }
+        }
+    }
+
+    /// Removing `vault/secrets/<name>` (admins).
+    pub(super) fn remove_secret(&self, caller: &Caller, name: &str) -> FsResult<()> {
+        let path = secret_path(name)?;
+        let who = self.decide(caller, "vault:rm", Access::Delete, &path)?;
+        if who != Identity::Admin {
+            return Err(errno(libc::EACCES));
+        }
+        self.vault()?
+            .remove(name)
+            .map_err(|e| errno(vault_errno(&e)))
+    }
+}

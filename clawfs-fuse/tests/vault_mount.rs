@@ -1,0 +1,157 @@
+//! The vault through the mount: `cat /clawfs/vault/secrets/NAME` gives the plaintext to the
+//! admin and to agents granted NAME, EACCES to everyone else, ENOKEY when the vault is locked;
+//! an admin's write is stored encrypted; every access is in the audit trail.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::process::{Command, Output};
+
+use common::{clawfs, errno, Mounted};
+
+fn vault(m: &Mounted, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut c = Command::new(common::clawfs_bin());
+    c.arg("vault").arg("--store").arg(&m.store).args(args);
+    // Each test's vault has its own keyring (named after its random vault id).
+    c.env("CLAWFS_VAULT_PASSPHRASE", "correct horse battery staple");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        c.stdin(std::process::Stdio::piped());
+        c.stdout(std::process::Stdio::piped());
+        c.stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        return child.wait_with_output().unwrap();
+    }
+    c.output().unwrap()
+}
+
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn run_agent(m: &Mounted, agent: &str, script: &str) -> String {
+    let out = Command::new(common::clawfs_bin())
+        .arg("run")
+        .arg("--store")
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args(["--agent", agent, "--", "sh", "-c", script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn secrets_are_served_to_the_admin_and_granted_agents_only() {
+    let m = Mounted::new();
+    ok(vault(&m, &["init", "--sealer", "passphrase"], None));
+    ok(vault(&m, &["put", "openai-api-key"], Some("sk-live-123\n")));
+    ok(vault(&m, &["put", "github-pat"], Some("ghp-456\n")));
+    // The admin writes a secret through the mount: stored encrypted at close.
+    fs::write(m.path("vault/secrets/near-ai-token"), "near-789\n").unwrap();
+    let stored = fs::read_to_string(m.backing("vault/secrets/near-ai-token.enc")).unwrap();
+    assert!(
+        !stored.contains("near-789") && stored.contains("AES-256-GCM"),
+        "{stored}"
+    );
+    assert_eq!(ok(vault(&m, &["get", "near-ai-token"], None)), "near-789");
+    // The admin reads them all.
+    assert_eq!(
+        fs::read_to_string(m.path("vault/secrets/openai-api-key")).unwrap(),
+        "sk-live-123"
+    );
+    let mut names: Vec<String> = fs::read_dir(m.path("vault/secrets"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["github-pat", "near-ai-token", "openai-api-key"]);
+
+    // Grant one secret to fs-engine.
+    ok(vault(&m, &["grant", "fs-engine", "openai-api-key"], None));
+    ok(clawfs([
+        OsStr::new("policy"),
+        OsStr::new("reload"),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+    ]));
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "cat {mnt}/vault/secrets/openai-api-key; echo; ls {mnt}/vault/secrets; \
+             cat {mnt}/vault/secrets/github-pat; echo x > {mnt}/vault/secrets/openai-api-key; \
+             cat {mnt}/vault/master-key.enc; true"
+        ),
+    );
+    assert!(out.starts_with("sk-live-123\nopenai-api-key\n"), "{out}");
+    assert!(out.contains("github-pat: Permission denied"), "{out}");
+    assert!(!out.contains("ghp-456"), "{out}");
+    assert!(out.matches("Permission denied").count() >= 3, "{out}");
+    // The grant-less agent sees nothing.
+    let out = run_agent(
+        &m,
+        "kernel-engine",
+        &format!("ls {mnt}/vault/secrets; cat {mnt}/vault/secrets/openai-api-key; true"),
+    );
+    assert!(
+        out.contains("Permission denied") && !out.contains("sk-live"),
+        "{out}"
+    );
+    // The value was not changed by the refused write.
+    assert_eq!(
+        ok(vault(&m, &["get", "openai-api-key"], None)),
+        "sk-live-123"
+    );
+
+    // Locked: reads fail with ENOKEY, and say so in the audit trail.
+    ok(vault(&m, &["lock"], None));
+    assert_eq!(
+        errno(fs::read(m.path("vault/secrets/openai-api-key"))),
+        libc::ENOKEY
+    );
+    ok(vault(&m, &["unlock"], None));
+    assert_eq!(
+        fs::read_to_string(m.path("vault/secrets/openai-api-key")).unwrap(),
+        "sk-live-123"
+    );
+
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let audit = ok(clawfs([
+        OsStr::new("audit"),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+        OsStr::new("search"),
+        OsStr::new("--path"),
+        OsStr::new("/vault/secrets"),
+        OsStr::new("--json"),
+    ]));
+    assert!(audit.contains("\"vault:get\""), "{audit}");
+    assert!(audit.contains("\"agent\":\"fs-engine\""), "{audit}");
+    assert!(audit.contains("VAULT-GRANT"), "{audit}");
+    assert!(
+        audit.contains(&format!("\"errno\":{}", libc::ENOKEY)),
+        "{audit}"
+    );
+    // Plaintext never reached a log.
+    assert!(!m.log().contains("sk-live-123"));
+    assert!(!audit.contains("sk-live-123"));
+    // Leave no key in the kernel keyring.
+    ok(vault(&m, &["lock"], None));
+}
