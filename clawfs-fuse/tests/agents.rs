@@ -428,3 +428,20 @@ fn identity_files_are_validated_on_close_and_verifiable() {
     );
     assert!(stdout(&out).contains("kernel-engine: ok"));
 }
+
+#[test]
+fn a_new_agent_gets_its_identity_file_on_first_run() {
+    let m = Mounted::new();
+    let policy = m.backing("system/policy.toml");
+    let mut text = fs::read_to_string(&policy).unwrap();
+    text.push_str("\n[agents.newbie]\nuid = 61020\ngid = 61020\n");
+    fs::write(&policy, text).unwrap();
+    fs::create_dir(m.backing("agents/newbie")).unwrap();
+    let out = run_agent(&m, "newbie", "true");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: Value =
+        serde_json::from_slice(&fs::read(m.backing("agents/newbie/identity.json")).unwrap())
+            .unwrap();
+    assert_eq!(id["agent_id"], "newbie");
+    assert!(clawfs_core::identity::verify(&id));
+}
