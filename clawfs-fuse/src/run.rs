@@ -541,6 +541,22 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     Ok(exit_code(status))
 }
 
+/// Creates the agent's identity.json on its first run (P1.4 §5.4), owned by the agent.
+fn ensure_identity(dir: &Path, agent: &str, uid: u32) -> Result<(), Failure> {
+    let path = dir.join("identity.json");
+    if path.exists() {
+        return Ok(());
+    }
+    let doc = clawfs_core::identity::new_identity(agent, &clawfs_core::seed::now_rfc3339());
+    let mut bytes = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
+    bytes.push(b'\n');
+    clawfs_core::store::atomic_write(dir, "identity.json", &bytes, 0o640)
+        .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
+    std::os::unix::fs::chown(&path, Some(uid), clawfs_core::seed::agents_group())
+        .map_err(|e| fail(format!("chown {}: {e}", path.display())))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,20 +616,4 @@ mod tests {
         assert_eq!(placeholder_uid(dir.path(), "alpha"), AGENT_UID_BASE + 8);
         assert_eq!(placeholder_uid(dir.path(), "zeta"), AGENT_UID_BASE + 9);
     }
-}
-
-/// Creates the agent's identity.json on its first run (P1.4 §5.4), owned by the agent.
-fn ensure_identity(dir: &Path, agent: &str, uid: u32) -> Result<(), Failure> {
-    let path = dir.join("identity.json");
-    if path.exists() {
-        return Ok(());
-    }
-    let doc = clawfs_core::identity::new_identity(agent, &clawfs_core::seed::now_rfc3339());
-    let mut bytes = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
-    bytes.push(b'\n');
-    clawfs_core::store::atomic_write(dir, "identity.json", &bytes, 0o640)
-        .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
-    std::os::unix::fs::chown(&path, Some(uid), clawfs_core::seed::agents_group())
-        .map_err(|e| fail(format!("chown {}: {e}", path.display())))?;
-    Ok(())
 }
