@@ -102,19 +102,21 @@ impl InodeTable {
         }
     }
 
-    /// Drops `n` kernel lookups; the entry goes when none remain. Decrement and removal happen
-    /// under the same guard.
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// Drops `n` kernel lookups; the entry goes when none remain (then `true`). Decrement
+    /// and removal happen under the same guard.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         if ino == ROOT_INO {
-            return;
+            return false;
         }
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = slots.get_mut(&ino) {
             slot.lookups = slot.lookups.saturating_sub(n);
             if slot.lookups == 0 {
                 slots.remove(&ino);
+                return true;
             }
         }
+        false
     }
 
     /// How many inodes the kernel currently holds (for status and leak tests).

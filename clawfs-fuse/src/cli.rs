@@ -131,6 +131,6 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_audit: bool,
     /// Seconds the kernel may cache names and attributes.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 10.0)]
     pub attr_timeout: f64,
 }

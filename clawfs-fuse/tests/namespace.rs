@@ -21,7 +21,7 @@ fn ls_shows_the_six_roots_with_their_modes() {
     assert_eq!(mode("agents"), 0o750);
     assert_eq!(mode("tools"), 0o755);
     assert_eq!(mode("workspaces"), 0o750);
-    assert_eq!(mode("vault"), 0o700);
+    assert_eq!(mode("vault"), 0o711);
     assert_eq!(mode("specs"), 0o555);
     assert_eq!(mode("specs/signatures.json"), 0o444);
     // The private area is not part of the namespace.

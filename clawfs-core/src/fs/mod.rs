@@ -159,7 +159,14 @@ pub struct ClawFs {
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
     vault: std::sync::OnceLock<crate::vault::Vault>,
+    /// Backing descriptors of recently closed files, kept (with their passthrough
+    /// registration) so that reopening a file costs no open and no registration. An entry goes
+    /// when the kernel forgets the inode, so an unlinked file's space is not held.
+    recent: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<BackingFile>)>>,
 }
+
+/// How many closed files keep their backing descriptor (well under the fd limit).
+const RECENT_BACKINGS: usize = 1024;
 
 /// A kernel cache entry to drop because the store changed behind the kernel's back (a tool
 /// call wrote the backing files directly).
@@ -266,6 +273,7 @@ impl ClawFs {
             shared: Default::default(),
             invalidator: Default::default(),
             vault: Default::default(),
+            recent: Default::default(),
         })
     }
 
@@ -454,7 +462,12 @@ impl ClawFs {
 
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
+        if self.inodes.forget(ino, n) {
+            self.recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|(i, _)| *i != ino);
+        }
     }
 
     /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
@@ -969,6 +982,18 @@ impl ClawFs {
             let now = file.backing.file.metadata()?.len();
             let bytes = now.saturating_sub(*at_open);
             self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+        }
+        if self.passthrough() && file.staged.is_none() {
+            let mut recent = self
+                .recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !recent.iter().any(|(i, _)| *i == file.ino) {
+                recent.push_back((file.ino, Arc::clone(&file.backing)));
+                if recent.len() > RECENT_BACKINGS {
+                    recent.pop_front();
+                }
+            }
         }
         Ok(())
     }
