@@ -120,8 +120,8 @@ impl Cgroup2 {
                     return None;
                 }
                 Some(Cgroup2 {
-                    mount: PathBuf::from(unescape(fields.get(4)?)),
-                    root: unescape(fields.get(3)?),
+                    mount: PathBuf::from(crate::mountinfo::unescape(fields.get(4)?)),
+                    root: crate::mountinfo::unescape(fields.get(3)?),
                 })
             })
             .collect();
@@ -201,26 +201,6 @@ pub fn agent_of_pid(pid: u32) -> io::Result<Option<String>> {
 /// Whether `name` is a valid agent name (`[a-z0-9-]+`, ≤ 64 bytes, no hyphen at either end).
 pub fn valid_agent(name: &str) -> bool {
     crate::names::check_system_name(std::ffi::OsStr::new(name)).is_ok()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, …).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What happened to each controller `enable_controllers` was asked for.

@@ -77,6 +77,28 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// The errno the caller gets: the one place where every refusal picks EACCES, EPERM,
+    /// EROFS, … on purpose (every variant matched, no fallback).
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+            FsError::ReadOnly(_) => libc::EROFS,
+            FsError::FixedRoot => libc::EPERM,
+            FsError::InvalidName { .. } => libc::EINVAL,
+            FsError::Managed(_) => libc::EPERM,
+            FsError::CrossArea { .. } => libc::EXDEV,
+            FsError::NotADirectoryArea(_) => libc::EPERM,
+            FsError::UnknownInode(_) => libc::ESTALE,
+            FsError::UnknownHandle(_) => libc::EBADF,
+            FsError::XattrNamespace(_) => libc::EOPNOTSUPP,
+            FsError::InvalidXattr { .. } => libc::EINVAL,
+            FsError::Corrupt { .. } => libc::EIO,
+            // The document exists but must not be served: an I/O error, as for a bad block.
+            FsError::Tampered(_) => libc::EIO,
+            FsError::Denied(d) => crate::policy::errno_of(d.kind),
+        }
+    }
+
     /// Wraps the last OS error.
     pub fn last_os_error() -> Self {
         FsError::Io(io::Error::last_os_error())

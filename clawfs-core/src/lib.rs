@@ -15,6 +15,7 @@ pub mod error;
 pub mod fs;
 pub mod identity;
 pub mod inodes;
+pub mod mountinfo;
 pub mod names;
 pub mod open_files;
 pub mod policy;

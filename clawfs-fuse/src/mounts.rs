@@ -17,26 +17,6 @@ pub struct MountEntry {
     pub source: String,
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space, …).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Parses mountinfo text.
 pub fn parse(text: &str) -> Vec<MountEntry> {
     text.lines()
@@ -44,9 +24,9 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
             let fields: Vec<&str> = line.split(' ').collect();
             let sep = fields.iter().position(|f| *f == "-")?;
             Some(MountEntry {
-                mount_point: PathBuf::from(unescape(fields.get(4)?)),
+                mount_point: PathBuf::from(clawfs_core::mountinfo::unescape(fields.get(4)?)),
                 fstype: fields.get(sep + 1)?.to_string(),
-                source: unescape(fields.get(sep + 2)?),
+                source: clawfs_core::mountinfo::unescape(fields.get(sep + 2)?),
             })
         })
         .collect()

@@ -445,3 +445,63 @@ fn a_new_agent_gets_its_identity_file_on_first_run() {
     assert_eq!(id["agent_id"], "newbie");
     assert!(clawfs_core::identity::verify(&id));
 }
+
+#[test]
+fn audit_verify_names_an_edited_a_deleted_and_a_reordered_record() {
+    let m = Mounted::new();
+    for i in 0..6 {
+        fs::write(m.ws().join(format!("f{i}")), "x").unwrap();
+    }
+    // ClawFS's own rules are decisions on record too.
+    assert!(fs::write(m.path("system/x"), "x").is_err());
+    // Unmounting flushes the trail.
+    assert!(m.umount().status.success());
+    let dir = m.store.join(".clawfs/audit");
+    let file = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("\"rule\":\"NAMESPACE\"") && text.contains("/system/x"),
+        "{text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 7, "{text}");
+    let verify = |lines: Vec<String>| {
+        let copy = tempfile::tempdir().unwrap();
+        let audit = copy.path().join(".clawfs/audit");
+        fs::create_dir_all(&audit).unwrap();
+        fs::write(
+            audit.join(file.file_name().unwrap()),
+            lines.join("\n") + "\n",
+        )
+        .unwrap();
+        let out = clawfs([
+            OsStr::new("audit"),
+            OsStr::new("--store"),
+            copy.path().as_os_str(),
+            OsStr::new("verify"),
+        ]);
+        (out.status.code(), stdout(&out) + &stderr(&out))
+    };
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, _) = verify(owned(&lines));
+    assert_eq!(code, Some(0));
+    let mut edited = owned(&lines);
+    edited[3] = edited[3].replace("/workspaces/default", "/workspaces/elsewhere");
+    let (code, msg) = verify(edited);
+    assert_eq!(code, Some(1));
+    assert!(msg.contains("edited"), "{msg}");
+    let mut deleted = owned(&lines);
+    deleted.remove(4);
+    let (code, msg) = verify(deleted);
+    assert_eq!(code, Some(1));
+    assert!(msg.contains("deleted"), "{msg}");
+    let mut reordered = owned(&lines);
+    reordered.swap(3, 5);
+    let (code, msg) = verify(reordered);
+    assert_eq!(code, Some(1));
+    assert!(msg.contains("reordered") || msg.contains("edited"), "{msg}");
+}

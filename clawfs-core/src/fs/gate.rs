@@ -271,6 +271,33 @@ impl ClawFs {
         u.files = u.files.saturating_add(adding.files);
     }
 
+    /// Records a refusal by ClawFS's fixed namespace rules (read-only areas, naming rules,
+    /// managed files, areas) and returns the error unchanged. `name` is the child the call was
+    /// about, if any.
+    pub(super) fn rule_refusal(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        node: &crate::inodes::Node,
+        name: Option<&OsStr>,
+        e: FsError,
+    ) -> FsError {
+        let path = self.open_path(node).ok().and_then(|fd| match name {
+            Some(n) => self.ns_child(&fd, n).ok(),
+            None => self.ns_path(&fd).ok(),
+        });
+        let path = path.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let who = self.identify(caller);
+        self.record(
+            AuditEvent::new(audit_name(&who), caller.pid, op, path).denied(
+                e.errno(),
+                "NAMESPACE",
+                e.to_string(),
+            ),
+        );
+        e
+    }
+
     /// Records a refusal decided outside the policy (e.g. an invalid identity document).
     pub(super) fn refuse(
         &self,

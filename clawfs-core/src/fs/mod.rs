@@ -495,7 +495,8 @@ impl ClawFs {
             return self.virtual_setattr(ino, fh, change);
         }
         let node = self.node(ino)?;
-        self.check_modify(&node)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "setattr", &node, None, e))?;
         let fd = self.open_path(&node)?;
         let ns = self.ns_path(&fd)?;
         self.decide(caller, "setattr", crate::policy::Access::Write, &ns)?;
@@ -572,7 +573,9 @@ impl ClawFs {
         rdev: u32,
     ) -> FsResult<Entry> {
         let pnode = self.node(parent)?;
-        let place = self.check_create(&pnode, name, FileKind::from_mode(mode))?;
+        let place = self
+            .check_create(&pnode, name, FileKind::from_mode(mode))
+            .map_err(|e| self.rule_refusal(caller, "mknod", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         self.decide_create(caller, "mknod", &dir, name)?;
         {
@@ -591,7 +594,9 @@ impl ClawFs {
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
         let pnode = self.node(parent)?;
-        let place = self.check_create(&pnode, name, FileKind::Dir)?;
+        let place = self
+            .check_create(&pnode, name, FileKind::Dir)
+            .map_err(|e| self.rule_refusal(caller, "mkdir", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         self.decide_create(caller, "mkdir", &dir, name)?;
         {
@@ -641,13 +646,14 @@ impl ClawFs {
             return self.remove_virtual(caller, parent, name);
         }
         let pnode = self.node(parent)?;
-        self.check_remove(&pnode, name)?;
-        let dir = self.open_path(&pnode)?;
         let op = if flags.contains(AtFlags::REMOVEDIR) {
             "rmdir"
         } else {
             "unlink"
         };
+        self.check_remove(&pnode, name)
+            .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
+        let dir = self.open_path(&pnode)?;
         self.decide(
             caller,
             op,
@@ -668,7 +674,9 @@ impl ClawFs {
         target: &OsStr,
     ) -> FsResult<Entry> {
         let pnode = self.node(parent)?;
-        let place = self.check_create(&pnode, name, FileKind::Symlink)?;
+        let place = self
+            .check_create(&pnode, name, FileKind::Symlink)
+            .map_err(|e| self.rule_refusal(caller, "symlink", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         self.decide_create(caller, "symlink", &dir, name)?;
         {
@@ -690,9 +698,12 @@ impl ClawFs {
         let pnode = self.node(newparent)?;
         let (from, to) = (node.place.area(), pnode.place.area());
         if from != to {
-            return Err(FsError::CrossArea { from, to });
+            let e = FsError::CrossArea { from, to };
+            return Err(self.rule_refusal(caller, "link", &pnode, Some(newname), e));
         }
-        let place = self.check_create(&pnode, newname, FileKind::File)?;
+        let place = self
+            .check_create(&pnode, newname, FileKind::File)
+            .map_err(|e| self.rule_refusal(caller, "link", &pnode, Some(newname), e))?;
         let src = self.open_path(&node)?;
         let dir = self.open_path(&pnode)?;
         let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
@@ -723,11 +734,14 @@ impl ClawFs {
     ) -> FsResult<()> {
         let pnode = self.node(parent)?;
         let npnode = self.node(newparent)?;
-        self.check_remove(&pnode, name)?;
-        self.check_remove(&npnode, newname)?;
+        self.check_remove(&pnode, name)
+            .map_err(|e| self.rule_refusal(caller, "rename", &pnode, Some(name), e))?;
+        self.check_remove(&npnode, newname)
+            .map_err(|e| self.rule_refusal(caller, "rename", &npnode, Some(newname), e))?;
         let (from, to) = (pnode.place.area(), npnode.place.area());
         if from != to {
-            return Err(FsError::CrossArea { from, to });
+            let e = FsError::CrossArea { from, to };
+            return Err(self.rule_refusal(caller, "rename", &pnode, Some(name), e));
         }
         for (p, n) in [(&pnode, name), (&npnode, newname)] {
             if let Place::AreaRoot(area) = p.place {
@@ -765,7 +779,8 @@ impl ClawFs {
         let node = self.node(ino)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         if writes && node.place.area().is_read_only() {
-            return Err(FsError::ReadOnly(node.place.area()));
+            let e = FsError::ReadOnly(node.place.area());
+            return Err(self.rule_refusal(caller, "open", &node, None, e));
         }
         let opath = self.open_path(&node)?;
         let path = self.ns_path(&opath)?;
@@ -855,7 +870,9 @@ impl ClawFs {
             return self.create_virtual(caller, parent, name);
         }
         let pnode = self.node(parent)?;
-        let place = self.check_create(&pnode, name, FileKind::File)?;
+        let place = self
+            .check_create(&pnode, name, FileKind::File)
+            .map_err(|e| self.rule_refusal(caller, "create", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         let who = self.decide_create(caller, "create", &dir, name)?;
         let fd = {
@@ -1249,7 +1266,8 @@ impl ClawFs {
         flags: i32,
     ) -> FsResult<()> {
         let node = self.node(ino)?;
-        self.check_modify(&node)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "setxattr", &node, None, e))?;
         let name = self.user_xattr_name(name)?;
         let effect = if name.starts_with(xattrs::CLAWFS_PREFIX) {
             Some(xattrs::parse_clawfs(node.place, name, value)?)
@@ -1279,7 +1297,8 @@ impl ClawFs {
     /// Removes a `user.*` xattr. ClawFS's own attributes are set, never removed.
     pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
         let node = self.node(ino)?;
-        self.check_modify(&node)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "removexattr", &node, None, e))?;
         let name = self.user_xattr_name(name)?;
         if name.starts_with(xattrs::CLAWFS_PREFIX) {
             return Err(FsError::InvalidXattr {
