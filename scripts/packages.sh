@@ -6,6 +6,9 @@ CLAWFS_PACKAGES=(
   attr             # setfattr/getfattr
   inotify-tools    # inotifywait
   util-linux       # setpriv, used by tests to act as another user
+  libtss2-dev libtss2-tcti-swtpm0   # tss-esapi: sealing the vault's master key in a TPM
+  swtpm swtpm-tools tpm2-tools      # the TPM simulator the vault tests start
+  keyutils                          # keyctl, to inspect the kernel keyring
 )
 
 clawfs_install_packages() {
