@@ -156,6 +156,12 @@ impl<T> Default for SharedByInode<T> {
 }
 
 impl<T> SharedByInode<T> {
+    /// The live value of `ino`, if any.
+    pub fn get(&self, ino: u64) -> Option<Arc<T>> {
+        let guard = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0.get(&ino).and_then(std::sync::Weak::upgrade)
+    }
+
     /// The live value of `ino`, or a new one from `make` (called under the lock, so two opens
     /// never make two values for one inode).
     pub fn get_or_try_insert<E>(

@@ -478,6 +478,10 @@ impl ClawFs {
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
             return self.attr_of(&file.backing.file);
         }
+        // An open (or recently closed) file's descriptor saves opening the inode again.
+        if let Some(backing) = self.shared.get(ino) {
+            return self.attr_of(&backing.file);
+        }
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
         self.attr_of(&fd)
@@ -782,8 +786,21 @@ impl ClawFs {
             let e = FsError::ReadOnly(node.place.area());
             return Err(self.rule_refusal(caller, "open", &node, None, e));
         }
-        let opath = self.open_path(&node)?;
-        let path = self.ns_path(&opath)?;
+        // With passthrough the inode's shared descriptor (open already, or opened now) also
+        // names it; the O_PATH descriptor is needed only without.
+        let shared =
+            if self.passthrough() {
+                Some(self.shared.get_or_try_insert(ino, || {
+                    self.passthrough_file(&node).map(BackingFile::new)
+                })?)
+            } else {
+                None
+            };
+        let mut opath = None;
+        let path = match &shared {
+            Some(b) => self.ns_path(&b.file)?,
+            None => self.ns_path(opath.insert(self.open_path(&node)?))?,
+        };
         let access = if writes {
             crate::policy::Access::Write
         } else {
@@ -800,14 +817,17 @@ impl ClawFs {
                 false,
             )?;
             if let Some(agent) = staged::identity_file_agent(&path) {
+                let opath = match opath {
+                    Some(fd) => fd,
+                    None => self.open_path(&node)?,
+                };
                 let (fh, file) =
                     self.open_staged(ino, &opath, agent, flags & libc::O_TRUNC != 0)?;
                 return Ok(Opened::Backing(fh, file));
             }
         }
-        let backing = if self.passthrough() {
-            self.shared
-                .get_or_try_insert(ino, || self.passthrough_file(&node).map(BackingFile::new))?
+        let backing = if let Some(shared) = shared {
+            shared
         } else {
             // O_DIRECT is the kernel's business on the mount side; the daemon's own buffers
             // are not aligned for it.
