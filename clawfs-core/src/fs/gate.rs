@@ -49,6 +49,21 @@ impl Gate {
     }
 }
 
+/// The audit event of a decision about `op` on `path` (and `target`) by `who`.
+fn event(
+    caller: &Caller,
+    who: &Identity,
+    op: &'static str,
+    path: &NsPath,
+    target: Option<&NsPath>,
+) -> AuditEvent {
+    let ev = AuditEvent::new(audit_name(who), caller.pid, op, path.to_string());
+    match target {
+        Some(t) => ev.target(t.to_string()),
+        None => ev,
+    }
+}
+
 /// The name an audit record gives an identity.
 pub fn audit_name(who: &Identity) -> String {
     match who {
@@ -320,11 +335,7 @@ impl ClawFs {
         verdict: Result<(), Denial>,
     ) -> FsResult<()> {
         if verdict.is_ok() {
-            let mut ev = AuditEvent::new(audit_name(who), caller.pid, op, path.to_string());
-            if let Some(t) = target {
-                ev = ev.target(t.to_string());
-            }
-            self.record(ev);
+            self.record(event(caller, who, op, path, target));
         }
         self.conclude_refusal(caller, who, op, path, target, verdict)
     }
@@ -342,14 +353,8 @@ impl ClawFs {
             return Ok(());
         };
         let errno = crate::policy::errno_of(denial.kind);
-        let mut ev = AuditEvent::new(audit_name(who), caller.pid, op, path.to_string()).denied(
-            errno,
-            denial.rule,
-            denial.reason.clone(),
-        );
-        if let Some(t) = target {
-            ev = ev.target(t.to_string());
-        }
+        let ev =
+            event(caller, who, op, path, target).denied(errno, denial.rule, denial.reason.clone());
         self.record(ev);
         if let Identity::Agent(agent) = who {
             self.write_denial(agent, op, path, target, &denial);

@@ -1239,13 +1239,7 @@ impl ClawFs {
             return Err(errno(libc::ENODATA));
         };
         let node = self.node(ino)?;
-        let fd = self.open_path(&node)?;
-        self.decide(
-            caller,
-            "getxattr",
-            crate::policy::Access::Read,
-            &self.ns_path(&fd)?,
-        )?;
+        let fd = self.decided_fd(caller, "getxattr", crate::policy::Access::Read, &node)?;
         let _as = AsCaller::enter(caller)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
         xattr::get_deref(path, name)?.ok_or_else(|| errno(libc::ENODATA))
@@ -1257,13 +1251,7 @@ impl ClawFs {
             return Ok(Vec::new());
         }
         let node = self.node(ino)?;
-        let fd = self.open_path(&node)?;
-        self.decide(
-            caller,
-            "listxattr",
-            crate::policy::Access::Read,
-            &self.ns_path(&fd)?,
-        )?;
+        let fd = self.decided_fd(caller, "listxattr", crate::policy::Access::Read, &node)?;
         let _as = AsCaller::enter(caller)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
         let mut out = Vec::new();
@@ -1294,13 +1282,7 @@ impl ClawFs {
         } else {
             None
         };
-        let fd = self.open_path(&node)?;
-        self.decide(
-            caller,
-            "setxattr",
-            crate::policy::Access::Write,
-            &self.ns_path(&fd)?,
-        )?;
+        let fd = self.decided_fd(caller, "setxattr", crate::policy::Access::Write, &node)?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::setxattr(
             proc_fd_path(&fd).as_c_str(),
@@ -1326,16 +1308,23 @@ impl ClawFs {
                 reason: "ClawFS attributes cannot be removed; set a new value".into(),
             });
         }
-        let fd = self.open_path(&node)?;
-        self.decide(
-            caller,
-            "removexattr",
-            crate::policy::Access::Write,
-            &self.ns_path(&fd)?,
-        )?;
+        let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
         Ok(())
+    }
+
+    /// An `O_PATH` descriptor of `node`, once the policy allows `access` to it for `op`.
+    fn decided_fd(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        access: crate::policy::Access,
+        node: &Node,
+    ) -> FsResult<OwnedFd> {
+        let fd = self.open_path(node)?;
+        self.decide(caller, op, access, &self.ns_path(&fd)?)?;
+        Ok(fd)
     }
 
     fn user_xattr_name<'a>(&self, name: &'a OsStr) -> FsResult<&'a str> {
