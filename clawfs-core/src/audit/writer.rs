@@ -38,14 +38,14 @@ pub struct AuditConfig {
 
 impl AuditConfig {
     /// Defaults for a trail in `dir`: 64 MiB files, 65,536 queued events, writes coalesced for up
-    /// to 5 ms, `fdatasync` at most once a second, no per-agent views.
+    /// to 20 ms, `fdatasync` at most once a second, no per-agent views.
     pub fn new(dir: impl Into<PathBuf>) -> AuditConfig {
         AuditConfig {
             dir: dir.into(),
             agents_dir: None,
             max_file_bytes: 64 << 20,
             capacity: 65_536,
-            write_delay: Duration::from_millis(5),
+            write_delay: Duration::from_millis(20),
             sync_interval: Duration::from_secs(1),
         }
     }
@@ -327,7 +327,7 @@ struct Writer {
 /// Events taken from the channel before the batch is written.
 const BATCH: usize = 4096;
 /// How long the writer sleeps after a batch before taking the next one (see [`Writer::run`]).
-const POLL: Duration = Duration::from_millis(1);
+const POLL: Duration = Duration::from_millis(10);
 /// Pending bytes that force a write before the delay is up.
 const WRITE_AT: usize = 256 * 1024;
 
