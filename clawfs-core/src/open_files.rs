@@ -30,15 +30,28 @@ impl BackingFile {
     }
 }
 
+/// Who writes through a handle, for the audit record and the quota at close.
+#[derive(Debug)]
+pub struct WriteHandle {
+    /// The writer.
+    pub who: crate::policy::Identity,
+    /// Its process.
+    pub pid: u32,
+    /// The file's namespace path at open.
+    pub path: crate::policy::NsPath,
+    /// The size at open.
+    pub size_at_open: u64,
+}
+
 /// An open regular file.
 pub struct OpenFile {
     /// Inode number on the mount.
     pub ino: u64,
     /// The backing descriptor serving it.
     pub backing: Arc<BackingFile>,
-    /// For an agent's write handle: the agent and the size at open, so the growth counts
-    /// against its byte quota at close.
-    pub quota: Option<(crate::policy::AgentName, u64)>,
+    /// For a handle opened for writing: who and where, and the size at open, so that closing
+    /// it records the bytes it added (and counts them against an agent's quota).
+    pub writer: Option<WriteHandle>,
     /// For a staged write (an identity file): where it goes when it is closed.
     pub staged: Option<crate::fs::StagedTarget>,
 }

@@ -467,6 +467,12 @@ fn audit_verify_names_an_edited_a_deleted_and_a_reordered_record() {
         text.contains("\"rule\":\"NAMESPACE\"") && text.contains("/system/x"),
         "{text}"
     );
+    // Writes are summarised per handle: the close says how many bytes it added.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("\"operation\":\"close\"") && l.contains("\"bytes\":1")),
+        "{text}"
+    );
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() >= 7, "{text}");
     let verify = |lines: Vec<String>| {

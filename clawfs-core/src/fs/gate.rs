@@ -224,18 +224,19 @@ impl ClawFs {
         Ok(who)
     }
 
-    /// Decides creating `name` in `dir` (and the file it adds to the caller's quota).
+    /// Decides creating `name` in `dir` (and the file it adds to the caller's quota); returns
+    /// the caller and the new node's path.
     pub(super) fn decide_create(
         &self,
         caller: &Caller,
         op: &'static str,
         dir: impl AsFd,
         name: &OsStr,
-    ) -> FsResult<Identity> {
+    ) -> FsResult<(Identity, NsPath)> {
         let path = self.ns_child(dir, name)?;
         let who = self.decide(caller, op, Access::Create, &path)?;
         self.decide_quota(caller, &who, op, &path, Quota { bytes: 0, files: 1 }, true)?;
-        Ok(who)
+        Ok((who, path))
     }
 
     /// Checks that `who` may add `adding` (files, bytes) to what it has written; `commit`

@@ -24,7 +24,9 @@ use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
 use crate::names;
-use crate::open_files::{BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode};
+use crate::open_files::{
+    BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
+};
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
@@ -843,16 +845,19 @@ impl ClawFs {
             // was not opened with it.
             backing.file.set_len(0)?;
         }
-        let quota = match (writes, who) {
-            (true, crate::policy::Identity::Agent(agent)) => {
-                Some((agent, backing.file.metadata()?.len()))
-            }
-            _ => None,
+        let writer = match writes {
+            true => Some(WriteHandle {
+                who,
+                pid: caller.pid,
+                path,
+                size_at_open: backing.file.metadata()?.len(),
+            }),
+            false => None,
         };
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
-            quota,
+            writer,
             staged: None,
         });
         Ok(Opened::Backing(fh, file))
@@ -894,7 +899,7 @@ impl ClawFs {
             .check_create(&pnode, name, FileKind::File)
             .map_err(|e| self.rule_refusal(caller, "create", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        let who = self.decide_create(caller, "create", &dir, name)?;
+        let (who, path) = self.decide_create(caller, "create", &dir, name)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -928,14 +933,16 @@ impl ClawFs {
             })?,
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
-        let quota = match who {
-            crate::policy::Identity::Agent(agent) => Some((agent, 0)),
-            _ => None,
-        };
+        let writer = Some(WriteHandle {
+            who,
+            pid: caller.pid,
+            path,
+            size_at_open: 0,
+        });
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
-            quota,
+            writer,
             staged: None,
         });
         Ok((entry, Opened::Backing(fh, file)))
@@ -1015,10 +1022,21 @@ impl ClawFs {
             return self.release_virtual(fh);
         }
         let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
-        if let Some((agent, at_open)) = &file.quota {
+        if let Some(w) = &file.writer {
             let now = file.backing.file.metadata()?.len();
-            let bytes = now.saturating_sub(*at_open);
-            self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+            let bytes = now.saturating_sub(w.size_at_open);
+            self.record(
+                crate::audit::AuditEvent::new(
+                    audit_name(&w.who),
+                    w.pid,
+                    "close",
+                    w.path.to_string(),
+                )
+                .bytes(bytes),
+            );
+            if let crate::policy::Identity::Agent(agent) = &w.who {
+                self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+            }
         }
         if self.passthrough() && file.staged.is_none() {
             let mut recent = self

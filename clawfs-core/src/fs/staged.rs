@@ -88,7 +88,7 @@ impl ClawFs {
         Ok(self.files.insert(OpenFile {
             ino,
             backing: Arc::new(BackingFile::new(copy)),
-            quota: None,
+            writer: None,
             staged: Some(StagedTarget {
                 agent: agent.to_string(),
                 dir,
