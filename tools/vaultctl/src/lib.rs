@@ -38,24 +38,11 @@ impl Exit {
     }
 }
 
-/// Tool error codes that are the caller's to fix (exit 1). Everything else that is not
-/// `"ok": true` is a system error (exit 2): `io_error` and any code not listed here.
-pub const USER_ERROR_CODES: &[&str] = &[
-    "not_found",
-    "multiple_matches",
-    "hash_mismatch",
-    "patch_failed",
-    "denied",
-    "protected",
-    "invalid_args",
-    "too_large",
-    "unknown_tool",
-    "invalid_json",
-    "not_a_file",
-    "not_a_directory",
-    "exists",
-    "not_text",
-];
+/// Whether a tool error code is the caller's to fix (exit 1): every code the tools define
+/// except `io_error`. Anything else that is not `"ok": true` is a system error (exit 2).
+pub fn is_user_error(code: &str) -> bool {
+    code != "io_error" && clawfs_tools::ERROR_CODES.contains(&code)
+}
 
 /// The exit status a response calls for.
 pub fn exit_for(response: &serde_json::Value) -> Exit {
@@ -63,7 +50,7 @@ pub fn exit_for(response: &serde_json::Value) -> Exit {
         return Exit::Ok;
     }
     match response.get("error").and_then(|e| e.as_str()) {
-        Some(code) if USER_ERROR_CODES.contains(&code) => Exit::User,
+        Some(code) if is_user_error(code) => Exit::User,
         _ => Exit::System,
     }
 }
