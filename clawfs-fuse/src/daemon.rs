@@ -231,6 +231,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     })?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
     spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
+    spawn_vault_watch(Arc::clone(&fs))?;
     let result = session.run();
     if let Some(audit) = fs.audit_log() {
         if let Err(e) = audit.flush() {
@@ -265,6 +266,22 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
             }
         })
         .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// How often the daemon looks whether the vault was unlocked or locked (by `clawfs vault`).
+const VAULT_WATCH: Duration = Duration::from_secs(2);
+
+/// While the vault is unlocked the audit trail carries an HMAC keyed from it; the vault is
+/// unlocked and locked by other processes, so the daemon looks every [`VAULT_WATCH`].
+fn spawn_vault_watch(fs: Arc<ClawFs>) -> Result<(), Failure> {
+    std::thread::Builder::new()
+        .name("vault-watch".into())
+        .spawn(move || loop {
+            fs.refresh_audit_key();
+            std::thread::sleep(VAULT_WATCH);
+        })
+        .context("starting the vault watch")?;
     Ok(())
 }
 

@@ -152,6 +152,23 @@ fn secrets_are_served_to_the_admin_and_granted_agents_only() {
     // Plaintext never reached a log.
     assert!(!m.log().contains("sk-live-123"));
     assert!(!audit.contains("sk-live-123"));
+    // While the vault is unlocked, the daemon signs the trail with a key derived from it.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    fs::write(m.ws().join("signed.txt"), "x").unwrap();
     // Leave no key in the kernel keyring.
     ok(vault(&m, &["lock"], None));
+    assert!(m.umount().status.success(), "unmounting flushes the trail");
+    let trail: String = fs::read_dir(m.store.join(".clawfs/audit"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .map(|p| fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(trail.contains("audit:hmac-on"), "{trail}");
+    assert!(
+        trail
+            .lines()
+            .any(|l| l.contains("signed.txt") && l.contains("\"hmac\":")),
+        "{trail}"
+    );
 }

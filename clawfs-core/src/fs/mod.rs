@@ -165,6 +165,8 @@ pub struct ClawFs {
     /// registration) so that reopening a file costs no open and no registration. An entry goes
     /// when the kernel forgets the inode, so an unlinked file's space is not held.
     recent: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<BackingFile>)>>,
+    /// The HMAC key the audit trail is signed with now (the vault's, while unlocked).
+    audit_key: std::sync::Mutex<Option<[u8; 32]>>,
 }
 
 /// How many closed files keep their backing descriptor (well under the fd limit).
@@ -276,6 +278,7 @@ impl ClawFs {
             invalidator: Default::default(),
             vault: Default::default(),
             recent: Default::default(),
+            audit_key: Default::default(),
         })
     }
 

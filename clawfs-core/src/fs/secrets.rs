@@ -38,6 +38,24 @@ impl ClawFs {
         Ok(self.vault.get_or_init(|| v))
     }
 
+    /// Signs the audit trail with the vault's audit key while the vault is unlocked, and stops
+    /// when it is locked; called periodically by the daemon (the vault is unlocked and locked by
+    /// other processes). Returns whether the trail is signed now.
+    pub fn refresh_audit_key(&self) -> bool {
+        let key = self.vault().ok().and_then(Vault::audit_key);
+        let mut last = self
+            .audit_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *last != key {
+            if let Some(audit) = self.audit_log() {
+                audit.set_hmac_key(key);
+            }
+            *last = key;
+        }
+        key.is_some()
+    }
+
     /// Whether a secret is stored under `name`.
     pub(super) fn secret_exists(&self, name: &str) -> bool {
         self.vault()

@@ -598,6 +598,16 @@ impl Vault {
         unreachable!("the loop returns on its last attempt")
     }
 
+    /// The key that signs the audit trail (HMAC-SHA256) while the vault is unlocked: derived
+    /// from the master key under its own label, so the master key itself never signs anything.
+    /// `None` when the vault is locked or not set up.
+    pub fn audit_key(&self) -> Option<[u8; 32]> {
+        let env = self.envelope().ok()?;
+        let ring = self.keyring(false).ok()??;
+        let master = self.keyring_master(&ring, &env.key_id).ok()??;
+        Some(master.hmac(b"clawfs-audit-hmac-v1"))
+    }
+
     /// Stores `value` as a new version of secret `name` (atomically).
     pub fn put(&self, name: &str, value: &[u8]) -> Result<u64, VaultError> {
         check_secret_name(name)?;
