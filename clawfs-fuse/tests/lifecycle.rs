@@ -148,8 +148,10 @@ fn a_killed_daemon_is_recovered_by_umount() {
         == Some(libc::ENOTCONN);
     if stale {
         let out = m.umount();
-        assert!(out.status.success(), "{}", stderr(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("stale"));
+        // fusermount3's auto-unmount may win the race and remove the mount first.
+        let gone = !m.is_mounted() && stderr(&out).contains("not a ClawFS mount");
+        assert!(out.status.success() || gone, "{}", stderr(&out));
+        assert!(gone || String::from_utf8_lossy(&out.stdout).contains("stale"));
     }
     wait_until("the mount to go", || !m.is_mounted());
     m.mount(&[]);

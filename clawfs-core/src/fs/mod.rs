@@ -167,7 +167,18 @@ pub struct ClawFs {
     recent: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<BackingFile>)>>,
     /// The HMAC key the audit trail is signed with now (the vault's, while unlocked).
     audit_key: std::sync::Mutex<Option<[u8; 32]>>,
+    /// Recently used `O_PATH` descriptors by backing handle, oldest first in the queue.
+    path_fds: std::sync::Mutex<PathFds>,
 }
+
+/// `O_PATH` descriptors kept by [`ClawFs::open_path`].
+type PathFds = (
+    std::collections::HashMap<Arc<BackingHandle>, Arc<OwnedFd>>,
+    std::collections::VecDeque<Arc<BackingHandle>>,
+);
+
+/// How many `O_PATH` descriptors are kept open (well under the 20,000 open-file limit).
+const PATH_FDS: usize = 512;
 
 /// How many closed files keep their backing descriptor (well under the fd limit).
 const RECENT_BACKINGS: usize = 1024;
@@ -279,6 +290,7 @@ impl ClawFs {
             vault: Default::default(),
             recent: Default::default(),
             audit_key: Default::default(),
+            path_fds: Default::default(),
         })
     }
 
@@ -355,8 +367,30 @@ impl ClawFs {
         self.inodes.get(ino).ok_or(FsError::UnknownInode(ino))
     }
 
-    fn open_path(&self, node: &Node) -> FsResult<OwnedFd> {
-        Ok(node.handle.open_path(self.mount_fd())?)
+    /// An `O_PATH` descriptor of `node`; the last [`PATH_FDS`] are kept, so the directories a
+    /// workload walks are not reopened by handle on every call. An entry goes when the kernel
+    /// forgets the inode.
+    fn open_path(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        let mut cache = self
+            .path_fds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(fd) = cache.0.get(&node.handle) {
+            return Ok(Arc::clone(fd));
+        }
+        let fd = Arc::new(node.handle.open_path(self.mount_fd())?);
+        let (map, order) = &mut *cache;
+        map.insert(Arc::clone(&node.handle), Arc::clone(&fd));
+        order.push_back(Arc::clone(&node.handle));
+        while map.len() > PATH_FDS {
+            match order.pop_front() {
+                Some(old) => {
+                    map.remove(&old);
+                }
+                None => break,
+            }
+        }
+        Ok(fd)
     }
 
     fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
@@ -467,7 +501,18 @@ impl ClawFs {
 
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
+        let node = self.inodes.get(ino);
         if self.inodes.forget(ino, n) {
+            if let Some(node) = node {
+                let mut cache = self
+                    .path_fds
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (map, order) = &mut *cache;
+                if map.remove(&node.handle).is_some() {
+                    order.retain(|h| !Arc::ptr_eq(h, &node.handle));
+                }
+            }
             self.recent
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1342,7 +1387,7 @@ impl ClawFs {
         op: &'static str,
         access: crate::policy::Access,
         node: &Node,
-    ) -> FsResult<OwnedFd> {
+    ) -> FsResult<Arc<OwnedFd>> {
         let fd = self.open_path(node)?;
         self.decide(caller, op, access, &self.ns_path(&fd)?)?;
         Ok(fd)
