@@ -511,3 +511,36 @@ fn audit_verify_names_an_edited_a_deleted_and_a_reordered_record() {
     assert_eq!(code, Some(1));
     assert!(msg.contains("reordered") || msg.contains("edited"), "{msg}");
 }
+
+#[test]
+fn agents_see_only_their_own_tool_responses_and_calls_run_under_their_policy() {
+    let m = Mounted::new();
+    fs::create_dir(m.path("workspaces/secret-project")).unwrap();
+    fs::write(m.path("workspaces/secret-project/plan.md"), "hidden").unwrap();
+    let mnt = m.mnt.display().to_string();
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            "echo '{{\"tool\":\"list_allowed\"}}' > {mnt}/tools/requests/q.json && \
+             cat {mnt}/tools/responses/q.json; echo; \
+             exec 3<>{mnt}/tools/call/read_file; \
+             printf '{{\"workspace\":\"secret-project\",\"path\":\"plan.md\"}}' >&3; cat <&3"
+        ),
+    );
+    let text = stdout(&out);
+    let mut lines = text.lines().filter(|l| l.starts_with('{'));
+    let allowed: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(allowed["ok"], true, "{text}");
+    let denied: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(denied["ok"], false, "{text}");
+    assert_eq!(denied["error"], "denied", "{text}");
+    assert!(!text.contains("hidden"));
+    // Another agent does not see fs-engine's response.
+    let out = run_agent(
+        &m,
+        "kernel-engine",
+        &format!("cat {mnt}/tools/responses/q.json 2>&1; true"),
+    );
+    assert!(stdout(&out).contains("No such file"), "{}", stdout(&out));
+}

@@ -20,7 +20,11 @@ impl ClawFs {
 
     /// Whose requests and responses a caller sees.
     pub(super) fn owner_key(&self, caller: &Caller) -> String {
-        format!("uid:{}", caller.uid)
+        // By identity: an agent is itself whatever uid it runs as; others are their uid.
+        match self.identify(caller) {
+            Identity::Agent(a) => format!("agent:{a}"),
+            _ => format!("uid:{}", caller.uid),
+        }
     }
 
     fn response(&self, owner: &str, id: &str) -> Option<Vec<u8>> {
