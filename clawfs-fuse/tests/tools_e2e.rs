@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::{eventually, tool_call, tool_request, Mounted};
+use common::{at_once, tool_call, tool_request, Mounted};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -350,7 +350,7 @@ fn every_tool(iface: Iface) {
         "move",
         json!({"from": "new/deep/n.md", "to": "moved/here/n.md"}),
     );
-    eventually("the moved file leaves its old path", || {
+    at_once("the moved file leaves its old path", || {
         !ws.join("new/deep/n.md").exists()
     });
     assert_eq!(
@@ -372,7 +372,7 @@ fn every_tool(iface: Iface) {
     // delete, list_trash, restore
     let r = s.ok(&m, iface, "delete", json!({"path": "moved/here/n.md"}));
     let id = r["trash_id"].as_str().unwrap().to_string();
-    eventually("the deleted file is gone", || {
+    at_once("the deleted file is gone", || {
         !ws.join("moved/here/n.md").exists()
     });
     s.fails(
@@ -400,7 +400,7 @@ fn every_tool(iface: Iface) {
     );
     let r = s.ok(&m, iface, "restore", json!({"trash_id": id}));
     assert_eq!(r["path"], "moved/here/n.md");
-    eventually("the restored file is back", || {
+    at_once("the restored file is back", || {
         ws.join("moved/here/n.md").exists()
     });
     assert_eq!(
@@ -902,7 +902,7 @@ fn trash_and_restore_round_trip() {
         assert_eq!(folder["type"], "folder");
         let file = call(&m, iface, "delete", json!({"path": "a/dup.md"}));
         assert_eq!(file["ok"], true, "{file}");
-        eventually("the deleted items are gone", || {
+        at_once("the deleted items are gone", || {
             !ws.join("Projects").exists() && !ws.join("a/dup.md").exists()
         });
         let trash = call(&m, iface, "list_trash", json!({}));
@@ -943,7 +943,7 @@ fn trash_and_restore_round_trip() {
         );
         assert_eq!(r["ok"], true, "{r}");
         assert_eq!(r["path"], "Projects");
-        eventually("the restored folder is back", || {
+        at_once("the restored folder is back", || {
             ws.join("Projects/Plan.md").exists()
         });
         assert_eq!(common::tree(&ws.join("Projects")), before);
@@ -951,7 +951,7 @@ fn trash_and_restore_round_trip() {
         let r = call(&m, iface, "list_trash", json!({}));
         assert_eq!(r["total"], 0, "{r}");
         // Back to the fixture for the other interface.
-        eventually("the restored file is visible", || {
+        at_once("the restored file is visible", || {
             ws.join("a/dup-restored.md").exists()
         });
         fs::remove_file(ws.join("a/dup-restored.md")).unwrap();

@@ -250,21 +250,8 @@ pub fn tool_request(m: &Mounted, tool: &str, request: &serde_json::Value) -> ser
     )
     .unwrap_or_else(|e| panic!("write tools/requests/{id}.json: {e}"));
     let resp = m.path(&format!("tools/responses/{id}.json"));
-    // The call runs at RELEASE, which the kernel sends after close(2) has returned, so the
-    // response may appear a moment later (tools_bugs.rs shows it); wait for it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let out = loop {
-        match std::fs::read(&resp) {
-            Ok(out) => break out,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(5))
-            }
-            Err(e) => panic!("read {}: {e}", resp.display()),
-        }
-    };
+    // The call ran when the request was closed (FLUSH): the response is there now.
+    let out = std::fs::read(&resp).unwrap_or_else(|e| panic!("read {}: {e}", resp.display()));
     std::fs::remove_file(&resp).unwrap();
     serde_json::from_slice(&out)
         .unwrap_or_else(|e| panic!("{tool}: {e}: {:?}", String::from_utf8_lossy(&out)))
@@ -289,15 +276,8 @@ pub fn workspace_bin(name: &str, package: &str) -> PathBuf {
     path
 }
 
-/// Waits until `cond` holds, at most 5 s: a change a tool made in the backing store reaches the
-/// kernel's caches of the mount only when their entries expire (tools_bugs.rs shows it).
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+/// Asserts that `cond` holds now: what a tool changed in the backing store is visible through
+/// the mount as soon as the call has answered (the daemon drops the kernel's stale entries).
+pub fn at_once(what: &str, cond: impl FnOnce() -> bool) {
+    assert!(cond(), "not visible at once: {what}");
 }
