@@ -233,6 +233,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
     spawn_vault_watch(Arc::clone(&fs))?;
     let result = session.run();
+    fs.save_usage();
     if let Some(audit) = fs.audit_log() {
         if let Err(e) = audit.flush() {
             warn!(error = %e, "flushing the audit trail");
@@ -279,6 +280,8 @@ fn spawn_vault_watch(fs: Arc<ClawFs>) -> Result<(), Failure> {
         .name("vault-watch".into())
         .spawn(move || loop {
             fs.refresh_audit_key();
+            // Quota usage survives a restart (saved when it changed).
+            fs.save_usage();
             std::thread::sleep(VAULT_WATCH);
         })
         .context("starting the vault watch")?;

@@ -337,6 +337,19 @@ fn quotas_and_policy_reload() {
         "{}",
         stdout(&out)
     );
+    // Usage survives a restart of the daemon.
+    assert!(m.umount().status.success());
+    m.mount(&[]);
+    let out = run_agent(
+        &m,
+        "fs-engine",
+        &format!("(touch {mnt}/agents/fs-engine/f9) 2>&1; true"),
+    );
+    assert!(
+        stdout(&out).contains("Disk quota exceeded"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

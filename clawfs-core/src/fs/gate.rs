@@ -32,8 +32,12 @@ pub struct Gate {
     store_owner: u32,
     audit: OnceLock<Arc<AuditLog>>,
     denials: Mutex<HashMap<String, VecDeque<String>>>,
-    usage: Mutex<HashMap<String, Quota>>,
+    /// Bytes and files each agent has written, and whether that changed since it was saved.
+    usage: Mutex<(HashMap<String, Quota>, bool)>,
 }
+
+/// Where quota usage is kept across restarts, relative to the store's private area.
+pub const QUOTA_USAGE_FILE: &str = "quota-usage.json";
 
 impl Gate {
     /// A gate with `policy`, for a store owned by `store_owner`.
@@ -44,7 +48,7 @@ impl Gate {
             store_owner,
             audit: OnceLock::new(),
             denials: Mutex::default(),
-            usage: Mutex::default(),
+            usage: Mutex::new((HashMap::new(), false)),
         }
     }
 }
@@ -268,9 +272,56 @@ impl ClawFs {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         usage
+            .0
             .get(agent.as_str())
             .copied()
             .unwrap_or(Quota { bytes: 0, files: 0 })
+    }
+
+    /// Loads the quota usage saved by a previous daemon (none if there is none).
+    pub(super) fn load_usage(&self) {
+        let path = self.store.private_dir().join(QUOTA_USAGE_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return;
+        };
+        let Ok(saved) = serde_json::from_str::<HashMap<String, (u64, u64)>>(&text) else {
+            tracing::warn!(path = %path.display(), "unreadable quota usage; counting from zero");
+            return;
+        };
+        let mut usage = self
+            .gate
+            .usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        usage.0 = saved
+            .into_iter()
+            .map(|(a, (bytes, files))| (a, Quota { bytes, files }))
+            .collect();
+    }
+
+    /// Saves the quota usage if it changed (atomically), so it survives a restart.
+    pub fn save_usage(&self) {
+        let snapshot: HashMap<String, (u64, u64)> = {
+            let mut usage = self
+                .gate
+                .usage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !usage.1 {
+                return;
+            }
+            usage.1 = false;
+            usage
+                .0
+                .iter()
+                .map(|(a, q)| (a.clone(), (q.bytes, q.files)))
+                .collect()
+        };
+        let json = serde_json::to_vec(&snapshot).expect("a map serialises");
+        let dir = self.store.private_dir();
+        if let Err(e) = crate::store::atomic_write(&dir, QUOTA_USAGE_FILE, &json, 0o600) {
+            tracing::warn!(error = %e, "could not save quota usage");
+        }
     }
 
     /// Adds to an agent's usage (bytes written are counted when a handle is closed).
@@ -281,10 +332,12 @@ impl ClawFs {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let u = usage
+            .0
             .entry(agent.as_str().to_string())
             .or_insert(Quota { bytes: 0, files: 0 });
         u.bytes = u.bytes.saturating_add(adding.bytes);
         u.files = u.files.saturating_add(adding.files);
+        usage.1 = true;
     }
 
     /// Records a refusal by ClawFS's fixed namespace rules (read-only areas, naming rules,

@@ -271,7 +271,7 @@ impl ClawFs {
             }
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
-        Ok(Self {
+        let fs = Self {
             gate: gate::Gate::new(policy, st.st_uid),
             faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
@@ -291,7 +291,9 @@ impl ClawFs {
             recent: Default::default(),
             audit_key: Default::default(),
             path_fds: Default::default(),
-        })
+        };
+        fs.load_usage();
+        Ok(fs)
     }
 
     /// Whether the kernel serves reads and writes itself (FUSE passthrough), as negotiated at
