@@ -8,23 +8,14 @@ mod common;
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{clawfs, Mounted};
 use serde_json::Value;
 
 /// `clawfs run --agent AGENT -- sh -c SCRIPT` against the mount.
 fn run_agent(m: &Mounted, agent: &str, script: &str) -> Output {
-    Command::new(common::clawfs_bin())
-        .arg("run")
-        .arg("--store")
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args(["--agent", agent, "--", "sh", "-c", script])
-        .current_dir("/")
-        .output()
-        .unwrap()
+    m.run_agent(agent, script)
 }
 
 fn stdout(o: &Output) -> String {
@@ -85,23 +76,11 @@ fn two_agents_each_write_only_their_own_directory() {
         )
     };
     // In parallel, each in its own cgroup.
-    let a = std::thread::spawn({
-        let s = script("fs-engine", "kernel-engine");
-        let (store, mnt) = (m.store.clone(), m.mnt.clone());
-        move || {
-            Command::new(common::clawfs_bin())
-                .arg("run")
-                .arg("--store")
-                .arg(store)
-                .arg("--mount")
-                .arg(mnt)
-                .args(["--agent", "fs-engine", "--", "sh", "-c", &s])
-                .output()
-                .unwrap()
-        }
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| run_agent(&m, "fs-engine", &script("fs-engine", "kernel-engine")));
+        let b = run_agent(&m, "kernel-engine", &script("kernel-engine", "fs-engine"));
+        (a.join().unwrap(), b)
     });
-    let b = run_agent(&m, "kernel-engine", &script("kernel-engine", "fs-engine"));
-    let a = a.join().unwrap();
     for (out, me, other) in [
         (&a, "fs-engine", "kernel-engine"),
         (&b, "kernel-engine", "fs-engine"),

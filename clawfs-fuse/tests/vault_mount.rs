@@ -43,16 +43,7 @@ fn ok(o: Output) -> String {
 }
 
 fn run_agent(m: &Mounted, agent: &str, script: &str) -> String {
-    let out = Command::new(common::clawfs_bin())
-        .arg("run")
-        .arg("--store")
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args(["--agent", agent, "--", "sh", "-c", script])
-        .current_dir("/")
-        .output()
-        .unwrap();
+    let out = m.run_agent(agent, script);
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 

@@ -58,22 +58,20 @@ impl ClawFs {
 
     /// Whether a secret is stored under `name`.
     pub(super) fn secret_exists(&self, name: &str) -> bool {
+        self.secret_names().iter().any(|n| n == name)
+    }
+
+    /// The names of the stored secrets (none when the vault is not set up).
+    fn secret_names(&self) -> Vec<String> {
         self.vault()
-            .and_then(|v| {
-                v.list()
-                    .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
-            })
-            .is_ok_and(|names| names.iter().any(|n| n == name))
+            .ok()
+            .and_then(|v| v.list().ok())
+            .unwrap_or_default()
     }
 
     /// The secret names `caller` may see: all for admins, the granted ones for agents.
     pub(super) fn visible_secrets(&self, caller: &Caller) -> Vec<String> {
-        let Ok(names) = self.vault().and_then(|v| {
-            v.list()
-                .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
-        }) else {
-            return Vec::new();
-        };
+        let names = self.secret_names();
         let who = self.identify(caller);
         let policy = self.policy();
         names

@@ -602,10 +602,16 @@ impl Vault {
     /// from the master key under its own label, so the master key itself never signs anything.
     /// `None` when the vault is locked or not set up.
     pub fn audit_key(&self) -> Option<[u8; 32]> {
-        let env = self.envelope().ok()?;
-        let ring = self.keyring(false).ok()??;
-        let master = self.keyring_master(&ring, &env.key_id).ok()??;
+        let master = self.unlocked_master().ok()?;
         Some(master.hmac(b"clawfs-audit-hmac-v1"))
+    }
+
+    /// The master key in force, from the keyring; `Locked` when the vault is locked.
+    fn unlocked_master(&self) -> Result<Key256, VaultError> {
+        let env = self.envelope()?;
+        let ring = self.unlocked_ring()?;
+        self.keyring_master(&ring, &env.key_id)?
+            .ok_or(VaultError::Locked)
     }
 
     /// Stores `value` as a new version of secret `name` (atomically).
@@ -659,11 +665,7 @@ impl Vault {
         check_secret_name(name)?;
         let _lock = self.write_lock()?;
         self.recover_locked()?;
-        let env = self.envelope()?;
-        let ring = self.unlocked_ring()?;
-        let master = self
-            .keyring_master(&ring, &env.key_id)?
-            .ok_or(VaultError::Locked)?;
+        let master = self.unlocked_master()?;
         let path = self.secret_path(name);
         if !path.exists() {
             return Err(VaultError::NotFound(name.into()));

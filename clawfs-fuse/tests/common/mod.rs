@@ -124,6 +124,20 @@ impl Mounted {
             })
     }
 
+    /// `clawfs run --agent AGENT -- sh -c SCRIPT` against this mount.
+    pub fn run_agent(&self, agent: &str, script: &str) -> Output {
+        Command::new(clawfs_bin())
+            .arg("run")
+            .arg("--store")
+            .arg(&self.store)
+            .arg("--mount")
+            .arg(&self.mnt)
+            .args(["--agent", agent, "--", "sh", "-c", script])
+            .current_dir("/")
+            .output()
+            .expect("run clawfs run")
+    }
+
     /// The daemon's pid.
     pub fn daemon_pid(&self) -> i32 {
         let info = std::fs::read_to_string(self.store.join(".clawfs/daemon.json")).unwrap();
