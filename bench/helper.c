@@ -9,6 +9,8 @@
  *   helper readdir DIR EXPECTED      list DIR (getdents via readdir(3)); fail unless EXPECTED entries
  *   helper tree    DIR NDIRS NFILES  write a source-like tree: NDIRS dirs in two levels, NFILES files
  *   helper randread FILE SECONDS BS [direct]  random BS-sized preads for SECONDS; prints IOPS
+ *   helper statmiss DIR N            stat N names that do not exist; prints µs per call
+ *   helper openclose FILE N          open(O_RDONLY)+close FILE N times; prints µs per pair
  *
  * Exit status is non-zero on any error, with a message on stderr.
  */
@@ -191,6 +193,35 @@ static int do_randread(const char *file, double seconds, long bs, int direct)
     return 0;
 }
 
+/* Per-call latency probes (bench/floor.sh): one system call that costs exactly one FUSE
+ * round trip on a FUSE mount (a stat of a missing, uncached name), and the open+close pair. */
+static int do_statmiss(const char *dir, long n)
+{
+    char path[4096];
+    struct stat st;
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/missing-%d-%ld", dir, (int)getpid(), i);
+        if (lstat(path, &st) == 0 || errno != ENOENT)
+            die("lstat (expected ENOENT)", path);
+    }
+    printf("%.2f\n", (now() - t0) * 1e6 / n);
+    return 0;
+}
+
+static int do_openclose(const char *file, long n)
+{
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            die("open", file);
+        close(fd);
+    }
+    printf("%.2f\n", (now() - t0) * 1e6 / n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 5 && !strcmp(argv[1], "create"))
@@ -203,6 +234,10 @@ int main(int argc, char **argv)
         return do_tree(argv[2], atol(argv[3]), atol(argv[4]));
     if (argc >= 5 && !strcmp(argv[1], "randread"))
         return do_randread(argv[2], atof(argv[3]), atol(argv[4]), argc >= 6 && !strcmp(argv[5], "direct"));
-    fprintf(stderr, "usage: helper create|stat|readdir|tree|randread ...\n");
+    if (argc >= 4 && !strcmp(argv[1], "statmiss"))
+        return do_statmiss(argv[2], atol(argv[3]));
+    if (argc >= 4 && !strcmp(argv[1], "openclose"))
+        return do_openclose(argv[2], atol(argv[3]));
+    fprintf(stderr, "usage: helper create|stat|readdir|tree|randread|statmiss|openclose ...\n");
     return 2;
 }

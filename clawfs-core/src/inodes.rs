@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::area::Place;
 use crate::backing::BackingHandle;
+use crate::io_mode::IoMode;
 
 /// The inode number FUSE reserves for the mount root.
 pub const ROOT_INO: u64 = 1;
@@ -21,6 +22,8 @@ pub struct Node {
     pub handle: Arc<BackingHandle>,
     /// Where it sits (for directories; files are `Inside(area)`).
     pub place: Place,
+    /// Its open files by I/O mode; as long-lived as the kernel's inode.
+    pub io: Arc<IoMode>,
 }
 
 struct Slot {
@@ -47,6 +50,7 @@ impl InodeTable {
                 node: Node {
                     handle: Arc::new(root),
                     place: Place::MountRoot,
+                    io: Default::default(),
                 },
                 // The root is never forgotten.
                 lookups: u64::MAX / 2,
@@ -82,8 +86,11 @@ impl InodeTable {
         match slots.get_mut(&ino) {
             Some(slot) => {
                 if *slot.node.handle != handle {
-                    slot.node.handle = Arc::new(handle);
-                    slot.node.place = place;
+                    slot.node = Node {
+                        handle: Arc::new(handle),
+                        place,
+                        io: Default::default(),
+                    };
                 }
                 slot.lookups = slot.lookups.saturating_add(1);
             }
@@ -94,6 +101,7 @@ impl InodeTable {
                         node: Node {
                             handle: Arc::new(handle),
                             place,
+                            io: Default::default(),
                         },
                         lookups: 1,
                     },

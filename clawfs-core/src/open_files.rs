@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::attr::FileKind;
 use crate::error::{FsError, FsResult};
+use crate::io_mode::{IoChoice, IoMode};
 
 /// A backing descriptor and what the adapter keeps alive with it (the passthrough backing id).
 /// With passthrough, one is shared by every open of an inode (the kernel requires one backing
@@ -54,6 +55,19 @@ pub struct OpenFile {
     pub writer: Option<WriteHandle>,
     /// For a staged write (an identity file): where it goes when it is closed.
     pub staged: Option<crate::fs::StagedTarget>,
+    /// With passthrough on: how this open is served, counted in its inode's mode.
+    pub io: Option<(IoChoice, Arc<IoMode>)>,
+}
+
+impl OpenFile {
+    /// `Some(keep_cache)` for an open served through the page cache by choice; `None` for one
+    /// to serve by passthrough if the kernel allows it.
+    pub fn cached(&self) -> Option<bool> {
+        match self.io {
+            Some((IoChoice::Cached { keep_cache }, _)) => Some(keep_cache),
+            _ => None,
+        }
+    }
 }
 
 impl std::ops::Deref for OpenFile {

@@ -45,6 +45,15 @@ pub struct Adapter {
 /// FLUSH round trip.
 const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
+/// Open flags for a file served through the page cache; without `keep_cache` the kernel drops
+/// the pages it has (they may predate a passthrough write).
+fn cached_open_flags(keep_cache: bool) -> FopenFlags {
+    match keep_cache {
+        true => FILE_OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE,
+        false => FILE_OPEN_FLAGS,
+    }
+}
+
 fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
@@ -182,6 +191,12 @@ impl Adapter {
         slot.get()?.downcast_ref::<BackingId>()
     }
 }
+
+/// Entries with attributes in one READDIRPLUS reply. The kernel asks for "plus" on a listing's
+/// first call only (unless `ls -l`-style stats follow), so a small directory is served whole
+/// while a large one is not stat'ed entry by entry (cold, that reads every inode from disk)
+/// just to be listed.
+const READDIRPLUS_BATCH: usize = 64;
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -393,12 +408,12 @@ impl Filesystem for Adapter {
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }
-            Ok(Opened::Backing(fh, file)) => match self.backing(&file, |f| reply.open_backing(f)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
-                None => reply.opened(
-                    FileHandle(fh),
-                    FILE_OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE,
-                ),
+            Ok(Opened::Backing(fh, file)) => match file.cached() {
+                Some(keep_cache) => reply.opened(FileHandle(fh), cached_open_flags(keep_cache)),
+                None => match self.backing(&file, |f| reply.open_backing(f)) {
+                    Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
+                    None => reply.opened(FileHandle(fh), cached_open_flags(true)),
+                },
             },
             // Generated content: every read and write reaches the daemon.
             Ok(Opened::Virtual(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
@@ -429,7 +444,11 @@ impl Filesystem for Adapter {
                 let attr = file_attr(&entry.attr);
                 let generation = Generation(entry.generation);
                 let ttl = self.config.ttl;
-                match self.backing(&file, |f| reply.open_backing(f)) {
+                let backing = match file.cached() {
+                    Some(_) => None,
+                    None => self.backing(&file, |f| reply.open_backing(f)),
+                };
+                match backing {
                     Some(id) => reply.created_passthrough(
                         &ttl,
                         &attr,
@@ -443,7 +462,7 @@ impl Filesystem for Adapter {
                         &attr,
                         generation,
                         FileHandle(fh),
-                        FILE_OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE,
+                        cached_open_flags(file.cached().unwrap_or(true)),
                     ),
                 }
             }
@@ -580,7 +599,11 @@ impl Filesystem for Adapter {
             Err(e) => return reply.error(fail("readdirplus", e)),
         };
         let ttl = self.config.ttl;
+        let mut looked_up = 0;
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
+            if looked_up == READDIRPLUS_BATCH {
+                break;
+            }
             let next = (i + 1) as u64;
             if e.name == "." || e.name == ".." {
                 // The kernel takes no reference for these two.
@@ -601,6 +624,7 @@ impl Filesystem for Adapter {
             let Ok(entry) = self.fs.lookup(&caller(req), ino.0, &e.name) else {
                 continue; // removed since the listing
             };
+            looked_up += 1;
             let attr = file_attr(&entry.attr);
             if reply.add(
                 attr.ino,

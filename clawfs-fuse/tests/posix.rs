@@ -240,3 +240,45 @@ fn a_slow_call_does_not_stall_ls() {
     );
     assert!(slow.join().unwrap());
 }
+
+/// Small files opened only for reading are served through the page cache, writers by
+/// passthrough; the kernel refuses to mix the two on one inode. Every interleaving must work
+/// and show the latest bytes, on the mount and in the store.
+#[test]
+fn cached_readers_and_passthrough_writers_interleave() {
+    let m = Mounted::new();
+    let p = m.ws().join("small.txt");
+    let read = |p: &Path| fs::read_to_string(p).unwrap();
+    fs::write(&p, "one!").unwrap();
+    assert_eq!(read(&p), "one!"); // cached: the kernel now holds the pages
+    assert_eq!(read(&p), "one!");
+
+    // Overwritten in place by a writer alone (passthrough, past the page cache), with the
+    // size and mtime as before: only the mount's bookkeeping can tell the pages are stale.
+    let mtime = fs::metadata(&p).unwrap().modified().unwrap();
+    let w = OpenOptions::new().write(true).open(&p).unwrap();
+    w.write_all_at(b"ONE", 0).unwrap();
+    w.set_modified(mtime).unwrap();
+    drop(w);
+    assert_eq!(read(&p), "ONE!");
+
+    // A writer opening while a cached reader is open joins the page cache: no EIO, and the
+    // reader sees the write.
+    let mut reader = fs::File::open(&p).unwrap();
+    let w = OpenOptions::new().write(true).open(&p).unwrap();
+    w.write_all_at(b"two", 0).unwrap();
+    let mut s = String::new();
+    reader.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "two!");
+    drop((w, reader));
+
+    // A reader opening while a passthrough writer is open joins passthrough.
+    let mut w = OpenOptions::new().append(true).open(&p).unwrap();
+    w.write_all(b"3").unwrap();
+    assert_eq!(read(&p), "two!3");
+    w.write_all(b"4").unwrap();
+    assert_eq!(read(&p), "two!34");
+    drop(w);
+    assert_eq!(read(&p), "two!34");
+    assert_eq!(read(&m.backing("workspaces/default/small.txt")), "two!34");
+}

@@ -15,6 +15,7 @@ use crate::audit::{AuditEvent, AuditLog};
 use crate::backing::proc_fd_path;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
+use crate::inodes::Node;
 use crate::policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
 
 /// How long a pid's identity is trusted before `/proc/<pid>/cgroup` is read again. A pid reused
@@ -184,6 +185,22 @@ impl ClawFs {
             .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
     }
 
+    /// The namespace path of `node`, reached through `fd` (a descriptor of it) unless cached.
+    pub(super) fn node_path(&self, node: &Node, fd: impl AsFd) -> FsResult<NsPath> {
+        if let Some(path) = self.paths.get(&node.handle) {
+            return Ok(path);
+        }
+        let generation = self.paths.generation();
+        let path = self.ns_path(fd)?;
+        self.paths.insert(generation, &node.handle, &path);
+        Ok(path)
+    }
+
+    /// Forgets cached namespace paths: something was renamed.
+    pub(crate) fn paths_changed(&self) {
+        self.paths.clear();
+    }
+
     /// `dir`'s namespace path joined with `name`.
     pub(super) fn ns_child(&self, dir: impl AsFd, name: &OsStr) -> FsResult<NsPath> {
         self.ns_path(dir)?
@@ -228,16 +245,20 @@ impl ClawFs {
         Ok(who)
     }
 
-    /// Decides creating `name` in `dir` (and the file it adds to the caller's quota); returns
-    /// the caller and the new node's path.
+    /// Decides creating `name` in the directory `pnode` (reached through `dir`), and the file
+    /// it adds to the caller's quota; returns the caller and the new node's path.
     pub(super) fn decide_create(
         &self,
         caller: &Caller,
         op: &'static str,
+        pnode: &Node,
         dir: impl AsFd,
         name: &OsStr,
     ) -> FsResult<(Identity, NsPath)> {
-        let path = self.ns_child(dir, name)?;
+        let path = self
+            .node_path(pnode, dir)?
+            .join(name)
+            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
         let who = self.decide(caller, op, Access::Create, &path)?;
         self.decide_quota(caller, &who, op, &path, Quota { bytes: 0, files: 1 }, true)?;
         Ok((who, path))

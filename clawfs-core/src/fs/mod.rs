@@ -9,6 +9,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
+use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -23,10 +24,12 @@ use crate::backing::{proc_fd_path, BackingHandle};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
+use crate::io_mode::CACHED_MAX_SIZE;
 use crate::names;
 use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
 };
+use crate::path_cache::PathCache;
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
@@ -164,24 +167,20 @@ pub struct ClawFs {
     /// Backing descriptors of recently closed files, kept (with their passthrough
     /// registration) so that reopening a file costs no open and no registration. An entry goes
     /// when the kernel forgets the inode, so an unlinked file's space is not held.
-    recent: std::sync::Mutex<std::collections::VecDeque<(u64, Arc<BackingFile>)>>,
+    recent: std::sync::Mutex<lru::LruCache<u64, Arc<BackingFile>>>,
     /// The HMAC key the audit trail is signed with now (the vault's, while unlocked).
     audit_key: std::sync::Mutex<Option<[u8; 32]>>,
-    /// Recently used `O_PATH` descriptors by backing handle, oldest first in the queue.
-    path_fds: std::sync::Mutex<PathFds>,
+    /// Recently used `O_PATH` descriptors by backing handle.
+    path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
+    /// Namespace paths of nodes in use, for policy decisions.
+    paths: PathCache,
 }
 
-/// `O_PATH` descriptors kept by [`ClawFs::open_path`].
-type PathFds = (
-    std::collections::HashMap<Arc<BackingHandle>, Arc<OwnedFd>>,
-    std::collections::VecDeque<Arc<BackingHandle>>,
-);
-
 /// How many `O_PATH` descriptors are kept open (well under the 20,000 open-file limit).
-const PATH_FDS: usize = 512;
+const PATH_FDS: NonZeroUsize = NonZeroUsize::new(512).unwrap();
 
 /// How many closed files keep their backing descriptor (well under the fd limit).
-const RECENT_BACKINGS: usize = 1024;
+const RECENT_BACKINGS: NonZeroUsize = NonZeroUsize::new(1024).unwrap();
 
 /// A kernel cache entry to drop because the store changed behind the kernel's back (a tool
 /// call wrote the backing files directly).
@@ -288,9 +287,10 @@ impl ClawFs {
             shared: Default::default(),
             invalidator: Default::default(),
             vault: Default::default(),
-            recent: Default::default(),
+            recent: std::sync::Mutex::new(lru::LruCache::new(RECENT_BACKINGS)),
             audit_key: Default::default(),
-            path_fds: Default::default(),
+            path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
+            paths: Default::default(),
         };
         fs.load_usage();
         Ok(fs)
@@ -315,6 +315,7 @@ impl ClawFs {
     /// Tells the kernel that the backing entries at `paths` (absolute, inside the store) changed:
     /// their names and their directories' attributes and listings are dropped from its caches.
     pub(crate) fn invalidate_paths(&self, paths: &[std::path::PathBuf]) {
+        self.paths_changed(); // a tool may have moved a directory
         let Some(invalidate) = self.invalidator.get() else {
             return;
         };
@@ -377,21 +378,11 @@ impl ClawFs {
             .path_fds
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(fd) = cache.0.get(&node.handle) {
+        if let Some(fd) = cache.get(&node.handle) {
             return Ok(Arc::clone(fd));
         }
         let fd = Arc::new(node.handle.open_path(self.mount_fd())?);
-        let (map, order) = &mut *cache;
-        map.insert(Arc::clone(&node.handle), Arc::clone(&fd));
-        order.push_back(Arc::clone(&node.handle));
-        while map.len() > PATH_FDS {
-            match order.pop_front() {
-                Some(old) => {
-                    map.remove(&old);
-                }
-                None => break,
-            }
-        }
+        cache.put(Arc::clone(&node.handle), Arc::clone(&fd));
         Ok(fd)
     }
 
@@ -506,19 +497,15 @@ impl ClawFs {
         let node = self.inodes.get(ino);
         if self.inodes.forget(ino, n) {
             if let Some(node) = node {
-                let mut cache = self
-                    .path_fds
+                self.path_fds
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (map, order) = &mut *cache;
-                if map.remove(&node.handle).is_some() {
-                    order.retain(|h| !Arc::ptr_eq(h, &node.handle));
-                }
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .pop(&node.handle);
             }
             self.recent
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|(i, _)| *i != ino);
+                .pop(&ino);
         }
     }
 
@@ -633,7 +620,7 @@ impl ClawFs {
             .check_create(&pnode, name, FileKind::from_mode(mode))
             .map_err(|e| self.rule_refusal(caller, "mknod", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "mknod", &dir, name)?;
+        self.decide_create(caller, "mknod", &pnode, &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mknodat(
@@ -654,7 +641,7 @@ impl ClawFs {
             .check_create(&pnode, name, FileKind::Dir)
             .map_err(|e| self.rule_refusal(caller, "mkdir", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "mkdir", &dir, name)?;
+        self.decide_create(caller, "mkdir", &pnode, &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
@@ -734,7 +721,7 @@ impl ClawFs {
             .check_create(&pnode, name, FileKind::Symlink)
             .map_err(|e| self.rule_refusal(caller, "symlink", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "symlink", &dir, name)?;
+        self.decide_create(caller, "symlink", &pnode, &dir, name)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
@@ -822,6 +809,7 @@ impl ClawFs {
         self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
+        self.paths_changed();
         Ok(())
     }
 
@@ -850,8 +838,8 @@ impl ClawFs {
             };
         let mut opath = None;
         let path = match &shared {
-            Some(b) => self.ns_path(&b.file)?,
-            None => self.ns_path(opath.insert(self.open_path(&node)?))?,
+            Some(b) => self.node_path(&node, &b.file)?,
+            None => self.node_path(&node, opath.insert(self.open_path(&node)?))?,
         };
         let access = if writes {
             crate::policy::Access::Write
@@ -904,11 +892,21 @@ impl ClawFs {
             }),
             false => None,
         };
+        let io = match self.passthrough() {
+            true => {
+                let prefer_cached = !writes
+                    && flags & libc::O_DIRECT == 0
+                    && backing.file.metadata()?.len() <= CACHED_MAX_SIZE;
+                Some((node.io.open(prefer_cached, writes), Arc::clone(&node.io)))
+            }
+            false => None,
+        };
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
             writer,
             staged: None,
+            io,
         });
         Ok(Opened::Backing(fh, file))
     }
@@ -949,7 +947,7 @@ impl ClawFs {
             .check_create(&pnode, name, FileKind::File)
             .map_err(|e| self.rule_refusal(caller, "create", &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        let (who, path) = self.decide_create(caller, "create", &dir, name)?;
+        let (who, path) = self.decide_create(caller, "create", &pnode, &dir, name)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -989,11 +987,19 @@ impl ClawFs {
             path,
             size_at_open: 0,
         });
+        let io = match self.passthrough() {
+            true => {
+                let node = self.node(ino)?;
+                Some((node.io.open(false, true), Arc::clone(&node.io)))
+            }
+            false => None,
+        };
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
             writer,
             staged: None,
+            io,
         });
         Ok((entry, Opened::Backing(fh, file)))
     }
@@ -1072,6 +1078,9 @@ impl ClawFs {
             return self.release_virtual(fh);
         }
         let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        if let Some((choice, mode)) = &file.io {
+            mode.close(*choice);
+        }
         if let Some(w) = &file.writer {
             let now = file.backing.file.metadata()?.len();
             let bytes = now.saturating_sub(w.size_at_open);
@@ -1093,12 +1102,7 @@ impl ClawFs {
                 .recent
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !recent.iter().any(|(i, _)| *i == file.ino) {
-                recent.push_back((file.ino, Arc::clone(&file.backing)));
-                if recent.len() > RECENT_BACKINGS {
-                    recent.pop_front();
-                }
-            }
+            recent.put(file.ino, Arc::clone(&file.backing));
         }
         Ok(())
     }
@@ -1169,7 +1173,7 @@ impl ClawFs {
                 caller,
                 "opendir",
                 crate::policy::Access::List,
-                &self.ns_path(&fd)?,
+                &self.node_path(&node, &fd)?,
             )?;
         }
         Ok(self

@@ -89,6 +89,7 @@ impl ClawFs {
             ino,
             backing: Arc::new(BackingFile::new(copy)),
             writer: None,
+            io: None,
             staged: Some(StagedTarget {
                 agent: agent.to_string(),
                 dir,

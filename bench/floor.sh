@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench/floor.sh — what one FUSE round trip costs on this machine, against native and ClawFS.
+#
+#   bash bench/floor.sh [--clawfs-bin PATH] [--floor-bin PATH] [--calls N] [--rounds N]
+#
+# Mounts the do-nothing FUSE file system `fuse_floor` (clawfs-fuse/examples/fuse_floor.rs: same
+# crate, threads and options as ClawFS, no work per call) and a fresh ClawFS store, and times, in
+# one run, two calls on native ext4, on the floor mount and on ClawFS:
+#   - stat of a missing name: one LOOKUP round trip on FUSE, a dentry miss natively;
+#   - open+close of a small file: an OPEN round trip (and an asynchronous RELEASE) on FUSE.
+# No FUSE file system can answer faster than the floor mount, so the floor bounds the ratio any
+# per-file workload can reach here (docs/benchmarks.md). Needs root (mounts). Cleans up on exit.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CLAWFS=""
+FLOOR=""
+CALLS=20000
+ROUNDS=5
+
+usage() {
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+while (($#)); do
+    case $1 in
+        --clawfs-bin) CLAWFS=$2; shift 2 ;;
+        --floor-bin) FLOOR=$2; shift 2 ;;
+        --calls) CALLS=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "floor.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+die() { echo "floor.sh: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || die "must run as root (mounts)"
+for n in "$CALLS" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"; done
+
+if [[ -z $CLAWFS || -z $FLOOR ]]; then
+    (cd "$REPO" && cargo build --release -p clawfs-fuse --bin clawfs --example fuse_floor) >&2 ||
+        die "cargo build failed"
+fi
+CLAWFS=$(realpath "${CLAWFS:-$REPO/target/release/clawfs}")
+FLOOR=$(realpath "${FLOOR:-$REPO/target/release/examples/fuse_floor}")
+
+WORK=$(mktemp -d /tmp/clawfs-floor.XXXXXX)
+FLOOR_PID=""
+cleanup() {
+    set +e
+    "$CLAWFS" umount "$WORK/clawfs" >/dev/null 2>&1
+    fusermount3 -u "$WORK/floor" 2>/dev/null || umount "$WORK/floor" 2>/dev/null
+    [[ -n $FLOOR_PID ]] && { kill "$FLOOR_PID" 2>/dev/null; wait "$FLOOR_PID" 2>/dev/null; }
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$WORK"/{native,floor,clawfs,bin}
+cc -O2 -Wall -o "$WORK/bin/helper" "$REPO/bench/helper.c" || die "cannot compile bench/helper.c"
+H=$WORK/bin/helper
+"$FLOOR" "$WORK/floor" 2>"$WORK/floor.log" &
+FLOOR_PID=$!
+"$CLAWFS" mount "$WORK/clawfs" --store "$WORK/store" >/dev/null || die "clawfs mount failed"
+for _ in $(seq 100); do [[ -f $WORK/floor/f ]] && break; sleep 0.1; done
+[[ -f $WORK/floor/f ]] || die "fuse_floor did not mount (see $WORK/floor.log)"
+
+head -c 4096 /dev/zero >"$WORK/native/f"
+head -c 4096 /dev/zero >"$WORK/clawfs/workspaces/default/f"
+declare -A DIR=([native]=$WORK/native [floor]=$WORK/floor [clawfs]=$WORK/clawfs/workspaces/default)
+
+# median of ROUNDS runs of: helper PROBE TARGET CALLS
+median() {
+    local probe=$1 target=$2 i
+    for ((i = 0; i < ROUNDS; i++)); do "$H" "$probe" "$target" "$CALLS"; done |
+        sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+
+declare -A R
+for probe in statmiss openclose; do
+    for t in native floor clawfs; do # interleaved per probe, so drift hits all three alike
+        target=${DIR[$t]}
+        [[ $probe == openclose ]] && target=$target/f
+        R[$probe,$t]=$(median "$probe" "$target")
+    done
+done
+
+echo "## FUSE round-trip floor — $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), $(nproc) CPUs"
+echo
+echo "µs per call, median of $ROUNDS runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
+echo
+echo "| Call | Native | FUSE floor | ClawFS | ClawFS − floor |"
+echo "|---|---:|---:|---:|---:|"
+for probe in statmiss openclose; do
+    label="stat of a missing name (1 LOOKUP)"
+    [[ $probe == openclose ]] && label="open+close of a 4 KiB file (OPEN, async RELEASE)"
+    awk -v l="$label" -v n="${R[$probe,native]}" -v f="${R[$probe,floor]}" -v c="${R[$probe,clawfs]}" \
+        'BEGIN { printf "| %s | %.2f | %.2f | %.2f | %.2f |\n", l, n, f, c, c - f }'
+done

@@ -1,0 +1,124 @@
+//! How the kernel serves the data of each open regular file: passthrough to the backing file,
+//! or through the mount's page cache.
+//!
+//! Passthrough is best for large files and for writers. Small files opened for reading do
+//! better cached: the kernel asks the daemon for their pages once and then serves every later
+//! open from its cache, while a passthrough read marks the cached atime stale, so the next
+//! `fstat` of the file costs a round trip (`grep -r` pays it for every file).
+//!
+//! The kernel refuses to mix the two on one inode (an open in the other mode fails with
+//! `ETXTBSY`), so each inode counts its open files per mode and a new open joins the mode that
+//! is live. The kernel drops its own count before it sends RELEASE, so these counts can only lag
+//! behind in the safe direction.
+
+use std::sync::{Mutex, PoisonError};
+
+/// Read-only opens of files up to this size are served through the page cache.
+pub const CACHED_MAX_SIZE: u64 = 256 * 1024;
+
+/// How one open file is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    /// Kernel passthrough to the inode's shared backing file.
+    Passthrough,
+    /// Through the page cache; `keep_cache`: the pages cached by earlier opens are still good.
+    Cached {
+        /// Whether the kernel may keep the pages it has.
+        keep_cache: bool,
+    },
+}
+
+#[derive(Debug, Default)]
+struct State {
+    passthrough: u32,
+    cached: u32,
+    /// A passthrough writer may have changed the file behind the page cache.
+    stale: bool,
+}
+
+/// The open files of one inode, by mode. Lives as long as the kernel's inode (its page cache
+/// goes with it), so a fresh one has no stale pages to worry about.
+#[derive(Debug, Default)]
+pub struct IoMode {
+    state: Mutex<State>,
+}
+
+impl IoMode {
+    /// Chooses how a new open is served and counts it. `prefer_cached`: the opener only reads
+    /// a small file; `writes`: it may write.
+    pub fn open(&self, prefer_cached: bool, writes: bool) -> IoChoice {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let cached = match (s.passthrough, s.cached) {
+            (0, 0) => prefer_cached,
+            (0, _) => true,
+            _ => false,
+        };
+        if cached {
+            // With other cached opens live the pages are current: every change went through
+            // the cache.
+            let keep_cache = s.cached > 0 || !s.stale;
+            s.cached += 1;
+            s.stale = false;
+            IoChoice::Cached { keep_cache }
+        } else {
+            s.passthrough += 1;
+            s.stale |= writes;
+            IoChoice::Passthrough
+        }
+    }
+
+    /// Counts the release of an open served as `choice`.
+    pub fn close(&self, choice: IoChoice) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match choice {
+            IoChoice::Passthrough => s.passthrough = s.passthrough.saturating_sub(1),
+            IoChoice::Cached { .. } => s.cached = s.cached.saturating_sub(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_readers_are_cached_and_keep_their_pages() {
+        let m = IoMode::default();
+        let a = m.open(true, false);
+        assert_eq!(a, IoChoice::Cached { keep_cache: true });
+        m.close(a);
+        assert_eq!(m.open(true, false), IoChoice::Cached { keep_cache: true });
+    }
+
+    #[test]
+    fn a_live_mode_is_joined_whatever_the_opener_prefers() {
+        let m = IoMode::default();
+        let reader = m.open(true, false);
+        assert_eq!(m.open(false, true), IoChoice::Cached { keep_cache: true });
+        m.close(reader);
+        let m = IoMode::default();
+        let writer = m.open(false, true);
+        assert_eq!(m.open(true, false), IoChoice::Passthrough);
+        m.close(writer);
+    }
+
+    #[test]
+    fn pages_are_dropped_after_a_passthrough_writer() {
+        let m = IoMode::default();
+        m.close(m.open(true, false));
+        let w = m.open(false, true);
+        m.close(w);
+        let r = m.open(true, false);
+        assert_eq!(r, IoChoice::Cached { keep_cache: false });
+        m.close(r);
+        // The cache was refilled by that open: good again.
+        assert_eq!(m.open(true, false), IoChoice::Cached { keep_cache: true });
+    }
+
+    #[test]
+    fn passthrough_readers_leave_the_cache_alone() {
+        let m = IoMode::default();
+        m.close(m.open(false, false));
+        assert_eq!(m.open(true, false), IoChoice::Cached { keep_cache: true });
+    }
+}
