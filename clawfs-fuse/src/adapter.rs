@@ -203,7 +203,10 @@ impl Filesystem for Adapter {
         // HANDLE_KILLPRIV_V2: the backing filesystem clears setuid/setgid bits itself, so the
         // kernel need not ask for security.capability before every write. ATOMIC_O_TRUNC:
         // O_TRUNC arrives with the open, so a staged (validated) write never truncates first.
+        // AUTO_INVAL_DATA: cached pages of small files go when the attributes show a new mtime
+        // or size (a change made in the store behind the daemon's back).
         let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS

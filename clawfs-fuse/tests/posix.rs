@@ -282,3 +282,23 @@ fn cached_readers_and_passthrough_writers_interleave() {
     assert_eq!(read(&p), "two!34");
     assert_eq!(read(&m.backing("workspaces/default/small.txt")), "two!34");
 }
+
+/// A small file's pages are kept across opens, but not past a change made behind the daemon's
+/// back: once the attribute timeout lapses the kernel sees the new mtime and drops them.
+#[test]
+fn cached_pages_follow_changes_made_in_the_store() {
+    let m = Mounted::with_args(&["--attr-timeout", "0.3"]);
+    let p = m.ws().join("notes.md");
+    fs::write(&p, "old text").unwrap();
+    assert_eq!(fs::read_to_string(&p).unwrap(), "old text");
+    assert_eq!(fs::read_to_string(&p).unwrap(), "old text");
+
+    // Same size, rewritten in place in the store, a second later (a new mtime).
+    std::thread::sleep(Duration::from_millis(1100));
+    let backing = m.backing("workspaces/default/notes.md");
+    let f = OpenOptions::new().write(true).open(&backing).unwrap();
+    f.write_all_at(b"new text", 0).unwrap();
+    drop(f);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(fs::read_to_string(&p).unwrap(), "new text");
+}
