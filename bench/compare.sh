@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/compare.sh — two clawfs binaries side by side on one journaled ext4, same run.
+#
+#   bash bench/compare.sh --old PATH --new PATH [--files N] [--rounds N]
+#
+# Mounts a store with each binary on one loop-device ext4 image, writes the same source-like
+# tree (bench/helper.c `tree`) into each, makes it a git repository, and then, alternating the
+# two mounts each round, times a warm `grep -r` and a `git status`, so that the machine's
+# drifting load hits both alike. Needs root; cleans up on exit.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OLD="" NEW="" FILES=10000 ROUNDS=7
+while (($#)); do
+    case $1 in
+        --old) OLD=$2; shift 2 ;;
+        --new) NEW=$2; shift 2 ;;
+        --files) FILES=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare.sh: unknown option: $1" >&2; exit 2 ;;
+    esac
+done
+die() { echo "compare.sh: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || die "must run as root (loop mount)"
+[[ -x $OLD && -x $NEW ]] || die "--old and --new must name clawfs binaries"
+for n in "$FILES" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"; done
+
+W=$(mktemp -d /tmp/clawfs-compare.XXXXXX)
+LOOP=""
+declare -A BIN=([old]=$OLD [new]=$NEW)
+unmount() { # unmount BIN DIR: the daemon's own way, again once its last RELEASEs are in, lazily
+    mountpoint -q "$2" || return 0
+    "$1" umount "$2" >/dev/null 2>&1 || { sleep 1; "$1" umount "$2" >/dev/null 2>&1; } ||
+        umount -l "$2"
+}
+cleanup() {
+    set +e
+    for t in old new; do unmount "${BIN[$t]}" "$W/fs/$t"; done
+    sleep 0.5
+    mountpoint -q "$W/fs" && { umount "$W/fs" || { sleep 1; umount "$W/fs"; } || umount -l "$W/fs"; }
+    [[ -n $LOOP ]] && losetup -d "$LOOP"
+    # Never recurse into a file system that is still mounted.
+    if grep -q " $W/" /proc/self/mounts; then
+        echo "compare.sh: $W is still mounted; left in place" >&2
+    else
+        rm -rf "$W"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$W/fs"
+truncate -s 4G "$W/img"
+mkfs.ext4 -q -F -O has_journal -E lazy_itable_init=0,lazy_journal_init=0 "$W/img"
+LOOP=$(losetup -f --show --direct-io=on "$W/img")
+mount "$LOOP" "$W/fs"
+cc -O2 -Wall -o "$W/helper" "$REPO/bench/helper.c" || die "cannot compile bench/helper.c"
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+for t in old new; do
+    mkdir -p "$W/fs/$t"
+    "${BIN[$t]}" mount "$W/fs/$t" --store "$W/fs/store-$t" >/dev/null || die "$t: mount failed"
+    r=$W/fs/$t/workspaces/default/repo
+    "$W/helper" tree "$r" $(((FILES + 99) / 100)) "$FILES"
+    git -C "$r" -c init.defaultBranch=main init -q
+    git -C "$r" add -A
+    git -C "$r" -c user.name=bench -c user.email=bench@localhost commit -qm bench
+done
+sleep 1.1 # past git's racy-clean window
+ms() {
+    local s
+    s=$(date +%s%N)
+    "$@" >/dev/null
+    echo $((($(date +%s%N) - s) / 1000000))
+}
+declare -A G S
+for t in old new; do git -C "$W/fs/$t/workspaces/default/repo" status >/dev/null; done
+for ((i = 0; i < ROUNDS; i++)); do
+    for t in old new; do
+        r=$W/fs/$t/workspaces/default/repo
+        G[$t]+="$(ms grep -r --exclude-dir=.git CLAWFS_NEEDLE "$r") "
+        S[$t]+="$(ms git -C "$r" status) "
+    done
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+echo "| binary | grep -r, median ms | git status, median ms |"
+echo "|---|---:|---:|"
+for t in old new; do
+    echo "| $t (${BIN[$t]}) | $(median <<<"${G[$t]}") | $(median <<<"${S[$t]}") |"
+done
+echo
+echo "$FILES files, $ROUNDS alternating rounds; grep times: old ${G[old]}/ new ${G[new]}; git status: old ${S[old]}/ new ${S[new]}"
