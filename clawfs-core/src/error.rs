@@ -110,3 +110,10 @@ impl From<rustix::io::Errno> for FsError {
         FsError::Io(e.into())
     }
 }
+
+/// A namespace path ClawFS could not form (a backing name that no valid path holds).
+impl From<crate::policy::NsPathError> for FsError {
+    fn from(e: crate::policy::NsPathError) -> Self {
+        FsError::Io(io::Error::other(e.to_string()))
+    }
+}

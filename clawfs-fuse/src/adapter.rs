@@ -165,9 +165,27 @@ impl Adapter {
         }
     }
 
-    /// The passthrough backing id of `file`'s backing descriptor, registered with the kernel on
-    /// its first open (all opens of an inode share it). On failure, passthrough is turned off
-    /// for good and I/O is served through the daemon.
+    /// How the kernel is to serve `file`: `Ok` with the passthrough backing id of its backing
+    /// descriptor, registered with the kernel on its first open (all opens of an inode share
+    /// it), or `Err` with the open flags for serving it through the page cache (chosen by the
+    /// core for a small file read, or without passthrough). If registering fails, passthrough
+    /// is turned off for good and I/O is served through the daemon.
+    fn serving<'a, F>(
+        &self,
+        file: &'a OpenFile,
+        open_backing: F,
+    ) -> Result<&'a BackingId, FopenFlags>
+    where
+        F: FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    {
+        if let Some(keep_cache) = file.cached() {
+            return Err(cached_open_flags(keep_cache));
+        }
+        self.backing(file, open_backing)
+            .ok_or(cached_open_flags(true))
+    }
+
+    /// The passthrough backing id of `file`, registered on first use; `None` without passthrough.
     fn backing<'a, F>(&self, file: &'a OpenFile, open_backing: F) -> Option<&'a BackingId>
     where
         F: FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
@@ -411,12 +429,9 @@ impl Filesystem for Adapter {
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }
-            Ok(Opened::Backing(fh, file)) => match file.cached() {
-                Some(keep_cache) => reply.opened(FileHandle(fh), cached_open_flags(keep_cache)),
-                None => match self.backing(&file, |f| reply.open_backing(f)) {
-                    Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
-                    None => reply.opened(FileHandle(fh), cached_open_flags(true)),
-                },
+            Ok(Opened::Backing(fh, file)) => match self.serving(&file, |f| reply.open_backing(f)) {
+                Ok(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
+                Err(flags) => reply.opened(FileHandle(fh), flags),
             },
             // Generated content: every read and write reaches the daemon.
             Ok(Opened::Virtual(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
@@ -447,12 +462,8 @@ impl Filesystem for Adapter {
                 let attr = file_attr(&entry.attr);
                 let generation = Generation(entry.generation);
                 let ttl = self.config.ttl;
-                let backing = match file.cached() {
-                    Some(_) => None,
-                    None => self.backing(&file, |f| reply.open_backing(f)),
-                };
-                match backing {
-                    Some(id) => reply.created_passthrough(
+                match self.serving(&file, |f| reply.open_backing(f)) {
+                    Ok(id) => reply.created_passthrough(
                         &ttl,
                         &attr,
                         generation,
@@ -460,13 +471,7 @@ impl Filesystem for Adapter {
                         FILE_OPEN_FLAGS,
                         id,
                     ),
-                    None => reply.created(
-                        &ttl,
-                        &attr,
-                        generation,
-                        FileHandle(fh),
-                        cached_open_flags(file.cached().unwrap_or(true)),
-                    ),
+                    Err(flags) => reply.created(&ttl, &attr, generation, FileHandle(fh), flags),
                 }
             }
             Err(e) => reply.error(fail("create", e)),

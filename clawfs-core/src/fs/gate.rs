@@ -181,8 +181,9 @@ impl ClawFs {
         let rel = real
             .strip_prefix(self.store.root())
             .map_err(|_| FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
-        NsPath::from_components(rel.components().map(|c| c.as_os_str()))
-            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+        Ok(NsPath::from_components(
+            rel.components().map(|c| c.as_os_str()),
+        )?)
     }
 
     /// The namespace path of `node`, reached through `fd` (a descriptor of it) unless cached.
@@ -203,9 +204,7 @@ impl ClawFs {
 
     /// `dir`'s namespace path joined with `name`.
     pub(super) fn ns_child(&self, dir: impl AsFd, name: &OsStr) -> FsResult<NsPath> {
-        self.ns_path(dir)?
-            .join(name)
-            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+        Ok(self.ns_path(dir)?.join(name)?)
     }
 
     /// Decides `access` to `path` for `caller`, records the decision, and on refusal writes the
@@ -255,10 +254,7 @@ impl ClawFs {
         dir: impl AsFd,
         name: &OsStr,
     ) -> FsResult<(Identity, NsPath)> {
-        let path = self
-            .node_path(pnode, dir)?
-            .join(name)
-            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
+        let path = self.node_path(pnode, dir)?.join(name)?;
         let who = self.decide(caller, op, Access::Create, &path)?;
         self.decide_quota(caller, &who, op, &path, Quota { bytes: 0, files: 1 }, true)?;
         Ok((who, path))

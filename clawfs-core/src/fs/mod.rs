@@ -24,7 +24,7 @@ use crate::backing::{proc_fd_path, BackingHandle};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
-use crate::io_mode::CACHED_MAX_SIZE;
+use crate::io_mode::{IoChoice, IoMode, CACHED_MAX_SIZE};
 use crate::names;
 use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
@@ -892,15 +892,11 @@ impl ClawFs {
             }),
             false => None,
         };
-        let io = match self.passthrough() {
-            true => {
-                let prefer_cached = !writes
-                    && flags & libc::O_DIRECT == 0
-                    && backing.file.metadata()?.len() <= CACHED_MAX_SIZE;
-                Some((node.io.open(prefer_cached, writes), Arc::clone(&node.io)))
-            }
-            false => None,
-        };
+        let prefer_cached = self.passthrough()
+            && !writes
+            && flags & libc::O_DIRECT == 0
+            && backing.file.metadata()?.len() <= CACHED_MAX_SIZE;
+        let io = self.count_open(&node, prefer_cached, writes);
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
@@ -909,6 +905,18 @@ impl ClawFs {
             io,
         });
         Ok(Opened::Backing(fh, file))
+    }
+
+    /// How a new open of `node` is served, counted in the node's I/O mode; `None` without
+    /// passthrough, where every open is served through the daemon.
+    fn count_open(
+        &self,
+        node: &Node,
+        prefer_cached: bool,
+        writes: bool,
+    ) -> Option<(IoChoice, Arc<IoMode>)> {
+        self.passthrough()
+            .then(|| (node.io.open(prefer_cached, writes), Arc::clone(&node.io)))
     }
 
     /// A read-write descriptor of `ino` for kernel passthrough, shared by every open of the
@@ -987,13 +995,7 @@ impl ClawFs {
             path,
             size_at_open: 0,
         });
-        let io = match self.passthrough() {
-            true => {
-                let node = self.node(ino)?;
-                Some((node.io.open(false, true), Arc::clone(&node.io)))
-            }
-            false => None,
-        };
+        let io = self.count_open(&self.node(ino)?, false, true);
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,

@@ -24,8 +24,7 @@ fn vault_errno(e: &VaultError) -> i32 {
 }
 
 fn secret_path(name: &str) -> FsResult<NsPath> {
-    NsPath::parse(&format!("/vault/secrets/{name}"))
-        .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))
+    Ok(NsPath::parse(&format!("/vault/secrets/{name}"))?)
 }
 
 impl ClawFs {

@@ -142,8 +142,7 @@ impl ClawFs {
         target: &StagedTarget,
         reason: &str,
     ) -> FsResult<()> {
-        let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))
-            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
+        let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
         let denial = crate::policy::Denial {
             rule: "IDENTITY-SCHEMA",
             reason: format!("identity.json was not saved: {reason}; the previous version stays"),
