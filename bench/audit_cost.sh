@@ -21,21 +21,20 @@ if [ -z "$BIN" ]; then
   (cd "$here/.." && cargo build --release -q -p clawfs-fuse)
   BIN=$here/../target/release/clawfs
 fi
-LOOP=""
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
+LOOPDEV=""
 cleanup() {
   set +e
-  "$BIN" umount "$WORK/fs/mnt" >/dev/null 2>&1
-  umount "$WORK/fs" 2>/dev/null
-  [ -n "$LOOP" ] && losetup -d "$LOOP" 2>/dev/null
-  rm -rf "$WORK"
+  unmount_clawfs "$BIN" "$WORK/fs/mnt" 2>/dev/null
+  release_loop "$WORK/fs" "$LOOPDEV" 2>/dev/null
+  remove_unmounted "$WORK"
 }
 trap cleanup EXIT
+is_mounted "$WORK/fs" && { echo "$WORK/fs is still mounted from an earlier run" >&2; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK/fs"
 cc -O2 -o "$WORK/helper" "$here/helper.c"
-truncate -s 4G "$WORK/img"
-mkfs.ext4 -q -F -O has_journal -E lazy_itable_init=0,lazy_journal_init=0 "$WORK/img"
-LOOP=$(losetup -f --show --direct-io=on "$WORK/img")
-mount "$LOOP" "$WORK/fs"
+journaled_loop "$WORK/img" 4G "$WORK/fs"
 mkdir -p "$WORK/fs/mnt"
 
 one() { # $1 = extra mount args; prints files/s

@@ -26,36 +26,24 @@ die() { echo "compare.sh: $*" >&2; exit 1; }
 [[ -x $OLD && -x $NEW ]] || die "--old and --new must name clawfs binaries"
 for n in "$FILES" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"; done
 
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 W=$(mktemp -d /tmp/clawfs-compare.XXXXXX)
-LOOP=""
+LOOPDEV=""
 declare -A BIN=([old]=$OLD [new]=$NEW)
-unmount() { # unmount BIN DIR: the daemon's own way, again once its last RELEASEs are in, lazily
-    mountpoint -q "$2" || return 0
-    "$1" umount "$2" >/dev/null 2>&1 || { sleep 1; "$1" umount "$2" >/dev/null 2>&1; } ||
-        umount -l "$2"
-}
 cleanup() {
     set +e
-    for t in old new; do unmount "${BIN[$t]}" "$W/fs/$t"; done
+    for t in old new; do unmount_clawfs "${BIN[$t]}" "$W/fs/$t" 2>/dev/null; done
     sleep 0.5
-    mountpoint -q "$W/fs" && { umount "$W/fs" || { sleep 1; umount "$W/fs"; } || umount -l "$W/fs"; }
-    [[ -n $LOOP ]] && losetup -d "$LOOP"
-    # Never recurse into a file system that is still mounted.
-    if grep -q " $W/" /proc/self/mounts; then
-        echo "compare.sh: $W is still mounted; left in place" >&2
-    else
-        rm -rf "$W"
-    fi
+    release_loop "$W/fs" "$LOOPDEV"
+    remove_unmounted "$W"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 mkdir -p "$W/fs"
-truncate -s 4G "$W/img"
-mkfs.ext4 -q -F -O has_journal -E lazy_itable_init=0,lazy_journal_init=0 "$W/img"
-LOOP=$(losetup -f --show --direct-io=on "$W/img")
-mount "$LOOP" "$W/fs"
+journaled_loop "$W/img" 4G "$W/fs" || die "cannot set up the ext4 image"
 cc -O2 -Wall -o "$W/helper" "$REPO/bench/helper.c" || die "cannot compile bench/helper.c"
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 for t in old new; do

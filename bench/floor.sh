@@ -43,14 +43,16 @@ fi
 CLAWFS=$(realpath "${CLAWFS:-$REPO/target/release/clawfs}")
 FLOOR=$(realpath "${FLOOR:-$REPO/target/release/examples/fuse_floor}")
 
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 WORK=$(mktemp -d /tmp/clawfs-floor.XXXXXX)
 FLOOR_PID=""
 cleanup() {
     set +e
-    "$CLAWFS" umount "$WORK/clawfs" >/dev/null 2>&1
+    unmount_clawfs "$CLAWFS" "$WORK/clawfs" >/dev/null 2>&1
     fusermount3 -u "$WORK/floor" 2>/dev/null || umount "$WORK/floor" 2>/dev/null
     [[ -n $FLOOR_PID ]] && { kill "$FLOOR_PID" 2>/dev/null; wait "$FLOOR_PID" 2>/dev/null; }
-    rm -rf "$WORK"
+    remove_unmounted "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -114,16 +114,12 @@ MOUNTED_CLAWFS=0
 MOUNT_PID=""
 CLAWFS_STATUS=""
 
-is_mounted() { awk -v p="$1" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
-unmount_clawfs() {
+stop_clawfs() {
     local i
-    if is_mounted "$MNT"; then
-        "$CLAWFS" umount "$MNT" >>"$LOG" 2>&1 ||
-            fusermount3 -u "$MNT" >>"$LOG" 2>&1 ||
-            umount "$MNT" >>"$LOG" 2>&1 ||
-            umount -l "$MNT" >>"$LOG" 2>&1 || true
-    fi
+    unmount_clawfs "$CLAWFS" "$MNT" >>"$LOG" 2>&1 || true
     # The daemon should exit on its own once unmounted; give it 10 s, then stop it (by pid).
     if [[ -n $DAEMON_PID ]]; then
         for ((i = 0; i < 100; i++)); do
@@ -146,14 +142,13 @@ cleanup() {
     set +e
     trap - EXIT INT TERM
     if ((MOUNTED_CLAWFS)) || { [[ -n $CLAWFS ]] && is_mounted "$MNT"; }; then
-        unmount_clawfs
+        stop_clawfs
     fi
-    if ((MOUNTED_FS)) && is_mounted "$FS"; then
+    if ((MOUNTED_FS)); then
         [[ -f $STORE/.clawfs/daemon.log ]] && cp "$STORE/.clawfs/daemon.log" "$RES/daemon.log"
         sync
-        umount "$FS" 2>>"$LOG" || { sleep 1; umount "$FS" 2>>"$LOG"; } || umount -l "$FS"
+        release_loop "$FS" "$LOOPDEV" 2>>"$LOG"
     fi
-    [[ -n $LOOPDEV ]] && losetup -d "$LOOPDEV" 2>/dev/null
     rm -f "$IMG"
     rm -rf "$BIN"
     rmdir "$FS" 2>/dev/null
@@ -177,19 +172,8 @@ mkdir -p "$FS" "$BIN" "$RES"
 
 # ---------------------------------------------------------------- journaled ext4 on a loop device
 log "creating a $IMG_SIZE journaled ext4 image in $WORK"
-rm -f "$IMG"
-truncate -s "$IMG_SIZE" "$IMG"
-# Journal explicitly on; inode tables and journal initialised now, so ext4lazyinit does not
-# write in the background while we measure.
-mkfs.ext4 -q -F -O has_journal -E lazy_itable_init=0,lazy_journal_init=0 "$IMG" >>"$LOG" 2>&1
-# direct-io on the loop device: no second page cache in the host filesystem.
-LOOP_DIO=on
-LOOPDEV=$(losetup -f --show --direct-io=on "$IMG" 2>>"$LOG") || {
-    LOOP_DIO=off
-    LOOPDEV=$(losetup -f --show "$IMG")
-}
-mount -t ext4 "$LOOPDEV" "$FS"
 MOUNTED_FS=1
+journaled_loop "$IMG" "$IMG_SIZE" "$FS" 2>>"$LOG" || die "cannot set up the ext4 image (see $LOG)"
 FS_OPTS=$(awk -v p="$FS" '$5 == p { print $6 }' /proc/self/mountinfo)
 FEATURES=$(dumpe2fs -h "$LOOPDEV" 2>/dev/null | awk -F: '/^Filesystem features/ { print $2 }')
 [[ $FEATURES == *has_journal* ]] || die "the image has no journal (features:$FEATURES)"

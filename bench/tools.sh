@@ -95,17 +95,14 @@ LOOPDEV=""
 DAEMON_PID=""
 MOUNTED_FS=0
 
-is_mounted() { awk -v p="$1" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 cleanup() {
     local rc=$? i
     set +e
     trap - EXIT INT TERM
-    if is_mounted "$MNT"; then
-        "$CLAWFS" umount "$MNT" >>"$LOG" 2>&1 ||
-            fusermount3 -u "$MNT" >>"$LOG" 2>&1 ||
-            umount -l "$MNT" >>"$LOG" 2>&1
-    fi
+    unmount_clawfs "$CLAWFS" "$MNT" >>"$LOG" 2>&1
     if [[ -n $DAEMON_PID ]]; then
         for ((i = 0; i < 100; i++)); do
             kill -0 "$DAEMON_PID" 2>/dev/null || break
@@ -113,11 +110,10 @@ cleanup() {
         done
         kill -0 "$DAEMON_PID" 2>/dev/null && kill "$DAEMON_PID" 2>/dev/null
     fi
-    if ((MOUNTED_FS)) && is_mounted "$FS"; then
+    if ((MOUNTED_FS)); then
         [[ -f $STORE/.clawfs/daemon.log ]] && cp "$STORE/.clawfs/daemon.log" "$WORK/daemon.log"
-        umount "$FS" 2>>"$LOG" || { sleep 1; umount "$FS" 2>>"$LOG"; } || umount -l "$FS"
+        release_loop "$FS" "$LOOPDEV" 2>>"$LOG"
     fi
-    [[ -n $LOOPDEV ]] && losetup -d "$LOOPDEV" 2>/dev/null
     rm -f "$IMG"
     rm -rf "$BIN" "$REQ"
     rmdir "$FS" 2>/dev/null
@@ -140,11 +136,8 @@ mkdir -p "$FS" "$BIN" "$REQ"
 : >"$LOG"
 
 log "creating a $IMG_SIZE journaled ext4 image in $WORK"
-truncate -s "$IMG_SIZE" "$IMG"
-mkfs.ext4 -q -F -O has_journal -E lazy_itable_init=0,lazy_journal_init=0 "$IMG" >>"$LOG" 2>&1
-LOOPDEV=$(losetup -f --show --direct-io=on "$IMG" 2>>"$LOG") || LOOPDEV=$(losetup -f --show "$IMG")
-mount -t ext4 "$LOOPDEV" "$FS"
 MOUNTED_FS=1
+journaled_loop "$IMG" "$IMG_SIZE" "$FS" 2>>"$LOG" || die "cannot set up the ext4 image (see $LOG)"
 mkdir -p "$STORE" "$MNT"
 
 cc -O2 -Wall -o "$BIN/helper" "$REPO/bench/helper.c" 2>>"$LOG" || die "cannot compile bench/helper.c"
