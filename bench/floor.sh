@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # bench/floor.sh — what one FUSE round trip costs on this machine, against native and ClawFS.
 #
-#   bash bench/floor.sh [--clawfs-bin PATH] [--floor-bin PATH] [--calls N] [--rounds N]
+#   bash bench/floor.sh [--clawfs-bin PATH] [--floor-bin PATH] [--uring-floor-bin PATH]
+#                       [--calls N] [--rounds N]
 #
 # Mounts the do-nothing FUSE file system `fuse_floor` (clawfs-fuse/examples/fuse_floor.rs: same
-# crate, threads and options as ClawFS, no work per call) and a fresh ClawFS store, and times, in
-# one run, two calls on native ext4, on the floor mount and on ClawFS:
+# crate, threads and options as ClawFS, no work per call), the same file system speaking
+# FUSE-over-io_uring (examples/fuse_uring_floor.rs; the script sets the fuse module's
+# enable_uring parameter for the run and puts it back) and a fresh ClawFS store, and times, in
+# one run, two calls on native ext4, on both floor mounts and on ClawFS:
 #   - stat of a missing name: one LOOKUP round trip on FUSE, a dentry miss natively;
 #   - open+close of a small file: an OPEN round trip (and an asynchronous RELEASE) on FUSE.
 # No FUSE file system can answer faster than the floor mount, so the floor bounds the ratio any
@@ -15,17 +18,19 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLAWFS=""
 FLOOR=""
+URING=""
 CALLS=20000
 ROUNDS=5
 
 usage() {
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while (($#)); do
     case $1 in
         --clawfs-bin) CLAWFS=$2; shift 2 ;;
         --floor-bin) FLOOR=$2; shift 2 ;;
+        --uring-floor-bin) URING=$2; shift 2 ;;
         --calls) CALLS=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -36,29 +41,36 @@ die() { echo "floor.sh: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || die "must run as root (mounts)"
 for n in "$CALLS" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"; done
 
-if [[ -z $CLAWFS || -z $FLOOR ]]; then
-    (cd "$REPO" && cargo build --release -p clawfs-fuse --bin clawfs --example fuse_floor) >&2 ||
-        die "cargo build failed"
+if [[ -z $CLAWFS || -z $FLOOR || -z $URING ]]; then
+    (cd "$REPO" && cargo build --release -p clawfs-fuse --bin clawfs --example fuse_floor \
+        --example fuse_uring_floor) >&2 || die "cargo build failed"
 fi
 CLAWFS=$(realpath "${CLAWFS:-$REPO/target/release/clawfs}")
 FLOOR=$(realpath "${FLOOR:-$REPO/target/release/examples/fuse_floor}")
+URING=$(realpath "${URING:-$REPO/target/release/examples/fuse_uring_floor}")
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_WAS=""
 
 # shellcheck source=bench/lib.sh
 source "$REPO/bench/lib.sh"
 WORK=$(mktemp -d /tmp/clawfs-floor.XXXXXX)
 FLOOR_PID=""
+URING_PID=""
 cleanup() {
     set +e
     unmount_clawfs "$CLAWFS" "$WORK/clawfs" >/dev/null 2>&1
     fusermount3 -u "$WORK/floor" 2>/dev/null || umount "$WORK/floor" 2>/dev/null
+    umount "$WORK/uring" 2>/dev/null
     [[ -n $FLOOR_PID ]] && { kill "$FLOOR_PID" 2>/dev/null; wait "$FLOOR_PID" 2>/dev/null; }
+    [[ -n $URING_PID ]] && { kill "$URING_PID" 2>/dev/null; wait "$URING_PID" 2>/dev/null; }
+    [[ -n $URING_WAS ]] && echo "$URING_WAS" >"$URING_PARAM"
     remove_unmounted "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$WORK"/{native,floor,clawfs,bin}
+mkdir -p "$WORK"/{native,floor,uring,clawfs,bin}
 cc -O2 -Wall -o "$WORK/bin/helper" "$REPO/bench/helper.c" || die "cannot compile bench/helper.c"
 H=$WORK/bin/helper
 "$FLOOR" "$WORK/floor" 2>"$WORK/floor.log" &
@@ -67,9 +79,25 @@ FLOOR_PID=$!
 for _ in $(seq 100); do [[ -f $WORK/floor/f ]] && break; sleep 0.1; done
 [[ -f $WORK/floor/f ]] || die "fuse_floor did not mount (see $WORK/floor.log)"
 
+# FUSE-over-io_uring needs the module parameter, which only root can set and which the kernel
+# reads when a file system mounts.
+if [[ -w $URING_PARAM ]]; then
+    URING_WAS=$(cat "$URING_PARAM")
+    echo Y >"$URING_PARAM"
+    "$URING" "$WORK/uring" 2>"$WORK/uring.log" &
+    URING_PID=$!
+    for _ in $(seq 100); do [[ -f $WORK/uring/f ]] && break; sleep 0.1; done
+    [[ -f $WORK/uring/f ]] || die "fuse_uring_floor did not mount (see $WORK/uring.log)"
+    ! grep -q "serving /dev/fuse" "$WORK/uring.log" || die "the kernel refused FUSE-over-io_uring"
+fi
+
 head -c 4096 /dev/zero >"$WORK/native/f"
 head -c 4096 /dev/zero >"$WORK/clawfs/workspaces/default/f"
-declare -A DIR=([native]=$WORK/native [floor]=$WORK/floor [clawfs]=$WORK/clawfs/workspaces/default)
+declare -A DIR=([native]=$WORK/native [floor]=$WORK/floor [uring]=$WORK/uring
+    [clawfs]=$WORK/clawfs/workspaces/default)
+SIDES="native floor clawfs"
+[[ -n $URING_PID ]] && SIDES="native floor uring clawfs"
+
 
 # median of ROUNDS runs of: helper PROBE TARGET CALLS
 median() {
@@ -80,7 +108,7 @@ median() {
 
 declare -A R
 for probe in statmiss openclose; do
-    for t in native floor clawfs; do # interleaved per probe, so drift hits all three alike
+    for t in $SIDES; do # interleaved per probe, so drift hits all sides alike
         target=${DIR[$t]}
         [[ $probe == openclose ]] && target=$target/f
         R[$probe,$t]=$(median "$probe" "$target")
@@ -91,11 +119,14 @@ echo "## FUSE round-trip floor — $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(un
 echo
 echo "µs per call, median of $ROUNDS runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
 echo
-echo "| Call | Native | FUSE floor | ClawFS | ClawFS − floor |"
-echo "|---|---:|---:|---:|---:|"
+echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor |"
+echo "|---|---:|---:|---:|---:|---:|"
 for probe in statmiss openclose; do
     label="stat of a missing name (1 LOOKUP)"
     [[ $probe == openclose ]] && label="open+close of a 4 KiB file (OPEN, async RELEASE)"
-    awk -v l="$label" -v n="${R[$probe,native]}" -v f="${R[$probe,floor]}" -v c="${R[$probe,clawfs]}" \
-        'BEGIN { printf "| %s | %.2f | %.2f | %.2f | %.2f |\n", l, n, f, c, c - f }'
+    awk -v l="$label" -v n="${R[$probe,native]}" -v f="${R[$probe,floor]}" -v u="${R[$probe,uring]:-}" \
+        -v c="${R[$probe,clawfs]}" 'BEGIN {
+            printf "| %s | %.2f | %.2f | %s | %.2f | %.2f |\n", l, n, f,
+                (u == "" ? "n/a" : sprintf("%.2f", u)), c, c - f }'
 done
+[[ -n $URING_PID ]] || echo "(io_uring floor not run: $URING_PARAM is missing or not writable)"
