@@ -22,10 +22,11 @@ usage: bash bench/run.sh [options]
   --seq-mb N           size of the sequential file in MiB (default 1024)
   --runs N             timed runs per measurement, median reported (default 5; 3 for create/dd)
   --fio-seconds N      duration of each random-read measurement (default 10)
+  --fio-rounds N       random-read rounds per target, alternating, median reported (default 3)
   --image-size SIZE    size of the ext4 image (default 8G)
   --no-hyperfine       time with the built-in loop even if hyperfine is installed
   --out FILE           also write the markdown report to FILE
-  --quick              small sizes for testing the harness (1000 files, 64 MiB, 2 runs, 2 s fio)
+  --quick              small sizes for testing the harness (1000 files, 64 MiB, 2 runs, 1 × 2 s fio)
   -h, --help           this text
 EOF
 }
@@ -39,6 +40,7 @@ NFILES=10000
 SEQ_MB=1024
 RUNS=5
 FIO_SECONDS=10
+FIO_ROUNDS=3
 IMG_SIZE=8G
 USE_HYPERFINE=1
 OUT=""
@@ -53,10 +55,11 @@ while (($#)); do
         --seq-mb) SEQ_MB=$2; shift 2 ;;
         --runs) RUNS=$2; shift 2 ;;
         --fio-seconds) FIO_SECONDS=$2; shift 2 ;;
+        --fio-rounds) FIO_ROUNDS=$2; shift 2 ;;
         --image-size) IMG_SIZE=$2; shift 2 ;;
         --no-hyperfine) USE_HYPERFINE=0; shift ;;
         --out) OUT=$2; shift 2 ;;
-        --quick) NFILES=1000; SEQ_MB=64; RUNS=2; FIO_SECONDS=2; shift ;;
+        --quick) NFILES=1000; SEQ_MB=64; RUNS=2; FIO_SECONDS=2; FIO_ROUNDS=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -68,7 +71,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 [[ $EUID -eq 0 ]] || die "must run as root (loop mount, drop_caches)"
 [[ $WORK == /* ]] || WORK=$PWD/$WORK
 [[ $WORK != *[[:space:]]* ]] || die "--workdir must not contain whitespace"
-for n in "$NFILES" "$SEQ_MB" "$RUNS" "$FIO_SECONDS"; do
+for n in "$NFILES" "$SEQ_MB" "$RUNS" "$FIO_SECONDS" "$FIO_ROUNDS"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"
 done
 for tool in cc python3 git dd mkfs.ext4 losetup mount umount awk; do
@@ -411,17 +414,32 @@ for t in "${TARGETS[@]}"; do
     else failed seqread "$t"; fi
 done
 
-log "random 4 KiB reads: ${FIO_SECONDS}s each, $([[ $HAVE_FIO = 1 ]] && echo fio || echo helper)"
-for t in "${TARGETS[@]}"; do
-    f=${DIR[$t]}/big
-    if [[ -f $f ]] && "$BIN/warm" "$f" && iops=$(fio_iops "randread_warm-$t" "$f" 0); then
-        record randread_warm "$t" "$iops" "$iops IOPS"
-    else failed randread_warm "$t"; fi
-    if [[ -f $f ]] && "$BIN/dropcaches" && iops=$(fio_iops "randread_direct-$t" "$f" 1); then
-        record randread_direct "$t" "$iops" "$iops IOPS"
-    else failed randread_direct "$t"; fi
-    rm -f "$f"
+log "random 4 KiB reads: ${FIO_SECONDS}s each, $FIO_ROUNDS rounds alternating targets, $([[ $HAVE_FIO = 1 ]] && echo fio || echo helper)"
+# One 10 s run per side swung ±25% between runs on this shared machine; alternating rounds and
+# taking each side's median keeps drift from landing on one side only.
+for mode in warm direct; do
+    declare -A IOPS=()
+    for ((round = 1; round <= FIO_ROUNDS; round++)); do
+        for t in "${TARGETS[@]}"; do
+            f=${DIR[$t]}/big
+            [[ -f $f ]] || continue
+            if [[ $mode == warm ]]; then "$BIN/warm" "$f" || continue; else "$BIN/dropcaches" || continue; fi
+            direct=0
+            [[ $mode == direct ]] && direct=1
+            iops=$(fio_iops "randread_$mode-$t-$round" "$f" "$direct") && IOPS[$t]+="$iops "
+        done
+    done
+    for t in "${TARGETS[@]}"; do
+        read -ra got <<<"${IOPS[$t]:-}"
+        if ((${#got[@]} == FIO_ROUNDS)); then
+            med=$(printf '%s\n' "${got[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+            echo "   randread_$mode [$t] IOPS per round: ${got[*]}" >>"$LOG"
+            record "randread_$mode" "$t" "$med" "$med IOPS"
+        else failed "randread_$mode" "$t"; fi
+    done
+    unset IOPS
 done
+for t in "${TARGETS[@]}"; do rm -f "${DIR[$t]}/big"; done
 
 log "git repository: $N files"
 for t in "${TARGETS[@]}"; do
@@ -513,7 +531,7 @@ report() {
     fi
     echo "- timing: $( ((USE_HYPERFINE)) && hyperfine --version || echo 'built-in loop (date +%s%N)'), median of $RUNS runs" \
         "($SLOW_RUNS for create and dd; 1 warm-up run for warm workloads); random reads:" \
-        "$( ((HAVE_FIO)) && fio --version || echo 'C helper') psync QD1, ${FIO_SECONDS} s"
+        "$( ((HAVE_FIO)) && fio --version || echo 'C helper') psync QD1, ${FIO_SECONDS} s, median of $FIO_ROUNDS alternating rounds"
     echo "- cold = \`sync; echo 3 > /proc/sys/vm/drop_caches\` before every run$( ((DROP_OK)) || echo ' (NOT possible here: all runs warm)')"
     echo "- create: one C process does open(O_CREAT)+write(4 KiB)+close per file, no fsync;" \
         "the directory is emptied and synced (untimed) before each run"
