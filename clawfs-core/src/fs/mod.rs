@@ -30,6 +30,7 @@ use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
 };
 use crate::path_cache::PathCache;
+use crate::policy::{Identity, NsPath};
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
@@ -415,6 +416,26 @@ impl ClawFs {
 
     // ---- rules ----------------------------------------------------------------------------
 
+    /// What create, mknod, mkdir and symlink check before making `name` in `parent`: ClawFS's
+    /// naming and area rules, then the policy (each refusal audited). Returns the new entry's
+    /// place, the parent's descriptor and who is creating what, for the audit trail.
+    fn begin_create(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        parent: u64,
+        name: &OsStr,
+        kind: FileKind,
+    ) -> FsResult<(Place, Arc<OwnedFd>, Identity, NsPath)> {
+        let pnode = self.node(parent)?;
+        let place = self
+            .check_create(&pnode, name, kind)
+            .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
+        let dir = self.open_path(&pnode)?;
+        let (who, path) = self.decide_create(caller, op, &pnode, &dir, name)?;
+        Ok((place, dir, who, path))
+    }
+
     /// May something named `name` of kind `kind` be created in `parent`? Returns its place.
     fn check_create(&self, parent: &Node, name: &OsStr, kind: FileKind) -> FsResult<Place> {
         if crate::virtual_files::child_of_place(parent.place, name).is_some()
@@ -615,12 +636,8 @@ impl ClawFs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Entry> {
-        let pnode = self.node(parent)?;
-        let place = self
-            .check_create(&pnode, name, FileKind::from_mode(mode))
-            .map_err(|e| self.rule_refusal(caller, "mknod", &pnode, Some(name), e))?;
-        let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "mknod", &pnode, &dir, name)?;
+        let (place, dir, ..) =
+            self.begin_create(caller, "mknod", parent, name, FileKind::from_mode(mode))?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mknodat(
@@ -636,12 +653,7 @@ impl ClawFs {
 
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
-        let pnode = self.node(parent)?;
-        let place = self
-            .check_create(&pnode, name, FileKind::Dir)
-            .map_err(|e| self.rule_refusal(caller, "mkdir", &pnode, Some(name), e))?;
-        let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "mkdir", &pnode, &dir, name)?;
+        let (place, dir, ..) = self.begin_create(caller, "mkdir", parent, name, FileKind::Dir)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
@@ -716,12 +728,8 @@ impl ClawFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Entry> {
-        let pnode = self.node(parent)?;
-        let place = self
-            .check_create(&pnode, name, FileKind::Symlink)
-            .map_err(|e| self.rule_refusal(caller, "symlink", &pnode, Some(name), e))?;
-        let dir = self.open_path(&pnode)?;
-        self.decide_create(caller, "symlink", &pnode, &dir, name)?;
+        let (place, dir, ..) =
+            self.begin_create(caller, "symlink", parent, name, FileKind::Symlink)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
@@ -950,12 +958,8 @@ impl ClawFs {
         if VirtualInodes::is_virtual(parent) {
             return self.create_virtual(caller, parent, name);
         }
-        let pnode = self.node(parent)?;
-        let place = self
-            .check_create(&pnode, name, FileKind::File)
-            .map_err(|e| self.rule_refusal(caller, "create", &pnode, Some(name), e))?;
-        let dir = self.open_path(&pnode)?;
-        let (who, path) = self.decide_create(caller, "create", &pnode, &dir, name)?;
+        let (place, dir, who, path) =
+            self.begin_create(caller, "create", parent, name, FileKind::File)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -1095,7 +1099,7 @@ impl ClawFs {
                 )
                 .bytes(bytes),
             );
-            if let crate::policy::Identity::Agent(agent) = &w.who {
+            if let Identity::Agent(agent) = &w.who {
                 self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
             }
         }
