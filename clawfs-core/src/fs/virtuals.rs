@@ -173,12 +173,7 @@ impl ClawFs {
             VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
             VirtualNode::Call(_) => {}
         }
-        let (fh, _) = self.vfiles.insert(VirtualHandle {
-            node,
-            caller: *caller,
-            state: std::sync::Mutex::new(exchange),
-        });
-        Ok(fh)
+        Ok(self.insert_virtual(caller, node, exchange))
     }
 
     pub(super) fn write_virtual(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
@@ -205,6 +200,31 @@ impl ClawFs {
         Ok(state.read(offset, size as usize).to_vec())
     }
 
+    /// Registers `caller`'s open of the generated file `node`; returns its handle.
+    fn insert_virtual(&self, caller: &Caller, node: VirtualNode, exchange: Exchange) -> u64 {
+        let (fh, _) = self.vfiles.insert(VirtualHandle {
+            node,
+            caller: *caller,
+            state: std::sync::Mutex::new(exchange),
+        });
+        fh
+    }
+
+    /// The entry and open handle of a generated file `caller` has just created.
+    fn created_virtual(
+        &self,
+        caller: &Caller,
+        node: VirtualNode,
+        exchange: Exchange,
+    ) -> (Entry, super::Opened) {
+        let entry = Entry {
+            attr: self.attr_of_virtual(&node),
+            generation: 0,
+        };
+        let fh = self.insert_virtual(caller, node, exchange);
+        (entry, super::Opened::Virtual(fh))
+    }
+
     /// Creating `<id>.json` in `tools/requests/` starts a request.
     pub(super) fn create_virtual(
         &self,
@@ -218,16 +238,7 @@ impl ClawFs {
             let node = VirtualNode::Secret(secret.clone());
             let mut exchange = Exchange::default();
             self.open_secret(caller, &secret, true, &mut exchange)?;
-            let entry = Entry {
-                attr: self.attr_of_virtual(&node),
-                generation: 0,
-            };
-            let (fh, _) = self.vfiles.insert(VirtualHandle {
-                node,
-                caller: *caller,
-                state: std::sync::Mutex::new(exchange),
-            });
-            return Ok((entry, super::Opened::Virtual(fh)));
+            return Ok(self.created_virtual(caller, node, exchange));
         }
         if self.virtual_node(parent)? != VirtualNode::RequestsDir {
             return Err(errno(libc::EACCES));
@@ -240,16 +251,7 @@ impl ClawFs {
             owner: self.owner_key(caller),
             id: id.to_string(),
         };
-        let entry = Entry {
-            attr: self.attr_of_virtual(&node),
-            generation: 0,
-        };
-        let (fh, _) = self.vfiles.insert(VirtualHandle {
-            node,
-            caller: *caller,
-            state: std::sync::Mutex::new(Exchange::default()),
-        });
-        Ok((entry, super::Opened::Virtual(fh)))
+        Ok(self.created_virtual(caller, node, Exchange::default()))
     }
 
     /// Closing a request runs it; its answer is in `tools/responses/<id>.json` by the time
