@@ -156,6 +156,13 @@ impl Adapter {
         }
     }
 
+    fn reply_data(op: &str, r: Result<Vec<u8>, FsError>, reply: ReplyData) {
+        match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(fail(op, e)),
+        }
+    }
+
     fn reply_xattr(op: &str, r: Result<Vec<u8>, FsError>, size: u32, reply: ReplyXattr) {
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
@@ -314,10 +321,7 @@ impl Filesystem for Adapter {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let _s = tracing::debug_span!("readlink", ino = ino.0).entered();
-        match self.fs.readlink(ino.0) {
-            Ok(target) => reply.data(&target),
-            Err(e) => reply.error(fail("readlink", e)),
-        }
+        Self::reply_data("readlink", self.fs.readlink(ino.0), reply);
     }
 
     fn mknod(
@@ -492,10 +496,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        match self.fs.read(ino.0, fh.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(fail("read", e)),
-        }
+        Self::reply_data("read", self.fs.read(ino.0, fh.0, offset, size), reply);
     }
 
     fn write(
