@@ -197,8 +197,7 @@ fn ordinary_users_get_posix_permissions() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
     // The admin opens the default workspace; files are then created as the caller.
-    fs::set_permissions(m.path("workspaces"), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::set_permissions(m.ws(), fs::Permissions::from_mode(0o1777)).unwrap();
+    m.open_workspace_to_all();
     let f = m.ws().join("by-nobody");
     let out = common::sh_as_nobody(&format!("echo hi > {}", f.display()));
     assert!(

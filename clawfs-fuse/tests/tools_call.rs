@@ -112,12 +112,7 @@ fn a_shell_calls_a_tool_on_one_descriptor() {
 #[test]
 fn tool_calls_run_as_the_caller() {
     let m = Mounted::new();
-    fs::set_permissions(
-        m.path("workspaces"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    fs::set_permissions(m.ws(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    m.open_workspace_to_all();
     fs::write(m.ws().join("root-only.txt"), "secret").unwrap();
     fs::set_permissions(
         m.ws().join("root-only.txt"),
@@ -207,12 +202,7 @@ fn two_file_interface_for_whole_file_harnesses() {
 #[test]
 fn each_caller_sees_only_its_own_responses() {
     let m = Mounted::new();
-    fs::set_permissions(
-        m.path("workspaces"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    fs::set_permissions(m.ws(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    m.open_workspace_to_all();
     fs::write(
         m.path("tools/requests/mine.json"),
         br#"{"tool":"list_allowed"}"#,

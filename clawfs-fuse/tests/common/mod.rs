@@ -102,6 +102,15 @@ impl Mounted {
         self.mnt.join("workspaces/default")
     }
 
+    /// The admin opens the default workspace to every user: `workspaces/` searchable, the
+    /// workspace world-writable and sticky.
+    pub fn open_workspace_to_all(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |m| std::fs::Permissions::from_mode(m);
+        std::fs::set_permissions(self.path("workspaces"), mode(0o755)).unwrap();
+        std::fs::set_permissions(self.ws(), mode(0o1777)).unwrap();
+    }
+
     /// The backing path of a mount path (relative to the mount).
     pub fn backing(&self, rel: &str) -> PathBuf {
         self.store.join(rel)
