@@ -49,3 +49,12 @@ remove_unmounted() {
         rm -rf "$1"
     fi
 }
+
+# report_failure RC LOG: after a failed run (RC non-zero), says where the log is and shows
+# its end.
+report_failure() {
+    if (($1 != 0)); then
+        echo "${0##*/}: failed (exit $1); log kept in $2" >&2
+        if [[ -f $2 ]]; then tail -n 20 "$2" >&2; fi
+    fi
+}

@@ -155,10 +155,7 @@ cleanup() {
     rm -f "$IMG"
     rm -rf "$BIN"
     rmdir "$FS" 2>/dev/null
-    if ((rc != 0)); then
-        echo "run.sh: failed (exit $rc); log kept in $LOG" >&2
-        [[ -f $LOG ]] && tail -n 20 "$LOG" >&2
-    fi
+    report_failure "$rc" "$LOG"
     exit "$rc"
 }
 trap cleanup EXIT
@@ -379,27 +376,24 @@ for t in "${TARGETS[@]}"; do
     sync
 done
 
+# cold_and_warm PROBE TARGET UNIT: `helper PROBE` over the N files of TARGET, timed after
+# drop_caches (PROBE_cold) and with warm caches after one untimed run (PROBE_warm).
+cold_and_warm() {
+    local probe=$1 t=$2 unit=$3 s
+    local files=${DIR[$t]}/files
+    if s=$(measure "${probe}_cold-$t" "$RUNS" 0 "$BIN/dropcaches" "$H" "$probe" "$files" "$N"); then
+        by_time "${probe}_cold" "$t" "$s" "$N" "$unit"
+    else failed "${probe}_cold" "$t"; fi
+    if s=$(measure "${probe}_warm-$t" "$RUNS" 1 "" "$H" "$probe" "$files" "$N"); then
+        by_time "${probe}_warm" "$t" "$s" "$N" "$unit"
+    else failed "${probe}_warm" "$t"; fi
+}
+
 log "stat: $N files"
-for t in "${TARGETS[@]}"; do
-    d=${DIR[$t]}
-    if s=$(measure "stat_cold-$t" "$RUNS" 0 "$BIN/dropcaches" "$H" stat "$d/files" "$N"); then
-        by_time stat_cold "$t" "$s" "$N" stats
-    else failed stat_cold "$t"; fi
-    if s=$(measure "stat_warm-$t" "$RUNS" 1 "" "$H" stat "$d/files" "$N"); then
-        by_time stat_warm "$t" "$s" "$N" stats
-    else failed stat_warm "$t"; fi
-done
+for t in "${TARGETS[@]}"; do cold_and_warm stat "$t" stats; done
 
 log "readdir: $N entries"
-for t in "${TARGETS[@]}"; do
-    d=${DIR[$t]}
-    if s=$(measure "readdir_cold-$t" "$RUNS" 0 "$BIN/dropcaches" "$H" readdir "$d/files" "$N"); then
-        by_time readdir_cold "$t" "$s" "$N" entries
-    else failed readdir_cold "$t"; fi
-    if s=$(measure "readdir_warm-$t" "$RUNS" 1 "" "$H" readdir "$d/files" "$N"); then
-        by_time readdir_warm "$t" "$s" "$N" entries
-    else failed readdir_warm "$t"; fi
-done
+for t in "${TARGETS[@]}"; do cold_and_warm readdir "$t" entries; done
 
 log "sequential write/read: $SEQ_LABEL, $SLOW_RUNS runs each"
 for t in "${TARGETS[@]}"; do

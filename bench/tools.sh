@@ -117,10 +117,7 @@ cleanup() {
     rm -f "$IMG"
     rm -rf "$BIN" "$REQ"
     rmdir "$FS" 2>/dev/null
-    if ((rc != 0)); then
-        echo "tools.sh: failed (exit $rc); log kept in $LOG" >&2
-        [[ -f $LOG ]] && tail -n 20 "$LOG" >&2
-    fi
+    report_failure "$rc" "$LOG"
     exit "$rc"
 }
 trap cleanup EXIT
