@@ -6,6 +6,7 @@
 //! bijection.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::area::Place;
@@ -24,6 +25,9 @@ pub struct Node {
     pub place: Place,
     /// Its open files by I/O mode; as long-lived as the kernel's inode.
     pub io: Arc<IoMode>,
+    /// The directory (mount inode) and name it was last reached by: how its namespace path is
+    /// rebuilt when the kernel cannot name it (a path longer than a page).
+    pub link: Option<Arc<(u64, OsString)>>,
 }
 
 struct Slot {
@@ -51,6 +55,7 @@ impl InodeTable {
                     handle: Arc::new(root),
                     place: Place::MountRoot,
                     io: Default::default(),
+                    link: None,
                 },
                 // The root is never forgotten.
                 lookups: u64::MAX / 2,
@@ -79,18 +84,36 @@ impl InodeTable {
         slots.get(&ino).map(|s| s.node.clone())
     }
 
-    /// Records one more kernel lookup of `ino`. If the inode number was reused by another
-    /// backing file, the new handle replaces the old one (the kernel sees a new generation).
-    pub fn remember(&self, ino: u64, handle: BackingHandle, place: Place) {
+    /// Records one more kernel lookup of `ino`, reached as `name` in the directory `parent`
+    /// when known. If the inode number was reused by another backing file, the new handle
+    /// replaces the old one (the kernel sees a new generation).
+    pub fn remember(
+        &self,
+        ino: u64,
+        handle: BackingHandle,
+        place: Place,
+        link: Option<(u64, &OsStr)>,
+    ) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = |handle| Node {
+            handle: Arc::new(handle),
+            place,
+            io: Default::default(),
+            link: link.map(|(p, n)| Arc::new((p, n.to_owned()))),
+        };
         match slots.get_mut(&ino) {
             Some(slot) => {
                 if *slot.node.handle != handle {
-                    slot.node = Node {
-                        handle: Arc::new(handle),
-                        place,
-                        io: Default::default(),
-                    };
+                    slot.node = fresh(handle);
+                } else if let Some((p, n)) = link {
+                    let same = slot
+                        .node
+                        .link
+                        .as_deref()
+                        .is_some_and(|(lp, ln)| *lp == p && ln == n);
+                    if !same {
+                        slot.node.link = Some(Arc::new((p, n.to_owned())));
+                    }
                 }
                 slot.lookups = slot.lookups.saturating_add(1);
             }
@@ -98,11 +121,7 @@ impl InodeTable {
                 slots.insert(
                     ino,
                     Slot {
-                        node: Node {
-                            handle: Arc::new(handle),
-                            place,
-                            io: Default::default(),
-                        },
+                        node: fresh(handle),
                         lookups: 1,
                     },
                 );

@@ -41,7 +41,12 @@ struct State {
 #[derive(Debug, Default)]
 pub struct IoMode {
     state: Mutex<State>,
+    /// Opens by `execve` (the kernel marks them `FMODE_EXEC`) not yet released.
+    executing: std::sync::atomic::AtomicU32,
 }
+
+/// The kernel's `__FMODE_EXEC` bit in a FUSE open's flags: the open of a program being run.
+pub const FMODE_EXEC: i32 = 0x20;
 
 impl IoMode {
     /// Chooses how a new open is served and counts it. `prefer_cached`: the opener only reads
@@ -65,6 +70,40 @@ impl IoMode {
             s.stale |= writes;
             IoChoice::Passthrough
         }
+    }
+
+    /// Counts an open that must be served through the page cache (a writer whose every write
+    /// the daemon must see); `None` while passthrough opens are live, which the kernel would
+    /// refuse to mix with it.
+    pub fn open_cached(&self) -> Option<IoChoice> {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if s.passthrough > 0 {
+            return None;
+        }
+        let keep_cache = s.cached > 0 || !s.stale;
+        s.cached += 1;
+        s.stale = false;
+        Some(IoChoice::Cached { keep_cache })
+    }
+
+    /// Counts an open for `execve`.
+    pub fn exec_open(&self) {
+        self.executing
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Counts the release of an open for `execve`.
+    pub fn exec_close(&self) {
+        let _ = self.executing.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |n| n.checked_sub(1),
+        );
+    }
+
+    /// Whether a program is running from this inode (as far as releases have arrived).
+    pub fn is_executing(&self) -> bool {
+        self.executing.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
     /// Counts the release of an open served as `choice`.
@@ -113,6 +152,16 @@ mod tests {
         m.close(r);
         // The cache was refilled by that open: good again.
         assert_eq!(m.open(true, false), IoChoice::Cached { keep_cache: true });
+    }
+
+    #[test]
+    fn metered_writers_never_join_passthrough() {
+        let m = IoMode::default();
+        let p = m.open(false, true);
+        assert_eq!(m.open_cached(), None);
+        m.close(p);
+        assert!(matches!(m.open_cached(), Some(IoChoice::Cached { .. })));
+        assert_eq!(m.open(false, true), IoChoice::Cached { keep_cache: true });
     }
 
     #[test]

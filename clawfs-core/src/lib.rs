@@ -9,6 +9,7 @@ pub mod area;
 pub mod attr;
 pub mod audit;
 pub mod backing;
+pub mod beneath;
 pub mod cgroup;
 pub mod creds;
 pub mod error;

@@ -42,6 +42,9 @@ pub struct WriteHandle {
     pub path: crate::policy::NsPath,
     /// The size at open.
     pub size_at_open: u64,
+    /// The writer is an agent with a byte quota: every write is charged as it is made (such a
+    /// handle is never passthrough, so no write escapes the count).
+    pub metered: bool,
 }
 
 /// An open regular file.
@@ -57,6 +60,8 @@ pub struct OpenFile {
     pub staged: Option<crate::fs::StagedTarget>,
     /// With passthrough on: how this open is served, counted in its inode's mode.
     pub io: Option<(IoChoice, Arc<IoMode>)>,
+    /// For an open by `execve`: the inode's modes, where it is counted until released.
+    pub exec: Option<Arc<IoMode>>,
 }
 
 impl OpenFile {

@@ -150,7 +150,8 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     let users_group = group_id("clawos-users").unwrap_or(0);
     let tools_owner = user_id("wasm-agent").unwrap_or(0);
 
-    fs::set_permissions(root, fs::Permissions::from_mode(0o755))?;
+    // The store is root's alone; the mount shows its root as 0755.
+    fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
 
     // system/ — 0555, root:root; files 0444.
     let system = root.join("system");

@@ -11,13 +11,14 @@
 //! ```
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::beneath::FileMode;
 use crate::seed;
 
 /// The store format this build writes and reads.
@@ -136,7 +137,7 @@ impl Store {
         }
         fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o755)
+            .mode(ROOT_MODE)
             .create(path.join(PRIVATE_DIR))
             .map_err(io_err(path))?;
         fs::set_permissions(
@@ -184,6 +185,41 @@ impl Store {
             .open(&root)
             .map_err(io_err(&root))?;
         Ok(Store { root, root_dir })
+    }
+
+    /// Makes the store root and its private area root's alone (0700), as a store made by an
+    /// older ClawFS or by hand may not be; returns what changed, for the caller to say so. The
+    /// areas keep the modes the mount shows: nobody but root can reach them in the store.
+    pub fn close_to_others(&self) -> Result<ModeRepair, StoreError> {
+        let mut repair = ModeRepair::default();
+        let private = crate::beneath::open_dir(self.root_fd(), Path::new(PRIVATE_DIR))
+            .map_err(io_err(&self.private_dir()))?;
+        for (fd, path) in [
+            (self.root_fd(), self.root.clone()),
+            (private.as_fd(), self.private_dir()),
+        ] {
+            let st = rustix::fs::fstat(fd).map_err(|e| io_err(&path)(e.into()))?;
+            let old = st.st_mode & 0o7777;
+            if old != ROOT_MODE {
+                rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(ROOT_MODE))
+                    .map_err(|e| io_err(&path)(e.into()))?;
+                repair.changed.push((path, old, ROOT_MODE));
+            }
+        }
+        Ok(repair)
+    }
+
+    /// Replaces `rel_dir/name` (relative to the store root) atomically, reached by descriptor
+    /// with no symlink or `..` at any step: the way to write in a directory an agent or a user
+    /// can write through the mount.
+    pub fn write_beneath(
+        &self,
+        rel_dir: &Path,
+        name: &str,
+        bytes: &[u8],
+        how: FileMode,
+    ) -> io::Result<()> {
+        crate::beneath::write_atomic_beneath(self.root_fd(), rel_dir, name, bytes, how)
     }
 
     /// Opens the store at `path`, initialising it first if it has never been (the embedded
@@ -256,21 +292,30 @@ impl Store {
     }
 }
 
-/// Writes `dir/name` so that a crash leaves the old or the new content, never a mix: a temp
-/// file in the same directory, fsync, rename, fsync of the directory.
+/// Writes `dir/name` so that a crash leaves the old or the new content, never a mix (see
+/// [`crate::beneath::write_atomic`]). For directories only root can write (the private area,
+/// `system/`, `vault/`); where an agent or user can write, use [`Store::write_beneath`].
 pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
+    let dir = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    crate::beneath::write_atomic(dir.as_fd(), name, bytes, FileMode::mode(mode))
+}
+
+/// The modes that close the store to everyone but root: agents and users reach its data only
+/// through the mount, where the policy and the audit see them.
+const ROOT_MODE: u32 = 0o700;
+
+/// What [`Store::close_to_others`] changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ModeRepair {
+    /// Paths whose mode was tightened, with the old and new modes.
+    pub changed: Vec<(PathBuf, u32, u32)>,
 }
 
 #[cfg(test)]

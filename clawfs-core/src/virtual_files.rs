@@ -92,7 +92,9 @@ impl VirtualNode {
             VirtualNode::CallDir => 0o555,
             // Listing is filtered per caller; reading needs a grant; writing is the admin's.
             VirtualNode::SecretsDir => 0o755,
-            VirtualNode::Secret(_) => 0o644,
+            // Readable by mode only to root and the agents' group (the daemon still decides
+            // each open by the policy): an ordinary user is refused by the kernel already.
+            VirtualNode::Secret(_) => 0o640,
             // Everyone may drop requests and delete their own responses.
             VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1777,
             VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
@@ -199,6 +201,9 @@ pub struct Exchange {
     /// program reading at offset 0 and a shell reading on after its write both see the
     /// response from its start.
     pub read_base: Option<u64>,
+    /// A write went past [`MAX_CALL_REQUEST`]: the request is answered `too_large`, never run
+    /// on what was kept of it.
+    pub oversized: bool,
 }
 
 impl Exchange {
@@ -212,6 +217,7 @@ impl Exchange {
             .checked_add(data.len())
             .ok_or(libc::EFBIG)?;
         if end > MAX_CALL_REQUEST {
+            self.oversized = true;
             return Err(libc::EFBIG);
         }
         if self.request.len() < end {

@@ -313,9 +313,10 @@ impl Filesystem for Adapter {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        let r = self
-            .fs
-            .setattr(&caller(req), ino.0, fh.map(|f| f.0), change);
+        let r = self.fs.audited(|| {
+            self.fs
+                .setattr(&caller(req), ino.0, fh.map(|f| f.0), change)
+        });
         self.reply_attr("setattr", r, reply);
     }
 
@@ -335,7 +336,9 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
-        let r = self.fs.mknod(&caller(req), parent.0, name, mode, rdev);
+        let r = self
+            .fs
+            .audited(|| self.fs.mknod(&caller(req), parent.0, name, mode, rdev));
         self.reply_entry("mknod", r, reply);
     }
 
@@ -349,7 +352,9 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
-        let r = self.fs.mkdir(&caller(req), parent.0, name, mode);
+        let r = self
+            .fs
+            .audited(|| self.fs.mkdir(&caller(req), parent.0, name, mode));
         self.reply_entry("mkdir", r, reply);
     }
 
@@ -357,14 +362,20 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
         Self::reply_empty(
             "unlink",
-            self.fs.unlink(&caller(req), parent.0, name),
+            self.fs
+                .audited(|| self.fs.unlink(&caller(req), parent.0, name)),
             reply,
         );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
-        Self::reply_empty("rmdir", self.fs.rmdir(&caller(req), parent.0, name), reply);
+        Self::reply_empty(
+            "rmdir",
+            self.fs
+                .audited(|| self.fs.rmdir(&caller(req), parent.0, name)),
+            reply,
+        );
     }
 
     fn symlink(
@@ -376,9 +387,10 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
-        let r = self
-            .fs
-            .symlink(&caller(req), parent.0, link_name, target.as_os_str());
+        let r = self.fs.audited(|| {
+            self.fs
+                .symlink(&caller(req), parent.0, link_name, target.as_os_str())
+        });
         self.reply_entry("symlink", r, reply);
     }
 
@@ -408,9 +420,10 @@ impl Filesystem for Adapter {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        let r = self
-            .fs
-            .rename(&caller(req), parent.0, name, newparent.0, newname, mode);
+        let r = self.fs.audited(|| {
+            self.fs
+                .rename(&caller(req), parent.0, name, newparent.0, newname, mode)
+        });
         Self::reply_empty("rename", r, reply);
     }
 
@@ -424,13 +437,18 @@ impl Filesystem for Adapter {
     ) {
         let _s =
             tracing::debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
-        let r = self.fs.link(&caller(req), ino.0, newparent.0, newname);
+        let r = self
+            .fs
+            .audited(|| self.fs.link(&caller(req), ino.0, newparent.0, newname));
         self.reply_entry("link", r, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
-        match self.fs.open(&caller(req), ino.0, flags.0) {
+        match self
+            .fs
+            .audited(|| self.fs.open(&caller(req), ino.0, flags.0))
+        {
             // A staged identity write: served by the daemon, committed at close (FLUSH).
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
@@ -456,7 +474,10 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
-        match self.fs.create(&caller(req), parent.0, name, mode, flags) {
+        match self
+            .fs
+            .audited(|| self.fs.create(&caller(req), parent.0, name, mode, flags))
+        {
             Ok((entry, Opened::Virtual(fh))) => reply.created(
                 &Duration::ZERO,
                 &file_attr(&entry.attr),
@@ -496,7 +517,11 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        Self::reply_data("read", self.fs.read(ino.0, fh.0, offset, size), reply);
+        Self::reply_data(
+            "read",
+            self.fs.audited(|| self.fs.read(ino.0, fh.0, offset, size)),
+            reply,
+        );
     }
 
     fn write(
@@ -506,13 +531,17 @@ impl Filesystem for Adapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _s = tracing::debug_span!("write", fh = fh.0, offset, len = data.len()).entered();
-        match self.fs.write(ino.0, fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self
+            .fs
+            .audited(|| self.fs.write(ino.0, fh.0, offset, data, kill))
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("write", e)),
         }
@@ -528,7 +557,11 @@ impl Filesystem for Adapter {
     ) {
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered); only generated
         // files get here, where closing a tool request runs it.
-        Self::reply_empty("flush", self.fs.flush(&caller(req), ino.0, fh.0), reply);
+        Self::reply_empty(
+            "flush",
+            self.fs.audited(|| self.fs.flush(&caller(req), ino.0, fh.0)),
+            reply,
+        );
     }
 
     fn release(
@@ -542,7 +575,11 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
-        Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
+        Self::reply_empty(
+            "release",
+            self.fs.audited(|| self.fs.release(ino.0, fh.0)),
+            reply,
+        );
     }
 
     fn fsync(
@@ -559,7 +596,7 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
-        match self.fs.opendir(&caller(req), ino.0) {
+        match self.fs.audited(|| self.fs.opendir(&caller(req), ino.0)) {
             // Listings of real directories are cached by the kernel until the directory
             // changes; generated ones depend on the caller.
             Ok(fh) if !VirtualInodes::is_virtual(ino.0) => reply.opened(
@@ -696,7 +733,9 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("setxattr", ino = ino.0, ?name).entered();
-        let r = self.fs.setxattr(&caller(req), ino.0, name, value, flags);
+        let r = self
+            .fs
+            .audited(|| self.fs.setxattr(&caller(req), ino.0, name, value, flags));
         Self::reply_empty("setxattr", r, reply);
     }
 
@@ -704,7 +743,8 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name).entered();
         Self::reply_xattr(
             "getxattr",
-            self.fs.getxattr(&caller(req), ino.0, name),
+            self.fs
+                .audited(|| self.fs.getxattr(&caller(req), ino.0, name)),
             size,
             reply,
         );
@@ -714,7 +754,7 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("listxattr", ino = ino.0).entered();
         Self::reply_xattr(
             "listxattr",
-            self.fs.listxattr(&caller(req), ino.0),
+            self.fs.audited(|| self.fs.listxattr(&caller(req), ino.0)),
             size,
             reply,
         );
@@ -722,7 +762,9 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
-        let r = self.fs.removexattr(&caller(req), ino.0, name);
+        let r = self
+            .fs
+            .audited(|| self.fs.removexattr(&caller(req), ino.0, name));
         Self::reply_empty("removexattr", r, reply);
     }
 
@@ -743,7 +785,8 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("fallocate", fh = fh.0, offset, length, mode).entered();
         Self::reply_empty(
             "fallocate",
-            self.fs.fallocate(fh.0, offset, length, mode),
+            self.fs
+                .audited(|| self.fs.fallocate(fh.0, offset, length, mode)),
             reply,
         );
     }
@@ -776,10 +819,10 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self
-            .fs
-            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
-        {
+        match self.fs.audited(|| {
+            self.fs
+                .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+        }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("copy_file_range", e)),
         }

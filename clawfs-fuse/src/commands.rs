@@ -19,13 +19,29 @@ pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {
     match Store::init(&path)? {
         InitOutcome::Created => println!("initialised ClawFS store {}", path.display()),
         InitOutcome::AlreadyInitialised => {
-            println!(
-                "{} is already a ClawFS store; nothing changed",
-                path.display()
-            )
+            let repair = Store::open(&path)?.close_to_others()?;
+            if repair.changed.is_empty() {
+                println!(
+                    "{} is already a ClawFS store; nothing changed",
+                    path.display()
+                )
+            } else {
+                println!("{} is already a ClawFS store", path.display());
+                report_repair(&repair);
+            }
         }
     }
     Ok(())
+}
+
+/// Says which store modes were tightened (a store made by an older ClawFS, or by hand).
+pub fn report_repair(repair: &clawfs_core::store::ModeRepair) {
+    for (path, old, new) in &repair.changed {
+        println!(
+            "{}: mode {old:04o} -> {new:04o} (the store is reached only through the mount)",
+            path.display()
+        );
+    }
 }
 
 fn is_stale(mp: &Path) -> bool {

@@ -87,6 +87,9 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
     }
     let mp = check_mountpoint(&args.mountpoint)?;
     let store = open_store(&store_path(&args.store.store))?;
+    if !args.foreground {
+        crate::commands::report_repair(&store.close_to_others()?);
+    }
     if args.foreground {
         serve(args, &mp, store)
     } else {
@@ -176,6 +179,9 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
 
 fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let _lock = store.lock()?;
+    for (path, old, new) in store.close_to_others()?.changed {
+        warn!(path = %path.display(), "store mode {old:04o} -> {new:04o}: reached only through the mount");
+    }
     // Modes of new files come from the caller's request, already masked by the kernel.
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };

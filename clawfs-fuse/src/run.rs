@@ -144,14 +144,19 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
             ))
         })?;
     let (uid, gid) = match (&args.user, spec_in_policy.run_as()) {
-        (Some(u), _) => parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?,
+        (Some(u), _) => {
+            let ids = parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?;
+            check_own_uid(store.root(), &policy, &agent, ids.0)
+                .map_err(|e| fail(format!("--user {u}: {e}")))?;
+            ids
+        }
         (None, Some(ids)) => ids,
         (None, None) => {
             let uid = placeholder_uid(store.root(), &agent);
             (uid, uid)
         }
     };
-    ensure_identity(&agents.join(&agent), &agent, uid)?;
+    ensure_identity(&store, &agent, uid)?;
     let groups = [
         clawfs_core::seed::agents_group(),
         clawfs_core::seed::users_group(),
@@ -541,20 +546,89 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     Ok(exit_code(status))
 }
 
-/// Creates the agent's identity.json on its first run (P1.4 §5.4), owned by the agent.
-fn ensure_identity(dir: &Path, agent: &str, uid: u32) -> Result<(), Failure> {
-    let path = dir.join("identity.json");
-    if path.exists() {
-        return Ok(());
+/// Creates the agent's identity.json on its first run (P1.4 §5.4), owned by the agent. The
+/// agent's directory is the agent's to write: reached by descriptor, no symlink followed.
+fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> {
+    let dir = Path::new(Area::Agents.dir_name()).join(agent);
+    let shown = store.root().join(&dir).join("identity.json");
+    match clawfs_core::beneath::open(
+        store.root_fd(),
+        &dir.join("identity.json"),
+        rustix::fs::OFlags::PATH,
+        0,
+    ) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(format!("{}: {e}", shown.display()))),
     }
     let doc = clawfs_core::identity::new_identity(agent, &clawfs_core::seed::now_rfc3339());
     let mut bytes = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
     bytes.push(b'\n');
-    clawfs_core::store::atomic_write(dir, "identity.json", &bytes, 0o640)
-        .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
-    std::os::unix::fs::chown(&path, Some(uid), clawfs_core::seed::agents_group())
-        .map_err(|e| fail(format!("chown {}: {e}", path.display())))?;
+    let how = clawfs_core::beneath::FileMode {
+        mode: 0o640,
+        owner: Some((uid, clawfs_core::seed::agents_group().unwrap_or(0))),
+    };
+    store
+        .write_beneath(&dir, "identity.json", &bytes, how)
+        .map_err(|e| fail(format!("creating {}: {e}", shown.display())))
+}
+
+/// One agent, one uid: `--user` may not name root, nor a uid that is another agent's (its
+/// uid in the policy, its placeholder uid, the owner of its directory, or the uid of a process
+/// running as it now). Sharing a uid would let one agent ptrace or signal the other and read
+/// what the other may read.
+fn check_own_uid(
+    store: &Path,
+    policy: &clawfs_core::policy::Policy,
+    agent: &str,
+    uid: u32,
+) -> Result<(), String> {
+    if uid == 0 {
+        return Err("an agent never runs as root".into());
+    }
+    for other in roster(store).into_iter().filter(|a| a != agent) {
+        let in_policy = clawfs_core::policy::AgentName::new(&other)
+            .ok()
+            .and_then(|n| policy.agent(&n).and_then(|s| s.run_as()))
+            .map(|(u, _)| u);
+        let owner = fs::metadata(store.join(Area::Agents.dir_name()).join(&other))
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .filter(|&u| u != 0);
+        // Without a uid in the policy, the other agent runs as its placeholder uid.
+        let runs_as = in_policy.unwrap_or_else(|| placeholder_uid(store, &other));
+        if runs_as == uid || owner == Some(uid) {
+            return Err(format!(
+                "uid {uid} is agent {other}'s; give {agent} a uid of its own"
+            ));
+        }
+    }
+    if let Some(other) = running_agent_with_uid(uid).filter(|a| a != agent) {
+        return Err(format!(
+            "uid {uid} is running as agent {other} now; give {agent} a uid of its own"
+        ));
+    }
     Ok(())
+}
+
+/// The agent a live process with real or effective uid `uid` runs as, if any.
+fn running_agent_with_uid(uid: u32) -> Option<String> {
+    let procs = fs::read_dir("/proc").ok()?;
+    procs.filter_map(Result::ok).find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let status = fs::read_to_string(e.path().join("status")).ok()?;
+        let ids: Vec<u32> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .take(2)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if !ids.contains(&uid) {
+            return None;
+        }
+        cgroup::agent_of_pid(pid).ok().flatten()
+    })
 }
 
 #[cfg(test)]

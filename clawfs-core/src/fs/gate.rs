@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,12 @@ pub struct Gate {
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each agent has written, and whether that changed since it was saved.
     usage: Mutex<(HashMap<String, Quota>, bool)>,
+}
+
+thread_local! {
+    /// The decisions of the request this thread is serving, recorded with its outcome by
+    /// [`ClawFs::audited`]. FUSE requests run start to end on one thread.
+    static PENDING: std::cell::RefCell<Vec<AuditEvent>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Where quota usage is kept across restarts, relative to the store's private area.
@@ -177,12 +183,46 @@ impl ClawFs {
 
     /// The namespace path of an open backing descriptor (`/workspaces/default/notes.md`).
     pub(super) fn ns_path(&self, fd: impl AsFd) -> FsResult<NsPath> {
-        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))?;
+        let real = match std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))
+        {
+            Ok(real) => real,
+            // Longer than the kernel names (a page): rebuilt from the names it was reached by.
+            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+                return self.ns_path_by_links(fd.as_fd())
+            }
+            Err(e) => return Err(e.into()),
+        };
         let rel = real
             .strip_prefix(self.store.root())
             .map_err(|_| FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
         Ok(NsPath::from_components(
             rel.components().map(|c| c.as_os_str()),
+        )?)
+    }
+
+    /// The namespace path of the node open as `fd`, from the directory and name each node on
+    /// the way up was last reached by, each step checked against the store (the name still
+    /// leads to that inode), so a stale name is an error, never a wrong path.
+    fn ns_path_by_links(&self, fd: std::os::fd::BorrowedFd<'_>) -> FsResult<NsPath> {
+        let stale = || FsError::Io(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        let st = rustix::fs::fstat(fd)?;
+        let (mut ino, mut backing_ino) = (self.inodes.mount_ino(st.st_ino), st.st_ino);
+        let mut names = Vec::new();
+        while ino != crate::inodes::ROOT_INO {
+            let node = self.inodes.get(ino).ok_or_else(stale)?;
+            let (parent, name) = node.link.as_deref().ok_or_else(stale)?;
+            let pnode = self.inodes.get(*parent).ok_or_else(stale)?;
+            let dir = self.open_path(&pnode)?;
+            let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if child.st_ino != backing_ino {
+                return Err(stale());
+            }
+            names.push(name.clone());
+            backing_ino = rustix::fs::fstat(&*dir)?.st_ino;
+            ino = *parent;
+        }
+        Ok(NsPath::from_components(
+            names.iter().rev().map(|n| n.as_os_str()),
         )?)
     }
 
@@ -282,6 +322,41 @@ impl ClawFs {
         self.conclude_refusal(caller, who, op, path, None, verdict)
     }
 
+    /// Whether `who` is an agent with a byte quota, whose writes are charged one by one.
+    pub(super) fn metered(&self, who: &Identity) -> bool {
+        match who {
+            Identity::Agent(agent) => self.policy().quota(agent).bytes != Quota::UNLIMITED,
+            _ => false,
+        }
+    }
+
+    /// Charges the growth of a write ending at `end` (what it adds past the file's current
+    /// size) to the metered writer `w`; refused with EDQUOT (audited, and in the agent's
+    /// denials file) when it would cross the quota.
+    pub(super) fn charge(
+        &self,
+        w: &crate::open_files::WriteHandle,
+        op: &'static str,
+        end: u64,
+        file: &crate::open_files::OpenFile,
+    ) -> FsResult<()> {
+        let size = file.backing.file.metadata()?.len();
+        let growth = end.saturating_sub(size);
+        if growth == 0 {
+            return Ok(());
+        }
+        let caller = Caller {
+            uid: 0,
+            gid: 0,
+            pid: w.pid,
+        };
+        let adding = Quota {
+            bytes: growth,
+            files: 0,
+        };
+        self.decide_quota(&caller, &w.who, op, &w.path, adding, true)
+    }
+
     fn usage(&self, agent: &AgentName) -> Quota {
         let usage = self
             .gate
@@ -297,10 +372,11 @@ impl ClawFs {
 
     /// Loads the quota usage saved by a previous daemon (none if there is none).
     pub(super) fn load_usage(&self) {
-        let path = self.store.private_dir().join(QUOTA_USAGE_FILE);
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let path = Path::new(crate::store::PRIVATE_DIR).join(QUOTA_USAGE_FILE);
+        let Ok(Some(text)) = crate::beneath::read(self.store.root_fd(), &path, 16 << 20) else {
             return;
         };
+        let text = String::from_utf8_lossy(&text);
         let Ok(saved) = serde_json::from_str::<HashMap<String, (u64, u64)>>(&text) else {
             tracing::warn!(path = %path.display(), "unreadable quota usage; counting from zero");
             return;
@@ -335,8 +411,9 @@ impl ClawFs {
                 .collect()
         };
         let json = serde_json::to_vec(&snapshot).expect("a map serialises");
-        let dir = self.store.private_dir();
-        if let Err(e) = crate::store::atomic_write(&dir, QUOTA_USAGE_FILE, &json, 0o600) {
+        let dir = Path::new(crate::store::PRIVATE_DIR);
+        let how = crate::beneath::FileMode::mode(0o600);
+        if let Err(e) = self.store.write_beneath(dir, QUOTA_USAGE_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save quota usage");
         }
     }
@@ -374,13 +451,22 @@ impl ClawFs {
         });
         let path = path.map_or_else(|| "?".to_string(), |p| p.to_string());
         let who = self.identify(caller);
+        PENDING.with(|p| p.borrow_mut().clear());
         self.record(
-            AuditEvent::new(audit_name(&who), caller.pid, op, path).denied(
+            AuditEvent::new(audit_name(&who), caller.pid, op, path.clone()).denied(
                 e.errno(),
-                "NAMESPACE",
+                crate::policy::rule::NAMESPACE,
                 e.to_string(),
             ),
         );
+        if let (Identity::Agent(agent), Ok(ns)) = (&who, NsPath::parse(&path)) {
+            let denial = Denial {
+                rule: crate::policy::rule::NAMESPACE,
+                reason: e.to_string(),
+                kind: crate::policy::DenyKind::Permission,
+            };
+            self.write_denial(agent, op, &ns, None, &denial);
+        }
         e
     }
 
@@ -406,9 +492,26 @@ impl ClawFs {
         verdict: Result<(), Denial>,
     ) -> FsResult<()> {
         if verdict.is_ok() {
-            self.record(event(caller, who, op, path, target));
+            // Recorded when the operation has run, with its outcome (see `audited`).
+            PENDING.with(|p| p.borrow_mut().push(event(caller, who, op, path, target)));
         }
         self.conclude_refusal(caller, who, op, path, target, verdict)
+    }
+
+    /// Runs one request's core call and records what it decided with the final outcome: the
+    /// allowed operation as ok, or as failed with the errno the caller gets (ENOSPC, ENOTEMPTY,
+    /// EDQUOT…). A refusal is recorded where it is decided, as the operation's only record.
+    pub fn audited<T>(&self, call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        PENDING.with(|p| p.borrow_mut().clear());
+        let result = call();
+        let decided = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        for ev in decided {
+            self.record(match &result {
+                Ok(_) => ev,
+                Err(e) => ev.failed(e.errno()).reason(e.to_string()),
+            });
+        }
+        result
     }
 
     fn conclude_refusal(
@@ -423,6 +526,9 @@ impl ClawFs {
         let Err(denial) = verdict else {
             return Ok(());
         };
+        // The refusal is the operation's record: what was allowed before it (the access, when
+        // the quota refuses) did not happen.
+        PENDING.with(|p| p.borrow_mut().clear());
         let errno = crate::policy::errno_of(denial.kind);
         let ev =
             event(caller, who, op, path, target).denied(errno, denial.rule, denial.reason.clone());
@@ -434,7 +540,7 @@ impl ClawFs {
     }
 
     /// Appends to `agents/<agent>/denials`, keeping the last [`MAX_DENIALS`].
-    fn write_denial(
+    pub(super) fn write_denial(
         &self,
         agent: &AgentName,
         op: &str,
@@ -451,18 +557,24 @@ impl ClawFs {
             "reason": denial.reason,
         })
         .to_string();
-        let dir: PathBuf = self.store.root().join("agents").join(agent.as_str());
-        if !dir.is_dir() {
-            return;
-        }
+        // The agent's directory is writable by the agent: reached by descriptor, with no
+        // symlink followed, so a planted link never redirects this root write.
+        let dir = Path::new("agents").join(agent.as_str());
         let mut all = self
             .gate
             .denials
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mine = all.entry(agent.as_str().to_string()).or_insert_with(|| {
-            std::fs::read_to_string(dir.join("denials"))
-                .map(|t| t.lines().map(String::from).collect())
+            crate::beneath::read(self.store.root_fd(), &dir.join("denials"), 4 << 20)
+                .ok()
+                .flatten()
+                .map(|t| {
+                    String::from_utf8_lossy(&t)
+                        .lines()
+                        .map(String::from)
+                        .collect()
+                })
                 .unwrap_or_default()
         });
         mine.push_back(line);
@@ -475,11 +587,20 @@ impl ClawFs {
             .collect::<Vec<_>>()
             .join("\n");
         text.push('\n');
-        if let Err(e) = crate::store::atomic_write(&dir, "denials", text.as_bytes(), 0o640) {
-            tracing::warn!(agent = agent.as_str(), error = %e, "could not write the denials file");
-        }
-        if let Some(gid) = crate::seed::agents_group() {
-            let _ = std::os::unix::fs::chown(dir.join("denials"), Some(0), Some(gid));
+        let how = crate::beneath::FileMode {
+            mode: 0o640,
+            owner: Some((0, crate::seed::agents_group().unwrap_or(0))),
+        };
+        match self
+            .store
+            .write_beneath(&dir, "denials", text.as_bytes(), how)
+        {
+            Ok(()) => {}
+            // An agent without a directory has no denials file.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(agent = agent.as_str(), error = %e, "could not write the denials file")
+            }
         }
     }
 }

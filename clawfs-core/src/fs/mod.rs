@@ -24,7 +24,7 @@ use crate::backing::{proc_fd_path, BackingHandle};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
-use crate::io_mode::{IoChoice, IoMode, CACHED_MAX_SIZE};
+use crate::io_mode::{IoChoice, IoMode, CACHED_MAX_SIZE, FMODE_EXEC};
 use crate::names;
 use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
@@ -176,6 +176,9 @@ pub struct ClawFs {
     /// Namespace paths of nodes in use, for policy decisions.
     paths: PathCache,
 }
+
+/// The permission bits the mount's root shows.
+const MOUNT_ROOT_MODE: u16 = 0o755;
 
 /// How many `O_PATH` descriptors are kept open (well under the 20,000 open-file limit).
 const PATH_FDS: NonZeroUsize = NonZeroUsize::new(512).unwrap();
@@ -389,16 +392,28 @@ impl ClawFs {
 
     fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
         let st = rustix::fs::fstat(fd)?;
-        Ok(Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino)))
+        let mut attr = Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino));
+        if attr.ino == ROOT_INO {
+            // The store root is root's alone (0700); on the mount everyone may look in.
+            attr.perm = MOUNT_ROOT_MODE;
+        }
+        Ok(attr)
     }
 
     /// Looks `name` up in the directory `dir` and records the kernel's new reference.
-    fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, place: Place) -> FsResult<Entry> {
+    fn entry_at(
+        &self,
+        parent: u64,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        place: Place,
+    ) -> FsResult<Entry> {
         let handle = BackingHandle::at(dir, name)?;
         let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let ino = self.inodes.mount_ino(st.st_ino);
         let generation = handle.generation();
-        self.inodes.remember(ino, handle, place);
+        self.inodes
+            .remember(ino, handle, place, Some((parent, name)));
         Ok(Entry {
             attr: Attr::from_stat(&st, ino),
             generation,
@@ -406,11 +421,17 @@ impl ClawFs {
     }
 
     /// Records the kernel's reference to a node just created through `fd`.
-    fn entry_of_fd(&self, fd: BorrowedFd<'_>, place: Place) -> FsResult<Entry> {
+    fn entry_of_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        place: Place,
+        (parent, name): (u64, &OsStr),
+    ) -> FsResult<Entry> {
         let handle = BackingHandle::of_fd(fd)?;
         let attr = self.attr_of(fd)?;
         let generation = handle.generation();
-        self.inodes.remember(attr.ino, handle, place);
+        self.inodes
+            .remember(attr.ino, handle, place, Some((parent, name)));
         Ok(Entry { attr, generation })
     }
 
@@ -510,7 +531,7 @@ impl ClawFs {
         }
         let place = pnode.place.child(name).ok_or_else(not_found)?;
         let dir = self.open_path(&pnode)?;
-        self.entry_at(dir.as_fd(), name, place)
+        self.entry_at(parent, dir.as_fd(), name, place)
     }
 
     /// Drops `n` kernel references to `ino`.
@@ -648,7 +669,7 @@ impl ClawFs {
                 decode_dev(rdev),
             )?;
         }
-        self.entry_at(dir.as_fd(), name, place)
+        self.entry_at(parent, dir.as_fd(), name, place)
     }
 
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
@@ -661,7 +682,7 @@ impl ClawFs {
                 self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
             }
         }
-        self.entry_at(dir.as_fd(), name, place)
+        self.entry_at(parent, dir.as_fd(), name, place)
     }
 
     /// Gives a new workspace directory its `metadata.json` and `snapshots/`. Runs as the
@@ -673,16 +694,16 @@ impl ClawFs {
         name: &OsStr,
         mode: u32,
     ) -> FsResult<()> {
-        let ws = rustix::fs::openat(
-            parent,
-            name,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
-            Mode::empty(),
-        )?;
+        let ws = crate::beneath::open_dir(parent, std::path::Path::new(name))?;
         rustix::fs::mkdirat(&ws, "snapshots", Mode::from_raw_mode(mode & 0o7777))?;
         let owner = seed::user_name(caller.uid);
         let meta = seed::workspace_metadata(&name.to_string_lossy(), &owner, &seed::now_rfc3339());
-        atomic_write_at(ws.as_fd(), "metadata.json", &meta, mode & 0o666)?;
+        crate::beneath::write_atomic(
+            ws.as_fd(),
+            "metadata.json",
+            &meta,
+            crate::beneath::FileMode::mode(mode & 0o666),
+        )?;
         Ok(())
     }
 
@@ -734,7 +755,7 @@ impl ClawFs {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
         }
-        self.entry_at(dir.as_fd(), name, place)
+        self.entry_at(parent, dir.as_fd(), name, place)
     }
 
     /// Creates a hard link to `ino` as `newparent/newname`.
@@ -770,7 +791,7 @@ impl ClawFs {
                 AtFlags::SYMLINK_FOLLOW,
             )?;
         }
-        self.entry_at(dir.as_fd(), newname, place)
+        self.entry_at(newparent, dir.as_fd(), newname, place)
     }
 
     /// Renames `parent/name` to `newparent/newname`.
@@ -830,6 +851,15 @@ impl ClawFs {
         }
         let node = self.node(ino)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & libc::O_TRUNC != 0
+            && node.io.is_executing()
+        {
+            // The kernel checks ETXTBSY for a read-only O_TRUNC open only after the daemon has
+            // opened (and, with atomic O_TRUNC, truncated) the file: refuse before truncating
+            // a running program. Write opens are refused by the kernel before they get here.
+            return Err(errno(libc::ETXTBSY));
+        }
         if writes && node.place.area().is_read_only() {
             let e = FsError::ReadOnly(node.place.area());
             return Err(self.rule_refusal(caller, "open", &node, None, e));
@@ -891,8 +921,13 @@ impl ClawFs {
             // was not opened with it.
             backing.file.set_len(0)?;
         }
+        if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
+            // Truncated by the daemon (root): clear what a truncation by the caller clears.
+            drop_suidgid(&backing.file)?;
+        }
         let writer = match writes {
             true => Some(WriteHandle {
+                metered: self.metered(&who),
                 who,
                 pid: caller.pid,
                 path,
@@ -904,13 +939,25 @@ impl ClawFs {
             && !writes
             && flags & libc::O_DIRECT == 0
             && backing.file.metadata()?.len() <= CACHED_MAX_SIZE;
-        let io = self.count_open(&node, prefer_cached, writes);
+        // Writes that the daemon must see: charged to a byte quota, or clearing setuid/setgid
+        // bits (a passthrough write runs with the daemon's rights and would keep them).
+        let through_daemon = writer.as_ref().is_some_and(|w| w.metered)
+            || (writes && caller.uid != 0 && has_suidgid(&backing.file)?);
+        let io = match through_daemon {
+            true => self.count_daemon_open(&node)?,
+            false => self.count_open(&node, prefer_cached, writes),
+        };
+        let exec = (flags & FMODE_EXEC != 0).then(|| {
+            node.io.exec_open();
+            Arc::clone(&node.io)
+        });
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
             writer,
             staged: None,
             io,
+            exec,
         });
         Ok(Opened::Backing(fh, file))
     }
@@ -925,6 +972,17 @@ impl ClawFs {
     ) -> Option<(IoChoice, Arc<IoMode>)> {
         self.passthrough()
             .then(|| (node.io.open(prefer_cached, writes), Arc::clone(&node.io)))
+    }
+
+    /// How an open whose writes the daemon must see is served: through the daemon (never
+    /// passthrough). Refused (EBUSY) while the file is open for passthrough elsewhere: the
+    /// kernel cannot serve one inode both ways.
+    fn count_daemon_open(&self, node: &Node) -> FsResult<Option<(IoChoice, Arc<IoMode>)>> {
+        if !self.passthrough() {
+            return Ok(None);
+        }
+        let choice = node.io.open_cached().ok_or_else(|| errno(libc::EBUSY))?;
+        Ok(Some((choice, Arc::clone(&node.io))))
     }
 
     /// A read-write descriptor of `ino` for kernel passthrough, shared by every open of the
@@ -981,7 +1039,7 @@ impl ClawFs {
                 false => open(flags & !libc::O_DIRECT)?,
             }
         };
-        let entry = self.entry_of_fd(fd.as_fd(), place)?;
+        let entry = self.entry_of_fd(fd.as_fd(), place, (parent, name))?;
         let ino = entry.attr.ino;
         let backing = match self.passthrough() {
             true => self.shared.get_or_try_insert(ino, || {
@@ -993,19 +1051,26 @@ impl ClawFs {
             })?,
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
-        let writer = Some(WriteHandle {
+        let writer = WriteHandle {
+            metered: self.metered(&who),
             who,
             pid: caller.pid,
             path,
             size_at_open: 0,
-        });
-        let io = self.count_open(&self.node(ino)?, false, true);
+        };
+        let node = self.node(ino)?;
+        let io = match writer.metered {
+            true => self.count_daemon_open(&node)?,
+            false => self.count_open(&node, false, true),
+        };
+        let writer = Some(writer);
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
             writer,
             staged: None,
             io,
+            exec: None,
         });
         Ok((entry, Opened::Backing(fh, file)))
     }
@@ -1040,11 +1105,27 @@ impl ClawFs {
     }
 
     /// Writes `data` at `offset` (appends when the file was opened `O_APPEND`).
-    pub fn write(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    /// `kill_suidgid`: the kernel says the writer lacks `CAP_FSETID`, so a setuid/setgid file
+    /// loses those bits (the daemon's own write, as root, would keep them).
+    pub fn write(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
         if VirtualInodes::is_virtual(ino) {
             return self.write_virtual(fh, offset, data);
         }
         let file = self.files.get(fh)?;
+        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
+            let end = offset.saturating_add(data.len() as u64);
+            self.charge(w, "write", end, &file)?;
+        }
+        if kill_suidgid {
+            drop_suidgid(&file.backing.file)?;
+        }
         let n = file.backing.file.write_at(data, offset)?;
         if let Some(staged) = &file.staged {
             staged
@@ -1087,6 +1168,9 @@ impl ClawFs {
         if let Some((choice, mode)) = &file.io {
             mode.close(*choice);
         }
+        if let Some(mode) = &file.exec {
+            mode.exec_close();
+        }
         if let Some(w) = &file.writer {
             let now = file.backing.file.metadata()?.len();
             let bytes = now.saturating_sub(w.size_at_open);
@@ -1099,8 +1183,12 @@ impl ClawFs {
                 )
                 .bytes(bytes),
             );
-            if let Identity::Agent(agent) = &w.who {
-                self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+            match &w.who {
+                // A metered handle was charged write by write.
+                Identity::Agent(agent) if !w.metered => {
+                    self.add_usage(agent, crate::policy::Quota { bytes, files: 0 })
+                }
+                _ => {}
             }
         }
         if self.passthrough() && file.staged.is_none() {
@@ -1116,6 +1204,11 @@ impl ClawFs {
     /// Allocates or punches space in `fh`.
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         let file = self.files.get(fh)?;
+        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
+            if mode & (libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) == 0 {
+                self.charge(w, "fallocate", offset.saturating_add(len), &file)?;
+            }
+        }
         rustix::fs::fallocate(
             &file.backing.file,
             rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
@@ -1150,6 +1243,9 @@ impl ClawFs {
         len: u64,
     ) -> FsResult<u32> {
         let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
+        if let Some(w) = dst.writer.as_ref().filter(|w| w.metered) {
+            self.charge(w, "copy_file_range", offset_out.saturating_add(len), &dst)?;
+        }
         let (mut oi, mut oo) = (offset_in, offset_out);
         let n = rustix::fs::copy_file_range(
             &src.backing.file,
@@ -1362,16 +1458,42 @@ impl ClawFs {
         };
         let fd = self.decided_fd(caller, "setxattr", crate::policy::Access::Write, &node)?;
         let _as = AsCaller::enter(caller)?;
+        // A ClawFS attribute takes effect in metadata.json: prepared (and validated) first, so
+        // that a refusal leaves the attribute unset.
+        let metadata = match effect {
+            Some(ClawfsAttr::VectorDimension(dim)) => Some(self.metadata_with_dimension(&fd, dim)?),
+            None => None,
+        };
+        let path = proc_fd_path(&fd);
+        let previous = match metadata {
+            Some(_) => xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?,
+            None => None,
+        };
         rustix::fs::setxattr(
-            proc_fd_path(&fd).as_c_str(),
+            path.as_c_str(),
             name,
             value,
             XattrFlags::from_bits_retain(flags as u32),
         )?;
-        match effect {
-            Some(ClawfsAttr::VectorDimension(dim)) => self.set_vector_dimension(&fd, dim),
-            None => Ok(()),
+        if let Some((bytes, mode)) = metadata {
+            let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
+            let written = crate::beneath::write_atomic(
+                dir.as_fd(),
+                "metadata.json",
+                &bytes,
+                crate::beneath::FileMode::mode(mode),
+            );
+            if let Err(e) = written {
+                let _ = match previous {
+                    Some(old) => {
+                        rustix::fs::setxattr(path.as_c_str(), name, &old, XattrFlags::empty())
+                    }
+                    None => rustix::fs::removexattr(path.as_c_str(), name),
+                };
+                return Err(e.into());
+            }
         }
+        Ok(())
     }
 
     /// Removes a `user.*` xattr. ClawFS's own attributes are set, never removed.
@@ -1411,21 +1533,23 @@ impl ClawFs {
             .ok_or_else(|| FsError::XattrNamespace(name.to_string_lossy().into_owned()))
     }
 
-    /// Records a workspace's new vector dimension in its metadata.json (atomically).
-    fn set_vector_dimension(&self, ws: &OwnedFd, dim: u32) -> FsResult<()> {
+    /// The workspace's metadata.json with a new vector dimension, and its mode: refused when
+    /// the file is not a JSON object (nothing is changed then).
+    fn metadata_with_dimension(&self, ws: &OwnedFd, dim: u32) -> FsResult<(Vec<u8>, u32)> {
         let corrupt = |reason: String| FsError::Corrupt {
             path: "metadata.json".into(),
             reason,
         };
-        let file = rustix::fs::openat(
-            ws,
-            "metadata.json",
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            Mode::empty(),
+        let file = crate::beneath::open(
+            ws.as_fd(),
+            std::path::Path::new("metadata.json"),
+            rustix::fs::OFlags::RDONLY,
+            0,
         )?;
         let mode = rustix::fs::fstat(&file)?.st_mode & 0o7777;
-        let mut meta: serde_json::Value = serde_json::from_reader(File::from(file))
-            .map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
+        let mut meta: serde_json::Value =
+            serde_json::from_reader(std::io::Read::take(File::from(file), 1 << 20))
+                .map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
         let obj = meta
             .as_object_mut()
             .ok_or_else(|| corrupt("not a JSON object".into()))?;
@@ -1433,35 +1557,33 @@ impl ClawFs {
         obj.insert("updated_at".into(), seed::now_rfc3339().into());
         let mut bytes = serde_json::to_vec_pretty(&meta).expect("a Value serialises");
         bytes.push(b'\n');
-        atomic_write_at(ws.as_fd(), "metadata.json", &bytes, mode)?;
-        Ok(())
+        Ok((bytes, mode))
     }
+}
+
+/// Whether a file has bits a write by someone without `CAP_FSETID` clears.
+fn has_suidgid(file: &File) -> FsResult<bool> {
+    let mode = rustix::fs::fstat(file)?.st_mode;
+    Ok(mode & libc::S_ISUID != 0
+        || mode & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP))
+}
+
+/// Clears setuid, and setgid on a group-executable file, as the kernel does when someone
+/// without `CAP_FSETID` writes or truncates a file.
+fn drop_suidgid(file: &File) -> FsResult<()> {
+    let mode = rustix::fs::fstat(file)?.st_mode & 0o7777;
+    let mut kept = mode & !libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        kept &= !libc::S_ISGID;
+    }
+    if kept != mode {
+        rustix::fs::fchmod(file, Mode::from_raw_mode(kept))?;
+    }
+    Ok(())
 }
 
 /// ClawFS's private directory inside a workspace (tool trash and backups), hidden from the mount
 /// like the store's own private area.
 fn is_private(place: Place, name: &OsStr) -> bool {
     place == Place::WorkspaceRoot && name == crate::store::PRIVATE_DIR
-}
-
-/// Writes `name` in the directory `dir` via a temp file, fsync and rename, with the current
-/// thread's credentials. A crash leaves the old or the new file.
-pub fn atomic_write_at(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
-    use std::io::Write;
-    let tmp = format!(".{name}.tmp-{}", std::process::id());
-    let fd = rustix::fs::openat(
-        dir,
-        tmp.as_str(),
-        rustix::fs::OFlags::WRONLY
-            | rustix::fs::OFlags::CREATE
-            | rustix::fs::OFlags::TRUNC
-            | rustix::fs::OFlags::CLOEXEC,
-        Mode::from_raw_mode(mode),
-    )?;
-    let mut f = File::from(fd);
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
-    Ok(())
 }

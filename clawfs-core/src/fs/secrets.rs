@@ -93,7 +93,7 @@ impl ClawFs {
         let who = self.decide(caller, "vault:open", access, &path)?;
         if writes {
             if who != Identity::Admin {
-                return Err(errno(libc::EACCES));
+                return self.refuse_secret_change(caller, "vault:open", &path);
             }
             exchange.response = None;
             return Ok(());
@@ -167,10 +167,27 @@ impl ClawFs {
         let path = secret_path(name)?;
         let who = self.decide(caller, "vault:rm", Access::Delete, &path)?;
         if who != Identity::Admin {
-            return Err(errno(libc::EACCES));
+            return self.refuse_secret_change(caller, "vault:rm", &path);
         }
         self.vault()?
             .remove(name)
             .map_err(|e| errno(vault_errno(&e)))
+    }
+
+    /// Only the admin changes secrets: the refusal is recorded like the policy's.
+    fn refuse_secret_change(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        path: &NsPath,
+    ) -> FsResult<()> {
+        let denial = crate::policy::Denial {
+            rule: crate::policy::rule::VAULT_GRANT,
+            reason: format!(
+                "only the admin changes secrets ({path}); use `clawfs vault put` as root"
+            ),
+            kind: crate::policy::DenyKind::Access,
+        };
+        self.refuse(caller, op, path, denial)
     }
 }

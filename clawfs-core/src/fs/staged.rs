@@ -6,8 +6,10 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::OFlags;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -26,7 +28,7 @@ pub const MAX_IDENTITY_BYTES: u64 = 1 << 20;
 pub struct StagedTarget {
     /// The agent whose identity file this is.
     pub agent: String,
-    /// The backing `agents/<agent>/` directory.
+    /// The agent's directory, relative to the store root (`agents/<agent>`).
     pub dir: PathBuf,
     /// Written since the last commit. Only writes count: a descriptor closed without writing
     /// (a shell's copy after `dup2`, or a bare truncation) commits nothing.
@@ -75,21 +77,35 @@ impl ClawFs {
         agent: &str,
         truncate: bool,
     ) -> FsResult<(u64, Arc<OpenFile>)> {
-        let staging = self.store.private_dir().join("staging");
-        std::fs::create_dir_all(&staging)?;
-        let mut copy = tempfile::tempfile_in(&staging)?;
+        let staging = crate::beneath::create_dir_all(
+            self.store.root_fd(),
+            &Path::new(crate::store::PRIVATE_DIR).join("staging"),
+            0o700,
+            None,
+        )?;
+        let mut copy = File::from(rustix::fs::openat(
+            &staging,
+            ".",
+            OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )?);
         if !truncate {
-            use std::os::unix::ffi::OsStrExt;
+            // Through the node's own descriptor: the file the caller opened, whatever its name.
             let proc = crate::backing::proc_fd_path(node_fd);
-            let mut current = File::open(std::ffi::OsStr::from_bytes(proc.as_bytes()))?;
+            let mut current = File::from(rustix::fs::open(
+                proc.as_c_str(),
+                OFlags::RDONLY | OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?);
             std::io::copy(&mut current, &mut copy)?;
         }
-        let dir = self.store.root().join("agents").join(agent);
+        let dir = Path::new("agents").join(agent);
         Ok(self.files.insert(OpenFile {
             ino,
             backing: Arc::new(BackingFile::new(copy)),
             writer: None,
             io: None,
+            exec: None,
             staged: Some(StagedTarget {
                 agent: agent.to_string(),
                 dir,
@@ -124,14 +140,32 @@ impl ClawFs {
         doc["checksum"] = Value::String(crate::identity::checksum(&doc));
         let mut out = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
         out.push(b'\n');
-        let current = target.dir.join("identity.json");
-        let md = std::fs::metadata(&current)?;
-        let backups = target.dir.join("backups");
-        std::fs::create_dir_all(&backups)?;
+        // The agent's directory is writable by the agent: every step by descriptor, no
+        // symlink followed, so a planted link never redirects these root writes.
+        let dir = crate::beneath::open_dir(self.store.root_fd(), &target.dir)?;
+        let current =
+            crate::beneath::open(dir.as_fd(), Path::new("identity.json"), OFlags::RDONLY, 0)?;
+        let st = rustix::fs::fstat(&current)?;
+        let mut old = Vec::new();
+        File::from(current)
+            .take(MAX_IDENTITY_BYTES)
+            .read_to_end(&mut old)?;
+        let backups =
+            crate::beneath::create_dir_all(dir.as_fd(), Path::new("backups"), 0o750, None)?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
-        std::fs::copy(&current, backups.join(format!("identity-{stamp}.json")))?;
-        crate::store::atomic_write(&target.dir, "identity.json", &out, md.mode() & 0o7777)?;
-        std::os::unix::fs::chown(&current, Some(md.uid()), Some(md.gid()))?;
+        let owner = Some((st.st_uid, st.st_gid));
+        let keep = crate::beneath::FileMode {
+            mode: st.st_mode & 0o777,
+            owner,
+        };
+        crate::beneath::write_atomic(
+            backups.as_fd(),
+            &format!("identity-{stamp}.json"),
+            &old,
+            keep,
+        )?;
+        crate::beneath::write_atomic(dir.as_fd(), "identity.json", &out, keep)?;
+        let current = self.store.root().join(&target.dir).join("identity.json");
         self.invalidate_paths(&[current]);
         Ok(())
     }

@@ -112,7 +112,10 @@ impl ClawFs {
             perm: node.perm(),
             nlink: if node.is_dir() { 2 } else { 1 },
             uid: 0,
-            gid: 0,
+            gid: match node {
+                VirtualNode::Secret(_) => crate::seed::agents_group().unwrap_or(0),
+                _ => 0,
+            },
             rdev: 0,
             blksize: 4096,
         }
@@ -193,7 +196,7 @@ impl ClawFs {
         if state.response.is_none() {
             if let VirtualNode::Call(tool) = &handle.node {
                 // The call runs on this request thread; the other threads keep serving.
-                let response = self.run_tool(&handle.caller, Some(tool), &state.request);
+                let response = self.run_tool(&handle.caller, Some(tool), &state);
                 state.response = Some(response);
             }
         }
@@ -258,7 +261,17 @@ impl ClawFs {
     /// `close()` returns (the kernel's FLUSH is synchronous with `close()`, RELEASE is not).
     pub(super) fn flush_virtual(&self, fh: u64) -> FsResult<()> {
         let handle = self.vfiles.get(fh)?;
-        self.run_request(&handle);
+        // A close before anything was written (a shell's copy of the descriptor, closed after
+        // dup2) runs nothing; the last close runs even an empty request.
+        let written = !handle
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .request
+            .is_empty();
+        if written {
+            self.run_request(&handle);
+        }
         self.store_secret(&handle)
     }
 
@@ -279,7 +292,7 @@ impl ClawFs {
         if state.response.is_some() {
             return;
         }
-        let response = self.run_tool(&handle.caller, None, &state.request);
+        let response = self.run_tool(&handle.caller, None, &state);
         state.response = Some(Vec::new());
         drop(state);
         self.keep_response(owner.clone(), id.clone(), response);
@@ -410,18 +423,96 @@ impl ClawFs {
         out
     }
 
-    /// Runs one tool call for `caller`, with the caller's credentials, and returns the JSON
-    /// response. Every failure is a JSON error response, never an errno.
-    fn run_tool(&self, caller: &Caller, tool: Option<&str>, request: &[u8]) -> Vec<u8> {
-        let (workspace, request) = split_workspace(request);
-        let error = |code: &str, message: String| {
-            let mut v = serde_json::to_vec(&serde_json::json!({
-                "ok": false, "error": code, "message": message
-            }))
-            .expect("JSON serialises");
-            v.push(b'\n');
-            v
+    /// Runs one tool call for `caller` and returns the JSON response; the call is on the audit
+    /// trail with the tool's result code, and a refusal reaches the agent's denials file. Every
+    /// failure is a JSON error response, never an errno.
+    fn run_tool(&self, caller: &Caller, tool: Option<&str>, exchange: &Exchange) -> Vec<u8> {
+        let who = self.identify(caller);
+        let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
+            serde_json::from_slice::<serde_json::Value>(&exchange.request)
+                .ok()
+                .and_then(|v| v["tool"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "?".into())
+        });
+        let (workspace, mut out) = if exchange.oversized {
+            let message = format!(
+                "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
+                virtual_files::MAX_CALL_REQUEST
+            );
+            (None, tool_error("too_large", message))
+        } else {
+            self.call_tool(caller, &who, tool, &exchange.request)
         };
+        if out.last() != Some(&b'\n') {
+            out.push(b'\n');
+        }
+        self.record_tool(caller, &who, &tool_name, workspace.as_deref(), &out);
+        out
+    }
+
+    /// Records a tool call with its result code: ok, denied (with the agent's denials file
+    /// told), or failed with an errno that says what kind of failure it was.
+    fn record_tool(
+        &self,
+        caller: &Caller,
+        who: &crate::policy::Identity,
+        tool: &str,
+        workspace: Option<&str>,
+        out: &[u8],
+    ) {
+        let path = match workspace {
+            Some(ws) => format!("/workspaces/{ws}"),
+            None => "/tools".to_string(),
+        };
+        let ev = crate::audit::AuditEvent::new(
+            super::audit_name(who),
+            caller.pid,
+            format!("tool:{tool}"),
+            path.clone(),
+        );
+        let v: serde_json::Value = serde_json::from_slice(out).unwrap_or_default();
+        if v["ok"].as_bool() == Some(true) {
+            self.record(ev);
+            return;
+        }
+        let code = v["error"].as_str().unwrap_or("internal").to_string();
+        let message = v["message"].as_str().unwrap_or("").to_string();
+        let rule = match code.as_str() {
+            "protected" => Some(crate::policy::rule::PROTECTED),
+            "denied" => Some(crate::policy::rule::TOOL_DENIED),
+            _ => None,
+        };
+        let Some(rule) = rule else {
+            self.record(
+                ev.failed(tool_errno(&code))
+                    .reason(format!("{code}: {message}")),
+            );
+            return;
+        };
+        self.record(ev.denied(libc::EACCES, rule, message.clone()));
+        if let crate::policy::Identity::Agent(agent) = who {
+            let denial = crate::policy::Denial {
+                rule,
+                reason: message,
+                kind: crate::policy::DenyKind::Access,
+            };
+            if let Ok(ns) = crate::policy::NsPath::parse(&path) {
+                self.write_denial(agent, &format!("tool:{tool}"), &ns, None, &denial);
+            }
+        }
+    }
+
+    /// Runs a tool with the caller's credentials; returns the workspace it ran in (if it got
+    /// that far) and the response.
+    fn call_tool(
+        &self,
+        caller: &Caller,
+        who: &crate::policy::Identity,
+        tool: Option<&str>,
+        request: &[u8],
+    ) -> (Option<String>, Vec<u8>) {
+        let (workspace, request) = split_workspace(request);
+        let error = |code: &str, message: String| (None, tool_error(code, message));
         if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
             return error("invalid_args", format!("\"workspace\": {e}"));
         }
@@ -443,7 +534,6 @@ impl ClawFs {
             Ok(r) => r,
             Err(e) => return error("io_error", e.to_string()),
         };
-        let who = self.identify(caller);
         root = root
             .with_alias(format!("/workspaces/{workspace}"))
             .with_policy(std::sync::Arc::new(ToolAccess {
@@ -470,7 +560,7 @@ impl ClawFs {
             Ok(guard) => guard,
             Err(e) => return error("io_error", e.to_string()),
         };
-        let mut out = match tool {
+        let out = match tool {
             Some(tool) => clawfs_tools::call(&root, tool, &request),
             None => clawfs_tools::call_request(&root, &request),
         };
@@ -479,33 +569,7 @@ impl ClawFs {
         // told, and the caller must see its change as soon as it has the answer.
         let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
         self.invalidate_paths(&changed);
-        let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
-            serde_json::from_slice::<serde_json::Value>(&request)
-                .ok()
-                .and_then(|v| v["tool"].as_str().map(str::to_string))
-                .unwrap_or_else(|| "?".into())
-        });
-        let mut ev = crate::audit::AuditEvent::new(
-            super::audit_name(&who),
-            caller.pid,
-            format!("tool:{tool_name}"),
-            format!("/workspaces/{workspace}"),
-        );
-        if out.starts_with(br#"{"ok":false"#) {
-            let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
-            let code = v["error"].as_str().unwrap_or("error").to_string();
-            let message = v["message"].as_str().unwrap_or("").to_string();
-            ev = if code == "denied" || code == "protected" {
-                ev.denied(libc::EACCES, code, message)
-            } else {
-                ev.failed(libc::EINVAL).reason(format!("{code}: {message}"))
-            };
-        }
-        self.record(ev);
-        if out.last() != Some(&b'\n') {
-            out.push(b'\n');
-        }
-        out
+        (Some(workspace), out)
     }
 
     /// The workspace's private trash and backup folders, shared by all its users like /tmp.
@@ -524,6 +588,28 @@ impl ClawFs {
             }
         }
         Ok(())
+    }
+}
+
+/// A tool's JSON error response.
+fn tool_error(code: &str, message: String) -> Vec<u8> {
+    let mut v = serde_json::to_vec(&serde_json::json!({
+        "ok": false, "error": code, "message": message
+    }))
+    .expect("JSON serialises");
+    v.push(b'\n');
+    v
+}
+
+/// The errno a failed tool call is recorded with, by its error code.
+fn tool_errno(code: &str) -> i32 {
+    match code {
+        "not_found" => libc::ENOENT,
+        "too_large" => libc::EFBIG,
+        "io_error" | "internal" => libc::EIO,
+        "exists" | "already_exists" => libc::EEXIST,
+        "hash_mismatch" | "conflict" => libc::ESTALE,
+        _ => libc::EINVAL,
     }
 }
 

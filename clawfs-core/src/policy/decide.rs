@@ -89,6 +89,17 @@ impl Policy {
     }
 
     fn check_user(&self, access: Access, path: &NsPath) -> Result<(), Denial> {
+        if path.get(0) == Some(VAULT) && path.get(1) == Some("secrets") && path.depth() > 2 {
+            // Plaintext is for the admin and the agents granted the secret, whatever `users`.
+            return deny(
+                rule::VAULT_GRANT,
+                DenyKind::Access,
+                format!(
+                    "secrets are served to the admin and to agents granted them, so you may not {} {path}; ask an admin",
+                    access.verb()
+                ),
+            );
+        }
         let writable_root = match path.get(0) {
             None | Some(SYSTEM) | Some(SPECS) => false,
             Some(_) => true,

@@ -65,6 +65,8 @@ pub mod rule {
     pub const USERS_MODE: &str = "USERS-MODE";
     /// The agent's byte or file quota would be exceeded.
     pub const QUOTA: &str = "QUOTA";
+    /// A tool call refused by the policy (the message names the rule behind it).
+    pub const TOOL_DENIED: &str = "TOOL-DENIED";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,9 +8,34 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `clawfs` binary under test.
+/// The `clawfs` binary under test: Cargo's for tests of clawfs-fuse; for tests of other crates
+/// of the workspace, the one beside the test executable's `deps/` directory, built first if it
+/// is not there yet.
 pub fn clawfs_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_clawfs")
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_clawfs") {
+        return bin;
+    }
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps/<test>");
+        let bin = profile_dir.join("clawfs");
+        if !bin.exists() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let release = profile_dir.file_name() == Some(OsStr::new("release"));
+            let status = Command::new(cargo)
+                .args(["build", "-p", "clawfs-fuse", "--bin", "clawfs"])
+                .args(release.then_some("--release"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build -p clawfs-fuse failed");
+        }
+        bin.to_string_lossy().into_owned()
+    })
 }
 
 /// Runs `clawfs ARGS`.

@@ -1,0 +1,285 @@
+//! Files the daemon (root) reads, creates or replaces on someone's behalf, reached only by
+//! descriptor beneath a directory it trusts (the store root): every step refuses symlinks and
+//! `..` (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), and replacements go through a
+//! temp file with an unpredictable name created `O_EXCL | O_NOFOLLOW`. An agent that plants a
+//! symlink or a temp name in a directory it may write therefore never redirects a root write.
+//!
+//! This is the one place for atomic writes in the store; nothing else writes through a path.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+/// How every step of a path beneath a trusted directory is resolved.
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+/// Opens `rel` beneath `base` with `flags`, refusing a symlink or `..` at any step (ELOOP,
+/// EXDEV) and a path that climbs out. `rel` empty or `.` is `base` itself.
+pub fn open(base: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    if rel.is_absolute() {
+        return Err(io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    Ok(rustix::fs::openat2(
+        base,
+        rel,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(mode),
+        RESOLVE,
+    )?)
+}
+
+/// The directory `rel` beneath `base`, opened for `*at` calls and fsync.
+pub fn open_dir(base: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    open(base, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+}
+
+/// The directory `rel` beneath `base`, created (mode `mode`, then `owner`) step by step where
+/// missing. An existing step that is not a real directory is refused.
+pub fn create_dir_all(
+    base: BorrowedFd<'_>,
+    rel: &Path,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<OwnedFd> {
+    let mut dir = open_dir(base, Path::new("."))?;
+    for part in rel.components() {
+        let name = part.as_os_str();
+        if name == "." {
+            continue;
+        }
+        check_name(name)?;
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => {
+                let child = open_dir(dir.as_fd(), Path::new(name))?;
+                rustix::fs::fchmod(&child, Mode::from_raw_mode(mode))?;
+                if let Some((uid, gid)) = owner {
+                    chown_fd(&child, uid, gid)?;
+                }
+                dir = child;
+            }
+            Err(rustix::io::Errno::EXIST) => dir = open_dir(dir.as_fd(), Path::new(name))?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(dir)
+}
+
+/// Reads the regular file `rel` beneath `base`, at most `max` bytes (`None` if it is missing).
+pub fn read(base: BorrowedFd<'_>, rel: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let fd = match open(base, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut out = Vec::new();
+    File::from(fd).take(max).read_to_end(&mut out)?;
+    Ok(Some(out))
+}
+
+/// Who owns a file written by [`write_atomic`], and its permission bits.
+#[derive(Clone, Copy, Debug)]
+pub struct FileMode {
+    /// Permission bits, applied exactly (no umask).
+    pub mode: u32,
+    /// Owner and group; `None` keeps the writer's.
+    pub owner: Option<(u32, u32)>,
+}
+
+impl FileMode {
+    /// `mode`, owned by the writer.
+    pub const fn mode(mode: u32) -> Self {
+        Self { mode, owner: None }
+    }
+}
+
+/// Replaces `name` in the directory `dir` with `bytes` so that a crash leaves the old or the new
+/// content: a temp file with a random name (`O_CREAT | O_EXCL | O_NOFOLLOW`), its mode and owner
+/// set by descriptor, fsync, `renameat`, fsync of the directory. A temp file is removed on
+/// failure (e.g. a full disk), and the old content stays.
+pub fn write_atomic(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+) -> io::Result<()> {
+    check_name(OsStr::new(name))?;
+    let (tmp, fd) = create_temp(dir, name, how.mode)?;
+    let written = (|| {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(how.mode))?;
+        if let Some((uid, gid)) = how.owner {
+            chown_fd(&fd, uid, gid)?;
+        }
+        let mut f = File::from(fd);
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
+        sync_dir(dir)
+    })();
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    written
+}
+
+/// fsyncs a directory, also when `dir` is an `O_PATH` descriptor (which cannot be synced
+/// itself).
+pub fn sync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::fs::fsync(dir) {
+        Err(rustix::io::Errno::BADF) => {
+            let real = rustix::fs::openat(
+                dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            Ok(rustix::fs::fsync(&real)?)
+        }
+        other => Ok(other?),
+    }
+}
+
+/// [`write_atomic`] of `rel_dir/name` beneath `base`.
+pub fn write_atomic_beneath(
+    base: BorrowedFd<'_>,
+    rel_dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+) -> io::Result<()> {
+    let dir = open_dir(base, rel_dir)?;
+    write_atomic(dir.as_fd(), name, bytes, how)
+}
+
+/// A new file in `dir` with an unpredictable name derived from `name`, opened write-only.
+fn create_temp(dir: BorrowedFd<'_>, name: &str, mode: u32) -> io::Result<(String, OwnedFd)> {
+    for _ in 0..16 {
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
+        let tmp = format!(".{name}.{}.tmp", hex::encode(random));
+        match rustix::fs::openat(
+            dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode & 0o600),
+        ) {
+            Ok(fd) => return Ok((tmp, fd)),
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EEXIST))
+}
+
+/// Changes the owner of an open file.
+pub fn chown_fd(fd: impl AsFd, uid: u32, gid: u32) -> io::Result<()> {
+    rustix::fs::fchown(
+        fd,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )?;
+    Ok(())
+}
+
+/// A single path component: not empty, `.`, `..`, and without `/`.
+fn check_name(name: &OsStr) -> io::Result<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn base(dir: &Path) -> OwnedFd {
+        rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
+    }
+
+    #[test]
+    fn writes_atomically_with_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let b = base(d.path());
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        write_atomic_beneath(
+            b.as_fd(),
+            Path::new("a"),
+            "f",
+            b"one",
+            FileMode::mode(0o640),
+        )
+        .unwrap();
+        write_atomic_beneath(
+            b.as_fd(),
+            Path::new("a"),
+            "f",
+            b"two",
+            FileMode::mode(0o640),
+        )
+        .unwrap();
+        let p = d.path().join("a/f");
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
+        // No temp file is left behind.
+        assert_eq!(std::fs::read_dir(d.path().join("a")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn refuses_symlinks_at_every_step() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let b = base(d.path());
+        std::os::unix::fs::symlink(outside.path(), d.path().join("link")).unwrap();
+        let e = write_atomic_beneath(
+            b.as_fd(),
+            Path::new("link"),
+            "f",
+            b"x",
+            FileMode::mode(0o600),
+        )
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
+        let e = open_dir(b.as_fd(), Path::new("../")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EXDEV));
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), d.path().join("f")).unwrap();
+        assert!(read(b.as_fd(), Path::new("f"), 100).is_err());
+        assert!(create_dir_all(b.as_fd(), Path::new("link/x"), 0o700, None).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_planted_target_is_replaced_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = tempfile::NamedTempFile::new().unwrap();
+        std::fs::set_permissions(victim.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(victim.path(), d.path().join("denials")).unwrap();
+        let b = base(d.path());
+        write_atomic(b.as_fd(), "denials", b"new", FileMode::mode(0o640)).unwrap();
+        assert_eq!(std::fs::read(victim.path()).unwrap(), b"");
+        assert!(!std::fs::symlink_metadata(d.path().join("denials"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+}

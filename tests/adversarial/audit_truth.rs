@@ -1,0 +1,93 @@
+//! The trail must say what happened: an operation that failed, a tool call that was refused,
+//! a create over quota are never recorded "ok"; every refusal reaches the agent's denials.
+
+use crate::common::Mounted;
+use crate::support::{agent_policy, audit_until, denials, records, text};
+
+#[test]
+fn failures_are_recorded_with_their_errno_not_as_ok() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    // rmdir of a non-empty directory: allowed by the policy, refused by the filesystem.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!("cd {mnt}/agents/fs-engine && mkdir d && touch d/f && rmdir d 2>&1; true"),
+    );
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+    let all = audit_until(&m, |a| !records(a, "rmdir", "/fs-engine/d").is_empty());
+    let rmdir = records(&all, "rmdir", "/fs-engine/d");
+    assert_eq!(rmdir.len(), 1, "{rmdir:?}");
+    assert_eq!(rmdir[0]["result"], "error", "{rmdir:?}");
+    assert_eq!(rmdir[0]["errno"], libc::ENOTEMPTY, "{rmdir:?}");
+}
+
+#[test]
+fn a_create_over_quota_has_one_record_and_it_is_the_refusal() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { files = 2 }");
+    let mnt = m.mnt.display();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!("cd {mnt}/agents/fs-engine && touch a b && touch c 2>&1; true"),
+    );
+    assert!(text(&out).contains("quota"), "{}", text(&out));
+    let all = audit_until(&m, |a| a.iter().any(|r| r["rule"] == "QUOTA"));
+    let c: Vec<_> = all
+        .iter()
+        .filter(|r| r["path"] == "/agents/fs-engine/c")
+        .collect();
+    assert!(!c.is_empty(), "no record of c");
+    assert!(c.iter().all(|r| r["result"] != "ok"), "{c:?}");
+    assert!(denials(&m, "fs-engine")
+        .iter()
+        .any(|d| d["rule"] == "QUOTA" && d["path"] == "/agents/fs-engine/c"));
+}
+
+#[test]
+fn refused_and_failed_tool_calls_are_not_ok_and_reach_the_denials() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    std::fs::create_dir_all(m.ws().join(".git")).unwrap();
+    std::fs::write(m.ws().join(".git/config"), "[core]\n").unwrap();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "exec 3<>{mnt}/tools/call/read_file; echo '{{\"path\":\".git/config\"}}' >&3; cat <&3; exec 3>&-
+             exec 3<>{mnt}/tools/call/read_file; echo '{{\"path\":\"no-such-file.md\"}}' >&3; cat <&3; exec 3>&-
+             echo > {mnt}/tools/requests/empty.json; cat {mnt}/tools/responses/empty.json"
+        ),
+    );
+    let out = text(&out);
+    assert!(out.contains("\"protected\""), "{out}");
+    assert!(out.contains("\"not_found\""), "{out}");
+    let all = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| {
+                r["operation"]
+                    .as_str()
+                    .is_some_and(|o| o.starts_with("tool:"))
+            })
+            .count()
+            >= 3
+    });
+    let tools: Vec<_> = all
+        .iter()
+        .filter(|r| {
+            r["agent"] == "fs-engine"
+                && r["operation"]
+                    .as_str()
+                    .is_some_and(|o| o.starts_with("tool:"))
+        })
+        .collect();
+    assert_eq!(tools.len(), 3, "{tools:?}");
+    assert!(tools.iter().all(|r| r["result"] != "ok"), "{tools:?}");
+    assert_eq!(tools[0]["result"], "denied", "{tools:?}");
+    assert_eq!(tools[1]["errno"], libc::ENOENT, "{tools:?}");
+    assert!(
+        denials(&m, "fs-engine")
+            .iter()
+            .any(|d| d["operation"] == "tool:read_file"),
+        "{:?}",
+        denials(&m, "fs-engine")
+    );
+}

@@ -1,0 +1,16 @@
+//! Attacks on a mounted ClawFS, as a hostile agent or an ordinary local user would make them.
+//! Each module is one class of hole (`docs/threat-model.md`); each test fails if the hole opens.
+
+#[path = "../../clawfs-fuse/tests/common/mod.rs"]
+mod common;
+mod support;
+
+mod audit_truth;
+mod bad_input;
+mod one_agent_one_uid;
+mod posix_gaps;
+mod quota;
+mod root_writes;
+mod store_bypass;
+mod tool_races;
+mod vault_leak;

@@ -1,0 +1,68 @@
+//! An agent runs a second agent under its own uid, to ptrace it and read what it may read.
+
+use crate::common::{clawfs, Mounted};
+use crate::support::text;
+
+fn run_as(m: &Mounted, agent: &str, user: &str) -> std::process::Output {
+    clawfs([
+        "run",
+        "--store",
+        m.store.to_str().unwrap(),
+        "--mount",
+        m.mnt.to_str().unwrap(),
+        "--agent",
+        agent,
+        "--user",
+        user,
+        "--",
+        "true",
+    ])
+}
+
+#[test]
+fn run_refuses_another_agents_uid_and_root() {
+    let m = Mounted::new();
+    // fs-engine is uid 61006 in the default policy.
+    let out = run_as(&m, "kernel-engine", "61006");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("fs-engine"), "{}", text(&out));
+    let out = run_as(&m, "kernel-engine", "0");
+    assert!(!out.status.success(), "{}", text(&out));
+    let out = run_as(&m, "kernel-engine", "root");
+    assert!(!out.status.success(), "{}", text(&out));
+    // Its own uid, and a fresh one nobody uses, are fine.
+    let out = run_as(&m, "kernel-engine", "61001");
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run_as(&m, "kernel-engine", "62999");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn run_refuses_a_uid_another_agent_is_running_as() {
+    let m = Mounted::new();
+    let store = m.store.to_str().unwrap().to_string();
+    let mnt = m.mnt.to_str().unwrap().to_string();
+    let mut first = std::process::Command::new(crate::common::clawfs_bin())
+        .args([
+            "run",
+            "--store",
+            &store,
+            "--mount",
+            &mnt,
+            "--agent",
+            "fs-engine",
+            "--user",
+            "62444",
+            "--",
+            "sleep",
+            "20",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = run_as(&m, "kernel-engine", "62444");
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("fs-engine"), "{}", text(&out));
+}

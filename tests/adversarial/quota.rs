@@ -1,0 +1,60 @@
+//! An agent with a byte quota writes past it through new files, appends and descriptors it
+//! keeps open: the write that crosses the quota fails with EDQUOT, whichever way.
+
+use std::fs;
+
+use crate::common::Mounted;
+use crate::support::{agent_policy, audit_until, denials, text};
+
+#[test]
+fn every_byte_counts_against_the_quota() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let dir = format!("{}/agents/fs-engine", m.mnt.display());
+    // New files, one after another; then one descriptor held open, written in a loop.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {dir} || exit 9
+             for i in 1 2 3 4 5 6; do
+               head -c 300000 /dev/zero > new$i 2>&1 || echo new$i-refused
+             done
+             exec 4>held
+             i=0; while [ $i -lt 40 ]; do head -c 100000 /dev/zero >&4 || {{ echo held-refused; break; }}; i=$((i+1)); done
+             exec 4>&-
+             python3 -c 'import os
+f=os.open(\"py\", os.O_WRONLY|os.O_CREAT, 0o644)
+try:
+    [os.write(f, bytes(65536)) for _ in range(64)]
+    print(\"py-wrote-all\")
+except OSError as e:
+    print(\"py-refused\", e.errno)' 2>&1
+             true"
+        ),
+    );
+    let out = text(&out);
+    assert!(out.contains("new4-refused"), "{out}");
+    assert!(out.contains("held-refused"), "{out}");
+    assert!(
+        out.contains(&format!("py-refused {}", libc::EDQUOT)),
+        "{out}"
+    );
+    let total: u64 = fs::read_dir(m.backing("agents/fs-engine"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.metadata().unwrap().len())
+        .filter(|&n| n > 4096 || n == 0)
+        .sum();
+    assert!(
+        total <= 1 << 20,
+        "the agent stored {total} bytes with a 1 MiB quota: {out}"
+    );
+    let all = audit_until(&m, |a| a.iter().any(|r| r["rule"] == "QUOTA"));
+    assert!(all
+        .iter()
+        .any(|r| r["rule"] == "QUOTA" && r["errno"] == libc::EDQUOT));
+    assert!(denials(&m, "fs-engine")
+        .iter()
+        .any(|d| d["rule"] == "QUOTA"));
+}

@@ -1,0 +1,166 @@
+//! What the attacks share: policy edits, the audit trail and denials of a store, hashes of the
+//! store's tree (to show that nothing changed), a throw-away local user.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::common::{clawfs, Mounted};
+
+/// Stdout and stderr of a finished command, together.
+pub fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Applies `edit` to the store's policy and reloads it in the daemon.
+pub fn edit_policy(m: &Mounted, edit: impl FnOnce(String) -> String) {
+    let current = fs::read_to_string(m.backing("system/policy.toml")).unwrap();
+    let new = edit(current.clone());
+    assert_ne!(new, current, "the policy edit changed nothing");
+    let file = m.dir.path().join("policy.toml");
+    fs::write(&file, new).unwrap();
+    let out = clawfs([
+        OsStr::new("policy"),
+        OsStr::new("reload"),
+        file.as_os_str(),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+    ]);
+    assert!(out.status.success(), "policy reload: {}", text(&out));
+}
+
+/// Adds `line` to the `[agents.NAME]` table of the policy.
+pub fn agent_policy(m: &Mounted, agent: &str, line: &str) {
+    edit_policy(m, |p| {
+        let head = format!("[agents.{agent}]\n");
+        p.replacen(&head, &format!("{head}{line}\n"), 1)
+    });
+}
+
+/// Every audit record of the store so far (the daemon syncs within about a second, so this
+/// waits until `until` holds or 5 s passed).
+pub fn audit_until(m: &Mounted, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = clawfs([
+            OsStr::new("audit"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+            OsStr::new("search"),
+            OsStr::new("--json"),
+        ]);
+        assert!(out.status.success(), "audit search: {}", text(&out));
+        let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if until(&records) || std::time::Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The records whose operation is `op` and whose path ends with `path_end`.
+pub fn records<'a>(all: &'a [Value], op: &str, path_end: &str) -> Vec<&'a Value> {
+    all.iter()
+        .filter(|r| {
+            r["operation"] == op && r["path"].as_str().is_some_and(|p| p.ends_with(path_end))
+        })
+        .collect()
+}
+
+/// The lines of an agent's denials file (read in the store).
+pub fn denials(m: &Mounted, agent: &str) -> Vec<Value> {
+    fs::read_to_string(m.backing(&format!("agents/{agent}/denials")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Path, kind, mode, owner and content hash of everything under `root`, sorted: equal before
+/// and after an attack means nothing there changed.
+pub fn snapshot(root: &Path) -> Vec<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(md) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let what = if md.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if md.file_type().is_symlink() {
+                format!("link:{}", fs::read_link(&p).unwrap().display())
+            } else {
+                hex::encode(sha2::Sha256::digest(fs::read(&p).unwrap_or_default()))
+            };
+            out.push(format!(
+                "{} {:o} {}:{} {what}",
+                p.strip_prefix(root).unwrap().display(),
+                md.mode(),
+                md.uid(),
+                md.gid()
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A local account made for one test and removed when dropped (also when the test fails).
+pub struct TempUser {
+    /// Its name.
+    pub name: String,
+    /// Its uid (= gid).
+    pub uid: u32,
+}
+
+impl TempUser {
+    /// Creates a user `cfs-<tag>-<pid>` with no home and no groups but its own.
+    pub fn new(tag: &str) -> TempUser {
+        let name = format!("cfs{tag}{}", std::process::id() % 100_000);
+        let out = Command::new("useradd")
+            .args(["-M", "-U", "-s", "/bin/sh", &name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "useradd: {}", text(&out));
+        let id = Command::new("id").args(["-u", &name]).output().unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        TempUser { name, uid }
+    }
+
+    /// Runs `sh -c SCRIPT` as this user, with no supplementary groups.
+    pub fn sh(&self, script: &str) -> Output {
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={}", self.uid),
+                &format!("--regid={}", self.uid),
+                "--clear-groups",
+                "sh",
+                "-c",
+                script,
+            ])
+            .current_dir("/")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for TempUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}

@@ -1,0 +1,1 @@
+//! End-to-end and adversarial tests of ClawFS; see `adversarial/`. The library is empty.
