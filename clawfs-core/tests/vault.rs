@@ -1,5 +1,10 @@
 //! Vault tests against real components: the kernel keyring, a swtpm started per test, real
-//! files, and child processes aborted in the middle of a rotation.
+//! files, and child processes aborted in the middle of a rotation or a write.
+//!
+//! Every test has its own store (a temporary directory), its own vault id (so its own kernel
+//! keyring) and, for the TPM, its own swtpm with its own state directory: they run in parallel.
+//! Temporary directories and swtpm are cleaned up by `Drop`, which runs when a test fails too;
+//! swtpm also gets SIGKILL from the kernel if the test process dies without unwinding.
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
@@ -10,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawfs_core::vault::{
-    fault::FAULT_ENV, SealerChoice, SealerKind, Vault, VaultConfig, VaultError,
+    fault::FAULT_ENV, tpm, SealerChoice, SealerKind, Vault, VaultConfig, VaultError,
 };
 use serde_json::Value;
 
@@ -55,6 +60,52 @@ fn assert_tampered<T: std::fmt::Debug>(r: Result<T, VaultError>) {
         Err(VaultError::Tampered { .. }) => {}
         other => panic!("want Tampered, got {other:?}"),
     }
+}
+
+/// `(manifest, tpm)` of a `RolledBack` refusal.
+#[track_caller]
+fn assert_rolled_back<T: std::fmt::Debug>(r: Result<T, VaultError>) -> (u64, u64) {
+    match r {
+        Err(VaultError::RolledBack { manifest, tpm }) => (manifest, tpm),
+        other => panic!("want RolledBack, got {other:?}"),
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A copy of the whole vault directory (master key, manifest, secrets, archive), removed when
+/// dropped.
+fn snapshot(store: &Path) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&store.join("vault"), &t.path().join("vault"));
+    t
+}
+
+/// Puts a snapshot back in place of the whole vault directory.
+fn restore(store: &Path, snap: &tempfile::TempDir) {
+    std::fs::remove_dir_all(store.join("vault")).unwrap();
+    copy_dir(&snap.path().join("vault"), &store.join("vault"));
+}
+
+/// `counter` of `manifest.json`: (NV index, value), if any.
+fn manifest_counter(store: &Path) -> Option<(u32, u64)> {
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(store.join("vault/manifest.json")).unwrap()).unwrap();
+    let c = m.get("counter")?;
+    Some((
+        c["nv_index"].as_u64().unwrap() as u32,
+        c["value"].as_u64().unwrap(),
+    ))
 }
 
 #[test]
@@ -366,15 +417,45 @@ fn child_rotate() {
     v.rotate(None, &|_| {}).unwrap();
 }
 
-fn run_child_rotation(dir: &Path, fault_after: u64) -> std::process::ExitStatus {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_rotate", "--nocapture", "--test-threads=1"])
+/// Child half of the TPM crash tests: stores `CLAWFS_TEST_PUT` (`name=value`) and is aborted
+/// by the fault hook. Does nothing unless started by those tests.
+#[test]
+fn child_put() {
+    let (Ok(dir), Ok(put)) = (
+        std::env::var("CLAWFS_TEST_VAULT_STORE"),
+        std::env::var("CLAWFS_TEST_PUT"),
+    ) else {
+        return;
+    };
+    let (name, value) = put.split_once('=').unwrap();
+    vault(Path::new(&dir)).put(name, value.as_bytes()).unwrap();
+}
+
+/// Runs the child test `test` on the store `dir`, aborting after step `fault_after`. `tcti` goes
+/// to the child as `TPM2TOOLS_TCTI` (its vault uses the default configuration).
+fn run_child(
+    test: &str,
+    dir: &Path,
+    fault_after: u64,
+    tcti: Option<&str>,
+    env: &[(&str, &str)],
+) -> std::process::ExitStatus {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env("CLAWFS_TEST_VAULT_STORE", dir)
         .env(FAULT_ENV, fault_after.to_string())
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
+        .stderr(Stdio::null());
+    match tcti {
+        Some(t) => cmd.env("TPM2TOOLS_TCTI", t),
+        None => cmd.env_remove("TPM2TOOLS_TCTI"),
+    };
+    cmd.status().unwrap()
+}
+
+fn run_child_rotation(dir: &Path, fault_after: u64) -> std::process::ExitStatus {
+    run_child("child_rotate", dir, fault_after, None, &[])
 }
 
 #[test]
@@ -494,7 +575,20 @@ impl Swtpm {
             }
             drop(l);
             let state = tempfile::tempdir().unwrap();
-            let child = Command::new("swtpm")
+            let mut cmd = Command::new("swtpm");
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent. It makes
+            // the kernel SIGKILL swtpm if the test process dies without running `Drop` (killed,
+            // aborted), so no swtpm outlives a test run.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let child = cmd
                 .args(["socket", "--tpm2", "--server"])
                 .arg(format!("type=tcp,port={port}"))
                 .arg("--ctrl")
@@ -639,4 +733,288 @@ fn no_tpm_is_reported() {
         other => panic!("want NoTpm, got {other:?}"),
     }
     assert!(!v.status().unwrap().initialized);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollback of the whole vault: the manifest bound to a TPM NV counter (TPM sealer only)
+
+/// A TPM vault in `dir`, initialised and unlocked.
+fn tpm_vault(tpm: &Swtpm, dir: &Path) -> Vault {
+    let v = Vault::open(dir, tpm_config(tpm, vec![])).unwrap();
+    v.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
+    v
+}
+
+/// (NV index, manifest value, TPM counter value).
+fn counters(tpm: &Swtpm, dir: &Path) -> (u32, u64, u64) {
+    let (index, value) = manifest_counter(dir).expect("a TPM vault's manifest has a counter");
+    (
+        index,
+        value,
+        tpm::nv_counter_read(&tpm.tcti(), index).unwrap(),
+    )
+}
+
+#[test]
+fn tpm_whole_vault_rollback_is_refused() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = tpm_vault(&tpm, d.path());
+    let _l = Locker(&v);
+    let (index, c0, t0) = counters(&tpm, d.path());
+    assert_eq!(c0, t0);
+    assert!((tpm::NV_COUNTER_FIRST..=tpm::NV_COUNTER_LAST).contains(&index));
+    assert_eq!(v.status().unwrap().rollback_counter, Some(index));
+
+    // Every put moves manifest and counter on by one.
+    v.put("a", b"v1").unwrap();
+    v.put("b", b"b1").unwrap();
+    assert_eq!(counters(&tpm, d.path()), (index, c0 + 2, c0 + 2));
+    let old = snapshot(d.path());
+    v.put("a", b"v2").unwrap();
+    let latest = snapshot(d.path());
+    assert_eq!(counters(&tpm, d.path()), (index, c0 + 3, c0 + 3));
+
+    // The whole vault put back under the unlocked vault: readers (this process and another one,
+    // through the keyring's floor) and writers refuse it.
+    restore(d.path(), &old);
+    assert_eq!(assert_rolled_back(v.get("a")), (c0 + 2, c0 + 3));
+    let other = Vault::open(d.path(), tpm_config(&tpm, vec![])).unwrap();
+    assert_rolled_back(other.get("b"));
+    assert_rolled_back(v.put("c", b"x"));
+    assert_rolled_back(v.remove("b"));
+    // Locked, then unlocked: refused, and the vault stays locked.
+    v.lock().unwrap();
+    assert_eq!(assert_rolled_back(v.unlock(None)), (c0 + 2, c0 + 3));
+    assert!(!v.status().unwrap().unlocked);
+    assert!(matches!(v.get("a"), Err(VaultError::Locked)));
+    assert_rolled_back(v.rotate(None, &|_| {}));
+    // Nothing was written by the refusals.
+    assert_eq!(counters(&tpm, d.path()), (index, c0 + 2, c0 + 3));
+    // The latest copy back: accepted.
+    restore(d.path(), &latest);
+    v.unlock(None).unwrap();
+    assert_eq!(&v.get("a").unwrap()[..], b"v2");
+
+    // rm and rotate move the counter on too, so a copy from before either is refused.
+    for what in ["rm", "rotate"] {
+        let before = snapshot(d.path());
+        let (_, m, _) = counters(&tpm, d.path());
+        match what {
+            "rm" => v.remove("b").unwrap(),
+            _ => {
+                v.rotate(None, &|_| {}).unwrap();
+            }
+        }
+        assert_eq!(counters(&tpm, d.path()), (index, m + 1, m + 1), "{what}");
+        let after = snapshot(d.path());
+        restore(d.path(), &before);
+        v.lock().unwrap();
+        // Before the rotation the key was another one: unsealed from the old master-key.enc
+        // (same TPM), it opens the old manifest, which the counter refuses.
+        assert_eq!(assert_rolled_back(v.unlock(None)), (m, m + 1), "{what}");
+        restore(d.path(), &after);
+        v.unlock(None).unwrap();
+        assert_eq!(&v.get("a").unwrap()[..], b"v2", "{what}");
+    }
+    assert!(matches!(v.get("b"), Err(VaultError::NotFound(_))));
+
+    // A backup put back on purpose: `rebind_counter` accepts it and leaves every other copy
+    // behind, the one it replaced included.
+    let newest = snapshot(d.path());
+    restore(d.path(), &old);
+    v.lock().unwrap();
+    assert_rolled_back(v.unlock(None));
+    let st = v.rebind_counter(None).unwrap();
+    assert!(st.unlocked);
+    assert_eq!(st.rollback_counter, Some(index));
+    assert_eq!(&v.get("a").unwrap()[..], b"v1");
+    assert_eq!(&v.get("b").unwrap()[..], b"b1");
+    let (_, m, t) = counters(&tpm, d.path());
+    assert_eq!(m, t);
+    restore(d.path(), &newest);
+    v.lock().unwrap();
+    assert_rolled_back(v.unlock(None));
+}
+
+#[test]
+fn tpm_crash_between_manifest_and_counter_is_caught_up() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = tpm_vault(&tpm, d.path());
+    let _l = Locker(&v);
+    v.put("a", b"v1").unwrap();
+    let before = snapshot(d.path());
+    let (index, c, t) = counters(&tpm, d.path());
+    assert_eq!(c, t);
+
+    // A child stores v2 and dies right after the new manifest is durable, before the counter
+    // is incremented (step 1 of a TPM put).
+    let crash = |value: &str| {
+        let put = format!("a={value}");
+        let st = run_child(
+            "child_put",
+            d.path(),
+            1,
+            Some(&tpm.tcti()),
+            &[("CLAWFS_TEST_PUT", &put)],
+        );
+        assert!(!st.success(), "the child should have aborted");
+    };
+    crash("v2");
+    assert_eq!(counters(&tpm, d.path()), (index, c + 1, c));
+    // Nothing is lost: the new manifest, one ahead of the counter, is accepted by readers ...
+    assert_eq!(&v.get("a").unwrap()[..], b"v2");
+    // ... and by unlock, which catches the counter up.
+    v.lock().unwrap();
+    v.unlock(None).unwrap();
+    assert_eq!(counters(&tpm, d.path()), (index, c + 1, c + 1));
+    assert_eq!(&v.get("a").unwrap()[..], b"v2");
+    // The catch-up is real: the copy from before that put is now a rollback.
+    let caught_up = snapshot(d.path());
+    restore(d.path(), &before);
+    v.lock().unwrap();
+    assert_eq!(assert_rolled_back(v.unlock(None)), (c, c + 1));
+    restore(d.path(), &caught_up);
+    v.unlock(None).unwrap();
+
+    // A writer catches up as well: crash again, then a put in this process.
+    crash("v3");
+    assert_eq!(counters(&tpm, d.path()), (index, c + 2, c + 1));
+    v.put("b", b"b1").unwrap();
+    assert_eq!(counters(&tpm, d.path()), (index, c + 3, c + 3));
+    assert_eq!(&v.get("a").unwrap()[..], b"v3");
+    assert_eq!(&v.get("b").unwrap()[..], b"b1");
+}
+
+#[test]
+fn tpm_rotation_crash_at_every_step_keeps_manifest_and_counter_in_step() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = tpm_vault(&tpm, d.path());
+    let _l = Locker(&v);
+    v.put("s", b"value").unwrap();
+    let first = snapshot(d.path());
+    // One secret: started, staged, verified, archived, switched, manifest, key, done, and the
+    // TPM counter increment = 9 steps.
+    let steps = 9;
+    for n in 1..=steps + 1 {
+        let st = run_child("child_rotate", d.path(), n, Some(&tpm.tcti()), &[]);
+        assert_eq!(st.success(), n > steps, "step {n}");
+        // The counter is never ahead of the manifest, and behind it by one at most.
+        let (_, m, t) = counters(&tpm, d.path());
+        assert!(m == t || m == t + 1, "step {n}: manifest {m}, counter {t}");
+        // Readable straight away, through the keyring, by another process.
+        let fresh = Vault::open(d.path(), tpm_config(&tpm, vec![])).unwrap();
+        assert_eq!(&fresh.get("s").unwrap()[..], b"value", "step {n}");
+        // Unlock recovers the rotation and catches the counter up; the next rotate completes.
+        fresh.lock().unwrap();
+        fresh.unlock(None).unwrap();
+        let (_, m, t) = counters(&tpm, d.path());
+        assert_eq!(m, t, "step {n}");
+        assert_eq!(&fresh.get("s").unwrap()[..], b"value", "step {n}");
+        fresh.rotate(None, &|_| {}).unwrap();
+        let (_, m2, t2) = counters(&tpm, d.path());
+        assert_eq!((m2, t2), (m + 1, m + 1), "step {n}");
+        assert_eq!(&fresh.get("s").unwrap()[..], b"value", "step {n}");
+    }
+    restore(d.path(), &first);
+    v.lock().unwrap();
+    assert_rolled_back(v.unlock(None));
+}
+
+#[test]
+fn tpm_lost_or_replaced_counter_is_refused_until_rebound() {
+    let tpm = Swtpm::start();
+    let d = store();
+    let v = tpm_vault(&tpm, d.path());
+    let _l = Locker(&v);
+    v.put("a", b"v1").unwrap();
+    let (index, _, old_value) = counters(&tpm, d.path());
+    v.lock().unwrap();
+
+    // The counter undefined.
+    tpm::nv_undefine(&tpm.tcti(), index).unwrap();
+    match v.unlock(None) {
+        Err(VaultError::RollbackCounter { index: i, .. }) => assert_eq!(i, index),
+        other => panic!("want RollbackCounter, got {other:?}"),
+    }
+    // An ordinary index (anyone may write any value into it) defined at its handle.
+    let out = Command::new("tpm2_nvdefine")
+        .arg("-T")
+        .arg(tpm.tcti())
+        .args([
+            "-C",
+            "o",
+            "-s",
+            "8",
+            "-a",
+            "ownerread|ownerwrite|authread|authwrite",
+        ])
+        .arg(format!("{index:#x}"))
+        .output()
+        .expect("tpm2_nvdefine (apt-get install tpm2-tools)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match v.unlock(None) {
+        Err(VaultError::RollbackCounter { index: i, reason }) => {
+            assert_eq!(i, index);
+            assert!(reason.contains("not a counter"), "{reason}");
+        }
+        other => panic!("want RollbackCounter, got {other:?}"),
+    }
+    assert!(!v.status().unwrap().unlocked);
+
+    // Rebinding defines a new counter (the foreign index is left alone) and unlocks.
+    let st = v.rebind_counter(None).unwrap();
+    let new = st.rollback_counter.unwrap();
+    assert_ne!(new, index);
+    assert_eq!(&v.get("a").unwrap()[..], b"v1");
+    let (i, m, t) = counters(&tpm, d.path());
+    assert_eq!((i, m), (new, t));
+    // A new counter starts above any counter the TPM deleted: undefining and redefining never
+    // takes a value back.
+    assert!(
+        t > old_value,
+        "new counter at {t}, the undefined one was at {old_value}"
+    );
+    v.lock().unwrap();
+    v.unlock(None).unwrap();
+
+    // Someone with access to the TPM bumps the counter: the vault refuses (a denial of
+    // service, never an accepted rollback), until rebound.
+    tpm::nv_counter_increment(&tpm.tcti(), new).unwrap();
+    v.lock().unwrap();
+    assert_eq!(assert_rolled_back(v.unlock(None)), (m, m + 1));
+    v.rebind_counter(None).unwrap();
+    assert_eq!(&v.get("a").unwrap()[..], b"v1");
+}
+
+#[test]
+fn passphrase_vault_rollback_is_not_detected() {
+    // Documented limitation (docs/vault.md): without a TPM there is no counter, so a whole
+    // vault put back to a consistent earlier copy is accepted, with no false refusal.
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS))
+        .unwrap();
+    assert_eq!(v.status().unwrap().rollback_counter, None);
+    v.put("a", b"v1").unwrap();
+    let old = snapshot(d.path());
+    v.put("a", b"v2").unwrap();
+    v.rotate(Some(PASS), &|_| {}).unwrap();
+    assert!(manifest_counter(d.path()).is_none());
+    restore(d.path(), &old);
+    v.lock().unwrap();
+    v.unlock(Some(PASS)).unwrap();
+    assert_eq!(&v.get("a").unwrap()[..], b"v1");
+    v.put("b", b"b1").unwrap();
+    assert!(matches!(
+        v.rebind_counter(Some(PASS)),
+        Err(VaultError::NoTpm(_))
+    ));
 }

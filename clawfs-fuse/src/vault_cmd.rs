@@ -95,6 +95,9 @@ pub enum VaultCommand {
     },
     /// Re-encrypt every secret under a new master key; archive the old one for 30 days.
     Rotate,
+    /// TPM sealer: accept the vault's current state as its latest (a backup put back on purpose,
+    /// a lost TPM rollback counter) and unlock; every other copy is refused from then on.
+    RebindCounter,
 }
 
 /// `90`, `90s`, `30m`, `8h`, `1d`.
@@ -280,6 +283,10 @@ pub fn run_with(
             )
             .map_err(w)?;
         }
+        VaultCommand::RebindCounter => {
+            let st = vault.rebind_counter(None).map_err(fail)?;
+            writeln!(out, "vault state accepted as the latest; {}", describe(&st)).map_err(w)?;
+        }
         VaultCommand::Grant { .. } | VaultCommand::Revoke { .. } => unreachable!("handled above"),
     }
     Ok(())
@@ -298,8 +305,12 @@ pub fn describe(st: &VaultStatus) -> String {
                 let l: Vec<String> = st.pcrs.iter().map(|p| p.to_string()).collect();
                 format!("PCRs {}", l.join(","))
             };
+            let counter = st
+                .rollback_counter
+                .map(|i| format!(", rollback counter {i:#010x}"))
+                .unwrap_or_default();
             format!(
-                "sealed by TPM 2.0 ({}, {pcrs})",
+                "sealed by TPM 2.0 ({}, {pcrs}{counter})",
                 st.tcti.as_deref().unwrap_or("?")
             )
         }

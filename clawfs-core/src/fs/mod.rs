@@ -736,9 +736,24 @@ impl ClawFs {
             crate::policy::Access::Delete,
             &self.ns_child(&dir, name)?,
         )?;
-        let _as = AsCaller::enter(caller)?;
-        rustix::fs::unlinkat(&dir, name, flags)?;
+        let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::unlinkat(&dir, name, flags)?;
+        }
+        if let Some(st) = victim.filter(|st| st.st_nlink <= 1) {
+            self.release_space(self.inodes.mount_ino(st.st_ino));
+        }
         Ok(())
+    }
+
+    /// A file's last name is gone: its kept descriptor goes too, so its space is freed now
+    /// (as on a native filesystem), not when the kernel forgets the inode.
+    fn release_space(&self, ino: u64) {
+        self.recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop(&ino);
     }
 
     /// Creates a symbolic link `name` → `target`.
@@ -836,9 +851,18 @@ impl ClawFs {
         let newdir = self.open_path(&npnode)?;
         let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
         self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
-        let _as = AsCaller::enter(caller)?;
-        rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
+        let replaced = match mode.exchange {
+            true => None,
+            false => rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
+        };
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
+        }
         self.paths_changed();
+        if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
+            self.release_space(self.inodes.mount_ino(st.st_ino));
+        }
         Ok(())
     }
 

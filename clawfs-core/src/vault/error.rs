@@ -53,6 +53,30 @@ pub enum VaultError {
     /// Any other TPM failure.
     #[error("TPM: {0}")]
     Tpm(String),
+    /// The manifest is older than the vault's TPM NV counter: the whole vault (manifest and
+    /// secrets) was put back to an earlier copy. Detected only for TPM-sealed vaults.
+    #[error(
+        "the vault was rolled back: its manifest is at counter value {manifest}, the TPM counter at {tpm} \
+         (put back the latest copy, or accept this state with `clawfs vault rebind-counter`)"
+    )]
+    RolledBack {
+        /// The counter value the manifest records.
+        manifest: u64,
+        /// The TPM counter's value.
+        tpm: u64,
+    },
+    /// The TPM NV counter named by the manifest cannot vouch for it: missing, not a counter, or
+    /// behind the manifest by more than the one increment a crash can leave undone.
+    #[error(
+        "TPM rollback counter {index:#010x}: {reason} (if the vault's state is known good, \
+         `clawfs vault rebind-counter` binds it to a new counter)"
+    )]
+    RollbackCounter {
+        /// The NV index handle recorded in the manifest.
+        index: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The host key file is missing, unreadable, has the wrong size or mode, or is another key
     /// than the one that wrapped the master key.
     #[error("host key {}: {reason}", path.display())]

@@ -1,5 +1,8 @@
-//! Crash injection for rotation tests: with `CLAWFS_VAULT_FAULT_AFTER=N` in the environment the
-//! process aborts (no unwinding, no cleanup — like `kill -9`) right after the N-th durable step.
+//! Crash injection for rotation and rollback-counter tests: with `CLAWFS_VAULT_FAULT_AFTER=N` in
+//! the environment the process aborts (no unwinding, no cleanup — like `kill -9`) right after the
+//! N-th durable step. Steps: those of a rotation (`RotationStep`), and, in a TPM-sealed vault,
+//! "new manifest written, TPM counter not yet incremented" in `put`, `rm`, `rotate` (after its
+//! `Done`) and `rebind_counter`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

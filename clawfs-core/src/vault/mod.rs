@@ -5,7 +5,8 @@
 //! Files under `<store>/vault/`:
 //! ```text
 //! master-key.enc           the sealed master key (sealer::Envelope)
-//! manifest.json            latest version of every secret, MACed under the master key
+//! manifest.json            latest version of every secret (and, TPM-sealed, the TPM NV
+//!                          counter value it goes with), MACed under the master key
 //! secrets/<name>.enc       one secret (secret::SecretFile)
 //! archive/master-key-<ts>-<fp>.enc   sealed keys replaced by rotation; purged after 30 days
 //! rotation.json            the journal of a rotation in progress
@@ -14,7 +15,11 @@
 //! ```
 //! Readers take no lock: every file is replaced by rename, and a reader that meets a secret
 //! encrypted under a key that has just left the keyring re-reads (see `get`).
+//!
+//! TPM-sealed vaults bind the manifest to a TPM NV counter, so the whole vault put back to an
+//! earlier copy is refused (`VaultError::RolledBack`); see `counter`.
 
+mod counter;
 pub mod crypto;
 mod error;
 pub mod fault;
@@ -42,7 +47,7 @@ pub use sealer::{Envelope, SealerKind};
 
 use error::io_at;
 use keyring::{Keyring, MASTER, MASTER_NEXT};
-use sealer::Sealer;
+use sealer::{SealedKey, Sealer};
 use secret::{Manifest, ManifestEntry, SecretFile};
 
 /// How long an unlocked master key stays in the keyring unless configured.
@@ -110,6 +115,9 @@ pub struct VaultStatus {
     pub pcrs: Vec<u8>,
     /// State of an interrupted rotation, if its journal exists.
     pub rotation: Option<String>,
+    /// NV index handle of the TPM counter the manifest is bound to (rollback detection; TPM
+    /// sealer). As recorded in the manifest, not verified (`status` needs no key).
+    pub rollback_counter: Option<u32>,
 }
 
 /// The TCTI to use: configuration, then `TPM2TOOLS_TCTI`, `TCTI`, then `/dev/tpmrm0`.
@@ -363,6 +371,20 @@ impl Vault {
         Ok(key)
     }
 
+    /// The TCTI of this vault's TPM: configuration, environment or `/dev/tpmrm0`, else the one
+    /// recorded in `env` at sealing.
+    fn tpm_tcti(&self, env: Option<&Envelope>) -> Result<String, VaultError> {
+        let recorded = env.and_then(|e| match &e.sealed {
+            SealedKey::Tpm { tcti, .. } => Some(tcti.clone()),
+            _ => None,
+        });
+        resolve_tcti(&self.config).or(recorded).ok_or_else(|| {
+            VaultError::NoTpm(
+                "no TCTI configured, TPM2TOOLS_TCTI/TCTI unset and no /dev/tpmrm0".into(),
+            )
+        })
+    }
+
     fn sealer_for(
         &self,
         kind: SealerKind,
@@ -372,19 +394,12 @@ impl Vault {
         Ok(match kind {
             SealerKind::Tpm => {
                 let recorded = env.and_then(|e| match &e.sealed {
-                    sealer::SealedKey::Tpm { tcti, pcrs, .. } => Some((tcti.clone(), pcrs.clone())),
+                    SealedKey::Tpm { pcrs, .. } => Some(pcrs.clone()),
                     _ => None,
                 });
-                let tcti = resolve_tcti(&self.config)
-                    .or_else(|| recorded.as_ref().map(|r| r.0.clone()))
-                    .ok_or_else(|| {
-                        VaultError::NoTpm(
-                            "no TCTI configured, TPM2TOOLS_TCTI/TCTI unset and no /dev/tpmrm0"
-                                .into(),
-                        )
-                    })?;
-                let pcrs = match (&recorded, self.config.pcrs.is_empty()) {
-                    (Some(r), true) => r.1.clone(),
+                let tcti = self.tpm_tcti(env)?;
+                let pcrs = match (recorded, self.config.pcrs.is_empty()) {
+                    (Some(r), true) => r,
                     _ => self.config.pcrs.clone(),
                 };
                 Sealer::Tpm { tcti, pcrs }
@@ -430,31 +445,125 @@ impl Vault {
         let key = Key256::random();
         let vault_id = hex::encode(crypto::random_bytes::<8>());
         let env = sealer.seal(&key, &vault_id, 1, &now_rfc3339())?;
+        // TPM: the counter that detects the whole vault rolled back (see `counter`).
+        let counter = match kind {
+            SealerKind::Tpm => Some(self.define_counter(Some(&env))?),
+            _ => None,
+        };
+        let manifest = Manifest::new(&key, counter.as_ref().map(|c| c.current()));
         // An interrupted earlier init may have left a manifest; the new key replaces it.
-        write_atomic(&self.dir, "manifest.json", &Manifest::new(&key).to_json())?;
-        write_atomic(&self.dir, "master-key.enc", &env.to_json())?;
+        let written = write_atomic(&self.dir, "manifest.json", &manifest.to_json())
+            .and_then(|()| write_atomic(&self.dir, "master-key.enc", &env.to_json()));
+        if let Err(e) = written {
+            if let Some(c) = &counter {
+                c.undefine();
+            }
+            return Err(e);
+        }
         let _ = self.vault_id.set(vault_id.clone());
         let ring = Keyring::open(&self.keyring_name(&vault_id), true)?
             .ok_or_else(|| VaultError::Keyring("keyring not created".into()))?;
         ring.put(MASTER, key.bytes(), self.config.unlock_timeout)?;
+        if let Some(c) = &counter {
+            self.set_counter_floor(&ring, c.value)?;
+        }
         drop(_lock);
         self.status()
     }
 
     /// Finishes or rolls back an interrupted rotation, unseals the master key and puts it in the
     /// kernel keyring for the configured timeout. Purges archived keys older than 30 days.
+    ///
+    /// A TPM-sealed vault's manifest is checked against its TPM NV counter first: a vault put
+    /// back to an earlier copy is refused (`RolledBack`) and stays locked.
     pub fn unlock(&self, passphrase: Option<&str>) -> Result<VaultStatus, VaultError> {
         let _lock = self.write_lock()?;
         self.recover_locked()?;
         let env = self.envelope()?;
         let sealer = self.sealer_for(env.sealed.kind(), Some(&env), passphrase)?;
         let key = sealer.unseal(&env, &self.master_path())?;
+        let manifest = self.read_manifest().and_then(|m| {
+            m.verify(&key, &self.manifest_path())?;
+            Ok(m)
+        });
+        let bound = match manifest {
+            Ok(m) => self.check_counter(&env, &m, None)?,
+            // The counter can only be checked against an authentic manifest. Other sealers
+            // have no counter: unlocking does not depend on the manifest, as before.
+            Err(e) if env.sealed.kind() == SealerKind::Tpm => return Err(e),
+            Err(_) => None,
+        };
         let ring = self
             .keyring(true)?
             .ok_or_else(|| VaultError::Keyring("keyring not created".into()))?;
         ring.put(MASTER, key.bytes(), self.config.unlock_timeout)?;
         ring.remove(MASTER_NEXT)?;
+        match &bound {
+            Some(b) => self.set_counter_floor(&ring, b.value)?,
+            None => ring.remove(counter::FLOOR)?,
+        }
         self.purge_archive()?;
+        drop(_lock);
+        self.status()
+    }
+
+    /// Accepts the vault's current state as its latest and unlocks it: for a TPM-sealed vault
+    /// put back to an earlier copy on purpose (a backup restored), whose counter is lost
+    /// (undefined, or its handle reused), or that predates rollback counters. Unseals the key
+    /// (so it gives nothing to someone who could not unlock), verifies the manifest, binds it to
+    /// the recorded counter or, if that is unusable, to a new one, at the counter's value + 1,
+    /// then increments the counter: every other copy of the vault is refused from then on.
+    pub fn rebind_counter(&self, passphrase: Option<&str>) -> Result<VaultStatus, VaultError> {
+        let _lock = self.write_lock()?;
+        self.recover_locked()?;
+        let env = self.envelope()?;
+        if env.sealed.kind() != SealerKind::Tpm {
+            return Err(VaultError::NoTpm(format!(
+                "this vault is sealed by {}; rollback counters are for TPM-sealed vaults",
+                env.sealed.kind()
+            )));
+        }
+        let sealer = self.sealer_for(env.sealed.kind(), Some(&env), passphrase)?;
+        let key = sealer.unseal(&env, &self.master_path())?;
+        let mut manifest = self.read_manifest()?;
+        manifest.verify(&key, &self.manifest_path())?;
+        let current = match manifest.counter {
+            Some(mc) => {
+                let tcti = self.tpm_tcti(Some(&env))?;
+                match counter::nv_counter_read(&tcti, mc.nv_index) {
+                    Ok(value) => Some(counter::Bound::new(tcti, mc.nv_index, value)),
+                    Err(VaultError::RollbackCounter { index, reason }) => {
+                        tracing::warn!(
+                            nv_index = index,
+                            reason,
+                            "vault: the rollback counter is unusable; defining a new one"
+                        );
+                        None
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => None,
+        };
+        let (mut bound, defined) = match current {
+            Some(b) => (b, false),
+            None => (self.define_counter(Some(&env))?, true),
+        };
+        manifest.counter = Some(bound.next());
+        manifest.sign(&key);
+        if let Err(e) = write_atomic(&self.dir, "manifest.json", &manifest.to_json()) {
+            if defined {
+                bound.undefine();
+            }
+            return Err(e);
+        }
+        self.advance_counter(&mut bound, None)?;
+        let ring = self
+            .keyring(true)?
+            .ok_or_else(|| VaultError::Keyring("keyring not created".into()))?;
+        ring.put(MASTER, key.bytes(), self.config.unlock_timeout)?;
+        ring.remove(MASTER_NEXT)?;
+        self.set_counter_floor(&ring, bound.value)?;
         drop(_lock);
         self.status()
     }
@@ -487,6 +596,7 @@ impl Vault {
                     tcti: None,
                     pcrs: Vec::new(),
                     rotation,
+                    rollback_counter: None,
                 })
             }
             Err(e) => return Err(e),
@@ -496,9 +606,14 @@ impl Vault {
             None => false,
         };
         let (tcti, pcrs) = match &env.sealed {
-            sealer::SealedKey::Tpm { tcti, pcrs, .. } => (Some(tcti.clone()), pcrs.clone()),
+            SealedKey::Tpm { tcti, pcrs, .. } => (Some(tcti.clone()), pcrs.clone()),
             _ => (None, Vec::new()),
         };
+        let rollback_counter = self
+            .read_manifest()
+            .ok()
+            .and_then(|m| m.counter)
+            .map(|c| c.nv_index);
         Ok(VaultStatus {
             initialized: true,
             sealer: Some(env.sealed.kind()),
@@ -510,6 +625,7 @@ impl Vault {
             tcti,
             pcrs,
             rotation,
+            rollback_counter,
         })
     }
 
@@ -549,6 +665,7 @@ impl Vault {
 
     /// Decrypts secret `name`. Works without the write lock and during a rotation: a reader that
     /// finds a file under a master key that has just left the keyring reads the file again.
+    /// A manifest below the counter floor of the keyring (TPM-sealed vaults) is `RolledBack`.
     pub fn get(&self, name: &str) -> Result<Zeroizing<Vec<u8>>, VaultError> {
         check_secret_name(name)?;
         let path = self.secret_path(name);
@@ -556,6 +673,9 @@ impl Vault {
         const ATTEMPTS: u32 = 20;
         for attempt in 1..=ATTEMPTS {
             let ring = self.unlocked_ring()?;
+            // The floor before the manifest: writers raise it only once the manifest that goes
+            // with it is in place.
+            let floor = self.counter_floor(&ring)?;
             let manifest = self.read_manifest()?;
             let Some(file) = SecretFile::load(&path, name)? else {
                 return Err(VaultError::NotFound(name.into()));
@@ -577,6 +697,7 @@ impl Vault {
                 ));
             };
             manifest.verify(&mkey, &manifest_path)?;
+            counter::check_floor(&manifest, floor)?;
             match manifest.secrets.get(name) {
                 Some(e) if e.removed && file.version <= e.version => {
                     return Err(VaultError::NotFound(name.into()))
@@ -626,6 +747,7 @@ impl Vault {
             .ok_or(VaultError::Locked)?;
         let mut manifest = self.read_manifest()?;
         manifest.verify(&master, &self.manifest_path())?;
+        let mut bound = self.check_counter(&env, &manifest, Some(&ring))?;
         let path = self.secret_path(name);
         // A damaged existing file is simply replaced.
         let old = SecretFile::load(&path, name).ok().flatten();
@@ -654,8 +776,12 @@ impl Vault {
                 removed: false,
             },
         );
+        manifest.counter = bound.as_ref().map(counter::Bound::next);
         manifest.sign(&master);
         write_atomic(&self.dir, "manifest.json", &manifest.to_json())?;
+        if let Some(b) = &mut bound {
+            self.advance_counter(b, Some(&ring))?;
+        }
         Ok(version)
     }
 
@@ -665,13 +791,18 @@ impl Vault {
         check_secret_name(name)?;
         let _lock = self.write_lock()?;
         self.recover_locked()?;
-        let master = self.unlocked_master()?;
+        let env = self.envelope()?;
+        let ring = self.unlocked_ring()?;
+        let master = self
+            .keyring_master(&ring, &env.key_id)?
+            .ok_or(VaultError::Locked)?;
         let path = self.secret_path(name);
         if !path.exists() {
             return Err(VaultError::NotFound(name.into()));
         }
         let mut manifest = self.read_manifest()?;
         manifest.verify(&master, &self.manifest_path())?;
+        let mut bound = self.check_counter(&env, &manifest, Some(&ring))?;
         let version = manifest
             .secrets
             .get(name)
@@ -692,8 +823,12 @@ impl Vault {
                 removed: true,
             },
         );
+        manifest.counter = bound.as_ref().map(counter::Bound::next);
         manifest.sign(&master);
         write_atomic(&self.dir, "manifest.json", &manifest.to_json())?;
+        if let Some(b) = &mut bound {
+            self.advance_counter(b, Some(&ring))?;
+        }
         fs::remove_file(&path).map_err(io_at(&path))?;
         sync_dir(&self.secrets_dir())
     }

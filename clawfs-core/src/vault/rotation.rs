@@ -14,6 +14,10 @@
 //! Throughout, every secret file is encrypted under the old or the new key, both of which stay
 //! in the keyring (`clawos-master`, `clawos-master-next`) until the switch is complete, so
 //! readers keep working; after a crash `unlock` first recovers, then unseals.
+//!
+//! TPM-sealed vaults: the new manifest carries the TPM counter's value + 1, and the counter is
+//! incremented once the rotation is done. A crash after the new manifest was switched in leaves
+//! the counter one behind, which the next `unlock`, `put`, `rm` or `rotate` catches up.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -333,6 +337,7 @@ pub(super) fn rotate(
     let ring = if unlocked { ring } else { None };
     let mut manifest = v.read_manifest()?;
     manifest.verify(&old, &v.manifest_path())?;
+    let mut bound = v.check_counter(&env, &manifest, ring.as_ref())?;
     let names = v.list()?;
 
     let new = Key256::random();
@@ -373,8 +378,10 @@ pub(super) fn rotate(
                 on_step,
             )
         })?;
-        // The new manifest: every rotated secret at its new version, tombstones kept.
+        // The new manifest: every rotated secret at its new version, tombstones kept; the
+        // counter's next value.
         let mut m = manifest.clone();
+        m.counter = bound.as_ref().map(super::counter::Bound::next);
         for (name, s) in &staged {
             m.secrets.insert(
                 name.clone(),
@@ -420,6 +427,9 @@ pub(super) fn rotate(
     on_step(&RotationStep::Verified);
 
     finish_switch(v, &journal, Some(on_step))?;
+    if let Some(b) = &mut bound {
+        v.advance_counter(b, ring.as_ref())?;
+    }
     let _ = purge_archive(&v.archive_dir(), super::ARCHIVE_RETENTION);
     Ok(RotationReport {
         secrets: names.len(),

@@ -14,7 +14,9 @@
 //!
 //! The manifest `vault/manifest.json` records the latest version of every secret (and a
 //! tombstone for removed ones), authenticated by an HMAC under a sub-key of the master key. A
-//! secret file older than its manifest entry (an older version put back) is refused.
+//! secret file older than its manifest entry (an older version put back) is refused. In a
+//! TPM-sealed vault it also records the vault's TPM NV counter and the value that counter has
+//! once this manifest is in force, under the same HMAC (see `super::counter`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -194,6 +196,16 @@ pub struct ManifestEntry {
     pub removed: bool,
 }
 
+/// The TPM NV counter a manifest is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestCounter {
+    /// NV index handle of the counter (0x01800000..=0x01BFFFFF).
+    pub nv_index: u32,
+    /// The counter's value once this manifest is in force: written as the current value + 1,
+    /// before the counter is incremented.
+    pub value: u64,
+}
+
 /// `vault/manifest.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Manifest {
@@ -201,7 +213,10 @@ pub struct Manifest {
     pub key_id: String,
     /// Latest version per secret.
     pub secrets: BTreeMap<String, ManifestEntry>,
-    /// Base64 HMAC-SHA256 over `key_id` and `secrets`.
+    /// The TPM NV counter (TPM-sealed vaults); `None` for the other sealers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counter: Option<ManifestCounter>,
+    /// Base64 HMAC-SHA256 over `key_id`, `secrets` and, when present, `counter`.
     #[serde(default)]
     pub mac: String,
 }
@@ -209,17 +224,28 @@ pub struct Manifest {
 const MANIFEST_LABEL: &str = "clawfs-vault-manifest";
 
 impl Manifest {
+    /// v1 (no counter) is what manifests were before counters; v2 covers the counter. The label
+    /// differs, so a counter cannot be stripped from (or added to) a manifest without the key.
     fn mac_input(&self) -> Vec<u8> {
-        let body = serde_json::to_vec(&(&self.key_id, &self.secrets)).expect("serialises");
-        let mut v = b"clawfs-vault-manifest/v1\0".to_vec();
-        v.extend_from_slice(&body);
+        let (mut v, body) = match &self.counter {
+            None => (
+                b"clawfs-vault-manifest/v1\0".to_vec(),
+                serde_json::to_vec(&(&self.key_id, &self.secrets)),
+            ),
+            Some(c) => (
+                b"clawfs-vault-manifest/v2\0".to_vec(),
+                serde_json::to_vec(&(&self.key_id, &self.secrets, c)),
+            ),
+        };
+        v.extend_from_slice(&body.expect("serialises"));
         v
     }
 
-    /// An empty manifest for the master key `master`.
-    pub fn new(master: &Key256) -> Manifest {
+    /// An empty manifest for the master key `master`, bound to `counter` if given.
+    pub fn new(master: &Key256, counter: Option<ManifestCounter>) -> Manifest {
         let mut m = Manifest {
             key_id: master.fingerprint(),
+            counter,
             ..Manifest::default()
         };
         m.sign(master);
@@ -253,5 +279,78 @@ impl Manifest {
         let mut v = serde_json::to_vec_pretty(self).expect("manifest serialises");
         v.push(b'\n');
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(master: &Key256) -> Manifest {
+        let mut m = Manifest::new(
+            master,
+            Some(ManifestCounter {
+                nv_index: 0x0180_1234,
+                value: 7,
+            }),
+        );
+        m.secrets.insert(
+            "a".into(),
+            ManifestEntry {
+                version: 2,
+                removed: false,
+            },
+        );
+        m.sign(master);
+        m
+    }
+
+    #[test]
+    fn manifest_mac_covers_the_counter() {
+        let k = Key256::random();
+        let p = Path::new("manifest.json");
+        let m = bound(&k);
+        m.verify(&k, p).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&m.to_json()).unwrap();
+        assert_eq!(json["counter"]["nv_index"], 0x0180_1234);
+        assert_eq!(json["counter"]["value"], 7);
+        // Through JSON and back.
+        Manifest::parse(&m.to_json(), p)
+            .unwrap()
+            .verify(&k, p)
+            .unwrap();
+        // A lower (or any other) value, another index, or no counter at all: refused.
+        for edit in [
+            |m: &mut Manifest| m.counter.as_mut().unwrap().value = 6,
+            |m: &mut Manifest| m.counter.as_mut().unwrap().value = 8,
+            |m: &mut Manifest| m.counter.as_mut().unwrap().nv_index = 0x0180_1235,
+            |m: &mut Manifest| m.counter = None,
+        ] {
+            let mut t = m.clone();
+            edit(&mut t);
+            assert!(matches!(t.verify(&k, p), Err(VaultError::Tampered { .. })));
+        }
+        // A counter added to a manifest that had none: refused.
+        let mut plain = Manifest::new(&k, None);
+        plain.verify(&k, p).unwrap();
+        plain.counter = Some(ManifestCounter {
+            nv_index: 0x0180_0000,
+            value: 1,
+        });
+        assert!(plain.verify(&k, p).is_err());
+    }
+
+    #[test]
+    fn manifest_without_counter_keeps_the_v1_mac() {
+        // Manifests written before rollback counters still verify: same MAC input as before.
+        let k = Key256::random();
+        let m = Manifest::new(&k, None);
+        let mut want = b"clawfs-vault-manifest/v1\0".to_vec();
+        want.extend_from_slice(
+            &serde_json::to_vec(&(&m.key_id, &BTreeMap::<String, ManifestEntry>::new())).unwrap(),
+        );
+        let mac = k.subkey(MANIFEST_LABEL).hmac(&want);
+        assert_eq!(m.mac, b64::enc(&mac));
+        assert!(!String::from_utf8(m.to_json()).unwrap().contains("counter"));
     }
 }

@@ -11,11 +11,17 @@ use std::process::{Command, Output};
 /// The `clawfs` binary under test: Cargo's for tests of clawfs-fuse; for tests of other crates
 /// of the workspace, the one beside the test executable's `deps/` directory, built first if it
 /// is not there yet.
+///
+/// `CLAWFS_TEST_BIN=PATH` runs the tests against another build (e.g. to show that an attack
+/// test fails on an older one).
 pub fn clawfs_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(bin) = std::env::var_os("CLAWFS_TEST_BIN") {
+        return BIN.get_or_init(|| bin.to_string_lossy().into_owned());
+    }
     if let Some(bin) = option_env!("CARGO_BIN_EXE_clawfs") {
         return bin;
     }
-    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable");
         let profile_dir = exe
