@@ -107,6 +107,9 @@ impl ToolError {
     /// specific codes (`not_found`, `denied`, `exists`, …) so callers need not.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> ToolError {
         let context = context.into();
+        if crate::beneath::is_changed(&source) {
+            return ToolError::Denied(format!("{context}: {source}"));
+        }
         match source.kind() {
             std::io::ErrorKind::NotFound => {
                 ToolError::NotFound(format!("{context}: no such file or folder."))

@@ -1,37 +1,31 @@
 //! File operations under the tools: bounded reads, streaming hashes, atomic replacement
-//! (temp + fsync + rename + directory fsync), timestamped backups, and time formatting.
+//! (temp + fsync + rename + directory fsync), timestamped backups, and time formatting. All of
+//! them work on descriptors opened beneath the root (see `beneath.rs`), never on path strings.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::io::{Read, Write};
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
+use crate::beneath;
 use crate::error::{ToolError, ToolResult};
-use crate::paths::show;
+use crate::paths::{show, Slot};
 use crate::ToolRoot;
 
-/// Opens a file for reading without following a symlink in the last component (the path was
-/// resolved already; a link appearing now is a race and is refused).
-pub(crate) fn open_read(abs: &Path, rel: &str) -> ToolResult<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(abs)
-        .map_err(|e| ToolError::io(format!("opening '{}'", show(rel)), e))
-}
-
-/// Reads a whole file of at most `max` bytes.
-pub(crate) fn read_limited(abs: &Path, rel: &str, max: u64) -> ToolResult<Vec<u8>> {
-    let f = open_read(abs, rel)?;
-    let len = f
+/// Reads the whole of the opened file `f` (at `rel`), at most `max` bytes.
+pub(crate) fn read_limited(f: &File, rel: &str, max: u64) -> ToolResult<Vec<u8>> {
+    let meta = f
         .metadata()
-        .map_err(|e| ToolError::io(format!("reading '{}'", show(rel)), e))?
-        .len();
+        .map_err(|e| ToolError::io(format!("reading '{}'", show(rel)), e))?;
+    if !meta.is_file() {
+        return Err(ToolError::NotAFile(format!(
+            "'{}' is not a regular file.",
+            show(rel)
+        )));
+    }
+    let len = meta.len();
     if len > max {
         return Err(ToolError::TooLarge(format!(
             "'{}' is {len} bytes; text tools load at most {max} bytes. Use info, then outline/search with read_range on a smaller file, or split the file.",
@@ -56,10 +50,9 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Streams a file once: `(bytes, lines, sha256)`. Lines count like an editor: a last line
-/// without a trailing newline counts.
-pub(crate) fn stream_info(abs: &Path, rel: &str) -> ToolResult<(u64, u64, String)> {
-    let mut f = open_read(abs, rel)?;
+/// Streams the opened file `f` once: `(bytes, lines, sha256)`. Lines count like an editor: a
+/// last line without a trailing newline counts.
+pub(crate) fn stream_info(mut f: &File, rel: &str) -> ToolResult<(u64, u64, String)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut newlines, mut last) = (0u64, 0u64, b'\n');
@@ -79,54 +72,35 @@ pub(crate) fn stream_info(abs: &Path, rel: &str) -> ToolResult<(u64, u64, String
     Ok((bytes, lines, hex::encode(h.finalize())))
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Replaces (or creates) `abs` with `bytes` atomically: a reader sees the old or the new content,
-/// never a mix, and after return the new content is durable. Keeps the old file's permissions.
+/// Replaces (or creates) `slot` (the path `rel`, `abs`) with `bytes` atomically: a reader sees
+/// the old or the new content, never a mix, and after return the new content is durable. Keeps
+/// the old file's permissions. The temporary file has an unpredictable name and is created
+/// exclusively, so nobody can plant a file or link under it.
 pub(crate) fn atomic_write(
     root: &ToolRoot,
-    abs: &Path,
+    slot: &Slot,
     rel: &str,
+    abs: &Path,
     bytes: &[u8],
     old: Option<&Metadata>,
 ) -> ToolResult<()> {
-    let dir = abs.parent().unwrap_or(Path::new("/"));
-    let ctx = || format!("writing '{}'", show(rel));
-    let (tmp, mut f) = loop {
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".clawfs-tmp-{}-{n}", std::process::id()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(root.file_mode())
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-        {
-            Ok(f) => break (tmp, f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(ToolError::io(ctx(), e)),
-        }
-    };
+    let ctx = |e| ToolError::io(format!("writing '{}'", show(rel)), e);
+    let (tmp, mut f) = beneath::create_temp(&slot.dir, root.file_mode()).map_err(ctx)?;
     let result = (|| {
         f.write_all(bytes)?;
         if let Some(m) = old {
             f.set_permissions(m.permissions())?;
         }
         f.sync_all()?;
-        std::fs::rename(&tmp, abs)?;
-        sync_dir(dir)
+        beneath::rename(&slot.dir, &tmp, &slot.dir, &slot.name)?;
+        slot.dir.sync_all()
     })();
     if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ToolError::io(ctx(), e));
+        let _ = beneath::unlink(&slot.dir, &tmp);
+        return Err(ctx(e));
     }
     root.changed(abs);
     Ok(())
-}
-
-/// fsyncs a directory so a rename or create in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, for backup and trash names.
@@ -163,66 +137,27 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// directory, mirroring the file's workspace path. Returns the backup's shown path.
 pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<String> {
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
-    let target: PathBuf = root.backup_dir.join(rel);
-    let dir = target.parent().unwrap_or(&root.backup_dir).to_path_buf();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(ctx)?;
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let base = format!("{name}.bak.{}", stamp());
+    let base = root.store_dir(&root.backup_dir, Some(0o700)).map_err(ctx)?;
+    let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    let name = comps.pop().unwrap_or("file");
+    let (dir, _) = beneath::mkdirs(&base, &comps, 0o700, beneath::DIR_PATH).map_err(ctx)?;
+    let stamped = format!("{name}.bak.{}", stamp());
     let mut n = 1;
     loop {
         let cand = if n == 1 {
-            dir.join(&base)
+            stamped.clone()
         } else {
-            dir.join(format!("{base}-{n}"))
+            format!("{stamped}-{n}")
         };
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&cand)
-        {
+        match beneath::create(&dir, &cand, 0o600) {
             Ok(mut f) => {
                 f.write_all(bytes).map_err(ctx)?;
                 f.sync_all().map_err(ctx)?;
-                return Ok(show_store_path(root, &root.backup_dir, &cand, "backups"));
+                let shown = root.backup_dir.join(comps.join("/")).join(&cand);
+                return Ok(show_store_path(root, &root.backup_dir, &shown, "backups"));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
             Err(e) => return Err(ctx(e)),
         }
     }
-}
-
-/// Creates the missing folders of `abs`'s parent chain, refusing if a part is a file.
-pub(crate) fn create_parents(root: &ToolRoot, abs: &Path, rel: &str) -> ToolResult<()> {
-    match abs.parent() {
-        Some(parent) => create_dirs(root, parent, rel),
-        None => Ok(()),
-    }
-}
-
-/// Creates `dir` and its missing parents with the caller's folder mode, and reports the
-/// topmost one created.
-pub(crate) fn create_dirs(root: &ToolRoot, dir: &Path, rel: &str) -> ToolResult<()> {
-    let topmost_new = dir
-        .ancestors()
-        .take_while(|a| std::fs::symlink_metadata(a).is_err())
-        .last()
-        .map(Path::to_path_buf);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(root.dir_mode())
-        .create(dir)
-        .map_err(|e| ToolError::io(format!("creating the folders for '{}'", show(rel)), e))?;
-    if let Some(t) = topmost_new {
-        root.changed(&t);
-    }
-    Ok(())
 }

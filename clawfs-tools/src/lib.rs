@@ -5,12 +5,15 @@
 //! request), and `registry.json` / `definitions/tool-<name>.json` from [`registry`] and
 //! [`definition`]. Every call acts on one workspace directory through a [`ToolRoot`], which resolves
 //! paths itself (no `..`, symlink or absolute path leaves the root), refuses protected names, and
-//! asks the daemon's [`AccessCheck`] before every read and write.
+//! asks the daemon's [`AccessCheck`] before every read and write. The checked path is then opened
+//! beneath a descriptor of the root, never looked up again as a string, so renames and symlink
+//! swaps racing with a call cannot take it outside the root.
 //!
 //! Responses are `{"ok": true, ...fields}` or `{"ok": false, "error": "<code>", "message": "..."}`;
 //! the codes are listed in [`ERROR_CODES`]. No input makes a call panic.
 #![warn(missing_docs)]
 
+mod beneath;
 pub mod error;
 mod fsops;
 pub mod limits;
@@ -22,6 +25,7 @@ mod text;
 mod tools;
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -39,6 +43,9 @@ pub use tools::TOOL_NAMES;
 pub struct ToolRoot {
     /// The workspace directory, canonical (no symlinks), so prefix checks on real paths hold.
     root: PathBuf,
+    /// The workspace directory, opened once (`O_PATH`, so reading it still needs the caller's
+    /// permission): every path is opened beneath it (see `beneath.rs`).
+    root_fd: File,
     /// Soft-deleted items: `<trash_dir>/<trash_id>/item` plus `<trash_id>/meta.json`.
     trash_dir: PathBuf,
     /// Backups before edits: `<backup_dir>/<rel dir>/<name>.bak.<YYYYmmdd-HHMMSS>[-n]`.
@@ -82,7 +89,13 @@ impl ToolRoot {
                 "workspace root is not a directory",
             ));
         }
+        let root_fd = rustix::fs::open(
+            &root,
+            beneath::DIR_PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
         Ok(ToolRoot {
+            root_fd: File::from(root_fd),
             trash_dir: root.join(".clawfs").join("trash"),
             backup_dir: root.join(".clawfs").join("backups"),
             root,
@@ -172,6 +185,39 @@ impl ToolRoot {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Opens the trash or backup directory `dir`, creating it (with `mode`) when `create` is
+    /// given. One inside the workspace (the default) is opened beneath the root like any path, so
+    /// a symlink swapped in for it is refused; one elsewhere is the daemon's own configuration and
+    /// is opened by its path.
+    pub(crate) fn store_dir(&self, dir: &Path, create: Option<u32>) -> std::io::Result<File> {
+        let flags = beneath::DIR_PATH;
+        if let Ok(rel) = dir.strip_prefix(&self.root) {
+            let rel = rel.to_str().ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a UTF-8 path")
+            })?;
+            return match create {
+                Some(mode) => {
+                    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+                    Ok(beneath::mkdirs(&self.root_fd, &comps, mode, flags)?.0)
+                }
+                None => beneath::open(&self.root_fd, rel, flags),
+            };
+        }
+        if let Some(mode) = create {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(mode)
+                .create(dir)?;
+        }
+        let fd = rustix::fs::open(
+            dir,
+            flags | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        Ok(File::from(fd))
     }
 }
 

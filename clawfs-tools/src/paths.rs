@@ -1,23 +1,27 @@
-//! Path resolution for tool requests: from the caller's string to a real path inside the root.
+//! Path resolution for tool requests: from the caller's string to a real path inside the root,
+//! then to an opened descriptor.
 //!
-//! Resolution is done component by component from the canonical root: `..` is lexical and may
+//! Resolution is done component by component from the root's descriptor: `..` is lexical and may
 //! never climb above the root; each symlink met is read and its target spliced into the walk (a
 //! target outside the root is refused); a missing component may be matched case-insensitively
-//! (read tools, for speech-to-text callers). The result is the real, symlink-free
-//! workspace-relative path, which is what protection and policy are checked against.
+//! (read tools, for speech-to-text callers). Every lookup is made in a folder opened beneath the
+//! root, never through a path string. The result is the real, symlink-free workspace-relative
+//! path, which is what protection and policy are checked against.
 //!
-//! Known limit: the walk and the later open are separate system calls, so a caller racing to swap a
-//! checked folder for a symlink between the two could redirect one operation. Final components
-//! are opened with `O_NOFOLLOW`; full protection needs `openat2(RESOLVE_BENEATH)` (see README).
+//! After the check, the object is opened beneath the root by that path with symlinks refused (see
+//! `beneath.rs`), and the tool works on the descriptor. Changes are made through the parent folder
+//! opened the same way plus one name ([`Slot`]). A folder swapped for a symlink between the check
+//! and the open fails the call; nothing outside the root is ever reached.
 
 use std::collections::VecDeque;
-use std::fs::Metadata;
+use std::fs::{File, Metadata};
 use std::path::{Path, PathBuf};
 
+use crate::beneath::{self, DIR_PATH, DIR_READ, ENTRY, FILE_READ};
 use crate::error::{ToolError, ToolResult};
 use crate::limits::{MAX_CANDIDATES, MAX_SYMLINK_HOPS};
 use crate::policy::{check_protected, Access};
-use crate::ToolRoot;
+use crate::{PathGuard, ToolRoot};
 
 /// How to look a path up.
 #[derive(Debug, Clone, Copy)]
@@ -46,26 +50,36 @@ impl Lookup {
     };
 }
 
-/// An existing path inside the root.
+/// An existing path inside the root, opened beneath it.
 #[derive(Debug)]
 pub(crate) struct Found {
     /// Real workspace-relative path, `/`-separated, `""` for the root.
     pub rel: String,
-    /// `root/rel`.
+    /// `root/rel`: a name for locks and the observer, never opened.
     pub abs: PathBuf,
-    /// Metadata of the entry (of the link itself when the last symlink is not followed).
+    /// Metadata of the opened entry (of the link itself when the last symlink is not followed).
     pub meta: Metadata,
+    /// The entry: readable for files ([`ToolRoot::existing_file`]), `O_PATH` otherwise.
+    pub file: File,
 }
 
 /// The result of a walk: found, or missing from some component on.
 #[derive(Debug)]
 pub(crate) enum Walk {
-    Found(Found),
-    /// `rel` is the real prefix that exists plus the requested rest; `abs` = `root/rel`.
-    Missing {
-        rel: String,
-        abs: PathBuf,
-    },
+    /// `meta` is the entry's `lstat` at the time of the walk.
+    Found { rel: String, meta: Metadata },
+    /// `rel` is the real prefix that exists plus the requested rest.
+    Missing { rel: String },
+}
+
+/// A folder opened beneath the root and one name in it: where entries are created, replaced,
+/// moved and removed.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// The folder, opened for reading (so it can be fsynced).
+    pub dir: File,
+    /// The entry's name in it.
+    pub name: String,
 }
 
 /// Shows a workspace-relative path to a caller: the root is `/`.
@@ -121,7 +135,10 @@ impl ToolRoot {
         let mut queue: VecDeque<String> = self.normalize(input)?.into();
         // The request itself must not name a protected folder, whatever case it exists in.
         check_protected(&queue.iter().cloned().collect::<Vec<_>>().join("/"))?;
+        let lookup_err = |e| ToolError::io(format!("looking up '{input}'"), e);
         let mut stack: Vec<String> = Vec::new();
+        // The folder at `stack`, when it is open; reopened from the root after a jump.
+        let mut dir: Option<File> = None;
         let mut hops = 0usize;
         while let Some(c) = queue.pop_front() {
             match c.as_str() {
@@ -132,49 +149,62 @@ impl ToolRoot {
                             "'{input}' leads through a symlink above the workspace root. Only paths inside the workspace are allowed."
                         )));
                     }
+                    dir = None;
                     continue;
                 }
                 _ => {}
             }
-            let dir = self.abs_of(&stack);
-            let cand = dir.join(&c);
+            let d = match dir.take() {
+                Some(d) => d,
+                None => {
+                    beneath::open(&self.root_fd, &stack.join("/"), DIR_PATH).map_err(lookup_err)?
+                }
+            };
             let last = queue.is_empty();
-            match std::fs::symlink_metadata(&cand) {
-                Ok(m) if m.file_type().is_symlink() && (!last || how.follow_final) => {
+            let entry = beneath::open(&d, &c, ENTRY).and_then(|e| Ok((e.metadata()?, e)));
+            match entry {
+                Ok((m, link)) if m.file_type().is_symlink() && (!last || how.follow_final) => {
                     hops += 1;
                     if hops > MAX_SYMLINK_HOPS {
                         return Err(ToolError::InvalidArgs(format!(
                             "'{input}' goes through more than {MAX_SYMLINK_HOPS} symlinks (a loop?)."
                         )));
                     }
-                    let target = std::fs::read_link(&cand)
+                    let target = beneath::readlink(&link)
                         .map_err(|e| ToolError::io(format!("reading symlink '{input}'"), e))?;
                     let comps = self.link_target_components(&target, input)?;
                     if target.is_absolute() {
                         stack.clear();
+                    } else {
+                        dir = Some(d);
                     }
                     for t in comps.into_iter().rev() {
                         queue.push_front(t);
                     }
                 }
-                Ok(m) => {
+                Ok((m, opened)) => {
                     if !last && !m.is_dir() {
                         return Err(ToolError::NotADirectory(format!(
                             "'{}' in '{input}' is a file, not a folder.",
                             show(&join(&stack, &c))
                         )));
                     }
-                    stack.push(c);
                     if last {
-                        let rel = stack.join("/");
-                        let abs = self.abs_of(&stack);
-                        return Ok(Walk::Found(Found { rel, abs, meta: m }));
+                        stack.push(c);
+                        return Ok(Walk::Found {
+                            rel: stack.join("/"),
+                            meta: m,
+                        });
                     }
+                    // The folder just stat'ed is the one descended into: no second lookup.
+                    dir = Some(opened);
+                    stack.push(c);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     if how.case_insensitive {
-                        if let Some(name) = self.case_match(&dir, &stack, &c)? {
+                        if let Some(name) = self.case_match(&d, &stack, &c)? {
                             queue.push_front(name);
+                            dir = Some(d);
                             continue;
                         }
                     }
@@ -185,31 +215,37 @@ impl ToolRoot {
                         )));
                     }
                     stack.extend(queue);
-                    let rel = stack.join("/");
-                    let abs = self.abs_of(&stack);
-                    return Ok(Walk::Missing { rel, abs });
+                    return Ok(Walk::Missing {
+                        rel: stack.join("/"),
+                    });
                 }
-                Err(e) => return Err(ToolError::io(format!("looking up '{input}'"), e)),
+                Err(e) => return Err(lookup_err(e)),
             }
         }
         // Empty path: the root itself.
-        let meta = std::fs::metadata(&self.root)
+        let meta = self
+            .root_fd
+            .metadata()
             .map_err(|e| ToolError::io("reading the workspace root", e))?;
-        Ok(Walk::Found(Found {
+        Ok(Walk::Found {
             rel: String::new(),
-            abs: self.root.clone(),
             meta,
-        }))
+        })
     }
 
-    /// An existing path the caller may access as `access`.
-    pub(crate) fn existing(&self, input: &str, access: Access, how: Lookup) -> ToolResult<Found> {
+    /// The real path of an existing entry the caller may access as `access`, with its `lstat`.
+    fn existing_rel(
+        &self,
+        input: &str,
+        access: Access,
+        how: Lookup,
+    ) -> ToolResult<(String, Metadata)> {
         match self.walk(input, how)? {
-            Walk::Found(f) => {
-                self.check(&f.rel, access)?;
-                Ok(f)
+            Walk::Found { rel, meta } => {
+                self.check(&rel, access)?;
+                Ok((rel, meta))
             }
-            Walk::Missing { rel, .. } => {
+            Walk::Missing { rel } => {
                 self.check(&rel, access)?;
                 Err(ToolError::NotFound(format!(
                     "'{}' does not exist. Check the spelling, or find it with list_files, search_files or resolve {{\"title\": ...}}.",
@@ -219,46 +255,96 @@ impl ToolRoot {
         }
     }
 
-    /// An existing regular file the caller may access as `access`.
-    pub(crate) fn existing_file(&self, input: &str, access: Access) -> ToolResult<Found> {
-        let f = self.existing(input, access, Lookup::READ)?;
-        if f.meta.is_dir() {
+    /// An existing path the caller may access as `access`, opened `O_PATH` (the link itself
+    /// when `how` does not follow a final symlink).
+    pub(crate) fn existing(&self, input: &str, access: Access, how: Lookup) -> ToolResult<Found> {
+        let (rel, _) = self.existing_rel(input, access, how)?;
+        let flags = if how.follow_final {
+            rustix::fs::OFlags::PATH
+        } else {
+            ENTRY
+        };
+        self.open_found(rel, flags)
+    }
+
+    /// The real path of an existing regular file the caller may access as `access`.
+    fn file_rel(&self, input: &str, access: Access) -> ToolResult<String> {
+        let (rel, meta) = self.existing_rel(input, access, Lookup::READ)?;
+        if meta.is_dir() {
             return Err(ToolError::NotAFile(format!(
                 "'{}' is a folder, not a file. List it with list_files {{\"path\": \"{}\"}}.",
-                show(&f.rel),
-                f.rel
+                show(&rel),
+                rel
             )));
         }
+        if !meta.is_file() {
+            return Err(not_regular(&rel));
+        }
+        Ok(rel)
+    }
+
+    /// Opens the regular file at `rel` for reading.
+    fn open_file(&self, rel: String) -> ToolResult<Found> {
+        let f = self.open_found(rel, FILE_READ)?;
         if !f.meta.is_file() {
-            return Err(ToolError::NotAFile(format!(
-                "'{}' is not a regular file.",
-                show(&f.rel)
-            )));
+            return Err(not_regular(&f.rel));
         }
         Ok(f)
     }
 
-    /// An existing folder the caller may read.
+    /// An existing regular file the caller may access as `access`, opened for reading.
+    pub(crate) fn existing_file(&self, input: &str, access: Access) -> ToolResult<Found> {
+        let rel = self.file_rel(input, access)?;
+        self.open_file(rel)
+    }
+
+    /// Like [`ToolRoot::existing_file`], holding the file's write lock from before it is opened,
+    /// so the content read is the latest and stays so until the guard is dropped.
+    pub(crate) fn locked_file(
+        &self,
+        input: &str,
+        access: Access,
+    ) -> ToolResult<(PathGuard<'_>, Found)> {
+        let rel = self.file_rel(input, access)?;
+        let guard = self.locks.lock(&[&self.abs_of(&rel)]);
+        Ok((guard, self.open_file(rel)?))
+    }
+
+    /// An existing folder the caller may read, opened `O_PATH`.
     pub(crate) fn existing_dir(&self, input: &str) -> ToolResult<Found> {
-        let f = self.existing(input, Access::Read, Lookup::READ)?;
-        if !f.meta.is_dir() {
+        let (rel, meta) = self.existing_rel(input, Access::Read, Lookup::READ)?;
+        if !meta.is_dir() {
             return Err(ToolError::NotADirectory(format!(
                 "'{}' is a file, not a folder. Read it with read_file.",
-                show(&f.rel)
+                show(&rel)
             )));
         }
-        Ok(f)
+        self.open_found(rel, DIR_PATH)
+    }
+
+    /// Opens `rel` (real, already checked) beneath the root.
+    pub(crate) fn open_found(&self, rel: String, flags: rustix::fs::OFlags) -> ToolResult<Found> {
+        let ctx = |e| ToolError::io(format!("opening '{}'", show(&rel)), e);
+        let file = beneath::open(&self.root_fd, &rel, flags).map_err(ctx)?;
+        let meta = file.metadata().map_err(ctx)?;
+        Ok(Found {
+            abs: self.abs_of(&rel),
+            rel,
+            meta,
+            file,
+        })
     }
 
     /// A path to create or overwrite: `(rel, abs, existing metadata)`. Names are matched exactly.
+    /// Act on it through [`ToolRoot::slot`].
     pub(crate) fn target(
         &self,
         input: &str,
         access: Access,
     ) -> ToolResult<(String, PathBuf, Option<Metadata>)> {
-        let (rel, abs, meta) = match self.walk(input, Lookup::EXACT)? {
-            Walk::Found(f) => (f.rel, f.abs, Some(f.meta)),
-            Walk::Missing { rel, abs } => (rel, abs, None),
+        let (rel, meta) = match self.walk(input, Lookup::EXACT)? {
+            Walk::Found { rel, meta } => (rel, Some(meta)),
+            Walk::Missing { rel } => (rel, None),
         };
         if rel.is_empty() {
             return Err(ToolError::InvalidArgs(
@@ -267,7 +353,49 @@ impl ToolRoot {
             ));
         }
         self.check(&rel, access)?;
-        Ok((rel, abs, meta))
+        Ok((rel.clone(), self.abs_of(&rel), meta))
+    }
+
+    /// The folder holding `rel` (real, already checked, not the root), opened beneath the root,
+    /// and `rel`'s last name. A missing folder is created with its parents when `create`, else
+    /// the answer is `None`.
+    pub(crate) fn slot(&self, rel: &str, create: bool) -> ToolResult<Option<Slot>> {
+        let (parent, name) = match rel.rsplit_once('/') {
+            Some((p, n)) => (p, n),
+            None => ("", rel),
+        };
+        let dir = match beneath::open(&self.root_fd, parent, DIR_READ) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                self.create_dirs(parent, rel)?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(ToolError::io(
+                    format!("opening the folder of '{}'", show(rel)),
+                    e,
+                ))
+            }
+        };
+        Ok(Some(Slot {
+            dir,
+            name: name.to_string(),
+        }))
+    }
+
+    /// Creates the folder `rel` and its missing parents beneath the root with the caller's
+    /// folder mode, one name at a time, reports the topmost one created, and returns it opened
+    /// for reading. `for_rel` names the path the folders are for, in errors.
+    pub(crate) fn create_dirs(&self, rel: &str, for_rel: &str) -> ToolResult<File> {
+        let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        let (dir, first_new) = beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ)
+            .map_err(|e| {
+                ToolError::io(format!("creating the folders for '{}'", show(for_rel)), e)
+            })?;
+        if let Some(i) = first_new {
+            self.changed(&self.abs_of(&comps[..=i].join("/")));
+        }
+        Ok(dir)
     }
 
     /// Protected names, then the caller's policy.
@@ -276,13 +404,13 @@ impl ToolRoot {
         self.policy.check(rel, access)
     }
 
-    /// `root/stack...`
-    pub(crate) fn abs_of(&self, stack: &[String]) -> PathBuf {
-        let mut p = self.root.clone();
-        for c in stack {
-            p.push(c);
+    /// `root/rel`, as a name only (for locks, the observer and messages).
+    pub(crate) fn abs_of(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
         }
-        p
     }
 
     /// The components of a symlink target, relative to the root for absolute targets.
@@ -313,16 +441,14 @@ impl ToolRoot {
             .collect()
     }
 
-    /// The single entry of `dir` equal to `name` ignoring case, if any.
-    fn case_match(&self, dir: &Path, stack: &[String], name: &str) -> ToolResult<Option<String>> {
-        let rd = match std::fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(_) => return Ok(None),
+    /// The single entry of folder `dir` (at `stack`) equal to `name` ignoring case, if any.
+    fn case_match(&self, dir: &File, stack: &[String], name: &str) -> ToolResult<Option<String>> {
+        let Ok(names) = beneath::list(dir) else {
+            return Ok(None);
         };
         let want = name.to_lowercase();
-        let mut hits: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        let mut hits: Vec<String> = names
+            .into_iter()
             .filter(|n| n.to_lowercase() == want)
             .collect();
         hits.sort();
@@ -341,6 +467,10 @@ impl ToolRoot {
             }),
         }
     }
+}
+
+fn not_regular(rel: &str) -> ToolError {
+    ToolError::NotAFile(format!("'{}' is not a regular file.", show(rel)))
 }
 
 /// `stack/name` as a workspace-relative path.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::read::{context_of, matcher};
 use super::walk::{globs, walk, Glob, Step};
 use super::EntryType;
+use crate::beneath::FILE_READ;
 use crate::error::ToolResult;
 use crate::fsops::rfc3339;
 use crate::limits::*;
@@ -120,7 +121,7 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         files_skipped: 0,
         truncated: false,
     };
-    let stats = walk(root, &dir.rel, usize::MAX, |e| {
+    let stats = walk(root, &dir, usize::MAX, |e| {
         if any_match(&exclude, e) {
             return Step::Prune;
         }
@@ -131,8 +132,11 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
             out.files_skipped += 1;
             return Step::Continue;
         }
-        let Ok(bytes) = crate::fsops::read_limited(&e.abs, &e.rel, SEARCH_FILES_MAX_FILE_BYTES)
-        else {
+        let bytes = e
+            .open(FILE_READ)
+            .ok()
+            .and_then(|f| crate::fsops::read_limited(&f, &e.rel, SEARCH_FILES_MAX_FILE_BYTES).ok());
+        let Some(bytes) = bytes else {
             out.files_skipped += 1;
             return Step::Continue;
         };
@@ -223,26 +227,21 @@ pub(crate) fn list_files(root: &ToolRoot, a: ListFilesArgs) -> ToolResult<ListFi
     let recursive = a.recursive.unwrap_or(glob.is_some());
     let max = a.max_results.unwrap_or(LIST_DEFAULT).clamp(1, LIST_MAX);
     let mut all: Vec<(std::time::SystemTime, ListEntry)> = Vec::new();
-    let stats = walk(
-        root,
-        &dir.rel,
-        if recursive { usize::MAX } else { 1 },
-        |e| {
-            if glob.as_ref().is_none_or(|g| g.matches(e)) {
-                let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
-                all.push((
-                    m,
-                    ListEntry {
-                        path: e.rel.clone(),
-                        kind: EntryType::of(&e.meta),
-                        size: if e.meta.is_file() { e.meta.len() } else { 0 },
-                        modified: rfc3339(m),
-                    },
-                ));
-            }
-            Step::Continue
-        },
-    )?;
+    let stats = walk(root, &dir, if recursive { usize::MAX } else { 1 }, |e| {
+        if glob.as_ref().is_none_or(|g| g.matches(e)) {
+            let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            all.push((
+                m,
+                ListEntry {
+                    path: e.rel.clone(),
+                    kind: EntryType::of(&e.meta),
+                    size: if e.meta.is_file() { e.meta.len() } else { 0 },
+                    modified: rfc3339(m),
+                },
+            ));
+        }
+        Step::Continue
+    })?;
     all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
     let total = all.len();
     let entries: Vec<ListEntry> = all.into_iter().take(max).map(|(_, e)| e).collect();
@@ -309,7 +308,7 @@ pub(crate) fn directory_tree(root: &ToolRoot, a: TreeArgs) -> ToolResult<TreeRes
     let mut kids: HashMap<String, Vec<(String, TreeNode)>> = HashMap::new();
     let mut count = 0usize;
     let mut truncated = false;
-    walk(root, &dir.rel, depth, |e| {
+    walk(root, &dir, depth, |e| {
         let is_dir = e.meta.is_dir();
         if !is_dir && !files {
             return Step::Continue;

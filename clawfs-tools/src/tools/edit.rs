@@ -6,8 +6,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::beneath::{self, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{atomic_write, backup, create_parents, read_limited, sha256_hex};
+use crate::fsops::{atomic_write, backup, read_limited, sha256_hex};
 use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
@@ -76,21 +77,27 @@ struct Loaded {
 }
 
 fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
-    let bytes = read_limited(&f.abs, &f.rel, root.limits().max_text_file_bytes)?;
+    let bytes = read_limited(&f.file, &f.rel, root.limits().max_text_file_bytes)?;
     let sha256 = sha256_hex(&bytes);
     Ok(Loaded { f, bytes, sha256 })
 }
 
 /// Backs up the old content and replaces the file with `new`. Returns the backup path.
 fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
-    let b = backup(root, &l.f.rel, &l.bytes)?;
-    atomic_write(root, &l.f.abs, &l.f.rel, new.as_bytes(), Some(&l.f.meta))?;
+    let rel = &l.f.rel;
+    let slot = root.slot(rel, false)?.ok_or_else(|| {
+        ToolError::NotFound(format!(
+            "the folder of '{}' was removed while it was being edited; nothing was written.",
+            show(rel)
+        ))
+    })?;
+    let b = backup(root, rel, &l.bytes)?;
+    atomic_write(root, &slot, rel, &l.f.abs, new.as_bytes(), Some(&l.f.meta))?;
     Ok(b)
 }
 
 pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<ApplyPatchResult> {
-    let f = root.existing_file(&a.path, Access::Write)?;
-    let _guard = root.locks.lock(&[&f.abs]);
+    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
     let l = load(root, f)?;
     check_hash(&l.f.rel, &a.base_sha256, &l.sha256)?;
     let text = decode(&l.bytes, &l.f.rel)?;
@@ -177,8 +184,7 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
     if count == 0 {
         return Err(ToolError::InvalidArgs("count must be at least 1.".into()));
     }
-    let f = root.existing_file(&a.path, Access::Write)?;
-    let _guard = root.locks.lock(&[&f.abs]);
+    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
     let l = load(root, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
@@ -331,8 +337,7 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
             "nothing to do: give edits [{\"old\": ..., \"new\": ...}] and/or insert {\"line\": N, \"text\": ...}.".into(),
         ));
     }
-    let f = root.existing_file(&a.path, Access::Write)?;
-    let _guard = root.locks.lock(&[&f.abs]);
+    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
     let l = load(root, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
@@ -419,12 +424,19 @@ pub struct WriteFileResult {
 }
 
 pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteFileResult> {
-    let (rel, abs, meta) = root.target(&a.path, Access::Write)?;
+    let (rel, abs, _) = root.target(&a.path, Access::Write)?;
     let _guard = root.locks.lock(&[&abs]);
-    // Re-read the metadata under the lock.
-    let meta = match meta {
-        Some(_) => std::fs::symlink_metadata(&abs).ok(),
-        None => None,
+    let Some(slot) = root.slot(&rel, a.create_parents != Some(false))? else {
+        return Err(ToolError::NotFound(format!(
+            "the folder for '{}' does not exist and create_parents=false. Create it with create_folder or set create_parents=true.",
+            show(&rel)
+        )));
+    };
+    // What is there now, under the lock, seen through the opened folder.
+    let meta = match beneath::lstat(&slot.dir, &slot.name) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(ToolError::io(format!("looking up '{}'", show(&rel)), e)),
     };
     let mut backup_path = None;
     match &meta {
@@ -446,26 +458,16 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
                 show(&rel)
             )))
         }
-        Some(m) => {
-            if m.len() <= root.limits().max_text_file_bytes {
-                let old = read_limited(&abs, &rel, root.limits().max_text_file_bytes)?;
-                backup_path = Some(backup(root, &rel, &old)?);
-            }
+        // A file over the text-file limit is replaced without a backup.
+        Some(m) if m.len() <= root.limits().max_text_file_bytes => {
+            let f = beneath::open(&slot.dir, &slot.name, FILE_READ)
+                .map_err(|e| ToolError::io(format!("opening '{}'", show(&rel)), e))?;
+            let old = read_limited(&f, &rel, root.limits().max_text_file_bytes)?;
+            backup_path = Some(backup(root, &rel, &old)?);
         }
-        None => {
-            let parent_exists = abs.parent().is_some_and(|p| p.is_dir());
-            if !parent_exists {
-                if a.create_parents == Some(false) {
-                    return Err(ToolError::NotFound(format!(
-                        "the folder for '{}' does not exist and create_parents=false. Create it with create_folder or set create_parents=true.",
-                        show(&rel)
-                    )));
-                }
-                create_parents(root, &abs, &rel)?;
-            }
-        }
+        Some(_) | None => {}
     }
-    atomic_write(root, &abs, &rel, a.content.as_bytes(), meta.as_ref())?;
+    atomic_write(root, &slot, &rel, &abs, a.content.as_bytes(), meta.as_ref())?;
     Ok(WriteFileResult {
         path: rel,
         bytes: a.content.len(),

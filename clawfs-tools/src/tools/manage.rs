@@ -6,10 +6,8 @@
 //! is `YYYYmmdd-HHMMSS-<hex>`: sortable by time, and only `[0-9A-Za-z-]`, so it can never name a
 //! path outside the trash.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use schemars::JsonSchema;
@@ -18,42 +16,29 @@ use serde::{Deserialize, Serialize};
 pub use super::read::PathArgs;
 use super::walk::{walk, Step};
 use super::EntryType;
+use crate::beneath::{self, DIR_PATH, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{rfc3339, show_store_path, stamp, sync_dir};
+use crate::fsops::{rfc3339, show_store_path, stamp};
 use crate::limits::{MAX_WALK_ENTRIES, TRASH_LIST_MAX};
-use crate::paths::{show, Lookup};
+use crate::paths::{show, Lookup, Slot};
 use crate::policy::Access;
 use crate::ToolRoot;
 
-/// Renames without ever replacing an existing destination (`renameat2(RENAME_NOREPLACE)`, with a
-/// check-then-rename fallback on filesystems that lack it).
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    let f = CString::new(from.as_os_str().as_bytes())?;
-    let t = CString::new(to.as_os_str().as_bytes())?;
-    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call; AT_FDCWD
-    // makes the paths absolute-or-cwd-relative as usual; the call does not retain them.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
-            if std::fs::symlink_metadata(to).is_ok() {
-                return Err(std::io::ErrorKind::AlreadyExists.into());
-            }
-            std::fs::rename(from, to)
-        }
-        _ => Err(e),
-    }
+/// The folder holding an existing entry, opened beneath the root.
+fn slot_of(root: &ToolRoot, rel: &str) -> ToolResult<Slot> {
+    root.slot(rel, false)?.ok_or_else(|| {
+        ToolError::NotFound(format!(
+            "'{}' was removed while being used; nothing was done.",
+            show(rel)
+        ))
+    })
+}
+
+/// The folder for a new entry, opened (and created if missing) beneath the root.
+fn new_slot(root: &ToolRoot, rel: &str) -> ToolResult<Slot> {
+    root.slot(rel, true)?.ok_or_else(|| {
+        ToolError::NotFound(format!("the folder for '{}' does not exist.", show(rel)))
+    })
 }
 
 /// `move` arguments.
@@ -111,14 +96,14 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
         )));
     }
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
-    crate::fsops::create_parents(root, &to_abs, &to_rel)?;
-    rename_noreplace(&src.abs, &to_abs)
+    let from = slot_of(root, &src.rel)?;
+    let to = new_slot(root, &to_rel)?;
+    beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
         .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
     root.changed(&src.abs);
     root.changed(&to_abs);
-    if let Some(p) = to_abs.parent() {
-        let _ = sync_dir(p);
-    }
+    let _ = to.dir.sync_all();
+    let _ = from.dir.sync_all();
     Ok(MoveResult {
         from: src.rel,
         to: to_rel,
@@ -178,13 +163,13 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     let _guard = root.locks.lock(&[&src.abs]);
     let kind = EntryType::of(&src.meta);
     let ctx = |e| ToolError::io(format!("moving '{}' to the trash", src.rel), e);
-    std::fs::create_dir_all(&root.trash_dir).map_err(ctx)?;
-    let (id, dir) = loop {
+    let from = slot_of(root, &src.rel)?;
+    let trash = root.store_dir(&root.trash_dir, Some(0o777)).map_err(ctx)?;
+    let id = loop {
         let id = new_trash_id();
-        let dir = root.trash_dir.join(&id);
         // Private to whoever deleted the item.
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => break (id, dir),
+        match beneath::mkdir(&trash, &id, 0o700) {
+            Ok(()) => break id,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(ctx(e)),
         }
@@ -201,25 +186,21 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
         },
     };
     let meta = serde_json::to_vec_pretty(&item).unwrap_or_default();
-    let res = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dir.join("meta.json"))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &meta))
-        .and_then(|_| std::fs::rename(&src.abs, dir.join("item")));
+    let res = beneath::open(&trash, &id, DIR_PATH).and_then(|entry| {
+        beneath::create(&entry, "meta.json", 0o600)?.write_all(&meta)?;
+        beneath::rename(&from.dir, &from.name, &entry, "item")
+    });
     if let Err(e) = res {
-        let _ = std::fs::remove_dir_all(&dir);
+        remove_trash_entry(&trash, &id);
         return Err(ctx(e));
     }
     root.changed(&src.abs);
-    if let Some(p) = src.abs.parent() {
-        let _ = sync_dir(p);
-    }
+    let _ = from.dir.sync_all();
+    let item_path = root.trash_dir.join(&id).join("item");
     Ok(DeleteResult {
         path: src.rel,
         kind,
-        trash_path: show_store_path(root, &root.trash_dir, &dir.join("item"), "trash"),
+        trash_path: show_store_path(root, &root.trash_dir, &item_path, "trash"),
         trash_id: id,
     })
 }
@@ -247,7 +228,25 @@ pub struct RestoreResult {
     pub kind: EntryType,
 }
 
-fn read_trash_item(root: &ToolRoot, id: &str) -> ToolResult<TrashItem> {
+/// Removes a trash entry's folder once its item is gone (restored, or never moved in).
+fn remove_trash_entry(trash: &File, id: &str) {
+    if let Ok(entry) = beneath::open(trash, id, DIR_PATH) {
+        let _ = beneath::unlink(&entry, "meta.json");
+    }
+    let _ = beneath::rmdir(trash, id);
+}
+
+/// Opens the trash folder, `None` when there is none yet.
+fn open_trash(root: &ToolRoot) -> ToolResult<Option<File>> {
+    match root.store_dir(&root.trash_dir, None) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ToolError::io("opening the trash", e)),
+    }
+}
+
+/// Refuses anything but a trash id, which can only name an entry of the trash folder.
+fn check_trash_id(id: &str) -> ToolResult<()> {
     let valid = !id.is_empty()
         && id.len() <= 64
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
@@ -257,11 +256,21 @@ fn read_trash_item(root: &ToolRoot, id: &str) -> ToolResult<TrashItem> {
             crate::text::cut(id, 64)
         )));
     }
-    let bytes = std::fs::read(root.trash_dir.join(id).join("meta.json")).map_err(|_| {
-        ToolError::NotFound(format!(
-            "no trash entry '{id}'. Call list_trash for the ids."
-        ))
-    })?;
+    Ok(())
+}
+
+fn no_trash_entry(id: &str) -> ToolError {
+    ToolError::NotFound(format!(
+        "no trash entry '{id}'. Call list_trash for the ids."
+    ))
+}
+
+/// The `meta.json` of trash entry `id` (a checked id).
+fn read_trash_item(trash: &File, id: &str) -> ToolResult<TrashItem> {
+    let mut bytes = Vec::new();
+    beneath::open(trash, &format!("{id}/meta.json"), FILE_READ)
+        .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes))
+        .map_err(|_| no_trash_entry(id))?;
     serde_json::from_slice(&bytes).map_err(|e| ToolError::Io {
         context: format!("reading trash entry '{id}'"),
         source: std::io::Error::other(e.to_string()),
@@ -269,7 +278,9 @@ fn read_trash_item(root: &ToolRoot, id: &str) -> ToolResult<TrashItem> {
 }
 
 pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResult> {
-    let item = read_trash_item(root, &a.trash_id)?;
+    check_trash_id(&a.trash_id)?;
+    let trash = open_trash(root)?.ok_or_else(|| no_trash_entry(&a.trash_id))?;
+    let item = read_trash_item(&trash, &a.trash_id)?;
     // The caller must be allowed to see the original, even when restoring elsewhere.
     root.check(&item.path, Access::Read)?;
     let dest = a.to.clone().unwrap_or_else(|| item.path.clone());
@@ -279,13 +290,13 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
             "'{rel}' exists now; restore with \"to\": another path, or move the existing one away first."
         )));
     }
-    let dir = root.trash_dir.join(&a.trash_id);
-    let _guard = root.locks.lock(&[&abs, &dir]);
-    crate::fsops::create_parents(root, &abs, &rel)?;
-    rename_noreplace(&dir.join("item"), &abs)
+    let _guard = root.locks.lock(&[&abs, &root.trash_dir.join(&a.trash_id)]);
+    let to = new_slot(root, &rel)?;
+    beneath::open(&trash, &a.trash_id, DIR_PATH)
+        .and_then(|entry| beneath::rename_noreplace(&entry, "item", &to.dir, &to.name))
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
     root.changed(&abs);
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_trash_entry(&trash, &a.trash_id);
     Ok(RestoreResult {
         trash_id: a.trash_id,
         path: rel,
@@ -315,22 +326,19 @@ pub struct ListTrashResult {
 
 pub(crate) fn list_trash(root: &ToolRoot, a: ListTrashArgs) -> ToolResult<ListTrashResult> {
     let max = a.max_results.unwrap_or(TRASH_LIST_MAX).min(TRASH_LIST_MAX);
-    let rd = match std::fs::read_dir(&root.trash_dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(ListTrashResult {
-                items: vec![],
-                total: 0,
-                truncated: false,
-            })
-        }
-        Err(e) => return Err(ToolError::io("listing the trash", e)),
+    let Some(trash) = open_trash(root)? else {
+        return Ok(ListTrashResult {
+            items: vec![],
+            total: 0,
+            truncated: false,
+        });
     };
-    let mut items: Vec<TrashItem> = rd
-        .filter_map(|e| e.ok())
+    let ids = beneath::list(&trash).map_err(|e| ToolError::io("listing the trash", e))?;
+    let mut items: Vec<TrashItem> = ids
+        .into_iter()
         .take(MAX_WALK_ENTRIES)
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter_map(|id| read_trash_item(root, &id).ok())
+        .filter(|id| check_trash_id(id).is_ok())
+        .filter_map(|id| read_trash_item(&trash, &id).ok())
         .filter(|it| root.check(&it.path, Access::Read).is_ok())
         .collect();
     items.sort_by(|a, b| b.trash_id.cmp(&a.trash_id));
@@ -353,7 +361,7 @@ pub struct CreateFolderResult {
 }
 
 pub(crate) fn create_folder(root: &ToolRoot, a: PathArgs) -> ToolResult<CreateFolderResult> {
-    let (rel, abs, meta) = root.target(&a.path, Access::Write)?;
+    let (rel, _, meta) = root.target(&a.path, Access::Write)?;
     match meta {
         Some(m) if m.is_dir() => Ok(CreateFolderResult {
             path: rel,
@@ -363,7 +371,7 @@ pub(crate) fn create_folder(root: &ToolRoot, a: PathArgs) -> ToolResult<CreateFo
             "'{rel}' already exists and is a file, not a folder."
         ))),
         None => {
-            crate::fsops::create_dirs(root, &abs, &rel)?;
+            root.create_dirs(&rel, &rel)?;
             Ok(CreateFolderResult {
                 path: rel,
                 created: true,
@@ -400,7 +408,7 @@ pub(crate) fn get_file_info(root: &ToolRoot, a: PathArgs) -> ToolResult<FileInfo
     let kind = EntryType::of(&f.meta);
     let (size, children, incomplete) = if f.meta.is_dir() {
         let (mut size, mut children) = (0u64, 0usize);
-        let stats = walk(root, &f.rel, usize::MAX, |e| {
+        let stats = walk(root, &f, usize::MAX, |e| {
             if e.depth == 1 {
                 children += 1;
             }

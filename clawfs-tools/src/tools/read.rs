@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::walk::{walk, Step};
 use super::EntryType;
+use crate::beneath::DIR_PATH;
 use crate::error::{ToolError, ToolResult};
 use crate::fsops::{read_limited, rfc3339, stream_info, unix_secs};
 use crate::limits::*;
@@ -52,7 +53,7 @@ pub struct ResolveResult {
 pub(crate) fn resolve(root: &ToolRoot, a: ResolveArgs) -> ToolResult<ResolveResult> {
     match (a.path, a.title) {
         (Some(p), None) => {
-            let exact = matches!(root.walk(&p, Lookup::EXACT)?, Walk::Found(_));
+            let exact = matches!(root.walk(&p, Lookup::EXACT)?, Walk::Found { .. });
             let f = root.existing(&p, Access::Read, Lookup::READ)?;
             Ok(ResolveResult {
                 resolved_path: show(&f.rel),
@@ -77,7 +78,8 @@ fn resolve_title(root: &ToolRoot, title: &str) -> ToolResult<ResolveResult> {
     let names = [title.to_string(), format!("{title}.md")];
     let lower: Vec<String> = names.iter().map(|n| n.to_lowercase()).collect();
     let (mut exact, mut loose) = (Vec::new(), Vec::new());
-    walk(root, "", usize::MAX, |e| {
+    let top = root.open_found(String::new(), DIR_PATH)?;
+    walk(root, &top, usize::MAX, |e| {
         if e.meta.is_file() {
             if names.contains(&e.name) {
                 exact.push(e.rel.clone());
@@ -129,7 +131,7 @@ pub struct InfoResult {
 
 pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
     let f = root.existing_file(&a.path, Access::Read)?;
-    let (bytes, lines, sha256) = stream_info(&f.abs, &f.rel)?;
+    let (bytes, lines, sha256) = stream_info(&f.file, &f.rel)?;
     let m = f.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
     Ok(InfoResult {
         path: f.rel,
@@ -144,7 +146,7 @@ pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
 /// Loads a readable text file: `(resolved path, text)`.
 pub(crate) fn load_text(root: &ToolRoot, path: &str) -> ToolResult<(String, String)> {
     let f = root.existing_file(path, Access::Read)?;
-    let bytes = read_limited(&f.abs, &f.rel, root.limits().max_text_file_bytes)?;
+    let bytes = read_limited(&f.file, &f.rel, root.limits().max_text_file_bytes)?;
     let text = decode_owned(bytes, &f.rel)?;
     Ok((f.rel, text))
 }

@@ -1,31 +1,44 @@
 //! A bounded, policy-aware walk of a folder tree for the listing and search tools: never follows
 //! symlinks, skips protected names and what the caller may not read, stops after a fixed number of
 //! entries and says so.
+//!
+//! Each folder is opened beneath the walk's start folder by its path below it with symlinks refused
+//! (`beneath::open`), and listed and stat'ed through that descriptor, so a folder swapped for a
+//! symlink mid-walk is skipped instead of followed. Only two descriptors are open at a time, however
+//! deep the tree.
 
-use std::fs::Metadata;
-use std::path::PathBuf;
+use std::fs::{File, Metadata};
 
 use globset::{GlobBuilder, GlobMatcher};
 
+use crate::beneath::{self, DIR_PATH};
 use crate::error::{ToolError, ToolResult};
 use crate::limits::MAX_WALK_ENTRIES;
-use crate::paths::join_rel;
+use crate::paths::{join_rel, Found};
 use crate::policy::{protected_component, Access};
 use crate::ToolRoot;
 
 /// One entry met by the walk.
-pub(crate) struct Entry {
+pub(crate) struct Entry<'a> {
     /// Workspace-relative path.
     pub rel: String,
     /// Path relative to the walk's start folder.
     pub sub: String,
     /// The entry's name.
     pub name: String,
-    pub abs: PathBuf,
     /// `lstat` metadata.
     pub meta: Metadata,
     /// 1 for the start folder's children.
     pub depth: usize,
+    /// The folder holding the entry.
+    dir: &'a File,
+}
+
+impl Entry<'_> {
+    /// Opens the entry through its folder's descriptor (symlinks refused).
+    pub(crate) fn open(&self, flags: rustix::fs::OFlags) -> std::io::Result<File> {
+        beneath::open(self.dir, &self.name, flags)
+    }
 }
 
 /// What the visitor wants next.
@@ -46,11 +59,11 @@ pub(crate) struct WalkStats {
     pub capped: bool,
 }
 
-/// Walks `start_rel` (an existing, readable folder) depth-first in name order, to `max_depth`
+/// Walks the folder `start` (existing, readable) depth-first in name order, to `max_depth`
 /// levels, calling `visit` for each readable, unprotected entry.
 pub(crate) fn walk(
     root: &ToolRoot,
-    start_rel: &str,
+    start: &Found,
     max_depth: usize,
     mut visit: impl FnMut(&Entry) -> Step,
 ) -> ToolResult<WalkStats> {
@@ -59,12 +72,13 @@ pub(crate) fn walk(
         capped: false,
     };
     // Stack of folders still to read: (workspace rel, sub rel, depth of their children).
-    let mut stack: Vec<(String, String, usize)> = vec![(start_rel.to_string(), String::new(), 1)];
+    let mut stack: Vec<(String, String, usize)> = vec![(start.rel.clone(), String::new(), 1)];
     while let Some((rel, sub, depth)) = stack.pop() {
-        let abs = root.abs_of(&split(&rel));
-        let rd = match std::fs::read_dir(&abs) {
-            Ok(rd) => rd,
-            Err(e) if rel == start_rel => {
+        let listed = beneath::open(&start.file, &sub, DIR_PATH)
+            .and_then(|dir| Ok((beneath::list(&dir)?, dir)));
+        let (mut names, dir) = match listed {
+            Ok(l) => l,
+            Err(e) if sub.is_empty() => {
                 return Err(ToolError::io(
                     format!("listing '{}'", crate::paths::show(&rel)),
                     e,
@@ -72,10 +86,6 @@ pub(crate) fn walk(
             }
             Err(_) => continue,
         };
-        let mut names: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .collect();
         names.sort();
         let mut subdirs = Vec::new();
         for name in names {
@@ -91,17 +101,16 @@ pub(crate) fn walk(
                 stats.capped = true;
                 return Ok(stats);
             }
-            let eabs = abs.join(&name);
-            let Ok(meta) = std::fs::symlink_metadata(&eabs) else {
+            let Ok(meta) = beneath::lstat(&dir, &name) else {
                 continue;
             };
             let entry = Entry {
                 sub: join_rel(&sub, &name),
                 rel: erel,
                 name,
-                abs: eabs,
                 meta,
                 depth,
+                dir: &dir,
             };
             match visit(&entry) {
                 Step::Stop => return Ok(stats),
@@ -117,13 +126,6 @@ pub(crate) fn walk(
         stack.extend(subdirs.into_iter().rev());
     }
     Ok(stats)
-}
-
-fn split(rel: &str) -> Vec<String> {
-    rel.split('/')
-        .filter(|c| !c.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 /// A case-insensitive glob. A glob without `/` matches entry names at any depth; one with `/`
