@@ -4,16 +4,19 @@
 //! temp file with an unpredictable name created `O_EXCL | O_NOFOLLOW`. An agent that plants a
 //! symlink or a temp name in a directory it may write therefore never redirects a root write.
 //!
-//! This is the one place for atomic writes in the store; nothing else writes through a path.
+//! Atomic writes are the tools' [`write_atomic`] (one implementation for the daemon and the
+//! tools); this module adds how the daemon reaches its directories in the store.
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+pub use clawfs_tools::beneath::{sync_dir, write_atomic, FileMode};
 
 /// How every step of a path beneath a trusted directory is resolved.
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
@@ -93,69 +96,6 @@ pub fn read(base: BorrowedFd<'_>, rel: &Path, max: u64) -> io::Result<Option<Vec
     Ok(Some(out))
 }
 
-/// Who owns a file written by [`write_atomic`], and its permission bits.
-#[derive(Clone, Copy, Debug)]
-pub struct FileMode {
-    /// Permission bits, applied exactly (no umask).
-    pub mode: u32,
-    /// Owner and group; `None` keeps the writer's.
-    pub owner: Option<(u32, u32)>,
-}
-
-impl FileMode {
-    /// `mode`, owned by the writer.
-    pub const fn mode(mode: u32) -> Self {
-        Self { mode, owner: None }
-    }
-}
-
-/// Replaces `name` in the directory `dir` with `bytes` so that a crash leaves the old or the new
-/// content: a temp file with a random name (`O_CREAT | O_EXCL | O_NOFOLLOW`), its mode and owner
-/// set by descriptor, fsync, `renameat`, fsync of the directory. A temp file is removed on
-/// failure (e.g. a full disk), and the old content stays.
-pub fn write_atomic(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    bytes: &[u8],
-    how: FileMode,
-) -> io::Result<()> {
-    check_name(OsStr::new(name))?;
-    let (tmp, fd) = create_temp(dir, name, how.mode)?;
-    let written = (|| {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(how.mode))?;
-        if let Some((uid, gid)) = how.owner {
-            chown_fd(&fd, uid, gid)?;
-        }
-        let mut f = File::from(fd);
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
-        sync_dir(dir)
-    })();
-    if written.is_err() {
-        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    written
-}
-
-/// fsyncs a directory, also when `dir` is an `O_PATH` descriptor (which cannot be synced
-/// itself).
-pub fn sync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
-    match rustix::fs::fsync(dir) {
-        Err(rustix::io::Errno::BADF) => {
-            let real = rustix::fs::openat(
-                dir,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            Ok(rustix::fs::fsync(&real)?)
-        }
-        other => Ok(other?),
-    }
-}
-
 /// [`write_atomic`] of `rel_dir/name` beneath `base`.
 pub fn write_atomic_beneath(
     base: BorrowedFd<'_>,
@@ -166,26 +106,6 @@ pub fn write_atomic_beneath(
 ) -> io::Result<()> {
     let dir = open_dir(base, rel_dir)?;
     write_atomic(dir.as_fd(), name, bytes, how)
-}
-
-/// A new file in `dir` with an unpredictable name derived from `name`, opened write-only.
-fn create_temp(dir: BorrowedFd<'_>, name: &str, mode: u32) -> io::Result<(String, OwnedFd)> {
-    for _ in 0..16 {
-        let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
-        let tmp = format!(".{name}.{}.tmp", hex::encode(random));
-        match rustix::fs::openat(
-            dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode & 0o600),
-        ) {
-            Ok(fd) => return Ok((tmp, fd)),
-            Err(rustix::io::Errno::EXIST) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::EEXIST))
 }
 
 /// Changes the owner of an open file.

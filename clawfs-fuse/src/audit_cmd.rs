@@ -1,28 +1,46 @@
-//! `clawfs audit verify | tail | search` (CLI layer): reads the trail in `<store>/.clawfs/audit`
-//! through `clawfs_core::audit` and prints it. Needs no running daemon.
+//! `clawfs audit verify | tail | search | key` (CLI layer): reads the trail in
+//! `<store>/.clawfs/audit` through `clawfs_core::audit` and prints it. Needs no running daemon.
 
 use std::fmt::Write as _;
+use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use chrono::SecondsFormat;
 use clap::Subcommand;
-use clawfs_core::audit::{self, AuditError, AuditRecord, Filter, Outcome};
+use clawfs_core::audit::{self, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
+use clawfs_core::vault::{Vault, VaultConfig};
+use zeroize::Zeroizing;
 
 use crate::error::Failure;
 
 /// The `clawfs audit` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum AuditCommand {
-    /// Replay the chain across all files and name the first broken record (exit 1 if any).
+    /// Replay the chain across all files and name the first broken record (exit 1 if any). With
+    /// --key-file also check the signatures and the signed checkpoint, which shows a trail cut at
+    /// its end or rebuilt without its signatures.
     Verify {
-        /// Also check HMACs with this key: a file holding 64 hex digits (or 32 raw bytes).
+        /// Also check HMACs and the checkpoint with this key: a file holding 64 hex digits (or 32
+        /// raw bytes), as written by `clawfs audit key`.
         #[arg(long, value_name = "FILE")]
         key_file: Option<PathBuf>,
+        /// A copy of an earlier checkpoint.json kept elsewhere: the trail must still hold its
+        /// record unchanged (repeatable; needs --key-file).
+        #[arg(long = "checkpoint", value_name = "FILE", requires = "key_file")]
+        checkpoints: Vec<PathBuf>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Write the audit HMAC key (derived from the vault's master key; the vault must be unlocked)
+    /// to a new file, mode 0600, for `verify --key-file`.
+    Key {
+        /// The file to create (it must not exist).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
     /// Print the last records.
     Tail {
@@ -60,7 +78,12 @@ pub enum AuditCommand {
 pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {
     let dir = audit::audit_dir(store_root);
     match cmd {
-        AuditCommand::Verify { key_file, json } => verify(&dir, key_file.as_deref(), *json),
+        AuditCommand::Verify {
+            key_file,
+            checkpoints,
+            json,
+        } => verify(&dir, key_file.as_deref(), checkpoints, *json),
+        AuditCommand::Key { out } => export_key(store_root, out),
         AuditCommand::Tail { n, json } => {
             let records = audit::tail(&dir, *n).map_err(fail)?;
             print_records(records, *json)
@@ -110,10 +133,60 @@ fn read_key(path: &Path) -> Result<[u8; 32], Failure> {
     Ok(out)
 }
 
-fn verify(dir: &Path, key_file: Option<&Path>, json: bool) -> Result<(), Failure> {
-    let key = key_file.map(read_key).transpose()?;
-    let r = audit::verify(dir, key.as_ref()).map_err(fail)?;
+/// Writes the vault's audit key, as 64 hex digits and a newline, to a new file `out` (0600).
+fn export_key(store_root: &Path, out: &Path) -> Result<(), Failure> {
+    let vault = Vault::open(store_root, VaultConfig::default())
+        .map_err(|e| anyhow!("opening the vault: {e}"))?;
+    let key = Zeroizing::new(vault.audit_key().ok_or_else(|| {
+        anyhow!(
+            "the vault is locked or not set up: the audit key is derived from its master key; \
+             run `clawfs vault unlock` first"
+        )
+    })?);
+    let text = Zeroizing::new(format!("{}\n", hex::encode(*key)));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(out)
+        .with_context(|| format!("creating {}", out.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "wrote the audit key (fingerprint {}) to {}",
+        audit::key_fingerprint(&key),
+        out.display()
+    );
+    Ok(())
+}
+
+fn verify(
+    dir: &Path,
+    key_file: Option<&Path>,
+    checkpoints: &[PathBuf],
+    json: bool,
+) -> Result<(), Failure> {
+    let key = key_file.map(read_key).transpose()?.map(Zeroizing::new);
+    if !checkpoints.is_empty() && key.is_none() {
+        return Err(anyhow!("--checkpoint needs --key-file").into());
+    }
+    let opts = VerifyOptions {
+        key: key.as_deref(),
+        saved_checkpoints: checkpoints,
+    };
+    let r = audit::verify_with(dir, &opts).map_err(fail)?;
     if json {
+        let checkpoint = r.checkpoint.as_ref().map(|c| {
+            serde_json::json!({
+                "seq": c.seq,
+                "file": c.file,
+                "time": c.time,
+                "signing": c.signing,
+                "key": c.key,
+            })
+        });
         let broken = r.broken.as_ref().map(|b| {
             serde_json::json!({
                 "file": b.file,
@@ -133,6 +206,12 @@ fn verify(dir: &Path, key_file: Option<&Path>, json: bool) -> Result<(), Failure
             "hmac_checked": r.hmac_checked,
             "hmac_unchecked": r.hmac_unchecked,
             "torn_tail": r.torn_tail,
+            "signatures_checked": key.is_some(),
+            "checkpoint": checkpoint,
+            "saved_checkpoints": r.saved_checkpoints,
+            "after_checkpoint": r.after_checkpoint,
+            "unsigned_after_checkpoint": r.unsigned_after_checkpoint,
+            "interrupted": r.interrupted,
             "broken": broken,
         });
         println!("{out}");
@@ -165,6 +244,48 @@ fn verify(dir: &Path, key_file: Option<&Path>, json: bool) -> Result<(), Failure
         if r.torn_tail {
             println!(
                 "note: the newest file ends in a partial record (a write in progress or a crash)"
+            );
+        }
+        if key.is_none() {
+            println!(
+                "note: without --key-file neither the signatures nor the signed checkpoint were \
+                 checked: records cut from the end, or a trail rebuilt without its signatures, \
+                 would not show"
+            );
+        }
+        if let (Some(c), true) = (&r.checkpoint, r.is_intact()) {
+            println!(
+                "checkpoint: record seq {} ({}) signed {} with key {}: present and unchanged",
+                c.seq, c.file, c.time, c.key
+            );
+            if r.saved_checkpoints > 0 {
+                println!(
+                    "saved checkpoints: {} given, each record present and unchanged",
+                    r.saved_checkpoints
+                );
+            }
+            let signed_after = r.after_checkpoint - r.unsigned_after_checkpoint;
+            if r.unsigned_after_checkpoint > 0 {
+                println!(
+                    "note: {} records after the checkpoint are unsigned (written while the vault \
+                     was locked): changes to them, or records cut from the end, would not show",
+                    r.unsigned_after_checkpoint
+                );
+            }
+            if signed_after > 0 {
+                println!(
+                    "note: {signed_after} signed records after the checkpoint (written in the \
+                     last second before the daemon stopped or this check) were checked by their \
+                     own HMACs only"
+                );
+            }
+        }
+        if !r.interrupted.is_empty() {
+            let seqs: Vec<String> = r.interrupted.iter().map(u64::to_string).collect();
+            println!(
+                "note: the daemon stopped while signing without closing the log (a crash) before \
+                 seq {}",
+                seqs.join(", ")
             );
         }
     }
@@ -302,6 +423,7 @@ mod tests {
         }
         let verify = AuditCommand::Verify {
             key_file: None,
+            checkpoints: vec![],
             json: false,
         };
         run(store.path(), &verify).unwrap();
@@ -335,6 +457,62 @@ mod tests {
             msg.contains("record seq 1") && msg.contains("edited"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn verify_with_key_checks_the_checkpoint() {
+        let store = tempfile::tempdir().unwrap();
+        let dir = audit::audit_dir(store.path());
+        let key = [3u8; 32];
+        {
+            let log = AuditLog::open(&dir).unwrap();
+            log.set_hmac_key(Some(key));
+            for i in 0..5 {
+                log.record(AuditEvent::new("alpha", 1, "create", format!("/w/{i}")));
+            }
+        }
+        let key_file = store.path().join("key");
+        std::fs::write(&key_file, hex::encode(key)).unwrap();
+        let saved = store.path().join("saved.json");
+        std::fs::copy(dir.join(audit::CHECKPOINT_FILE), &saved).unwrap();
+        let with_key = |json| AuditCommand::Verify {
+            key_file: Some(key_file.clone()),
+            checkpoints: vec![saved.clone()],
+            json,
+        };
+        run(store.path(), &with_key(false)).unwrap();
+        run(store.path(), &with_key(true)).unwrap();
+        // The last two records cut.
+        let file = audit::list_files(&dir).unwrap()[0].path.clone();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let kept: Vec<&str> = text.lines().collect();
+        std::fs::write(&file, kept[..kept.len() - 2].join("\n") + "\n").unwrap();
+        let e = run(store.path(), &with_key(false)).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert!(e.to_string().contains("truncated"), "{e}");
+        // Without the key the cut does not show.
+        let verify = AuditCommand::Verify {
+            key_file: None,
+            checkpoints: vec![],
+            json: false,
+        };
+        run(store.path(), &verify).unwrap();
+        // The checkpoint deleted.
+        std::fs::write(&file, text).unwrap();
+        run(store.path(), &with_key(false)).unwrap();
+        std::fs::remove_file(dir.join(audit::CHECKPOINT_FILE)).unwrap();
+        let e = run(store.path(), &with_key(false)).unwrap_err();
+        assert!(e.to_string().contains("checkpoint missing"), "{e}");
+        // Exporting the key needs an unlocked vault.
+        let e = run(
+            store.path(),
+            &AuditCommand::Key {
+                out: store.path().join("k2"),
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("vault"), "{e}");
+        assert!(!store.path().join("k2").exists());
     }
 
     #[test]

@@ -241,7 +241,8 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let result = session.run();
     fs.save_usage();
     if let Some(audit) = fs.audit_log() {
-        if let Err(e) = audit.flush() {
+        // Ends a signed stretch with its `audit:hmac-off` and checkpoint, then flushes.
+        if let Err(e) = audit.close() {
             warn!(error = %e, "flushing the audit trail");
         }
     }

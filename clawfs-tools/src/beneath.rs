@@ -13,6 +13,7 @@
 
 use std::fs::{File, Metadata};
 use std::io;
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -102,7 +103,7 @@ pub(crate) fn list(dir: impl AsFd) -> io::Result<Vec<String>> {
 }
 
 /// Creates the new file `name` in `dir` for writing; never follows or reuses an existing entry.
-pub(crate) fn create(dir: impl AsFd, name: &str, mode: u32) -> io::Result<File> {
+pub fn create(dir: impl AsFd, name: &str, mode: u32) -> io::Result<File> {
     single(name)?;
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
@@ -110,7 +111,7 @@ pub(crate) fn create(dir: impl AsFd, name: &str, mode: u32) -> io::Result<File> 
 }
 
 /// Creates a new temporary file in `dir` under an unpredictable name: `(name, file)`.
-pub(crate) fn create_temp(dir: impl AsFd, mode: u32) -> io::Result<(String, File)> {
+pub fn create_temp(dir: impl AsFd, mode: u32) -> io::Result<(String, File)> {
     loop {
         let name = format!(".clawfs-tmp-{}", random_hex(16)?);
         match create(&dir, &name, mode) {
@@ -118,6 +119,61 @@ pub(crate) fn create_temp(dir: impl AsFd, mode: u32) -> io::Result<(String, File
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Who owns a file written by [`write_atomic`], and its permission bits.
+#[derive(Clone, Copy, Debug)]
+pub struct FileMode {
+    /// Permission bits, applied exactly (no umask).
+    pub mode: u32,
+    /// Owner and group; `None` keeps the writer's.
+    pub owner: Option<(u32, u32)>,
+}
+
+impl FileMode {
+    /// `mode`, owned by the writer.
+    pub const fn mode(mode: u32) -> Self {
+        Self { mode, owner: None }
+    }
+}
+
+/// Replaces `name` in `dir` with `bytes` so that a reader or a crash sees the old or the new
+/// content, never a mix: a temp file with an unpredictable name ([`create_temp`]), its mode and
+/// owner set on the descriptor, fsync, `renameat`, fsync of `dir`. On failure (a full disk) the
+/// temp file is removed and the old content stays. The one atomic write of ClawFS: the daemon's
+/// files in the store and the tools' edits both go through it.
+pub fn write_atomic(dir: impl AsFd, name: &str, bytes: &[u8], how: FileMode) -> io::Result<()> {
+    single(name)?;
+    let (tmp, mut f) = create_temp(&dir, how.mode & 0o600)?;
+    let written = (|| {
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(how.mode))?;
+        if let Some((uid, gid)) = how.owner {
+            rustix::fs::fchown(
+                &f,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )?;
+        }
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        rename(&dir, &tmp, &dir, name)?;
+        sync_dir(&dir)
+    })();
+    if written.is_err() {
+        let _ = unlink(&dir, &tmp);
+    }
+    written
+}
+
+/// fsyncs a folder, also through an `O_PATH` descriptor (which cannot be synced itself).
+pub fn sync_dir(dir: impl AsFd) -> io::Result<()> {
+    match rustix::fs::fsync(&dir) {
+        Err(Errno::BADF) => {
+            let real = rustix::fs::openat(&dir, ".", DIR_READ | OFlags::CLOEXEC, Mode::empty())?;
+            Ok(rustix::fs::fsync(&real)?)
+        }
+        other => Ok(other?),
     }
 }
 
@@ -169,12 +225,7 @@ pub(crate) fn mkdirs(
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir`, replacing `to`.
-pub(crate) fn rename(
-    from_dir: impl AsFd,
-    from: &str,
-    to_dir: impl AsFd,
-    to: &str,
-) -> io::Result<()> {
+pub fn rename(from_dir: impl AsFd, from: &str, to_dir: impl AsFd, to: &str) -> io::Result<()> {
     single(from)?;
     single(to)?;
     Ok(rustix::fs::renameat(from_dir, from, to_dir, to)?)
@@ -203,7 +254,7 @@ pub(crate) fn rename_noreplace(
 }
 
 /// Removes the file (or symlink) `name` from `dir`.
-pub(crate) fn unlink(dir: impl AsFd, name: &str) -> io::Result<()> {
+pub fn unlink(dir: impl AsFd, name: &str) -> io::Result<()> {
     single(name)?;
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?)
 }

@@ -84,21 +84,12 @@ pub(crate) fn atomic_write(
     bytes: &[u8],
     old: Option<&Metadata>,
 ) -> ToolResult<()> {
-    let ctx = |e| ToolError::io(format!("writing '{}'", show(rel)), e);
-    let (tmp, mut f) = beneath::create_temp(&slot.dir, root.file_mode()).map_err(ctx)?;
-    let result = (|| {
-        f.write_all(bytes)?;
-        if let Some(m) = old {
-            f.set_permissions(m.permissions())?;
-        }
-        f.sync_all()?;
-        beneath::rename(&slot.dir, &tmp, &slot.dir, &slot.name)?;
-        slot.dir.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = beneath::unlink(&slot.dir, &tmp);
-        return Err(ctx(e));
-    }
+    let mode = match old {
+        Some(m) => std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+        None => root.file_mode(),
+    };
+    beneath::write_atomic(&slot.dir, &slot.name, bytes, beneath::FileMode::mode(mode))
+        .map_err(|e| ToolError::io(format!("writing '{}'", show(rel)), e))?;
     root.changed(abs);
     Ok(())
 }

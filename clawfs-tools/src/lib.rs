@@ -13,7 +13,7 @@
 //! the codes are listed in [`ERROR_CODES`]. No input makes a call panic.
 #![warn(missing_docs)]
 
-mod beneath;
+pub mod beneath;
 pub mod error;
 mod fsops;
 pub mod limits;

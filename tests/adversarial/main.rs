@@ -5,8 +5,10 @@
 mod common;
 mod support;
 
+mod audit_strip;
 mod audit_truth;
 mod bad_input;
+mod disk_full;
 mod one_agent_one_uid;
 mod posix_gaps;
 mod quota;

@@ -10,14 +10,27 @@
 //! carries an HMAC, so that someone who can write the files but lacks the key cannot rebuild the
 //! chain after an edit. The log writes records about itself with agent [`SYSTEM_AGENT`]:
 //! - `audit:hmac-on` (reason `hmac key <fingerprint>`): from here every record is signed with that key;
-//! - `audit:hmac-off`: from the next record on, records are unsigned;
+//! - `audit:hmac-off`: from the next record on, records are unsigned (written when the key is
+//!   cleared or changed, and when the log is closed);
+//! - `audit:hmac-interrupted`: unsigned; the previous run stopped while signing without closing the
+//!   log (a crash), so the signed stretch ends here;
+//! - `audit:checkpoint-mismatch`: when the key was set, the checkpoint left by an earlier run did
+//!   not match the trail (it was cut or rewritten while no daemon wrote it);
 //! - `audit:recovered`: the previous run left a torn last line (a crash mid-write), which was cut.
 //!
+//! # Checkpoint
+//! While a key is set the writer keeps `checkpoint.json` in the audit directory at the last synced
+//! record, signed with the key ([`Checkpoint`]). Since the record's hash pins every record before
+//! it, [`verify`] with the key can tell that the trail was cut at its end, or rebuilt without its
+//! signatures, up to that record; without the checkpoint (deleted) verification with a key fails.
+//!
 //! # Limits
-//! A chain cannot show that records were removed from its *end*; an HMAC does not change that.
-//! Removing whole files from the start shows as a trail that does not begin at seq 1
-//! ([`VerifyReport::head_missing`]).
+//! Without the key, a chain cannot show that records were removed from its *end* or that it was
+//! rebuilt. With the key, records after the checkpoint (written while no key was set, or in the
+//! last second before a crash) are protected only by their own HMACs, if any. Removing whole files
+//! from the start shows as a trail that does not begin at seq 1 ([`VerifyReport::head_missing`]).
 
+mod checkpoint;
 mod files;
 mod record;
 mod search;
@@ -27,14 +40,25 @@ mod writer;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use checkpoint::{checkpoint_path, Checkpoint, CheckpointStatus, CHECKPOINT_FILE};
 pub use files::{list as list_files, AuditFile};
 pub use record::{
     check_line_hmac, is_agent_name, key_fingerprint, line_hash, AuditEvent, AuditRecord, Outcome,
     GENESIS, SYSTEM_AGENT,
 };
 pub use search::{parse_since, search, tail, Filter, Search};
-pub use verify::{verify, BreakKind, BrokenRecord, VerifyReport};
+pub use verify::{verify, verify_with, BreakKind, BrokenRecord, VerifyOptions, VerifyReport};
 pub use writer::{AuditConfig, AuditLog};
+
+/// Operation of the record that starts a signed stretch (reason `hmac key <fingerprint>`).
+pub const OP_HMAC_ON: &str = "audit:hmac-on";
+/// Operation of the signed record that ends a signed stretch.
+pub const OP_HMAC_OFF: &str = "audit:hmac-off";
+/// Operation of the unsigned record that ends a signed stretch left open by a crashed run.
+pub const OP_HMAC_INTERRUPTED: &str = "audit:hmac-interrupted";
+/// Operation of the record by which the writer reports that the trail no longer matched the
+/// checkpoint an earlier run left.
+pub const OP_CHECKPOINT_MISMATCH: &str = "audit:checkpoint-mismatch";
 
 /// Directory of the audit trail inside the store's private area.
 pub const AUDIT_DIR: &str = ".clawfs/audit";

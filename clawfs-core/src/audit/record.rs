@@ -268,10 +268,21 @@ pub fn line_hash(line: &[u8]) -> String {
     hex::encode(Sha256::digest(line))
 }
 
-fn hmac_hex(key: &[u8; 32], msg: &[u8]) -> String {
+/// Hex HMAC-SHA256 of `msg` under `key`.
+pub(super) fn hmac_hex(key: &[u8; 32], msg: &[u8]) -> String {
     let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(msg);
     hex::encode(mac.finalize().into_bytes())
+}
+
+/// Whether `tag_hex` is the HMAC-SHA256 of `msg` under `key` (compared in constant time).
+pub(super) fn hmac_matches(key: &[u8; 32], msg: &[u8], tag_hex: &str) -> bool {
+    let Ok(tag) = hex::decode(tag_hex) else {
+        return false;
+    };
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(msg);
+    mac.verify_slice(&tag).is_ok()
 }
 
 /// Checks the `hmac` field of a line against `key`: `Some(true)` when it matches, `Some(false)`

@@ -286,9 +286,11 @@ fn hmac_signs_and_detects_rebuilt_chain() {
     // Without the key the signatures are not checked.
     let r = verify(dir.path(), None).unwrap();
     assert_eq!((r.hmac_checked, r.hmac_unchecked), (0, 6));
-    // Another key: a different fingerprint, so unchecked rather than bad.
+    // Another key: the records are unchecked rather than bad (another fingerprint), but the
+    // checkpoint cannot be checked with it, so the trail is not vouched for.
     let r = verify(dir.path(), Some(&[1u8; 32])).unwrap();
-    assert!(r.is_intact() && r.hmac_unchecked == 6);
+    assert_eq!(r.hmac_unchecked, 6);
+    assert_eq!(r.broken.unwrap().kind, BreakKind::BadCheckpoint);
 
     // Someone without the key edits record 4 and rebuilds the chain after it.
     let path = only_file(dir.path());
@@ -500,4 +502,574 @@ fn empty_trail_verifies() {
     let r = verify(&dir.path().join("missing"), None).unwrap();
     assert!(r.is_intact());
     assert_eq!((r.files, r.records), (0, 0));
+}
+
+// ---- The signed checkpoint: stripped signatures, a cut tail, a deleted checkpoint ----
+
+const KEY: [u8; 32] = [5u8; 32];
+
+/// A trail written with the vault unlocked, locked, unlocked again, then closed:
+/// 1 unsigned; 2 hmac-on, 3..=7 signed; 8 hmac-off; 9, 10 unsigned; 11 hmac-on, 12..=14 signed;
+/// 15 hmac-off ("the log was closed"), which the checkpoint names.
+fn signed_trail() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.record(ev("kernel-engine", 1));
+    log.set_hmac_key(Some(KEY));
+    for i in 2..=6 {
+        log.record(ev("kernel-engine", i));
+    }
+    log.set_hmac_key(None);
+    log.record(ev("kernel-engine", 7));
+    log.record(ev("kernel-engine", 8));
+    log.set_hmac_key(Some(KEY));
+    for i in 9..=11 {
+        log.record(ev("kernel-engine", i));
+    }
+    drop(log);
+    dir
+}
+
+fn broken_with_key(dir: &Path) -> BrokenRecord {
+    let r = verify(dir, Some(&KEY)).unwrap();
+    match r.broken {
+        Some(b) => b,
+        None => panic!("intact with the key: {r:?}"),
+    }
+}
+
+fn strip_hmac(line: &str) -> String {
+    match line.find(",\"hmac\":\"") {
+        Some(cut) => format!("{}}}", &line[..cut]),
+        None => line.to_string(),
+    }
+}
+
+/// What someone without the key does after changing lines: numbers them from the first one's seq
+/// (when `renumber`) and recomputes every `prev`.
+fn rechain(lines: &mut [String], renumber: bool) {
+    let first = AuditRecord::parse(lines[0].as_bytes()).unwrap();
+    for i in 0..lines.len() {
+        let mut r = AuditRecord::parse(lines[i].as_bytes()).unwrap();
+        if renumber {
+            r.seq = first.seq + i as u64;
+        }
+        if i > 0 {
+            r.prev = line_hash(lines[i - 1].as_bytes());
+        }
+        lines[i] = String::from_utf8(r.to_line()).unwrap();
+    }
+}
+
+fn checkpoint_of(dir: &Path) -> Checkpoint {
+    Checkpoint::parse(&fs::read(checkpoint_path(dir)).unwrap()).unwrap()
+}
+
+#[test]
+fn signed_trail_has_a_checkpoint_and_verifies() {
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let l = lines(&path);
+    assert_eq!(l.len(), 15);
+    let cp = checkpoint_of(dir.path());
+    assert_eq!((cp.seq, cp.signing), (15, false));
+    assert_eq!(cp.hash, line_hash(l[14].as_bytes()));
+    assert_eq!(cp.file, path.file_name().unwrap().to_string_lossy());
+    assert_eq!(cp.key, key_fingerprint(&KEY));
+    assert_eq!(cp.check(&KEY), CheckpointStatus::Valid);
+    assert_eq!(cp.check(&[6u8; 32]), CheckpointStatus::OtherKey);
+    assert!(l[14].contains(OP_HMAC_OFF) && l[14].contains("the log was closed"));
+    assert_eq!(
+        fs::metadata(checkpoint_path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let r = verify(dir.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!((r.records, r.hmac_checked), (15, 12));
+    assert_eq!(r.checkpoint.as_ref().map(|c| c.seq), Some(15));
+    assert_eq!(r.after_checkpoint, 0);
+    // Without the key: as before, the chain only.
+    let r = verify(dir.path(), None).unwrap();
+    assert!(r.is_intact() && r.checkpoint.is_none(), "{r:?}");
+}
+
+#[test]
+fn stripped_signatures_and_rebuilt_chain_fail_with_the_key() {
+    // The attack seen in the field: the key switches deleted, every hmac removed, the records
+    // renumbered, the chain recomputed and a record altered.
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let mut l: Vec<String> = lines(&path)
+        .iter()
+        .filter(|l| !l.contains("\"audit:hmac-o"))
+        .map(|l| strip_hmac(l))
+        .collect();
+    l[3] = l[3].replace("f4.md", "fX.md");
+    rechain(&mut l, true);
+    write_lines(&path, &l);
+    assert!(
+        verify(dir.path(), None).unwrap().is_intact(),
+        "the chain alone cannot tell"
+    );
+    let b = broken_with_key(dir.path());
+    assert_eq!(
+        b.kind,
+        BreakKind::Truncated {
+            first: 12,
+            last: 15
+        },
+        "{b}"
+    );
+    assert!(b.to_string().contains("cut from its end"), "{b}");
+
+    // The same, padded with forged records up to the checkpoint's seq.
+    let mut padded = l.clone();
+    for _ in 0..4 {
+        padded.push(padded[1].clone());
+    }
+    rechain(&mut padded, true);
+    write_lines(&path, &padded);
+    let b = broken_with_key(dir.path());
+    assert_eq!(
+        (b.kind.clone(), b.seq),
+        (BreakKind::CheckpointMismatch, Some(15)),
+        "{b}"
+    );
+    assert!(b.to_string().contains("rewritten"), "{b}");
+
+    // Every hmac stripped but the switches kept: unsigned records inside a signed stretch.
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let mut l: Vec<String> = lines(&path).iter().map(|l| strip_hmac(l)).collect();
+    rechain(&mut l, false);
+    write_lines(&path, &l);
+    assert_eq!(broken(dir.path()).kind, BreakKind::MissingHmac);
+    let b = broken_with_key(dir.path());
+    assert_eq!((b.kind, b.seq), (BreakKind::MissingHmac, Some(2)));
+}
+
+#[test]
+fn partly_stripped_signatures_fail() {
+    for strip in [vec![4usize], vec![12, 13, 14], vec![14]] {
+        let dir = signed_trail();
+        let path = only_file(dir.path());
+        let mut l = lines(&path);
+        for &i in &strip {
+            l[i] = strip_hmac(&l[i]);
+        }
+        rechain(&mut l, false);
+        write_lines(&path, &l);
+        let b = broken_with_key(dir.path());
+        assert_eq!(b.kind, BreakKind::MissingHmac, "{strip:?}: {b}");
+        assert_eq!(b.seq, Some(strip[0] as u64 + 1), "{b}");
+    }
+    // The switches stripped too, so that no stretch looks signed: the checkpoint still tells.
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let mut l = lines(&path);
+    for (i, line) in l.iter_mut().enumerate() {
+        if i >= 10 {
+            *line = strip_hmac(line);
+        }
+    }
+    l.remove(10); // the second hmac-on
+    rechain(&mut l, true);
+    write_lines(&path, &l);
+    assert!(verify(dir.path(), None).unwrap().is_intact());
+    let b = broken_with_key(dir.path());
+    assert!(
+        matches!(
+            b.kind,
+            BreakKind::Truncated {
+                first: 15,
+                last: 15
+            }
+        ),
+        "{b}"
+    );
+}
+
+#[test]
+fn deleted_key_switches_fail() {
+    // hmac-on/off records removed, the rest renumbered and rechained, signatures kept.
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let mut l: Vec<String> = lines(&path)
+        .into_iter()
+        .filter(|l| !l.contains("\"audit:hmac-o"))
+        .collect();
+    rechain(&mut l, true);
+    write_lines(&path, &l);
+    let b = broken_with_key(dir.path());
+    assert!(
+        matches!(b.kind, BreakKind::Truncated { .. } | BreakKind::BadHmac),
+        "{b}"
+    );
+    // Without renumbering: a gap.
+    let dir = signed_trail();
+    let path = only_file(dir.path());
+    let mut l = lines(&path);
+    l.remove(7); // hmac-off
+    rechain(&mut l, false);
+    write_lines(&path, &l);
+    let b = broken_with_key(dir.path());
+    assert!(
+        matches!(
+            b.kind,
+            BreakKind::Deleted { first: 8, last: 8 } | BreakKind::MissingHmac
+        ),
+        "{b}"
+    );
+}
+
+#[test]
+fn cut_tail_fails_with_the_key() {
+    for n in 1..=4usize {
+        let dir = signed_trail();
+        let path = only_file(dir.path());
+        let l = lines(&path);
+        write_lines(&path, &l[..l.len() - n]);
+        assert!(
+            verify(dir.path(), None).unwrap().is_intact(),
+            "a chain cannot show a cut end"
+        );
+        let b = broken_with_key(dir.path());
+        let first = 16 - n as u64;
+        assert_eq!(b.kind, BreakKind::Truncated { first, last: 15 }, "{b}");
+        assert!(
+            b.to_string()
+                .contains(&format!("the trail ends at seq {}", first - 1)),
+            "{b}"
+        );
+    }
+    // Every file removed.
+    let dir = signed_trail();
+    fs::remove_file(only_file(dir.path())).unwrap();
+    let b = broken_with_key(dir.path());
+    assert_eq!(b.kind, BreakKind::Truncated { first: 1, last: 15 }, "{b}");
+}
+
+#[test]
+fn missing_or_bad_checkpoint_fails_with_the_key() {
+    let dir = signed_trail();
+    let cp_path = checkpoint_path(dir.path());
+    let good = fs::read(&cp_path).unwrap();
+    fs::remove_file(&cp_path).unwrap();
+    assert!(verify(dir.path(), None).unwrap().is_intact());
+    let b = broken_with_key(dir.path());
+    assert_eq!(b.kind, BreakKind::CheckpointMissing, "{b}");
+    assert!(b.to_string().starts_with("checkpoint missing: "), "{b}");
+
+    // Moved forward by hand (the HMAC no longer matches).
+    let text = String::from_utf8(good.clone()).unwrap();
+    fs::write(&cp_path, text.replace("\"seq\":15,", "\"seq\":14,")).unwrap();
+    let b = broken_with_key(dir.path());
+    assert_eq!(b.kind, BreakKind::BadCheckpoint, "{b}");
+    assert!(b.detail.contains("forged"), "{b}");
+    // Not a checkpoint at all.
+    fs::write(&cp_path, "{}").unwrap();
+    assert_eq!(broken_with_key(dir.path()).kind, BreakKind::BadCheckpoint);
+    // A symlink to the good one is refused too.
+    let elsewhere = dir.path().join("good.json");
+    fs::write(&elsewhere, &good).unwrap();
+    fs::remove_file(&cp_path).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &cp_path).unwrap();
+    assert_eq!(broken_with_key(dir.path()).kind, BreakKind::BadCheckpoint);
+    fs::remove_file(&cp_path).unwrap();
+    fs::write(&cp_path, &good).unwrap();
+    assert!(verify(dir.path(), Some(&KEY)).unwrap().is_intact());
+    // Another key cannot vouch for it.
+    let r = verify(dir.path(), Some(&[6u8; 32])).unwrap();
+    assert_eq!(r.broken.unwrap().kind, BreakKind::BadCheckpoint);
+}
+
+#[test]
+fn lock_unlock_rotation_and_restarts_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        AuditLog::builder(dir.path())
+            .with_max_file_bytes(1500)
+            .open()
+            .unwrap()
+    };
+    let mut n = 0;
+    let mut some = |log: &AuditLog, k: u64| {
+        for _ in 0..k {
+            n += 1;
+            log.record(ev("kernel-engine", n));
+        }
+    };
+    {
+        let log = open();
+        some(&log, 3);
+        log.set_hmac_key(Some(KEY));
+        some(&log, 10);
+        log.set_hmac_key(None); // locked
+        some(&log, 4);
+        log.set_hmac_key(Some(KEY)); // unlocked again
+        some(&log, 6);
+        log.flush().unwrap();
+        let r = verify(dir.path(), Some(&KEY)).unwrap();
+        assert!(r.is_intact(), "while it runs: {r:?}");
+    }
+    {
+        // A restart with the vault locked.
+        let log = open();
+        some(&log, 5);
+    }
+    let r = verify(dir.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!(
+        (r.after_checkpoint, r.unsigned_after_checkpoint),
+        (5, 5),
+        "{r:?}"
+    );
+    {
+        // A restart with the vault unlocked: the key is set shortly after opening.
+        let log = open();
+        some(&log, 2);
+        log.set_hmac_key(Some(KEY));
+        some(&log, 8);
+        // The key changes (the vault's key was rotated) and changes back.
+        log.set_hmac_key(Some([6u8; 32]));
+        some(&log, 2);
+        log.set_hmac_key(Some(KEY));
+        some(&log, 2);
+    }
+    let files = list_files(dir.path()).unwrap();
+    assert!(files.len() >= 4, "{files:?}");
+    let r = verify(dir.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert!(r.interrupted.is_empty(), "{r:?}");
+    assert_eq!(r.checkpoint.as_ref().unwrap().seq, r.last_seq.unwrap());
+    assert_eq!(r.after_checkpoint, 0);
+    assert!(verify(dir.path(), None).unwrap().is_intact());
+    // No temp file is left behind.
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    // Cutting the end across files fails.
+    let last = files.last().unwrap();
+    fs::remove_file(&last.path).unwrap();
+    assert!(matches!(
+        broken_with_key(dir.path()).kind,
+        BreakKind::Truncated { .. }
+    ));
+}
+
+/// Copies the audit files and checkpoint of `from` into a new directory.
+fn copy_dir(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            fs::copy(e.path(), to.path().join(e.file_name())).unwrap();
+        }
+    }
+    to
+}
+
+#[test]
+fn crash_while_signing_is_not_tampering_but_stripping_after_the_checkpoint_is() {
+    // The state a crash leaves: records synced after the last checkpoint, no closing hmac-off.
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.set_hmac_key(Some(KEY));
+    for i in 1..=3 {
+        log.record(ev("kernel-engine", i));
+    }
+    log.flush().unwrap();
+    let old_checkpoint = fs::read(checkpoint_path(dir.path())).unwrap();
+    for i in 4..=6 {
+        log.record(ev("kernel-engine", i));
+    }
+    log.flush().unwrap();
+    let crashed = copy_dir(dir.path());
+    drop(log);
+    fs::write(checkpoint_path(crashed.path()), &old_checkpoint).unwrap();
+    assert_eq!(checkpoint_of(crashed.path()).seq, 4);
+    let r = verify(crashed.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!((r.after_checkpoint, r.unsigned_after_checkpoint), (3, 0));
+
+    // Someone strips the signatures after the checkpoint: still inside the signed stretch.
+    let stripped = copy_dir(crashed.path());
+    let path = only_file(stripped.path());
+    let mut l = lines(&path);
+    l[5] = strip_hmac(&l[5]);
+    rechain(&mut l, false);
+    write_lines(&path, &l);
+    let b = broken_with_key(stripped.path());
+    assert_eq!((b.kind, b.seq), (BreakKind::MissingHmac, Some(6)));
+
+    // The next run ends the interrupted stretch; unlocking later signs again.
+    {
+        let log = AuditLog::open(crashed.path()).unwrap();
+        log.record(ev("kernel-engine", 7));
+        log.set_hmac_key(Some(KEY));
+        log.record(ev("kernel-engine", 8));
+    }
+    let r = verify(crashed.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!(r.interrupted, [8]);
+    let l = lines(&only_file(crashed.path()));
+    assert!(l[7].contains(OP_HMAC_INTERRUPTED) && !l[7].contains("\"hmac\""));
+}
+
+#[test]
+fn trail_cut_or_rewritten_while_stopped_is_reported_after_restart() {
+    type Attack = fn(&Path);
+    let attacks: [(&str, Attack); 4] = [
+        ("cut", |dir| {
+            let path = only_file(dir);
+            let l = lines(&path);
+            write_lines(&path, &l[..l.len() - 2]);
+        }),
+        ("rebuilt", |dir| {
+            let path = only_file(dir);
+            let mut l: Vec<String> = lines(&path)
+                .iter()
+                .filter(|l| !l.contains("\"audit:hmac-o"))
+                .map(|l| strip_hmac(l))
+                .collect();
+            rechain(&mut l, true);
+            write_lines(&path, &l);
+        }),
+        ("forged checkpoint", |dir| {
+            let p = checkpoint_path(dir);
+            let text = fs::read_to_string(&p).unwrap();
+            fs::write(&p, text.replace("\"seq\":15,", "\"seq\":14,")).unwrap();
+        }),
+        ("not a checkpoint", |dir| {
+            fs::write(checkpoint_path(dir), "garbage").unwrap();
+        }),
+    ];
+    for (what, attack) in attacks {
+        let dir = signed_trail();
+        attack(dir.path());
+        {
+            // The daemon restarts and the vault is unlocked: new checkpoints would cover the
+            // damage, but the writer first checks the old one with the key.
+            let log = AuditLog::open(dir.path()).unwrap();
+            log.record(ev("kernel-engine", 100));
+            log.set_hmac_key(Some(KEY));
+            log.record(ev("kernel-engine", 101));
+        }
+        let b = broken_with_key(dir.path());
+        assert_eq!(b.kind, BreakKind::TamperReported, "{what}: {b}");
+        assert!(b.to_string().contains("the daemon found"), "{what}: {b}");
+        assert_eq!(broken(dir.path()).kind, BreakKind::TamperReported, "{what}");
+    }
+    // An untouched trail is not reported; nor is a checkpoint of another key (rotated while the
+    // daemon was stopped), which cannot be checked.
+    for key in [KEY, [6u8; 32]] {
+        let dir = signed_trail();
+        {
+            let log = AuditLog::open(dir.path()).unwrap();
+            log.record(ev("kernel-engine", 100));
+            log.set_hmac_key(Some(key));
+            log.record(ev("kernel-engine", 101));
+        }
+        let r = verify(dir.path(), Some(&key)).unwrap();
+        assert!(r.is_intact(), "{r:?}");
+    }
+}
+
+#[test]
+fn saved_checkpoint_catches_an_older_one_put_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = tempfile::tempdir().unwrap();
+    let first = saved.path().join("first.json");
+    let latest = saved.path().join("latest.json");
+    {
+        let log = AuditLog::open(dir.path()).unwrap();
+        log.set_hmac_key(Some(KEY));
+        log.record(ev("kernel-engine", 1));
+        log.flush().unwrap();
+        fs::copy(checkpoint_path(dir.path()), &first).unwrap();
+        for i in 2..=5 {
+            log.record(ev("kernel-engine", i));
+        }
+    }
+    fs::copy(checkpoint_path(dir.path()), &latest).unwrap();
+    let with = |paths: &[std::path::PathBuf]| {
+        verify_with(
+            dir.path(),
+            &VerifyOptions {
+                key: Some(&KEY),
+                saved_checkpoints: paths,
+            },
+        )
+        .unwrap()
+    };
+    let r = with(&[first.clone(), latest.clone()]);
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!(r.saved_checkpoints, 2);
+
+    // The older checkpoint put back and the trail cut back to it: nothing in the store tells...
+    let cp1 = Checkpoint::parse(&fs::read(&first).unwrap()).unwrap();
+    fs::copy(&first, checkpoint_path(dir.path())).unwrap();
+    let path = only_file(dir.path());
+    let l = lines(&path);
+    write_lines(&path, &l[..cp1.seq as usize]);
+    assert!(verify(dir.path(), Some(&KEY)).unwrap().is_intact());
+    // ...but a copy of the latest one kept elsewhere does.
+    let b = with(std::slice::from_ref(&latest)).broken.unwrap();
+    assert!(matches!(b.kind, BreakKind::Truncated { .. }), "{b}");
+    assert!(b.detail.contains("latest.json"), "{b}");
+    // A saved copy that is missing is an error, not a finding.
+    assert!(matches!(
+        verify_with(
+            dir.path(),
+            &VerifyOptions {
+                key: Some(&KEY),
+                saved_checkpoints: &[saved.path().join("none.json")],
+            },
+        ),
+        Err(AuditError::Io { .. })
+    ));
+}
+
+#[test]
+fn checkpoint_write_failure_keeps_the_log_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    // A directory where the checkpoint goes: every replacement fails, like a full disk would.
+    fs::create_dir(checkpoint_path(dir.path())).unwrap();
+    log.set_hmac_key(Some(KEY));
+    for i in 1..=3 {
+        log.record(ev("kernel-engine", i));
+    }
+    log.flush().unwrap();
+    log.record(ev("kernel-engine", 4));
+    log.flush().unwrap();
+    assert_eq!(log.lost(), 0);
+    drop(log);
+    let l = lines(&only_file(dir.path()));
+    assert_eq!(l.len(), 6);
+    assert!(l.iter().all(|l| l.contains("\"hmac\":")));
+    let r = verify(dir.path(), None).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    // With the key, the trail is not vouched for until a checkpoint can be written.
+    assert_eq!(broken_with_key(dir.path()).kind, BreakKind::BadCheckpoint);
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    // Once it can be written again, the next run checkpoints.
+    fs::remove_dir(checkpoint_path(dir.path())).unwrap();
+    {
+        let log = AuditLog::open(dir.path()).unwrap();
+        log.set_hmac_key(Some(KEY));
+        log.record(ev("kernel-engine", 5));
+    }
+    let r = verify(dir.path(), Some(&KEY)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
 }

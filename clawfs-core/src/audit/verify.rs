@@ -8,16 +8,27 @@
 //!   backwards;
 //! - a line that is not a record: **unparsable**.
 //!
+//! With the key, the signed checkpoint ([`super::checkpoint`]) must be there and match:
+//! - a trail **rebuilt** without its signatures, or with records removed and renumbered: the
+//!   record at the checkpoint's seq no longer has the hash it signed;
+//! - a trail **truncated** at its end: it stops before the checkpoint's seq;
+//! - the checkpoint **missing**, or **bad** (forged, or signed with another key).
+//!
 //! A torn last line of the newest file is a write in progress (or a crash not yet recovered by the
 //! writer) and is reported, not counted as tampering.
 
 use std::fmt;
+use std::io;
 use std::iter::Peekable;
 use std::path::{Path, PathBuf};
 
+use super::checkpoint::{self, checkpoint_path, Checkpoint, CheckpointStatus, Loaded};
 use super::files::{self, AuditFile, Line, Lines};
 use super::record::{check_line_hmac, key_fingerprint, line_hash, AuditRecord};
-use super::{AuditError, GENESIS};
+use super::{
+    AuditError, GENESIS, OP_CHECKPOINT_MISMATCH, OP_HMAC_INTERRUPTED, OP_HMAC_OFF, OP_HMAC_ON,
+    SYSTEM_AGENT,
+};
 
 /// How far `verify` reads ahead to tell a deletion from a reordering.
 const LOOKAHEAD: usize = 100_000;
@@ -42,6 +53,22 @@ pub enum BreakKind {
     BadHmac,
     /// It carries no HMAC although it was written while a key was set.
     MissingHmac,
+    /// Verifying with a key, but the trail has no checkpoint.
+    CheckpointMissing,
+    /// The checkpoint is not one, names another key, or its HMAC does not match.
+    BadCheckpoint,
+    /// The record at the checkpoint's seq is not the one it signed (or is not in the trail).
+    CheckpointMismatch,
+    /// The trail ends before the record the checkpoint signed.
+    Truncated {
+        /// First missing seq.
+        first: u64,
+        /// The checkpoint's seq.
+        last: u64,
+    },
+    /// An `audit:checkpoint-mismatch` record: the writer found that the trail no longer matched
+    /// the checkpoint an earlier run left.
+    TamperReported,
 }
 
 impl fmt::Display for BreakKind {
@@ -56,16 +83,28 @@ impl fmt::Display for BreakKind {
             BreakKind::Unparsable => f.write_str("unparsable"),
             BreakKind::BadHmac => f.write_str("bad hmac"),
             BreakKind::MissingHmac => f.write_str("missing hmac"),
+            BreakKind::CheckpointMissing => f.write_str("checkpoint missing"),
+            BreakKind::BadCheckpoint => f.write_str("bad checkpoint"),
+            BreakKind::CheckpointMismatch => f.write_str("not what the checkpoint signed"),
+            BreakKind::Truncated { first, last } if first == last => {
+                write!(f, "truncated (seq {first} cut)")
+            }
+            BreakKind::Truncated { first, last } => {
+                write!(f, "truncated (seq {first}..={last} cut)")
+            }
+            BreakKind::TamperReported => f.write_str("a tampering report"),
         }
     }
 }
 
-/// The first record where the trail is not what was written.
+/// The first record where the trail is not what was written, or what is wrong with its
+/// checkpoint (then `line` is 0 and `file` is the checkpoint).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokenRecord {
     /// The file holding it.
     pub file: PathBuf,
-    /// Its 1-based line number in that file.
+    /// Its 1-based line number in that file; 0 for a finding about the checkpoint or the trail's
+    /// end.
     pub line: usize,
     /// Its seq, when the line parses.
     pub seq: Option<u64>,
@@ -82,6 +121,9 @@ impl fmt::Display for BrokenRecord {
             .file_name()
             .map(|n| n.to_string_lossy())
             .unwrap_or_default();
+        if self.line == 0 {
+            return write!(f, "{}: {}", self.kind, self.detail);
+        }
         match self.seq {
             Some(seq) => write!(f, "record seq {seq} ({name} line {})", self.line)?,
             None => write!(f, "{name} line {}", self.line)?,
@@ -109,6 +151,18 @@ pub struct VerifyReport {
     pub hmac_unchecked: u64,
     /// The newest file ends in a partial line (a write in progress, or a crash).
     pub torn_tail: bool,
+    /// The trail's checkpoint, when a key was given and it is signed with it.
+    pub checkpoint: Option<Checkpoint>,
+    /// Saved copies of earlier checkpoints ([`VerifyOptions::saved_checkpoints`]) that are signed
+    /// with the key and whose record the trail holds.
+    pub saved_checkpoints: usize,
+    /// Good records after the checkpoint's: not covered by it.
+    pub after_checkpoint: u64,
+    /// Of those, the unsigned ones (written while no key was set): nothing shows whether they were
+    /// changed, or cut from the end.
+    pub unsigned_after_checkpoint: u64,
+    /// Seqs of `audit:hmac-interrupted` records: a run stopped (crashed) while signing.
+    pub interrupted: Vec<u64>,
     /// The first broken record; `None` when the trail is intact.
     pub broken: Option<BrokenRecord>,
 }
@@ -180,15 +234,136 @@ struct Prev {
     line: usize,
 }
 
-/// Replays every file of `dir` in order and checks each record: it parses, its seq follows the
-/// previous one, its `prev` is the SHA-256 of the previous line, and — with `key` — its HMAC.
-/// I/O errors are errors; tampering is reported in [`VerifyReport::broken`].
+/// What [`verify_with`] checks besides the chain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerifyOptions<'a> {
+    /// The audit key: record HMACs are checked, and the trail's checkpoint must be signed with it
+    /// and match.
+    pub key: Option<&'a [u8; 32]>,
+    /// Copies of earlier checkpoints kept elsewhere (e.g. off the host): each must be signed with
+    /// `key` and its record must be in the trail unchanged. This catches an older checkpoint put
+    /// back in place of the newest, with the trail cut back to it. Ignored without `key`.
+    pub saved_checkpoints: &'a [PathBuf],
+}
+
+/// A checkpoint the trail must satisfy.
+struct Expect {
+    cp: Checkpoint,
+    /// Where it was read, for messages.
+    path: PathBuf,
+    /// Its record was reached.
+    seen: bool,
+}
+
+/// [`verify_with`] with only a key.
 pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditError> {
+    verify_with(
+        dir,
+        &VerifyOptions {
+            key,
+            ..VerifyOptions::default()
+        },
+    )
+}
+
+/// Reads the checkpoint at `path` and checks it with `key`: the checkpoint, or why it cannot be
+/// trusted.
+fn expect(
+    path: &Path,
+    key: &[u8; 32],
+    required: bool,
+) -> Result<Result<Expect, BrokenRecord>, AuditError> {
+    let bad = |kind, detail: String| {
+        Ok(Err(BrokenRecord {
+            file: path.to_path_buf(),
+            line: 0,
+            seq: None,
+            kind,
+            detail,
+        }))
+    };
+    let cp = match checkpoint::load(path)? {
+        Loaded::Found(cp) => cp,
+        Loaded::Missing if required => {
+            return bad(
+                BreakKind::CheckpointMissing,
+                format!(
+                    "{} does not exist: it is written whenever records are signed, so it was \
+                     deleted, or this trail was never signed",
+                    path.display()
+                ),
+            )
+        }
+        Loaded::Missing => {
+            return Err(AuditError::io(
+                path,
+                io::Error::from(io::ErrorKind::NotFound),
+            ))
+        }
+        Loaded::Invalid(why) => {
+            return bad(
+                BreakKind::BadCheckpoint,
+                format!("{} is not a checkpoint: {why}", path.display()),
+            )
+        }
+    };
+    match cp.check(key) {
+        CheckpointStatus::Valid => Ok(Ok(Expect {
+            cp,
+            path: path.to_path_buf(),
+            seen: false,
+        })),
+        CheckpointStatus::OtherKey => bad(
+            BreakKind::BadCheckpoint,
+            format!(
+                "{} is signed with key {}, not with the key given ({}): give the audit key in \
+                 force when it was written (the vault's current one)",
+                path.display(),
+                cp.key,
+                key_fingerprint(key)
+            ),
+        ),
+        CheckpointStatus::Forged => bad(
+            BreakKind::BadCheckpoint,
+            format!(
+                "the HMAC of {} does not match the key: it was forged or altered",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// Replays every file of `dir` in order and checks each record: it parses, its seq follows the
+/// previous one, its `prev` is the SHA-256 of the previous line, and — with a key — its HMAC, and
+/// that the trail holds, unchanged, the record the checkpoint signed (and the saved ones').
+/// I/O errors are errors; tampering is reported in [`VerifyReport::broken`].
+pub fn verify_with(dir: &Path, opts: &VerifyOptions<'_>) -> Result<VerifyReport, AuditError> {
+    let key = opts.key;
+    // The checkpoints are read before the trail: the writer only moves the checkpoint forward
+    // after syncing the records it names, so a trail read afterwards reaches at least as far.
+    let mut expects: Vec<Expect> = Vec::new();
+    let mut checkpoint_problem: Option<BrokenRecord> = None;
+    if let Some(k) = key {
+        let paths = std::iter::once((checkpoint_path(dir), true))
+            .chain(opts.saved_checkpoints.iter().map(|p| (p.clone(), false)));
+        for (path, required) in paths {
+            match expect(&path, k, required)? {
+                Ok(e) => expects.push(e),
+                Err(b) => {
+                    checkpoint_problem.get_or_insert(b);
+                }
+            }
+        }
+    }
     let files = files::list(dir)?;
     let mut report = VerifyReport {
         files: files.len(),
         ..VerifyReport::default()
     };
+    if checkpoint_problem.is_none() {
+        report.checkpoint = expects.first().map(|e| e.cp.clone());
+    }
+    let store_cp_seq = report.checkpoint.as_ref().map(|c| c.seq);
     let key_fp = key.map(key_fingerprint);
     // Fingerprint of the key the writer signed with at this point of the trail.
     let mut signing: Option<String> = None;
@@ -226,7 +401,7 @@ pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditE
         let seq = rec.seq;
 
         // The record's own signature: definitive for this record.
-        if rec.event.operation == "audit:hmac-on" {
+        if rec.event.operation == OP_HMAC_ON {
             signing = rec
                 .event
                 .reason
@@ -248,6 +423,15 @@ pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditE
                 _ => report.hmac_unchecked += 1,
             },
             (Some(_), None) => report.hmac_unchecked += 1,
+            (None, _)
+                if signing.is_some()
+                    && rec.event.operation == OP_HMAC_INTERRUPTED
+                    && rec.event.agent == SYSTEM_AGENT =>
+            {
+                // A run crashed while signing; the next one ended the stretch.
+                signing = None;
+                report.interrupted.push(seq);
+            }
             (None, _) if signing.is_some() => {
                 report.broken = Some(broken(
                     Some(seq),
@@ -258,7 +442,7 @@ pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditE
             }
             (None, _) => {}
         }
-        if rec.event.operation == "audit:hmac-off" {
+        if rec.event.operation == OP_HMAC_OFF {
             signing = None;
         }
 
@@ -320,6 +504,70 @@ pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditE
                 }
             }
         }
+
+        // What the writer itself reported.
+        if rec.event.operation == OP_CHECKPOINT_MISMATCH && rec.event.agent == SYSTEM_AGENT {
+            report.broken = Some(broken(
+                Some(seq),
+                BreakKind::TamperReported,
+                format!(
+                    "when the key was set, the daemon found: {}",
+                    rec.event.reason.as_deref().unwrap_or("(no reason given)")
+                ),
+            ));
+            break;
+        }
+
+        // The checkpoints: the record each signed must be here, unchanged.
+        let this_file = item
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut mismatch = None;
+        for e in expects.iter_mut().filter(|e| !e.seen) {
+            if seq < e.cp.seq {
+                continue;
+            }
+            e.seen = true;
+            let which = format!("the checkpoint of {} ({})", e.cp.time, e.path.display());
+            if seq > e.cp.seq {
+                mismatch = Some(format!(
+                    "the trail starts after record seq {}, which {which} signed: the files \
+                     holding it were removed",
+                    e.cp.seq
+                ));
+            } else if line_hash(&item.line.bytes) != e.cp.hash {
+                mismatch = Some(format!(
+                    "its hash is not the one {which} signed: it, or the trail before it, was \
+                     rewritten (records removed or renumbered, signatures stripped, the chain \
+                     recomputed)"
+                ));
+            } else if this_file != e.cp.file {
+                mismatch = Some(format!(
+                    "{which} places it in {}: records were moved between files",
+                    e.cp.file
+                ));
+            } else if e.cp.signing && signing.is_none() {
+                // The records after it are signed, even if the trail no longer shows where the
+                // signed stretch began (older files removed).
+                signing = Some(e.cp.key.clone());
+            }
+            if mismatch.is_some() {
+                break;
+            }
+        }
+        if let Some(detail) = mismatch {
+            report.broken = Some(broken(Some(seq), BreakKind::CheckpointMismatch, detail));
+            break;
+        }
+        if store_cp_seq.is_some_and(|c| seq > c) {
+            report.after_checkpoint += 1;
+            if rec.hmac.is_none() {
+                report.unsigned_after_checkpoint += 1;
+            }
+        }
+
         report.records += 1;
         report.last_seq = Some(seq);
         prev = Some(Prev {
@@ -328,6 +576,38 @@ pub fn verify(dir: &Path, key: Option<&[u8; 32]>) -> Result<VerifyReport, AuditE
             file: item.file,
             line: item.line.number,
         });
+    }
+    if report.broken.is_none() {
+        report.broken = checkpoint_problem;
+    }
+    if report.broken.is_none() {
+        if let Some(e) = expects.iter().find(|e| !e.seen) {
+            let first = report.last_seq.map_or(1, |s| s + 1);
+            let ends = match report.last_seq {
+                Some(s) => format!("the trail ends at seq {s}"),
+                None => "the trail holds no record".to_string(),
+            };
+            report.broken = Some(BrokenRecord {
+                file: e.path.clone(),
+                line: 0,
+                seq: None,
+                kind: BreakKind::Truncated {
+                    first,
+                    last: e.cp.seq,
+                },
+                detail: format!(
+                    "{ends}, but the checkpoint of {} ({}) signed record seq {} in {}: records \
+                     were cut from its end",
+                    e.cp.time,
+                    e.path.display(),
+                    e.cp.seq,
+                    e.cp.file
+                ),
+            });
+        }
+    }
+    if report.broken.is_none() {
+        report.saved_checkpoints = expects.len().saturating_sub(1);
     }
     Ok(report)
 }

@@ -5,11 +5,17 @@
 //! Recording costs a channel send: under load the writer takes events in batches about once a
 //! millisecond, so a sender rarely has to wake it. When the channel is full (the disk cannot keep up) `record`
 //! blocks until there is room: the trail is never silently shortened.
+//!
+//! While an HMAC key is set the writer also keeps the signed checkpoint
+//! ([`checkpoint`](super::checkpoint)) at the last record it synced: after every `fdatasync`, and
+//! when the key is set, changed or cleared (those switches are written and synced at once). A
+//! checkpoint that cannot be written (full disk) is logged and retried at the next sync; the trail
+//! goes on.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,9 +26,16 @@ use std::time::{Duration, Instant};
 use chrono::NaiveDate;
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
+use super::checkpoint::{
+    self, checkpoint_path, Checkpoint, CheckpointStatus, Loaded, CHECKPOINT_FILE,
+};
 use super::files::{self, AuditFile};
 use super::record::{is_agent_name, key_fingerprint, line_hash, AuditEvent, AuditRecord};
-use super::{AuditError, GENESIS, SYSTEM_AGENT};
+use super::{
+    AuditError, Outcome, GENESIS, OP_CHECKPOINT_MISMATCH, OP_HMAC_INTERRUPTED, OP_HMAC_OFF,
+    OP_HMAC_ON, SYSTEM_AGENT,
+};
+use crate::beneath::{self, FileMode};
 
 /// How an [`AuditLog`] is set up. [`AuditConfig::new`] gives the defaults; the `with_*` methods
 /// change one setting each; [`AuditConfig::open`] starts the log.
@@ -92,6 +105,7 @@ enum Msg {
     Event(AuditEvent),
     Key(Option<[u8; 32]>),
     Flush(mpsc::Sender<Result<(), AuditError>>),
+    Close(mpsc::Sender<Result<(), AuditError>>),
 }
 
 /// The audit trail being written. Share it (`Arc<AuditLog>`) between the FUSE worker threads;
@@ -137,7 +151,22 @@ impl AuditLog {
         rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive)
             .map_err(|_| AuditError::Locked(cfg.dir.clone()))?;
 
+        let dir_fd = rustix::fs::open(
+            &cfg.dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| AuditError::io(&cfg.dir, e.into()))?;
+        remove_checkpoint_temps(&cfg.dir);
+
         let resume = resume(&cfg.dir)?;
+        let prior = prior_checkpoint(&cfg.dir, &resume)?;
+        let last = resume.last_file.as_ref().map(|file| Mark {
+            seq: resume.seq,
+            hash: resume.prev.clone(),
+            file: file.clone(),
+            signing: resume.ended_signed,
+        });
         let current = match resume.file {
             Some(info) => {
                 let file = OpenOptions::new()
@@ -168,8 +197,26 @@ impl AuditLog {
             line: Vec::with_capacity(1024),
             agents: cfg.agents_dir.map(AgentLogs::new),
             error: None,
+            dir_fd,
+            appended: None,
+            written: last.clone(),
+            synced: last,
+            checkpointed: None,
+            checkpoint_failing: false,
+            prior,
             _lock: lock,
         };
+        if resume.ended_signed {
+            // The previous run stopped (crashed) while signing, without its closing
+            // `audit:hmac-off`: end the signed stretch so that the unsigned records of this run
+            // until the key is set again are not taken for stripped ones.
+            writer.append(
+                AuditEvent::new(SYSTEM_AGENT, std::process::id(), OP_HMAC_INTERRUPTED, "/").reason(
+                    "the previous run stopped while signing, without closing the log; \
+                         records are unsigned until the key is set again",
+                ),
+            );
+        }
         if let Some((name, bytes)) = resume.torn {
             writer.append(
                 AuditEvent::new(SYSTEM_AGENT, std::process::id(), "audit:recovered", "/")
@@ -214,6 +261,17 @@ impl AuditLog {
         rx.recv().map_err(|_| AuditError::Stopped)?
     }
 
+    /// Ends the signed stretch, if any, with an `audit:hmac-off` ("the log was closed") and its
+    /// checkpoint, then flushes like [`flush`](AuditLog::flush). Call it when the daemon stops (the
+    /// same happens when the log is dropped): a trail whose last signed record is not an
+    /// `audit:hmac-off` is taken for a crash when it is reopened. Records queued afterwards are
+    /// still written, unsigned, unless the key is set again.
+    pub fn close(&self) -> Result<(), AuditError> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Msg::Close(tx)).map_err(|_| AuditError::Stopped)?;
+        rx.recv().map_err(|_| AuditError::Stopped)?
+    }
+
     /// How many events were lost because the writer had stopped (0 in normal operation).
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
@@ -249,6 +307,11 @@ struct Resume {
     seq: u64,
     prev: String,
     torn: Option<(String, u64)>,
+    /// Name of the file holding the last record.
+    last_file: Option<String>,
+    /// The last record is signed and is not `audit:hmac-off`: the run that wrote it was signing
+    /// when it stopped.
+    ended_signed: bool,
 }
 
 /// Finds the last record, cutting a torn tail of the newest file.
@@ -260,6 +323,8 @@ fn resume(dir: &Path) -> Result<Resume, AuditError> {
         seq: 0,
         prev: GENESIS.to_string(),
         torn: None,
+        last_file: None,
+        ended_signed: false,
     };
     for (i, f) in all.iter().enumerate().rev() {
         let (lines, good_len) = files::last_lines(&f.path, 16)?;
@@ -287,15 +352,99 @@ fn resume(dir: &Path) -> Result<Resume, AuditError> {
             .iter()
             .enumerate()
             .rev()
-            .find_map(|(j, l)| AuditRecord::parse(l).ok().map(|r| (j, r.seq)));
+            .find_map(|(j, l)| AuditRecord::parse(l).ok().map(|r| (j, r)));
         match parsed {
-            Some((j, seq)) => out.seq = seq + (lines.len() - 1 - j) as u64,
+            Some((j, r)) => {
+                out.seq = r.seq + (lines.len() - 1 - j) as u64;
+                out.ended_signed =
+                    j + 1 == lines.len() && r.hmac.is_some() && r.event.operation != OP_HMAC_OFF;
+            }
             None => return Err(AuditError::Unresumable(f.path.clone())),
         }
+        out.last_file = Some(f.name());
         break;
     }
     Ok(out)
 }
+
+/// The checkpoint found when the log was opened, and how the trail compared with it then. Its
+/// HMAC can be checked only once a key is set; then a mismatch becomes an
+/// `audit:checkpoint-mismatch` record, signed, so that a trail cut or rewritten while the daemon
+/// was stopped is not silently covered by the new checkpoints.
+struct Prior {
+    found: Result<Checkpoint, String>,
+    /// What does not match, when the trail no longer holds the record it names.
+    problem: Option<String>,
+}
+
+fn prior_checkpoint(dir: &Path, resume: &Resume) -> Result<Option<Prior>, AuditError> {
+    let cp = match checkpoint::load(&checkpoint_path(dir))? {
+        Loaded::Missing => return Ok(None),
+        Loaded::Invalid(why) => {
+            return Ok(Some(Prior {
+                found: Err(why),
+                problem: None,
+            }))
+        }
+        Loaded::Found(cp) => cp,
+    };
+    let problem = if cp.seq > resume.seq {
+        Some(format!(
+            "the trail ended at seq {} although the checkpoint of {} signed record seq {}: \
+             records seq {}..={} were cut from its end",
+            resume.seq,
+            cp.time,
+            cp.seq,
+            resume.seq + 1,
+            cp.seq
+        ))
+    } else {
+        match checkpoint::find_line(&dir.join(&cp.file), cp.seq)? {
+            None => Some(format!(
+                "record seq {}, signed by the checkpoint of {}, is not in {}",
+                cp.seq, cp.time, cp.file
+            )),
+            Some(line) if line_hash(&line) != cp.hash => Some(format!(
+                "record seq {} in {} is not the one the checkpoint of {} signed: the trail was \
+                 rewritten up to it",
+                cp.seq, cp.file, cp.time
+            )),
+            Some(_) => None,
+        }
+    };
+    Ok(Some(Prior {
+        found: Ok(cp),
+        problem,
+    }))
+}
+
+/// Removes temp files left by a checkpoint write that a crash interrupted.
+fn remove_checkpoint_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{CHECKPOINT_FILE}.");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// A record's place, as a checkpoint names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mark {
+    seq: u64,
+    hash: String,
+    file: String,
+    /// Whether the records after it are signed.
+    signing: bool,
+}
+
+/// `reason` of the `audit:hmac-off` written when the log is closed.
+const CLOSED: &str = "the log was closed; records after this one are not signed";
 
 struct Current {
     file: File,
@@ -321,6 +470,20 @@ struct Writer {
     agents: Option<AgentLogs>,
     /// First write error since the last flush.
     error: Option<AuditError>,
+    /// The audit directory, where the checkpoint is replaced.
+    dir_fd: OwnedFd,
+    /// The last record appended: seq, line hash, whether records after it are signed.
+    appended: Option<(u64, String, bool)>,
+    /// The last record handed to the kernel.
+    written: Option<Mark>,
+    /// The last record known to be on disk.
+    synced: Option<Mark>,
+    /// What the checkpoint file holds (written by this run), and the key that signed it.
+    checkpointed: Option<(Mark, [u8; 32])>,
+    /// The last checkpoint write failed (warned once until one succeeds).
+    checkpoint_failing: bool,
+    /// The checkpoint found at open, checked when the first key is set.
+    prior: Option<Prior>,
     _lock: File,
 }
 
@@ -357,6 +520,9 @@ impl Writer {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => closed = true,
+            }
+            if closed {
+                self.end_signing(CLOSED);
             }
             let now = Instant::now();
             let must_sync = closed || !replies.is_empty();
@@ -414,29 +580,134 @@ impl Writer {
             Msg::Event(ev) => self.append(ev),
             Msg::Key(key) => self.set_key(key),
             Msg::Flush(reply) => replies.push(reply),
+            Msg::Close(reply) => {
+                self.end_signing(CLOSED);
+                replies.push(reply);
+            }
         }
     }
 
+    /// Switches signing on, off, or to another key. Each switch is a signed record that is written,
+    /// synced and checkpointed before the next record is taken.
     fn set_key(&mut self, key: Option<[u8; 32]>) {
         if key == self.key {
             return;
         }
-        let pid = std::process::id();
         match key {
+            None => self.end_signing("records after this one are not signed"),
             Some(k) => {
+                self.end_signing(
+                    "the key changed; records after this one are signed with the key of the \
+                     next audit:hmac-on",
+                );
                 self.key = Some(k);
                 let fp = key_fingerprint(&k);
                 self.append(
-                    AuditEvent::new(SYSTEM_AGENT, pid, "audit:hmac-on", "/")
+                    AuditEvent::new(SYSTEM_AGENT, std::process::id(), OP_HMAC_ON, "/")
                         .reason(format!("hmac key {fp}")),
                 );
+                self.check_prior(&k);
+                self.persist();
             }
-            None => {
-                self.append(
-                    AuditEvent::new(SYSTEM_AGENT, pid, "audit:hmac-off", "/")
-                        .reason("records after this one are not signed"),
-                );
-                self.key = None;
+        }
+    }
+
+    /// Writes a signed `audit:hmac-off` with `reason`, persists it with a checkpoint under the
+    /// key, then clears the key. Nothing to do when no key is set.
+    fn end_signing(&mut self, reason: &str) {
+        if self.key.is_none() {
+            return;
+        }
+        self.append(
+            AuditEvent::new(SYSTEM_AGENT, std::process::id(), OP_HMAC_OFF, "/").reason(reason),
+        );
+        self.persist();
+        self.key = None;
+    }
+
+    /// The first time a key is set in this run: checks the checkpoint found at open with it. A
+    /// checkpoint this key signed that the trail no longer matches (the trail was cut or
+    /// rewritten while no daemon was writing it), or one naming this key with a wrong HMAC, is
+    /// recorded as `audit:checkpoint-mismatch`, which `verify` reports as tampering. A checkpoint
+    /// of another key (the vault's key was rotated) cannot be checked and is replaced.
+    fn check_prior(&mut self, key: &[u8; 32]) {
+        let Some(prior) = self.prior.take() else {
+            return;
+        };
+        let finding = match prior.found {
+            Err(why) => Some(format!(
+                "the checkpoint left by the previous run is not one ({why})"
+            )),
+            Ok(cp) => match cp.check(key) {
+                CheckpointStatus::OtherKey => None,
+                CheckpointStatus::Forged => Some(format!(
+                    "the checkpoint left by the previous run (seq {}, {}) names this key but its \
+                     HMAC does not match: it was forged or altered",
+                    cp.seq, cp.time
+                )),
+                CheckpointStatus::Valid => prior.problem,
+            },
+        };
+        if let Some(reason) = finding {
+            tracing::error!(dir = %self.dir.display(), %reason, "audit trail: tampering found");
+            let mut ev = AuditEvent::new(
+                SYSTEM_AGENT,
+                std::process::id(),
+                OP_CHECKPOINT_MISMATCH,
+                "/",
+            )
+            .reason(reason);
+            ev.result = Outcome::Error;
+            self.append(ev);
+        }
+    }
+
+    /// Writes and syncs everything appended, then checkpoints it.
+    fn persist(&mut self) {
+        self.write_pending();
+        self.sync();
+        self.checkpoint();
+    }
+
+    /// Replaces the checkpoint with one of the last synced record, signed with the key, if a key
+    /// is set and that record is not checkpointed yet. A failure (full disk) is logged, not
+    /// reported: the trail goes on and the next sync tries again.
+    fn checkpoint(&mut self) {
+        let (Some(key), Some(mark)) = (self.key, &self.synced) else {
+            return;
+        };
+        if self
+            .checkpointed
+            .as_ref()
+            .is_some_and(|(m, k)| m == mark && *k == key)
+        {
+            return;
+        }
+        let cp = Checkpoint::sign(mark.seq, &mark.hash, &mark.file, mark.signing, &key);
+        let written = beneath::write_atomic(
+            self.dir_fd.as_fd(),
+            CHECKPOINT_FILE,
+            &cp.to_json(),
+            FileMode::mode(0o600),
+        );
+        match written {
+            Ok(()) => {
+                if self.checkpoint_failing {
+                    tracing::info!(dir = %self.dir.display(), seq = mark.seq, "audit checkpoint written again");
+                    self.checkpoint_failing = false;
+                }
+                self.checkpointed = Some((mark.clone(), key));
+            }
+            Err(e) => {
+                if !self.checkpoint_failing {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        error = %e,
+                        "cannot write the audit checkpoint; the trail goes on, and the checkpoint \
+                         is retried at the next sync"
+                    );
+                }
+                self.checkpoint_failing = true;
             }
         }
     }
@@ -454,6 +725,8 @@ impl Writer {
         };
         rec.encode_into(self.key.as_ref(), &mut self.line);
         self.prev = line_hash(&self.line);
+        let signing = self.key.is_some() && rec.event.operation != OP_HMAC_OFF;
+        self.appended = Some((self.seq, self.prev.clone(), signing));
         self.pending.extend_from_slice(&self.line);
         self.pending.push(b'\n');
         self.pending_since.get_or_insert_with(Instant::now);
@@ -535,6 +808,14 @@ impl Writer {
                 self.pending.clear();
                 self.pending_since = None;
                 self.unsynced_since.get_or_insert_with(Instant::now);
+                if let Some((seq, hash, signing)) = &self.appended {
+                    self.written = Some(Mark {
+                        seq: *seq,
+                        hash: hash.clone(),
+                        file: c.info.name(),
+                        signing: *signing,
+                    });
+                }
             }
             Err(e) => {
                 let _ = c.file.set_len(c.size);
@@ -553,7 +834,11 @@ impl Writer {
         }
         let Some(c) = &self.current else { return };
         match c.file.sync_data() {
-            Ok(()) => self.unsynced_since = None,
+            Ok(()) => {
+                self.unsynced_since = None;
+                self.synced.clone_from(&self.written);
+                self.checkpoint();
+            }
             Err(e) => {
                 let e = AuditError::io(&c.info.path, e);
                 tracing::error!(error = %e, "audit trail: fdatasync failed");
