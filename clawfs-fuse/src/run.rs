@@ -573,19 +573,16 @@ fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> 
         .map_err(|e| fail(format!("creating {}: {e}", shown.display())))
 }
 
-/// One agent, one uid: `--user` may not name root, nor a uid that is another agent's (its
+/// One agent, one uid: `--user` may not name a uid that is another agent's (its
 /// uid in the policy, its placeholder uid, the owner of its directory, or the uid of a process
 /// running as it now). Sharing a uid would let one agent ptrace or signal the other and read
-/// what the other may read.
+/// what the other may read. (Root is refused later, unless the policy says `allow_root`.)
 fn check_own_uid(
     store: &Path,
     policy: &clawfs_core::policy::Policy,
     agent: &str,
     uid: u32,
 ) -> Result<(), String> {
-    if uid == 0 {
-        return Err("an agent never runs as root".into());
-    }
     for other in roster(store).into_iter().filter(|a| a != agent) {
         let in_policy = clawfs_core::policy::AgentName::new(&other)
             .ok()
