@@ -6,31 +6,9 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{clawfs, errno, Mounted};
-
-fn vault(m: &Mounted, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut c = Command::new(common::clawfs_bin());
-    c.arg("vault").arg("--store").arg(&m.store).args(args);
-    // Each test's vault has its own keyring (named after its random vault id).
-    c.env("CLAWFS_VAULT_PASSPHRASE", "correct horse battery staple");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        c.stdin(std::process::Stdio::piped());
-        c.stdout(std::process::Stdio::piped());
-        c.stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        return child.wait_with_output().unwrap();
-    }
-    c.output().unwrap()
-}
+use common::{clawfs, errno, vault, Mounted};
 
 fn ok(o: Output) -> String {
     assert!(

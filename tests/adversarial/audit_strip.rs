@@ -6,32 +6,19 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::common::{clawfs, clawfs_bin, Mounted};
-
-const PASSPHRASE: &str = "correct horse audit staple";
-
-fn vault(m: &Mounted, args: &[&str]) -> Output {
-    Command::new(clawfs_bin())
-        .arg("vault")
-        .arg("--store")
-        .arg(&m.store)
-        .args(args)
-        .env("CLAWFS_VAULT_PASSPHRASE", PASSPHRASE)
-        .output()
-        .expect("run clawfs vault")
-}
+use crate::common::{clawfs, vault, Mounted};
 
 /// Locks the vault when the test ends, also when it fails: no key is left in the kernel keyring.
 struct LockOnDrop<'a>(&'a Mounted);
 
 impl Drop for LockOnDrop<'_> {
     fn drop(&mut self) {
-        let _ = vault(self.0, &["lock"]);
+        let _ = vault(self.0, &["lock"], None);
     }
 }
 
@@ -183,7 +170,7 @@ fn attacked(
 #[test]
 fn stripped_signatures_and_a_cut_tail_fail_verification_with_the_key() {
     let m = Mounted::new();
-    ok(vault(&m, &["init", "--sealer", "passphrase"]));
+    ok(vault(&m, &["init", "--sealer", "passphrase"], None));
     let _locked_at_end = LockOnDrop(&m);
     let audit = m.store.join(".clawfs/audit");
     // The daemon looks every 2 s whether the vault is unlocked, then signs.
@@ -217,7 +204,7 @@ fn stripped_signatures_and_a_cut_tail_fail_verification_with_the_key() {
     fs::remove_file(ws.join("final.md")).unwrap();
     assert!(m.umount().status.success());
     // Leave no key in the kernel keyring; the trail stays verifiable with the exported key.
-    ok(vault(&m, &["lock"]));
+    ok(vault(&m, &["lock"], None));
 
     let trail = read_trail(&audit);
     let all: Vec<&String> = trail.iter().flat_map(|(_, l)| l).collect();

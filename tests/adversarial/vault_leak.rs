@@ -3,25 +3,11 @@
 use std::fs;
 use std::process::Command;
 
-use crate::common::{clawfs_bin, Mounted};
+use crate::common::{vault, Mounted};
 use crate::support::{audit_until, records, text, TempUser};
 
-fn vault(m: &Mounted, args: &[&str], stdin: &str) {
-    use std::io::Write;
-    let mut c = Command::new(clawfs_bin());
-    c.arg("vault").arg("--store").arg(&m.store).args(args);
-    c.env("CLAWFS_VAULT_PASSPHRASE", "correct horse battery staple");
-    c.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+fn vault_ok(m: &Mounted, args: &[&str], stdin: &str) {
+    let out = vault(m, args, Some(stdin));
     assert!(
         out.status.success(),
         "clawfs vault {args:?}: {}",
@@ -32,8 +18,8 @@ fn vault(m: &Mounted, args: &[&str], stdin: &str) {
 #[test]
 fn an_ordinary_user_never_reads_a_secret() {
     let m = Mounted::new();
-    vault(&m, &["init", "--sealer", "passphrase"], "");
-    vault(&m, &["put", "openai-api-key"], "sk-live-123\n");
+    vault_ok(&m, &["init", "--sealer", "passphrase"], "");
+    vault_ok(&m, &["put", "openai-api-key"], "sk-live-123\n");
     let secret = m.path("vault/secrets/openai-api-key");
     // The admin reads it.
     assert_eq!(fs::read_to_string(&secret).unwrap(), "sk-live-123");

@@ -197,6 +197,32 @@ impl Drop for Mounted {
     }
 }
 
+/// The passphrase of the test vaults (`clawfs vault init --sealer passphrase`); each test's vault
+/// has its own keyring, named after its random vault id.
+pub const VAULT_PASSPHRASE: &str = "correct horse battery staple";
+
+/// `clawfs vault --store STORE ARGS`, with `stdin` as its input when given.
+pub fn vault(m: &Mounted, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut c = Command::new(clawfs_bin());
+    c.arg("vault").arg("--store").arg(&m.store).args(args);
+    c.env("CLAWFS_VAULT_PASSPHRASE", VAULT_PASSPHRASE);
+    let Some(input) = stdin else {
+        return c.output().expect("run clawfs vault");
+    };
+    c.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("run clawfs vault");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The errno of an I/O result that must have failed.
 pub fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.expect_err("the call should have been refused")
