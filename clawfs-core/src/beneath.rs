@@ -35,10 +35,16 @@ pub fn open(base: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::R
     if rel.is_absolute() {
         return Err(io::Error::from_raw_os_error(libc::EXDEV));
     }
+    // O_NONBLOCK: a FIFO planted where a file should be never blocks the daemon (it makes
+    // no difference to a regular file; O_PATH takes no such flag).
+    let nonblock = match flags.contains(OFlags::PATH) {
+        true => OFlags::empty(),
+        false => OFlags::NONBLOCK,
+    };
     Ok(rustix::fs::openat2(
         base,
         rel,
-        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | nonblock,
         Mode::from_raw_mode(mode),
         RESOLVE,
     )?)
@@ -80,17 +86,24 @@ pub fn create_dir_all(
     Ok(dir)
 }
 
-/// Reads the regular file `rel` beneath `base`, at most `max` bytes (`None` if it is missing).
-pub fn read(base: BorrowedFd<'_>, rel: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
-    let fd = match open(base, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+/// Opens the regular file `rel` beneath `base` with `flags`; anything else (a FIFO, a device,
+/// a directory) is refused with EINVAL.
+pub fn open_file(base: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+    let fd = open(base, rel, flags, 0)?;
     let st = rustix::fs::fstat(&fd)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    Ok(fd)
+}
+
+/// Reads the regular file `rel` beneath `base`, at most `max` bytes (`None` if it is missing).
+pub fn read(base: BorrowedFd<'_>, rel: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let fd = match open_file(base, rel, OFlags::RDONLY) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let mut out = Vec::new();
     File::from(fd).take(max).read_to_end(&mut out)?;
     Ok(Some(out))

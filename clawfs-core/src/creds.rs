@@ -23,25 +23,48 @@ impl Caller {
         gid: 0,
         pid: 0,
     };
+}
 
-    /// Supplementary groups of the caller, from `/proc/<pid>/status`. The kernel does not pass
-    /// them with the request; a vanished process has none.
-    fn groups(&self) -> Vec<libc::gid_t> {
-        if self.pid == 0 {
-            return Vec::new();
-        }
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
-            return Vec::new();
+/// What a caller acts with beyond its uid and gid: its supplementary groups and umask, read
+/// from `/proc/<pid>/status` (the kernel does not pass them with the request). Read while the
+/// caller waits in its call, so its pid cannot belong to another process yet; a call that runs
+/// later (a tool call run at the first read of its descriptor) keeps these, never reads them
+/// again by a pid that may have been reused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// The caller.
+    pub caller: Caller,
+    /// Supplementary groups; none for a vanished process.
+    pub groups: Vec<libc::gid_t>,
+    /// Permission bits cleared from what it creates; 022 when unknown.
+    pub umask: u32,
+}
+
+impl Credentials {
+    /// The credentials of `caller` now.
+    pub fn of(caller: &Caller) -> Credentials {
+        let status = match caller.pid {
+            0 => None,
+            pid => std::fs::read_to_string(format!("/proc/{pid}/status")).ok(),
         };
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Groups:"))
-            .map(|g| {
-                g.split_whitespace()
-                    .filter_map(|n| n.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
+        let field = |name: &str| {
+            status
+                .as_deref()
+                .and_then(|s| s.lines().find_map(|l| l.strip_prefix(name)).map(str::trim))
+        };
+        Credentials {
+            caller: *caller,
+            groups: field("Groups:")
+                .map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|n| n.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            umask: field("Umask:")
+                .and_then(|v| u32::from_str_radix(v, 8).ok())
+                .unwrap_or(0o022),
+        }
     }
 }
 
@@ -71,15 +94,26 @@ impl AsCaller {
     /// Switches to `caller`'s credentials. A root caller with gid 0, or a daemon that is not
     /// root (a user mount, where every file belongs to the user anyway), switches nothing.
     pub fn enter(caller: &Caller) -> io::Result<Self> {
-        let noop = Self {
+        if (caller.uid == 0 && caller.gid == 0) || !daemon_is_root() {
+            return Ok(Self::noop());
+        }
+        Self::enter_with(&Credentials::of(caller))
+    }
+
+    fn noop() -> Self {
+        Self {
             switched: false,
             _not_send: std::marker::PhantomData,
-        };
-        if (caller.uid == 0 && caller.gid == 0) || !daemon_is_root() {
-            return Ok(noop);
         }
-        let groups = caller.groups();
-        set_thread_groups(&groups)?;
+    }
+
+    /// Switches to credentials read earlier (see [`Credentials`]).
+    pub fn enter_with(creds: &Credentials) -> io::Result<Self> {
+        let caller = &creds.caller;
+        if (caller.uid == 0 && caller.gid == 0) || !daemon_is_root() {
+            return Ok(Self::noop());
+        }
+        set_thread_groups(&creds.groups)?;
         // SAFETY: setfsgid/setfsuid have no memory-safety preconditions; they affect only this
         // thread's credentials, which `Drop` restores.
         unsafe {

@@ -186,6 +186,9 @@ pub struct VirtualHandle {
     pub node: VirtualNode,
     /// The opener.
     pub caller: crate::creds::Caller,
+    /// Who the opener was and what it acted with, fixed at open: a call that runs later runs
+    /// as them, whatever holds the descriptor or the pid by then.
+    pub opener: (crate::policy::Identity, crate::creds::Credentials),
     /// State of the exchange.
     pub state: Mutex<Exchange>,
 }

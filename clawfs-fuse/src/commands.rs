@@ -275,17 +275,27 @@ pub fn identity_verify(store: &Option<PathBuf>, agent: Option<&str>) -> Result<(
         None => std::fs::read_dir(&agents_dir)
             .with_context(|| format!("listing {}", agents_dir.display()))?
             .filter_map(Result::ok)
-            .filter(|e| e.path().join("identity.json").exists())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect(),
     };
     names.sort();
     let mut bad = 0;
     for name in &names {
-        let path = agents_dir.join(name).join("identity.json");
-        let verdict = match std::fs::read(&path) {
+        // The agent's directory is the agent's: read by descriptor, no symlink followed, a
+        // FIFO or device refused, at most the largest identity document.
+        let rel = Path::new(Area::Agents.dir_name())
+            .join(name)
+            .join("identity.json");
+        let read = clawfs_core::beneath::read(
+            store.root_fd(),
+            &rel,
+            clawfs_core::fs::MAX_IDENTITY_BYTES + 1,
+        );
+        let verdict = match read {
             Err(e) => Err(e.to_string()),
-            Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(None) => Err("no identity.json".to_string()),
+            Ok(Some(bytes)) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
                 Err(e) => Err(format!("not valid JSON: {e}")),
                 Ok(doc) if clawfs_core::identity::verify(&doc) => Ok(()),
                 Ok(doc) => Err(format!(

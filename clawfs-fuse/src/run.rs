@@ -146,7 +146,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
     let (uid, gid) = match (&args.user, spec_in_policy.run_as()) {
         (Some(u), _) => {
             let ids = parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?;
-            check_own_uid(store.root(), &policy, &agent, ids.0)
+            check_own_ids(store.root(), &policy, &agent, ids)
                 .map_err(|e| fail(format!("--user {u}: {e}")))?;
             ids
         }
@@ -573,30 +573,35 @@ fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> 
         .map_err(|e| fail(format!("creating {}: {e}", shown.display())))
 }
 
-/// One agent, one uid: `--user` may not name a uid that is another agent's (its
-/// uid in the policy, its placeholder uid, the owner of its directory, or the uid of a process
-/// running as it now). Sharing a uid would let one agent ptrace or signal the other and read
-/// what the other may read. (Root is refused later, unless the policy says `allow_root`.)
-fn check_own_uid(
+/// One agent, one uid: `--user` may not name a uid or gid that is another agent's (its ids in
+/// the policy, or its placeholder ids when the policy gives none; the owner of its directory;
+/// the uid of a process running as it now). Sharing them would let one agent ptrace or signal
+/// the other, or read what the other's group may read. (Root is refused later, unless the
+/// policy says `allow_root`.)
+fn check_own_ids(
     store: &Path,
     policy: &clawfs_core::policy::Policy,
     agent: &str,
-    uid: u32,
+    (uid, gid): (u32, u32),
 ) -> Result<(), String> {
     for other in roster(store).into_iter().filter(|a| a != agent) {
-        let in_policy = clawfs_core::policy::AgentName::new(&other)
+        let placeholder = placeholder_uid(store, &other);
+        let (o_uid, o_gid) = clawfs_core::policy::AgentName::new(&other)
             .ok()
             .and_then(|n| policy.agent(&n).and_then(|s| s.run_as()))
-            .map(|(u, _)| u);
+            .unwrap_or((placeholder, placeholder));
         let owner = fs::metadata(store.join(Area::Agents.dir_name()).join(&other))
             .ok()
             .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
             .filter(|&u| u != 0);
-        // Without a uid in the policy, the other agent runs as its placeholder uid.
-        let runs_as = in_policy.unwrap_or_else(|| placeholder_uid(store, &other));
-        if runs_as == uid || owner == Some(uid) {
+        if o_uid == uid || owner == Some(uid) {
             return Err(format!(
                 "uid {uid} is agent {other}'s; give {agent} a uid of its own"
+            ));
+        }
+        if o_gid == gid && gid != 0 {
+            return Err(format!(
+                "gid {gid} is agent {other}'s; give {agent} a group of its own"
             ));
         }
     }

@@ -84,6 +84,7 @@ pub(crate) fn atomic_write(
     bytes: &[u8],
     old: Option<&Metadata>,
 ) -> ToolResult<()> {
+    root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, Metadata::len)))?;
     let mode = match old {
         Some(m) => std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
         None => root.file_mode(),

@@ -60,7 +60,12 @@ pub struct ToolRoot {
     umask: u32,
     /// Told the absolute path of every entry a call creates, replaces, moves or removes.
     observer: Option<Observer>,
+    /// Told how many bytes each write adds before it is made; an error refuses the write.
+    meter: Option<Meter>,
 }
+
+/// A callback asked before each write with the bytes it adds (see [`ToolRoot::with_meter`]).
+pub type Meter = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
 
 /// A callback told of every changed path (see [`ToolRoot::with_observer`]).
 pub type Observer = Arc<dyn Fn(&Path) + Send + Sync>;
@@ -105,6 +110,7 @@ impl ToolRoot {
             locks: &PATH_LOCKS,
             umask: 0o022,
             observer: None,
+            meter: None,
         })
     }
 
@@ -131,6 +137,21 @@ impl ToolRoot {
     pub fn with_umask(mut self, umask: u32) -> ToolRoot {
         self.umask = umask & 0o777;
         self
+    }
+
+    /// Asks `meter` before each write how many bytes it adds past the file's old size; an error
+    /// refuses the write with its message (the daemon charges an agent's byte quota this way).
+    pub fn with_meter(mut self, meter: Meter) -> ToolRoot {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Asks the meter whether a write may add `bytes` (a byte quota); refused as `denied`.
+    pub(crate) fn charge(&self, bytes: u64) -> ToolResult<()> {
+        match &self.meter {
+            Some(m) if bytes > 0 => m(bytes).map_err(ToolError::Denied),
+            _ => Ok(()),
+        }
     }
 
     /// Calls `observer` with the absolute path of every entry a call creates, replaces, moves

@@ -30,6 +30,10 @@ fn run_refuses_another_agents_uid_and_root() {
     assert!(!out.status.success(), "{}", text(&out));
     let out = run_as(&m, "kernel-engine", "root");
     assert!(!out.status.success(), "{}", text(&out));
+    // Another agent's group, with a fresh uid.
+    let out = run_as(&m, "kernel-engine", "62998:61006");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("fs-engine"), "{}", text(&out));
     // Its own uid, and a fresh one nobody uses, are fine.
     let out = run_as(&m, "kernel-engine", "61001");
     assert!(out.status.success(), "{}", text(&out));

@@ -58,3 +58,51 @@ except OSError as e:
         .iter()
         .any(|d| d["rule"] == "QUOTA"));
 }
+
+#[test]
+fn extending_preallocating_tools_and_identity_rewrites_are_charged_too() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let dir = format!("{}/agents/fs-engine", m.mnt.display());
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {dir} || exit 9
+             truncate -s 50M sparse 2>&1 || echo truncate-refused
+             fallocate -n -l 30M kept 2>&1 || echo fallocate-refused
+             true"
+        ),
+    );
+    let out = text(&out);
+    assert!(out.contains("truncate-refused"), "{out}");
+    assert!(out.contains("fallocate-refused"), "{out}");
+    // Tool writes into a workspace count against the same quota.
+    let big = "a".repeat(700_000);
+    let req = |p: &str| format!("{{\"path\":\"{p}\",\"content\":\"{big}\"}}");
+    fs::write(m.dir.path().join("r1.json"), req("t1.md")).unwrap();
+    fs::write(m.dir.path().join("r2.json"), req("t2.md")).unwrap();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "for r in r1 r2; do exec 3<>{mnt}/tools/call/write_file; cat {d}/$r.json >&3; cat <&3; echo; exec 3>&-; done",
+            mnt = m.mnt.display(),
+            d = m.dir.path().display()
+        ),
+    );
+    let out = text(&out);
+    assert!(out.contains("\"ok\":true"), "{out}");
+    assert!(out.contains("quota"), "{out}");
+    assert!(!m.ws().join("t2.md").exists(), "{out}");
+    // Identity rewrites keep a bounded number of backups.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {dir}; i=0; while [ $i -lt 30 ]; do cp identity.json /tmp/i.json; cat /tmp/i.json > identity.json; i=$((i+1)); done; echo done"
+        ),
+    );
+    assert!(text(&out).contains("done"), "{}", text(&out));
+    let kept = fs::read_dir(m.backing("agents/fs-engine/backups"))
+        .unwrap()
+        .count();
+    assert!(kept <= 16, "{kept} identity backups kept");
+}

@@ -61,3 +61,55 @@ fn planted_links_never_redirect_a_root_write() {
             .is_file()
     );
 }
+
+#[test]
+fn a_fifo_where_the_daemon_reads_never_hangs_it() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    let doc = r#"{"agent_id":"fs-engine","version":2,"created_at":"x","state":{},"memory":{},"history":{},"performance":{}}"#;
+    // Swap identity.json for a FIFO while holding it open for writing, then commit.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {mnt}/agents/fs-engine || exit 9
+             exec 3<>identity.json; mkfifo ff; mv -f ff identity.json; echo '{doc}' >&3; exec 3>&- 2>&1
+             echo committed"
+        ),
+    );
+    assert!(text(&out).contains("committed"), "{}", text(&out));
+    // The daemon still answers, on every thread.
+    for _ in 0..8 {
+        let out = std::process::Command::new("timeout")
+            .args(["5", "ls"])
+            .arg(m.path("agents"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the daemon hangs: {}", text(&out));
+    }
+}
+
+#[test]
+fn identity_verify_never_follows_an_agents_link() {
+    let m = Mounted::new();
+    let victim = m.dir.path().join("victim");
+    fs::write(&victim, "root-only secret\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {}/agents/fs-engine && rm -f identity.json && ln -s {} identity.json 2>&1; true",
+            m.mnt.display(),
+            victim.display()
+        ),
+    );
+    let _ = out;
+    let out = crate::common::clawfs([
+        "identity",
+        "verify",
+        "--store",
+        m.store.to_str().unwrap(),
+        "fs-engine",
+    ]);
+    assert!(!text(&out).contains("root-only secret"), "{}", text(&out));
+    assert!(!out.status.success(), "{}", text(&out));
+}

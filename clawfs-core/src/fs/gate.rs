@@ -331,9 +331,8 @@ impl ClawFs {
     }
 
     /// Charges the growth of a write ending at `end` (what it adds past the file's current
-    /// size) to the metered writer `w`; refused with EDQUOT (audited, and in the agent's
-    /// denials file) when it would cross the quota.
-    pub(super) fn charge(
+    /// size) to the metered writer `w`; see [`Self::charge`].
+    pub(super) fn charge_growth(
         &self,
         w: &crate::open_files::WriteHandle,
         op: &'static str,
@@ -341,8 +340,18 @@ impl ClawFs {
         file: &crate::open_files::OpenFile,
     ) -> FsResult<()> {
         let size = file.backing.file.metadata()?.len();
-        let growth = end.saturating_sub(size);
-        if growth == 0 {
+        self.charge(w, op, end.saturating_sub(size))
+    }
+
+    /// Charges `bytes` to the metered writer `w`; refused with EDQUOT (audited, and in the
+    /// agent's denials file) when it would cross the quota.
+    pub(super) fn charge(
+        &self,
+        w: &crate::open_files::WriteHandle,
+        op: &'static str,
+        bytes: u64,
+    ) -> FsResult<()> {
+        if bytes == 0 {
             return Ok(());
         }
         let caller = Caller {
@@ -350,14 +359,11 @@ impl ClawFs {
             gid: 0,
             pid: w.pid,
         };
-        let adding = Quota {
-            bytes: growth,
-            files: 0,
-        };
+        let adding = Quota { bytes, files: 0 };
         self.decide_quota(&caller, &w.who, op, &w.path, adding, true)
     }
 
-    fn usage(&self, agent: &AgentName) -> Quota {
+    pub(super) fn usage(&self, agent: &AgentName) -> Quota {
         let usage = self
             .gate
             .usage

@@ -42,7 +42,9 @@ mod staged;
 mod virtuals;
 
 pub use gate::{audit_name, POLICY_FILE};
-pub use staged::{identity_file_agent, validate as validate_identity, StagedTarget};
+pub use staged::{
+    identity_file_agent, validate as validate_identity, StagedTarget, MAX_IDENTITY_BYTES,
+};
 
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]
@@ -584,10 +586,20 @@ impl ClawFs {
             .map_err(|e| self.rule_refusal(caller, "setattr", &node, None, e))?;
         let fd = self.open_path(&node)?;
         let ns = self.ns_path(&fd)?;
-        self.decide(caller, "setattr", crate::policy::Access::Write, &ns)?;
+        let who = self.decide(caller, "setattr", crate::policy::Access::Write, &ns)?;
         if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
             // Identity files change whole, validated at close: open and write them.
             return Err(FsError::Managed("identity.json (write it whole)".into()));
+        }
+        if let Some(size) = change.size.filter(|_| self.metered(&who)) {
+            // Extending a file reserves its new bytes: they are charged now, so that writing
+            // inside the new size later is not free.
+            let growth = size.saturating_sub(rustix::fs::fstat(&*fd)?.st_size as u64);
+            let adding = crate::policy::Quota {
+                bytes: growth,
+                files: 0,
+            };
+            self.decide_quota(caller, &who, "setattr", &ns, adding, true)?;
         }
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());
@@ -1145,7 +1157,7 @@ impl ClawFs {
         let file = self.files.get(fh)?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
             let end = offset.saturating_add(data.len() as u64);
-            self.charge(w, "write", end, &file)?;
+            self.charge_growth(w, "write", end, &file)?;
         }
         if kill_suidgid {
             drop_suidgid(&file.backing.file)?;
@@ -1229,8 +1241,13 @@ impl ClawFs {
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         let file = self.files.get(fh)?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
-            if mode & (libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) == 0 {
-                self.charge(w, "fallocate", offset.saturating_add(len), &file)?;
+            if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+                // Frees space.
+            } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
+                // Space past the size, which a later write would otherwise fill for free.
+                self.charge(w, "fallocate", len)?;
+            } else {
+                self.charge_growth(w, "fallocate", offset.saturating_add(len), &file)?;
             }
         }
         rustix::fs::fallocate(
@@ -1268,7 +1285,7 @@ impl ClawFs {
     ) -> FsResult<u32> {
         let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
         if let Some(w) = dst.writer.as_ref().filter(|w| w.metered) {
-            self.charge(w, "copy_file_range", offset_out.saturating_add(len), &dst)?;
+            self.charge_growth(w, "copy_file_range", offset_out.saturating_add(len), &dst)?;
         }
         let (mut oi, mut oo) = (offset_in, offset_out);
         let n = rustix::fs::copy_file_range(
@@ -1564,11 +1581,10 @@ impl ClawFs {
             path: "metadata.json".into(),
             reason,
         };
-        let file = crate::beneath::open(
+        let file = crate::beneath::open_file(
             ws.as_fd(),
             std::path::Path::new("metadata.json"),
             rustix::fs::OFlags::RDONLY,
-            0,
         )?;
         let mode = rustix::fs::fstat(&file)?.st_mode & 0o7777;
         let mut meta: serde_json::Value =

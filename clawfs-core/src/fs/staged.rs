@@ -150,8 +150,19 @@ impl ClawFs {
         File::from(current)
             .take(MAX_IDENTITY_BYTES)
             .read_to_end(&mut old)?;
+        let who = self.identify(caller);
+        if self.metered(&who) {
+            let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
+            let growth = (out.len() as u64).saturating_sub(old.len() as u64);
+            let adding = crate::policy::Quota {
+                bytes: growth,
+                files: 0,
+            };
+            self.decide_quota(caller, &who, "write", &path, adding, true)?;
+        }
         let backups =
             crate::beneath::create_dir_all(dir.as_fd(), Path::new("backups"), 0o750, None)?;
+        prune_backups(backups.as_fd())?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
         let owner = Some((st.st_uid, st.st_gid));
         let keep = crate::beneath::FileMode {
@@ -189,6 +200,26 @@ impl ClawFs {
             reason: "the identity document does not validate (see the denials file)",
         })
     }
+}
+
+/// Identity backups kept per agent: the newest, so that rewriting the file in a loop cannot
+/// fill the disk with root-written copies.
+pub const KEPT_BACKUPS: usize = 16;
+
+/// Removes the oldest `identity-*.json` backups so that, with the one about to be written,
+/// [`KEPT_BACKUPS`] remain.
+fn prune_backups(dir: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let mut names: Vec<String> = rustix::fs::Dir::read_from(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+        .filter(|n| n.starts_with("identity-") && n.ends_with(".json"))
+        .collect();
+    names.sort(); // the stamps sort by time
+    let excess = (names.len() + 1).saturating_sub(KEPT_BACKUPS);
+    for name in &names[..excess] {
+        rustix::fs::unlinkat(dir, name.as_str(), rustix::fs::AtFlags::empty())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -196,7 +196,7 @@ impl ClawFs {
         if state.response.is_none() {
             if let VirtualNode::Call(tool) = &handle.node {
                 // The call runs on this request thread; the other threads keep serving.
-                let response = self.run_tool(&handle.caller, Some(tool), &state);
+                let response = self.run_tool(&handle.opener, Some(tool), &state);
                 state.response = Some(response);
             }
         }
@@ -208,6 +208,7 @@ impl ClawFs {
         let (fh, _) = self.vfiles.insert(VirtualHandle {
             node,
             caller: *caller,
+            opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
             state: std::sync::Mutex::new(exchange),
         });
         fh
@@ -292,7 +293,7 @@ impl ClawFs {
         if state.response.is_some() {
             return;
         }
-        let response = self.run_tool(&handle.caller, None, &state);
+        let response = self.run_tool(&handle.opener, None, &state);
         state.response = Some(Vec::new());
         drop(state);
         self.keep_response(owner.clone(), id.clone(), response);
@@ -426,8 +427,13 @@ impl ClawFs {
     /// Runs one tool call for `caller` and returns the JSON response; the call is on the audit
     /// trail with the tool's result code, and a refusal reaches the agent's denials file. Every
     /// failure is a JSON error response, never an errno.
-    fn run_tool(&self, caller: &Caller, tool: Option<&str>, exchange: &Exchange) -> Vec<u8> {
-        let who = self.identify(caller);
+    fn run_tool(
+        &self,
+        (who, creds): &(crate::policy::Identity, crate::creds::Credentials),
+        tool: Option<&str>,
+        exchange: &Exchange,
+    ) -> Vec<u8> {
+        let caller = &creds.caller;
         let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
             serde_json::from_slice::<serde_json::Value>(&exchange.request)
                 .ok()
@@ -441,12 +447,12 @@ impl ClawFs {
             );
             (None, tool_error("too_large", message))
         } else {
-            self.call_tool(caller, &who, tool, &exchange.request)
+            self.call_tool(creds, who, tool, &exchange.request)
         };
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
         }
-        self.record_tool(caller, &who, &tool_name, workspace.as_deref(), &out);
+        self.record_tool(caller, who, &tool_name, workspace.as_deref(), &out);
         out
     }
 
@@ -506,7 +512,7 @@ impl ClawFs {
     /// that far) and the response.
     fn call_tool(
         &self,
-        caller: &Caller,
+        creds: &crate::creds::Credentials,
         who: &crate::policy::Identity,
         tool: Option<&str>,
         request: &[u8],
@@ -544,9 +550,33 @@ impl ClawFs {
         if let Some(mp) = self.mountpoint.get() {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
+        // An agent's byte quota: the call may add what is left of it, and is charged what it
+        // added when it is done.
+        let added = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        if let (true, Identity::Agent(agent)) = (self.metered(who), who) {
+            let left = self
+                .policy()
+                .quota(agent)
+                .bytes
+                .saturating_sub(self.usage(agent).bytes);
+            let added = std::sync::Arc::clone(&added);
+            let name = agent.as_str().to_string();
+            root = root.with_meter(std::sync::Arc::new(move |bytes| {
+                use std::sync::atomic::Ordering;
+                let before = added.fetch_add(bytes, Ordering::AcqRel);
+                if before.saturating_add(bytes) <= left {
+                    return Ok(());
+                }
+                added.fetch_sub(bytes, Ordering::AcqRel);
+                Err(format!(
+                    "agent {name} has {} bytes of its quota left and this write adds {bytes}; delete files or ask an admin to raise quota.bytes",
+                    left.saturating_sub(before)
+                ))
+            }));
+        }
         let changed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         root = root
-            .with_umask(caller_umask(caller.pid))
+            .with_umask(creds.umask)
             .with_observer(std::sync::Arc::new({
                 let changed = std::sync::Arc::clone(&changed);
                 move |p: &std::path::Path| {
@@ -556,15 +586,43 @@ impl ClawFs {
                         .push(p.to_path_buf())
                 }
             }));
-        let as_caller = match AsCaller::enter(caller) {
+        let area = match crate::beneath::open(
+            self.store.root_fd(),
+            std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return error("io_error", e.to_string()),
+        };
+        let as_caller = match AsCaller::enter_with(creds) {
             Ok(guard) => guard,
             Err(e) => return error("io_error", e.to_string()),
         };
+        // The tools start from the workspace, opened by the daemon; the caller must be able to
+        // reach it through /workspaces/ as it would by path.
+        if let Err(e) = rustix::fs::openat(
+            &area,
+            workspace.as_str(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW,
+            rustix::fs::Mode::empty(),
+        ) {
+            return error(
+                "denied",
+                format!("you may not enter /workspaces/{workspace}: {e} (by its permissions)"),
+            );
+        }
         let out = match tool {
             Some(tool) => clawfs_tools::call(&root, tool, &request),
             None => clawfs_tools::call_request(&root, &request),
         };
         drop(as_caller);
+        if let Identity::Agent(agent) = who {
+            let bytes = added.load(std::sync::atomic::Ordering::Acquire);
+            if bytes > 0 {
+                self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+            }
+        }
         // The tool wrote the backing files directly: the kernel's view of them is stale until
         // told, and the caller must see its change as soon as it has the answer.
         let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
@@ -630,19 +688,6 @@ fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
     }
 }
 
-/// The umask of process `pid` (new files a tool creates for it get its usual modes); 022
-/// when it cannot be read.
-fn caller_umask(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
-}
-
 /// A tool call's access: exactly what the calling identity has by direct file access.
 struct ToolAccess {
     policy: std::sync::Arc<Policy>,
@@ -663,6 +708,16 @@ impl ToolAccess {
 impl clawfs_tools::AccessCheck for ToolAccess {
     fn check(&self, rel: &str, access: clawfs_tools::Access) -> clawfs_tools::ToolResult<()> {
         clawfs_tools::policy::check_protected(rel)?;
+        let top = rel.split('/').find(|c| !c.is_empty());
+        if access == clawfs_tools::Access::Write
+            && (top == Some("snapshots") || rel.trim_matches('/') == "metadata.json")
+        {
+            // The workspace's metadata and snapshots are ClawFS's: the mount refuses to remove
+            // or rename them, and so do the tools, which cannot tell a write from a removal.
+            return Err(clawfs_tools::ToolError::Denied(format!(
+                "{rel} is managed by ClawFS (the workspace's metadata.json and snapshots/); set user.clawfs.* attributes on the workspace instead"
+            )));
+        }
         let path = self.ns(rel).ok_or_else(|| {
             clawfs_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
         })?;
