@@ -802,7 +802,17 @@ impl Writer {
             self.pending_since = Some(Instant::now());
             return;
         };
-        match c.file.write_all(&self.pending) {
+        let mut done = 0;
+        let result = loop {
+            match c.file.write(&self.pending[done..]) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) if done + n == self.pending.len() => break Ok(()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        match result {
             Ok(()) => {
                 c.size += self.pending.len() as u64;
                 self.pending.clear();
@@ -818,12 +828,21 @@ impl Writer {
                 }
             }
             Err(e) => {
-                let _ = c.file.set_len(c.size);
+                // Keep the complete records that fit (a full disk takes what it has room for),
+                // cut the torn one, and keep the rest pending.
+                let kept = self.pending[..done]
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
+                let _ = c.file.set_len(c.size + kept as u64);
+                c.size += kept as u64;
+                self.pending.drain(..kept);
                 let e = AuditError::io(&c.info.path, e);
                 tracing::error!(error = %e, "audit trail: write failed; will retry");
                 self.error.get_or_insert(e);
-                // Retry after the next delay rather than spinning.
-                self.pending_since = Some(Instant::now());
+                // Retry in about a second rather than every write delay: a full disk is not
+                // freed that fast, and rewriting a large batch again and again only churns it.
+                self.pending_since = Some(Instant::now() + Duration::from_secs(1));
             }
         }
     }
