@@ -76,3 +76,32 @@ fn an_empty_request_is_an_error_on_record() {
     assert_eq!(rec.len(), 1, "{rec:?}");
     assert_eq!(rec[0]["result"], "error", "{rec:?}");
 }
+
+#[test]
+fn a_refused_clawfs_xattr_is_on_record() {
+    let m = Mounted::new();
+    assert_eq!(
+        errno(xattr::set(m.ws(), "user.clawfs.vector_dimension", b"7")),
+        libc::EINVAL
+    );
+    assert_eq!(
+        errno(xattr::remove(m.ws(), "user.clawfs.vector_dimension")),
+        libc::EINVAL
+    );
+    let all = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| {
+                r["result"] == "denied"
+                    && r["operation"]
+                        .as_str()
+                        .is_some_and(|o| o.ends_with("xattr"))
+            })
+            .count()
+            >= 2
+    });
+    let refused: Vec<_> = all
+        .iter()
+        .filter(|r| r["result"] == "denied" && r["errno"] == libc::EINVAL)
+        .collect();
+    assert_eq!(refused.len(), 2, "{all:?}");
+}

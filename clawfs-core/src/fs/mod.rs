@@ -1491,9 +1491,10 @@ impl ClawFs {
         let node = self.node(ino)?;
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "setxattr", &node, None, e))?;
-        let name = self.user_xattr_name(name)?;
+        let refused = |e| self.rule_refusal(caller, "setxattr", &node, None, e);
+        let name = self.user_xattr_name(name).map_err(refused)?;
         let effect = if name.starts_with(xattrs::CLAWFS_PREFIX) {
-            Some(xattrs::parse_clawfs(node.place, name, value)?)
+            Some(xattrs::parse_clawfs(node.place, name, value).map_err(refused)?)
         } else {
             None
         };
@@ -1542,12 +1543,13 @@ impl ClawFs {
         let node = self.node(ino)?;
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "removexattr", &node, None, e))?;
-        let name = self.user_xattr_name(name)?;
+        let refused = |e| self.rule_refusal(caller, "removexattr", &node, None, e);
+        let name = self.user_xattr_name(name).map_err(refused)?;
         if name.starts_with(xattrs::CLAWFS_PREFIX) {
-            return Err(FsError::InvalidXattr {
+            return Err(refused(FsError::InvalidXattr {
                 name: name.into(),
                 reason: "ClawFS attributes cannot be removed; set a new value".into(),
-            });
+            }));
         }
         let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
         let _as = AsCaller::enter(caller)?;

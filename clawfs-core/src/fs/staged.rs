@@ -114,27 +114,58 @@ impl ClawFs {
         }))
     }
 
-    /// Commits a staged identity write at `close()`.
+    /// Commits a staged identity write at `close()`, on the audit trail as `identity:commit`
+    /// (a refusal is recorded where it is decided).
     pub(super) fn commit_staged(&self, caller: &Caller, file: &OpenFile) -> FsResult<()> {
         let Some(target) = &file.staged else {
             return Ok(());
         };
+        let result = self.commit_staged_file(caller, file, target);
+        let ev = || {
+            crate::audit::AuditEvent::new(
+                super::audit_name(&self.identify(caller)),
+                caller.pid,
+                "identity:commit",
+                format!("/agents/{}/identity.json", target.agent),
+            )
+        };
+        match &result {
+            Ok(true) => self.record(ev()),
+            Err(e @ FsError::Io(_)) => self.record(ev().failed(e.errno()).reason(e.to_string())),
+            _ => {}
+        }
+        result.map(|_| ())
+    }
+
+    /// Validates and commits; `Ok(false)` when there was nothing to commit.
+    fn commit_staged_file(
+        &self,
+        caller: &Caller,
+        file: &OpenFile,
+        target: &StagedTarget,
+    ) -> FsResult<bool> {
         if !target
             .dirty
             .swap(false, std::sync::atomic::Ordering::AcqRel)
         {
-            return Ok(());
+            return Ok(false);
         }
         let mut f = &file.backing.file;
         if f.metadata()?.len() > MAX_IDENTITY_BYTES {
-            return self.refuse_identity(caller, target, "the document is larger than 1 MiB");
+            return self
+                .refuse_identity(caller, target, "the document is larger than 1 MiB")
+                .map(|()| false);
         }
         let mut bytes = Vec::new();
         f.seek(SeekFrom::Start(0))?;
         f.read_to_end(&mut bytes)?;
         let mut doc = match validate(&target.agent, &bytes) {
             Ok(d) => d,
-            Err(reason) => return self.refuse_identity(caller, target, &reason),
+            Err(reason) => {
+                return self
+                    .refuse_identity(caller, target, &reason)
+                    .map(|()| false)
+            }
         };
         doc["updated_at"] = Value::String(crate::seed::now_rfc3339());
         doc["checksum"] = Value::String(crate::identity::checksum(&doc));
@@ -178,7 +209,7 @@ impl ClawFs {
         crate::beneath::write_atomic(dir.as_fd(), "identity.json", &out, keep)?;
         let current = self.store.root().join(&target.dir).join("identity.json");
         self.invalidate_paths(&[current]);
-        Ok(())
+        Ok(true)
     }
 
     fn refuse_identity(
