@@ -245,17 +245,30 @@ impl ToolRoot {
 /// Runs `tool` with the JSON `request` (the tool's arguments as one object) and returns the JSON
 /// response bytes. Never panics; every failure is an `{"ok": false, ...}` response.
 pub fn call(root: &ToolRoot, tool: &str, request: &[u8]) -> Vec<u8> {
-    let v = match parse_request(root, request) {
-        Ok(v) => guarded(|| tools::dispatch(root, tool, v)),
-        Err(e) => Err(e),
-    };
-    render(v)
+    render(run(root, Some(tool), request))
+}
+
+/// Runs a call and returns its typed result, for a caller that needs to know how it ended
+/// (the daemon's audit trail) without parsing the response: `tool` names the tool (one
+/// descriptor), or `None` takes it from the request's `"tool"` (two files). [`render`] gives
+/// the response [`call`] and [`call_request`] return.
+pub fn run(root: &ToolRoot, tool: Option<&str>, request: &[u8]) -> ToolResult<Value> {
+    match tool {
+        Some(tool) => {
+            parse_request(root, request).and_then(|v| guarded(|| tools::dispatch(root, tool, v)))
+        }
+        None => run_request(root, request),
+    }
 }
 
 /// The two-file interface: the request object names its tool in `"tool"`. Same response as
 /// [`call`].
 pub fn call_request(root: &ToolRoot, request: &[u8]) -> Vec<u8> {
-    let v = parse_request(root, request).and_then(|v| {
+    render(run_request(root, request))
+}
+
+fn run_request(root: &ToolRoot, request: &[u8]) -> ToolResult<Value> {
+    parse_request(root, request).and_then(|v| {
         let tool = match v.get("tool") {
             Some(Value::String(t)) => t.clone(),
             Some(_) => {
@@ -270,8 +283,7 @@ pub fn call_request(root: &ToolRoot, request: &[u8]) -> Vec<u8> {
             }
         };
         guarded(|| tools::dispatch(root, &tool, v))
-    });
-    render(v)
+    })
 }
 
 /// Like [`call`], on an already parsed request, returning the response as a JSON value.
@@ -330,7 +342,7 @@ fn guarded(f: impl FnOnce() -> ToolResult<Value>) -> ToolResult<Value> {
 }
 
 /// Serializes a result with `"ok"` first, then the tool's fields.
-fn render(r: ToolResult<Value>) -> Vec<u8> {
+pub fn render(r: ToolResult<Value>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     match r {
         Ok(Value::Object(m)) => {

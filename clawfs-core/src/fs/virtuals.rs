@@ -440,19 +440,20 @@ impl ClawFs {
                 .and_then(|v| v["tool"].as_str().map(str::to_string))
                 .unwrap_or_else(|| "?".into())
         });
-        let (workspace, mut out) = if exchange.oversized {
+        let (workspace, result) = if exchange.oversized {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
                 virtual_files::MAX_CALL_REQUEST
             );
-            (None, tool_error("too_large", message))
+            (None, Err(clawfs_tools::ToolError::TooLarge(message)))
         } else {
             self.call_tool(creds, who, tool, &exchange.request)
         };
+        self.record_tool(caller, who, &tool_name, workspace.as_deref(), &result);
+        let mut out = clawfs_tools::render(result);
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
         }
-        self.record_tool(caller, who, &tool_name, workspace.as_deref(), &out);
         out
     }
 
@@ -464,7 +465,7 @@ impl ClawFs {
         who: &crate::policy::Identity,
         tool: &str,
         workspace: Option<&str>,
-        out: &[u8],
+        result: &clawfs_tools::ToolResult<serde_json::Value>,
     ) {
         let path = match workspace {
             Some(ws) => format!("/workspaces/{ws}"),
@@ -476,13 +477,12 @@ impl ClawFs {
             format!("tool:{tool}"),
             path.clone(),
         );
-        let v: serde_json::Value = serde_json::from_slice(out).unwrap_or_default();
-        if v["ok"].as_bool() == Some(true) {
-            self.record(ev);
-            return;
-        }
-        let code = v["error"].as_str().unwrap_or("internal").to_string();
-        let message = v["message"].as_str().unwrap_or("").to_string();
+        let e = match result {
+            Ok(_) => return self.record(ev),
+            Err(e) => e,
+        };
+        let code = e.code().to_string();
+        let message = e.to_string();
         let rule = match code.as_str() {
             "protected" => Some(crate::policy::rule::PROTECTED),
             "denied" => Some(crate::policy::rule::TOOL_DENIED),
@@ -516,9 +516,9 @@ impl ClawFs {
         who: &crate::policy::Identity,
         tool: Option<&str>,
         request: &[u8],
-    ) -> (Option<String>, Vec<u8>) {
+    ) -> (Option<String>, clawfs_tools::ToolResult<serde_json::Value>) {
         let (workspace, request) = split_workspace(request);
-        let error = |code: &str, message: String| (None, tool_error(code, message));
+        let error = |code: &str, message: String| (None, Err(tool_error(code, message)));
         if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
             return error("invalid_args", format!("\"workspace\": {e}"));
         }
@@ -612,10 +612,7 @@ impl ClawFs {
                 format!("you may not enter /workspaces/{workspace}: {e} (by its permissions)"),
             );
         }
-        let out = match tool {
-            Some(tool) => clawfs_tools::call(&root, tool, &request),
-            None => clawfs_tools::call_request(&root, &request),
-        };
+        let out = clawfs_tools::run(&root, tool, &request);
         drop(as_caller);
         if let Identity::Agent(agent) = who {
             let bytes = added.load(std::sync::atomic::Ordering::Acquire);
@@ -649,14 +646,17 @@ impl ClawFs {
     }
 }
 
-/// A tool's JSON error response.
-fn tool_error(code: &str, message: String) -> Vec<u8> {
-    let mut v = serde_json::to_vec(&serde_json::json!({
-        "ok": false, "error": code, "message": message
-    }))
-    .expect("JSON serialises");
-    v.push(b'\n');
-    v
+/// A tool error of the daemon's own (before a tool ran), by its code.
+fn tool_error(code: &str, message: String) -> clawfs_tools::ToolError {
+    match code {
+        "not_found" => clawfs_tools::ToolError::NotFound(message),
+        "denied" => clawfs_tools::ToolError::Denied(message),
+        "invalid_args" => clawfs_tools::ToolError::InvalidArgs(message),
+        _ => clawfs_tools::ToolError::Io {
+            context: message,
+            source: std::io::Error::other("the call could not start"),
+        },
+    }
 }
 
 /// The errno a failed tool call is recorded with, by its error code.
