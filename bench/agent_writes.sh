@@ -36,6 +36,10 @@ mkdir -p "$WORK/fs"
 journaled_loop "$WORK/disk.img" 4G "$WORK/fs"
 mkdir -p "$WORK/fs/native" "$WORK/fs/mnt"
 "$BIN" mount "$WORK/fs/mnt" --store "$WORK/fs/store" >/dev/null
+# A byte quota the runs never reach (any quota makes the agent's writes metered).
+sed 's/^\[agents.fs-engine\]$/[agents.fs-engine]\nquota = { bytes = "1TiB" }/' \
+  "$WORK/fs/store/system/policy.toml" > "$WORK/policy.toml"
+"$BIN" policy reload "$WORK/policy.toml" --store "$WORK/fs/store" >/dev/null
 AGENT_DIR="$WORK/fs/mnt/agents/fs-engine"
 ADMIN_DIR="$WORK/fs/mnt/workspaces/default"
 as_agent() { "$BIN" run --store "$WORK/fs/store" --mount "$WORK/fs/mnt" --agent fs-engine -- sh -c "$1" 2>/dev/null; }
