@@ -1,6 +1,7 @@
 //! An agent races its own tool calls: in a workspace it may write, it swaps a folder with a
 //! symlink to a workspace it has no grant on (or to a folder on the host) with
-//! `renameat2(RENAME_EXCHANGE)` through the mount, over and over, while it calls tools on paths
+//! `renameat2(RENAME_EXCHANGE)` through the mount, over and over (and makes and removes hard
+//! links), while it calls tools on paths
 //! through that folder. The daemon resolves and checks a tool's path, then acts on it as root
 //! with the agent's fsuid. Acting by a second lookup of the path would follow the swapped-in
 //! symlink: reads return the other workspace's files, writes land in it.
@@ -35,6 +36,18 @@ if racer == 0:
                 print("SWAP-FAILED", os.strerror(ctypes.get_errno()), flush=True)
                 os._exit(1)
             n += 1
+        # Hard links: a name for a file of this workspace that comes and goes, and one for
+        # the victim's file (refused: a link needs write access to its source).
+        for src, dst in (("sub/f.txt", "hl.txt"), ("../victim/f.txt", "hl2.txt")):
+            try:
+                os.link(src, dst)
+            except OSError:
+                pass
+        for name in ("hl.txt", "hl2.txt"):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
     print("swaps", n, flush=True)
     os._exit(0)
 
@@ -70,6 +83,12 @@ for d in ("race/sub", "race/sub2"):
         ("delete", {"path": d + "/moved.txt"}),
     ]
 requests.append(("search_files", {"pattern": "SECRET"}))
+for name in ("race/hl.txt", "race/hl2.txt"):
+    requests += [
+        ("read_file", {"path": name}),
+        ("write_file", {"path": name, "content": "planted\n"}),
+        ("info", {"path": name}),
+    ]
 
 calls = reads = 0
 codes = {}
