@@ -18,20 +18,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "run as root" >&2; exit 1; }
-if [ -z "$BIN" ]; then
-  (cd "$here/.." && cargo build --release -q -p clawfs-fuse)
-  BIN=$here/../target/release/clawfs
-fi
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
+BIN=$(release_clawfs "$BIN")
 LOOPDEV=""
-cleanup() {
-  set +e
-  unmount_clawfs "$BIN" "$WORK/fs/mnt" 2>/dev/null
-  release_loop "$WORK/fs" "$LOOPDEV" 2>/dev/null
-  remove_unmounted "$WORK"
-}
-trap cleanup EXIT
+trap 'take_down "$BIN" "$WORK"' EXIT
 mkdir -p "$WORK/fs"
 journaled_loop "$WORK/disk.img" 4G "$WORK/fs"
 mkdir -p "$WORK/fs/native" "$WORK/fs/mnt"

@@ -17,20 +17,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "run as root" >&2; exit 1; }
-if [ -z "$BIN" ]; then
-  (cd "$here/.." && cargo build --release -q -p clawfs-fuse)
-  BIN=$here/../target/release/clawfs
-fi
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
+BIN=$(release_clawfs "$BIN")
 LOOPDEV=""
-cleanup() {
-  set +e
-  unmount_clawfs "$BIN" "$WORK/fs/mnt" 2>/dev/null
-  release_loop "$WORK/fs" "$LOOPDEV" 2>/dev/null
-  remove_unmounted "$WORK"
-}
-trap cleanup EXIT
+trap 'take_down "$BIN" "$WORK"' EXIT
 is_mounted "$WORK/fs" && { echo "$WORK/fs is still mounted from an earlier run" >&2; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK/fs"
 cc -O2 -o "$WORK/helper" "$here/helper.c"

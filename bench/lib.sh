@@ -21,6 +21,25 @@ journaled_loop() {
     mount -t ext4 "$LOOPDEV" "$dir"
 }
 
+# release_clawfs BIN: BIN when given, else a release build of this checkout (built now); the
+# path on stdout.
+release_clawfs() {
+    if [[ -n $1 ]]; then echo "$1"; return; fi
+    local repo
+    repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    (cd "$repo" && cargo build --release -q -p clawfs-fuse) >&2 || return 1
+    echo "$repo/target/release/clawfs"
+}
+
+# take_down BIN WORK: unmounts the ClawFS at WORK/fs/mnt and the image at WORK/fs (loop device
+# $LOOPDEV), then removes WORK: the EXIT trap of a bench script.
+take_down() {
+    set +e
+    unmount_clawfs "$1" "$2/fs/mnt" 2>/dev/null
+    release_loop "$2/fs" "$LOOPDEV" 2>/dev/null
+    remove_unmounted "$2"
+}
+
 # is_mounted DIR: whether something is mounted at DIR.
 is_mounted() { awk -v p="$1" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 

@@ -5,7 +5,7 @@
 use std::fs;
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, audit_until, text};
+use crate::support::{agent_policy, audit_until, run_as_user, text};
 
 #[test]
 fn a_call_runs_as_its_opener_whoever_reads_it() {
@@ -28,21 +28,8 @@ os._exit(0)
 "#,
         mnt = m.mnt.display()
     );
-    let out = crate::common::clawfs([
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
-        "fs-engine",
-        "--user",
-        "70001",
-        "--",
-        "python3",
-        "-c",
-        &script,
-    ]);
+    let out = run_as_user(&m, "fs-engine", "70001", &["python3", "-c", &script]);
+
     let out = text(&out);
     assert!(!out.contains("confidential"), "{out}");
     assert!(out.contains("\"denied\""), "{out}");

@@ -1,22 +1,10 @@
 //! An agent runs a second agent under its own uid, to ptrace it and read what it may read.
 
-use crate::common::{clawfs, Mounted};
-use crate::support::text;
+use crate::common::Mounted;
+use crate::support::{run_as_user, text};
 
 fn run_as(m: &Mounted, agent: &str, user: &str) -> std::process::Output {
-    clawfs([
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
-        agent,
-        "--user",
-        user,
-        "--",
-        "true",
-    ])
+    run_as_user(m, agent, user, &["true"])
 }
 
 #[test]

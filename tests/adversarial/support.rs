@@ -16,6 +16,24 @@ pub fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
+/// `clawfs run --agent AGENT --user USER -- CMD…` against the mount.
+pub fn run_as_user(m: &Mounted, agent: &str, user: &str, cmd: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--store",
+        m.store.to_str().unwrap(),
+        "--mount",
+        m.mnt.to_str().unwrap(),
+        "--agent",
+        agent,
+        "--user",
+        user,
+        "--",
+    ];
+    args.extend_from_slice(cmd);
+    clawfs(args)
+}
+
 /// Applies `edit` to the store's policy and reloads it in the daemon.
 pub fn edit_policy(m: &Mounted, edit: impl FnOnce(String) -> String) {
     let current = fs::read_to_string(m.backing("system/policy.toml")).unwrap();
