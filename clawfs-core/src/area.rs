@@ -90,6 +90,10 @@ pub enum Place {
 /// Names inside a workspace root that ClawFS manages and nobody renames or removes.
 pub const WORKSPACE_MANAGED: [&str; 2] = ["metadata.json", "snapshots"];
 
+/// Names inside an agent's directory that ClawFS manages: `identity.json` changes only whole and
+/// validated (a staged write), never by removing it and creating another file in its place.
+pub const AGENT_MANAGED: [&str; 1] = ["identity.json"];
+
 impl Place {
     /// The area this place belongs to.
     pub fn area(self) -> Area {
@@ -116,6 +120,7 @@ impl Place {
     pub fn is_managed_child(self, name: &OsStr) -> bool {
         match self {
             Place::WorkspaceRoot => WORKSPACE_MANAGED.iter().any(|m| OsStr::new(m) == name),
+            Place::AgentRoot => AGENT_MANAGED.iter().any(|m| OsStr::new(m) == name),
             _ => false,
         }
     }

@@ -66,17 +66,33 @@ fn planted_links_never_redirect_a_root_write() {
 fn a_fifo_where_the_daemon_reads_never_hangs_it() {
     let m = Mounted::new();
     let mnt = m.mnt.display();
+    let go = m.dir.path().join("go");
     let doc = r#"{"agent_id":"fs-engine","version":2,"created_at":"x","state":{},"memory":{},"history":{},"performance":{}}"#;
-    // Swap identity.json for a FIFO while holding it open for writing, then commit.
-    let out = m.run_agent(
-        "fs-engine",
-        &format!(
+    // The agent holds its identity file open for writing; meanwhile the file in the store
+    // becomes a FIFO (as a rename over it would leave it, which the mount refuses); then the
+    // agent writes and closes, and the daemon reads the current file to back it up.
+    let agent = std::process::Command::new(crate::common::clawfs_bin())
+        .args(["run", "--store", m.store.to_str().unwrap(), "--mount"])
+        .arg(&m.mnt)
+        .args(["--agent", "fs-engine", "--", "sh", "-c"])
+        .arg(format!(
             "cd {mnt}/agents/fs-engine || exit 9
-             exec 3<>identity.json; mkfifo ff; mv -f ff identity.json; echo '{doc}' >&3; exec 3>&- 2>&1
-             echo committed"
-        ),
-    );
-    assert!(text(&out).contains("committed"), "{}", text(&out));
+             exec 3<>identity.json
+             while [ ! -e {go} ]; do sleep 0.05; done
+             echo '{doc}' >&3; exec 3>&- 2>&1
+             echo committed",
+            go = go.display()
+        ))
+        .output_after(|| {
+            let identity = m.backing("agents/fs-engine/identity.json");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            fs::remove_file(&identity).unwrap();
+            let c = std::ffi::CString::new(identity.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o640) }, 0);
+            fs::write(&go, "").unwrap();
+        });
+    assert!(text(&agent).contains("committed"), "{}", text(&agent));
     // The daemon still answers, on every thread.
     for _ in 0..8 {
         let out = std::process::Command::new("timeout")
@@ -88,21 +104,46 @@ fn a_fifo_where_the_daemon_reads_never_hangs_it() {
     }
 }
 
+/// Runs a command while `during` runs in this thread, and returns its output.
+trait OutputAfter {
+    fn output_after(&mut self, during: impl FnOnce()) -> std::process::Output;
+}
+
+impl OutputAfter for std::process::Command {
+    fn output_after(&mut self, during: impl FnOnce()) -> std::process::Output {
+        let child = self
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        during();
+        child.wait_with_output().unwrap()
+    }
+}
+
 #[test]
 fn identity_verify_never_follows_an_agents_link() {
     let m = Mounted::new();
     let victim = m.dir.path().join("victim");
     fs::write(&victim, "root-only secret\n").unwrap();
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    // Through the mount the agent may not replace its identity file at all (it changes only
+    // whole, validated); the link is planted as a rename or deletion would have left it.
     let out = m.run_agent(
         "fs-engine",
         &format!(
-            "cd {}/agents/fs-engine && rm -f identity.json && ln -s {} identity.json 2>&1; true",
-            m.mnt.display(),
-            victim.display()
+            "cd {}/agents/fs-engine && rm -f identity.json 2>&1; true",
+            m.mnt.display()
         ),
     );
-    let _ = out;
+    assert!(
+        text(&out).contains("Operation not permitted"),
+        "{}",
+        text(&out)
+    );
+    let identity = m.backing("agents/fs-engine/identity.json");
+    fs::remove_file(&identity).unwrap();
+    std::os::unix::fs::symlink(&victim, &identity).unwrap();
     let out = crate::common::clawfs([
         "identity",
         "verify",

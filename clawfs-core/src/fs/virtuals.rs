@@ -434,12 +434,12 @@ impl ClawFs {
         exchange: &Exchange,
     ) -> Vec<u8> {
         let caller = &creds.caller;
-        let tool_name = tool.map(str::to_string).unwrap_or_else(|| {
-            serde_json::from_slice::<serde_json::Value>(&exchange.request)
-                .ok()
-                .and_then(|v| v["tool"].as_str().map(str::to_string))
-                .unwrap_or_else(|| "?".into())
-        });
+        let head: RequestHead = serde_json::from_slice(&exchange.request).unwrap_or_default();
+        let tool_name = tool
+            .map(str::to_string)
+            .or(RequestHead::text(head.tool))
+            .unwrap_or_else(|| "?".into());
+        let target = RequestHead::text(head.path).or(RequestHead::text(head.from));
         let (workspace, result) = if exchange.oversized {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
@@ -449,7 +449,8 @@ impl ClawFs {
         } else {
             self.call_tool(creds, who, tool, &exchange.request)
         };
-        self.record_tool(caller, who, &tool_name, workspace.as_deref(), &result);
+        let call = (tool_name.as_str(), target.as_deref());
+        self.record_tool(caller, who, call, workspace.as_deref(), &result);
         let mut out = clawfs_tools::render(result);
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
@@ -463,7 +464,7 @@ impl ClawFs {
         &self,
         caller: &Caller,
         who: &crate::policy::Identity,
-        tool: &str,
+        (tool, target): (&str, Option<&str>),
         workspace: Option<&str>,
         result: &clawfs_tools::ToolResult<serde_json::Value>,
     ) {
@@ -471,12 +472,16 @@ impl ClawFs {
             Some(ws) => format!("/workspaces/{ws}"),
             None => "/tools".to_string(),
         };
-        let ev = crate::audit::AuditEvent::new(
+        let mut ev = crate::audit::AuditEvent::new(
             super::audit_name(who),
             caller.pid,
             format!("tool:{tool}"),
             path.clone(),
         );
+        if let Some(t) = target.filter(|t| t.len() <= 4096) {
+            // The file the call named, as the caller wrote it (the tool resolves it).
+            ev = ev.target(t.to_string());
+        }
         let e = match result {
             Ok(_) => return self.record(ev),
             Err(e) => e,
@@ -643,6 +648,24 @@ impl ClawFs {
             }
         }
         Ok(())
+    }
+}
+
+/// What the audit trail takes from a request: the tool, and the file it names. Other fields are
+/// skipped unparsed.
+#[derive(Default, serde::Deserialize)]
+struct RequestHead {
+    tool: Option<serde_json::Value>,
+    path: Option<serde_json::Value>,
+    from: Option<serde_json::Value>,
+}
+
+impl RequestHead {
+    fn text(v: Option<serde_json::Value>) -> Option<String> {
+        match v {
+            Some(serde_json::Value::String(s)) => Some(s),
+            _ => None,
+        }
     }
 }
 
