@@ -481,6 +481,21 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             // SAFETY: `dir` is a NUL-terminated string that lives as long as the closure.
             check(unsafe { libc::chdir(dir.as_ptr()) })?;
         }
+        // 5. Nothing the caller had open reaches the agent but stdin, stdout and stderr: an
+        //    inherited descriptor (a root shell's file, a tool call it opened) would act with
+        //    the rights of whoever opened it.
+        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only marks descriptors close-on-exec.
+        let marked = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if marked != 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(())
     };
     // SAFETY: the closure makes only async-signal-safe system calls on data prepared before fork.

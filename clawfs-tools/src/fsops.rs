@@ -85,14 +85,62 @@ pub(crate) fn atomic_write(
     old: Option<&Metadata>,
 ) -> ToolResult<()> {
     root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, Metadata::len)))?;
-    let mode = match old {
-        Some(m) => std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
-        None => root.file_mode(),
-    };
-    beneath::write_atomic(&slot.dir, &slot.name, bytes, beneath::FileMode::mode(mode))
-        .map_err(|e| ToolError::io(format!("writing '{}'", show(rel)), e))?;
+    let ctx = |e| ToolError::io(format!("writing '{}'", show(rel)), e);
+    match old {
+        // A replacement would belong to the caller: a file someone else owns (or whose group
+        // differs) is rewritten in place instead, which needs write permission on the file
+        // itself and keeps its owner, group, mode and attributes, as an editor saving it would.
+        Some(m) if !owned_by_caller(&slot.dir, m).map_err(ctx)? => {
+            write_in_place(slot, bytes).map_err(ctx)?
+        }
+        _ => {
+            let mode = match old {
+                Some(m) => std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+                None => root.file_mode(),
+            };
+            beneath::write_atomic(&slot.dir, &slot.name, bytes, beneath::FileMode::mode(mode))
+                .map_err(ctx)?
+        }
+    }
     root.changed(abs);
     Ok(())
+}
+
+/// Whether a file the caller creates in `dir` gets the owner and group of `m` (a replacement
+/// would not change them). Learned from the caller's own new file: the credentials in force.
+fn owned_by_caller(dir: &File, m: &Metadata) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (name, probe) = match beneath::create_temp(dir, 0o600) {
+        Ok(created) => created,
+        // A folder the caller may not add to: a replacement is impossible anyway.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let st = probe.metadata();
+    let _ = beneath::unlink(dir, &name);
+    let st = st?;
+    Ok(st.uid() == m.uid() && st.gid() == m.gid())
+}
+
+/// Rewrites the existing file of `slot` through a descriptor opened for writing as the caller
+/// (refused when it may not write the file), then fsyncs it.
+fn write_in_place(slot: &Slot, bytes: &[u8]) -> std::io::Result<()> {
+    let fd = rustix::fs::openat(
+        &slot.dir,
+        slot.name.as_str(),
+        rustix::fs::OFlags::WRONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::NONBLOCK
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let mut f = File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(rustix::io::Errno::INVAL.into());
+    }
+    f.set_len(0)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, for backup and trash names.
@@ -129,6 +177,8 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// directory, mirroring the file's workspace path. Returns the backup's shown path.
 pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<String> {
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
+    // A backup is bytes the caller makes the store keep: charged like a write.
+    root.charge(bytes.len() as u64)?;
     let base = root.store_dir(&root.backup_dir, Some(0o700)).map_err(ctx)?;
     let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
     let name = comps.pop().unwrap_or("file");

@@ -82,7 +82,10 @@ fn refused_and_failed_tool_calls_are_not_ok_and_reach_the_denials() {
     assert_eq!(tools.len(), 3, "{tools:?}");
     assert!(tools.iter().all(|r| r["result"] != "ok"), "{tools:?}");
     assert_eq!(tools[0]["result"], "denied", "{tools:?}");
-    assert_eq!(tools[0]["target"], ".git/config", "the record names the file: {tools:?}");
+    assert_eq!(
+        tools[0]["target"], ".git/config",
+        "the record names the file: {tools:?}"
+    );
     assert_eq!(tools[1]["errno"], libc::ENOENT, "{tools:?}");
     assert!(
         denials(&m, "fs-engine")

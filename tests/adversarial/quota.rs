@@ -106,3 +106,47 @@ fn extending_preallocating_tools_and_identity_rewrites_are_charged_too() {
         .count();
     assert!(kept <= 16, "{kept} identity backups kept");
 }
+
+#[test]
+fn tool_backups_are_charged_and_a_refused_edit_writes_none() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"300KiB\" }");
+    // A 100 KB file the agent may edit; each edit keeps a backup of the old content.
+    let mut body = String::from("TOKENA\n");
+    body.push_str(&"line of text abc\n".repeat(6000));
+    fs::write(m.ws().join("big.md"), &body).unwrap();
+    let mnt = m.mnt.display();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "for i in 1 2 3 4 5 6; do
+               exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENA\",\"new\":\"TOKENB\"}}' >&3; cat <&3; echo; exec 3>&-
+               exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENB\",\"new\":\"TOKENA\"}}' >&3; cat <&3; echo; exec 3>&-
+             done"
+        ),
+    );
+    let out = text(&out);
+    assert!(out.contains("quota"), "{out}");
+    let kept: u64 = walk_sizes(&m.backing("workspaces/default/.clawfs/backups"));
+    assert!(
+        kept <= 300 << 10,
+        "{kept} bytes of backups with a 300 KiB quota: {out}"
+    );
+}
+
+fn walk_sizes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let md = fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() {
+                walk_sizes(&e.path())
+            } else {
+                md.len()
+            }
+        })
+        .sum()
+}

@@ -154,3 +154,45 @@ fn identity_verify_never_follows_an_agents_link() {
     assert!(!text(&out).contains("root-only secret"), "{}", text(&out));
     assert!(!out.status.success(), "{}", text(&out));
 }
+
+#[test]
+fn identity_json_has_one_name() {
+    let m = Mounted::new();
+    let before = fs::read(m.backing("agents/fs-engine/identity.json")).unwrap();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {}/agents/fs-engine && ln identity.json cache/l2 2>&1; echo garbage > cache/l2 2>&1; true",
+            m.mnt.display()
+        ),
+    );
+    assert!(
+        text(&out).contains("Operation not permitted"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        fs::read(m.backing("agents/fs-engine/identity.json")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn run_passes_no_inherited_descriptor_to_the_agent() {
+    let m = Mounted::new();
+    let secret = m.dir.path().join("secret");
+    fs::write(&secret, "root-only secret\n").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 9<{}; {} run --store {} --mount {} --agent fs-engine -- sh -c 'cat <&9 2>&1; true'",
+            secret.display(),
+            crate::common::clawfs_bin(),
+            m.store.display(),
+            m.mnt.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(!text(&out).contains("root-only secret"), "{}", text(&out));
+}

@@ -51,3 +51,55 @@ fn tools_cannot_remove_or_replace_what_the_workspace_manages() {
     assert!(m.ws().join("snapshots").is_dir());
     assert!(!m.ws().join("snapshots/x.db").exists());
 }
+
+#[test]
+fn a_tool_edit_keeps_the_owner_and_needs_write_permission_on_the_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let user = TempUser::new("ow");
+    // A user's file, shared with the agents' group; and a root file the agent may only read,
+    // in a folder it may write.
+    let shared = m.ws().join("alice.md");
+    let out = user.sh(&format!("echo v1 > {}", shared.display()));
+    assert!(out.status.success(), "{}", text(&out));
+    std::os::unix::fs::chown(&shared, None, Some(agents_gid())).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o664)).unwrap();
+    fs::create_dir(m.ws().join("open")).unwrap();
+    fs::set_permissions(m.ws().join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    let ro = m.ws().join("open/ro.md");
+    fs::write(&ro, "root v1\n").unwrap();
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o644)).unwrap();
+    let mnt = m.mnt.display();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"alice.md\",\"old\":\"v1\",\"new\":\"v2\"}}' >&3; cat <&3; echo; exec 3>&-
+             exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"open/ro.md\",\"old\":\"v1\",\"new\":\"v2\"}}' >&3; cat <&3; echo; exec 3>&-"
+        ),
+    );
+    let out = text(&out);
+    let md = fs::metadata(&shared).unwrap();
+    assert_eq!(fs::read_to_string(&shared).unwrap(), "v2\n", "{out}");
+    assert_eq!(
+        (md.uid(), md.gid(), md.mode() & 0o7777),
+        (user.uid, agents_gid(), 0o664),
+        "{out}"
+    );
+    assert_eq!(fs::read_to_string(&ro).unwrap(), "root v1\n", "{out}");
+    assert_eq!(fs::metadata(&ro).unwrap().uid(), 0);
+}
+
+fn agents_gid() -> u32 {
+    let out = std::process::Command::new("getent")
+        .args(["group", "clawos-agents"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}

@@ -806,6 +806,11 @@ impl ClawFs {
         let src = self.open_path(&node)?;
         let dir = self.open_path(&pnode)?;
         let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
+        if staged::identity_file_agent(&from).is_some() {
+            // A second name would let writes through it skip the staged, validated commit.
+            let e = FsError::Managed("identity.json (it has one name)".into());
+            return Err(self.rule_refusal(caller, "link", &node, None, e));
+        }
         self.decide_move(caller, "link", &from, &to, false)?;
         {
             let _as = AsCaller::enter(caller)?;

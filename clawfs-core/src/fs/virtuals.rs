@@ -538,6 +538,34 @@ impl ClawFs {
                 format!("there is no workspace {workspace:?}; list /workspaces to see them"),
             );
         }
+        // The tools start from the workspace, opened by the daemon; the caller must be able to
+        // reach it through /workspaces/ as it would by path. Checked before anything is made
+        // in it for the call.
+        let area = match crate::beneath::open(
+            self.store.root_fd(),
+            std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return error("io_error", e.to_string()),
+        };
+        let entered = match AsCaller::enter_with(creds) {
+            // Search permission on /workspaces/ and on the workspace, as the caller.
+            Ok(_as) => rustix::fs::accessat(
+                &area,
+                workspace.as_str(),
+                rustix::fs::Access::EXEC_OK,
+                rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ),
+            Err(e) => return error("io_error", e.to_string()),
+        };
+        if let Err(e) = entered {
+            return error(
+                "denied",
+                format!("you may not enter /workspaces/{workspace}: {e} (by its permissions)"),
+            );
+        }
         if let Err(e) = self.prepare_tool_dirs(&ws_dir) {
             return error("io_error", format!("preparing the workspace's trash: {e}"));
         }
@@ -574,7 +602,7 @@ impl ClawFs {
                 }
                 added.fetch_sub(bytes, Ordering::AcqRel);
                 Err(format!(
-                    "agent {name} has {} bytes of its quota left and this write adds {bytes}; delete files or ask an admin to raise quota.bytes",
+                    "agent {name} has {} bytes of its quota left and this write adds {bytes}; ask an admin to raise quota.bytes",
                     left.saturating_sub(before)
                 ))
             }));
@@ -591,32 +619,10 @@ impl ClawFs {
                         .push(p.to_path_buf())
                 }
             }));
-        let area = match crate::beneath::open(
-            self.store.root_fd(),
-            std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
-            0,
-        ) {
-            Ok(fd) => fd,
-            Err(e) => return error("io_error", e.to_string()),
-        };
         let as_caller = match AsCaller::enter_with(creds) {
             Ok(guard) => guard,
             Err(e) => return error("io_error", e.to_string()),
         };
-        // The tools start from the workspace, opened by the daemon; the caller must be able to
-        // reach it through /workspaces/ as it would by path.
-        if let Err(e) = rustix::fs::openat(
-            &area,
-            workspace.as_str(),
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW,
-            rustix::fs::Mode::empty(),
-        ) {
-            return error(
-                "denied",
-                format!("you may not enter /workspaces/{workspace}: {e} (by its permissions)"),
-            );
-        }
         let out = clawfs_tools::run(&root, tool, &request);
         drop(as_caller);
         if let Identity::Agent(agent) = who {

@@ -70,7 +70,7 @@ impl Policy {
                 rule::QUOTA,
                 DenyKind::Quota,
                 format!(
-                    "agent {name} has written {} of its {}-byte quota and cannot add {} more; delete files in /agents/{name}/ or ask an admin to raise quota.bytes",
+                    "agent {name} has written {} of its {}-byte quota and cannot add {} more; ask an admin to raise quota.bytes (the quota counts bytes written, not bytes kept)",
                     used.bytes, limit.bytes, adding.bytes
                 ),
             );
