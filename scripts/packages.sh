@@ -9,6 +9,7 @@ CLAWFS_PACKAGES=(
   libtss2-dev libtss2-tcti-swtpm0   # tss-esapi: sealing the vault's master key in a TPM
   swtpm swtpm-tools tpm2-tools      # the TPM simulator the vault tests start
   keyutils                          # keyctl, to inspect the kernel keyring
+  libseccomp-dev                    # libseccomp (clawfs-seccomp): the syscall filter of agent processes
 )
 
 clawfs_install_packages() {

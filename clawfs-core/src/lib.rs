@@ -17,6 +17,7 @@ pub mod fs;
 pub mod identity;
 pub mod inodes;
 pub mod io_mode;
+pub mod landlock;
 pub mod mountinfo;
 pub mod names;
 pub mod open_files;
