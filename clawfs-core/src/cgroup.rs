@@ -1,7 +1,8 @@
 //! cgroup v2 groups for agents (core, Linux-only): finding the hierarchy, creating an agent's
 //! group and a per-run sub-group, enabling controllers, applying quotas, moving processes in,
 //! waiting for a group to empty, removing it — and the reverse lookup the daemon uses to name
-//! the agent behind a pid.
+//! the agent behind a pid. On hybrid hosts, the cgroup v1 fallback for the controllers cgroup v2
+//! does not offer.
 //!
 //! Layout, under the cgroup2 mount (found in `/proc/self/mountinfo`, never assumed):
 //!
@@ -16,12 +17,22 @@
 //! can neither move itself out nor create a group that would name it someone else. Processes live
 //! only in `run-*` leaves (the "no internal processes" rule of cgroup v2 lets `agent-*` hold the
 //! quotas for all runs of the agent). A process inside `agent-<NAME>/…`, at any depth, is NAME.
+//!
+//! **cgroup v1 fallback.** On a hybrid host (cgroup2 at, say, `/sys/fs/cgroup/unified`, the
+//! controllers bound to v1 hierarchies), a controller of [`DEFAULT_CONTROLLERS`] that cgroup v2
+//! cannot enable but a mounted v1 hierarchy has is used there, with the same layout:
+//! `<v1 mount>/clawfs/agent-<NAME>/run-<PID>`. The run's processes are in both trees (a process
+//! is in one group per hierarchy); the quotas.json keys of that controller are translated to the
+//! v1 files (see [`v1_limit`]) and written to the v1 agent group. The v2 group alone is the
+//! identity: the daemon reads the `0::` line of `/proc/<pid>/cgroup` and no v1 line (see
+//! [`Cgroup2::agent_of_cgroup_file`]).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -85,6 +96,47 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Cgr
     }
 }
 
+/// One line of `/proc/self/mountinfo`, the fields used here.
+struct MountEntry {
+    /// `major:minor`: one per superblock, so one per cgroup hierarchy.
+    dev: String,
+    /// The path, inside the filesystem, that is mounted (for cgroups: a cgroup path).
+    root: String,
+    mount: PathBuf,
+    fstype: String,
+    /// Superblock options (for cgroup v1: `rw,memory`, `rw,cpu,cpuacct`, `rw,name=systemd`, …).
+    super_opts: String,
+}
+
+fn mount_entries(text: &str) -> impl Iterator<Item = MountEntry> + '_ {
+    text.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // The separator follows the six fixed fields and the optional ones.
+        let sep = 6 + fields.iter().skip(6).position(|f| *f == "-")?;
+        Some(MountEntry {
+            dev: fields.get(2)?.to_string(),
+            root: crate::mountinfo::unescape(fields.get(3)?),
+            mount: PathBuf::from(crate::mountinfo::unescape(fields.get(4)?)),
+            fstype: fields.get(sep + 1)?.to_string(),
+            super_opts: fields.get(sep + 3).copied().unwrap_or("").to_string(),
+        })
+    })
+}
+
+/// The agent whose group holds `cgroup_path` in a hierarchy whose mount shows the cgroup `root`:
+/// `<root>/clawfs/agent-<NAME>` or inside it.
+fn agent_under(root: &str, cgroup_path: &str) -> Option<String> {
+    let root = root.trim_end_matches('/');
+    let rest = cgroup_path.strip_prefix(root)?;
+    let rest = rest.strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    if parts.next()? != BASE_DIR {
+        return None;
+    }
+    let name = parts.next()?.strip_prefix(AGENT_PREFIX)?;
+    valid_agent(name).then(|| name.to_string())
+}
+
 /// The cgroup2 hierarchy as this process sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cgroup2 {
@@ -111,18 +163,11 @@ impl Cgroup2 {
 
     /// Picks the cgroup2 mount from mountinfo text: the first whose root is `/`, else the first.
     pub fn from_mountinfo(text: &str) -> Option<Cgroup2> {
-        let mut found: Vec<Cgroup2> = text
-            .lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split(' ').collect();
-                let sep = fields.iter().position(|f| *f == "-")?;
-                if *fields.get(sep + 1)? != "cgroup2" {
-                    return None;
-                }
-                Some(Cgroup2 {
-                    mount: PathBuf::from(crate::mountinfo::unescape(fields.get(4)?)),
-                    root: crate::mountinfo::unescape(fields.get(3)?),
-                })
+        let mut found: Vec<Cgroup2> = mount_entries(text)
+            .filter(|m| m.fstype == "cgroup2")
+            .map(|m| Cgroup2 {
+                mount: m.mount,
+                root: m.root,
             })
             .collect();
         let pos = found.iter().position(|c| c.root == "/").unwrap_or(0);
@@ -156,18 +201,15 @@ impl Cgroup2 {
     /// must be `<root>/clawfs/agent-<NAME>` or lie inside it. Anchored at this hierarchy's root,
     /// so a look-alike `…/clawfs/agent-x` elsewhere (say in a delegated user sub-tree) is nobody.
     pub fn agent_of_path(&self, cgroup_path: &str) -> Option<String> {
-        let root = self.root.trim_end_matches('/');
-        let rest = cgroup_path.strip_prefix(root)?;
-        let rest = rest.strip_prefix('/')?;
-        let mut parts = rest.split('/');
-        if parts.next()? != BASE_DIR {
-            return None;
-        }
-        let name = parts.next()?.strip_prefix(AGENT_PREFIX)?;
-        valid_agent(name).then(|| name.to_string())
+        agent_under(&self.root, cgroup_path)
     }
 
-    /// The agent of a `/proc/<pid>/cgroup` text: its `0::` line through [`Self::agent_of_path`].
+    /// The agent of a `/proc/<pid>/cgroup` text: its `0::` (cgroup v2) line through
+    /// [`Self::agent_of_path`]. The v2 group is the only identity. On a hybrid host the run is also
+    /// in `clawfs/agent-<NAME>/…` of v1 hierarchies (`4:memory:/clawfs/agent-a/run-1`); those lines
+    /// are never read: `clawfs run` joins them before the v2 group, while the child is still root,
+    /// so they would name the agent a process that has not yet dropped privileges, and they add
+    /// nothing (they are set with the v2 group, and only root can change either).
     pub fn agent_of_cgroup_file(&self, contents: &str) -> Option<String> {
         contents
             .lines()
@@ -195,6 +237,270 @@ pub fn agent_of_pid(pid: u32) -> io::Result<Option<String>> {
     match Cgroup2::cached() {
         Ok(cg) => cg.agent_of_pid(pid),
         Err(_) => Ok(None),
+    }
+}
+
+/// Options of a cgroup v1 mount that are not controller names.
+const V1_MOUNT_OPTIONS: [&str; 8] = [
+    "rw",
+    "ro",
+    "noprefix",
+    "clone_children",
+    "xattr",
+    "cpuset_v2_mode",
+    "favordynmods",
+    "nofavordynmods",
+];
+
+/// A cgroup v1 hierarchy (hybrid hosts): where it is mounted and which controllers it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupV1 {
+    /// Where it is mounted (e.g. `/sys/fs/cgroup/memory`).
+    mount: PathBuf,
+    /// The cgroup path of the mount's root, as `/proc/<pid>/cgroup` shows paths.
+    root: String,
+    /// The controllers bound to it (`cpu`, `cpuacct` for a `cpu,cpuacct` mount).
+    controllers: Vec<String>,
+}
+
+impl CgroupV1 {
+    /// Every v1 hierarchy with a controller mounted in this mount namespace.
+    pub fn find_all() -> Result<Vec<CgroupV1>, CgroupError> {
+        let text = fs::read_to_string("/proc/self/mountinfo").map_err(CgroupError::MountInfo)?;
+        Ok(Self::all_from_mountinfo(&text))
+    }
+
+    /// The v1 hierarchy that has `controller`, if one is mounted.
+    pub fn find(controller: &str) -> Option<CgroupV1> {
+        Self::find_all()
+            .ok()?
+            .into_iter()
+            .find(|h| h.has(controller))
+    }
+
+    /// The v1 hierarchies in mountinfo text (`cgroup` mounts), one per hierarchy: of several
+    /// mounts of one (bind mounts), the first whose root is `/`, else the first. Named
+    /// hierarchies without a controller (`name=systemd`) are left out.
+    pub fn all_from_mountinfo(text: &str) -> Vec<CgroupV1> {
+        let mut found: Vec<(String, CgroupV1)> = Vec::new();
+        for m in mount_entries(text).filter(|m| m.fstype == "cgroup") {
+            let controllers: Vec<String> = m
+                .super_opts
+                .split(',')
+                .filter(|o| !o.is_empty() && !o.contains('=') && !V1_MOUNT_OPTIONS.contains(o))
+                .map(str::to_string)
+                .collect();
+            if controllers.is_empty() {
+                continue;
+            }
+            let h = CgroupV1 {
+                mount: m.mount,
+                root: m.root,
+                controllers,
+            };
+            match found.iter_mut().find(|(dev, _)| *dev == m.dev) {
+                Some((_, seen)) if seen.root != "/" && h.root == "/" => *seen = h,
+                Some(_) => {}
+                None => found.push((m.dev, h)),
+            }
+        }
+        found.into_iter().map(|(_, h)| h).collect()
+    }
+
+    /// A hierarchy with `controllers` mounted at `mount`, whose root is the cgroup path `root`.
+    pub fn new(mount: impl Into<PathBuf>, root: impl Into<String>, controllers: &[&str]) -> Self {
+        CgroupV1 {
+            mount: mount.into(),
+            root: root.into(),
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    /// Where it is mounted.
+    pub fn mount_point(&self) -> &Path {
+        &self.mount
+    }
+
+    /// The controllers bound to it.
+    pub fn controllers(&self) -> &[String] {
+        &self.controllers
+    }
+
+    /// Whether `controller` is bound to it.
+    pub fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
+
+    /// `<mount>/clawfs`.
+    pub fn base_dir(&self) -> PathBuf {
+        self.mount.join(BASE_DIR)
+    }
+
+    /// `<mount>/clawfs/agent-<agent>`.
+    pub fn agent_dir(&self, agent: &str) -> PathBuf {
+        agent_group_dir(&self.mount, agent)
+    }
+
+    /// The agent whose group in this hierarchy holds `cgroup_path` (as in the hierarchy's line of
+    /// `/proc/<pid>/cgroup`), anchored at the mount's root like [`Cgroup2::agent_of_path`].
+    pub fn agent_of_path(&self, cgroup_path: &str) -> Option<String> {
+        agent_under(&self.root, cgroup_path)
+    }
+}
+
+/// One write into a cgroup v1 group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct V1Write {
+    /// The interface file.
+    pub file: &'static str,
+    /// What is written.
+    pub value: String,
+    /// Leave it out when the file does not exist (rather than fail the limit).
+    pub optional: bool,
+}
+
+impl V1Write {
+    fn new(file: &'static str, value: impl Into<String>) -> V1Write {
+        V1Write {
+            file,
+            value: value.into(),
+            optional: false,
+        }
+    }
+}
+
+/// How a quotas.json key (a cgroup v2 interface file) is enforced in cgroup v1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum V1Limit {
+    /// These writes, in this order, into the agent's v1 group.
+    Writes(Vec<V1Write>),
+    /// cgroup v1 has nothing equivalent (the limit is not enforced), and why.
+    NoEquivalent(String),
+    /// The value cannot be translated.
+    Invalid(String),
+}
+
+/// A byte count as the kernel's `memparse` reads it: digits with an optional K, M, G, T, P or E
+/// (either case).
+fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, shift) = match s.as_bytes().last()?.to_ascii_lowercase() {
+        b'k' => (&s[..s.len() - 1], 10),
+        b'm' => (&s[..s.len() - 1], 20),
+        b'g' => (&s[..s.len() - 1], 30),
+        b't' => (&s[..s.len() - 1], 40),
+        b'p' => (&s[..s.len() - 1], 50),
+        b'e' => (&s[..s.len() - 1], 60),
+        _ => (s, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+/// The cgroup v1 form of the quotas.json key `key` (its value is `limits[key]`; `memory.swap.max`
+/// also needs `memory.max`):
+///
+/// - `pids.max` N or `max` → `pids.max` N or `max`;
+/// - `memory.max` M or `max` → `memory.limit_in_bytes` M or -1 (after resetting
+///   `memory.memsw.limit_in_bytes` to -1, if it exists: memory+swap may never be below memory);
+/// - `memory.swap.max` S or `max` → `memory.memsw.limit_in_bytes` M+S or -1 (v1 limits memory
+///   and swap only together, so a finite S needs a finite `memory.max`);
+/// - `cpu.max` `"Q P"` or `"Q"` (Q a number or `max`) → `cpu.cfs_period_us` P, then
+///   `cpu.cfs_quota_us` Q or -1;
+/// - `cpu.weight` W → `cpu.shares` W×1024/100 (the defaults, 100 and 1024, match).
+///
+/// Any other key of those controllers has no v1 equivalent.
+pub fn v1_limit(key: &str, limits: &BTreeMap<String, String>) -> V1Limit {
+    let Some(value) = limits.get(key).map(|v| v.trim()) else {
+        return V1Limit::Invalid(format!("no value for {key}"));
+    };
+    let bad = |what: &str| V1Limit::Invalid(format!("{value:?} is not {what}"));
+    match key {
+        "pids.max" => {
+            if value != "max" && value.parse::<u64>().is_err() {
+                return bad("a number or \"max\"");
+            }
+            V1Limit::Writes(vec![V1Write::new("pids.max", value)])
+        }
+        "memory.max" => {
+            let bytes = match value {
+                "max" => "-1".to_string(),
+                v => match parse_bytes(v) {
+                    Some(n) => n.to_string(),
+                    None => return bad("a byte count or \"max\""),
+                },
+            };
+            // Memory plus swap may never be below memory: lift a limit left by an earlier
+            // setting first (memory.swap.max, written after this, sets it again).
+            V1Limit::Writes(vec![
+                V1Write {
+                    optional: true,
+                    ..V1Write::new("memory.memsw.limit_in_bytes", "-1")
+                },
+                V1Write::new("memory.limit_in_bytes", bytes),
+            ])
+        }
+        "memory.swap.max" => {
+            let memsw = if value == "max" {
+                "-1".to_string()
+            } else {
+                let Some(swap) = parse_bytes(value) else {
+                    return bad("a byte count or \"max\"");
+                };
+                let memory = limits
+                    .get("memory.max")
+                    .map(|m| m.trim())
+                    .filter(|m| *m != "max");
+                let Some(memory) = memory else {
+                    return V1Limit::NoEquivalent(
+                        "cgroup v1 limits memory and swap only together \
+                         (memory.memsw.limit_in_bytes): set memory.max as well"
+                            .to_string(),
+                    );
+                };
+                match parse_bytes(memory).and_then(|m| m.checked_add(swap)) {
+                    Some(total) => total.to_string(),
+                    None => {
+                        return V1Limit::Invalid(format!(
+                            "memory.max {memory:?} plus {value:?} is not a byte count"
+                        ))
+                    }
+                }
+            };
+            V1Limit::Writes(vec![V1Write::new("memory.memsw.limit_in_bytes", memsw)])
+        }
+        "cpu.max" => {
+            let mut parts = value.split_whitespace();
+            let (quota, period) = (parts.next(), parts.next());
+            if parts.next().is_some() {
+                return bad("\"QUOTA PERIOD\"");
+            }
+            let quota = match quota {
+                Some("max") => "-1".to_string(),
+                Some(q) if q.parse::<u64>().is_ok() => q.to_string(),
+                _ => return bad("\"QUOTA PERIOD\" (QUOTA a number or \"max\")"),
+            };
+            let mut writes = Vec::new();
+            if let Some(p) = period {
+                if p.parse::<u64>().is_err() {
+                    return bad("\"QUOTA PERIOD\" (PERIOD a number)");
+                }
+                writes.push(V1Write::new("cpu.cfs_period_us", p));
+            }
+            writes.push(V1Write::new("cpu.cfs_quota_us", quota));
+            V1Limit::Writes(writes)
+        }
+        "cpu.weight" => match value.parse::<u64>() {
+            Ok(w @ 1..=10000) => V1Limit::Writes(vec![V1Write::new(
+                "cpu.shares",
+                (w * 1024 / 100).max(2).to_string(),
+            )]),
+            _ => bad("a weight from 1 to 10000"),
+        },
+        _ => V1Limit::NoEquivalent(format!("cgroup v1 has no equivalent of {key}")),
     }
 }
 
@@ -274,10 +580,11 @@ impl Group {
         Group { dir: dir.into() }
     }
 
-    /// Creates the group at `dir` (its parent must exist); an existing group is fine.
+    /// Creates the group at `dir` (its parent must exist), mode 0755 at most; an existing group
+    /// is fine.
     pub fn create(dir: impl Into<PathBuf>) -> Result<Group, CgroupError> {
         let dir = dir.into();
-        match fs::create_dir(&dir) {
+        match mkdir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_err("create", &dir)(e)),
@@ -401,6 +708,96 @@ impl Group {
             .collect())
     }
 
+    /// Whether the group has a process in it or (cgroup v2 only) in a sub-group: `populated` in
+    /// `cgroup.events` where there is one, else (cgroup v1) a non-empty `cgroup.procs`.
+    pub fn has_processes(&self) -> Result<bool, CgroupError> {
+        if self.dir.join("cgroup.events").exists() {
+            self.is_populated()
+        } else {
+            Ok(!self.pids()?.is_empty())
+        }
+    }
+
+    /// Writes the cgroup v1 form of the limits whose controller is one of `controllers` (see
+    /// [`v1_limit`]; `limits` holds cgroup v2 keys) to this v1 group. As [`Self::apply_limits`]:
+    /// a missing file skips the limit, a refused write fails it; neither stops the others. Also
+    /// returns, for each limit applied, what was written.
+    pub fn apply_v1_limits(
+        &self,
+        limits: &BTreeMap<String, String>,
+        controllers: &[String],
+    ) -> (LimitReport, Vec<(String, String)>) {
+        let mut report = LimitReport::default();
+        let mut written = Vec::new();
+        for key in limits.keys() {
+            let controller = key.split('.').next().unwrap_or(key);
+            if !controllers.iter().any(|c| c == controller) {
+                continue;
+            }
+            let writes = match v1_limit(key, limits) {
+                V1Limit::Writes(w) => w,
+                V1Limit::NoEquivalent(why) => {
+                    report.skipped.push((
+                        key.clone(),
+                        format!("{why}; {controller} is a cgroup v1 controller here"),
+                    ));
+                    continue;
+                }
+                V1Limit::Invalid(why) => {
+                    report.failed.push((key.clone(), why));
+                    continue;
+                }
+            };
+            let mut done = Vec::new();
+            let mut outcome = Ok(());
+            for w in &writes {
+                let file = self.dir.join(w.file);
+                let write = OpenOptions::new()
+                    .write(true)
+                    .open(&file)
+                    .and_then(|mut f| f.write_all(w.value.as_bytes()));
+                match write {
+                    // The optional writes only prepare the others.
+                    Ok(()) if w.optional => {}
+                    Ok(()) => done.push(format!("{}={}", w.file, w.value)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && w.optional => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        outcome = Err((
+                            true,
+                            format!(
+                                "no {} in {} (cgroup v1; not built into this kernel or turned off)",
+                                w.file,
+                                self.dir.display()
+                            ),
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        outcome = Err((
+                            false,
+                            format!(
+                                "writing {:?} to {}: {}",
+                                w.value,
+                                file.display(),
+                                errno_text(&e)
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
+            match outcome {
+                Ok(()) => {
+                    report.applied.push(key.clone());
+                    written.push((key.clone(), done.join(" ")));
+                }
+                Err((true, why)) => report.skipped.push((key.clone(), why)),
+                Err((false, why)) => report.failed.push((key.clone(), why)),
+            }
+        }
+        (report, written)
+    }
+
     /// Whether the group or any sub-group has a live process (`populated` in `cgroup.events`).
     pub fn is_populated(&self) -> Result<bool, CgroupError> {
         let events = self.read("cgroup.events")?;
@@ -473,11 +870,117 @@ impl Group {
     }
 }
 
-/// The groups of one `clawfs run`: the agent's group and the run's own leaf inside it.
+fn mkdir(dir: &Path) -> io::Result<()> {
+    // Never group- or world-writable, whatever the umask.
+    fs::DirBuilder::new().mode(0o755).create(dir)
+}
+
+/// Creates (or joins) the agent group `agent_dir` and a leaf `run-<run_id>` in it. Concurrent runs
+/// of one agent share the agent group; one that removes it as it finishes cannot pull it from
+/// under another one being set up (creation is retried).
+fn create_agent_and_run(agent_dir: &Path, run_id: u32) -> Result<(Group, Group), CgroupError> {
+    let run_dir = agent_dir.join(format!("{RUN_PREFIX}{run_id}"));
+    let mut attempts = 0;
+    loop {
+        let agent_group = Group::create(agent_dir)?;
+        match mkdir(&run_dir) {
+            Ok(()) => return Ok((agent_group, Group::at(&run_dir))),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Ok((agent_group, Group::at(&run_dir)))
+            }
+            // Another run removed the agent's (then empty) group between our two mkdirs.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 20 => attempts += 1,
+            Err(e) => return Err(io_err("create", &run_dir)(e)),
+        }
+    }
+}
+
+/// Removes empty `run-<pid>` leaves of `agent` whose `clawfs run` is gone (killed before cleaning
+/// up), except `own`'s.
+fn sweep_stale(agent: &Group, own: u32) {
+    let Ok(entries) = fs::read_dir(agent.path()) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(RUN_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let leaf = Group::at(e.path());
+        if pid != own && !pid_alive(pid) && leaf.has_processes().ok() == Some(false) {
+            let _ = leaf.remove();
+        }
+    }
+}
+
+/// Removes a run's leaf (which must be empty). A leaf that just emptied can report EBUSY for a
+/// moment: retried for up to 2 s.
+fn remove_leaf(leaf: &Group) -> Result<(), CgroupError> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !leaf.remove()? && leaf.path().exists() {
+        if Instant::now() > deadline {
+            return Err(io_err("remove", leaf.path())(io::Error::from_raw_os_error(
+                libc::EBUSY,
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// A run's groups in one cgroup v1 hierarchy (hybrid hosts): the agent's group, which holds the
+/// limits, and the run's leaf, which holds its processes.
+#[derive(Clone, Debug)]
+pub struct V1Group {
+    controllers: Vec<String>,
+    agent: Group,
+    run: Group,
+}
+
+impl V1Group {
+    /// Creates `<mount>/clawfs/agent-<agent>/run-<run_id>` in `hierarchy`, for `controllers`.
+    fn create(
+        hierarchy: &CgroupV1,
+        agent: &str,
+        run_id: u32,
+        controllers: Vec<String>,
+    ) -> Result<V1Group, CgroupError> {
+        Group::create(hierarchy.base_dir())?;
+        let (agent, run) = create_agent_and_run(&hierarchy.agent_dir(agent), run_id)?;
+        Ok(V1Group {
+            controllers,
+            agent,
+            run,
+        })
+    }
+
+    /// The controllers `clawfs run` uses from this hierarchy.
+    pub fn controllers(&self) -> &[String] {
+        &self.controllers
+    }
+
+    /// The agent's group in this hierarchy (its limits).
+    pub fn agent(&self) -> &Group {
+        &self.agent
+    }
+
+    /// The run's leaf in this hierarchy, where its processes go.
+    pub fn run(&self) -> &Group {
+        &self.run
+    }
+}
+
+/// The groups of one `clawfs run`: the agent's group and the run's own leaf inside it, and the
+/// same pair in each cgroup v1 hierarchy used for a controller cgroup v2 does not offer.
 #[derive(Debug)]
 pub struct RunGroup {
     agent: Group,
     run: Group,
+    v1: Vec<V1Group>,
 }
 
 /// What setting up a run's groups did about controllers and limits.
@@ -485,8 +988,14 @@ pub struct RunGroup {
 pub struct SetupReport {
     /// Controllers asked for in `clawfs/`'s (and, if needed, the hierarchy root's) subtree_control.
     pub controllers: ControllerReport,
-    /// Limits written to the agent's group.
+    /// Controllers cgroup v2 did not enable, used through cgroup v1 instead (`enabled`), or that
+    /// no v1 hierarchy could provide either although one is mounted (`not_enabled`, with why).
+    pub v1: ControllerReport,
+    /// Every limit: written to the agent's v2 group, or in its v1 form to its v1 group.
     pub limits: LimitReport,
+    /// The limits applied through cgroup v1: key and the v1 files written (`memory.max` →
+    /// `memory.limit_in_bytes=67108864`).
+    pub v1_limits: Vec<(String, String)>,
 }
 
 impl SetupReport {
@@ -494,31 +1003,56 @@ impl SetupReport {
     pub fn warning(&self) -> Option<String> {
         let mut parts = Vec::new();
         if !self.limits.skipped.is_empty() {
-            let keys: Vec<&str> = self
+            let keys: Vec<String> = self
                 .limits
                 .skipped
                 .iter()
-                .map(|(k, _)| k.as_str())
+                .map(|(k, why)| format!("{k} ({why})"))
                 .collect();
-            parts.push(format!("not enforced (no such file): {}", keys.join(", ")));
+            parts.push(format!("not enforced: {}", keys.join(", ")));
         }
         for (k, why) in &self.limits.failed {
             parts.push(format!("{k} not applied: {why}"));
         }
-        if let Some((_, why)) = self.controllers.not_enabled.first() {
-            let names: Vec<&str> = self
-                .controllers
-                .not_enabled
-                .iter()
-                .map(|(c, _)| c.as_str())
-                .collect();
+        // Controllers that neither cgroup v2 nor cgroup v1 provides.
+        let missing: Vec<&(String, String)> = self
+            .controllers
+            .not_enabled
+            .iter()
+            .filter(|(c, _)| !self.v1.enabled.contains(c))
+            .collect();
+        if let Some((first, why)) = missing.first() {
+            let names: Vec<&str> = missing.iter().map(|(c, _)| c.as_str()).collect();
+            let v1 = match self.v1.not_enabled.iter().find(|(c, _)| c == first) {
+                Some((_, v1why)) => format!("; cgroup v1: {v1why}"),
+                None => String::new(),
+            };
             parts.push(format!(
-                "controllers not enabled: {} ({}: {why})",
-                names.join(", "),
-                names[0]
+                "controllers not enabled: {} ({first}: {why}{v1})",
+                names.join(", ")
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// One line saying what cgroup v1 provides, or `None` when nothing comes from it.
+    pub fn v1_summary(&self) -> Option<String> {
+        if self.v1.enabled.is_empty() {
+            return None;
+        }
+        let mut line = format!(
+            "controllers through cgroup v1: {}",
+            self.v1.enabled.join(", ")
+        );
+        if !self.v1_limits.is_empty() {
+            let limits: Vec<String> = self
+                .v1_limits
+                .iter()
+                .map(|(k, w)| format!("{k} as {w}"))
+                .collect();
+            line.push_str(&format!("; limits: {}", limits.join(", ")));
+        }
+        Some(line)
     }
 }
 
@@ -531,9 +1065,27 @@ impl RunGroup {
     /// `controllers` for agent groups, writes `limits` to the agent's group, and removes empty
     /// leaves left by runs that died without cleaning up. Concurrent runs of one agent share the
     /// agent group; one that removes it as it finishes cannot pull it from under another one
-    /// being set up (creation is retried).
+    /// being set up (creation is retried). A controller that cgroup v2 cannot enable is used from
+    /// the v1 hierarchy mounted for it, if any (see [`Self::create_with_v1`]).
     pub fn create(
         cg: &Cgroup2,
+        agent: &str,
+        run_id: u32,
+        controllers: &[&str],
+        limits: &BTreeMap<String, String>,
+    ) -> Result<(RunGroup, SetupReport), CgroupError> {
+        let v1 = CgroupV1::find_all().unwrap_or_default();
+        Self::create_with_v1(cg, &v1, agent, run_id, controllers, limits)
+    }
+
+    /// [`Self::create`], with `v1` as the cgroup v1 hierarchies to fall back on: for each
+    /// controller of `controllers` that cgroup v2 did not enable and one of them has, the run also
+    /// gets `<v1 mount>/clawfs/agent-<agent>/run-<run_id>`, and that controller's limits go, in
+    /// their v1 form, to the v1 agent group. A v1 group that cannot be made is reported (its
+    /// limits as not enforced), not an error: the v2 group alone gives the run its identity.
+    pub fn create_with_v1(
+        cg: &Cgroup2,
+        v1: &[CgroupV1],
         agent: &str,
         run_id: u32,
         controllers: &[&str],
@@ -568,50 +1120,59 @@ impl RunGroup {
         report.controllers.enabled = r.enabled;
         report.controllers.not_enabled.extend(r.not_enabled);
 
-        let agent_dir = cg.agent_dir(agent);
-        let run_dir = agent_dir.join(format!("{RUN_PREFIX}{run_id}"));
-        let mut attempts = 0;
-        let (agent_group, run) = loop {
-            let agent_group = Group::create(&agent_dir)?;
-            match fs::create_dir(&run_dir) {
-                Ok(()) => break (agent_group, Group::at(&run_dir)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    break (agent_group, Group::at(&run_dir))
-                }
-                // Another run removed the agent's (then empty) group between our two mkdirs.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 20 => attempts += 1,
-                Err(e) => return Err(io_err("create", &run_dir)(e)),
+        let (agent_group, run) = create_agent_and_run(&cg.agent_dir(agent), run_id)?;
+
+        // What cgroup v2 could not enable, from the v1 hierarchy that has it (one set of groups
+        // per hierarchy, even if it has several of those controllers).
+        let mut v1_groups: Vec<V1Group> = Vec::new();
+        for hierarchy in v1 {
+            let wanted: Vec<String> = report
+                .controllers
+                .not_enabled
+                .iter()
+                .map(|(c, _)| c.clone())
+                .filter(|c| hierarchy.has(c) && !report.v1.enabled.contains(c))
+                .collect();
+            if wanted.is_empty() {
+                continue;
             }
-        };
-        // Our leaf keeps the agent group alive from here on.
-        report.limits = agent_group.apply_limits(limits)?;
+            match V1Group::create(hierarchy, agent, run_id, wanted.clone()) {
+                Ok(g) => {
+                    report.v1.enabled.extend(wanted);
+                    v1_groups.push(g);
+                }
+                Err(e) => {
+                    for c in wanted {
+                        report.v1.not_enabled.push((c, e.to_string()));
+                    }
+                }
+            }
+        }
+
+        // Our leaves keep the agent groups alive from here on.
+        let (v1_keys, v2_keys): (BTreeMap<String, String>, BTreeMap<String, String>) =
+            limits.clone().into_iter().partition(|(k, _)| {
+                let controller = k.split('.').next().unwrap_or(k);
+                report.v1.enabled.iter().any(|c| c == controller)
+            });
+        report.limits = agent_group.apply_limits(&v2_keys)?;
+        for g in &v1_groups {
+            let (r, written) = g.agent.apply_v1_limits(&v1_keys, &g.controllers);
+            report.limits.applied.extend(r.applied);
+            report.limits.skipped.extend(r.skipped);
+            report.limits.failed.extend(r.failed);
+            report.v1_limits.extend(written);
+        }
         let group = RunGroup {
             agent: agent_group,
             run,
+            v1: v1_groups,
         };
-        group.sweep_stale(run_id);
-        Ok((group, report))
-    }
-
-    /// Removes empty `run-<pid>` leaves whose `clawfs run` is gone (killed before cleaning up).
-    fn sweep_stale(&self, own: u32) {
-        let Ok(entries) = fs::read_dir(self.agent.path()) else {
-            return;
-        };
-        for e in entries.filter_map(Result::ok) {
-            let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(RUN_PREFIX))
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let leaf = Group::at(e.path());
-            if pid != own && !pid_alive(pid) && leaf.is_populated().ok() == Some(false) {
-                let _ = leaf.remove();
-            }
+        sweep_stale(&group.agent, run_id);
+        for g in &group.v1 {
+            sweep_stale(&g.agent, run_id);
         }
+        Ok((group, report))
     }
 
     /// The agent's group.
@@ -624,20 +1185,29 @@ impl RunGroup {
         &self.run
     }
 
+    /// The run's groups in cgroup v1 hierarchies (hybrid hosts only; its processes go into each
+    /// [`V1Group::run`] as well).
+    pub fn v1(&self) -> &[V1Group] {
+        &self.v1
+    }
+
     /// Removes the run's leaf (which must be empty: see [`Group::wait_empty`]) and then the agent's
-    /// group if no other run uses it. Returns whether the agent group was removed.
+    /// group if no other run uses it; the same in each v1 hierarchy (whose leaves empty with the v2
+    /// one: the run's processes are in both, and cannot leave either). Returns whether the
+    /// agent's v2 group was removed; the first error, if any, once everything was tried.
     pub fn remove(&self) -> Result<bool, CgroupError> {
-        // A leaf that just emptied can report EBUSY for a moment; retry briefly.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !self.run.remove()? && self.run.path().exists() {
-            if Instant::now() > deadline {
-                return Err(io_err("remove", self.run.path())(
-                    io::Error::from_raw_os_error(libc::EBUSY),
-                ));
+        let v2 = remove_leaf(&self.run).and_then(|()| self.agent.remove());
+        let mut v1_error = None;
+        for g in &self.v1 {
+            if let Err(e) = remove_leaf(&g.run).and_then(|()| g.agent.remove()) {
+                v1_error.get_or_insert(e);
             }
-            std::thread::sleep(Duration::from_millis(10));
         }
-        self.agent.remove()
+        let removed = v2?;
+        match v1_error {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
     }
 }
 
@@ -769,7 +1339,224 @@ mod tests {
             .push(("memory.max".into(), "no memory.max here".into()));
         let w = r.warning().unwrap();
         assert!(w.contains("controllers not enabled: memory"), "{w}");
-        assert!(w.contains("not enforced (no such file): memory.max"), "{w}");
+        assert!(
+            w.contains("not enforced: memory.max (no memory.max here)"),
+            "{w}"
+        );
+        assert_eq!(r.v1_summary(), None);
+
+        // memory comes from cgroup v1: only what is still not in force is named.
+        let mut r = SetupReport::default();
+        for c in ["memory", "pids", "cpu"] {
+            r.controllers
+                .not_enabled
+                .push((c.into(), "not offered".into()));
+        }
+        r.v1.enabled = vec!["memory".into(), "pids".into()];
+        r.v1.not_enabled = vec![("cpu".into(), "create …: read-only file system".into())];
+        r.limits.applied = vec!["memory.max".into(), "pids.max".into()];
+        r.v1_limits = vec![("pids.max".into(), "pids.max=20".into())];
+        let w = r.warning().unwrap();
+        assert!(
+            w.contains("controllers not enabled: cpu (cpu: not offered; cgroup v1: create"),
+            "{w}"
+        );
+        assert!(!w.contains("memory") && !w.contains("pids"), "{w}");
+        let s = r.v1_summary().unwrap();
+        assert!(s.contains("through cgroup v1: memory, pids"), "{s}");
+        assert!(s.contains("pids.max as pids.max=20"), "{s}");
+        r.controllers.not_enabled.retain(|(c, _)| c != "cpu");
+        assert_eq!(r.warning(), None);
+    }
+
+    const HYBRID_FULL: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+50 23 0:32 /machine /srv/memory rw,relatime - cgroup cgroup rw,memory
+51 23 0:36 /sub /srv/pids rw,relatime - cgroup cgroup rw,pids
+";
+
+    #[test]
+    fn finds_the_cgroup_v1_hierarchies() {
+        let all = CgroupV1::all_from_mountinfo(HYBRID_FULL);
+        // One per hierarchy (the bind mounts of a sub-tree are the same ones), none for systemd.
+        assert_eq!(
+            all,
+            vec![
+                CgroupV1::new("/sys/fs/cgroup/cpu,cpuacct", "/", &["cpu", "cpuacct"]),
+                CgroupV1::new("/sys/fs/cgroup/memory", "/", &["memory"]),
+                CgroupV1::new("/sys/fs/cgroup/pids", "/", &["pids"]),
+            ]
+        );
+        // The root-mounted one wins even when a sub-tree mount comes first.
+        let reordered = "\
+50 23 0:32 /machine /srv/memory rw - cgroup cgroup rw,memory
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+        assert_eq!(
+            CgroupV1::all_from_mountinfo(reordered),
+            vec![CgroupV1::new("/sys/fs/cgroup/memory", "/", &["memory"])]
+        );
+        assert_eq!(
+            all[2].agent_dir("a"),
+            Path::new("/sys/fs/cgroup/pids/clawfs/agent-a")
+        );
+        assert!(all[0].has("cpu") && !all[0].has("memory"));
+        assert!(CgroupV1::all_from_mountinfo(UNIFIED).is_empty());
+        let cg = Cgroup2::from_mountinfo(HYBRID_FULL).unwrap();
+        assert_eq!(cg.mount_point(), Path::new("/sys/fs/cgroup/unified"));
+    }
+
+    #[test]
+    fn identity_is_the_v2_line_only() {
+        let cg = Cgroup2::new("/sys/fs/cgroup/unified", "/");
+        let pids = CgroupV1::new("/sys/fs/cgroup/pids", "/", &["pids"]);
+        let file = |v2: &str, v1: &str| {
+            format!("9:name=systemd:/\n8:pids:{v1}\n4:memory:{v1}\n1:cpu,cpuacct:{v1}\n0::{v2}\n")
+        };
+        let run = "/clawfs/agent-a/run-7";
+        // What `clawfs run` does on a hybrid host: the same layout everywhere.
+        assert_eq!(
+            cg.agent_of_cgroup_file(&file(run, run)).as_deref(),
+            Some("a")
+        );
+        assert_eq!(pids.agent_of_path(run).as_deref(), Some("a"));
+        // The v2 line decides; v1 lines never name anyone (a child still root in pre_exec is in
+        // its v1 groups before its v2 one).
+        assert_eq!(
+            cg.agent_of_cgroup_file(&file(run, "/clawfs/agent-b/run-7"))
+                .as_deref(),
+            Some("a")
+        );
+        assert_eq!(cg.agent_of_cgroup_file(&file("/", run)), None);
+        // v1 paths are anchored like v2 ones.
+        let sub = CgroupV1::new("/srv/pids", "/ct1", &["pids"]);
+        assert_eq!(
+            sub.agent_of_path("/ct1/clawfs/agent-a/run-1").as_deref(),
+            Some("a")
+        );
+        assert_eq!(sub.agent_of_path("/clawfs/agent-a/run-1"), None);
+    }
+
+    #[test]
+    fn v1_translations() {
+        let limits = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let writes = |key: &str, l: &BTreeMap<String, String>| -> Vec<(&'static str, String)> {
+            match v1_limit(key, l) {
+                V1Limit::Writes(w) => w.into_iter().map(|w| (w.file, w.value)).collect(),
+                other => panic!("{key}: {other:?}"),
+            }
+        };
+        let l = limits(&[
+            ("pids.max", "20"),
+            ("memory.max", "64M"),
+            ("memory.swap.max", "0"),
+            ("cpu.max", "50000 100000"),
+            ("cpu.weight", "50"),
+        ]);
+        assert_eq!(writes("pids.max", &l), [("pids.max", "20".into())]);
+        assert_eq!(
+            writes("memory.max", &l),
+            [
+                ("memory.memsw.limit_in_bytes", "-1".into()),
+                ("memory.limit_in_bytes", "67108864".into())
+            ]
+        );
+        match v1_limit("memory.max", &l) {
+            V1Limit::Writes(w) => assert!(w[0].optional && !w[1].optional),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            writes("memory.swap.max", &l),
+            [("memory.memsw.limit_in_bytes", "67108864".into())]
+        );
+        assert_eq!(
+            writes("cpu.max", &l),
+            [
+                ("cpu.cfs_period_us", "100000".into()),
+                ("cpu.cfs_quota_us", "50000".into())
+            ]
+        );
+        assert_eq!(writes("cpu.weight", &l), [("cpu.shares", "512".into())]);
+
+        let l = limits(&[
+            ("pids.max", "max"),
+            ("memory.max", "1073741824"),
+            ("memory.swap.max", "1G"),
+            ("cpu.max", "max"),
+            ("cpu.weight", "1"),
+        ]);
+        assert_eq!(writes("pids.max", &l), [("pids.max", "max".into())]);
+        assert_eq!(
+            writes("memory.swap.max", &l),
+            [("memory.memsw.limit_in_bytes", "2147483648".into())]
+        );
+        assert_eq!(writes("cpu.max", &l), [("cpu.cfs_quota_us", "-1".into())]);
+        assert_eq!(writes("cpu.weight", &l), [("cpu.shares", "10".into())]);
+        let l = limits(&[("memory.max", "max"), ("memory.swap.max", "max")]);
+        assert_eq!(
+            writes("memory.max", &l)[1],
+            ("memory.limit_in_bytes", "-1".into())
+        );
+        assert_eq!(
+            writes("memory.swap.max", &l),
+            [("memory.memsw.limit_in_bytes", "-1".into())]
+        );
+
+        // Swap alone cannot be limited in v1; nor can what v1 does not have.
+        for l in [
+            limits(&[("memory.swap.max", "0")]),
+            limits(&[("memory.swap.max", "0"), ("memory.max", "max")]),
+        ] {
+            assert!(matches!(
+                v1_limit("memory.swap.max", &l),
+                V1Limit::NoEquivalent(_)
+            ));
+        }
+        let l = limits(&[("memory.high", "1G"), ("pids.peak", "1")]);
+        assert!(matches!(
+            v1_limit("memory.high", &l),
+            V1Limit::NoEquivalent(_)
+        ));
+        assert!(matches!(
+            v1_limit("pids.peak", &l),
+            V1Limit::NoEquivalent(_)
+        ));
+
+        for (key, value) in [
+            ("pids.max", "-1"),
+            ("pids.max", "lots"),
+            ("memory.max", "1X"),
+            ("memory.max", ""),
+            ("memory.max", "99999999999E"),
+            ("cpu.max", "fast"),
+            ("cpu.max", "max 1 2"),
+            ("cpu.max", "50000 often"),
+            ("cpu.weight", "0"),
+            ("cpu.weight", "10001"),
+        ] {
+            assert!(
+                matches!(v1_limit(key, &limits(&[(key, value)])), V1Limit::Invalid(_)),
+                "{key} {value:?}"
+            );
+        }
+        let l = limits(&[("memory.max", "lots"), ("memory.swap.max", "0")]);
+        assert!(matches!(
+            v1_limit("memory.swap.max", &l),
+            V1Limit::Invalid(_)
+        ));
+        assert_eq!(parse_bytes("2k"), Some(2048));
+        assert_eq!(parse_bytes("3"), Some(3));
+        assert_eq!(parse_bytes("M"), None);
     }
 
     /// On the real hierarchy (root only; otherwise reported and skipped): a run group, a process
@@ -801,6 +1588,41 @@ mod tests {
         group.run().add_pid(sleeper.id()).unwrap();
         assert_eq!(group.run().pids().unwrap(), vec![sleeper.id()]);
         assert_eq!(agent_of_pid(sleeper.id()).unwrap(), Some(agent.clone()));
+        // Hybrid host: the controllers cgroup v2 lacks come from v1 (this limit too), in the
+        // same layout, root-owned.
+        for g in group.v1() {
+            assert!(g.agent().path().ends_with(format!("clawfs/agent-{agent}")));
+            assert!(g
+                .run()
+                .path()
+                .ends_with(format!("clawfs/agent-{agent}/run-1")));
+            g.run().add_pid(sleeper.id()).unwrap();
+            assert!(g.run().has_processes().unwrap());
+            let meta = fs::metadata(g.run().path().join("cgroup.procs")).unwrap();
+            assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
+            assert_eq!(std::os::unix::fs::MetadataExt::mode(&meta) & 0o022, 0);
+            if g.controllers().iter().any(|c| c == "pids") {
+                assert!(report.limits.applied.contains(&"pids.max".to_string()));
+                let v = fs::read_to_string(g.agent().path().join("pids.max")).unwrap();
+                assert_eq!(v.trim(), "50");
+            }
+        }
+        if !report.controllers.enabled.iter().any(|c| c == "pids")
+            && CgroupV1::find("pids").is_some()
+        {
+            assert!(
+                group
+                    .v1()
+                    .iter()
+                    .any(|g| g.controllers().iter().any(|c| c == "pids")),
+                "{report:?}"
+            );
+        }
+        let v1_agents: Vec<PathBuf> = group
+            .v1()
+            .iter()
+            .map(|g| g.agent().path().to_path_buf())
+            .collect();
         assert!(group.run().is_populated().unwrap());
         assert!(group.agent().is_populated().unwrap());
         assert!(matches!(
@@ -817,6 +1639,9 @@ mod tests {
             .unwrap();
         assert!(group.remove().unwrap());
         assert!(!cg.agent_dir(&agent).exists());
+        for dir in v1_agents {
+            assert!(!dir.exists(), "{}", dir.display());
+        }
     }
 
     #[test]

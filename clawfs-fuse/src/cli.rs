@@ -73,6 +73,12 @@ pub enum Command {
         #[command(subcommand)]
         command: IdentityCommand,
     },
+    /// The agent sandbox: which layers this host can apply.
+    Sandbox {
+        /// What to do.
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
     /// Check or reload the policy.
     Policy {
         /// What to do.
@@ -90,6 +96,17 @@ pub enum IdentityCommand {
         agent: Option<String>,
         #[command(flatten)]
         store: StoreArg,
+    },
+}
+
+/// `clawfs sandbox` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Print each layer (cgroup, Landlock, seccomp, AppArmor, eBPF): available or not, and why.
+    Check {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -11,6 +11,8 @@ pub mod logging;
 pub mod mounts;
 pub mod policy_cmd;
 pub mod run;
+pub mod sandbox;
+pub mod sandbox_cmd;
 pub mod vault_cmd;
 
 use std::process::ExitCode;
@@ -42,6 +44,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Identity {
             command: cli::IdentityCommand::Verify { agent, store },
         } => commands::identity_verify(&store.store, agent.as_deref()),
+        Command::Sandbox {
+            command: cli::SandboxCommand::Check { json },
+        } => sandbox_cmd::check(*json),
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),
             cli::PolicyCommand::Reload { file, store } => {

@@ -57,9 +57,14 @@ pub struct RunArgs {
     /// name from /etc/passwd. Default: the agent's own unprivileged uid.
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
-    /// Where ClawFS is mounted (for --workspace).
+    /// Where ClawFS is mounted (for --workspace and --sandbox).
     #[arg(long, value_name = "DIR", default_value = "/clawfs")]
     pub mount: PathBuf,
+    /// Put the command in the kernel sandbox: Landlock (its part of the mount, a private
+    /// temporary directory that is also its HOME, the system files programs need; never the
+    /// store) and seccomp (the store's system/seccomp/whitelist.json). See `clawfs sandbox check`.
+    #[arg(long)]
+    pub sandbox: bool,
     #[command(flatten)]
     pub store: StoreArg,
     /// The command and its arguments.
@@ -94,6 +99,8 @@ pub struct RunSpec {
     pub env: Vec<(OsString, OsString)>,
     /// cgroup interface files to write in the agent's group (`memory.max` → `1073741824`, …).
     pub limits: BTreeMap<String, String>,
+    /// The kernel sandbox to apply (`--sandbox`): the store and the mount it is built for.
+    pub sandbox: Option<(PathBuf, PathBuf)>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> Failure {
@@ -198,6 +205,9 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         cwd,
         command: args.command.clone(),
         env: Vec::new(),
+        sandbox: args
+            .sandbox
+            .then(|| (store.root().to_path_buf(), args.mount.clone())),
     })
 }
 
@@ -387,6 +397,9 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
     if let Some(w) = report.warning() {
         warn!(agent = %spec.agent, "quotas not fully in force: {w}");
     }
+    if let Some(v1) = report.v1_summary() {
+        tracing::debug!(agent = %spec.agent, "hybrid cgroup host: {v1}");
+    }
     let result = spawn_and_wait(spec, &group);
     // Whatever happened, nothing of this run may be left in its leaf before it is removed.
     if let Err(e) = group.run().wait_empty(None) {
@@ -396,6 +409,27 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
         warn!(error = %e, "removing the run's cgroup");
     }
     result
+}
+
+/// The sandbox layers of `spec`'s run, prepared before fork.
+fn prepare_sandbox(
+    spec: &RunSpec,
+    store: &Path,
+    mount: &Path,
+) -> Result<crate::sandbox::Layers, Failure> {
+    let store = Store::open(store)?;
+    let policy =
+        clawfs_core::policy::Policy::load(&store.root().join(clawfs_core::fs::POLICY_FILE))
+            .map_err(fail)?;
+    let layers = crate::sandbox::prepare(&store, &policy, mount, &spec.agent, (spec.uid, spec.gid))
+        .map_err(|e| {
+            fail(format!(
+                "preparing the sandbox of agent {}: {e}",
+                spec.agent
+            ))
+        })?;
+    tracing::debug!(agent = %spec.agent, landlock = ?layers.landlock.report(), "sandbox prepared");
+    Ok(layers)
 }
 
 /// Waits for `pid` to exit without reaping it, so that its pid cannot be reused while a
@@ -432,6 +466,15 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .procs_file()
         .map_err(|e| fail(format!("joining the agent's cgroup: {e}")))?;
     let procs_fd = procs.as_raw_fd();
+    // Hybrid host: the run's groups in the cgroup v1 hierarchies of the controllers (and limits)
+    // cgroup v2 lacks here, joined the same way.
+    let v1_procs = group
+        .v1()
+        .iter()
+        .map(|g| g.run().procs_file())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("joining the agent's cgroup v1 groups: {e}")))?;
+    let v1_fds: Vec<libc::c_int> = v1_procs.iter().map(|f| f.as_raw_fd()).collect();
     let cwd = spec
         .cwd
         .as_ref()
@@ -441,10 +484,18 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     let (uid, gid) = (spec.uid, spec.gid);
     let groups: Vec<libc::gid_t> = spec.groups.clone();
 
+    let layers = match &spec.sandbox {
+        Some((store, mount)) => Some(std::sync::Arc::new(prepare_sandbox(spec, store, mount)?)),
+        None => None,
+    };
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..])
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("CLAWFS_AGENT", &spec.agent);
+    if let Some(l) = &layers {
+        cmd.env("HOME", l.tmp.path()).env("TMPDIR", l.tmp.path());
+    }
+    let in_child = layers.clone();
     let pre_exec = move || -> io::Result<()> {
         let check = |r: libc::c_int| {
             if r == 0 {
@@ -460,7 +511,15 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         if unsafe { libc::setsid() } < 0 {
             return Err(io::Error::last_os_error());
         }
-        // 1. Join the run's group while still root ("0" = the writing process).
+        // 1. Join the run's group while still root ("0" = the writing process): first its cgroup
+        //    v1 groups, if any (root-owned too: it cannot leave them either), then the v2 group,
+        //    which names it the agent, as the last step before dropping privileges.
+        for &fd in &v1_fds {
+            // SAFETY: as below (the parent keeps `v1_procs` until spawn returns).
+            if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         // SAFETY: procs_fd is open (the parent keeps `procs` until spawn returns); the buffer is a
         // static one-byte string.
         if unsafe { libc::write(procs_fd, b"0".as_ptr().cast(), 1) } != 1 {
@@ -481,7 +540,12 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             // SAFETY: `dir` is a NUL-terminated string that lives as long as the closure.
             check(unsafe { libc::chdir(dir.as_ptr()) })?;
         }
-        // 5. Nothing the caller had open reaches the agent but stdin, stdout and stderr: an
+        // 5. Landlock: from here on the process reaches only its part of the mount, its
+        //    temporary directory and the system files programs need.
+        if let Some(l) = &in_child {
+            l.landlock.restrict_self()?;
+        }
+        // 6. Nothing the caller had open reaches the agent but stdin, stdout and stderr: an
         //    inherited descriptor (a root shell's file, a tool call it opened) would act with
         //    the rights of whoever opened it.
         // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only marks descriptors close-on-exec.
@@ -495,6 +559,10 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         };
         if marked != 0 {
             return Err(io::Error::last_os_error());
+        }
+        // 7. seccomp, last: after it only whitelisted system calls work.
+        if let Some(l) = &in_child {
+            l.seccomp.load()?;
         }
         Ok(())
     };
@@ -517,6 +585,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         }
     };
     drop(procs);
+    drop(v1_procs);
     let pid = child.id() as libc::pid_t;
 
     // `Some(pid)` while the child is alive and unreaped; the forwarder signals under this lock.
@@ -620,7 +689,12 @@ fn check_own_ids(
             ));
         }
     }
-    if let Some(other) = running_agent_with_uid(uid).filter(|a| a != agent) {
+    // Root is refused on its own (below); a run's child is still root for a moment, inside its
+    // agent's group, before it drops to its uid.
+    if let Some(other) = running_agent_with_uid(uid)
+        .filter(|a| a != agent)
+        .filter(|_| uid != 0)
+    {
         return Err(format!(
             "uid {uid} is running as agent {other} now; give {agent} a uid of its own"
         ));

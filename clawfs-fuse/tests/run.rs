@@ -1,6 +1,7 @@
 //! `clawfs run` end to end, on real cgroups (no mount needed): the child's group, uid and
 //! no_new_privs, that it cannot leave its group, exit codes, signal forwarding, cleanup, refusals,
-//! and parallel runs.
+//! parallel runs, and quotas in force (cgroup v2, or the cgroup v1 fallback on hybrid hosts): a
+//! fork bomb, a memory hog, cpu.max.
 //!
 //! This file has its own small harness (`harness = false`): started with
 //! `CLAWFS_RUN_TEST_HELPER=1`, the test binary *is* `clawfs run` (it parses [`RunArgs`] and calls
@@ -15,7 +16,7 @@ use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use clawfs_core::cgroup::{agent_of_pid, Cgroup2};
+use clawfs_core::cgroup::{agent_of_pid, Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 use clawfs_fuse::run::{RunArgs, AGENT_UID_BASE};
 
 const HELPER_ENV: &str = "CLAWFS_RUN_TEST_HELPER";
@@ -107,6 +108,76 @@ impl Fixture {
 
     fn agent_dir(&self, agent: &str) -> PathBuf {
         self.cg.agent_dir(agent)
+    }
+
+    /// Replaces the store's quotas.json.
+    fn set_quotas(&self, json: &str) {
+        let quotas = self.store.join("system/cgroup/quotas.json");
+        let mut perms = std::fs::metadata(&quotas).unwrap().permissions();
+        perms.set_mode(0o644);
+        std::fs::set_permissions(&quotas, perms).unwrap();
+        std::fs::write(&quotas, json).unwrap();
+    }
+
+    /// A world-readable file in the fixture's directory (for the agent to run).
+    fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let p = self._dir.path().join(name);
+        std::fs::write(&p, contents).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        p
+    }
+
+    /// Where the agent's group for `controller` is: the v2 agent group when cgroup v2 offers the
+    /// controller, else the agent group in the v1 hierarchy that has it; `None` when neither.
+    fn limits_dir(&self, agent: &str, controller: &str) -> Option<PathBuf> {
+        let offered = std::fs::read_to_string(self.cg.mount_point().join("cgroup.controllers"))
+            .unwrap_or_default();
+        if offered.split_whitespace().any(|c| c == controller) {
+            return Some(self.agent_dir(agent));
+        }
+        CgroupV1::find(controller).map(|h| h.agent_dir(agent))
+    }
+}
+
+/// The v1 hierarchies `clawfs run` may use here (those with one of its controllers).
+fn v1_hierarchies() -> Vec<CgroupV1> {
+    CgroupV1::find_all()
+        .unwrap()
+        .into_iter()
+        .filter(|h| DEFAULT_CONTROLLERS.iter().any(|c| h.has(c)))
+        .collect()
+}
+
+/// Why `controller` cannot be tested here (in neither cgroup v2 nor a v1 hierarchy), if so.
+fn lacks_controller(controller: &str) -> Option<String> {
+    let cg = Cgroup2::find().ok()?;
+    let offered =
+        std::fs::read_to_string(cg.mount_point().join("cgroup.controllers")).unwrap_or_default();
+    if offered.split_whitespace().any(|c| c == controller) || CgroupV1::find(controller).is_some() {
+        return None;
+    }
+    Some(format!(
+        "the {controller} controller is neither offered by cgroup v2 ({}) nor mounted as cgroup v1",
+        cg.mount_point().display()
+    ))
+}
+
+/// A python3 the agent can run (not one under root's home), if the host has one.
+fn python3() -> Option<&'static str> {
+    ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+}
+
+/// No group of `agent` is left in cgroup v2 or in any v1 hierarchy.
+fn assert_groups_gone(f: &Fixture, agent: &str) {
+    assert!(!f.agent_dir(agent).exists());
+    for h in v1_hierarchies() {
+        assert!(
+            !h.agent_dir(agent).exists(),
+            "{} left behind",
+            h.agent_dir(agent).display()
+        );
     }
 }
 
@@ -416,20 +487,27 @@ fn refusals() {
 fn quotas_are_applied_or_reported() {
     let agent = unique("quota");
     let f = Fixture::new(&[&agent]);
-    let quotas = f.store.join("system/cgroup/quotas.json");
-    let mut perms = std::fs::metadata(&quotas).unwrap().permissions();
-    perms.set_mode(0o644);
-    std::fs::set_permissions(&quotas, perms).unwrap();
-    std::fs::write(
-        &quotas,
-        format!(r#"{{"defaults": {{"memory.max": "1073741824"}}, "agents": {{"{agent}": {{"pids.max": "100"}}}}}}"#),
-    )
-    .unwrap();
-    let adir = f.agent_dir(&agent).display().to_string();
+    f.set_quotas(&format!(
+        r#"{{"defaults": {{"memory.max": "1073741824"}}, "agents": {{"{agent}": {{"pids.max": "100"}}}}}}"#
+    ));
+    // Where each limit is in force: the v2 file, or its v1 form in the v1 hierarchy.
+    let where_ = |controller: &str, v2: &str, v1: &str| {
+        let v2_file = f.agent_dir(&agent).join(v2);
+        let v1_file = CgroupV1::find(controller).map(|h| h.agent_dir(&agent).join(v1));
+        format!(
+            "cat {} 2>/dev/null || cat {} 2>/dev/null || echo no-{controller}",
+            v2_file.display(),
+            v1_file.unwrap_or(v2_file.clone()).display()
+        )
+    };
     let out = f.run(
         &agent,
         &[],
-        &format!("cat {adir}/pids.max 2>/dev/null || echo no-pids; cat {adir}/memory.max 2>/dev/null || echo no-memory"),
+        &format!(
+            "{}; {}",
+            where_("pids", "pids.max", "pids.max"),
+            where_("memory", "memory.max", "memory.limit_in_bytes")
+        ),
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -445,8 +523,336 @@ fn quotas_are_applied_or_reported() {
             );
         } else {
             assert!(stdout.contains(want), "{stdout}");
+            assert!(!stderr.contains(key), "{stderr}");
         }
     }
+    assert_groups_gone(&f, &agent);
+}
+
+/// 200 `sleep 5` children, counting the forks that fail; then kills them all.
+const FORK_BOMB: &str = r#"import os
+kids, failed = [], 0
+for _ in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if pid == 0:
+        try:
+            os.execvp("sleep", ["sleep", "5"])
+        finally:
+            os._exit(127)
+    kids.append(pid)
+print("forked=%d failed=%d" % (len(kids), failed), flush=True)
+for k in kids:
+    os.kill(k, 9)
+for k in kids:
+    os.waitpid(k, 0)
+"#;
+
+/// `pids.max = 20` stops a fork bomb: forks fail, the bomb ends, the run ends, the host can still
+/// fork.
+fn fork_bomb_is_stopped_by_pids_max() {
+    if let Some(why) = lacks_controller("pids") {
+        eprintln!("fork_bomb_is_stopped_by_pids_max skipped: {why}");
+        return;
+    }
+    let agent = unique("forkbomb");
+    let f = Fixture::new(&[&agent]);
+    f.set_quotas(&format!(
+        r#"{{"agents": {{"{agent}": {{"pids.max": 20}}}}}}"#
+    ));
+    let start = Instant::now();
+    let out = match python3() {
+        Some(py) => {
+            let bomb = f.file("bomb.py", FORK_BOMB);
+            f.run(&agent, &[], &format!("{py} {}; echo rc=$?", bomb.display()))
+        }
+        // No python3: the shell's own loop (dash gives up at the first failed fork; the
+        // sleeps it started end within 5 s).
+        None => f.run(
+            &agent,
+            &[],
+            "i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); echo forked=$i; done",
+        ),
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    let forked: u32 = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("forked="))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .max()
+        .unwrap_or_else(|| panic!("{stdout} {stderr}"));
+    assert!(forked < 20, "{stdout}");
+    if python3().is_some() {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let failed: u32 = stdout
+            .split("failed=")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert_eq!(forked + failed, 200, "{stdout}");
+        assert!(failed >= 180, "{stdout}");
+        assert!(stdout.contains("rc=0"), "{stdout} {stderr}");
+    } else {
+        assert_ne!(out.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("fork"), "{stderr}");
+    }
+    assert!(!stderr.contains("pids.max"), "limit not in force: {stderr}");
+    assert_groups_gone(&f, &agent);
+    // The host is fine.
+    assert!(Command::new("true").status().unwrap().success());
+}
+
+/// `memory.max = 64M` stops a process that allocates 256 MB: it is killed or gets ENOMEM.
+fn memory_hog_is_stopped_by_memory_max() {
+    if let Some(why) = lacks_controller("memory") {
+        eprintln!("memory_hog_is_stopped_by_memory_max skipped: {why}");
+        return;
+    }
+    let agent = unique("memhog");
+    let f = Fixture::new(&[&agent]);
+    // No swap either, or the hog would only be slowed down on a host that has some.
+    f.set_quotas(&format!(
+        r#"{{"agents": {{"{agent}": {{"memory.max": 67108864, "memory.swap.max": 0}}}}}}"#
+    ));
+    let hog = match python3() {
+        Some(py) => {
+            format!("{py} -c \"b = b'x' * (256 << 20); print('allocated', len(b))\"; echo rc=$?")
+        }
+        None => "(x=$(head -c 268435456 /dev/zero | tr '\\0' x); echo allocated ${#x}); echo rc=$?"
+            .to_string(),
+    };
+    let start = Instant::now();
+    let out = f.run(&agent, &[], &hog);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stdout.contains("allocated"), "{stdout}");
+    // SIGKILL by the OOM killer (137), or MemoryError (1).
+    assert!(
+        stdout.contains("rc=137") || stderr.contains("MemoryError"),
+        "{stdout} {stderr}"
+    );
+    assert!(
+        !stderr.contains("memory.max"),
+        "limit not in force: {stderr}"
+    );
+    assert_groups_gone(&f, &agent);
+}
+
+/// Reads a cgroup file, trimmed.
+fn read_trim(p: &std::path::Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+/// While a run lives: its limits are where they should be (cpu.max as cgroup v2's `cpu.max` or
+/// v1's `cpu.cfs_quota_us`/`cpu.cfs_period_us`), it is in the agent's groups of every hierarchy
+/// used, all root-owned; after it, every group is gone.
+fn limits_are_set_while_the_run_lives() {
+    let agent = unique("limits");
+    let f = Fixture::new(&[&agent]);
+    f.set_quotas(&format!(
+        r#"{{"agents": {{"{agent}": {{"cpu.max": "50000 100000", "pids.max": 100, "memory.max": 536870912}}}}}}"#
+    ));
+    let mut c = f.cmd(
+        &agent,
+        &[],
+        "cat /proc/self/cgroup; echo pid=$$; read _; exit 0",
+    );
+    c.stdin(Stdio::piped());
+    let (mut child, mut out) = spawn_piped(c);
+    let stdin = child.stdin.take().unwrap();
+    let helper = child.id();
+    let mut lines = String::new();
+    let pid: u32 = loop {
+        let l = read_line(&mut out);
+        assert!(!l.is_empty(), "early end: {lines}");
+        if let Some(p) = l.strip_prefix("pid=") {
+            break p.parse().unwrap();
+        }
+        lines.push_str(&l);
+        lines.push('\n');
+    };
+    let leaf = format!("/clawfs/agent-{agent}/run-{helper}");
+    assert_eq!(v2_line(&lines), leaf, "{lines}");
+    assert_eq!(agent_of_pid(pid).unwrap().as_deref(), Some(agent.as_str()));
+
+    // cpu.max, as cgroup v2 or v1 has it.
+    match f.limits_dir(&agent, "cpu") {
+        None => eprintln!("cpu.max not checked: {}", lacks_controller("cpu").unwrap()),
+        Some(dir) if dir == f.agent_dir(&agent) => {
+            assert_eq!(read_trim(&dir.join("cpu.max")), "50000 100000")
+        }
+        Some(dir) => {
+            assert_eq!(read_trim(&dir.join("cpu.cfs_quota_us")), "50000");
+            assert_eq!(read_trim(&dir.join("cpu.cfs_period_us")), "100000");
+        }
+    }
+    for (controller, v2, v1, want) in [
+        ("pids", "pids.max", "pids.max", "100"),
+        ("memory", "memory.max", "memory.limit_in_bytes", "536870912"),
+    ] {
+        match f.limits_dir(&agent, controller) {
+            None => eprintln!(
+                "{v2} not checked: {}",
+                lacks_controller(controller).unwrap()
+            ),
+            Some(dir) if dir == f.agent_dir(&agent) => {
+                assert_eq!(read_trim(&dir.join(v2)), want)
+            }
+            Some(dir) => assert_eq!(read_trim(&dir.join(v1)), want),
+        }
+    }
+
+    // In each v1 hierarchy used, the run is in its leaf, and every file that moves processes is
+    // root's and not writable by others, up to the hierarchy's root.
+    for h in v1_hierarchies() {
+        let run_dir = h.agent_dir(&agent).join(format!("run-{helper}"));
+        if !run_dir.exists() {
+            // cgroup v2 provides this hierarchy's controllers.
+            continue;
+        }
+        let line = lines
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|list| list.split(',').any(|c| h.has(c)))
+            })
+            .unwrap_or_else(|| panic!("no line for {:?} in {lines}", h.controllers()));
+        assert!(line.ends_with(&format!(":{leaf}")), "{line}");
+        for dir in [
+            h.mount_point().to_path_buf(),
+            h.base_dir(),
+            h.agent_dir(&agent),
+            run_dir.clone(),
+        ] {
+            for file in ["cgroup.procs", "tasks"] {
+                let meta = std::fs::metadata(dir.join(file)).unwrap();
+                assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
+                assert_eq!(
+                    meta.permissions().mode() & 0o022,
+                    0,
+                    "{}",
+                    dir.join(file).display()
+                );
+            }
+            let meta = std::fs::metadata(&dir).unwrap();
+            assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0);
+            assert_eq!(meta.permissions().mode() & 0o022, 0, "{}", dir.display());
+        }
+        let procs = read_trim(&run_dir.join("cgroup.procs"));
+        assert!(
+            procs.lines().any(|p| p == pid.to_string()),
+            "{procs} / {pid}"
+        );
+    }
+    drop(stdin);
+    let (code, _, err) = finish(child, out);
+    assert_eq!(code, Some(0), "{err}");
+    let all_there = DEFAULT_CONTROLLERS
+        .iter()
+        .all(|c| lacks_controller(c).is_none());
+    if all_there {
+        assert!(!err.contains("not fully in force"), "{err}");
+    }
+    assert_groups_gone(&f, &agent);
+}
+
+/// On a hybrid host, the agent can no more leave its cgroup v1 groups than its v2 one.
+fn cannot_leave_its_v1_groups() {
+    let agent = unique("v1escape");
+    let f = Fixture::new(&[&agent]);
+    let used: Vec<CgroupV1> = v1_hierarchies()
+        .into_iter()
+        .filter(|h| {
+            let offered = std::fs::read_to_string(f.cg.mount_point().join("cgroup.controllers"))
+                .unwrap_or_default();
+            h.controllers().iter().any(|c| {
+                DEFAULT_CONTROLLERS.contains(&c.as_str())
+                    && !offered.split_whitespace().any(|o| o == c)
+            })
+        })
+        .collect();
+    if used.is_empty() {
+        eprintln!(
+            "cannot_leave_its_v1_groups skipped: no v1 groups here \
+             (cgroup v2 provides memory, pids and cpu)"
+        );
+        return;
+    }
+    f.set_quotas(&format!(
+        r#"{{"agents": {{"{agent}": {{"pids.max": 50}}}}}}"#
+    ));
+    let mut script = String::new();
+    let mut attempts = 0;
+    for h in &used {
+        let (root, base, adir) = (
+            h.mount_point().display().to_string(),
+            h.base_dir().display().to_string(),
+            h.agent_dir(&agent).display().to_string(),
+        );
+        for p in [
+            format!("{root}/cgroup.procs"),
+            format!("{root}/tasks"),
+            format!("{base}/cgroup.procs"),
+            format!("{adir}/cgroup.procs"),
+            format!("{adir}/tasks"),
+        ] {
+            attempts += 1;
+            script.push_str(&format!(
+                "if echo $$ > {p}; then echo moved-to={p}; else echo refused={p}; fi; "
+            ));
+        }
+        script.push_str(&format!(
+            "if mkdir {adir}/evil 2>/dev/null; then echo made-subgroup; fi; \
+             for l in pids.max memory.limit_in_bytes cpu.cfs_quota_us; do \
+               if [ -e {adir}/$l ] && {{ echo -1 > {adir}/$l; }} 2>/dev/null; then \
+                 echo raised-limit=$l; fi; \
+             done; "
+        ));
+    }
+    script.push_str("cat /proc/self/cgroup");
+    let out = f.run(&agent, &[], &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stdout.contains("moved-to"), "{stdout}");
+    assert_eq!(stdout.matches("refused=").count(), attempts, "{stdout}");
+    assert_eq!(
+        stderr.matches(": Permission denied").count(),
+        attempts,
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains("made-subgroup") && !stdout.contains("raised-limit"),
+        "{stdout}"
+    );
+    // Still in its leaves, in every hierarchy used.
+    for h in &used {
+        let line = stdout
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|list| list.split(',').any(|c| h.has(c)))
+            })
+            .unwrap_or_else(|| panic!("no line for {:?} in {stdout}", h.controllers()));
+        assert!(
+            line.contains(&format!(":/clawfs/agent-{agent}/run-")),
+            "{line}"
+        );
+    }
+    assert_groups_gone(&f, &agent);
 }
 
 fn parallel_runs_of_different_and_same_agents() {
@@ -532,6 +938,19 @@ const TESTS: &[(&str, fn())] = &[
         "default_agent_gets_its_roster_uid",
         default_agent_gets_its_roster_uid,
     ),
+    (
+        "fork_bomb_is_stopped_by_pids_max",
+        fork_bomb_is_stopped_by_pids_max,
+    ),
+    (
+        "memory_hog_is_stopped_by_memory_max",
+        memory_hog_is_stopped_by_memory_max,
+    ),
+    (
+        "limits_are_set_while_the_run_lives",
+        limits_are_set_while_the_run_lives,
+    ),
+    ("cannot_leave_its_v1_groups", cannot_leave_its_v1_groups),
 ];
 
 fn unavailable() -> Option<String> {

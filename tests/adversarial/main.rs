@@ -14,6 +14,7 @@ mod one_agent_one_uid;
 mod posix_gaps;
 mod quota;
 mod root_writes;
+mod sandbox;
 mod store_bypass;
 mod tool_races;
 mod tool_rules;

@@ -1,0 +1,118 @@
+//! `clawfs sandbox check`: which layers of the agent sandbox this host can apply, and why not
+//! where it cannot. A layer that is unavailable is reported, never pretended.
+
+use serde_json::json;
+
+use crate::error::Failure;
+use clawfs_core::cgroup::{Cgroup2, CgroupV1};
+
+/// One layer's state on this host.
+struct Layer {
+    name: &'static str,
+    available: bool,
+    detail: String,
+}
+
+/// The resource controllers agents are limited by.
+const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+fn cgroups() -> Layer {
+    let v2 = Cgroup2::find().ok();
+    let v2_controllers = v2
+        .as_ref()
+        .and_then(|c| std::fs::read_to_string(c.mount_point().join("cgroup.controllers")).ok())
+        .map(|t| t.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let v1 = CgroupV1::find_all().unwrap_or_default();
+    let mut parts = Vec::new();
+    let mut missing = Vec::new();
+    for c in CONTROLLERS {
+        if v2_controllers.iter().any(|h| h == c) {
+            parts.push(format!("{c}: cgroup v2"));
+        } else if v1.iter().any(|h| h.has(c)) {
+            parts.push(format!("{c}: cgroup v1 (hybrid host)"));
+        } else {
+            missing.push(c);
+        }
+    }
+    let identity = match &v2 {
+        Some(c) => format!(
+            "agents identified by cgroup v2 at {}",
+            c.mount_point().display()
+        ),
+        None => "no cgroup v2 mount: agents cannot be identified by cgroup".to_string(),
+    };
+    if !missing.is_empty() {
+        parts.push(format!("not enforced: {}", missing.join(", ")));
+    }
+    Layer {
+        name: "cgroup",
+        available: v2.is_some(),
+        detail: format!("{identity}; {}", parts.join("; ")),
+    }
+}
+
+fn landlock() -> Layer {
+    let abi = clawfs_core::landlock::abi();
+    Layer {
+        name: "landlock",
+        available: matches!(abi, clawfs_core::landlock::Availability::Available { .. }),
+        detail: abi.to_string(),
+    }
+}
+
+fn seccomp() -> Layer {
+    let a = clawfs_seccomp::available();
+    Layer {
+        name: "seccomp",
+        available: a.usable(),
+        detail: a.to_string(),
+    }
+}
+
+fn apparmor() -> Layer {
+    let enabled = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|v| v.trim() == "Y");
+    Layer {
+        name: "apparmor",
+        available: false,
+        detail: match enabled {
+            true => {
+                "AppArmor is active, but per-agent profiles are not part of this build yet".into()
+            }
+            false => "not available on this host: AppArmor is not active in this kernel".into(),
+        },
+    }
+}
+
+fn ebpf() -> Layer {
+    Layer {
+        name: "ebpf",
+        available: false,
+        detail:
+            "not part of this build yet (exec/open/connect monitoring and per-agent network policy)"
+                .into(),
+    }
+}
+
+/// `clawfs sandbox check [--json]`.
+pub fn check(as_json: bool) -> Result<(), Failure> {
+    let layers = [cgroups(), landlock(), seccomp(), apparmor(), ebpf()];
+    if as_json {
+        let v: Vec<_> = layers
+            .iter()
+            .map(|l| json!({"layer": l.name, "available": l.available, "detail": l.detail}))
+            .collect();
+        println!("{}", json!({ "layers": v }));
+    } else {
+        for l in &layers {
+            let state = if l.available {
+                "available"
+            } else {
+                "unavailable"
+            };
+            println!("{:<9} {state:<11} {}", l.name, l.detail);
+        }
+    }
+    Ok(())
+}
