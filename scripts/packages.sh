@@ -10,6 +10,7 @@ CLAWFS_PACKAGES=(
   swtpm swtpm-tools tpm2-tools      # the TPM simulator the vault tests start
   keyutils                          # keyctl, to inspect the kernel keyring
   libseccomp-dev                    # libseccomp (clawfs-seccomp): the syscall filter of agent processes
+  apparmor                          # apparmor_parser (clawfs-apparmor): checks and loads agent profiles
 )
 
 clawfs_install_packages() {

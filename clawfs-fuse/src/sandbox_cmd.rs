@@ -71,16 +71,16 @@ fn seccomp() -> Layer {
 }
 
 fn apparmor() -> Layer {
-    let enabled = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-        .is_ok_and(|v| v.trim() == "Y");
+    let a = clawfs_apparmor::availability();
     Layer {
         name: "apparmor",
+        // Profiles can be rendered, checked and loaded (clawfs-apparmor), but `clawfs run` does
+        // not apply them yet: not available until it does, even where AppArmor is active.
         available: false,
-        detail: match enabled {
-            true => {
-                "AppArmor is active, but per-agent profiles are not part of this build yet".into()
-            }
-            false => "not available on this host: AppArmor is not active in this kernel".into(),
+        detail: if a.usable() {
+            format!("{a}; per-agent profiles are not applied by `clawfs run` yet")
+        } else {
+            a.to_string()
         },
     }
 }
