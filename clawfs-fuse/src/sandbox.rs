@@ -3,13 +3,18 @@
 //! of the mount, a private temporary directory and the system files programs need; never the
 //! store) and seccomp (the store's `system/seccomp/whitelist.json`, loaded last). cgroup quotas
 //! apply to every run, sandboxed or not.
+//!
+//! The agent's `[agents.NAME.sandbox]` policy section adds to this: `read` paths (read-only),
+//! `network` (Landlock's TCP connect rule, by port) and `require` (layers without which the run
+//! refuses to start), see `policy/README.md`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use clawfs_core::area::Area;
-use clawfs_core::landlock::{Prepared, Ruleset, Sandbox};
-use clawfs_core::policy::{AgentName, Grant, Policy};
+use clawfs_core::cgroup::{Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
+use clawfs_core::landlock::{Compat, Prepared, Ruleset, Sandbox};
+use clawfs_core::policy::{AgentName, Grant, Layer, Policy, SandboxSpec};
 use clawfs_core::store::Store;
 
 /// The layers of one sandboxed run, ready to apply in the child.
@@ -55,6 +60,38 @@ pub enum SandboxError {
         /// What is wrong.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A layer the policy's `require` names is not available.
+    #[error(
+        "the policy requires the {layer} layer ([agents.{agent}.sandbox] require), but {why}; refusing to start without it"
+    )]
+    Required {
+        /// The agent.
+        agent: String,
+        /// The missing layer.
+        layer: Layer,
+        /// Why it is not available.
+        why: String,
+    },
+    /// The policy restricts the network and Landlock cannot enforce it here.
+    #[error(
+        "[agents.{agent}.sandbox] network restricts TCP connections, but {why}; refusing to start with the network open"
+    )]
+    Network {
+        /// The agent.
+        agent: String,
+        /// Why it cannot be enforced.
+        why: String,
+    },
+    /// A `read` path of the policy may not be granted.
+    #[error("[agents.{agent}.sandbox] read: {path}: {why}")]
+    ReadPath {
+        /// The agent.
+        agent: String,
+        /// The path.
+        path: String,
+        /// Why it is refused.
+        why: String,
+    },
 }
 
 /// The whitelist, relative to the store.
@@ -68,8 +105,35 @@ pub fn prepare(
     agent: &str,
     (uid, gid): (u32, u32),
 ) -> Result<Layers, SandboxError> {
-    let tmp = private_tmp(agent, uid, gid).map_err(SandboxError::Tmp)?;
+    let spec = AgentName::new(agent)
+        .ok()
+        .and_then(|n| policy.agent(&n).map(|a| a.sandbox.clone()))
+        .unwrap_or_default();
     let mut rules = Sandbox::agent_defaults();
+    for path in &spec.read {
+        check_read_path(store, agent, path)?;
+        rules.read.push(path.clone());
+    }
+    rules.tcp_connect = spec.network.tcp_connect_ports();
+    let landlock_abi = clawfs_core::landlock::abi();
+    if rules.tcp_connect.is_some() && landlock_abi.abi_version() < 4 {
+        return Err(SandboxError::Network {
+            agent: agent.to_string(),
+            why: match &landlock_abi {
+                clawfs_core::landlock::Availability::NotAvailable { why } => {
+                    format!("Landlock is not available: {why}")
+                }
+                available => {
+                    format!("the kernel has {available}, and TCP rules need ABI 4 (Linux 6.7)")
+                }
+            },
+        });
+    }
+    check_required(store, agent, &spec, &rules, &landlock_abi)?;
+    if spec.require.contains(&Layer::Landlock) {
+        rules.compat = Compat::Require;
+    }
+    let tmp = private_tmp(agent, uid, gid).map_err(SandboxError::Tmp)?;
     rules.read.push(mount.to_path_buf());
     rules
         .read_write
@@ -104,6 +168,127 @@ pub fn prepare(
         seccomp,
         tmp,
     })
+}
+
+/// Refuses a policy `read` path that is the store, inside it or above it (the policy parser
+/// already refused relative paths, `/`, `/etc` and the default deny list, but not the store this
+/// run uses).
+fn check_read_path(store: &Store, agent: &str, path: &Path) -> Result<(), SandboxError> {
+    let refuse = |why: String| SandboxError::ReadPath {
+        agent: agent.to_string(),
+        path: path.display().to_string(),
+        why,
+    };
+    if !path.is_absolute() {
+        return Err(refuse("not an absolute path".to_string()));
+    }
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let store_root = real(store.root());
+    for p in [path.to_path_buf(), real(path)] {
+        if p.starts_with(&store_root) || store_root.starts_with(&p) {
+            return Err(refuse(format!(
+                "would expose the store {}, which agents reach only through the mount",
+                store_root.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks every layer the policy's `require` names.
+fn check_required(
+    store: &Store,
+    agent: &str,
+    spec: &SandboxSpec,
+    rules: &Sandbox,
+    landlock: &clawfs_core::landlock::Availability,
+) -> Result<(), SandboxError> {
+    for &layer in &spec.require {
+        let missing = match layer {
+            Layer::Landlock => {
+                let abi = landlock.abi_version();
+                if abi == 0 {
+                    Some(format!("Landlock is {landlock}"))
+                } else if abi < rules.needed_abi() {
+                    Some(format!(
+                        "the kernel's Landlock ABI {abi} leaves unenforced: {}",
+                        rules.unenforced_on(abi).join(", ")
+                    ))
+                } else {
+                    None
+                }
+            }
+            Layer::Seccomp => {
+                let a = clawfs_seccomp::available();
+                (!a.usable()).then(|| a.to_string())
+            }
+            Layer::Cgroup => cgroup_in_force(store, agent).err(),
+            Layer::Apparmor => Some(apparmor_status()),
+        };
+        if let Some(why) = missing {
+            return Err(SandboxError::Required {
+                agent: agent.to_string(),
+                layer,
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the agent's cgroup, which `clawfs run` set up before the sandbox is prepared, has
+/// every controller ClawFS uses and every limit of `system/cgroup/quotas.json` in force (the
+/// same conditions under which the setup report has no warning).
+fn cgroup_in_force(store: &Store, agent: &str) -> Result<(), String> {
+    let cg = Cgroup2::cached().map_err(|e| format!("cgroup v2 is not usable: {e}"))?;
+    let dir = cg.agent_dir(agent);
+    let enabled = std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .map_err(|e| format!("the agent's cgroup {} cannot be read: {e}", dir.display()))?;
+    let enabled: Vec<&str> = enabled.split_whitespace().collect();
+    let v1 = CgroupV1::find_all().unwrap_or_default();
+    let through_v1 = |c: &str| v1.iter().any(|h| h.has(c) && h.agent_dir(agent).is_dir());
+    let mut missing: Vec<&str> = DEFAULT_CONTROLLERS
+        .iter()
+        .copied()
+        .filter(|c| !enabled.contains(c) && !through_v1(c))
+        .collect();
+    let limits = crate::run::load_quotas(store.root(), agent).map_err(|e| e.to_string())?;
+    let mut not_enforced = Vec::new();
+    for key in limits.keys() {
+        let controller = key.split('.').next().unwrap_or_default();
+        if !dir.join(key).exists() && !through_v1(controller) {
+            not_enforced.push(key.as_str());
+        }
+    }
+    missing.dedup();
+    if missing.is_empty() && not_enforced.is_empty() {
+        return Ok(());
+    }
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!(
+            "controllers not enabled for the agent's group: {}",
+            missing.join(", ")
+        ));
+    }
+    if !not_enforced.is_empty() {
+        parts.push(format!("limits not enforced: {}", not_enforced.join(", ")));
+    }
+    Err(format!(
+        "cgroup limits are not fully in force ({})",
+        parts.join("; ")
+    ))
+}
+
+/// Why the AppArmor layer is not available: `clawfs run` does not apply an AppArmor profile yet,
+/// whatever the host supports.
+fn apparmor_status() -> String {
+    let host = match std::fs::read_to_string("/sys/module/apparmor/parameters/enabled") {
+        Ok(s) if s.trim() == "Y" => "AppArmor is enabled on this host",
+        Ok(_) => "AppArmor is disabled on this host",
+        Err(_) => "this kernel has no AppArmor",
+    };
+    format!("{host}, and clawfs run does not apply an AppArmor profile to agents yet")
 }
 
 /// The workspaces of the store.

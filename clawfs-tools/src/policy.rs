@@ -3,6 +3,12 @@
 //! The daemon implements [`AccessCheck`] with the caller's real policy, so a tool call gets exactly
 //! the access the agent has by direct file access. Protected names are refused by [`crate::ToolRoot`]
 //! whatever the policy says, so no policy can open the trash, backups or `.git` to a tool.
+//!
+//! `.git` stays wholly refused to tools, although agents may use git by direct file access
+//! (the mount's git guard keeps only `.git/hooks/`, `.git/config` and `.gitmodules` read-only):
+//! no tool needs git's internals, edits there belong to git itself, and a tool reading or
+//! writing objects, refs or the index by hand could only corrupt a repository. A `.gitmodules`
+//! file is ordinary to tools' reads and refused to their writes only by the mount.
 
 use crate::error::{ToolError, ToolResult};
 

@@ -15,6 +15,14 @@ const VAULT: &str = "vault";
 /// The virtual file that tells a caller who ClawFS thinks it is: `/agents/self`.
 const SELF_FILE: &str = "self";
 
+/// Git's directory, its hooks folder and config file, and the submodule file: compared in any
+/// letter case. See [`git_guard`].
+const GIT_DIR: &str = ".git";
+const GIT_HOOKS: &str = "hooks";
+const GIT_CONFIG: &str = "config";
+const GIT_MODULES: &str = "modules";
+const GITMODULES: &str = ".gitmodules";
+
 fn deny(rule: &'static str, kind: DenyKind, reason: String) -> Result<(), Denial> {
     Err(Denial::new(rule, kind, reason))
 }
@@ -44,7 +52,24 @@ impl Policy {
     /// A rename of `from` to `to` (or one half of an exchange: check both directions): the
     /// caller must be able to delete the source and create the destination, so nothing moves out
     /// of, or into, a place the caller may not write.
+    ///
+    /// With `.git` protected, an agent may not move anything onto or out of a `.git` name, nor
+    /// onto `.git/hooks`: a move would bring in a whole prepared `hooks/` or `config` that was
+    /// never written through the guarded paths (see [`git_guard`]).
     pub fn check_move(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        if matches!(who, Identity::Agent(_)) && self.guards_git() {
+            for (end, path) in [("from", from), ("onto", to)] {
+                if let Some(what) = git_move_target(path) {
+                    return deny(
+                        rule::PROTECTED,
+                        DenyKind::Permission,
+                        format!(
+                            "agents may not move anything {end} {what} ({path}): a move would bring in or carry off git hooks and config without their own checks; use git itself (git init, git clone) to make repositories"
+                        ),
+                    );
+                }
+            }
+        }
         self.check(who, Access::Delete, from)?;
         self.check(who, Access::Create, to)
     }
@@ -128,9 +153,22 @@ impl Policy {
         }
     }
 
+    /// Whether the policy protects `.git` (in any letter case), which for agents means the git
+    /// guard of [`git_guard`] rather than full protection.
+    fn guards_git(&self) -> bool {
+        self.protected()
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(GIT_DIR))
+    }
+
     fn check_agent(&self, me: &AgentSpec, access: Access, path: &NsPath) -> Result<(), Denial> {
-        for c in path.components() {
+        let parts: Vec<&str> = path.components().collect();
+        for (i, c) in parts.iter().enumerate() {
             if let Some(p) = self.protected_match(c) {
+                if p.eq_ignore_ascii_case(GIT_DIR) {
+                    git_guard(access, path, &parts[i + 1..])?;
+                    continue;
+                }
                 return deny(
                     rule::PROTECTED,
                     DenyKind::Permission,
@@ -139,6 +177,21 @@ impl Policy {
                     ),
                 );
             }
+        }
+        if !access.is_read()
+            && self.guards_git()
+            && parts
+                .last()
+                .is_some_and(|c| c.eq_ignore_ascii_case(GITMODULES))
+        {
+            return deny(
+                rule::PROTECTED,
+                DenyKind::ReadOnly,
+                format!(
+                    "{path} is a .gitmodules file, which tells git where to fetch code from; it is read-only to agents in any letter case, so you may not {} it; ask an admin to change submodules",
+                    access.verb()
+                ),
+            );
         }
         let Some(area) = path.get(0) else {
             if access.is_read() {
@@ -401,4 +454,74 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
         ),
         _ => Ok(()),
     }
+}
+
+/// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)
+/// but not change what makes git run code or fetch from elsewhere. `rest` is the components
+/// after a `.git` component of `path`.
+///
+/// - `.git/hooks/` and everything under it is read-only, except that `git init` may make the
+///   folder and the inert `*.sample` files its templates hold (git never runs a `.sample`).
+/// - `.git/config` may not be modified or deleted. It may be created, because `git init` writes
+///   it (as `config.lock`, renamed onto `config`); replacing an existing one by a rename is
+///   refused only if the filesystem also checks a replaced destination for modification.
+/// - everything else in `.git` (objects, refs, index, HEAD, `info/`, …) is the agent's.
+fn git_guard(access: Access, path: &NsPath, rest: &[&str]) -> Result<(), Denial> {
+    if access.is_read() {
+        return Ok(());
+    }
+    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    // A submodule's git dir (`.git/modules/<name>/`, the name may hold `/`) has its own hooks
+    // and config: any `hooks` or final `config` below `modules/` is guarded too.
+    let submodule = is(0, GIT_MODULES) && rest.len() > 2;
+    let hooks_at = match submodule {
+        true => (2..rest.len()).find(|&i| is(i, GIT_HOOKS)),
+        false => is(0, GIT_HOOKS).then_some(0),
+    };
+    let config = match submodule {
+        true => is(rest.len() - 1, GIT_CONFIG),
+        false => rest.len() == 1 && is(0, GIT_CONFIG),
+    };
+    let what = if let Some(h) = hooks_at {
+        let git_init = access == Access::Create
+            && match rest.len() - h {
+                1 => true,
+                2 => rest[h + 1].to_ascii_lowercase().ends_with(".sample"),
+                _ => false,
+            };
+        if git_init {
+            return Ok(());
+        }
+        "git's hooks folder, whose scripts git runs"
+    } else if config {
+        if access == Access::Create {
+            return Ok(());
+        }
+        "git's config file, which can make git run commands or fetch elsewhere"
+    } else {
+        return Ok(());
+    };
+    deny(
+        rule::PROTECTED,
+        DenyKind::ReadOnly,
+        format!(
+            "{path} is inside {what}; agents may use git but may not {} hooks or config in any letter case (.git/hooks/, .git/config, .gitmodules), so ask an admin to change them",
+            access.verb()
+        ),
+    )
+}
+
+/// What a move may not start from or end on, with `.git` protected: a `.git` name itself
+/// (moving a prepared folder into place) or `.git/hooks` (a whole prepared hooks folder).
+fn git_move_target(path: &NsPath) -> Option<&'static str> {
+    let parts: Vec<&str> = path.components().collect();
+    let n = parts.len();
+    let git = |c: &str| c.eq_ignore_ascii_case(GIT_DIR);
+    if n >= 1 && git(parts[n - 1]) {
+        return Some("a .git folder");
+    }
+    if n >= 2 && git(parts[n - 2]) && parts[n - 1].eq_ignore_ascii_case(GIT_HOOKS) {
+        return Some("a .git/hooks folder");
+    }
+    None
 }

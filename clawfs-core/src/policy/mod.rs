@@ -360,6 +360,97 @@ pub struct AgentSpec {
     pub quota: Quota,
     /// Access to `/tools` beyond the call interface: `Read` (the default) or `ReadWrite`.
     pub tools: Grant,
+    /// The `[agents.NAME.sandbox]` section: what `clawfs run --sandbox` adds or requires.
+    pub sandbox: SandboxSpec,
+}
+
+/// What `[agents.NAME.sandbox]` says about an agent's `clawfs run --sandbox`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// Extra read-only paths (absolute; never `/`, `/etc` or the store).
+    pub read: Vec<PathBuf>,
+    /// Which TCP connections the agent may open.
+    pub network: Network,
+    /// Layers without which the sandboxed run refuses to start.
+    pub require: BTreeSet<Layer>,
+}
+
+/// The `network` setting of a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Network {
+    /// `"all"` (the default when absent): TCP is not restricted.
+    #[default]
+    All,
+    /// `"none"`: no TCP connection at all.
+    None,
+    /// An allow list of `host:port` endpoints. Landlock filters by port only: the hosts are kept
+    /// for a later (eBPF) layer and not enforced yet.
+    Allow(Vec<Endpoint>),
+}
+
+impl Network {
+    /// The TCP ports the agent may connect to: `None` when unrestricted, `Some(vec![])` for
+    /// `"none"`, else the allow list's ports, sorted and without duplicates. This is the value
+    /// for Landlock's `tcp_connect`.
+    pub fn tcp_connect_ports(&self) -> Option<Vec<u16>> {
+        match self {
+            Network::All => None,
+            Network::None => Some(Vec::new()),
+            Network::Allow(list) => {
+                let ports: BTreeSet<u16> = list.iter().map(|e| e.port).collect();
+                Some(ports.into_iter().collect())
+            }
+        }
+    }
+}
+
+/// One `network` allow-list entry: `"127.0.0.1:8080"`, `"localhost:5432"`, `"[::1]:80"` or
+/// `":443"` (any host).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// The host as written (without IPv6 brackets); `None` for any host.
+    pub host: Option<String>,
+    /// The TCP port (1–65535).
+    pub port: u16,
+}
+
+/// A sandbox layer `require` can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Layer {
+    /// Landlock (file-system and network rules).
+    Landlock,
+    /// The seccomp system-call filter.
+    Seccomp,
+    /// cgroup limits (the agent's quotas in force).
+    Cgroup,
+    /// AppArmor. ClawFS does not use it yet, so requiring it always refuses the run.
+    Apparmor,
+}
+
+impl Layer {
+    /// Every layer, in the order they are checked.
+    pub const ALL: [Layer; 4] = [
+        Layer::Landlock,
+        Layer::Seccomp,
+        Layer::Cgroup,
+        Layer::Apparmor,
+    ];
+
+    /// The spelling used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Landlock => "landlock",
+            Layer::Seccomp => "seccomp",
+            Layer::Cgroup => "cgroup",
+            Layer::Apparmor => "apparmor",
+        }
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl AgentSpec {

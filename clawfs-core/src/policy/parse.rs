@@ -13,8 +13,8 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    AgentName, AgentSpec, Grant, Policy, PolicyError, Quota, UsersMode, WorkspaceGrants,
-    POLICY_VERSION,
+    AgentName, AgentSpec, Endpoint, Grant, Layer, Network, Policy, PolicyError, Quota, SandboxSpec,
+    UsersMode, WorkspaceGrants, POLICY_VERSION,
 };
 use crate::error::FsError;
 use crate::names::{check_system_name, RESERVED_WORKSPACES};
@@ -36,7 +36,9 @@ const AGENT_KEYS: &[&str] = &[
     "secrets",
     "quota",
     "tools",
+    "sandbox",
 ];
+const SANDBOX_KEYS: &[&str] = &["read", "network", "require"];
 const QUOTA_KEYS: &[&str] = &["bytes", "files"];
 
 /// Errors collected as byte offsets, turned into lines and columns at the end.
@@ -331,6 +333,7 @@ fn agent_table(errs: &mut Errors<'_>, name: AgentName, v: &Val<'_>) -> RawAgent 
             secrets: BTreeSet::new(),
             quota: Quota::NONE,
             tools: Grant::Read,
+            sandbox: SandboxSpec::default(),
         },
         uid_span: None,
         quota: (None, None),
@@ -410,7 +413,177 @@ fn agent_table(errs: &mut Errors<'_>, name: AgentName, v: &Val<'_>) -> RawAgent 
     if let Some((_, v)) = get(t, "quota") {
         raw.quota = quota_table(errs, v, &format!("{section} quota"));
     }
+    if let Some((_, v)) = get(t, "sandbox") {
+        let name = raw.spec.name.clone();
+        raw.spec.sandbox = sandbox_table(errs, &name, v);
+    }
     raw
+}
+
+/// An `[agents.NAME.sandbox]` table.
+fn sandbox_table(errs: &mut Errors<'_>, agent: &AgentName, v: &Val<'_>) -> SandboxSpec {
+    let section = format!("[agents.{agent}.sandbox]");
+    let mut out = SandboxSpec::default();
+    let Some(t) = as_table(errs, v, &section) else {
+        return out;
+    };
+    unknown_keys(errs, t, SANDBOX_KEYS, &section);
+    if let Some((_, v)) = get(t, "read") {
+        for item in as_array(errs, v, &format!("{section} read")).unwrap_or_default() {
+            let Some(s) = as_str(errs, item, &format!("{section} read entry")) else {
+                continue;
+            };
+            match sandbox_read_path(s) {
+                Ok(p) if out.read.contains(&p) => {
+                    errs.at(item.span(), format!("{section} read lists {s:?} twice"))
+                }
+                Ok(p) => out.read.push(p),
+                Err(why) => errs.at(item.span(), format!("{section} read entry {s:?} {why}")),
+            }
+        }
+    }
+    if let Some((_, v)) = get(t, "network") {
+        out.network = network(errs, v, &section);
+    }
+    if let Some((_, v)) = get(t, "require") {
+        for item in as_array(errs, v, &format!("{section} require")).unwrap_or_default() {
+            let Some(s) = as_str(errs, item, &format!("{section} require entry")) else {
+                continue;
+            };
+            match Layer::ALL.into_iter().find(|l| l.as_str() == s) {
+                Some(l) => {
+                    out.require.insert(l);
+                }
+                None => {
+                    let names: Vec<&str> = Layer::ALL.iter().map(|l| l.as_str()).collect();
+                    errs.at(
+                        item.span(),
+                        format!(
+                            "unknown sandbox layer \"{s}\" in {section} require; expected {}",
+                            one_of(&names)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Checks one `read` path of a sandbox: absolute, plain (no `.` or `..`), and not `/`, `/etc`
+/// or anything equal to, above or inside the paths no sandbox grant may cover
+/// ([`crate::landlock::DEFAULT_DENY`]: the shadow files, `/root`, the default store, …). The
+/// store actually used is checked again when the sandbox is prepared.
+fn sandbox_read_path(s: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::{Component, Path, PathBuf};
+    if s.contains('\0') {
+        return Err("contains a NUL byte".to_string());
+    }
+    let p = Path::new(s);
+    if !p.is_absolute() {
+        return Err("must be an absolute path (starting with '/')".to_string());
+    }
+    if p.components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err("must not contain '.' or '..' components".to_string());
+    }
+    let clean: PathBuf = p.components().collect();
+    if clean == Path::new("/") {
+        return Err(
+            "would make the whole host readable; list the directories the agent needs".to_string(),
+        );
+    }
+    if clean == Path::new("/etc") {
+        return Err("would make all of /etc readable (password hashes, keys); list the files the agent needs".to_string());
+    }
+    for deny in crate::landlock::DEFAULT_DENY {
+        let deny = Path::new(deny);
+        if clean.starts_with(deny) || deny.starts_with(&clean) {
+            return Err(format!(
+                "would expose {}, which no sandbox may read",
+                deny.display()
+            ));
+        }
+    }
+    Ok(clean)
+}
+
+/// A sandbox's `network`: `"none"`, `"all"` or an array of `"host:port"` / `":port"`.
+fn network(errs: &mut Errors<'_>, v: &Val<'_>, section: &str) -> Network {
+    let what = format!("{section} network");
+    match v.get_ref() {
+        DeValue::String(s) => match s.as_ref() {
+            "all" => Network::All,
+            "none" => Network::None,
+            other => {
+                errs.at(
+                    v.span(),
+                    format!("unknown {what} \"{other}\"; expected \"none\", \"all\" or an array of \"host:port\" entries like \"127.0.0.1:8080\" or \":443\""),
+                );
+                Network::All
+            }
+        },
+        DeValue::Array(items) => {
+            let mut list = Vec::new();
+            for item in items.iter() {
+                let Some(s) = as_str(errs, item, &format!("{what} entry")) else {
+                    continue;
+                };
+                match endpoint(s) {
+                    Ok(e) => list.push(e),
+                    Err(why) => errs.at(item.span(), format!("{what} entry {s:?}: {why}")),
+                }
+            }
+            Network::Allow(list)
+        }
+        _ => {
+            type_err(
+                errs,
+                v,
+                &what,
+                "\"none\", \"all\" or an array of \"host:port\" strings",
+            );
+            Network::All
+        }
+    }
+}
+
+/// One `"host:port"` (`"[::1]:80"` for IPv6) or `":port"` entry.
+fn endpoint(s: &str) -> Result<Endpoint, String> {
+    let form = "write \"host:port\" (e.g. \"127.0.0.1:8080\", \"localhost:5432\", \"[::1]:80\") or \":port\" for any host";
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("no port; {form}"));
+    };
+    let port = match port.parse::<u16>() {
+        Ok(p) if p != 0 && !port.starts_with('+') => p,
+        _ => return Err(format!("port {port:?} must be a number from 1 to 65535")),
+    };
+    if host.is_empty() {
+        return Ok(Endpoint { host: None, port });
+    }
+    let host = if let Some(inner) = host.strip_prefix('[') {
+        match inner.strip_suffix(']') {
+            Some(v6) if v6.parse::<std::net::Ipv6Addr>().is_ok() => v6,
+            _ => return Err(format!("{host:?} is not an IPv6 address in brackets")),
+        }
+    } else if host.contains(':') {
+        return Err(format!("an IPv6 host goes in brackets; {form}"));
+    } else if host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+    {
+        host
+    } else {
+        return Err(format!("{host:?} is not a host name or IP address"));
+    };
+    Ok(Endpoint {
+        host: Some(host.to_string()),
+        port,
+    })
 }
 
 fn protected_names(errs: &mut Errors<'_>, v: &Val<'_>) -> Vec<String> {

@@ -740,11 +740,8 @@ fn vault_grants() {
 fn protected_names_in_every_case() {
     let pol = policy();
     let fs = agent("fs-engine");
+    // `.git` is guarded rather than protected: see `git_guard_*` below.
     let variants = [
-        ".git",
-        ".GIT",
-        ".Git",
-        ".gIt",
         ".obsidian",
         ".Obsidian",
         ".OBSIDIAN",
@@ -855,7 +852,7 @@ fn moves_need_delete_at_source_and_create_at_destination() {
         // into or out of a protected folder, whatever its case
         (
             "/workspaces/default/a",
-            "/workspaces/default/.Git/a",
+            "/workspaces/default/.Git/HOOKS/a",
             rule::PROTECTED,
         ),
         (
@@ -959,7 +956,7 @@ fn denial_reasons_are_actionable() {
     let d = pol
         .check(
             &agent("fs-engine"),
-            Access::Read,
+            Access::Write,
             &p("/workspaces/default/.Git/config"),
         )
         .unwrap_err();
@@ -1244,8 +1241,370 @@ mod properties {
                 path = path.join("sub").unwrap();
             }
             let path = path.join(&name).unwrap();
-            let d = policy().check(&agent("fs-engine"), Access::Read, &path).unwrap_err();
+            // `.git` is readable; its hooks are what stay protected in any case.
+            let (path, access) = match which {
+                0 => (path.join("HOOKS").unwrap().join("x").unwrap(), Access::Write),
+                _ => (path, Access::Read),
+            };
+            let d = policy().check(&agent("fs-engine"), access, &path).unwrap_err();
             prop_assert_eq!(d.rule, rule::PROTECTED);
         }
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// [agents.NAME.sandbox]
+// ------------------------------------------------------------------------------------------
+
+fn sandbox_of(text: &str, name: &str) -> SandboxSpec {
+    let pol = Policy::parse(text).unwrap_or_else(|e| panic!("{e:?}"));
+    pol.agent(&AgentName::new(name).unwrap())
+        .unwrap()
+        .sandbox
+        .clone()
+}
+
+#[test]
+fn sandbox_section_parses() {
+    let text = r#"version = 1
+
+[agents.fs-engine]
+uid = 61006
+
+[agents.fs-engine.sandbox]
+read = ["/opt/tools", "/usr/share/dict/"]
+network = ["127.0.0.1:8080", "localhost:5432", ":443", "[::1]:8080"]
+require = ["landlock", "seccomp", "cgroup"]
+
+[agents.other]
+uid = 61007
+sandbox = { network = "none" }
+
+[agents.third]
+uid = 61008
+sandbox = { network = "all", require = [] }
+"#;
+    let s = sandbox_of(text, "fs-engine");
+    assert_eq!(
+        s.read,
+        [
+            PathBuf::from("/opt/tools"),
+            PathBuf::from("/usr/share/dict")
+        ]
+    );
+    assert_eq!(
+        s.network,
+        Network::Allow(vec![
+            Endpoint {
+                host: Some("127.0.0.1".into()),
+                port: 8080
+            },
+            Endpoint {
+                host: Some("localhost".into()),
+                port: 5432
+            },
+            Endpoint {
+                host: None,
+                port: 443
+            },
+            Endpoint {
+                host: Some("::1".into()),
+                port: 8080
+            },
+        ])
+    );
+    assert_eq!(s.network.tcp_connect_ports(), Some(vec![443, 5432, 8080]));
+    assert_eq!(
+        s.require.iter().copied().collect::<Vec<_>>(),
+        [Layer::Landlock, Layer::Seccomp, Layer::Cgroup]
+    );
+    let other = sandbox_of(text, "other");
+    assert_eq!(other.network, Network::None);
+    assert_eq!(other.network.tcp_connect_ports(), Some(vec![]));
+    let third = sandbox_of(text, "third");
+    assert_eq!(third.network, Network::All);
+    assert_eq!(third.network.tcp_connect_ports(), None);
+    assert!(third.require.is_empty());
+}
+
+#[test]
+fn sandbox_defaults_when_absent() {
+    for a in Policy::default_policy().agents() {
+        assert_eq!(a.sandbox, SandboxSpec::default(), "{}", a.name);
+    }
+    assert_eq!(SandboxSpec::default().network, Network::All);
+    assert_eq!(SandboxSpec::default().network.tcp_connect_ports(), None);
+}
+
+#[test]
+fn sandbox_mistakes_are_reported_with_line_and_column() {
+    let cases: &[(&str, usize, usize, &str)] = &[
+        ("colour = \"red\"", 5, 1, "unknown key 'colour'"),
+        ("read = [\"opt/tools\"]", 5, 9, "absolute path"),
+        ("read = [\"/\"]", 5, 9, "whole host"),
+        ("read = [\"/etc\"]", 5, 9, "/etc"),
+        ("read = [\"/etc/\"]", 5, 9, "/etc"),
+        ("read = [\"/opt/../etc\"]", 5, 9, "'..'"),
+        ("read = [\"/var/lib/clawfs\"]", 5, 9, "/var/lib/clawfs"),
+        ("read = [\"/etc/ssl\"]", 5, 9, "/etc/ssl/private"),
+        ("read = [\"/opt\", \"/opt\"]", 5, 17, "twice"),
+        ("read = \"/opt\"", 5, 8, "must be an array"),
+        ("read = [3]", 5, 9, "must be a string"),
+        (
+            "network = \"some\"",
+            5,
+            11,
+            "unknown [agents.fs-engine.sandbox] network",
+        ),
+        ("network = 443", 5, 11, "network must be"),
+        ("network = [\"127.0.0.1\"]", 5, 12, "no port"),
+        ("network = [\"a:0\"]", 5, 12, "1 to 65535"),
+        ("network = [\"a:70000\"]", 5, 12, "1 to 65535"),
+        ("network = [\"a:http\"]", 5, 12, "1 to 65535"),
+        ("network = [\"::1:80\"]", 5, 12, "brackets"),
+        ("network = [\"[nope]:80\"]", 5, 12, "IPv6"),
+        ("network = [\"bad host:80\"]", 5, 12, "not a host name"),
+        ("network = [443]", 5, 12, "must be a string"),
+        (
+            "require = [\"selinux\"]",
+            5,
+            12,
+            "unknown sandbox layer \"selinux\"",
+        ),
+        ("require = \"landlock\"", 5, 11, "must be an array"),
+    ];
+    for (line, l, c, needle) in cases {
+        let text =
+            format!("version = 1\n\n[agents.fs-engine]\n[agents.fs-engine.sandbox]\n{line}\n");
+        let errs = parse_errors(&text);
+        assert_eq!(errs.len(), 1, "{line}: {errs:?}");
+        let e = &errs[0];
+        assert_eq!((e.line, e.column), (*l, *c), "{line}: {e}");
+        assert!(e.message.contains(needle), "{line}: {e}");
+    }
+    let errs = parse_errors("version = 1\n[agents.a]\nsandbox = 1\n");
+    assert_eq!((errs[0].line, errs[0].column), (3, 11), "{errs:?}");
+    assert!(errs[0].message.contains("must be a table"), "{errs:?}");
+}
+
+#[test]
+fn apparmor_is_a_known_layer() {
+    let text = "version = 1\n[agents.a]\nsandbox = { require = [\"apparmor\"] }\n";
+    let s = sandbox_of(text, "a");
+    assert!(s.require.contains(&Layer::Apparmor));
+}
+
+// ------------------------------------------------------------------------------------------
+// The git guard: agents use git, but hooks, config and .gitmodules are read-only
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn git_guard_lets_agents_use_git() {
+    let pol = policy();
+    let fs = agent("fs-engine");
+    for dir in [
+        "/agents/fs-engine",
+        "/workspaces/default",
+        "/workspaces/default/sub",
+    ] {
+        for git in [".git", ".GIT", ".Git"] {
+            allowed(&pol, &fs, Access::Create, &format!("{dir}/{git}"));
+            for rest in [
+                "HEAD",
+                "index",
+                "config.lock",
+                "objects/ab/cdef",
+                "refs/heads/main",
+                "logs/HEAD",
+                "info/exclude",
+                "info/attributes",
+                "description",
+            ] {
+                for a in ALL {
+                    allowed(&pol, &fs, a, &format!("{dir}/{git}/{rest}"));
+                }
+            }
+            for rest in ["hooks", "hooks/pre-commit", "config", "config.lock"] {
+                for a in [Access::Read, Access::List] {
+                    allowed(&pol, &fs, a, &format!("{dir}/{git}/{rest}"));
+                }
+            }
+            // What `git init` writes: the hooks folder, its inert samples, a new config.
+            allowed(&pol, &fs, Access::Create, &format!("{dir}/{git}/hooks"));
+            allowed(
+                &pol,
+                &fs,
+                Access::Create,
+                &format!("{dir}/{git}/Hooks/pre-commit.sample"),
+            );
+            allowed(&pol, &fs, Access::Create, &format!("{dir}/{git}/config"));
+        }
+    }
+    // The grants still apply inside .git.
+    denied(
+        &pol,
+        &fs,
+        Access::Write,
+        "/workspaces/project-alpha/.git/HEAD",
+        rule::WORKSPACE_GRANT,
+        DenyKind::ReadOnly,
+    );
+    denied(
+        &pol,
+        &fs,
+        Access::Create,
+        "/agents/observability/.git",
+        rule::RULE_001,
+        DenyKind::Access,
+    );
+}
+
+#[test]
+fn git_guard_keeps_hooks_config_and_gitmodules_read_only() {
+    let pol = policy();
+    let fs = agent("fs-engine");
+    let ro = |a: Access, path: &str| {
+        denied(&pol, &fs, a, path, rule::PROTECTED, DenyKind::ReadOnly);
+    };
+    for dir in ["/agents/fs-engine", "/workspaces/default/sub"] {
+        for (git, hooks, config) in [
+            (".git", "hooks", "config"),
+            (".GIT", "HOOKS", "CONFIG"),
+            (".Git", "Hooks", "Config"),
+        ] {
+            for a in WRITES {
+                for f in ["pre-commit", "post-checkout", "x/y", "pre-commit.sample/x"] {
+                    ro(a, &format!("{dir}/{git}/{hooks}/{f}"));
+                }
+            }
+            for a in [Access::Write, Access::Delete] {
+                ro(a, &format!("{dir}/{git}/{hooks}"));
+                ro(a, &format!("{dir}/{git}/{hooks}/pre-commit.sample"));
+                ro(a, &format!("{dir}/{git}/{config}"));
+            }
+            // Submodules' own git dirs are guarded the same way.
+            ro(
+                Access::Create,
+                &format!("{dir}/{git}/modules/m/{hooks}/pre-commit"),
+            );
+            ro(Access::Write, &format!("{dir}/{git}/MODULES/a/b/{config}"));
+            // A branch named config is not the config file.
+            allowed(
+                &pol,
+                &fs,
+                Access::Write,
+                &format!("{dir}/{git}/refs/heads/{config}"),
+            );
+        }
+        for name in [".gitmodules", ".GITMODULES", ".GitModules"] {
+            for a in WRITES {
+                ro(a, &format!("{dir}/{name}"));
+            }
+            allowed(&pol, &fs, Access::Read, &format!("{dir}/{name}"));
+        }
+    }
+    // Other protected names inside .git keep full protection.
+    denied(
+        &pol,
+        &fs,
+        Access::Read,
+        "/workspaces/default/.git/.obsidian",
+        rule::PROTECTED,
+        DenyKind::Permission,
+    );
+    // The reason says what to do.
+    let d = pol
+        .check(&fs, Access::Write, &p("/workspaces/default/.git/config"))
+        .unwrap_err();
+    assert!(d.reason.contains("ask an admin"), "{d:?}");
+    // Admins are not guarded.
+    for a in ALL {
+        allowed(
+            &pol,
+            &Identity::Admin,
+            a,
+            "/workspaces/default/.git/hooks/pre-commit",
+        );
+        allowed(&pol, &Identity::Admin, a, "/workspaces/default/.gitmodules");
+    }
+}
+
+#[test]
+fn git_guard_refuses_moves_onto_or_out_of_git_names() {
+    let pol = policy();
+    let fs = agent("fs-engine");
+    let mv = |from: &str, to: &str| pol.check_move(&fs, &p(from), &p(to));
+    let d = "/workspaces/default";
+    for (from, to) in [
+        (format!("{d}/prepared"), format!("{d}/.git")),
+        (format!("{d}/prepared"), format!("{d}/.GIT")),
+        (format!("{d}/.git"), format!("{d}/old-git")),
+        (format!("{d}/.Git"), format!("{d}/.git")),
+        (format!("{d}/prepared"), format!("{d}/.git/hooks")),
+        (format!("{d}/prepared"), format!("{d}/.git/HOOKS")),
+        (format!("{d}/.git/hooks"), format!("{d}/h")),
+        (format!("{d}/x"), format!("{d}/.git/hooks/pre-commit")),
+        (format!("{d}/.git/config"), format!("{d}/x")),
+        (format!("{d}/x"), format!("{d}/.gitmodules")),
+    ] {
+        let e = mv(&from, &to).expect_err(&format!("{from} -> {to} allowed"));
+        assert_eq!(e.rule, rule::PROTECTED, "{from} -> {to}: {e:?}");
+    }
+    // git's own renames inside .git.
+    assert!(mv(&format!("{d}/.git/index.lock"), &format!("{d}/.git/index")).is_ok());
+    assert!(mv(&format!("{d}/.git/HEAD.lock"), &format!("{d}/.git/HEAD")).is_ok());
+    assert!(mv(
+        &format!("{d}/.git/config.lock"),
+        &format!("{d}/.git/config")
+    )
+    .is_ok());
+    // Admins move .git folders freely.
+    assert!(pol
+        .check_move(
+            &Identity::Admin,
+            &p(&format!("{d}/x")),
+            &p(&format!("{d}/.git"))
+        )
+        .is_ok());
+    // Links reach the same content: none onto hooks.
+    assert!(pol
+        .check_link(
+            &fs,
+            &p(&format!("{d}/x")),
+            &p(&format!("{d}/.git/hooks/pre-commit"))
+        )
+        .is_err());
+}
+
+#[test]
+fn git_guard_follows_the_protected_list() {
+    let fs = agent("fs-engine");
+    // Without .git in `protected`, .git is an ordinary folder.
+    let bare = Policy::parse(&TEST_POLICY.replace(
+        "protected = [\".git\", \".obsidian\", \".smarthole\"]",
+        "protected = [\".obsidian\"]",
+    ))
+    .unwrap();
+    for a in ALL {
+        allowed(&bare, &fs, a, "/workspaces/default/.git/hooks/pre-commit");
+        allowed(&bare, &fs, a, "/workspaces/default/.gitmodules");
+    }
+    assert!(bare
+        .check_move(
+            &fs,
+            &p("/workspaces/default/x"),
+            &p("/workspaces/default/.git")
+        )
+        .is_ok());
+    // Listed in another case, it is still the guard.
+    let upper = Policy::parse(&TEST_POLICY.replace("[\".git\",", "[\".GIT\",")).unwrap();
+    allowed(&upper, &fs, Access::Write, "/workspaces/default/.git/HEAD");
+    denied(
+        &upper,
+        &fs,
+        Access::Write,
+        "/workspaces/default/.git/config",
+        rule::PROTECTED,
+        DenyKind::ReadOnly,
+    );
 }

@@ -1,0 +1,216 @@
+//! Agents use git in their own directory and in granted workspaces, but cannot plant what makes
+//! git run code or fetch elsewhere: `.git/hooks/`, `.git/config`, `.gitmodules` (any letter
+//! case), nor move a prepared folder onto a `.git` name.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use crate::common::Mounted;
+use crate::support::{audit_until, denials, snapshot, text};
+
+/// git with a writable HOME and an identity, without the caller's config.
+fn git_env(m: &Mounted) -> String {
+    format!(
+        "export HOME={}/agents/fs-engine GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+         g() {{ git -c user.name=agent -c user.email=agent@example.invalid \"$@\"; }}",
+        m.mnt.display()
+    )
+}
+
+#[test]
+fn an_agent_uses_git_in_its_directory_and_a_granted_workspace() {
+    let m = Mounted::new();
+    let env = git_env(&m);
+    for dir in [m.path("agents/fs-engine/repo"), m.ws().join("repo")] {
+        let d = dir.display();
+        let out = m.run_agent(
+            "fs-engine",
+            &format!(
+                "{env}
+                 set -e
+                 mkdir -p {d} && cd {d}
+                 g init -q -b main
+                 echo hello > a.txt
+                 g add a.txt
+                 g commit -q -m first
+                 g log --oneline
+                 g branch side
+                 g checkout -q -b feature
+                 echo more >> a.txt
+                 g commit -q -am second
+                 g branch --list
+                 g status --short
+                 echo done"
+            ),
+        );
+        let o = text(&out);
+        assert!(out.status.success(), "{d}: {o}");
+        assert!(
+            o.contains("first") && o.contains("* feature") && o.contains("side"),
+            "{o}"
+        );
+        assert!(o.trim_end().ends_with("done"), "{o}");
+    }
+}
+
+#[test]
+fn an_agent_cannot_change_hooks_config_or_gitmodules() {
+    let m = Mounted::new();
+    // The admin's repository in the workspace, with a hook and a config of its own.
+    let repo = m.ws().join("guarded");
+    fs::create_dir(&repo).unwrap();
+    let admin = std::process::Command::new("git")
+        .args(["init", "-q", "-b", "main"])
+        .current_dir(&repo)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(admin.status.success(), "{}", text(&admin));
+    let hook = repo.join(".git/hooks/pre-commit");
+    fs::write(&hook, "#!/bin/sh\necho admin-hook\n").unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(repo.join(".gitmodules"), "").unwrap();
+    // Agents may write in the workspace (POSIX below the policy), like the admin's own files.
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&repo)
+        .status();
+    fs::create_dir_all(m.ws().join("prepared/hooks")).unwrap();
+    fs::write(
+        m.ws().join("prepared/hooks/post-checkout"),
+        "#!/bin/sh\nevil\n",
+    )
+    .unwrap();
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(m.ws().join("prepared"))
+        .status();
+    let before = snapshot(&m.backing("workspaces/default/guarded/.git"));
+    let gitmodules_before = fs::read(repo.join(".gitmodules")).unwrap();
+    let env = git_env(&m);
+    let r = repo.display();
+    let ws = m.ws();
+    let w = ws.display();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "{env}
+             cd {r} || exit 9
+             cat .git/config >/dev/null && echo read-config
+             ls .git/hooks >/dev/null && echo list-hooks
+             (echo evil > .git/hooks/pre-commit) 2>/dev/null || echo no-hook-write
+             (echo evil > .git/hooks/post-checkout) 2>/dev/null || echo no-hook-create
+             (echo evil > .GIT/HOOKS/post-merge) 2>/dev/null || echo no-hook-case
+             chmod 644 .git/hooks/pre-commit 2>/dev/null || echo no-hook-chmod
+             rm -f .git/hooks/pre-commit 2>/dev/null; test -e .git/hooks/pre-commit && echo no-hook-rm
+             (echo '[core] fsmonitor = evil' >> .git/config) 2>/dev/null || echo no-config-write
+             (echo evil > .GIT/CONFIG) 2>/dev/null || echo no-config-case
+             (echo evil >> .gitmodules) 2>/dev/null || echo no-gitmodules
+             (echo evil > sub.GITMODULES.tmp && mv sub.GITMODULES.tmp .GitModules) 2>/dev/null || echo no-gitmodules-case
+             mv .git/hooks {w}/stolen-hooks 2>/dev/null || echo no-hooks-move
+             mkdir -p {w}/fresh && cd {w}/fresh
+             mv {w}/prepared .git 2>/dev/null || echo no-git-move
+             mv {w}/prepared .GIT 2>/dev/null || echo no-git-move-case
+             echo end"
+        ),
+    );
+    let o = text(&out);
+    for want in [
+        "read-config",
+        "list-hooks",
+        "no-hook-write",
+        "no-hook-create",
+        "no-hook-case",
+        "no-hook-chmod",
+        "no-hook-rm",
+        "no-config-write",
+        "no-config-case",
+        "no-gitmodules",
+        "no-gitmodules-case",
+        "no-hooks-move",
+        "no-git-move",
+        "no-git-move-case",
+        "end",
+    ] {
+        assert!(o.contains(want), "missing {want}: {o}");
+    }
+    // Nothing in the admin's .git changed, the hook is still the admin's and still executable.
+    assert_eq!(
+        snapshot(&m.backing("workspaces/default/guarded/.git")),
+        before,
+        "{o}"
+    );
+    assert_eq!(
+        fs::read(repo.join(".gitmodules")).unwrap(),
+        gitmodules_before
+    );
+    assert!(!repo.join(".git/hooks/post-checkout").exists());
+    assert!(!ws.join("fresh/.git").exists() && !ws.join("stolen-hooks").exists());
+    assert!(ws.join("prepared/hooks/post-checkout").exists());
+    // The refusals are in the agent's denials file and in the audit trail.
+    let mine = denials(&m, "fs-engine");
+    for end in [
+        ".git/hooks/pre-commit",
+        ".git/hooks/post-checkout",
+        "/.gitmodules",
+    ] {
+        assert!(
+            mine.iter().any(|d| d["rule"] == "PROTECTED"
+                && d["path"].as_str().is_some_and(|p| p.ends_with(end))),
+            "{end} not in denials: {mine:?}"
+        );
+    }
+    let all = audit_until(&m, |a| {
+        a.iter().any(|r| {
+            r["rule"] == "PROTECTED"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(".git/hooks/pre-commit"))
+        })
+    });
+    assert!(
+        all.iter().any(|r| r["rule"] == "PROTECTED"
+            && r["result"] == "denied"
+            && r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(".git/hooks/pre-commit"))),
+        "no audit record"
+    );
+    // The denial names the rule and what to do.
+    assert!(
+        mine.iter().any(|d| d["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("hooks") && r.contains("ask an admin"))),
+        "{mine:?}"
+    );
+}
+
+/// `git config` writes `config.lock` and renames it onto `config`: to the policy that rename is
+/// the same whether it makes a new repository's config (`git init`, allowed) or replaces an
+/// existing one. Refusing a rename over an existing config closes it but breaks `git init`,
+/// which itself rewrites the new config by rename several times; until the guard can tell a
+/// repository being made from one in use, this hole is open (policy/README.md).
+#[test]
+#[ignore = "git init rewrites .git/config by rename several times; refusing a rename over an existing config breaks it (open: see policy/README.md)"]
+fn git_config_cannot_replace_an_existing_config() {
+    let m = Mounted::new();
+    let env = git_env(&m);
+    let d = m.path("agents/fs-engine/own");
+    let d = d.display();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "{env}
+             mkdir -p {d} && cd {d} && g init -q || exit 9
+             g config core.hooksPath /tmp 2>/dev/null || echo no-git-config
+             (echo '[core]' > c && mv c .git/config) 2>/dev/null || echo no-mv-config
+             echo end"
+        ),
+    );
+    let o = text(&out);
+    assert!(
+        o.contains("no-git-config") && o.contains("no-mv-config"),
+        "{o}"
+    );
+}

@@ -1,0 +1,146 @@
+//! A sandboxed agent tries to open TCP connections its policy's `[agents.NAME.sandbox] network`
+//! does not allow, and a policy requires a sandbox layer this host does not have.
+
+use std::net::TcpListener;
+use std::process::Output;
+
+use crate::common::{clawfs, Mounted};
+use crate::support::{agent_policy, text};
+
+/// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME`.
+const PROBE: &str = r#"
+import errno, socket, sys
+for port in sys.argv[1:]:
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(port)))
+        print(port, "ok")
+    except OSError as e:
+        print(port, errno.errorcode.get(e.errno, e.errno))
+    finally:
+        s.close()
+"#;
+
+fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
+    let (p1, p2) = (ports[0].to_string(), ports[1].to_string());
+    let mut args = vec![
+        "run",
+        "--store",
+        m.store.to_str().unwrap(),
+        "--mount",
+        m.mnt.to_str().unwrap(),
+        "--agent",
+        "fs-engine",
+    ];
+    if sandbox {
+        args.push("--sandbox");
+    }
+    args.extend(["--", "/usr/bin/python3", "-c", PROBE, &p1, &p2]);
+    clawfs(args)
+}
+
+/// Two listeners on 127.0.0.1 that accept connections (the kernel completes the handshake while
+/// they are alive, so nothing needs to call `accept`).
+fn listeners() -> (TcpListener, TcpListener, [u16; 2]) {
+    let a = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ports = [
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    ];
+    (a, b, ports)
+}
+
+#[track_caller]
+fn expect(out: &Output, ports: [u16; 2], results: [&str; 2]) {
+    let shown = text(out);
+    assert!(out.status.success(), "{shown}");
+    for (port, result) in ports.iter().zip(results) {
+        assert!(
+            shown.lines().any(|l| l == format!("{port} {result}")),
+            "port {port} should be {result}: {shown}"
+        );
+    }
+}
+
+#[test]
+fn a_sandboxed_agent_connects_only_to_the_ports_its_policy_allows() {
+    let m = Mounted::new();
+    let (_a, _b, ports) = listeners();
+    // Without a network entry (the default, "all") and without the sandbox, both connect.
+    expect(&run(&m, true, ports), ports, ["ok", "ok"]);
+    agent_policy(
+        &m,
+        "fs-engine",
+        &format!("sandbox = {{ network = [\"127.0.0.1:{}\"] }}", ports[0]),
+    );
+    expect(&run(&m, true, ports), ports, ["ok", "EACCES"]);
+    expect(&run(&m, false, ports), ports, ["ok", "ok"]);
+}
+
+#[test]
+fn network_none_refuses_every_connection_in_the_sandbox_only() {
+    let m = Mounted::new();
+    let (_a, _b, ports) = listeners();
+    agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
+    expect(&run(&m, true, ports), ports, ["EACCES", "EACCES"]);
+    expect(&run(&m, false, ports), ports, ["ok", "ok"]);
+}
+
+#[test]
+fn a_required_layer_the_host_lacks_stops_the_sandboxed_run() {
+    let m = Mounted::new();
+    agent_policy(
+        &m,
+        "fs-engine",
+        "sandbox = { require = [\"landlock\", \"seccomp\", \"apparmor\"] }",
+    );
+    let marker = m.dir.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let out = clawfs([
+        "run",
+        "--store",
+        m.store.to_str().unwrap(),
+        "--mount",
+        m.mnt.to_str().unwrap(),
+        "--agent",
+        "fs-engine",
+        "--sandbox",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let shown = text(&out);
+    assert!(!out.status.success(), "{shown}");
+    assert!(!marker.exists(), "the command ran: {shown}");
+    assert!(shown.contains("requires the apparmor layer"), "{shown}");
+    assert!(shown.contains("refusing to start"), "{shown}");
+}
+
+#[test]
+fn required_layers_this_host_has_let_the_run_start() {
+    let m = Mounted::new();
+    agent_policy(
+        &m,
+        "fs-engine",
+        "sandbox = { require = [\"landlock\", \"seccomp\", \"cgroup\"] }",
+    );
+    let out = clawfs([
+        "run",
+        "--store",
+        m.store.to_str().unwrap(),
+        "--mount",
+        m.mnt.to_str().unwrap(),
+        "--agent",
+        "fs-engine",
+        "--sandbox",
+        "--",
+        "sh",
+        "-c",
+        "echo started",
+    ]);
+    let shown = text(&out);
+    assert!(out.status.success() && shown.contains("started"), "{shown}");
+}
