@@ -4,25 +4,16 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use crate::common::{clawfs, Mounted};
-use crate::support::text;
+use crate::common::Mounted;
+use crate::support::{run_agent_with, text};
 
 fn sandboxed(m: &Mounted, script: &str) -> String {
-    let out = clawfs([
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
+    text(&run_agent_with(
+        m,
         "fs-engine",
-        "--sandbox",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
-    text(&out)
+        &["--sandbox"],
+        &["sh", "-c", script],
+    ))
 }
 
 #[test]

@@ -4,8 +4,8 @@
 use std::net::TcpListener;
 use std::process::Output;
 
-use crate::common::{clawfs, Mounted};
-use crate::support::{agent_policy, text};
+use crate::common::Mounted;
+use crate::support::{agent_policy, run_agent_with, text};
 
 /// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME`.
 const PROBE: &str = r#"
@@ -24,20 +24,13 @@ for port in sys.argv[1:]:
 
 fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
     let (p1, p2) = (ports[0].to_string(), ports[1].to_string());
-    let mut args = vec![
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
+    let options: &[&str] = if sandbox { &["--sandbox"] } else { &[] };
+    run_agent_with(
+        m,
         "fs-engine",
-    ];
-    if sandbox {
-        args.push("--sandbox");
-    }
-    args.extend(["--", "/usr/bin/python3", "-c", PROBE, &p1, &p2]);
-    clawfs(args)
+        options,
+        &["/usr/bin/python3", "-c", PROBE, &p1, &p2],
+    )
 }
 
 /// Two listeners on 127.0.0.1 that accept connections (the kernel completes the handshake while
@@ -98,20 +91,7 @@ fn a_required_layer_the_host_lacks_stops_the_sandboxed_run() {
     );
     let marker = m.dir.path().join("ran");
     let script = format!("touch {}", marker.display());
-    let out = clawfs([
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
-        "fs-engine",
-        "--sandbox",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let out = run_agent_with(&m, "fs-engine", &["--sandbox"], &["sh", "-c", &script]);
     let shown = text(&out);
     assert!(!out.status.success(), "{shown}");
     assert!(!marker.exists(), "the command ran: {shown}");
@@ -127,20 +107,12 @@ fn required_layers_this_host_has_let_the_run_start() {
         "fs-engine",
         "sandbox = { require = [\"landlock\", \"seccomp\", \"cgroup\"] }",
     );
-    let out = clawfs([
-        "run",
-        "--store",
-        m.store.to_str().unwrap(),
-        "--mount",
-        m.mnt.to_str().unwrap(),
-        "--agent",
+    let out = run_agent_with(
+        &m,
         "fs-engine",
-        "--sandbox",
-        "--",
-        "sh",
-        "-c",
-        "echo started",
-    ]);
+        &["--sandbox"],
+        &["sh", "-c", "echo started"],
+    );
     let shown = text(&out);
     assert!(out.status.success() && shown.contains("started"), "{shown}");
 }

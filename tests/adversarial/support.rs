@@ -16,8 +16,9 @@ pub fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
-/// `clawfs run --agent AGENT --user USER -- CMD…` against the mount.
-pub fn run_as_user(m: &Mounted, agent: &str, user: &str, cmd: &[&str]) -> Output {
+/// `clawfs run --agent AGENT [OPTIONS…] -- CMD…` against the mount (options such as
+/// `--sandbox` or `--user UID`).
+pub fn run_agent_with(m: &Mounted, agent: &str, options: &[&str], cmd: &[&str]) -> Output {
     let mut args = vec![
         "run",
         "--store",
@@ -26,12 +27,16 @@ pub fn run_as_user(m: &Mounted, agent: &str, user: &str, cmd: &[&str]) -> Output
         m.mnt.to_str().unwrap(),
         "--agent",
         agent,
-        "--user",
-        user,
-        "--",
     ];
+    args.extend_from_slice(options);
+    args.push("--");
     args.extend_from_slice(cmd);
     clawfs(args)
+}
+
+/// `clawfs run --agent AGENT --user USER -- CMD…` against the mount.
+pub fn run_as_user(m: &Mounted, agent: &str, user: &str, cmd: &[&str]) -> Output {
+    run_agent_with(m, agent, &["--user", user], cmd)
 }
 
 /// Applies `edit` to the store's policy and reloads it in the daemon.
