@@ -199,10 +199,13 @@ fn workspace_grants_and_protected_names() {
     assert!(text.starts_with("ok\n"), "{text}");
     // No grant on secret-project: read and list refused.
     assert!(text.contains("plan.md: Permission denied"), "{text}");
-    // Protected names, in every case variant: read, write and delete refused.
-    assert_eq!(text.matches("Operation not permitted").count(), 9, "{text}");
+    // Protected names, in every case variant, refused. `.git` is for git: readable and
+    // writable, but its config (and hooks) read-only (policy/README.md).
+    assert!(text.contains("[core]"), "{text}");
+    assert!(text.contains("cannot remove '.git/config': Read-only file system"), "{text}");
+    assert_eq!(text.matches("Operation not permitted").count(), 3, "{text}");
     assert!(exists(&m.backing("workspaces/default/.git/config")));
-    assert!(!exists(&m.backing("workspaces/default/.git/new")));
+    assert!(exists(&m.backing("workspaces/default/.git/new")));
     assert!(!exists(&m.backing("workspaces/default/.Obsidian")));
     let d = denials(&m, "fs-engine");
     assert!(d.iter().any(|r| r["rule"] == "PROTECTED"), "{d:?}");
