@@ -47,6 +47,7 @@ mkdir -p "$WS/proj"
 for i in $(seq 20); do printf 'int f%d(int x){int s=0;for(int i=0;i<x;i++)s+=i*%d;return s;}\n' "$i" "$i" > "$WS/proj/f$i.c"; done
 printf 'int main(void){return 0;}\n' > "$WS/proj/main.c"
 printf 'SRC=$(wildcard *.c)\nOBJ=$(SRC:.c=.o)\nall: prog\nprog: $(OBJ)\n\tcc -o $@ $^\n%%.o: %%.c\n\tcc -O1 -c $< -o $@\nclean:\n\trm -f *.o prog\n' > "$WS/proj/Makefile"
+chmod -R a+rwX "$WS/proj"   # the agent builds in it
 build_secs() {
   run "$@" -- sh -c "cd $WS/proj && make -s clean && s=\$(date +%s%N) && make -s -j2 && e=\$(date +%s%N) && echo \"scale=3; (\$e - \$s)/1000000000\" | bc"
 }
