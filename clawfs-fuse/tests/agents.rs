@@ -202,7 +202,10 @@ fn workspace_grants_and_protected_names() {
     // Protected names, in every case variant, refused. `.git` is for git: readable and
     // writable, but its config (and hooks) read-only (policy/README.md).
     assert!(text.contains("[core]"), "{text}");
-    assert!(text.contains("cannot remove '.git/config': Read-only file system"), "{text}");
+    assert!(
+        text.contains("cannot remove '.git/config': Read-only file system"),
+        "{text}"
+    );
     assert_eq!(text.matches("Operation not permitted").count(), 3, "{text}");
     assert!(exists(&m.backing("workspaces/default/.git/config")));
     assert!(exists(&m.backing("workspaces/default/.git/new")));
