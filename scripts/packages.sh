@@ -11,6 +11,7 @@ CLAWFS_PACKAGES=(
   keyutils                          # keyctl, to inspect the kernel keyring
   libseccomp-dev                    # libseccomp (clawfs-seccomp): the syscall filter of agent processes
   apparmor                          # apparmor_parser (clawfs-apparmor): checks and loads agent profiles
+  clang llvm libbpf-dev bpftool     # clawfs-ebpf: compiles the C eBPF programs (clang -target bpf), inspects them
 )
 
 clawfs_install_packages() {

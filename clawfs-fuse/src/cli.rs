@@ -79,6 +79,18 @@ pub enum Command {
         #[command(subcommand)]
         command: SandboxCommand,
     },
+    /// Emergency stop: refuse every agent write and tool call (persistently, until
+    /// `--clear`) and freeze and kill every running agent.
+    Estop {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Lift the stop.
+        #[arg(long, conflicts_with = "status")]
+        clear: bool,
+        /// Say whether a stop is in force.
+        #[arg(long)]
+        status: bool,
+    },
     /// Check or reload the policy.
     Policy {
         /// What to do.

@@ -287,6 +287,8 @@ fn spawn_vault_watch(fs: Arc<ClawFs>) -> Result<(), Failure> {
         .name("vault-watch".into())
         .spawn(move || loop {
             fs.refresh_audit_key();
+            // An emergency stop written while no signal reached this daemon still applies.
+            fs.refresh_estop();
             // Quota usage survives a restart (saved when it changed).
             fs.save_usage();
             std::thread::sleep(VAULT_WATCH);

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod daemon;
 pub mod errno;
 pub mod error;
+pub mod estop_cmd;
 pub mod logging;
 pub mod mounts;
 pub mod policy_cmd;
@@ -47,6 +48,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sandbox {
             command: cli::SandboxCommand::Check { json },
         } => sandbox_cmd::check(*json),
+        Command::Estop {
+            store,
+            clear,
+            status,
+        } => estop_cmd::run(&store.store, *clear, *status),
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),
             cli::PolicyCommand::Reload { file, store } => {

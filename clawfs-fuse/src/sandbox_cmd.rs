@@ -86,12 +86,14 @@ fn apparmor() -> Layer {
 }
 
 fn ebpf() -> Layer {
+    let a = clawfs_ebpf::availability();
+    let detail = a.to_string().replace('\n', "; ");
     Layer {
         name: "ebpf",
         available: false,
-        detail:
-            "not part of this build yet (exec/open/connect monitoring and per-agent network policy)"
-                .into(),
+        detail: format!(
+            "{detail}; the programs are built and probed, but not applied by clawfs run yet"
+        ),
     }
 }
 

@@ -10,6 +10,7 @@ mod audit_truth;
 mod bad_input;
 mod deferred_calls;
 mod disk_full;
+mod estop;
 mod git_for_agents;
 mod one_agent_one_uid;
 mod posix_gaps;

@@ -35,6 +35,10 @@ pub struct Gate {
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each agent has written, and whether that changed since it was saved.
     usage: Mutex<(HashMap<String, Quota>, bool)>,
+    /// The emergency stop in force (`.clawfs/estop`, as read last), if any.
+    estop: RwLock<Option<serde_json::Value>>,
+    /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
+    estop_on: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {
@@ -45,6 +49,15 @@ thread_local! {
 
 /// Where quota usage is kept across restarts, relative to the store's private area.
 pub const QUOTA_USAGE_FILE: &str = "quota-usage.json";
+/// The emergency stop flag (`clawfs estop`), relative to the store's private area.
+pub const ESTOP_FILE: &str = "estop";
+/// What the daemon last saw of the flag (`{"in_force", "id"}`), written on every refresh, so
+/// `clawfs estop` knows the daemon has taken the change.
+pub const ESTOP_SEEN_FILE: &str = "estop-seen.json";
+/// The rule behind a refusal while an emergency stop is in force.
+pub const ESTOP_RULE: &str = "ESTOP";
+/// What an agent is told while an emergency stop is in force.
+pub const ESTOP_REASON: &str = "an emergency stop is in force (clawfs estop): agents may not change anything or call tools until an admin runs `clawfs estop --clear`";
 
 impl Gate {
     /// A gate with `policy`, for a store owned by `store_owner`.
@@ -56,6 +69,8 @@ impl Gate {
             audit: OnceLock::new(),
             denials: Mutex::default(),
             usage: Mutex::new((HashMap::new(), false)),
+            estop: RwLock::new(None),
+            estop_on: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -98,6 +113,9 @@ impl ClawFs {
 
     /// Re-reads `system/policy.toml`; an invalid file is refused and the old policy stays.
     pub fn reload_policy(&self) -> Result<(), Vec<PolicyError>> {
+        // SIGHUP is also how `clawfs estop` reaches the daemon: the flag is re-read first, so
+        // an invalid policy never delays a stop.
+        self.refresh_estop();
         let path = self.store.root().join(POLICY_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| {
             vec![PolicyError {
@@ -257,7 +275,11 @@ impl ClawFs {
         path: &NsPath,
     ) -> FsResult<Identity> {
         let who = self.identify(caller);
-        let verdict = self.policy().check(&who, access, path);
+        let verdict = match access.is_read() {
+            true => Ok(()),
+            false => self.estop_check(&who),
+        }
+        .and_then(|()| self.policy().check(&who, access, path));
         self.conclude(caller, &who, op, path, None, verdict)?;
         Ok(who)
     }
@@ -273,13 +295,13 @@ impl ClawFs {
     ) -> FsResult<Identity> {
         let who = self.identify(caller);
         let policy = self.policy();
-        let verdict = match op {
+        let verdict = self.estop_check(&who).and_then(|()| match op {
             "link" => policy.check_link(&who, from, to),
             _ if exchange => policy
                 .check_move(&who, from, to)
                 .and_then(|()| policy.check_move(&who, to, from)),
             _ => policy.check_move(&who, from, to),
-        };
+        });
         self.conclude(caller, &who, op, from, Some(to), verdict)?;
         Ok(who)
     }
@@ -378,6 +400,8 @@ impl ClawFs {
 
     /// Loads the quota usage saved by a previous daemon (none if there is none).
     pub(super) fn load_usage(&self) {
+        // A stop recorded before this daemon started is in force from its first request.
+        self.set_estop(self.read_estop());
         let path = Path::new(crate::store::PRIVATE_DIR).join(QUOTA_USAGE_FILE);
         let Ok(Some(text)) = crate::beneath::read(self.store.root_fd(), &path, 16 << 20) else {
             return;
@@ -607,6 +631,181 @@ impl ClawFs {
             Err(e) => {
                 tracing::warn!(agent = agent.as_str(), error = %e, "could not write the denials file")
             }
+        }
+    }
+}
+
+// ---- emergency stop -----------------------------------------------------------------------
+
+impl ClawFs {
+    /// The emergency stop in force (the JSON `clawfs estop` wrote), if any.
+    pub fn estop(&self) -> Option<serde_json::Value> {
+        self.gate
+            .estop
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether an emergency stop is in force.
+    pub fn estop_in_force(&self) -> bool {
+        self.gate
+            .estop_on
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The flag as the store holds it now (an unreadable flag is a stop: failing closed).
+    fn read_estop(&self) -> Option<serde_json::Value> {
+        let path = Path::new(crate::store::PRIVATE_DIR).join(ESTOP_FILE);
+        match crate::beneath::read(self.store.root_fd(), &path, 1 << 16) {
+            Ok(None) => None,
+            Ok(Some(bytes)) => Some(
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|_| serde_json::json!({"by": "?", "unreadable": true})),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "unreadable emergency stop flag; treated as in force");
+                Some(serde_json::json!({"by": "?", "unreadable": true}))
+            }
+        }
+    }
+
+    fn set_estop(&self, flag: Option<serde_json::Value>) {
+        let on = flag.is_some();
+        *self
+            .gate
+            .estop
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = flag;
+        self.gate
+            .estop_on
+            .store(on, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Re-reads `.clawfs/estop` (on SIGHUP, and periodically); a change is recorded on the
+    /// audit trail as `estop:on` / `estop:off`, and what was seen is acknowledged in
+    /// `.clawfs/estop-seen.json`. Returns whether a stop is in force.
+    pub fn refresh_estop(&self) -> bool {
+        let now = self.read_estop();
+        let before = self.estop();
+        let id = |f: &Option<serde_json::Value>| f.as_ref().map(|v| v["id"].clone());
+        if now != before {
+            let (op, flag) = match &now {
+                Some(f) => ("estop:on", f),
+                None => ("estop:off", before.as_ref().expect("a change from a stop")),
+            };
+            let by = match op {
+                "estop:off" => "admin".to_string(),
+                _ => flag["by"].as_str().unwrap_or("admin").to_string(),
+            };
+            tracing::warn!(op, by = %by, "emergency stop changed");
+            self.record(AuditEvent::new("admin", 0, op, "/").reason(format!("by {by}")));
+            self.set_estop(now.clone());
+        }
+        let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
+        let dir = Path::new(crate::store::PRIVATE_DIR);
+        let acked = crate::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
+            .ok()
+            .flatten()
+            .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v["in_force"] == in_force && Some(&v["id"]) == seen_id.as_ref());
+        if acked || (!in_force && seen_id.is_none()) {
+            return in_force;
+        }
+        let seen = serde_json::json!({
+            "in_force": in_force,
+            "id": seen_id,
+            "at": crate::seed::now_rfc3339(),
+        });
+        let how = crate::beneath::FileMode::mode(0o644);
+        if let Err(e) =
+            self.store
+                .write_beneath(dir, ESTOP_SEEN_FILE, seen.to_string().as_bytes(), how)
+        {
+            tracing::warn!(error = %e, "could not acknowledge the emergency stop");
+        }
+        now.is_some()
+    }
+
+    /// Refuses an agent while a stop is in force; admins and users keep working.
+    fn estop_check(&self, who: &Identity) -> Result<(), Denial> {
+        match who {
+            Identity::Agent(_) if self.estop_in_force() => Err(Denial {
+                rule: ESTOP_RULE,
+                reason: ESTOP_REASON.to_string(),
+                kind: crate::policy::DenyKind::Permission,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before a tool call on the open generated file `fh` runs (its first read, its close):
+    /// while a stop is in force, an agent's call is answered `denied` instead of running,
+    /// audited with rule ESTOP and written to the agent's denials file.
+    pub(super) fn estop_tool_call(&self, fh: u64) {
+        if !self.estop_in_force() {
+            return;
+        }
+        let Ok(handle) = self.vfiles.get(fh) else {
+            return;
+        };
+        let Identity::Agent(agent) = &handle.opener.0 else {
+            return;
+        };
+        let request = match &handle.node {
+            crate::virtual_files::VirtualNode::Call(_) => None,
+            crate::virtual_files::VirtualNode::Request { owner, id } => {
+                Some((owner.clone(), id.clone()))
+            }
+            _ => return,
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() {
+            return;
+        }
+        let tool = match &handle.node {
+            crate::virtual_files::VirtualNode::Call(t) => t.clone(),
+            _ => serde_json::from_slice::<serde_json::Value>(&state.request)
+                .ok()
+                .and_then(|v| v["tool"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "?".into()),
+        };
+        let out = clawfs_tools::render(Err(clawfs_tools::ToolError::Denied(
+            ESTOP_REASON.to_string(),
+        )));
+        let op = format!("tool:{tool}");
+        let pid = handle.opener.1.caller.pid;
+        self.record(
+            AuditEvent::new(agent.as_str(), pid, op.clone(), "/tools").denied(
+                libc::EPERM,
+                ESTOP_RULE,
+                ESTOP_REASON,
+            ),
+        );
+        let denial = Denial {
+            rule: ESTOP_RULE,
+            reason: ESTOP_REASON.to_string(),
+            kind: crate::policy::DenyKind::Permission,
+        };
+        if let Ok(ns) = NsPath::parse("/tools") {
+            self.write_denial(agent, &op, &ns, None, &denial);
+        }
+        let Some((owner, id)) = request else {
+            state.response = Some(out);
+            return;
+        };
+        // A two-file request: its answer is kept for tools/responses/<id>.json.
+        state.response = Some(Vec::new());
+        drop(state);
+        let mut all = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = all.entry(owner).or_default();
+        mine.retain(|(i, _)| *i != id);
+        mine.push_back((id, out));
+        while mine.len() > crate::virtual_files::MAX_RESPONSES_PER_CALLER {
+            mine.pop_front();
         }
     }
 }

@@ -1124,6 +1124,7 @@ impl ClawFs {
     /// Reads up to `size` bytes at `offset` (fewer only at end of file).
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
             return self.read_virtual(fh, offset, size);
         }
         let file = self.files.get(fh)?;
@@ -1194,6 +1195,7 @@ impl ClawFs {
     /// validates and commits a staged identity file (its error is `close()`'s).
     pub fn flush(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
         if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
             return self.flush_virtual(fh);
         }
         let file = self.files.get(fh)?;
@@ -1203,6 +1205,7 @@ impl ClawFs {
     /// Closes `fh`.
     pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
         if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
             return self.release_virtual(fh);
         }
         let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;

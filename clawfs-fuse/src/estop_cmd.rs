@@ -1,0 +1,183 @@
+//! `clawfs estop`: the emergency stop. Records the stop in the store (it survives a daemon
+//! restart), tells the daemon serving the store (SIGHUP; the daemon re-reads the flag and
+//! refuses every agent write and tool call), and freezes and kills every running agent.
+//! `--clear` lifts it; `--status` says whether one is in force.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clawfs_core::store::{Store, PRIVATE_DIR};
+
+use crate::daemon::store_path;
+use crate::error::Failure;
+
+/// The flag, in the store's private area (the daemon's gate reads the same name).
+const ESTOP_FILE: &str = "estop";
+/// Where the daemon acknowledges what it saw of the flag.
+const ESTOP_SEEN_FILE: &str = "estop-seen.json";
+/// How long each run group may take to empty once killed.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the daemon may take to acknowledge a change.
+const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `clawfs estop [--clear | --status]`.
+pub fn run(store: &Option<PathBuf>, clear: bool, status: bool) -> Result<(), Failure> {
+    let store = Store::open(&store_path(store))?;
+    match (clear, status) {
+        (_, true) => show(&store),
+        (true, _) => lift(&store),
+        _ => stop(&store),
+    }
+}
+
+fn flag_path(store: &Store) -> PathBuf {
+    store.private_dir().join(ESTOP_FILE)
+}
+
+/// The stop in force, as the store records it.
+pub fn read_flag(store_root: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read(store_root.join(PRIVATE_DIR).join(ESTOP_FILE)).ok()?;
+    Some(serde_json::from_slice(&text).unwrap_or_else(|_| serde_json::json!({"unreadable": true})))
+}
+
+fn who() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    match std::env::var("SUDO_USER") {
+        Ok(u) if !u.is_empty() => format!("uid:{uid} (sudo by {u})"),
+        _ => format!("uid:{uid}"),
+    }
+}
+
+fn stop(store: &Store) -> Result<(), Failure> {
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let flag = serde_json::json!({
+        "time": clawfs_core::seed::now_rfc3339(),
+        "by": who(),
+        "id": id,
+    });
+    let how = clawfs_core::beneath::FileMode::mode(0o600);
+    store
+        .write_beneath(
+            Path::new(PRIVATE_DIR),
+            ESTOP_FILE,
+            flag.to_string().as_bytes(),
+            how,
+        )
+        .with_context(|| format!("recording the stop in {}", flag_path(store).display()))?;
+    println!("emergency stop recorded in {}", flag_path(store).display());
+    // The daemon first: from its next request on, no agent writes or calls a tool.
+    let daemon = signal_daemon(store)?;
+    match clawfs_core::cgroup::kill_all_agent_runs(KILL_TIMEOUT) {
+        Ok(killed) if killed.is_empty() => println!("no agent was running"),
+        Ok(killed) => {
+            for k in &killed {
+                println!(
+                    "killed agent {}: {} ({} process(es) {:?}; {}{}){}",
+                    k.agent,
+                    k.group.display(),
+                    k.pids.len(),
+                    k.pids,
+                    if k.frozen { "frozen, then " } else { "" },
+                    k.method,
+                    if k.empty { "" } else { " — NOT EMPTY" }
+                );
+            }
+            if killed.iter().any(|k| !k.empty) {
+                return Err(Failure::Other(anyhow::anyhow!(
+                    "some agent groups still have processes after {} s",
+                    KILL_TIMEOUT.as_secs()
+                )));
+            }
+        }
+        Err(e) => eprintln!("clawfs: killing agents: {e}"),
+    }
+    if let Some(pid) = daemon {
+        wait_ack(store, pid, true, &id)?;
+    }
+    Ok(())
+}
+
+fn lift(store: &Store) -> Result<(), Failure> {
+    let Some(flag) = read_flag(store.root()) else {
+        println!("no emergency stop is in force");
+        return Ok(());
+    };
+    std::fs::remove_file(flag_path(store))
+        .with_context(|| format!("removing {}", flag_path(store).display()))?;
+    println!(
+        "emergency stop of {} (by {}) cleared",
+        flag["time"].as_str().unwrap_or("?"),
+        flag["by"].as_str().unwrap_or("?")
+    );
+    if let Some(pid) = signal_daemon(store)? {
+        let id = flag["id"].as_str().unwrap_or_default().to_string();
+        wait_ack(store, pid, false, &id)?;
+    }
+    Ok(())
+}
+
+fn show(store: &Store) -> Result<(), Failure> {
+    match read_flag(store.root()) {
+        Some(f) => println!(
+            "emergency stop IN FORCE since {} (by {}); lift it with `clawfs estop --clear`",
+            f["time"].as_str().unwrap_or("?"),
+            f["by"].as_str().unwrap_or("?")
+        ),
+        None => println!("no emergency stop is in force"),
+    }
+    Ok(())
+}
+
+/// SIGHUPs the daemon serving the store (it re-reads the flag); its pid, if there is one.
+fn signal_daemon(store: &Store) -> Result<Option<u32>, Failure> {
+    let Some(daemon) = store.daemon_info() else {
+        println!("no daemon serves this store: the flag applies from its next mount");
+        return Ok(None);
+    };
+    // SAFETY: sending SIGHUP to the daemon recorded for this store.
+    if unsafe { libc::kill(daemon.pid as i32, libc::SIGHUP) } != 0 {
+        eprintln!(
+            "clawfs: signalling the daemon (pid {}): {}; it picks the flag up within seconds",
+            daemon.pid,
+            std::io::Error::last_os_error()
+        );
+        return Ok(None);
+    }
+    Ok(Some(daemon.pid))
+}
+
+/// Waits until the daemon says it has seen the flag `id` in force (or lifted).
+fn wait_ack(store: &Store, pid: u32, in_force: bool, id: &str) -> Result<(), Failure> {
+    let path = store.private_dir().join(ESTOP_SEEN_FILE);
+    let deadline = Instant::now() + ACK_TIMEOUT;
+    loop {
+        let seen: Option<serde_json::Value> = std::fs::read(&path)
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok());
+        if let Some(s) = seen {
+            if s["in_force"] == in_force && s["id"] == id {
+                println!(
+                    "the daemon (pid {pid}) has {} the stop",
+                    if in_force { "applied" } else { "lifted" }
+                );
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon (pid {pid}) did not acknowledge within {} s",
+                ACK_TIMEOUT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,36 @@
+/* Shared definitions of the ClawFS eBPF programs. Built with clang -target bpf, without vmlinux.h:
+ * the tracepoint contexts below follow the stable tracefs formats
+ * (/sys/kernel/tracing/events/<category>/<name>/format). */
+#ifndef CLAWFS_EBPF_COMMON_H
+#define CLAWFS_EBPF_COMMON_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define CLAWFS_PATH_LEN 256
+
+/* Event kinds, mirrored by EventKind in src/lib.rs. */
+#define EV_EXEC 1
+#define EV_OPEN 2
+#define EV_CONNECT 3
+
+#define CLAWFS_AF_UNIX 1
+#define CLAWFS_AF_INET 2
+#define CLAWFS_AF_INET6 10
+
+/* Layout mirrored by RawEvent in src/lib.rs (repr(C), 304 bytes). */
+struct clawfs_event {
+	__u64 cgroup_id;   /* the watched cgroup (the process's own or an ancestor) */
+	__u32 pid;         /* tgid */
+	__u32 kind;        /* EV_* */
+	__u32 agent;       /* agent index, value of WATCHED */
+	__u16 family;      /* connect: address family */
+	__u16 port;        /* connect: host byte order */
+	__u8 addr[16];     /* connect: IPv4 in the first 4 bytes, or IPv6 */
+	char path[CLAWFS_PATH_LEN]; /* exec filename, open path, connect AF_UNIX path */
+	__u32 _pad;
+};
+
+#endif

@@ -1,0 +1,774 @@
+//! eBPF monitoring and network policy for ClawFS agents.
+//!
+//! The programs are C (`src/bpf/*.bpf.c`), compiled by `build.rs` with clang and loaded with aya:
+//! - [`Monitor`]: tracepoints on exec, openat and connect, reporting [`Event`]s of the processes
+//!   whose cgroup v2 (or an ancestor) is watched;
+//! - [`NetworkPolicy`]: `cgroup/connect4` and `cgroup/connect6` on an agent's cgroup, refusing
+//!   connections to ports not allowed with EPERM;
+//! - [`FileOpenGuard`]: a BPF LSM `file_open` program denying opens of listed inodes, where the
+//!   kernel allows BPF LSM (refused at load on many kernels; [`availability`] says so).
+
+use std::collections::HashMap as StdHashMap;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, HashMap, MapData, RingBuf};
+use aya::programs::{CgroupAttachMode, CgroupSockAddr, Lsm, TracePoint};
+use aya::{Btf, Ebpf};
+
+static MONITOR_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor.bpf.o"));
+static NETPOLICY_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/netpolicy.bpf.o"));
+static FILE_OPEN_LSM_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/file_open_lsm.bpf.o"));
+const BUILD_ERROR: &str = env!("CLAWFS_EBPF_BUILD_ERROR");
+
+/// Errors of this crate. Kernel refusals keep the syscall error and the verifier log.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The eBPF objects could not be compiled when this crate was built.
+    #[error("eBPF programs not built: {0}")]
+    NotBuilt(String),
+    /// The kernel (or aya) refused a step: loading the object, a program, attaching it.
+    #[error("{step}: {detail}")]
+    Bpf {
+        /// What was being done.
+        step: String,
+        /// The error and its causes.
+        detail: String,
+    },
+    /// A file system operation failed (tracefs, cgroup directory).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    fn bpf(step: impl Into<String>, e: &dyn std::error::Error) -> Self {
+        Error::Bpf {
+            step: step.into(),
+            detail: chain(e),
+        }
+    }
+
+    fn io(what: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// The OS error code at the root of this error, if any (e.g. `EPERM` for a refused LSM load).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Bpf { detail, .. } => {
+                // The chain is formatted; recover the errno from "(os error N)".
+                let start = detail.rfind("(os error ")? + "(os error ".len();
+                let end = detail[start..].find(')')? + start;
+                detail[start..end].parse().ok()
+            }
+            Error::NotBuilt(_) => None,
+        }
+    }
+}
+
+/// Formats an error with its sources, aya errors being terse at the top ("`bpf_prog_load` failed").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn load_object(name: &str, bytes: &[u8]) -> Result<Ebpf, Error> {
+    if !BUILD_ERROR.is_empty() || bytes.is_empty() {
+        return Err(Error::NotBuilt(BUILD_ERROR.to_string()));
+    }
+    Ebpf::load(bytes).map_err(|e| Error::bpf(format!("loading {name}.bpf.o"), &e))
+}
+
+/// The cgroup id of a cgroup v2 directory, as returned by `bpf_get_current_cgroup_id`: the
+/// directory's inode number.
+pub fn cgroup_id(cgroup_dir: &Path) -> io::Result<u64> {
+    Ok(std::fs::metadata(cgroup_dir)?.ino())
+}
+
+/// The mount point of the cgroup v2 hierarchy, from `/proc/self/mountinfo`.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+/// The default tracefs mount point, the one aya looks at (with `/sys/kernel/debug/tracing`).
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Mounts tracefs at `path` unless a populated tracefs is already there.
+pub fn ensure_tracefs(path: &Path) -> Result<(), Error> {
+    if path.join("events").is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let target = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| Error::io("tracefs path", io::Error::other(e)))?;
+    // SAFETY: all pointers are valid NUL-terminated strings living across the call; data is null.
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            format!("mounting tracefs on {}", path.display()),
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// What an agent process did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// A successful execve (sched_process_exec): the file executed.
+    Exec {
+        /// Path given to execve.
+        filename: String,
+    },
+    /// An openat(2) attempt (sys_enter: reported whether or not the open then succeeds).
+    Open {
+        /// Path as passed (relative paths are relative to the dirfd); empty if unreadable.
+        path: String,
+    },
+    /// A connect(2) attempt to an IPv4 or IPv6 address.
+    Connect {
+        /// Destination address.
+        addr: IpAddr,
+        /// Destination port.
+        port: u16,
+    },
+    /// A connect(2) attempt to a Unix socket (abstract sockets show an empty path).
+    ConnectUnix {
+        /// sun_path.
+        path: String,
+    },
+}
+
+/// An event of a watched agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Name given to [`Monitor::watch`].
+    pub agent: String,
+    /// The watched cgroup id the process is in (directly or below).
+    pub cgroup_id: u64,
+    /// Process id (thread group id).
+    pub pid: u32,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+const EV_EXEC: u32 = 1;
+const EV_OPEN: u32 = 2;
+const EV_CONNECT: u32 = 3;
+const PATH_LEN: usize = 256;
+
+/// Mirror of `struct clawfs_event` (src/bpf/common.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawEvent {
+    cgroup_id: u64,
+    pid: u32,
+    kind: u32,
+    agent: u32,
+    family: u16,
+    port: u16,
+    addr: [u8; 16],
+    path: [u8; PATH_LEN],
+    _pad: u32,
+}
+
+fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+impl RawEvent {
+    fn parse(bytes: &[u8]) -> Option<RawEvent> {
+        if bytes.len() < std::mem::size_of::<RawEvent>() {
+            return None;
+        }
+        // SAFETY: the length was checked, RawEvent is plain old data valid for any bit pattern,
+        // and read_unaligned has no alignment requirement.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<RawEvent>()) })
+    }
+
+    fn kind(&self) -> Option<EventKind> {
+        Some(match self.kind {
+            EV_EXEC => EventKind::Exec {
+                filename: c_str(&self.path),
+            },
+            EV_OPEN => EventKind::Open {
+                path: c_str(&self.path),
+            },
+            EV_CONNECT => match i32::from(self.family) {
+                libc::AF_INET => {
+                    let a = [self.addr[0], self.addr[1], self.addr[2], self.addr[3]];
+                    EventKind::Connect {
+                        addr: IpAddr::V4(Ipv4Addr::from(a)),
+                        port: self.port,
+                    }
+                }
+                libc::AF_INET6 => EventKind::Connect {
+                    addr: IpAddr::V6(Ipv6Addr::from(self.addr)),
+                    port: self.port,
+                },
+                libc::AF_UNIX => EventKind::ConnectUnix {
+                    path: c_str(&self.path[..108]),
+                },
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// Exec/open/connect monitoring of watched cgroups. Detaches when dropped.
+pub struct Monitor {
+    _bpf: Ebpf,
+    watched: HashMap<MapData, u64, u32>,
+    events: RingBuf<MapData>,
+    agents: Vec<String>,
+    by_cgroup: StdHashMap<u64, u32>,
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Monitor")
+            .field("agents", &self.agents)
+            .field("watched", &self.by_cgroup)
+            .finish()
+    }
+}
+
+const TRACEPOINTS: [(&str, &str, &str); 3] = [
+    ("clawfs_exec", "sched", "sched_process_exec"),
+    ("clawfs_openat", "syscalls", "sys_enter_openat"),
+    ("clawfs_connect", "syscalls", "sys_enter_connect"),
+];
+
+impl Monitor {
+    /// Loads and attaches the tracepoints, mounting tracefs at `tracefs` if needed ([`TRACEFS`] or
+    /// `/sys/kernel/debug/tracing`: the places aya looks at). Nothing is reported until
+    /// [`Monitor::watch`].
+    pub fn start(tracefs: &Path) -> Result<Monitor, Error> {
+        ensure_tracefs(tracefs)?;
+        let mut bpf = load_object("monitor", MONITOR_OBJ)?;
+        for (prog, category, name) in TRACEPOINTS {
+            let p: &mut TracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| Error::Bpf {
+                    step: format!("program {prog}"),
+                    detail: "missing".into(),
+                })?
+                .try_into()
+                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            p.load()
+                .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
+            p.attach(category, name)
+                .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))?;
+        }
+        let watched = take_map(&mut bpf, "WATCHED")?;
+        let events = take_map(&mut bpf, "EVENTS")?;
+        Ok(Monitor {
+            _bpf: bpf,
+            watched,
+            events,
+            agents: Vec::new(),
+            by_cgroup: StdHashMap::new(),
+        })
+    }
+
+    /// Reports the processes of cgroup `cgroup_id` (see [`cgroup_id`]) and of its descendants (up
+    /// to 12 levels deep) as `agent`.
+    pub fn watch(&mut self, cgroup_id: u64, agent: &str) -> Result<(), Error> {
+        let index = match self.agents.iter().position(|a| a == agent) {
+            Some(i) => i,
+            None => {
+                self.agents.push(agent.to_string());
+                self.agents.len() - 1
+            }
+        } as u32;
+        self.watched
+            .insert(cgroup_id, index, 0)
+            .map_err(|e| Error::bpf(format!("watching cgroup {cgroup_id}"), &e))?;
+        self.by_cgroup.insert(cgroup_id, index);
+        Ok(())
+    }
+
+    /// Stops reporting cgroup `cgroup_id`.
+    pub fn unwatch(&mut self, cgroup_id: u64) -> Result<(), Error> {
+        self.by_cgroup.remove(&cgroup_id);
+        match self.watched.remove(&cgroup_id) {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(Error::bpf(format!("unwatching cgroup {cgroup_id}"), &e)),
+        }
+    }
+
+    /// The events queued so far, waiting up to `timeout` for the first one.
+    pub fn next_events(&mut self, timeout: Duration) -> Result<Vec<Event>, Error> {
+        let mut out = self.drain();
+        if out.is_empty() && !timeout.is_zero() {
+            let mut pfd = libc::pollfd {
+                fd: self.events.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: pfd is a valid pollfd for the duration of the call, count 1.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(Error::io("polling the event ring buffer", e));
+                }
+            }
+            out = self.drain();
+        }
+        Ok(out)
+    }
+
+    /// Collects events until `until` returns true for the events collected so far, or `timeout`.
+    pub fn collect_until(
+        &mut self,
+        timeout: Duration,
+        mut until: impl FnMut(&[Event]) -> bool,
+    ) -> Result<Vec<Event>, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut all = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            all.extend(self.next_events(left.min(Duration::from_millis(100)))?);
+            if until(&all) || left.is_zero() {
+                return Ok(all);
+            }
+        }
+    }
+
+    fn drain(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(item) = self.events.next() {
+            let Some(raw) = RawEvent::parse(&item) else {
+                continue;
+            };
+            let Some(kind) = raw.kind() else { continue };
+            let agent = self
+                .agents
+                .get(raw.agent as usize)
+                .cloned()
+                .unwrap_or_default();
+            out.push(Event {
+                agent,
+                cgroup_id: raw.cgroup_id,
+                pid: raw.pid,
+                kind,
+            });
+        }
+        out
+    }
+}
+
+fn take_map<T>(bpf: &mut Ebpf, name: &str) -> Result<T, Error>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = bpf.take_map(name).ok_or_else(|| Error::Bpf {
+        step: format!("map {name}"),
+        detail: "missing".into(),
+    })?;
+    T::try_from(map).map_err(|e| Error::bpf(format!("map {name}"), &e))
+}
+
+/// What an agent may connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allow {
+    /// Every destination.
+    All,
+    /// Only these destination ports (any address), TCP or UDP, IPv4 or IPv6.
+    Ports(Vec<u16>),
+    /// Nothing: every inet connect fails with EPERM (Unix sockets are not affected).
+    None,
+}
+
+const POLICY_ALLOW_ALL: u32 = 1;
+
+/// connect4/connect6 programs attached to one cgroup v2 directory with BPF links (which always
+/// coexist with other programs: policies of ancestor cgroups also apply, and all must allow).
+/// Detached when dropped.
+pub struct NetworkPolicy {
+    _bpf: Ebpf,
+    policy: Array<MapData, u32>,
+    ports: HashMap<MapData, u16, u8>,
+    allow: Allow,
+    cgroup_dir: PathBuf,
+}
+
+impl fmt::Debug for NetworkPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetworkPolicy")
+            .field("cgroup_dir", &self.cgroup_dir)
+            .field("allow", &self.allow)
+            .finish()
+    }
+}
+
+impl NetworkPolicy {
+    /// Loads the programs, fills the policy and attaches both to `cgroup_dir` (a cgroup v2 dir).
+    pub fn attach(cgroup_dir: &Path, allow: Allow) -> Result<NetworkPolicy, Error> {
+        let cgroup = File::open(cgroup_dir)
+            .map_err(|e| Error::io(format!("opening cgroup {}", cgroup_dir.display()), e))?;
+        let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
+        let policy = take_map(&mut bpf, "POLICY")?;
+        let ports = take_map(&mut bpf, "ALLOWED_PORTS")?;
+        let mut np = NetworkPolicy {
+            _bpf: bpf,
+            policy,
+            ports,
+            allow: Allow::None,
+            cgroup_dir: cgroup_dir.to_path_buf(),
+        };
+        // The policy is in place before the programs see any connect.
+        np.set_allow(allow)?;
+        for prog in ["clawfs_connect4", "clawfs_connect6"] {
+            let p: &mut CgroupSockAddr = np
+                ._bpf
+                .program_mut(prog)
+                .ok_or_else(|| Error::Bpf {
+                    step: format!("program {prog}"),
+                    detail: "missing".into(),
+                })?
+                .try_into()
+                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            p.load()
+                .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
+            // With bpf_link (kernel >= 5.7) the attach flags must be 0 (`Single`); links are
+            // multi-attach by nature. Older kernels fall back to a single exclusive attachment.
+            p.attach(cgroup.as_fd(), CgroupAttachMode::Single)
+                .map_err(|e| {
+                    Error::bpf(format!("attaching {prog} to {}", cgroup_dir.display()), &e)
+                })?;
+        }
+        Ok(np)
+    }
+
+    /// Replaces the policy, live.
+    pub fn set_allow(&mut self, allow: Allow) -> Result<(), Error> {
+        let map_err = |e: aya::maps::MapError| Error::bpf("updating the network policy", &e);
+        let old: Vec<u16> = match &self.allow {
+            Allow::Ports(p) => p.clone(),
+            _ => Vec::new(),
+        };
+        if let Allow::Ports(ports) = &allow {
+            for p in ports {
+                self.ports.insert(*p, 1u8, 0).map_err(map_err)?;
+            }
+        }
+        let flags = if allow == Allow::All {
+            POLICY_ALLOW_ALL
+        } else {
+            0
+        };
+        self.policy.set(0, flags, 0).map_err(map_err)?;
+        let keep: &[u16] = match &allow {
+            Allow::Ports(p) => p,
+            _ => &[],
+        };
+        for p in old.iter().filter(|p| !keep.contains(p)) {
+            match self.ports.remove(p) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        self.allow = allow;
+        Ok(())
+    }
+
+    /// The policy in force.
+    pub fn allow(&self) -> &Allow {
+        &self.allow
+    }
+}
+
+/// Key of the LSM's DENY_INODES map (mirror of `struct inode_key`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct InodeKey {
+    dev: u64,
+    ino: u64,
+}
+
+// SAFETY: repr(C), two u64, no padding: any bit pattern is valid.
+unsafe impl aya::Pod for InodeKey {}
+
+/// The BPF LSM `file_open` program: opens of denied inodes fail with EPERM once enforced.
+///
+/// [`FileOpenGuard::new`] creates the map (works wherever eBPF maps do); [`FileOpenGuard::enforce`]
+/// loads and attaches the program, which kernels without BPF LSM refuse.
+pub struct FileOpenGuard {
+    bpf: Ebpf,
+    deny: HashMap<MapData, InodeKey, u8>,
+    enforced: bool,
+}
+
+impl fmt::Debug for FileOpenGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileOpenGuard")
+            .field("enforced", &self.enforced)
+            .finish()
+    }
+}
+
+fn inode_key(path: &Path) -> io::Result<InodeKey> {
+    let md = std::fs::metadata(path)?;
+    let dev = md.dev();
+    // The kernel's dev_t is major << 20 | minor, not the userspace encoding.
+    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+    Ok(InodeKey {
+        dev: (major << 20) | minor,
+        ino: md.ino(),
+    })
+}
+
+impl FileOpenGuard {
+    /// Loads the object and creates its map, without loading the program.
+    pub fn new() -> Result<FileOpenGuard, Error> {
+        let mut bpf = load_object("file_open_lsm", FILE_OPEN_LSM_OBJ)?;
+        let deny = take_map(&mut bpf, "DENY_INODES")?;
+        Ok(FileOpenGuard {
+            bpf,
+            deny,
+            enforced: false,
+        })
+    }
+
+    /// Denies opens of the inode `path` resolves to (effective once enforced).
+    pub fn deny(&mut self, path: &Path) -> Result<(), Error> {
+        let key = inode_key(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+        self.deny
+            .insert(key, 1u8, 0)
+            .map_err(|e| Error::bpf(format!("denying {}", path.display()), &e))
+    }
+
+    /// Allows `path`'s inode again.
+    pub fn allow(&mut self, path: &Path) -> Result<(), Error> {
+        let key = inode_key(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+        match self.deny.remove(&key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(Error::bpf(format!("allowing {}", path.display()), &e)),
+        }
+    }
+
+    /// Number of denied inodes.
+    pub fn denied_count(&self) -> usize {
+        self.deny.keys().filter(|k| k.is_ok()).count()
+    }
+
+    /// Loads the LSM program against the kernel BTF and attaches it. Refused (EPERM) where BPF LSM
+    /// is not enabled.
+    pub fn enforce(&mut self) -> Result<(), Error> {
+        if self.enforced {
+            return Ok(());
+        }
+        let btf =
+            Btf::from_sys_fs().map_err(|e| Error::bpf("reading /sys/kernel/btf/vmlinux", &e))?;
+        let p: &mut Lsm = self
+            .bpf
+            .program_mut("clawfs_file_open")
+            .ok_or_else(|| Error::Bpf {
+                step: "program clawfs_file_open".into(),
+                detail: "missing".into(),
+            })?
+            .try_into()
+            .map_err(|e| Error::bpf("program clawfs_file_open", &e))?;
+        p.load("file_open", &btf)
+            .map_err(|e| Error::bpf("loading the BPF LSM program lsm/file_open", &e))?;
+        p.attach()
+            .map_err(|e| Error::bpf("attaching the BPF LSM program lsm/file_open", &e))?;
+        self.enforced = true;
+        Ok(())
+    }
+
+    /// Whether [`FileOpenGuard::enforce`] succeeded.
+    pub fn enforced(&self) -> bool {
+        self.enforced
+    }
+}
+
+/// Whether a kind of program works on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Loaded (and, for the monitor, attached) in the probe.
+    Available,
+    /// Not available on this host, with the reason.
+    Unavailable(String),
+}
+
+impl Status {
+    /// True if available.
+    pub fn is_available(&self) -> bool {
+        matches!(self, Status::Available)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Status::Available => f.write_str("available"),
+            Status::Unavailable(why) => write!(f, "not available on this host: {why}"),
+        }
+    }
+}
+
+/// What [`availability`] found, per program kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Availability {
+    /// Tracepoint monitoring (exec, openat, connect) with the ring buffer.
+    pub monitor: Status,
+    /// cgroup/connect4 + connect6 (loaded, not attached, in the probe).
+    pub network_policy: Status,
+    /// BPF LSM file_open.
+    pub file_open_lsm: Status,
+}
+
+impl fmt::Display for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "monitor (tracepoints exec/openat/connect): {}",
+            self.monitor
+        )?;
+        writeln!(
+            f,
+            "network policy (cgroup/connect4, connect6): {}",
+            self.network_policy
+        )?;
+        write!(
+            f,
+            "file-open enforcement (BPF LSM file_open): {}",
+            self.file_open_lsm
+        )
+    }
+}
+
+fn status(r: Result<(), Error>) -> Status {
+    match r {
+        Ok(()) => Status::Available,
+        Err(e) => Status::Unavailable(e.to_string()),
+    }
+}
+
+/// Probes each program kind by loading it (the monitor is also attached, with nothing watched,
+/// mounting tracefs at [`TRACEFS`] if needed). Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN).
+pub fn availability() -> Availability {
+    let monitor = status(Monitor::start(Path::new(TRACEFS)).map(drop));
+    let network_policy = status((|| {
+        let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
+        for prog in ["clawfs_connect4", "clawfs_connect6"] {
+            let p: &mut CgroupSockAddr = bpf
+                .program_mut(prog)
+                .ok_or_else(|| Error::Bpf {
+                    step: format!("program {prog}"),
+                    detail: "missing".into(),
+                })?
+                .try_into()
+                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            p.load()
+                .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
+        }
+        Ok(())
+    })());
+    let file_open_lsm = status(FileOpenGuard::new().and_then(|mut g| g.enforce()));
+    Availability {
+        monitor,
+        network_policy,
+        file_open_lsm,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_event_layout_matches_c() {
+        assert_eq!(std::mem::size_of::<RawEvent>(), 304);
+    }
+
+    #[test]
+    fn objects_built() {
+        assert!(BUILD_ERROR.is_empty(), "{BUILD_ERROR}");
+        for obj in [MONITOR_OBJ, NETPOLICY_OBJ, FILE_OPEN_LSM_OBJ] {
+            assert_eq!(&obj[..4], b"\x7fELF");
+        }
+    }
+
+    #[test]
+    fn parses_connect_event() {
+        let mut raw = RawEvent {
+            cgroup_id: 7,
+            pid: 42,
+            kind: EV_CONNECT,
+            agent: 0,
+            family: libc::AF_INET as u16,
+            port: 8080,
+            addr: [0; 16],
+            path: [0; PATH_LEN],
+            _pad: 0,
+        };
+        raw.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(
+            raw.kind(),
+            Some(EventKind::Connect {
+                addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                port: 8080
+            })
+        );
+    }
+
+    #[test]
+    fn error_errno() {
+        let e = Error::Bpf {
+            step: "x".into(),
+            detail: "`bpf_prog_load` failed: Operation not permitted (os error 1)".into(),
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+    }
+}

@@ -1,0 +1,397 @@
+//! Real-kernel tests of the eBPF programs: run as root. Each test creates its own cgroup v2
+//! directory `<cgroup2 mount>/clawfs-ebpf-test-<pid>-<tag>`, removed at the end even on failure.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clawfs_ebpf::{
+    availability, cgroup2_mount, cgroup_id, Allow, EventKind, FileOpenGuard, Monitor,
+    NetworkPolicy, Status, TRACEFS,
+};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("SKIP: needs root (CAP_BPF, CAP_SYS_ADMIN, cgroup v2 writes)");
+            return;
+        }
+    };
+}
+
+/// A cgroup v2 directory for one test, emptied (SIGKILL) and removed when dropped.
+struct TestCgroup {
+    dir: PathBuf,
+    procs: CString,
+}
+
+impl TestCgroup {
+    fn new(tag: &str) -> TestCgroup {
+        let mount = cgroup2_mount().expect("no cgroup2 mount in /proc/self/mountinfo");
+        let dir = mount.join(format!("clawfs-ebpf-test-{}-{tag}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        let procs = CString::new(
+            dir.join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        TestCgroup { dir, procs }
+    }
+
+    fn id(&self) -> u64 {
+        cgroup_id(&self.dir).unwrap()
+    }
+
+    /// A command whose child moves itself into this cgroup before exec.
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdout(std::process::Stdio::null());
+        let procs = self.procs.clone();
+        // SAFETY: the closure only calls async-signal-safe functions (open, write, close).
+        unsafe {
+            cmd.pre_exec(move || enter_cgroup(&procs));
+        }
+        cmd
+    }
+}
+
+/// Writes "0" to a cgroup.procs: moves the calling process. Async-signal-safe.
+fn enter_cgroup(procs: &CString) -> std::io::Result<()> {
+    // SAFETY: procs is a valid NUL-terminated path; the buffer is a 1-byte static string.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+        libc::close(fd);
+        if n != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if let Ok(s) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+                for pid in s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("warning: could not remove {}", self.dir.display());
+    }
+}
+
+#[test]
+fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
+    require_root!();
+    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    let cg = TestCgroup::new("monitor");
+    monitor.watch(cg.id(), "agent-test").unwrap();
+
+    // Outside the cgroup: the same actions, never reported.
+    let outside = Command::new("/bin/cat")
+        .arg("/etc/hostname")
+        .output()
+        .unwrap();
+    assert!(outside.status.success());
+    let mut s = String::new();
+    std::fs::File::open("/etc/hostname")
+        .unwrap()
+        .read_to_string(&mut s)
+        .unwrap();
+
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let mut child = cg.command("/bin/cat", &["/etc/hostname"]).spawn().unwrap();
+    let cat_pid = child.id();
+    assert!(child.wait().unwrap().success());
+    let script = format!("exec 3<>/dev/tcp/127.0.0.1/{port}");
+    let mut child = cg.command("/bin/bash", &["-c", &script]).spawn().unwrap();
+    let bash_pid = child.id();
+    assert!(child.wait().unwrap().success());
+
+    let events = monitor
+        .collect_until(Duration::from_secs(5), |evs| {
+            let exec = evs.iter().any(|e| {
+                e.pid == cat_pid
+                    && matches!(&e.kind, EventKind::Exec { filename } if filename.ends_with("cat"))
+            });
+            let open = evs.iter().any(|e| {
+                e.pid == cat_pid
+                    && e.kind
+                        == EventKind::Open {
+                            path: "/etc/hostname".into(),
+                        }
+            });
+            let conn = evs.iter().any(|e| {
+                e.pid == bash_pid
+                    && e.kind
+                        == EventKind::Connect {
+                            addr: Ipv4Addr::LOCALHOST.into(),
+                            port,
+                        }
+            });
+            exec && open && conn
+        })
+        .unwrap();
+    for e in &events {
+        eprintln!("{e:?}");
+    }
+    let has = |pid: u32, f: &dyn Fn(&EventKind) -> bool| {
+        events.iter().any(|e| e.pid == pid && f(&e.kind))
+    };
+    assert!(
+        has(
+            cat_pid,
+            &|k| matches!(k, EventKind::Exec { filename } if filename.ends_with("cat"))
+        ),
+        "no Exec of cat"
+    );
+    assert!(
+        has(cat_pid, &|k| *k
+            == EventKind::Open {
+                path: "/etc/hostname".into()
+            }),
+        "no Open of /etc/hostname"
+    );
+    assert!(
+        has(bash_pid, &|k| *k
+            == EventKind::Connect {
+                addr: Ipv4Addr::LOCALHOST.into(),
+                port
+            }),
+        "no Connect to 127.0.0.1:{port}"
+    );
+    for e in &events {
+        assert_eq!(e.agent, "agent-test");
+        assert_eq!(e.cgroup_id, cg.id());
+        assert!(
+            e.pid == cat_pid || e.pid == bash_pid,
+            "event of a process outside the cgroup: {e:?}"
+        );
+    }
+
+    // Descendant cgroups are reported as the watched agent (clawfs/agent-NAME/run-PID layout).
+    let sub = cg.dir.join("run-1");
+    std::fs::create_dir(&sub).unwrap();
+    let sub_procs = CString::new(
+        sub.join("cgroup.procs")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    let mut cmd = Command::new("/bin/cat");
+    cmd.arg("/etc/hostname").stdout(std::process::Stdio::null());
+    // SAFETY: async-signal-safe closure, as above.
+    unsafe { cmd.pre_exec(move || enter_cgroup(&sub_procs)) };
+    let mut child = cmd.spawn().unwrap();
+    let sub_pid = child.id();
+    assert!(child.wait().unwrap().success());
+    let events = monitor
+        .collect_until(Duration::from_secs(5), |evs| {
+            evs.iter().any(|e| {
+                e.pid == sub_pid
+                    && e.kind
+                        == EventKind::Open {
+                            path: "/etc/hostname".into(),
+                        }
+            })
+        })
+        .unwrap();
+    std::fs::remove_dir(&sub).unwrap();
+    let e = events
+        .iter()
+        .find(|e| {
+            e.pid == sub_pid
+                && e.kind
+                    == EventKind::Open {
+                        path: "/etc/hostname".into(),
+                    }
+        })
+        .expect("no Open event from the descendant cgroup");
+    assert_eq!((e.agent.as_str(), e.cgroup_id), ("agent-test", cg.id()));
+
+    // Unwatched: nothing more.
+    monitor.unwatch(cg.id()).unwrap();
+    let mut child = cg.command("/bin/cat", &["/etc/hostname"]).spawn().unwrap();
+    assert!(child.wait().unwrap().success());
+    let events = monitor.next_events(Duration::from_millis(300)).unwrap();
+    assert!(events.is_empty(), "events after unwatch: {events:?}");
+}
+
+/// Forks a child that moves into `procs` (unless None), connects to `addr` and exits with 0 or
+/// the connect errno.
+fn connect_from_child(procs: Option<&CString>, addr: SocketAddr) -> i32 {
+    let SocketAddr::V4(v4) = addr else {
+        unreachable!()
+    };
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(v4.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: the child only calls async-signal-safe functions before _exit.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            if let Some(p) = procs {
+                if enter_cgroup(p).is_err() {
+                    libc::_exit(200);
+                }
+            }
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            if fd < 0 {
+                libc::_exit(201);
+            }
+            let rc = libc::connect(
+                fd,
+                (&sin as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            let code = if rc == 0 {
+                0
+            } else {
+                *libc::__errno_location()
+            };
+            libc::_exit(code);
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        assert!(libc::WIFEXITED(status));
+        libc::WEXITSTATUS(status)
+    }
+}
+
+#[test]
+fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
+    require_root!();
+    let cg = TestCgroup::new("net");
+    let l1 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let l2 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
+
+    let mut policy = NetworkPolicy::attach(&cg.dir, Allow::Ports(vec![a1.port()])).expect("attach");
+    assert_eq!(
+        connect_from_child(Some(&cg.procs), a1),
+        0,
+        "allowed port refused"
+    );
+    assert_eq!(
+        connect_from_child(Some(&cg.procs), a2),
+        libc::EPERM,
+        "other port not refused with EPERM"
+    );
+    // Outside the cgroup both work.
+    assert_eq!(connect_from_child(None, a1), 0);
+    assert_eq!(connect_from_child(None, a2), 0);
+    TcpStream::connect(a2).expect("parent connect to p2");
+
+    policy.set_allow(Allow::None).unwrap();
+    assert_eq!(connect_from_child(Some(&cg.procs), a1), libc::EPERM);
+    policy.set_allow(Allow::All).unwrap();
+    assert_eq!(connect_from_child(Some(&cg.procs), a2), 0);
+    policy.set_allow(Allow::Ports(vec![a2.port()])).unwrap();
+    assert_eq!(connect_from_child(Some(&cg.procs), a1), libc::EPERM);
+    assert_eq!(connect_from_child(Some(&cg.procs), a2), 0);
+
+    // IPv6 goes through connect6.
+    if let Ok(l6) = TcpListener::bind("[::1]:0") {
+        let p6 = l6.local_addr().unwrap().port();
+        let script = format!("exec 3<>/dev/tcp/::1/{p6}");
+        let out = cg.command("/bin/bash", &["-c", &script]).output().unwrap();
+        assert!(
+            !out.status.success(),
+            "IPv6 connect to a port not allowed succeeded"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Operation not permitted"), "{err}");
+        policy.set_allow(Allow::Ports(vec![p6])).unwrap();
+        let out = cg.command("/bin/bash", &["-c", &script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        eprintln!("SKIP IPv6 part: cannot bind [::1]");
+    }
+
+    // Detached when dropped.
+    drop(policy);
+    assert_eq!(connect_from_child(Some(&cg.procs), a1), 0);
+}
+
+#[test]
+fn availability_reports_each_kind_and_lsm_refusal() {
+    require_root!();
+    let a = availability();
+    eprintln!("{a}");
+    assert_eq!(a.monitor, Status::Available);
+    assert_eq!(a.network_policy, Status::Available);
+    let lsm_enabled = std::fs::read_to_string("/sys/kernel/security/lsm")
+        .map(|s| s.split(',').any(|l| l.trim() == "bpf"))
+        .unwrap_or(false);
+    match &a.file_open_lsm {
+        Status::Available => assert!(lsm_enabled, "LSM loaded although bpf is not an active LSM"),
+        Status::Unavailable(why) => {
+            eprintln!("BPF LSM not available on this host: {why}");
+            assert!(why.contains("lsm/file_open"), "{why}");
+        }
+    }
+    assert!(a.to_string().contains("not available on this host") || a.file_open_lsm.is_available());
+}
+
+#[test]
+fn file_open_guard_map_fills_and_enforce_reports_refusal() {
+    require_root!();
+    let mut guard = FileOpenGuard::new().expect("object and map load");
+    let tmp = std::env::temp_dir().join(format!("clawfs-ebpf-lsm-{}", std::process::id()));
+    std::fs::write(&tmp, b"secret").unwrap();
+    guard.deny(&tmp).unwrap();
+    guard.deny(Path::new("/etc/hostname")).unwrap();
+    assert_eq!(guard.denied_count(), 2);
+    guard.allow(Path::new("/etc/hostname")).unwrap();
+    assert_eq!(guard.denied_count(), 1);
+    match guard.enforce() {
+        Ok(()) => {
+            // A kernel with BPF LSM: the open is refused.
+            let err = std::fs::File::open(&tmp).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+            guard.allow(&tmp).unwrap();
+            std::fs::File::open(&tmp).unwrap();
+        }
+        Err(e) => {
+            eprintln!(
+                "BPF LSM refused (expected on this kernel): {e} (errno {:?})",
+                e.raw_os_error()
+            );
+            assert!(!guard.enforced());
+            assert!(e.raw_os_error().is_some(), "refusal without an errno: {e}");
+        }
+    }
+    std::fs::remove_file(&tmp).unwrap();
+}
