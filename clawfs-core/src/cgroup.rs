@@ -1335,9 +1335,27 @@ pub fn agent_runs(cg: &Cgroup2) -> Vec<(String, Group)> {
 /// Freezes and kills every agent run (see [`Group::kill_all`]); runs found empty are left out
 /// of the report.
 pub fn kill_all_agent_runs(timeout: Duration) -> Result<Vec<KillReport>, CgroupError> {
+    kill_agent_runs(timeout, |_| true)
+}
+
+/// Like [`kill_all_agent_runs`] for the runs whose `clawfs run` pid (the `run-PID` of the
+/// group) `keep` accepts, e.g. the runs of one store.
+pub fn kill_agent_runs(
+    timeout: Duration,
+    keep: impl Fn(u32) -> bool,
+) -> Result<Vec<KillReport>, CgroupError> {
     let cg = Cgroup2::find()?;
     let mut out = Vec::new();
     for (agent, group) in agent_runs(&cg) {
+        let run_pid = group
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(RUN_PREFIX))
+            .and_then(|p| p.parse().ok());
+        if !run_pid.is_some_and(&keep) {
+            continue;
+        }
         if !group.has_processes().unwrap_or(true) {
             continue;
         }

@@ -227,6 +227,14 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;
     fs.set_invalidator(spawn_notifier(session.notifier())?);
+    // Agent exec/open/connect outside the mount, on the audit trail (not with --no-audit);
+    // started before the daemon reports ready, so runs after `clawfs mount` are seen.
+    let agent_events = fs
+        .audit_log()
+        .and_then(|audit| {
+            crate::agent_events::AgentEvents::start(Arc::clone(audit), &store_root, mp)
+        })
+        .map(Arc::new);
     let reopened = Store::open(&store_root)?;
     reopened.write_daemon_info(&DaemonInfo {
         pid: std::process::id(),
@@ -237,8 +245,11 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     })?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
     spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
-    spawn_vault_watch(Arc::clone(&fs))?;
+    spawn_vault_watch(Arc::clone(&fs), agent_events.clone())?;
     let result = session.run();
+    if let Some(events) = &agent_events {
+        events.stop();
+    }
     fs.save_usage();
     if let Some(audit) = fs.audit_log() {
         // Ends a signed stretch with its `audit:hmac-off` and checkpoint, then flushes.
@@ -282,7 +293,11 @@ const VAULT_WATCH: Duration = Duration::from_secs(2);
 
 /// While the vault is unlocked the audit trail carries an HMAC keyed from it; the vault is
 /// unlocked and locked by other processes, so the daemon looks every [`VAULT_WATCH`].
-fn spawn_vault_watch(fs: Arc<ClawFs>) -> Result<(), Failure> {
+/// The same loop keeps the eBPF monitor's watched agent groups current.
+fn spawn_vault_watch(
+    fs: Arc<ClawFs>,
+    agent_events: Option<Arc<crate::agent_events::AgentEvents>>,
+) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("vault-watch".into())
         .spawn(move || loop {
@@ -291,6 +306,9 @@ fn spawn_vault_watch(fs: Arc<ClawFs>) -> Result<(), Failure> {
             fs.refresh_estop();
             // Quota usage survives a restart (saved when it changed).
             fs.save_usage();
+            if let Some(events) = &agent_events {
+                events.refresh();
+            }
             std::thread::sleep(VAULT_WATCH);
         })
         .context("starting the vault watch")?;

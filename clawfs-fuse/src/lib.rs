@@ -1,6 +1,7 @@
 //! The `clawfs` command and the thin FUSE adapter over `clawfs-core`.
 
 pub mod adapter;
+pub mod agent_events;
 pub mod audit_cmd;
 pub mod cli;
 pub mod commands;

@@ -411,6 +411,44 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
     result
 }
 
+/// The store a `clawfs run` process (pid `run_pid`) serves: its `--store DIR` / `--store=DIR`
+/// argument, else the default store; canonical. `None` if the process is gone.
+pub fn store_of_run(run_pid: u32) -> Option<PathBuf> {
+    let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let mut store = None;
+    for (i, a) in args.iter().enumerate() {
+        if *a == b"--" {
+            break;
+        }
+        if *a == b"--store" {
+            store = args.get(i + 1).map(|v| v.to_vec());
+        } else if let Some(v) = a.strip_prefix(b"--store=") {
+            store = Some(v.to_vec());
+        }
+    }
+    let store = match store {
+        Some(s) => {
+            PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(s))
+        }
+        None => clawfs_core::store::Store::default_path(),
+    };
+    let store = if store.is_absolute() {
+        store
+    } else {
+        // Relative to the run's working directory.
+        std::fs::read_link(format!("/proc/{run_pid}/cwd"))
+            .ok()?
+            .join(store)
+    };
+    Some(std::fs::canonicalize(&store).unwrap_or(store))
+}
+
+/// The caller's environment variables a sandboxed run keeps (everything else is dropped).
+const SANDBOX_ENV: [&str; 9] = [
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
+];
+
 /// The sandbox layers of `spec`'s run, prepared before fork.
 fn prepare_sandbox(
     spec: &RunSpec,
@@ -489,12 +527,20 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         None => None,
     };
     let mut cmd = Command::new(&spec.command[0]);
+    if let Some(l) = &layers {
+        // A sandboxed agent gets no token the operator's shell happens to hold: only the
+        // variables programs need to run, and its own HOME and TMPDIR.
+        cmd.env_clear();
+        for key in SANDBOX_ENV {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        cmd.env("HOME", l.tmp.path()).env("TMPDIR", l.tmp.path());
+    }
     cmd.args(&spec.command[1..])
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("CLAWFS_AGENT", &spec.agent);
-    if let Some(l) = &layers {
-        cmd.env("HOME", l.tmp.path()).env("TMPDIR", l.tmp.path());
-    }
     let in_child = layers.clone();
     let pre_exec = move || -> io::Result<()> {
         let check = |r: libc::c_int| {
@@ -571,6 +617,12 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
 
     // Registered before the child exists, so that a signal arriving in between is not lost: it
     // waits in `signals` and is forwarded once the forwarder starts.
+    // The cgroup-level network layer of a sandboxed run, on its leaf before the child joins it,
+    // detached when this function returns (the run has ended; its group is removed after).
+    let _network = layers
+        .as_ref()
+        .and_then(|l| l.tcp_connect.as_deref())
+        .and_then(|ports| crate::sandbox::attach_network(group.run().path(), ports));
     let mut signals = Signals::new(FORWARDED_SIGNALS)
         .map_err(|e| fail(format!("installing signal handlers: {e}")))?;
     let handle = signals.handle();

@@ -25,6 +25,31 @@ pub struct Layers {
     pub seccomp: clawfs_seccomp::Filter,
     /// The run's private temporary directory (also its `HOME` and `TMPDIR`).
     pub tmp: TempDir,
+    /// The TCP ports the policy allows (`None`: unrestricted), also enforced at the cgroup level
+    /// by [`attach_network`].
+    pub tcp_connect: Option<Vec<u16>>,
+}
+
+/// Attaches the eBPF connect4/connect6 policy allowing `ports` (none when empty) to the run's
+/// cgroup v2 leaf `leaf`, before the child joins it: a second layer under Landlock's TCP rule,
+/// detached when the returned value is dropped. Where eBPF is not available (not root with
+/// CAP_BPF, programs not built, old kernel) it is skipped with a debug log: Landlock applies.
+pub fn attach_network(leaf: &Path, ports: &[u16]) -> Option<clawfs_ebpf::NetworkPolicy> {
+    let allow = if ports.is_empty() {
+        clawfs_ebpf::Allow::None
+    } else {
+        clawfs_ebpf::Allow::Ports(ports.to_vec())
+    };
+    match clawfs_ebpf::NetworkPolicy::attach(leaf, allow) {
+        Ok(p) => {
+            tracing::debug!(leaf = %leaf.display(), ?ports, "eBPF network policy attached");
+            Some(p)
+        }
+        Err(e) => {
+            tracing::debug!(leaf = %leaf.display(), error = %e, "eBPF network policy skipped (Landlock still applies)");
+            None
+        }
+    }
 }
 
 /// A directory removed, with what is in it, when dropped.
@@ -139,6 +164,13 @@ pub fn prepare(
         .read_write
         .push(mount.join(Area::Agents.dir_name()).join(agent));
     rules.read_write.push(tmp.path().to_path_buf());
+    // The agent tools are file calls: a call descriptor is opened read-write, a request file
+    // created, a response removed (the daemon decides each call as the agent).
+    for dir in ["call", "requests", "responses"] {
+        rules
+            .read_write
+            .push(mount.join(Area::Tools.dir_name()).join(dir));
+    }
     if let Ok(name) = AgentName::new(agent) {
         for ws in workspaces(store) {
             if policy.workspace_grant(&name, &ws) == Grant::ReadWrite {
@@ -167,6 +199,7 @@ pub fn prepare(
         landlock,
         seccomp,
         tmp,
+        tcp_connect: rules.tcp_connect.clone(),
     })
 }
 

@@ -28,8 +28,9 @@ fn estop(m: &Mounted, args: &[&str]) -> String {
     text(&out)
 }
 
-/// The pids left in the agent's run groups (cgroup v2, found in mountinfo).
-fn agent_pids(agent: &str) -> Vec<String> {
+/// The pids left in the agent's run groups of this test's store (cgroup v2, found in mountinfo;
+/// other tests run the same agent at the same time, on their own stores).
+fn agent_pids(agent: &str, store: &std::path::Path) -> Vec<String> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let mount = info
         .lines()
@@ -40,7 +41,12 @@ fn agent_pids(agent: &str) -> Vec<String> {
     let agent_dir = std::path::Path::new(&mount).join(format!("clawfs/agent-{agent}"));
     let mut pids = Vec::new();
     for run in fs::read_dir(agent_dir).into_iter().flatten().flatten() {
-        if run.file_name().to_string_lossy().starts_with("run-") {
+        let name = run.file_name().to_string_lossy().into_owned();
+        let ours = name
+            .strip_prefix("run-")
+            .and_then(|pid| fs::read(format!("/proc/{pid}/cmdline")).ok())
+            .is_some_and(|c| String::from_utf8_lossy(&c).contains(&*store.to_string_lossy()));
+        if ours {
             let procs = fs::read_to_string(run.path().join("cgroup.procs")).unwrap_or_default();
             pids.extend(procs.lines().map(str::to_string));
         }
@@ -71,7 +77,7 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while agent_pids(AGENT).is_empty() {
+    while agent_pids(AGENT, &m.store).is_empty() {
         assert!(Instant::now() < deadline, "the agent never started");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -86,7 +92,11 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
         assert!(Instant::now() < deadline, "the run did not exit: {out}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(agent_pids(AGENT).is_empty(), "{:?}", agent_pids(AGENT));
+    assert!(
+        agent_pids(AGENT, &m.store).is_empty(),
+        "{:?}",
+        agent_pids(AGENT, &m.store)
+    );
     assert!(estop(&m, &["--status"]).contains("IN FORCE"));
 
     let check_stopped = |m: &Mounted| {

@@ -5,6 +5,7 @@
 mod common;
 mod support;
 
+mod agent_events;
 mod audit_strip;
 mod audit_truth;
 mod bad_input;

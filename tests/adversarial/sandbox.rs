@@ -90,3 +90,71 @@ fn git_python_and_a_c_build_run_in_the_sandbox() {
         assert!(out.contains(expected), "{expected}: {out}");
     }
 }
+
+#[test]
+fn no_side_door_to_the_network_or_to_other_processes() {
+    let m = Mounted::new();
+    crate::support::agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // A process of the agent's uid outside the sandbox.
+    let mut victim = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=61006",
+            "--regid=61006",
+            "--clear-groups",
+            "sleep",
+            "30",
+        ])
+        .spawn()
+        .unwrap();
+    let probe = format!(
+        r#"
+import resource, socket
+def attempt(name, f):
+    try:
+        f(); print(name, "ok")
+    except OSError as e:
+        print(name, "refused", e.errno)
+attempt("mptcp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(("127.0.0.1", {port})))
+attempt("fastopen", lambda: socket.socket().sendto(b"x", 0x20000000, ("127.0.0.1", {port})))
+attempt("tcp", lambda: socket.socket().connect(("127.0.0.1", {port})))
+attempt("prlimit", lambda: resource.prlimit({victim}, resource.RLIMIT_CPU, (1, 1)))
+"#,
+        victim = victim.id()
+    );
+    let out = sandboxed(
+        &m,
+        &format!("SECRET_TOKEN=x; /usr/bin/python3 -c '{probe}' 2>&1; env"),
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+    for name in ["mptcp", "fastopen", "tcp", "prlimit"] {
+        assert!(out.contains(&format!("{name} refused")), "{name}: {out}");
+    }
+    drop(listener);
+}
+
+#[test]
+fn a_sandboxed_agent_gets_no_caller_secrets_and_can_call_tools() {
+    let m = Mounted::new();
+    let out = std::process::Command::new(crate::common::clawfs_bin())
+        .args([
+            "run",
+            "--store",
+            m.store.to_str().unwrap(),
+            "--mount",
+            m.mnt.to_str().unwrap(),
+        ])
+        .args(["--agent", "fs-engine", "--sandbox", "--", "sh", "-c"])
+        .arg(format!(
+            "env; exec 3<>{}/tools/call/list_allowed && printf '{{}}' >&3 && cat <&3",
+            m.mnt.display()
+        ))
+        .env("CALLER_API_TOKEN", "sk-caller-secret")
+        .output()
+        .unwrap();
+    let out = text(&out);
+    assert!(!out.contains("sk-caller-secret"), "{out}");
+    assert!(out.contains("\"ok\":true"), "{out}");
+}

@@ -1,0 +1,427 @@
+//! Agent activity outside the mount on the audit trail: the eBPF monitor (`clawfs-ebpf`) reports
+//! the `exec`, `openat` and `connect` calls of processes in `<cgroup2>/clawfs/agent-*` groups, and
+//! a thread records them with the daemon's audit log:
+//!
+//! * `exec`: path = the file executed (as given to execve);
+//! * `connect`: path = `tcp://ADDR:PORT` (IPv6 in brackets) or the Unix socket path;
+//! * `open`: only paths outside the mount. Opens through the mount are audited by the daemon
+//!   itself, so an absolute path under the mountpoint is dropped, and so is a relative one (it is
+//!   relative to a directory descriptor the event does not show, possibly one in the mount) or
+//!   an empty one (the path was not readable when the call was traced).
+//!
+//! The daemon's maintenance loop calls [`AgentEvents::refresh`] every 2 s: it watches each
+//! `agent-*` directory (the cgroup id is the directory's inode number) and unwatches vanished
+//! ones. Agent groups come and go with runs, so the `clawfs` base group is watched too: an event
+//! of an agent group not yet watched arrives under it, its agent is read from
+//! `/proc/PID/cgroup` (and that group is watched at once).
+//!
+//! Agent groups are host-wide: only events of runs of this daemon's store are recorded (the
+//! `clawfs run` process named by the `run-PID` leaf has `--store` this store, or none and this is
+//! the default store). An event whose process and run are already gone when it is read cannot be
+//! placed and is dropped.
+//!
+//! Volume is bounded: beyond [`MAX_PER_SECOND`] events per agent in a second the rest are
+//! dropped, and one `audit:events-dropped` record says how many. The event thread never waits on
+//! the audit log: records go through a bounded queue to a forwarding thread, and what does not
+//! fit is counted as dropped too.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use clawfs_core::audit::{AuditEvent, AuditLog};
+use clawfs_core::cgroup::Cgroup2;
+pub use clawfs_ebpf;
+use clawfs_ebpf::{Event, EventKind, Monitor};
+use tracing::{debug, warn};
+
+/// Events recorded per agent per second at most; the rest are counted and dropped.
+pub const MAX_PER_SECOND: u32 = 1000;
+/// Operation of the record saying how many events were dropped.
+pub const OP_DROPPED: &str = "audit:events-dropped";
+/// Name the base group is watched under.
+const BASE: &str = "clawfs:base";
+/// Records waiting for the audit log at most.
+const QUEUE: usize = 4096;
+/// How long the event thread sleeps when the ring buffer is empty.
+const IDLE: Duration = Duration::from_millis(20);
+
+/// The running monitor; dropped with the daemon.
+pub struct AgentEvents {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// `None` once stopped.
+    monitor: Mutex<Option<Watching>>,
+    cgroup: &'static Cgroup2,
+    mountpoint: PathBuf,
+}
+
+struct Watching {
+    monitor: Monitor,
+    /// cgroup id → agent name (`BASE` for the base group).
+    ids: HashMap<u64, String>,
+}
+
+impl Watching {
+    fn watch(&mut self, id: u64, agent: &str) {
+        if self.ids.get(&id).is_some_and(|a| a == agent) {
+            return;
+        }
+        match self.monitor.watch(id, agent) {
+            Ok(()) => {
+                self.ids.insert(id, agent.to_string());
+            }
+            Err(e) => warn!(agent, error = %e, "eBPF monitor: watching the agent's group"),
+        }
+    }
+}
+
+impl AgentEvents {
+    /// Starts the monitor and its threads, recording into `audit`; `None` (after one warning) where
+    /// eBPF monitoring is not available. Never fails the mount.
+    pub fn start(audit: Arc<AuditLog>, store: &Path, mountpoint: &Path) -> Option<AgentEvents> {
+        let store = store.to_path_buf();
+        let cgroup = match Cgroup2::cached() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "agent activity is not audited: no cgroup v2 hierarchy");
+                return None;
+            }
+        };
+        let monitor = match Monitor::start(Path::new(clawfs_ebpf::TRACEFS)) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "agent activity (exec, open, connect) is not audited: the eBPF monitor is not available");
+                return None;
+            }
+        };
+        let shared = Arc::new(Shared {
+            monitor: Mutex::new(Some(Watching {
+                monitor,
+                ids: HashMap::new(),
+            })),
+            cgroup,
+            mountpoint: mountpoint.to_path_buf(),
+        });
+        let (tx, rx) = sync_channel::<AuditEvent>(QUEUE);
+        let forward = std::thread::Builder::new()
+            .name("agent-events-audit".into())
+            .spawn(move || {
+                for ev in rx {
+                    audit.record(ev);
+                }
+            });
+        if let Err(e) = forward {
+            warn!(error = %e, "agent activity is not audited: starting its thread");
+            return None;
+        }
+        let events = AgentEvents { shared };
+        events.refresh();
+        let shared = Arc::clone(&events.shared);
+        let drain = std::thread::Builder::new()
+            .name("agent-events".into())
+            .spawn(move || drain(&shared, store, &tx));
+        if let Err(e) = drain {
+            warn!(error = %e, "agent activity is not audited: starting its thread");
+            return None;
+        }
+        debug!("eBPF monitor started: agent exec/open/connect audited");
+        Some(events)
+    }
+
+    /// Detaches the programs and ends the threads (events not yet drained are lost). The daemon
+    /// calls it when the mount ends, so the detach (which can take a while) is over before the
+    /// daemon exits and `clawfs umount` returns.
+    pub fn stop(&self) {
+        let monitor = self
+            .shared
+            .monitor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(monitor);
+    }
+
+    /// Watches the base group and each `agent-*` group now present, unwatches vanished ones.
+    pub fn refresh(&self) {
+        let base = self.shared.cgroup.base_dir();
+        let mut present: Vec<(u64, String)> = Vec::new();
+        if let Ok(m) = std::fs::metadata(&base) {
+            present.push((m.ino(), BASE.to_string()));
+        }
+        if let Ok(dir) = std::fs::read_dir(&base) {
+            for entry in dir.flatten() {
+                let name = entry.file_name();
+                let Some(agent) = name.to_str().and_then(|n| n.strip_prefix("agent-")) else {
+                    continue;
+                };
+                if let Ok(m) = entry.metadata() {
+                    if m.is_dir() {
+                        present.push((m.ino(), agent.to_string()));
+                    }
+                }
+            }
+        }
+        let mut guard = self
+            .shared
+            .monitor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(w) = guard.as_mut() else { return };
+        let gone: Vec<u64> = w
+            .ids
+            .keys()
+            .filter(|id| !present.iter().any(|(p, _)| p == *id))
+            .copied()
+            .collect();
+        for id in gone {
+            w.ids.remove(&id);
+            if let Err(e) = w.monitor.unwatch(id) {
+                debug!(id, error = %e, "eBPF monitor: unwatching a vanished group");
+            }
+        }
+        for (id, agent) in present {
+            w.watch(id, &agent);
+        }
+    }
+}
+
+/// Per-agent volume of the current second.
+struct Budget {
+    since: Instant,
+    count: u32,
+    dropped: u64,
+}
+
+/// The event thread: drains the monitor, turns events into records and queues them.
+fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
+    let mut runs = Runs {
+        store: std::fs::canonicalize(&store).unwrap_or(store),
+        known: HashMap::new(),
+        pids: HashMap::new(),
+    };
+    let mut budgets: HashMap<String, Budget> = HashMap::new();
+    loop {
+        let events = {
+            let mut guard = shared
+                .monitor
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(w) = guard.as_mut() else { return };
+            match w.monitor.next_events(Duration::ZERO) {
+                Ok(evs) => evs,
+                Err(e) => {
+                    warn!(error = %e, "eBPF monitor: reading events; agent activity is no longer audited");
+                    return;
+                }
+            }
+        };
+        let now = Instant::now();
+        for ev in &events {
+            // The cheap filter first: most opens are through the mount.
+            let Some(mut record) = to_record(&ev.agent, ev, &shared.mountpoint) else {
+                continue;
+            };
+            let Some(agent) = agent_of(shared, &mut runs, ev) else {
+                continue;
+            };
+            record.agent.clone_from(&agent);
+            let b = budgets.entry(agent).or_insert(Budget {
+                since: now,
+                count: 0,
+                dropped: 0,
+            });
+            if b.count >= MAX_PER_SECOND {
+                b.dropped += 1;
+                continue;
+            }
+            b.count += 1;
+            if let Err(TrySendError::Full(_)) = tx.try_send(record) {
+                b.dropped += 1;
+            }
+        }
+        // Ends the seconds that are over, with a record of what was dropped in them.
+        budgets.retain(|agent, b| {
+            if now.duration_since(b.since) < Duration::from_secs(1) {
+                return true;
+            }
+            if b.dropped > 0 {
+                let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
+                    "{} exec/open/connect events of agent {agent} dropped (over {MAX_PER_SECOND} a second, or the audit queue was full)",
+                    b.dropped
+                ));
+                if tx.try_send(ev).is_err() {
+                    // Counted again in the next second; the record is not lost.
+                    b.since = now;
+                    b.count = 0;
+                    return true;
+                }
+            }
+            false
+        });
+        if events.is_empty() {
+            std::thread::sleep(IDLE);
+        }
+    }
+}
+
+/// Which runs serve this daemon's store: `clawfs run` pid → whether its `--store` (or the default
+/// store) is this one. Agent groups are host-wide, shared by every store's runs.
+struct Runs {
+    store: PathBuf,
+    known: HashMap<u32, bool>,
+    /// Process id → its agent if it is of a run of this store (a process stays in its group).
+    pids: HashMap<u32, Option<String>>,
+}
+
+impl Runs {
+    fn ours(&mut self, run_pid: u32) -> bool {
+        if self.known.len() > 4096 {
+            self.known.clear();
+        }
+        let store = &self.store;
+        *self
+            .known
+            .entry(run_pid)
+            .or_insert_with(|| crate::run::store_of_run(run_pid).is_some_and(|s| &s == store))
+    }
+}
+
+/// The agent and `clawfs run` pid of the run process `pid` is in, from `/proc/PID/cgroup`.
+fn leaf_of(shared: &Shared, pid: u32) -> Option<(String, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?.trim_end();
+    let agent = shared.cgroup.agent_of_path(path)?;
+    let run = path
+        .rsplit('/')
+        .next()
+        .and_then(|leaf| leaf.strip_prefix("run-"))
+        .and_then(|n| n.parse().ok())?;
+    Some((agent, run))
+}
+
+/// The agent an event belongs to, if the event is of a run of this daemon's store. From the
+/// process's own run leaf when it can still be read (and its agent group is then watched, for an
+/// event that arrived under the base group); else, for a process already gone, the watched agent
+/// group's, if a run of this store is in it now. An event of a process gone before its group could
+/// be read that arrived under the base group cannot be placed and is dropped.
+fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
+    if let Some(known) = runs.pids.get(&ev.pid) {
+        return known.clone();
+    }
+    if runs.pids.len() > 4096 {
+        runs.pids.clear();
+    }
+    if let Some((agent, run)) = leaf_of(shared, ev.pid) {
+        if ev.agent == BASE {
+            if let Ok(id) = clawfs_ebpf::cgroup_id(&shared.cgroup.agent_dir(&agent)) {
+                if let Some(w) = shared
+                    .monitor
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_mut()
+                {
+                    w.watch(id, &agent);
+                }
+            }
+        }
+        let found = runs.ours(run).then_some(agent);
+        runs.pids.insert(ev.pid, found.clone());
+        return found;
+    }
+    if ev.agent == BASE {
+        return None;
+    }
+    let dir = std::fs::read_dir(shared.cgroup.agent_dir(&ev.agent)).ok()?;
+    let any_ours = dir.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|n| n.parse().ok())
+            .is_some_and(|run| runs.ours(run))
+    });
+    any_ours.then(|| ev.agent.clone())
+}
+
+/// The audit record of `ev`, or `None` for an open the daemon audits itself (see the module
+/// documentation).
+pub fn to_record(agent: &str, ev: &Event, mountpoint: &Path) -> Option<AuditEvent> {
+    let (op, path) = match &ev.kind {
+        EventKind::Exec { filename } => ("exec", filename.clone()),
+        EventKind::Connect { addr, port } => (
+            "connect",
+            match addr {
+                std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
+                std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
+            },
+        ),
+        EventKind::ConnectUnix { path } => ("connect", path.clone()),
+        EventKind::Open { path } => {
+            let p = Path::new(path);
+            if !p.is_absolute() || p.starts_with(mountpoint) {
+                return None;
+            }
+            ("open", path.clone())
+        }
+    };
+    Some(AuditEvent::new(agent, ev.pid, op, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: EventKind) -> Event {
+        Event {
+            agent: "a".into(),
+            cgroup_id: 1,
+            pid: 7,
+            kind,
+        }
+    }
+
+    #[test]
+    fn opens_in_the_mount_or_relative_are_dropped() {
+        let mp = Path::new("/mnt/claw");
+        let open = |p: &str| to_record("a", &ev(EventKind::Open { path: p.into() }), mp);
+        assert!(open("/mnt/claw/agents/a/x").is_none());
+        assert!(open("x/y").is_none());
+        assert!(open("").is_none());
+        let r = open("/etc/hostname").unwrap();
+        assert_eq!(
+            (r.operation.as_ref(), r.path.as_str()),
+            ("open", "/etc/hostname")
+        );
+        assert!(open("/mnt/clawx/y").is_some());
+    }
+
+    #[test]
+    fn connect_paths() {
+        let mp = Path::new("/m");
+        let r = to_record(
+            "a",
+            &ev(EventKind::Connect {
+                addr: "127.0.0.1".parse().unwrap(),
+                port: 80,
+            }),
+            mp,
+        )
+        .unwrap();
+        assert_eq!(r.path, "tcp://127.0.0.1:80");
+        let r = to_record(
+            "a",
+            &ev(EventKind::Connect {
+                addr: "::1".parse().unwrap(),
+                port: 443,
+            }),
+            mp,
+        )
+        .unwrap();
+        assert_eq!(r.path, "tcp://[::1]:443");
+    }
+}

@@ -1,0 +1,99 @@
+//! What an agent does outside the mount reaches the audit trail through the daemon's eBPF
+//! monitor: the programs it executes, the files it opens elsewhere, the connections it makes.
+//! Processes outside agent groups are not recorded.
+
+use std::net::TcpListener;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::Mounted;
+use crate::support::{audit_until, records, text};
+
+const AGENT: &str = "fs-engine";
+
+fn of_agent(found: Vec<&Value>) -> Vec<&Value> {
+    found.into_iter().filter(|r| r["agent"] == AGENT).collect()
+}
+
+#[test]
+fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let m = Mounted::new();
+    let agent_port = TcpListener::bind("127.0.0.1:0").unwrap();
+    let outside_port = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (pa, po) = (
+        agent_port.local_addr().unwrap().port(),
+        outside_port.local_addr().unwrap().port(),
+    );
+    let connect = |port: u16| {
+        format!("import socket; socket.create_connection((\"127.0.0.1\", {port})).close()")
+    };
+    // Outside any agent group: the test process's own children.
+    let marker = format!("/tmp/clawfs-agent-events-outside-{}", std::process::id());
+    let outside = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            &format!("{}; open({marker:?}, 'w').close()", connect(po)),
+        ])
+        .output()
+        .unwrap();
+    assert!(outside.status.success(), "{}", text(&outside));
+    let _ = std::fs::remove_file(&marker);
+
+    let script = format!(
+        "sleep 0.3; cat /etc/hostname && /usr/bin/python3 -c '{}' && sleep 0.3",
+        connect(pa)
+    );
+    // The pauses keep the run alive a moment around its commands: events are placed (which
+    // store's run?) from the live `clawfs run` process.
+    let out = m.run_agent(AGENT, &script);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let want_connect = format!("tcp://127.0.0.1:{pa}");
+    let all = audit_until(&m, |all| {
+        !of_agent(records(all, "exec", "/cat")).is_empty()
+            && !of_agent(records(all, "connect", &want_connect)).is_empty()
+            && !of_agent(records(all, "open", "/etc/hostname")).is_empty()
+    });
+    let exec = of_agent(records(&all, "exec", "/cat"));
+    assert!(!exec.is_empty(), "no exec record of cat: {all:#?}");
+    assert!(
+        exec.iter()
+            .all(|r| r["path"].as_str().unwrap().starts_with('/')),
+        "{exec:?}"
+    );
+    assert!(
+        !of_agent(records(&all, "connect", &want_connect)).is_empty(),
+        "no connect record to {want_connect}: {all:#?}"
+    );
+    assert!(
+        !of_agent(records(&all, "open", "/etc/hostname")).is_empty(),
+        "no open record of /etc/hostname: {all:#?}"
+    );
+    // Opens through the mount are the daemon's own records, not the monitor's.
+    let mnt = m.mnt.to_str().unwrap();
+    assert!(
+        all.iter().all(|r| !(r["operation"] == "open"
+            && r["path"].as_str().is_some_and(|p| p.starts_with(mnt)))),
+        "an open through the mount was recorded by the monitor"
+    );
+    // Nothing of the process outside the agent groups.
+    let outsider = format!("tcp://127.0.0.1:{po}");
+    let leaked: Vec<&Value> = all
+        .iter()
+        .filter(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p == outsider || p == marker)
+        })
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "recorded outside the agent groups: {leaked:?}"
+    );
+}
