@@ -292,14 +292,7 @@ impl Monitor {
         ensure_tracefs(tracefs)?;
         let mut bpf = load_object("monitor", MONITOR_OBJ)?;
         for (prog, category, name) in TRACEPOINTS {
-            let p: &mut TracePoint = bpf
-                .program_mut(prog)
-                .ok_or_else(|| Error::Bpf {
-                    step: format!("program {prog}"),
-                    detail: "missing".into(),
-                })?
-                .try_into()
-                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            let p: &mut TracePoint = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
             p.attach(category, name)
@@ -406,6 +399,20 @@ impl Monitor {
     }
 }
 
+/// The program `name` of `bpf`, as its kind `T` (a tracepoint, a cgroup program, …).
+fn program<'a, T>(bpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, Error>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    bpf.program_mut(name)
+        .ok_or_else(|| Error::Bpf {
+            step: format!("program {name}"),
+            detail: "missing".into(),
+        })?
+        .try_into()
+        .map_err(|e| Error::bpf(format!("program {name}"), &e))
+}
+
 fn take_map<T>(bpf: &mut Ebpf, name: &str) -> Result<T, Error>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
@@ -468,15 +475,7 @@ impl NetworkPolicy {
         // The policy is in place before the programs see any connect.
         np.set_allow(allow)?;
         for prog in ["clawfs_connect4", "clawfs_connect6"] {
-            let p: &mut CgroupSockAddr = np
-                ._bpf
-                .program_mut(prog)
-                .ok_or_else(|| Error::Bpf {
-                    step: format!("program {prog}"),
-                    detail: "missing".into(),
-                })?
-                .try_into()
-                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            let p: &mut CgroupSockAddr = program(&mut np._bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
             // With bpf_link (kernel >= 5.7) the attach flags must be 0 (`Single`); links are
@@ -609,15 +608,7 @@ impl FileOpenGuard {
         }
         let btf =
             Btf::from_sys_fs().map_err(|e| Error::bpf("reading /sys/kernel/btf/vmlinux", &e))?;
-        let p: &mut Lsm = self
-            .bpf
-            .program_mut("clawfs_file_open")
-            .ok_or_else(|| Error::Bpf {
-                step: "program clawfs_file_open".into(),
-                detail: "missing".into(),
-            })?
-            .try_into()
-            .map_err(|e| Error::bpf("program clawfs_file_open", &e))?;
+        let p: &mut Lsm = program(&mut self.bpf, "clawfs_file_open")?;
         p.load("file_open", &btf)
             .map_err(|e| Error::bpf("loading the BPF LSM program lsm/file_open", &e))?;
         p.attach()
@@ -702,14 +693,7 @@ pub fn availability() -> Availability {
     let network_policy = status((|| {
         let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
         for prog in ["clawfs_connect4", "clawfs_connect6"] {
-            let p: &mut CgroupSockAddr = bpf
-                .program_mut(prog)
-                .ok_or_else(|| Error::Bpf {
-                    step: format!("program {prog}"),
-                    detail: "missing".into(),
-                })?
-                .try_into()
-                .map_err(|e| Error::bpf(format!("program {prog}"), &e))?;
+            let p: &mut CgroupSockAddr = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
         }

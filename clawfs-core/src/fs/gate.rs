@@ -797,15 +797,6 @@ impl ClawFs {
         // A two-file request: its answer is kept for tools/responses/<id>.json.
         state.response = Some(Vec::new());
         drop(state);
-        let mut all = self
-            .responses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mine = all.entry(owner).or_default();
-        mine.retain(|(i, _)| *i != id);
-        mine.push_back((id, out));
-        while mine.len() > crate::virtual_files::MAX_RESPONSES_PER_CALLER {
-            mine.pop_front();
-        }
+        self.keep_response(owner, id, out);
     }
 }

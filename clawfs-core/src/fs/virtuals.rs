@@ -38,7 +38,7 @@ impl ClawFs {
             .map(|(_, r)| r.clone())
     }
 
-    fn keep_response(&self, owner: String, id: String, response: Vec<u8>) {
+    pub(super) fn keep_response(&self, owner: String, id: String, response: Vec<u8>) {
         let mut all = self
             .responses
             .lock()
