@@ -53,10 +53,13 @@ fn an_oversized_request_answers_too_large_and_never_runs() {
             .as_str()
             .is_some_and(|o| o.starts_with("tool:"))
     };
-    let all = audit_until(&m, |a| a.iter().any(is_tool));
+    let all = audit_until(&m, |a| a.iter().any(|r| r["errno"] == libc::EFBIG));
     let rec: Vec<_> = all.iter().filter(|r| is_tool(r)).collect();
-    assert_eq!(rec.len(), 1, "{rec:?}");
-    assert_eq!(rec[0]["errno"], libc::EFBIG, "{rec:?}");
+    // The call is on record as too large, and nothing ran. (The kernel may hand the daemon the
+    // close before the write that went past the limit: the part received by then is refused
+    // as incomplete JSON, on record too; docs/tools.md.)
+    assert!(rec.iter().any(|r| r["errno"] == libc::EFBIG), "{rec:?}");
+    assert!(rec.iter().all(|r| r["result"] == "error"), "{rec:?}");
 }
 
 #[test]
