@@ -517,11 +517,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        Self::reply_data(
-            "read",
-            self.fs.audited(|| self.fs.read(ino.0, fh.0, offset, size)),
-            reply,
-        );
+        Self::reply_data("read", self.fs.read(ino.0, fh.0, offset, size), reply);
     }
 
     fn write(
@@ -538,10 +534,7 @@ impl Filesystem for Adapter {
     ) {
         let _s = tracing::debug_span!("write", fh = fh.0, offset, len = data.len()).entered();
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self
-            .fs
-            .audited(|| self.fs.write(ino.0, fh.0, offset, data, kill))
-        {
+        match self.fs.write(ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("write", e)),
         }
@@ -575,11 +568,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
-        Self::reply_empty(
-            "release",
-            self.fs.audited(|| self.fs.release(ino.0, fh.0)),
-            reply,
-        );
+        Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
     }
 
     fn fsync(
@@ -785,8 +774,7 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("fallocate", fh = fh.0, offset, length, mode).entered();
         Self::reply_empty(
             "fallocate",
-            self.fs
-                .audited(|| self.fs.fallocate(fh.0, offset, length, mode)),
+            self.fs.fallocate(fh.0, offset, length, mode),
             reply,
         );
     }
@@ -819,10 +807,10 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self.fs.audited(|| {
-            self.fs
-                .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
-        }) {
+        match self
+            .fs
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("copy_file_range", e)),
         }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::error::Failure;
-use clawfs_core::cgroup::{Cgroup2, CgroupV1};
+use clawfs_core::cgroup::{Cgroup2, CgroupV1, Group};
 
 /// One layer's state on this host.
 struct Layer {
@@ -20,8 +20,7 @@ fn cgroups() -> Layer {
     let v2 = Cgroup2::find().ok();
     let v2_controllers = v2
         .as_ref()
-        .and_then(|c| std::fs::read_to_string(c.mount_point().join("cgroup.controllers")).ok())
-        .map(|t| t.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .and_then(|c| Group::at(c.mount_point()).controllers().ok())
         .unwrap_or_default();
     let v1 = CgroupV1::find_all().unwrap_or_default();
     let mut parts = Vec::new();

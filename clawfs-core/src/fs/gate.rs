@@ -531,6 +531,8 @@ impl ClawFs {
     /// Runs one request's core call and records what it decided with the final outcome: the
     /// allowed operation as ok, or as failed with the errno the caller gets (ENOSPC, ENOTEMPTY,
     /// EDQUOT…). A refusal is recorded where it is decided, as the operation's only record.
+    /// Wraps the calls that decide (namespace and metadata operations, opens); data calls
+    /// (read, write, release) decide nothing and are not wrapped.
     pub fn audited<T>(&self, call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
         PENDING.with(|p| p.borrow_mut().clear());
         let result = call();

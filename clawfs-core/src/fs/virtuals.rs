@@ -523,9 +523,10 @@ impl ClawFs {
         request: &[u8],
     ) -> (Option<String>, clawfs_tools::ToolResult<serde_json::Value>) {
         let (workspace, request) = split_workspace(request);
-        let error = |code: &str, message: String| (None, Err(tool_error(code, message)));
+        use clawfs_tools::ToolError;
+        let error = |e: ToolError| (None, Err(e));
         if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
-            return error("invalid_args", format!("\"workspace\": {e}"));
+            return error(ToolError::InvalidArgs(format!("\"workspace\": {e}")));
         }
         let ws_dir = self
             .store
@@ -533,10 +534,9 @@ impl ClawFs {
             .join(crate::area::Area::Workspaces.dir_name())
             .join(&workspace);
         if !ws_dir.is_dir() {
-            return error(
-                "not_found",
-                format!("there is no workspace {workspace:?}; list /workspaces to see them"),
-            );
+            return error(ToolError::NotFound(format!(
+                "there is no workspace {workspace:?}; list /workspaces to see them"
+            )));
         }
         // The tools start from the workspace, opened by the daemon; the caller must be able to
         // reach it through /workspaces/ as it would by path. Checked before anything is made
@@ -548,7 +548,7 @@ impl ClawFs {
             0,
         ) {
             Ok(fd) => fd,
-            Err(e) => return error("io_error", e.to_string()),
+            Err(e) => return error(ToolError::io("starting the call", e)),
         };
         let entered = match AsCaller::enter_with(creds) {
             // Search permission on /workspaces/ and on the workspace, as the caller.
@@ -558,20 +558,19 @@ impl ClawFs {
                 rustix::fs::Access::EXEC_OK,
                 rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
             ),
-            Err(e) => return error("io_error", e.to_string()),
+            Err(e) => return error(ToolError::io("starting the call", e)),
         };
         if let Err(e) = entered {
-            return error(
-                "denied",
-                format!("you may not enter /workspaces/{workspace}: {e} (by its permissions)"),
-            );
+            return error(ToolError::Denied(format!(
+                "you may not enter /workspaces/{workspace}: {e} (by its permissions)"
+            )));
         }
         if let Err(e) = self.prepare_tool_dirs(&ws_dir) {
-            return error("io_error", format!("preparing the workspace's trash: {e}"));
+            return error(ToolError::io("preparing the workspace's trash", e));
         }
         let mut root = match clawfs_tools::ToolRoot::new(&ws_dir) {
             Ok(r) => r,
-            Err(e) => return error("io_error", e.to_string()),
+            Err(e) => return error(ToolError::io("starting the call", e)),
         };
         root = root
             .with_alias(format!("/workspaces/{workspace}"))
@@ -621,7 +620,7 @@ impl ClawFs {
             }));
         let as_caller = match AsCaller::enter_with(creds) {
             Ok(guard) => guard,
-            Err(e) => return error("io_error", e.to_string()),
+            Err(e) => return error(ToolError::io("starting the call", e)),
         };
         let out = clawfs_tools::run(&root, tool, &request);
         drop(as_caller);
@@ -672,19 +671,6 @@ impl RequestHead {
             Some(serde_json::Value::String(s)) => Some(s),
             _ => None,
         }
-    }
-}
-
-/// A tool error of the daemon's own (before a tool ran), by its code.
-fn tool_error(code: &str, message: String) -> clawfs_tools::ToolError {
-    match code {
-        "not_found" => clawfs_tools::ToolError::NotFound(message),
-        "denied" => clawfs_tools::ToolError::Denied(message),
-        "invalid_args" => clawfs_tools::ToolError::InvalidArgs(message),
-        _ => clawfs_tools::ToolError::Io {
-            context: message,
-            source: std::io::Error::other("the call could not start"),
-        },
     }
 }
 
