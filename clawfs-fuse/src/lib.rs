@@ -15,6 +15,7 @@ pub mod policy_cmd;
 pub mod run;
 pub mod sandbox;
 pub mod sandbox_cmd;
+pub mod spawn;
 pub mod vault_cmd;
 
 use std::process::ExitCode;

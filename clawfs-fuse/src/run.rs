@@ -2,10 +2,9 @@
 //! cgroup v2 group, as an unprivileged uid, with no_new_privs — forwards signals to it, waits for
 //! every process of the run to exit, removes the run's group and exits with CMD's status.
 //!
-//! Identity comes from the cgroup alone (ARCHITECTURE.md §4): the child joins
-//! `clawfs/agent-NAME/run-<pid>` in `pre_exec`, while still root, and only then drops to the
-//! agent's uid and sets no_new_privs, so neither it nor any descendant can write a `cgroup.procs`
-//! to leave. `CLAWFS_AGENT` is set for the agent's information only; the daemon never reads it.
+//! Identity comes from the cgroup alone: the child is created in `clawfs/agent-NAME/run-<pid>`
+//! ([`crate::spawn`]), while still root, and only then drops to the agent's uid and sets
+//! no_new_privs, so neither it nor any descendant can write a `cgroup.procs` to leave. `CLAWFS_AGENT` is set for the agent's information only; the daemon never reads it.
 //!
 //! The command gets a session of its own (no controlling terminal: it cannot inject input into
 //! the invoker's terminal with TIOCSTI). Forwarded signals go to its process group while it lives
@@ -16,11 +15,11 @@ use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::anyhow;
@@ -36,6 +35,7 @@ use tracing::warn;
 use crate::cli::StoreArg;
 use crate::daemon::store_path;
 use crate::error::Failure;
+use crate::spawn;
 
 /// First uid of the placeholder range: agent `i` of the roster runs as `AGENT_UID_BASE + i` until
 /// the policy assigns uids.
@@ -449,7 +449,7 @@ const SANDBOX_ENV: [&str; 9] = [
     "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
 ];
 
-/// The sandbox layers of `spec`'s run, prepared before fork.
+/// The sandbox layers of `spec`'s run, prepared before the clone.
 fn prepare_sandbox(
     spec: &RunSpec,
     store: &Path,
@@ -497,22 +497,20 @@ fn wait_exited(pid: libc::pid_t) -> io::Result<()> {
 
 fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     let shown = spec.command[0].to_string_lossy().into_owned();
-    // Everything the child needs is prepared here: between fork and exec it may only make
+    // Everything the child needs is prepared here: between clone and exec it may only make
     // async-signal-safe calls (no allocation, no locks).
-    let procs = group
-        .run()
-        .procs_file()
-        .map_err(|e| fail(format!("joining the agent's cgroup: {e}")))?;
-    let procs_fd = procs.as_raw_fd();
+    let join = |e: cgroup::CgroupError| fail(format!("joining the agent's cgroup: {e}"));
+    let dir = group.run().dir_file().map_err(join)?;
+    let procs = group.run().procs_file().map_err(join)?;
     // Hybrid host: the run's groups in the cgroup v1 hierarchies of the controllers (and limits)
-    // cgroup v2 lacks here, joined the same way.
-    let v1_procs = group
+    // cgroup v2 lacks here, joined by the child through their `tasks` files.
+    let v1_tasks = group
         .v1()
         .iter()
-        .map(|g| g.run().procs_file())
+        .map(|g| g.run().tasks_file())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(format!("joining the agent's cgroup v1 groups: {e}")))?;
-    let v1_fds: Vec<libc::c_int> = v1_procs.iter().map(|f| f.as_raw_fd()).collect();
+    let v1_fds: Vec<libc::c_int> = v1_tasks.iter().map(|f| f.as_raw_fd()).collect();
     let cwd = spec
         .cwd
         .as_ref()
@@ -523,26 +521,27 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     let groups: Vec<libc::gid_t> = spec.groups.clone();
 
     let layers = match &spec.sandbox {
-        Some((store, mount)) => Some(std::sync::Arc::new(prepare_sandbox(spec, store, mount)?)),
+        Some((store, mount)) => Some(prepare_sandbox(spec, store, mount)?),
         None => None,
     };
-    let mut cmd = Command::new(&spec.command[0]);
-    if let Some(l) = &layers {
+    let mut env: BTreeMap<OsString, OsString> = match &layers {
         // A sandboxed agent gets no token the operator's shell happens to hold: only the
         // variables programs need to run, and its own HOME and TMPDIR.
-        cmd.env_clear();
-        for key in SANDBOX_ENV {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
-        cmd.env("HOME", l.tmp.path()).env("TMPDIR", l.tmp.path());
-    }
-    cmd.args(&spec.command[1..])
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env("CLAWFS_AGENT", &spec.agent);
-    let in_child = layers.clone();
-    let pre_exec = move || -> io::Result<()> {
+        Some(l) => SANDBOX_ENV
+            .iter()
+            .filter_map(|k| Some((OsString::from(k), std::env::var_os(k)?)))
+            .chain([
+                ("HOME".into(), l.tmp.path().into()),
+                ("TMPDIR".into(), l.tmp.path().into()),
+            ])
+            .collect(),
+        None => std::env::vars_os().collect(),
+    };
+    env.extend(spec.env.iter().cloned());
+    env.insert("CLAWFS_AGENT".into(), spec.agent.clone().into());
+    let program = spawn::Program::new(&spec.command, env)
+        .map_err(|e| fail(format!("cannot start {shown}: {e}")))?;
+    let in_child = || -> io::Result<()> {
         let check = |r: libc::c_int| {
             if r == 0 {
                 Ok(())
@@ -553,23 +552,19 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         // 0. A session of its own: the command has no controlling terminal, so it cannot push
         //    input into the terminal of whoever started it (TIOCSTI needs the tty to be the
         //    caller's controlling one); terminal signals reach `clawfs run`, which forwards them.
-        // SAFETY: setsid has no arguments; the forked child is not a group leader.
+        // SAFETY: setsid has no arguments; the new child is not a group leader.
         if unsafe { libc::setsid() } < 0 {
             return Err(io::Error::last_os_error());
         }
-        // 1. Join the run's group while still root ("0" = the writing process): first its cgroup
-        //    v1 groups, if any (root-owned too: it cannot leave them either), then the v2 group,
-        //    which names it the agent, as the last step before dropping privileges.
+        // 1. The child was created in the run's cgroup v2 group, which names it the agent; it
+        //    joins the run's cgroup v1 groups, if any, while still root (they are root-owned: it
+        //    cannot leave them either).
         for &fd in &v1_fds {
-            // SAFETY: as below (the parent keeps `v1_procs` until spawn returns).
+            // SAFETY: `fd` is open (the parent keeps `v1_tasks` until spawn returns); the buffer
+            // is a static one-byte string.
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
                 return Err(io::Error::last_os_error());
             }
-        }
-        // SAFETY: procs_fd is open (the parent keeps `procs` until spawn returns); the buffer is a
-        // static one-byte string.
-        if unsafe { libc::write(procs_fd, b"0".as_ptr().cast(), 1) } != 1 {
-            return Err(io::Error::last_os_error());
         }
         // 2. Drop privileges: the ClawFS groups only, then gid, then uid (all capabilities go).
         // SAFETY: plain syscalls with valid arguments; the list outlives the call.
@@ -588,7 +583,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         }
         // 5. Landlock: from here on the process reaches only its part of the mount, its
         //    temporary directory and the system files programs need.
-        if let Some(l) = &in_child {
+        if let Some(l) = &layers {
             l.landlock.restrict_self()?;
         }
         // 6. Nothing the caller had open reaches the agent but stdin, stdout and stderr: an
@@ -607,13 +602,11 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             return Err(io::Error::last_os_error());
         }
         // 7. seccomp, last: after it only whitelisted system calls work.
-        if let Some(l) = &in_child {
+        if let Some(l) = &layers {
             l.seccomp.load()?;
         }
         Ok(())
     };
-    // SAFETY: the closure makes only async-signal-safe system calls on data prepared before fork.
-    unsafe { cmd.pre_exec(pre_exec) };
 
     // Registered before the child exists, so that a signal arriving in between is not lost: it
     // waits in `signals` and is forwarded once the forwarder starts.
@@ -626,8 +619,13 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     let mut signals = Signals::new(FORWARDED_SIGNALS)
         .map_err(|e| fail(format!("installing signal handlers: {e}")))?;
     let handle = signals.handle();
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let cgroup = spawn::Cgroup {
+        dir: dir.as_fd(),
+        procs: procs.as_fd(),
+    };
+    // SAFETY: `in_child` makes only async-signal-safe system calls on data prepared above.
+    let pid = match unsafe { spawn::spawn(&program, cgroup, in_child) } {
+        Ok(pid) => pid,
         Err(e) => {
             handle.close();
             return Err(fail(format!(
@@ -636,9 +634,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             )));
         }
     };
-    drop(procs);
-    drop(v1_procs);
-    let pid = child.id() as libc::pid_t;
+    drop((dir, procs, v1_tasks));
 
     // `Some(pid)` while the child is alive and unreaped; the forwarder signals under this lock.
     let alive = Arc::new(Mutex::new(Some(pid)));
@@ -671,7 +667,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
 
     let waited = wait_exited(pid);
     *alive.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    let status = waited.and_then(|()| child.wait());
+    let status = waited.and_then(|()| spawn::wait(pid));
     // Stragglers (background jobs of the command) keep the run alive, and receive forwarded
     // signals, until they exit.
     let emptied = group.run().wait_empty(None);
