@@ -1,6 +1,6 @@
-//! Agent activity outside the mount on the audit trail: the eBPF monitor (`clawfs-ebpf`) reports
-//! the `exec`, `openat` and `connect` calls of processes in `<cgroup2>/clawfs/agent-*` groups, and
-//! a thread records them with the daemon's audit log:
+//! Agent activity the daemon does not see, on the audit trail: the eBPF monitor (`clawfs-ebpf`)
+//! reports what processes in `<cgroup2>/clawfs/agent-*` groups do, and a thread records it with
+//! the daemon's audit log:
 //!
 //! * `exec`: path = the file executed (as given to execve);
 //! * `connect`: path = `tcp://ADDR:PORT` (IPv6 in brackets) or the Unix socket path;
@@ -8,6 +8,19 @@
 //!   itself, so an absolute path under the mountpoint is dropped, and so is a relative one (it is
 //!   relative to a directory descriptor the event does not show, possibly one in the mount) or
 //!   an empty one (the path was not readable when the call was traced).
+//!
+//! Refusals, recorded as denials of the agent (audit trail and its `denials` file):
+//!
+//! * a path system call on the mount that the kernel refused with EACCES or EPERM before it
+//!   reached the daemon (the mode checks of `default_permissions`, or Landlock): operation = the
+//!   system call, path = the namespace path, rule [`RULE_KERNEL`]. A relative path is placed
+//!   from the inode of the directory it was relative to; a refusal this daemon answered itself
+//!   (already on record) is not recorded again. Refusals outside the mount are not recorded;
+//! * a system call refused by the sandbox's seccomp filter: operation = its name, rule
+//!   [`RULE_SECCOMP`] (ENOSYS answers, which tell programs to fall back — `clone3` → `clone` —
+//!   are not refusals of anything and are left out);
+//! * a TCP/UDP connect refused (the network policy's cgroup program, or Landlock): operation
+//!   `connect`, path = `tcp://ADDR:PORT`, rule [`RULE_NETWORK`].
 //!
 //! The daemon's maintenance loop calls [`AgentEvents::refresh`] every 2 s: it watches each
 //! `agent-*` directory (the cgroup id is the directory's inode number) and unwatches vanished
@@ -32,10 +45,11 @@ use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use clawfs_core::audit::{AuditEvent, AuditLog};
+use clawfs_core::audit::AuditEvent;
 use clawfs_core::cgroup::Cgroup2;
+use clawfs_core::ClawFs;
 pub use clawfs_ebpf;
-use clawfs_ebpf::{Event, EventKind, Monitor};
+use clawfs_ebpf::{Event, EventKind, Monitor, Refusal, RefusedObject};
 use tracing::{debug, warn};
 
 /// Events recorded per agent per second at most; the rest are counted and dropped.
@@ -46,8 +60,22 @@ pub const OP_DROPPED: &str = "audit:events-dropped";
 const BASE: &str = "clawfs:base";
 /// Records waiting for the audit log at most.
 const QUEUE: usize = 4096;
-/// How long the event thread sleeps when the ring buffer is empty.
+/// How long the event thread waits for the ring buffer before looking again.
 const IDLE: Duration = Duration::from_millis(20);
+/// Rule of a path system call on the mount refused by the kernel itself.
+pub const RULE_KERNEL: &str = "KERNEL";
+/// Rule of a system call refused by the sandbox's seccomp filter.
+pub const RULE_SECCOMP: &str = "SECCOMP";
+/// Rule of a connect refused by the agent's network policy.
+pub const RULE_NETWORK: &str = "NETWORK";
+
+/// What the event thread hands to the recording thread.
+enum Out {
+    /// An activity record.
+    Record(AuditEvent),
+    /// A refusal: recorded and added to the agent's denials file.
+    Refusal(AuditEvent),
+}
 
 /// The running monitor; dropped with the daemon.
 pub struct AgentEvents {
@@ -59,6 +87,9 @@ struct Shared {
     monitor: Mutex<Option<Watching>>,
     cgroup: &'static Cgroup2,
     mountpoint: PathBuf,
+    fs: Arc<ClawFs>,
+    /// The mount's device (kernel encoding), read from mountinfo when first needed.
+    mount_dev: std::sync::OnceLock<Option<u32>>,
 }
 
 struct Watching {
@@ -82,9 +113,9 @@ impl Watching {
 }
 
 impl AgentEvents {
-    /// Starts the monitor and its threads, recording into `audit`; `None` (after one warning) where
-    /// eBPF monitoring is not available. Never fails the mount.
-    pub fn start(audit: Arc<AuditLog>, store: &Path, mountpoint: &Path) -> Option<AgentEvents> {
+    /// Starts the monitor and its threads, recording with `fs`'s audit log; `None` (after one
+    /// warning) where eBPF monitoring is not available. Never fails the mount.
+    pub fn start(fs: Arc<ClawFs>, store: &Path, mountpoint: &Path) -> Option<AgentEvents> {
         let store = store.to_path_buf();
         let cgroup = match Cgroup2::cached() {
             Ok(c) => c,
@@ -107,13 +138,22 @@ impl AgentEvents {
             })),
             cgroup,
             mountpoint: mountpoint.to_path_buf(),
+            fs: Arc::clone(&fs),
+            mount_dev: std::sync::OnceLock::new(),
         });
-        let (tx, rx) = sync_channel::<AuditEvent>(QUEUE);
+        let (tx, rx) = sync_channel::<Out>(QUEUE);
         let forward = std::thread::Builder::new()
             .name("agent-events-audit".into())
             .spawn(move || {
-                for ev in rx {
-                    audit.record(ev);
+                for out in rx {
+                    match out {
+                        Out::Record(ev) => {
+                            if let Some(audit) = fs.audit_log() {
+                                audit.record(ev);
+                            }
+                        }
+                        Out::Refusal(ev) => fs.record_kernel_refusal(ev),
+                    }
                 }
             });
         if let Err(e) = forward {
@@ -199,7 +239,7 @@ struct Budget {
 }
 
 /// The event thread: drains the monitor, turns events into records and queues them.
-fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
+fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
     let mut runs = Runs {
         store: std::fs::canonicalize(&store).unwrap_or(store),
         known: HashMap::new(),
@@ -213,7 +253,7 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let Some(w) = guard.as_mut() else { return };
-            match w.monitor.next_events(Duration::ZERO) {
+            match w.monitor.next_events(IDLE) {
                 Ok(evs) => evs,
                 Err(e) => {
                     warn!(error = %e, "eBPF monitor: reading events; agent activity is no longer audited");
@@ -224,13 +264,15 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
         let now = Instant::now();
         for ev in &events {
             // The cheap filter first: most opens are through the mount.
-            let Some(mut record) = to_record(&ev.agent, ev, &shared.mountpoint) else {
+            let Some(mut out) = to_out(shared, ev) else {
                 continue;
             };
             let Some(agent) = agent_of(shared, &mut runs, ev) else {
                 continue;
             };
-            record.agent.clone_from(&agent);
+            match &mut out {
+                Out::Record(r) | Out::Refusal(r) => r.agent.clone_from(&agent),
+            }
             let b = budgets.entry(agent).or_insert(Budget {
                 since: now,
                 count: 0,
@@ -241,7 +283,7 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
                 continue;
             }
             b.count += 1;
-            if let Err(TrySendError::Full(_)) = tx.try_send(record) {
+            if let Err(TrySendError::Full(_)) = tx.try_send(out) {
                 b.dropped += 1;
             }
         }
@@ -252,10 +294,10 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
             }
             if b.dropped > 0 {
                 let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
-                    "{} exec/open/connect events of agent {agent} dropped (over {MAX_PER_SECOND} a second, or the audit queue was full)",
+                    "{} exec/open/connect/refusal events of agent {agent} dropped (over {MAX_PER_SECOND} a second, or the audit queue was full)",
                     b.dropped
                 ));
-                if tx.try_send(ev).is_err() {
+                if tx.try_send(Out::Record(ev)).is_err() {
                     // Counted again in the next second; the record is not lost.
                     b.since = now;
                     b.count = 0;
@@ -264,9 +306,6 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<AuditEvent>) {
             }
             false
         });
-        if events.is_empty() {
-            std::thread::sleep(IDLE);
-        }
     }
 }
 
@@ -348,6 +387,109 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
     any_ours.then(|| ev.agent.clone())
 }
 
+/// What to record of `ev`, if anything (see the module documentation).
+fn to_out(shared: &Shared, ev: &Event) -> Option<Out> {
+    match &ev.kind {
+        EventKind::Refused(r) => refusal(shared, ev, r).map(Out::Refusal),
+        EventKind::Seccomp { nr, errno } => {
+            // ENOSYS tells the program to fall back (clone3 -> clone): nothing was refused.
+            if *errno == libc::ENOSYS {
+                return None;
+            }
+            let name = clawfs_seccomp::syscall_name(*nr).unwrap_or_else(|| format!("syscall-{nr}"));
+            let reason = clawfs_seccomp::refusal_reason(&name);
+            Some(Out::Refusal(
+                AuditEvent::new(&ev.agent, ev.pid, name, "").denied(*errno, RULE_SECCOMP, reason),
+            ))
+        }
+        _ => to_record(&ev.agent, ev, &shared.mountpoint).map(Out::Record),
+    }
+}
+
+/// The denial record of a call the kernel refused, if it is one to record.
+fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
+    let op = clawfs_seccomp::syscall_name(r.nr).unwrap_or_else(|| format!("syscall-{}", r.nr));
+    match &r.object {
+        RefusedObject::Inet { addr, port } => {
+            let dest = match addr {
+                std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
+                std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
+            };
+            let reason = format!(
+                "the agent's network policy does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",
+                ev.agent
+            );
+            Some(AuditEvent::new(&ev.agent, ev.pid, op, dest).denied(r.errno, RULE_NETWORK, reason))
+        }
+        RefusedObject::Unix { .. } => None,
+        RefusedObject::Path { path, base } => {
+            let ns = in_mount(shared, path, *base)?;
+            if shared.fs.answered_refusal(&[ev.pid, ev.tid], r.span_ns) {
+                return None;
+            }
+            let reason = format!(
+                "the kernel refused {op} before it reached ClawFS: the permissions of the file or of a directory on its path do not allow it (in a sandboxed run, its Landlock rules may refuse it too)"
+            );
+            Some(AuditEvent::new(&ev.agent, ev.pid, op, ns).denied(r.errno, RULE_KERNEL, reason))
+        }
+    }
+}
+
+/// The namespace path of a refused path, if it is in the mount: an absolute path under the
+/// mountpoint, or a relative one whose base directory is a node of this mount.
+fn in_mount(shared: &Shared, path: &str, base: Option<(u32, u64)>) -> Option<String> {
+    if path.starts_with('/') {
+        let abs = normalize(Path::new("/"), path)?;
+        let rest = abs.strip_prefix(&shared.mountpoint).ok()?;
+        return Some(format!("/{}", rest.display()));
+    }
+    let (dev, ino) = base?;
+    let mount_dev = *shared
+        .mount_dev
+        .get_or_init(|| mount_device(&shared.mountpoint));
+    if mount_dev != Some(dev) {
+        return None;
+    }
+    let dir = shared.fs.ns_path_of_ino(ino)?;
+    let joined = normalize(Path::new(&dir.to_string()), path)?;
+    Some(joined.display().to_string())
+}
+
+/// `base` joined with `path`, `.` and `..` resolved by name (no file system access); `None` if
+/// `..` climbs above `/`.
+fn normalize(base: &Path, path: &str) -> Option<PathBuf> {
+    let mut out = base.to_path_buf();
+    for c in Path::new(path).components() {
+        match c {
+            std::path::Component::RootDir => out = PathBuf::from("/"),
+            std::path::Component::CurDir | std::path::Component::Prefix(_) => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            std::path::Component::Normal(n) => out.push(n),
+        }
+    }
+    Some(out)
+}
+
+/// The device of the file system mounted at `mountpoint`, in the kernel's encoding (`major << 20
+/// | minor`), from `/proc/self/mountinfo` (a stat would go through the mount itself).
+fn mount_device(mountpoint: &Path) -> Option<u32> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().rev().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let dev = fields.nth(2)?;
+        let point = fields.nth(1)?;
+        if Path::new(point) != mountpoint {
+            return None;
+        }
+        let (major, minor) = dev.split_once(':')?;
+        Some((major.parse::<u32>().ok()? << 20) | minor.parse::<u32>().ok()?)
+    })
+}
+
 /// The audit record of `ev`, or `None` for an open the daemon audits itself (see the module
 /// documentation).
 pub fn to_record(agent: &str, ev: &Event, mountpoint: &Path) -> Option<AuditEvent> {
@@ -368,6 +510,7 @@ pub fn to_record(agent: &str, ev: &Event, mountpoint: &Path) -> Option<AuditEven
             }
             ("open", path.clone())
         }
+        EventKind::Refused(_) | EventKind::Seccomp { .. } => return None,
     };
     Some(AuditEvent::new(agent, ev.pid, op, path))
 }
@@ -381,6 +524,7 @@ mod tests {
             agent: "a".into(),
             cgroup_id: 1,
             pid: 7,
+            tid: 7,
             kind,
         }
     }
@@ -398,6 +542,15 @@ mod tests {
             ("open", "/etc/hostname")
         );
         assert!(open("/mnt/clawx/y").is_some());
+    }
+
+    #[test]
+    fn normalize_resolves_dots_by_name() {
+        let n = |b: &str, p: &str| normalize(Path::new(b), p).map(|p| p.display().to_string());
+        assert_eq!(n("/agents/a", "x/./y").as_deref(), Some("/agents/a/x/y"));
+        assert_eq!(n("/agents/a", "../b/f").as_deref(), Some("/agents/b/f"));
+        assert_eq!(n("/agents", "../../etc"), None);
+        assert_eq!(n("/x", "/etc/../tmp").as_deref(), Some("/tmp"));
     }
 
     #[test]

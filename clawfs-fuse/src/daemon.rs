@@ -231,9 +231,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // started before the daemon reports ready, so runs after `clawfs mount` are seen.
     let agent_events = fs
         .audit_log()
-        .and_then(|audit| {
-            crate::agent_events::AgentEvents::start(Arc::clone(audit), &store_root, mp)
-        })
+        .is_some()
+        .then(|| crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp))
+        .flatten()
         .map(Arc::new);
     let reopened = Store::open(&store_root)?;
     reopened.write_daemon_info(&DaemonInfo {

@@ -1,7 +1,8 @@
 //! eBPF monitoring and network policy for ClawFS agents.
 //!
 //! The programs are C (`src/bpf/*.bpf.c`), compiled by `build.rs` with clang and loaded with aya:
-//! - [`Monitor`]: tracepoints on exec, openat and connect, reporting [`Event`]s of the processes
+//! - [`Monitor`]: tracepoints on exec, openat and connect, and on every system call's entry and
+//!   exit (for the calls the kernel refused, and those seccomp refused), reporting [`Event`]s of the processes
 //!   whose cgroup v2 (or an ancestor) is watched;
 //! - [`NetworkPolicy`]: `cgroup/connect4` and `cgroup/connect6` on an agent's cgroup, refusing
 //!   connections to ports not allowed with EPERM;
@@ -180,6 +181,54 @@ pub enum EventKind {
         /// sun_path.
         path: String,
     },
+    /// A path system call or a connect that the kernel refused with EACCES or EPERM (file mode
+    /// bits, Landlock, a cgroup network program…), seen when it returned.
+    Refused(Refusal),
+    /// A system call refused by seccomp: it returned an error without having entered.
+    Seccomp {
+        /// The system call number (of the native architecture).
+        nr: i32,
+        /// The errno it returned.
+        errno: i32,
+    },
+}
+
+/// A system call the kernel refused ([`EventKind::Refused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The system call number (of the native architecture).
+    pub nr: i32,
+    /// EACCES or EPERM.
+    pub errno: i32,
+    /// What it was refused on.
+    pub object: RefusedObject,
+    /// `CLOCK_MONOTONIC` nanoseconds when the call entered and when it returned.
+    pub span_ns: (u64, u64),
+}
+
+/// What a refused system call was about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefusedObject {
+    /// A path, as passed.
+    Path {
+        /// The path argument (possibly relative).
+        path: String,
+        /// For a relative path, the directory it is relative to (the working directory or the
+        /// `dirfd`): its device (kernel encoding, `major << 20 | minor`) and inode number.
+        base: Option<(u32, u64)>,
+    },
+    /// A connect to an IPv4 or IPv6 destination.
+    Inet {
+        /// Destination address.
+        addr: IpAddr,
+        /// Destination port.
+        port: u16,
+    },
+    /// A connect to a Unix socket.
+    Unix {
+        /// sun_path.
+        path: String,
+    },
 }
 
 /// An event of a watched agent.
@@ -191,6 +240,8 @@ pub struct Event {
     pub cgroup_id: u64,
     /// Process id (thread group id).
     pub pid: u32,
+    /// The calling thread.
+    pub tid: u32,
     /// What happened.
     pub kind: EventKind,
 }
@@ -198,6 +249,8 @@ pub struct Event {
 const EV_EXEC: u32 = 1;
 const EV_OPEN: u32 = 2;
 const EV_CONNECT: u32 = 3;
+const EV_REFUSED: u32 = 4;
+const EV_SECCOMP: u32 = 5;
 const PATH_LEN: usize = 256;
 
 /// Mirror of `struct clawfs_event` (src/bpf/common.h).
@@ -212,7 +265,14 @@ struct RawEvent {
     port: u16,
     addr: [u8; 16],
     path: [u8; PATH_LEN],
-    _pad: u32,
+    tid: u32,
+    nr: i32,
+    err: i32,
+    base_dev: u32,
+    base_ino: u64,
+    start_ns: u64,
+    end_ns: u64,
+    _reserved: u64,
 }
 
 fn c_str(bytes: &[u8]) -> String {
@@ -230,6 +290,17 @@ impl RawEvent {
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<RawEvent>()) })
     }
 
+    fn destination(&self) -> Option<(IpAddr, u16)> {
+        match i32::from(self.family) {
+            libc::AF_INET => {
+                let a = [self.addr[0], self.addr[1], self.addr[2], self.addr[3]];
+                Some((IpAddr::V4(Ipv4Addr::from(a)), self.port))
+            }
+            libc::AF_INET6 => Some((IpAddr::V6(Ipv6Addr::from(self.addr)), self.port)),
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> Option<EventKind> {
         Some(match self.kind {
             EV_EXEC => EventKind::Exec {
@@ -238,22 +309,34 @@ impl RawEvent {
             EV_OPEN => EventKind::Open {
                 path: c_str(&self.path),
             },
-            EV_CONNECT => match i32::from(self.family) {
-                libc::AF_INET => {
-                    let a = [self.addr[0], self.addr[1], self.addr[2], self.addr[3]];
-                    EventKind::Connect {
-                        addr: IpAddr::V4(Ipv4Addr::from(a)),
-                        port: self.port,
-                    }
-                }
-                libc::AF_INET6 => EventKind::Connect {
-                    addr: IpAddr::V6(Ipv6Addr::from(self.addr)),
-                    port: self.port,
-                },
-                libc::AF_UNIX => EventKind::ConnectUnix {
+            EV_CONNECT => match self.destination() {
+                Some((addr, port)) => EventKind::Connect { addr, port },
+                None if i32::from(self.family) == libc::AF_UNIX => EventKind::ConnectUnix {
                     path: c_str(&self.path[..108]),
                 },
-                _ => return None,
+                None => return None,
+            },
+            EV_REFUSED => EventKind::Refused(Refusal {
+                nr: self.nr,
+                errno: self.err,
+                object: if self.family != 0 {
+                    match self.destination() {
+                        Some((addr, port)) => RefusedObject::Inet { addr, port },
+                        None => RefusedObject::Unix {
+                            path: c_str(&self.path[..108]),
+                        },
+                    }
+                } else {
+                    RefusedObject::Path {
+                        path: c_str(&self.path),
+                        base: (self.base_ino != 0).then_some((self.base_dev, self.base_ino)),
+                    }
+                },
+                span_ns: (self.start_ns, self.end_ns),
+            }),
+            EV_SECCOMP => EventKind::Seccomp {
+                nr: self.nr,
+                errno: self.err,
             },
             _ => return None,
         })
@@ -264,6 +347,7 @@ impl RawEvent {
 pub struct Monitor {
     _bpf: Ebpf,
     watched: HashMap<MapData, u64, u32>,
+    cache: HashMap<MapData, u64, [u64; 2]>,
     events: RingBuf<MapData>,
     agents: Vec<String>,
     by_cgroup: StdHashMap<u64, u32>,
@@ -278,10 +362,12 @@ impl fmt::Debug for Monitor {
     }
 }
 
-const TRACEPOINTS: [(&str, &str, &str); 3] = [
+const TRACEPOINTS: [(&str, &str, &str); 5] = [
     ("clawfs_exec", "sched", "sched_process_exec"),
     ("clawfs_openat", "syscalls", "sys_enter_openat"),
     ("clawfs_connect", "syscalls", "sys_enter_connect"),
+    ("clawfs_sys_enter", "raw_syscalls", "sys_enter"),
+    ("clawfs_sys_exit", "raw_syscalls", "sys_exit"),
 ];
 
 impl Monitor {
@@ -299,10 +385,12 @@ impl Monitor {
                 .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))?;
         }
         let watched = take_map(&mut bpf, "WATCHED")?;
+        let cache = take_map(&mut bpf, "CG_CACHE")?;
         let events = take_map(&mut bpf, "EVENTS")?;
         Ok(Monitor {
             _bpf: bpf,
             watched,
+            cache,
             events,
             agents: Vec::new(),
             by_cgroup: StdHashMap::new(),
@@ -323,17 +411,28 @@ impl Monitor {
             .insert(cgroup_id, index, 0)
             .map_err(|e| Error::bpf(format!("watching cgroup {cgroup_id}"), &e))?;
         self.by_cgroup.insert(cgroup_id, index);
+        self.forget_verdicts();
         Ok(())
+    }
+
+    /// Empties the programs' cache of which cgroups are watched, after WATCHED changed.
+    fn forget_verdicts(&mut self) {
+        let keys: Vec<u64> = self.cache.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.cache.remove(&k);
+        }
     }
 
     /// Stops reporting cgroup `cgroup_id`.
     pub fn unwatch(&mut self, cgroup_id: u64) -> Result<(), Error> {
         self.by_cgroup.remove(&cgroup_id);
-        match self.watched.remove(&cgroup_id) {
+        let removed = match self.watched.remove(&cgroup_id) {
             Ok(()) => Ok(()),
             Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(Error::bpf(format!("unwatching cgroup {cgroup_id}"), &e)),
-        }
+        };
+        self.forget_verdicts();
+        removed
     }
 
     /// The events queued so far, waiting up to `timeout` for the first one.
@@ -392,6 +491,7 @@ impl Monitor {
                 agent,
                 cgroup_id: raw.cgroup_id,
                 pid: raw.pid,
+                tid: raw.tid,
                 kind,
             });
         }
@@ -663,7 +763,7 @@ impl fmt::Display for Availability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "monitor (tracepoints exec/openat/connect): {}",
+            "monitor (tracepoints exec/openat/connect, refused and seccomp-refused system calls): {}",
             self.monitor
         )?;
         writeln!(
@@ -713,7 +813,7 @@ mod tests {
 
     #[test]
     fn raw_event_layout_matches_c() {
-        assert_eq!(std::mem::size_of::<RawEvent>(), 304);
+        assert_eq!(std::mem::size_of::<RawEvent>(), 344);
     }
 
     #[test]
@@ -735,7 +835,14 @@ mod tests {
             port: 8080,
             addr: [0; 16],
             path: [0; PATH_LEN],
-            _pad: 0,
+            tid: 42,
+            nr: 0,
+            err: 0,
+            base_dev: 0,
+            base_ino: 0,
+            start_ns: 0,
+            end_ns: 0,
+            _reserved: 0,
         };
         raw.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
         assert_eq!(

@@ -395,3 +395,149 @@ fn file_open_guard_map_fills_and_enforce_reports_refusal() {
     }
     std::fs::remove_file(&tmp).unwrap();
 }
+
+/// Installs a seccomp filter refusing system call `nr` with EPERM (any other passes).
+/// Async-signal-safe: the program is on the stack.
+fn refuse_syscall(nr: u32) -> std::io::Result<()> {
+    let filter = [
+        // A = seccomp_data.nr
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl with integer arguments; `prog` points to `filter`, alive for the call.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn monitor_reports_refused_and_seccomp_refused_calls() {
+    require_root!();
+    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    let cg = TestCgroup::new("refusals");
+    monitor.watch(cg.id(), "agent-test").unwrap();
+
+    // A file only root may read, opened by a relative path as nobody: EACCES from the mode bits.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("secret"), "x").unwrap();
+    std::fs::set_permissions(
+        dir.path().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let procs = cg.procs.clone();
+    let mut cat = Command::new("/bin/cat");
+    cat.arg("secret")
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: async-signal-safe calls only.
+    unsafe {
+        cat.pre_exec(move || {
+            enter_cgroup(&procs)?;
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cat.spawn().unwrap();
+    let cat_pid = child.id();
+    assert!(!child.wait().unwrap().success());
+
+    // getppid refused by a seccomp filter: the call never enters.
+    let procs = cg.procs.clone();
+    let mut py = Command::new("/usr/bin/python3");
+    py.args([
+        "-c",
+        "import os\ntry:\n os.getppid()\nexcept OSError:\n pass",
+    ]);
+    // SAFETY: async-signal-safe calls only.
+    unsafe {
+        py.pre_exec(move || {
+            enter_cgroup(&procs)?;
+            refuse_syscall(libc::SYS_getppid as u32)
+        });
+    }
+    let mut child = py.spawn().unwrap();
+    let py_pid = child.id();
+    assert!(child.wait().unwrap().success());
+
+    let md = std::fs::metadata(dir.path()).unwrap();
+    let dev = std::os::unix::fs::MetadataExt::dev(&md);
+    let kdev = ((libc::major(dev) as u32) << 20) | libc::minor(dev) as u32;
+    let dir_ino = std::os::unix::fs::MetadataExt::ino(&md);
+    let refused = |e: &clawfs_ebpf::Event| {
+        e.pid == cat_pid
+            && matches!(&e.kind, EventKind::Refused(r)
+                if r.errno == libc::EACCES
+                    && r.nr == libc::SYS_openat as i32
+                    && r.object == clawfs_ebpf::RefusedObject::Path {
+                        path: "secret".into(),
+                        base: Some((kdev, dir_ino)),
+                    }
+                    && r.span_ns.0 <= r.span_ns.1)
+    };
+    let seccomp = |e: &clawfs_ebpf::Event| {
+        e.pid == py_pid
+            && e.kind
+                == EventKind::Seccomp {
+                    nr: libc::SYS_getppid as i32,
+                    errno: libc::EPERM,
+                }
+    };
+    let events = monitor
+        .collect_until(Duration::from_secs(5), |evs| {
+            evs.iter().any(refused) && evs.iter().any(seccomp)
+        })
+        .unwrap();
+    let shown: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Refused(_) | EventKind::Seccomp { .. }))
+        .collect();
+    assert!(events.iter().any(refused), "no refused openat: {shown:#?}");
+    assert!(events.iter().any(seccomp), "no seccomp refusal: {shown:#?}");
+    // Failed lookups (python's many ENOENT) are not refusals.
+    assert!(
+        shown.iter().all(|e| match &e.kind {
+            EventKind::Refused(r) => r.errno == libc::EACCES || r.errno == libc::EPERM,
+            _ => true,
+        }),
+        "{shown:#?}"
+    );
+}

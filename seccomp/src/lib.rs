@@ -107,3 +107,21 @@ pub const NAMESPACE_CLONE_FLAGS: u64 = (libc::CLONE_NEWUSER
 
 #[cfg(test)]
 mod tests;
+
+/// The name of system call `nr` of the native architecture, if libseccomp knows it.
+pub fn syscall_name(nr: i32) -> Option<String> {
+    libseccomp::ScmpSyscall::from(nr).get_name().ok()
+}
+
+/// Why the sandbox's filter refuses system call `name`, in one sentence for the agent.
+pub fn refusal_reason(name: &str) -> String {
+    match always_denied(name) {
+        Some(d) => format!(
+            "the sandbox's seccomp filter refuses {name} to every agent ({})",
+            d.why
+        ),
+        None => format!(
+            "the sandbox's seccomp filter refuses {name}: it is not in system/seccomp/whitelist.json, or not with these arguments"
+        ),
+    }
+}

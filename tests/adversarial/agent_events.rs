@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common::Mounted;
-use crate::support::{audit_until, records, text};
+use crate::support::{audit_until, denials, records, snapshot, text};
 
 const AGENT: &str = "fs-engine";
 
@@ -96,4 +96,71 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
         leaked.is_empty(),
         "recorded outside the agent groups: {leaked:?}"
     );
+}
+
+/// `echo x > agents/<other>/cache/f` as an agent: the kernel's own mode check refuses it
+/// (EACCES) before the daemon hears of it. The refusal is still the agent's denial, with the
+/// path, whether the path was relative or absolute; a refusal the daemon answered itself is on
+/// record once, not twice.
+#[test]
+fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let m = Mounted::new();
+    let before = snapshot(&m.backing("agents/build-engine"));
+    let mnt = m.mnt.display();
+    let out = m.run_agent(
+        AGENT,
+        &format!(
+            "cd {mnt} && (echo x > agents/build-engine/cache/rel) 2>&1
+             (echo x > {mnt}/agents/build-engine/cache/abs) 2>&1
+             cd {mnt}/agents/build-engine && (echo x > ./cache/../cache/dots) 2>&1
+             mv {mnt}/agents/{AGENT}/identity.json {mnt}/agents/{AGENT}/moved 2>&1
+             sleep 0.3; true"
+        ),
+    );
+    let shown = text(&out);
+    assert_eq!(shown.matches("Permission denied").count(), 3, "{shown}");
+    assert!(shown.contains("Operation not permitted"), "{shown}");
+    assert_eq!(snapshot(&m.backing("agents/build-engine")), before);
+
+    let paths = ["rel", "abs", "dots"].map(|n| format!("/agents/build-engine/cache/{n}"));
+    let kernel =
+        |r: &Value, path: &str| r["rule"] == "KERNEL" && r["path"] == path && r["agent"] == AGENT;
+    let all = audit_until(&m, |all| {
+        paths.iter().all(|p| all.iter().any(|r| kernel(r, p)))
+    });
+    for p in &paths {
+        let found: Vec<_> = all.iter().filter(|r| kernel(r, p)).collect();
+        assert_eq!(found.len(), 1, "{p}: {found:#?}");
+        let r = found[0];
+        assert_eq!(
+            (
+                r["result"].as_str(),
+                r["errno"].as_i64(),
+                r["operation"].as_str()
+            ),
+            (Some("denied"), Some(13), Some("openat")),
+            "{r}"
+        );
+    }
+    let file = denials(&m, AGENT);
+    for p in &paths {
+        assert!(
+            file.iter()
+                .any(|d| d["rule"] == "KERNEL" && d["path"] == p.as_str()),
+            "{p} not in the denials file: {file:#?}"
+        );
+    }
+    // The daemon refused the rename itself (identity.json is the agent's to keep): one record.
+    let identity = format!("/agents/{AGENT}/identity.json");
+    let rename: Vec<_> = all
+        .iter()
+        .filter(|r| r["path"] == identity.as_str() && r["result"] == "denied")
+        .collect();
+    assert_eq!(rename.len(), 1, "{rename:#?}");
+    assert_ne!(rename[0]["rule"], "KERNEL", "{rename:#?}");
 }

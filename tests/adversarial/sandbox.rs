@@ -5,7 +5,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use crate::common::Mounted;
-use crate::support::{run_agent_with, text};
+use crate::support::{audit_until, denials, run_agent_with, text};
 
 fn sandboxed(m: &Mounted, script: &str) -> String {
     text(&run_agent_with(
@@ -73,6 +73,45 @@ call("syscall", 425, 8, 0)             # io_uring_setup
     }
     assert!(!out.contains(" ok"), "{out}");
     assert_eq!(out.matches("syscall EPERM").count(), 3, "{out}");
+
+    // The errno alone does not say why: each refusal is explained in the agent's denials file
+    // and on the audit trail, by name.
+    let monitor = clawfs_fuse::agent_events::clawfs_ebpf::availability().monitor;
+    if !monitor.is_available() {
+        println!("denials of seccomp refusals not checked: eBPF monitor {monitor}");
+        return;
+    }
+    let names = [
+        "ptrace",
+        "unshare",
+        "mount",
+        "bpf",
+        "keyctl",
+        "io_uring_setup",
+    ];
+    let seccomp = |r: &serde_json::Value, name: &str| {
+        r["operation"] == name && r["rule"] == "SECCOMP" && r["agent"] == "fs-engine"
+    };
+    let all = audit_until(&m, |all| {
+        names
+            .iter()
+            .all(|n| all.iter().any(|r| seccomp(r, n) && r["errno"] == 1))
+    });
+    let file = denials(&m, "fs-engine");
+    for name in names {
+        assert!(
+            all.iter()
+                .any(|r| seccomp(r, name) && r["result"] == "denied"),
+            "no SECCOMP denial of {name} on the trail"
+        );
+        let line = file
+            .iter()
+            .find(|d| d["operation"] == name && d["rule"] == "SECCOMP")
+            .unwrap_or_else(|| {
+                panic!("no SECCOMP denial of {name} in the denials file: {file:#?}")
+            });
+        assert!(line["reason"].as_str().unwrap().contains(name), "{line}");
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::Output;
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, run_agent_with, text};
+use crate::support::{agent_policy, audit_until, denials, run_agent_with, text};
 
 /// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME`.
 const PROBE: &str = r#"
@@ -70,6 +70,36 @@ fn a_sandboxed_agent_connects_only_to_the_ports_its_policy_allows() {
     );
     expect(&run(&m, true, ports), ports, ["ok", "EACCES"]);
     expect(&run(&m, false, ports), ports, ["ok", "ok"]);
+
+    // The refused connect is explained: a NETWORK denial naming the destination.
+    let monitor = clawfs_fuse::agent_events::clawfs_ebpf::availability().monitor;
+    if !monitor.is_available() {
+        println!("denials of refused connects not checked: eBPF monitor {monitor}");
+        return;
+    }
+    let refused = format!("tcp://127.0.0.1:{}", ports[1]);
+    let allowed = format!("tcp://127.0.0.1:{}", ports[0]);
+    let all = audit_until(&m, |all| {
+        all.iter()
+            .any(|r| r["rule"] == "NETWORK" && r["path"] == refused.as_str())
+    });
+    let net: Vec<_> = all.iter().filter(|r| r["rule"] == "NETWORK").collect();
+    assert!(
+        net.iter().any(|r| r["path"] == refused.as_str()
+            && r["agent"] == "fs-engine"
+            && r["result"] == "denied"),
+        "no NETWORK denial of {refused}: {net:#?}"
+    );
+    assert!(
+        net.iter().all(|r| r["path"] != allowed.as_str()),
+        "an allowed connect recorded as refused: {net:#?}"
+    );
+    assert!(
+        denials(&m, "fs-engine")
+            .iter()
+            .any(|d| d["rule"] == "NETWORK" && d["path"] == refused.as_str()),
+        "no NETWORK line in the denials file"
+    );
 }
 
 #[test]

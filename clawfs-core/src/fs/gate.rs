@@ -39,6 +39,18 @@ pub struct Gate {
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
     estop_on: std::sync::atomic::AtomicBool,
+    /// The last EACCES/EPERM answers (caller pid, `CLOCK_MONOTONIC` ns), so that a refusal seen
+    /// from the kernel side ([`ClawFs::answered_refusal`]) is not recorded twice.
+    refusals: Mutex<VecDeque<(u32, u64)>>,
+}
+
+/// EACCES/EPERM answers remembered for [`ClawFs::answered_refusal`].
+const RECENT_REFUSALS: usize = 1024;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 thread_local! {
@@ -71,6 +83,7 @@ impl Gate {
             usage: Mutex::new((HashMap::new(), false)),
             estop: RwLock::new(None),
             estop_on: std::sync::atomic::AtomicBool::new(false),
+            refusals: Mutex::default(),
         }
     }
 }
@@ -155,8 +168,59 @@ impl ClawFs {
     }
 
     pub(super) fn record(&self, event: AuditEvent) {
+        if matches!(event.errno, Some(libc::EACCES | libc::EPERM)) {
+            let mut recent = self
+                .gate
+                .refusals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= RECENT_REFUSALS {
+                recent.pop_front();
+            }
+            recent.push_back((event.pid, monotonic_ns()));
+        }
         if let Some(a) = self.gate.audit.get() {
             a.record(event);
+        }
+    }
+
+    /// Whether this daemon answered one of `pids` with EACCES or EPERM (and recorded it) between
+    /// `from_ns` and `to_ns` ([`monotonic_ns`]): a refusal the kernel reports for a call of
+    /// that time is then this daemon's, already on record.
+    pub fn answered_refusal(&self, pids: &[u32], (from_ns, to_ns): (u64, u64)) -> bool {
+        self.gate
+            .refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(pid, at)| pids.contains(pid) && (from_ns..=to_ns).contains(at))
+    }
+
+    /// The namespace path of inode `ino` (as the kernel knows it: `st_ino` through the mount),
+    /// if it is a live node of the store.
+    pub fn ns_path_of_ino(&self, ino: u64) -> Option<NsPath> {
+        let node = self.inodes.get(ino)?;
+        let fd = self.open_path(&node).ok()?;
+        self.node_path(&node, &*fd).ok()
+    }
+
+    /// Records a refusal the daemon did not decide — the kernel refused a system call of an
+    /// agent process (file mode bits on the mount, the sandbox's Landlock, seccomp or network
+    /// rules) — and adds it to the agent's denials file. `ev` is the complete denied record.
+    pub fn record_kernel_refusal(&self, ev: AuditEvent) {
+        if let Ok(agent) = AgentName::new(&ev.agent) {
+            let line = serde_json::json!({
+                "time": crate::seed::now_rfc3339(),
+                "operation": ev.operation,
+                "path": ev.path,
+                "target": ev.target,
+                "rule": ev.rule,
+                "reason": ev.reason,
+            });
+            self.append_denial(&agent, line.to_string());
+        }
+        if let Some(a) = self.gate.audit.get() {
+            a.record(ev);
         }
     }
 
@@ -589,6 +653,11 @@ impl ClawFs {
             "reason": denial.reason,
         })
         .to_string();
+        self.append_denial(agent, line);
+    }
+
+    /// Appends one JSON line to `agents/<agent>/denials`, keeping the last [`MAX_DENIALS`].
+    fn append_denial(&self, agent: &AgentName, line: String) {
         // The agent's directory is writable by the agent: reached by descriptor, with no
         // symlink followed, so a planted link never redirects this root write.
         let dir = Path::new("agents").join(agent.as_str());

@@ -15,12 +15,14 @@
 #define EV_EXEC 1
 #define EV_OPEN 2
 #define EV_CONNECT 3
+#define EV_REFUSED 4
+#define EV_SECCOMP 5
 
 #define CLAWFS_AF_UNIX 1
 #define CLAWFS_AF_INET 2
 #define CLAWFS_AF_INET6 10
 
-/* Layout mirrored by RawEvent in src/lib.rs (repr(C), 304 bytes). */
+/* Layout mirrored by RawEvent in src/lib.rs (repr(C), 344 bytes). */
 struct clawfs_event {
 	__u64 cgroup_id;   /* the watched cgroup (the process's own or an ancestor) */
 	__u32 pid;         /* tgid */
@@ -30,7 +32,14 @@ struct clawfs_event {
 	__u16 port;        /* connect: host byte order */
 	__u8 addr[16];     /* connect: IPv4 in the first 4 bytes, or IPv6 */
 	char path[CLAWFS_PATH_LEN]; /* exec filename, open path, connect AF_UNIX path */
-	__u32 _pad;
+	__u32 tid;         /* the calling thread */
+	__s32 nr;          /* refused, seccomp: the system call number */
+	__s32 err;         /* refused, seccomp: the errno returned (positive) */
+	__u32 base_dev;    /* refused, relative path: device of the directory it is relative to */
+	__u64 base_ino;    /* ... and its inode number (0: unknown) */
+	__u64 start_ns;    /* refused: when the call entered (bpf_ktime_get_ns) */
+	__u64 end_ns;      /* refused: when it returned */
+	__u64 _reserved;
 };
 
 #endif

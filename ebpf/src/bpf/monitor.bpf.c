@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
-/* ClawFS agent monitoring: exec, openat and connect of processes whose cgroup (or one of its
- * ancestors) is in WATCHED, reported to the EVENTS ring buffer. */
+/* ClawFS agent monitoring of processes whose cgroup (or one of its ancestors) is in WATCHED,
+ * reported to the EVENTS ring buffer: exec, openat and connect; path system calls and connects
+ * the kernel refused with EACCES or EPERM; and system calls refused by seccomp, seen as a
+ * sys_exit without its sys_enter (seccomp answers before the syscall tracepoint). */
 #include "common.h"
+#include <asm/unistd.h>
+#include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -21,28 +25,53 @@ struct {
 /* Deepest ancestor level looked at: agents run in clawfs/agent-NAME/run-PID. */
 #define MAX_LEVEL 12
 
+struct verdict {
+	__u64 watched; /* the watched cgroup, 0 if none */
+	__u32 agent;
+	__u32 _pad;
+};
+
+/* cgroup id -> watched_cgroup()'s answer: the system call tracepoints run for every process of
+ * the host, and most are not agents. Cleared by userspace whenever WATCHED changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct verdict);
+} CG_CACHE SEC(".maps");
+
 /* Finds the watched cgroup of the current task: its own cgroup, else the nearest watched ancestor.
  * Returns 0 if none is watched. */
 static __always_inline __u64 watched_cgroup(__u32 *agent)
 {
 	__u64 id = bpf_get_current_cgroup_id();
+	struct verdict *cached = bpf_map_lookup_elem(&CG_CACHE, &id);
+	if (cached) {
+		*agent = cached->agent;
+		return cached->watched;
+	}
+	struct verdict v = {};
 	__u32 *a = bpf_map_lookup_elem(&WATCHED, &id);
 	if (a) {
-		*agent = *a;
-		return id;
-	}
+		v.watched = id;
+		v.agent = *a;
+	} else {
 #pragma unroll
-	for (int level = MAX_LEVEL; level >= 1; level--) {
-		__u64 anc = bpf_get_current_ancestor_cgroup_id(level);
-		if (anc == 0 || anc == id)
-			continue;
-		a = bpf_map_lookup_elem(&WATCHED, &anc);
-		if (a) {
-			*agent = *a;
-			return anc;
+		for (int level = MAX_LEVEL; level >= 1; level--) {
+			__u64 anc = bpf_get_current_ancestor_cgroup_id(level);
+			if (anc == 0 || anc == id)
+				continue;
+			a = bpf_map_lookup_elem(&WATCHED, &anc);
+			if (a) {
+				v.watched = anc;
+				v.agent = *a;
+				break;
+			}
 		}
 	}
-	return 0;
+	bpf_map_update_elem(&CG_CACHE, &id, &v, BPF_ANY);
+	*agent = v.agent;
+	return v.watched;
 }
 
 static __always_inline struct clawfs_event *reserve(__u32 kind)
@@ -62,7 +91,14 @@ static __always_inline struct clawfs_event *reserve(__u32 kind)
 	e->port = 0;
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	e->path[0] = 0;
-	e->_pad = 0;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->nr = 0;
+	e->err = 0;
+	e->base_dev = 0;
+	e->base_ino = 0;
+	e->start_ns = 0;
+	e->end_ns = 0;
+	e->_reserved = 0;
 	return e;
 }
 
@@ -131,6 +167,32 @@ struct clawfs_sockaddr_in6 {
 	__u8 addr[16];
 };
 
+/* Fills the destination of a connect from the user's sockaddr; false if not inet or Unix. */
+static __always_inline int fill_sockaddr(struct clawfs_event *e, const void *uaddr)
+{
+	__u16 family = 0;
+	if (bpf_probe_read_user(&family, sizeof(family), uaddr))
+		return 0;
+	e->family = family;
+	if (family == CLAWFS_AF_INET) {
+		struct clawfs_sockaddr_in sin = {};
+		bpf_probe_read_user(&sin, sizeof(sin), uaddr);
+		e->port = bpf_ntohs(sin.port);
+		__builtin_memcpy(e->addr, sin.addr, 4);
+	} else if (family == CLAWFS_AF_INET6) {
+		struct clawfs_sockaddr_in6 sin6 = {};
+		bpf_probe_read_user(&sin6, sizeof(sin6), uaddr);
+		e->port = bpf_ntohs(sin6.port);
+		__builtin_memcpy(e->addr, sin6.addr, 16);
+	} else if (family == CLAWFS_AF_UNIX) {
+		/* sun_path follows the 2-byte family; may be abstract (leading NUL). */
+		bpf_probe_read_user_str(e->path, 108, (const char *)uaddr + 2);
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 SEC("tracepoint/syscalls/sys_enter_connect")
 int clawfs_connect(struct tp_sys_enter_connect *ctx)
 {
@@ -142,21 +204,267 @@ int clawfs_connect(struct tp_sys_enter_connect *ctx)
 	struct clawfs_event *e = reserve(EV_CONNECT);
 	if (!e)
 		return 0;
-	e->family = family;
-	if (family == CLAWFS_AF_INET) {
-		struct clawfs_sockaddr_in sin = {};
-		bpf_probe_read_user(&sin, sizeof(sin), ctx->uservaddr);
-		e->port = bpf_ntohs(sin.port);
-		__builtin_memcpy(e->addr, sin.addr, 4);
-	} else if (family == CLAWFS_AF_INET6) {
-		struct clawfs_sockaddr_in6 sin6 = {};
-		bpf_probe_read_user(&sin6, sizeof(sin6), ctx->uservaddr);
-		e->port = bpf_ntohs(sin6.port);
-		__builtin_memcpy(e->addr, sin6.addr, 16);
-	} else {
-		/* sun_path follows the 2-byte family; may be abstract (leading NUL). */
-		bpf_probe_read_user_str(e->path, 108, (const char *)ctx->uservaddr + 2);
-	}
+	fill_sockaddr(e, ctx->uservaddr);
 	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* ---- refusals ---------------------------------------------------------------------------- */
+
+/* Kernel types read with CO-RE: only the fields used, relocated against the running kernel's
+ * BTF when the object is loaded. */
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct inode *d_inode;
+} __attribute__((preserve_access_index));
+
+struct path {
+	void *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct fs_struct {
+	struct path pwd;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct path f_path;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct fs_struct *fs;
+	struct files_struct *files;
+} __attribute__((preserve_access_index));
+
+#define CLAWFS_AT_FDCWD -100
+#define CLAWFS_EACCES 13
+#define CLAWFS_EPERM 1
+#define NO_CALL -1
+
+/* What sys_enter saw of a watched thread's system call in progress. */
+struct inflight {
+	__u64 arg;      /* path syscalls: the path pointer; connect: the sockaddr pointer */
+	__u64 start_ns;
+	__s64 nr;       /* NO_CALL between a sys_exit and the next sys_enter */
+	__s32 dirfd;
+	__u32 _pad;
+};
+
+/* thread id -> its system call in progress. A thread's first sys_exit only creates its entry:
+ * what entered before the monitor saw the thread is not judged. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} INFLIGHT SEC(".maps");
+
+/* Which argument of system call `nr` is a path and which a directory descriptor it is relative
+ * to (-1: AT_FDCWD). Returns 0 for calls without a path. Queries (access, faccessat) are left
+ * out: they ask, they do not attempt. */
+static __always_inline int path_args(long nr, int *path, int *dirfd)
+{
+	*dirfd = -1;
+	switch (nr) {
+#ifdef __NR_open
+	case __NR_open:
+	case __NR_creat:
+	case __NR_mkdir:
+	case __NR_rmdir:
+	case __NR_unlink:
+	case __NR_rename:
+	case __NR_link:
+	case __NR_chmod:
+	case __NR_chown:
+	case __NR_lchown:
+	case __NR_mknod:
+	case __NR_stat:
+	case __NR_lstat:
+#endif
+	case __NR_truncate:
+	case __NR_execve:
+	case __NR_chdir:
+	case __NR_setxattr:
+	case __NR_lsetxattr:
+	case __NR_removexattr:
+	case __NR_lremovexattr:
+		*path = 0;
+		return 1;
+#ifdef __NR_symlink
+	case __NR_symlink:
+		*path = 1;
+		return 1;
+#endif
+	case __NR_openat:
+	case __NR_openat2:
+	case __NR_mkdirat:
+	case __NR_unlinkat:
+#ifdef __NR_renameat
+	case __NR_renameat:
+#endif
+	case __NR_renameat2:
+	case __NR_linkat:
+	case __NR_fchmodat:
+#ifdef __NR_fchmodat2
+	case __NR_fchmodat2:
+#endif
+	case __NR_fchownat:
+	case __NR_execveat:
+	case __NR_mknodat:
+#ifdef __NR_newfstatat
+	case __NR_newfstatat:
+#endif
+	case __NR_statx:
+	case __NR_utimensat:
+		*dirfd = 0;
+		*path = 1;
+		return 1;
+	case __NR_symlinkat:
+		*dirfd = 1;
+		*path = 2;
+		return 1;
+	}
+	return 0;
+}
+
+struct tp_raw_sys_enter {
+	__u64 common;
+	__s64 id;
+	__u64 args[6];
+};
+
+struct tp_raw_sys_exit {
+	__u64 common;
+	__s64 id;
+	__s64 ret;
+};
+
+/* Argument i (0..2) of the call. The three are loaded first: the verifier accepts only constant
+ * offsets into the context, which a switch over ctx->args[i] would be compiled out of. */
+static __always_inline __u64 arg_of(const __u64 args[3], int i)
+{
+	return i == 0 ? args[0] : i == 1 ? args[1] : i == 2 ? args[2] : 0;
+}
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int clawfs_sys_enter(struct tp_raw_sys_enter *ctx)
+{
+	__u32 agent = 0;
+	if (!watched_cgroup(&agent))
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight f = {};
+	f.nr = ctx->id;
+	f.start_ns = bpf_ktime_get_ns();
+	f.dirfd = CLAWFS_AT_FDCWD;
+	int path = -1, dirfd = -1;
+	__u64 args[3];
+	args[0] = ctx->args[0];
+	args[1] = ctx->args[1];
+	args[2] = ctx->args[2];
+	if (ctx->id == __NR_connect) {
+		f.arg = args[1];
+	} else if (path_args(ctx->id, &path, &dirfd)) {
+		f.arg = arg_of(args, path);
+		if (dirfd >= 0)
+			f.dirfd = (__s32)arg_of(args, dirfd);
+	}
+	bpf_map_update_elem(&INFLIGHT, &tid, &f, BPF_ANY);
+	return 0;
+}
+
+/* The device and inode of the directory a relative path of the current task is resolved from:
+ * its working directory, or the directory open as `dirfd`. */
+static __always_inline void fill_base(struct clawfs_event *e, __s32 dirfd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct inode *inode = 0;
+	if (dirfd == CLAWFS_AT_FDCWD) {
+		inode = BPF_CORE_READ(task, fs, pwd.dentry, d_inode);
+	} else if (dirfd >= 0) {
+		struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+		unsigned int max = BPF_CORE_READ(fdt, max_fds);
+		if ((unsigned int)dirfd >= max)
+			return;
+		struct file **fds = BPF_CORE_READ(fdt, fd);
+		struct file *file = 0;
+		if (bpf_probe_read_kernel(&file, sizeof(file), &fds[dirfd]) || !file)
+			return;
+		inode = BPF_CORE_READ(file, f_path.dentry, d_inode);
+	}
+	if (!inode)
+		return;
+	e->base_ino = BPF_CORE_READ(inode, i_ino);
+	e->base_dev = BPF_CORE_READ(inode, i_sb, s_dev);
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
+{
+	__u32 agent = 0;
+	if (!watched_cgroup(&agent))
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *f = bpf_map_lookup_elem(&INFLIGHT, &tid);
+	if (!f) {
+		struct inflight first = {};
+		first.nr = NO_CALL;
+		bpf_map_update_elem(&INFLIGHT, &tid, &first, BPF_ANY);
+		return 0;
+	}
+	__s64 ret = ctx->ret;
+	if (f->nr == NO_CALL) {
+		/* No sys_enter: seccomp refused the call before it ran. */
+		if (ret < 0 && ret > -4096) {
+			struct clawfs_event *e = reserve(EV_SECCOMP);
+			if (e) {
+				e->nr = (__s32)ctx->id;
+				e->err = (__s32)-ret;
+				bpf_ringbuf_submit(e, 0);
+			}
+		}
+		return 0;
+	}
+	if ((ret == -CLAWFS_EACCES || ret == -CLAWFS_EPERM) && f->nr == ctx->id && f->arg) {
+		int path = -1, dirfd = -1;
+		int is_connect = ctx->id == __NR_connect;
+		if (is_connect || path_args(ctx->id, &path, &dirfd)) {
+			struct clawfs_event *e = reserve(EV_REFUSED);
+			if (e) {
+				e->nr = (__s32)ctx->id;
+				e->err = (__s32)-ret;
+				e->start_ns = f->start_ns;
+				e->end_ns = bpf_ktime_get_ns();
+				if (is_connect) {
+					fill_sockaddr(e, (const void *)f->arg);
+				} else {
+					long n = bpf_probe_read_user_str(e->path, sizeof(e->path),
+									 (const char *)f->arg);
+					if (n > 0 && e->path[0] != '/')
+						fill_base(e, f->dirfd);
+				}
+				bpf_ringbuf_submit(e, 0);
+			}
+		}
+	}
+	f->nr = NO_CALL;
+	f->arg = 0;
 	return 0;
 }
