@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the agent sandbox costs, in one run on one journaled ext4 image: the start-up of
-# `clawfs run --agent fs-engine -- true` (p50/p99 over N runs) without and with --sandbox
-# (Landlock + seccomp; cgroups in both), and two build-like workloads in the default workspace
+# `clawfs run --agent fs-engine -- true` (p50/p99 over N runs) with --no-sandbox and with the
+# default sandbox (Landlock + seccomp + eBPF network policy; cgroups in both), and two build-like workloads in the default workspace
 # through the mount, without and with it: a `make -j2` of a small C project and a shell loop
 # touching 10,000 files. Rounds alternate; medians and ratios are printed.
 #   bash bench/sandbox.sh [--clawfs-bin PATH] [--runs N] [--rounds R] [--workdir DIR]
@@ -55,14 +55,14 @@ touch_secs() {
   run "$@" -- sh -c "rm -rf $WS/t && mkdir $WS/t && cd $WS/t && s=\$(date +%s%N) && i=0 && while [ \$i -lt 10000 ]; do : > f\$i; i=\$((i+1)); done && e=\$(date +%s%N) && echo \"scale=3; (\$e - \$s)/1000000000\" | bc"
 }
 
-plain=$(startup); sandboxed=$(startup --sandbox)
+plain=$(startup --no-sandbox); sandboxed=$(startup)
 declare -A B T
 for r in $(seq "$ROUNDS"); do
-  B[plain]+="$(build_secs) "; B[sandbox]+="$(build_secs --sandbox) "
-  T[plain]+="$(touch_secs) "; T[sandbox]+="$(touch_secs --sandbox) "
+  B[plain]+="$(build_secs --no-sandbox) "; B[sandbox]+="$(build_secs) "
+  T[plain]+="$(touch_secs --no-sandbox) "; T[sandbox]+="$(touch_secs) "
 done
 med() { echo "$1" | tr ' ' '\n' | grep . | median; }
-echo "| measure | without --sandbox | with --sandbox | ratio |"
+echo "| measure | --no-sandbox | sandboxed (default) | ratio |"
 echo "|---|---|---|---|"
 p50a=$(echo "$plain" | pct 50); p50b=$(echo "$sandboxed" | pct 50)
 p99a=$(echo "$plain" | pct 99); p99b=$(echo "$sandboxed" | pct 99)

@@ -12,7 +12,8 @@ pub struct Caller {
     pub uid: u32,
     /// Effective (fs) gid of the calling thread.
     pub gid: u32,
-    /// Thread-group id of the caller; 0 for requests the kernel makes on its own.
+    /// Id of the calling thread (FUSE reports the thread, not its thread group); 0 for requests
+    /// the kernel makes on its own.
     pub pid: u32,
 }
 

@@ -424,7 +424,8 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
         RefusedObject::Unix { .. } => None,
         RefusedObject::Path { path, base } => {
             let ns = in_mount(shared, path, *base)?;
-            if shared.fs.answered_refusal(&[ev.pid, ev.tid], r.span_ns) {
+            // The kernel names the calling thread in a FUSE request.
+            if shared.fs.answered_refusal(ev.tid, r.span_ns) {
                 return None;
             }
             let reason = format!(

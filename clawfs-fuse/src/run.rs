@@ -57,13 +57,19 @@ pub struct RunArgs {
     /// name from /etc/passwd. Default: the agent's own unprivileged uid.
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
-    /// Where ClawFS is mounted (for --workspace and --sandbox).
+    /// Where ClawFS is mounted (for --workspace and the sandbox).
     #[arg(long, value_name = "DIR", default_value = "/clawfs")]
     pub mount: PathBuf,
-    /// Put the command in the kernel sandbox: Landlock (its part of the mount, a private
-    /// temporary directory that is also its HOME, the system files programs need; never the
-    /// store) and seccomp (the store's system/seccomp/whitelist.json). See `clawfs sandbox check`.
+    /// Run outside the kernel sandbox (cgroup quotas still apply). By default every run is
+    /// sandboxed: Landlock (its part of the mount, a private temporary directory that is also its
+    /// HOME, the system files programs need; never the store), seccomp (the store's
+    /// system/seccomp/whitelist.json), the eBPF network policy, and AppArmor where the host has
+    /// it. Refused when the policy's [agents.NAME.sandbox] require names a layer. See `clawfs
+    /// sandbox check`.
     #[arg(long)]
+    pub no_sandbox: bool,
+    /// The default, kept for scripts that ask for it explicitly.
+    #[arg(long, hide = true, conflicts_with = "no_sandbox")]
     pub sandbox: bool,
     #[command(flatten)]
     pub store: StoreArg,
@@ -99,7 +105,8 @@ pub struct RunSpec {
     pub env: Vec<(OsString, OsString)>,
     /// cgroup interface files to write in the agent's group (`memory.max` → `1073741824`, …).
     pub limits: BTreeMap<String, String>,
-    /// The kernel sandbox to apply (`--sandbox`): the store and the mount it is built for.
+    /// The kernel sandbox to apply (`None`: `--no-sandbox`): the store and the mount it is built
+    /// for.
     pub sandbox: Option<(PathBuf, PathBuf)>,
 }
 
@@ -150,6 +157,11 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
                 clawfs_core::fs::POLICY_FILE
             ))
         })?;
+    if args.no_sandbox && !spec_in_policy.sandbox.require.is_empty() {
+        return Err(fail(format!(
+            "--no-sandbox refused: the policy requires sandbox layers for agent {agent} ([agents.{agent}.sandbox] require)"
+        )));
+    }
     let (uid, gid) = match (&args.user, spec_in_policy.run_as()) {
         (Some(u), _) => {
             let ids = parse_user(u).map_err(|e| fail(format!("--user {u}: {e}")))?;
@@ -171,6 +183,16 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
     .into_iter()
     .flatten()
     .collect();
+    if !args.no_sandbox {
+        let own = args.mount.join(Area::Agents.dir_name()).join(&agent);
+        if !own.is_dir() {
+            return Err(fail(format!(
+                "{} is not there: is ClawFS mounted at {}? (--mount DIR) The sandbox is built around the mount; --no-sandbox runs outside it",
+                own.display(),
+                args.mount.display()
+            )));
+        }
+    }
     let cwd = match &args.workspace {
         None => None,
         Some(ws) => {
@@ -205,9 +227,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         cwd,
         command: args.command.clone(),
         env: Vec::new(),
-        sandbox: args
-            .sandbox
-            .then(|| (store.root().to_path_buf(), args.mount.clone())),
+        sandbox: (!args.no_sandbox).then(|| (store.root().to_path_buf(), args.mount.clone())),
     })
 }
 
@@ -565,6 +585,11 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
                 return Err(io::Error::last_os_error());
             }
+        }
+        // 1b. AppArmor, where the host has it: the agent's profile from its exec on (written
+        //     while still root, before Landlock closes /proc/self/attr).
+        if let Some(onexec) = layers.as_ref().and_then(|l| l.apparmor.as_ref()) {
+            onexec.apply()?;
         }
         // 2. Drop privileges: the ClawFS groups only, then gid, then uid (all capabilities go).
         // SAFETY: plain syscalls with valid arguments; the list outlives the call.

@@ -1,8 +1,9 @@
-//! The kernel sandbox `clawfs run --sandbox` puts around an agent process, prepared before fork
-//! and applied in the child after it has dropped to the agent's uid: Landlock (the agent's part
-//! of the mount, a private temporary directory and the system files programs need; never the
-//! store) and seccomp (the store's `system/seccomp/whitelist.json`, loaded last). cgroup quotas
-//! apply to every run, sandboxed or not.
+//! The kernel sandbox `clawfs run` puts around an agent process (unless `--no-sandbox`), prepared
+//! before the clone and applied in the child: AppArmor where the host has it (the agent's
+//! profile from its exec on), then, after it has dropped to the agent's uid, Landlock (the
+//! agent's part of the mount, a private temporary directory and the system files programs need;
+//! never the store) and seccomp (the store's `system/seccomp/whitelist.json`, loaded last); the
+//! eBPF network policy on its cgroup. cgroup quotas apply to every run, sandboxed or not.
 //!
 //! The agent's `[agents.NAME.sandbox]` policy section adds to this: `read` paths (read-only),
 //! `network` (Landlock's TCP connect rule, by port) and `require` (layers without which the run
@@ -28,6 +29,9 @@ pub struct Layers {
     /// The TCP ports the policy allows (`None`: unrestricted), also enforced at the cgroup level
     /// by [`attach_network`].
     pub tcp_connect: Option<Vec<u16>>,
+    /// The agent's AppArmor profile, loaded, to enter at exec (`None`: AppArmor is not active
+    /// here, which `clawfs sandbox check` reports).
+    pub apparmor: Option<clawfs_apparmor::OnExec>,
 }
 
 /// Attaches the eBPF connect4/connect6 policy allowing `ports` (none when empty) to the run's
@@ -107,6 +111,14 @@ pub enum SandboxError {
         /// Why it cannot be enforced.
         why: String,
     },
+    /// The agent's AppArmor profile could not be rendered or loaded.
+    #[error("AppArmor profile of agent {agent}: {why}")]
+    AppArmor {
+        /// The agent.
+        agent: String,
+        /// What failed.
+        why: String,
+    },
     /// A `read` path of the policy may not be granted.
     #[error("[agents.{agent}.sandbox] read: {path}: {why}")]
     ReadPath {
@@ -182,6 +194,13 @@ pub fn prepare(
         }
     }
     rules.deny.push(store.root().to_path_buf());
+    let apparmor = apparmor_layer(&apparmor_inputs(
+        store.root(),
+        agent,
+        mount,
+        &rules,
+        tmp.path(),
+    ))?;
     let landlock = Ruleset::build(&rules)?;
     let whitelist_error =
         |source: Box<dyn std::error::Error + Send + Sync>| SandboxError::Whitelist {
@@ -200,7 +219,60 @@ pub fn prepare(
         seccomp,
         tmp,
         tcp_connect: rules.tcp_connect.clone(),
+        apparmor,
     })
+}
+
+/// The AppArmor profile inputs of a run: the same paths as its Landlock rules.
+pub fn apparmor_inputs(
+    store: &Path,
+    agent: &str,
+    mount: &Path,
+    rules: &Sandbox,
+    tmp: &Path,
+) -> clawfs_apparmor::ProfileInputs {
+    let own_dir = mount.join(Area::Agents.dir_name()).join(agent);
+    clawfs_apparmor::ProfileInputs {
+        agent: agent.to_string(),
+        mount: mount.to_path_buf(),
+        read_write: rules
+            .read_write
+            .iter()
+            .filter(|p| p.starts_with(mount) && **p != own_dir)
+            .cloned()
+            .collect(),
+        own_dir,
+        read_only: rules
+            .read
+            .iter()
+            .filter(|p| *p != mount && !Sandbox::agent_defaults().read.contains(p))
+            .cloned()
+            .collect(),
+        store: store.to_path_buf(),
+        tmp: tmp.to_path_buf(),
+        network: match &rules.tcp_connect {
+            Some(ports) if ports.is_empty() => clawfs_apparmor::Network::Deny,
+            _ => clawfs_apparmor::Network::Allow,
+        },
+    }
+}
+
+/// Renders and loads the agent's profile where AppArmor is active; `None` elsewhere.
+fn apparmor_layer(
+    inputs: &clawfs_apparmor::ProfileInputs,
+) -> Result<Option<clawfs_apparmor::OnExec>, SandboxError> {
+    if !clawfs_apparmor::availability().usable() {
+        return Ok(None);
+    }
+    let refuse = |why: String| SandboxError::AppArmor {
+        agent: inputs.agent.clone(),
+        why,
+    };
+    let profile = clawfs_apparmor::render(inputs).map_err(|e| refuse(e.to_string()))?;
+    clawfs_apparmor::load(&profile).map_err(|e| refuse(e.to_string()))?;
+    clawfs_apparmor::OnExec::new(&inputs.agent)
+        .map(Some)
+        .map_err(|e| refuse(e.to_string()))
 }
 
 /// Refuses a policy `read` path that is the store, inside it or above it (the policy parser
@@ -256,7 +328,10 @@ fn check_required(
                 (!a.usable()).then(|| a.to_string())
             }
             Layer::Cgroup => cgroup_in_force(store, agent).err(),
-            Layer::Apparmor => Some(apparmor_status()),
+            Layer::Apparmor => {
+                let a = clawfs_apparmor::availability();
+                (!a.usable()).then(|| a.to_string())
+            }
         };
         if let Some(why) = missing {
             return Err(SandboxError::Required {
@@ -313,17 +388,6 @@ fn cgroup_in_force(store: &Store, agent: &str) -> Result<(), String> {
     ))
 }
 
-/// Why the AppArmor layer is not available: `clawfs run` does not apply an AppArmor profile yet,
-/// whatever the host supports.
-fn apparmor_status() -> String {
-    let host = match std::fs::read_to_string("/sys/module/apparmor/parameters/enabled") {
-        Ok(s) if s.trim() == "Y" => "AppArmor is enabled on this host",
-        Ok(_) => "AppArmor is disabled on this host",
-        Err(_) => "this kernel has no AppArmor",
-    };
-    format!("{host}, and clawfs run does not apply an AppArmor profile to agents yet")
-}
-
 /// The workspaces of the store.
 fn workspaces(store: &Store) -> Vec<String> {
     std::fs::read_dir(store.root().join(Area::Workspaces.dir_name()))
@@ -346,4 +410,46 @@ fn private_tmp(agent: &str, uid: u32, gid: u32) -> std::io::Result<TempDir> {
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profile_of_a_run_has_its_landlock_paths_and_passes_apparmor_parser() {
+        let mount = Path::new("/clawfs");
+        let mut rules = Sandbox::agent_defaults();
+        rules.read.push(PathBuf::from("/opt/data"));
+        rules.read.push(mount.to_path_buf());
+        for p in ["agents/a", "workspaces/default", "tools/call"] {
+            rules.read_write.push(mount.join(p));
+        }
+        rules.read_write.push(PathBuf::from("/tmp/clawfs-a-0011"));
+        rules.tcp_connect = Some(Vec::new());
+        let inputs = apparmor_inputs(
+            Path::new("/var/lib/clawfs"),
+            "a",
+            mount,
+            &rules,
+            Path::new("/tmp/clawfs-a-0011"),
+        );
+        assert_eq!(inputs.own_dir, mount.join("agents/a"));
+        assert_eq!(
+            inputs.read_write,
+            [mount.join("workspaces/default"), mount.join("tools/call")]
+        );
+        assert_eq!(inputs.read_only, [PathBuf::from("/opt/data")]);
+        assert_eq!(inputs.network, clawfs_apparmor::Network::Deny);
+        let profile = clawfs_apparmor::render(&inputs).unwrap();
+        assert!(profile.contains("/var/lib/clawfs"), "{profile}");
+        if !clawfs_apparmor::availability().can_check() {
+            println!(
+                "apparmor_parser -Q not run: {}",
+                clawfs_apparmor::availability()
+            );
+            return;
+        }
+        clawfs_apparmor::check(&profile).unwrap();
+    }
 }

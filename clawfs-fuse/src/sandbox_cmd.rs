@@ -73,11 +73,9 @@ fn apparmor() -> Layer {
     let a = clawfs_apparmor::availability();
     Layer {
         name: "apparmor",
-        // Profiles can be rendered, checked and loaded (clawfs-apparmor), but `clawfs run` does
-        // not apply them yet: not available until it does, even where AppArmor is active.
-        available: false,
+        available: a.usable(),
         detail: if a.usable() {
-            format!("{a}; per-agent profiles are not applied by `clawfs run` yet")
+            format!("{a}; each sandboxed run loads its agent's profile clawfs-agent-NAME and enters it at exec")
         } else {
             a.to_string()
         },
@@ -89,10 +87,10 @@ fn ebpf() -> Layer {
     let detail = a.to_string().replace('\n', "; ");
     Layer {
         name: "ebpf",
-        available: false,
-        detail: format!(
-            "{detail}; the programs are built and probed, but not applied by clawfs run yet"
-        ),
+        // The monitor (the daemon's audit of agent activity and refusals) and the network
+        // policy (attached to each sandboxed run) are what ClawFS applies; the LSM is extra.
+        available: a.monitor.is_available() && a.network_policy.is_available(),
+        detail,
     }
 }
 

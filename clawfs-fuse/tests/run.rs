@@ -91,11 +91,13 @@ impl Fixture {
     }
 
     /// `clawfs run --store S --agent AGENT EXTRA… -- sh -c SCRIPT`.
+    /// A run of the store, which is not mounted here: the cgroup layer alone (`--no-sandbox`;
+    /// the sandbox is built around a mount and tested through one in tests/adversarial).
     fn cmd(&self, agent: &str, extra: &[&str], script: &str) -> Command {
         let mut c = clawfs_run();
         c.arg("--store")
             .arg(&self.store)
-            .args(["--agent", agent])
+            .args(["--agent", agent, "--no-sandbox"])
             .args(extra)
             .args(["--", "sh", "-c", script])
             .current_dir("/");
@@ -218,7 +220,8 @@ fn spawn_piped(mut c: Command) -> (Child, BufReader<std::process::ChildStdout>) 
 
 fn read_line(r: &mut impl BufRead) -> String {
     let mut l = String::new();
-    r.read_line(&mut l).unwrap();
+    let n = r.read_line(&mut l).unwrap();
+    assert!(n > 0, "the run's output ended early");
     l.trim_end().to_string()
 }
 

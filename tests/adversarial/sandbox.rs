@@ -1,4 +1,4 @@
-//! An agent run with `clawfs run --sandbox` tries to reach the host around the mount, and to
+//! An agent run with `clawfs run` (sandboxed, the default) tries to reach the host around the mount, and to
 //! use the kernel interfaces an escape starts with.
 
 use std::fs;
@@ -8,12 +8,7 @@ use crate::common::Mounted;
 use crate::support::{audit_until, denials, run_agent_with, text};
 
 fn sandboxed(m: &Mounted, script: &str) -> String {
-    text(&run_agent_with(
-        m,
-        "fs-engine",
-        &["--sandbox"],
-        &["sh", "-c", script],
-    ))
+    text(&run_agent_with(m, "fs-engine", &[], &["sh", "-c", script]))
 }
 
 #[test]
@@ -185,7 +180,7 @@ fn a_sandboxed_agent_gets_no_caller_secrets_and_can_call_tools() {
             "--mount",
             m.mnt.to_str().unwrap(),
         ])
-        .args(["--agent", "fs-engine", "--sandbox", "--", "sh", "-c"])
+        .args(["--agent", "fs-engine", "--", "sh", "-c"])
         .arg(format!(
             "env; exec 3<>{}/tools/call/list_allowed && printf '{{}}' >&3 && cat <&3",
             m.mnt.display()

@@ -24,7 +24,7 @@ for port in sys.argv[1:]:
 
 fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
     let (p1, p2) = (ports[0].to_string(), ports[1].to_string());
-    let options: &[&str] = if sandbox { &["--sandbox"] } else { &[] };
+    let options: &[&str] = if sandbox { &[] } else { &["--no-sandbox"] };
     run_agent_with(
         m,
         "fs-engine",
@@ -121,7 +121,7 @@ fn a_required_layer_the_host_lacks_stops_the_sandboxed_run() {
     );
     let marker = m.dir.path().join("ran");
     let script = format!("touch {}", marker.display());
-    let out = run_agent_with(&m, "fs-engine", &["--sandbox"], &["sh", "-c", &script]);
+    let out = run_agent_with(&m, "fs-engine", &[], &["sh", "-c", &script]);
     let shown = text(&out);
     assert!(!out.status.success(), "{shown}");
     assert!(!marker.exists(), "the command ran: {shown}");
@@ -137,12 +137,7 @@ fn required_layers_this_host_has_let_the_run_start() {
         "fs-engine",
         "sandbox = { require = [\"landlock\", \"seccomp\", \"cgroup\"] }",
     );
-    let out = run_agent_with(
-        &m,
-        "fs-engine",
-        &["--sandbox"],
-        &["sh", "-c", "echo started"],
-    );
+    let out = run_agent_with(&m, "fs-engine", &[], &["sh", "-c", "echo started"]);
     let shown = text(&out);
     assert!(out.status.success() && shown.contains("started"), "{shown}");
 }

@@ -16,8 +16,8 @@ pub fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
-/// `clawfs run --agent AGENT [OPTIONS…] -- CMD…` against the mount (options such as
-/// `--sandbox` or `--user UID`).
+/// `clawfs run --agent AGENT [OPTIONS…] -- CMD…` against the mount, sandboxed unless the options
+/// say `--no-sandbox` (options such as `--user UID`).
 pub fn run_agent_with(m: &Mounted, agent: &str, options: &[&str], cmd: &[&str]) -> Output {
     let mut args = vec![
         "run",
@@ -34,9 +34,10 @@ pub fn run_agent_with(m: &Mounted, agent: &str, options: &[&str], cmd: &[&str]) 
     clawfs(args)
 }
 
-/// `clawfs run --agent AGENT --user USER -- CMD…` against the mount.
+/// `clawfs run --agent AGENT --user USER --no-sandbox -- CMD…` against the mount: what the
+/// daemon enforces on its own.
 pub fn run_as_user(m: &Mounted, agent: &str, user: &str, cmd: &[&str]) -> Output {
-    run_agent_with(m, agent, &["--user", user], cmd)
+    run_agent_with(m, agent, &["--no-sandbox", "--user", user], cmd)
 }
 
 /// Applies `edit` to the store's policy and reloads it in the daemon.

@@ -184,16 +184,16 @@ impl ClawFs {
         }
     }
 
-    /// Whether this daemon answered one of `pids` with EACCES or EPERM (and recorded it) between
-    /// `from_ns` and `to_ns` ([`monotonic_ns`]): a refusal the kernel reports for a call of
-    /// that time is then this daemon's, already on record.
-    pub fn answered_refusal(&self, pids: &[u32], (from_ns, to_ns): (u64, u64)) -> bool {
+    /// Whether this daemon answered the request of thread `tid` with EACCES or EPERM (and
+    /// recorded it) between `from_ns` and `to_ns` ([`monotonic_ns`]): a refusal the kernel
+    /// reports for that thread's call of that time is then this daemon's, already on record.
+    pub fn answered_refusal(&self, tid: u32, (from_ns, to_ns): (u64, u64)) -> bool {
         self.gate
             .refusals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .any(|(pid, at)| pids.contains(pid) && (from_ns..=to_ns).contains(at))
+            .any(|&(pid, at)| pid == tid && (from_ns..=to_ns).contains(&at))
     }
 
     /// The namespace path of inode `ino` (as the kernel knows it: `st_ino` through the mount),

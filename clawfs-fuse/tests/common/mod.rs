@@ -164,15 +164,24 @@ impl Mounted {
             })
     }
 
-    /// `clawfs run --agent AGENT -- sh -c SCRIPT` against this mount.
+    /// `clawfs run --agent AGENT --no-sandbox -- sh -c SCRIPT` against this mount: what the
+    /// daemon enforces on its own, with no kernel sandbox in front of it.
     pub fn run_agent(&self, agent: &str, script: &str) -> Output {
+        self.run_agent_as(agent, &["--no-sandbox"], script)
+    }
+
+    /// `clawfs run --agent AGENT OPTIONS… -- sh -c SCRIPT` against the mount (sandboxed unless
+    /// the options say `--no-sandbox`).
+    pub fn run_agent_as(&self, agent: &str, options: &[&str], script: &str) -> Output {
         Command::new(clawfs_bin())
             .arg("run")
             .arg("--store")
             .arg(&self.store)
             .arg("--mount")
             .arg(&self.mnt)
-            .args(["--agent", agent, "--", "sh", "-c", script])
+            .args(["--agent", agent])
+            .args(options)
+            .args(["--", "sh", "-c", script])
             .current_dir("/")
             .output()
             .expect("run clawfs run")
