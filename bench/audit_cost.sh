@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The cost of the audit trail on small-file create (issue 3: under 15%), measured A/B: rounds
-# alternate a mount with the trail and one with `--no-audit`, on the same journaled ext4 image,
-# each creating N files of 4 KiB in one process; prints each round and the medians.
+# The cost of the audit trail on small-file create (target: under 15%; docs/benchmarks.md,
+# "Audit cost"), measured A/B: rounds alternate a mount with the trail and one with `--no-audit`,
+# on the same journaled ext4 image, each creating N files of 4 KiB in one process; prints each
+# round and the medians.
 #   bash bench/audit_cost.sh [--clawfs-bin PATH] [--rounds R] [--files N] [--workdir DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,4 +1,4 @@
-//! The agent tool set end to end through a real mount (issue 5): every tool's success and
+//! The agent tool set end to end through a real mount (docs/tools.md): every tool's success and
 //! failure path in both interfaces (`tools/call/<tool>` and `tools/requests` → `responses`),
 //! concurrent `apply_patch` on one base, a patch that does not apply, path escapes of every kind,
 //! and trash → restore.

@@ -1,6 +1,6 @@
-//! `vaultctl` and `vaultctl-ssh` (tools/vaultctl) against a real mount: seed 000's "edit note"
-//! loop end to end, its exit codes, and the forced-command wrapper's refusals. The binaries are
-//! found next to `clawfs` in the target directory, built first if missing.
+//! `vaultctl` and `vaultctl-ssh` (tools/vaultctl) against a real mount: the "edit note" loop of
+//! docs/vaultctl.md end to end, its exit codes, and the forced-command wrapper's refusals. The
+//! binaries are found next to `clawfs` in the target directory, built first if missing.
 
 mod common;
 
@@ -64,7 +64,8 @@ fn vaultctl(m: &Mounted, args: &[&str], stdin: &str) -> Run {
     run(&mut cmd, stdin)
 }
 
-/// A long note (over seed 000's 400-line threshold) in the workspace `notes`.
+/// A long note (over the 400 lines after which docs/vaultctl.md's edit-note loop navigates first)
+/// in the workspace `notes`.
 fn long_note() -> String {
     let mut s = String::from("# Project Plan\n\nOverview text.\n");
     for section in 1..=5 {

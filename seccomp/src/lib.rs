@@ -1,4 +1,4 @@
-//! The seccomp-BPF filter of ClawFS agent processes (P1.2).
+//! The seccomp-BPF filter of ClawFS agent processes (docs/sandbox.md).
 //!
 //! ```no_run
 //! use std::os::unix::process::CommandExt;

@@ -9,7 +9,7 @@
 //!
 //! Admins and ordinary users keep plain POSIX semantics (the backing filesystem applies the mode
 //! bits); the policy only tightens what ordinary users get through [`UsersMode`]. Agents get POSIX
-//! *and* the rules below (ARCHITECTURE.md §4).
+//! *and* the rules below (docs/architecture.md §4).
 
 mod decide;
 mod parse;
@@ -116,7 +116,7 @@ impl std::borrow::Borrow<str> for AgentName {
     }
 }
 
-/// Who is calling, as far as the policy cares (ARCHITECTURE.md §4). The daemon decides it per
+/// Who is calling, as far as the policy cares (docs/architecture.md §4). The daemon decides it per
 /// request: cgroup → agent first, then [`Policy::identity_for_uid`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Identity {
@@ -423,7 +423,7 @@ pub enum Layer {
     Seccomp,
     /// cgroup limits (the agent's quotas in force).
     Cgroup,
-    /// AppArmor. ClawFS does not use it yet, so requiring it always refuses the run.
+    /// AppArmor: the agent's profile, entered at exec where AppArmor is active (docs/sandbox.md).
     Apparmor,
 }
 
@@ -542,7 +542,7 @@ impl Policy {
         Policy::parse(DEFAULT_POLICY_TOML).expect("the shipped default policy is valid")
     }
 
-    /// Identity rules 2 and 3 of ARCHITECTURE.md §4 for a caller not in an agent cgroup: a uid
+    /// Identity rules 2 to 4 of docs/architecture.md §4 for a caller not in an agent cgroup: a uid
     /// the policy maps to an agent (in `[uids]` or as an agent's own `uid`) is that agent; else
     /// root, `store_owner_uid` and the `admins` are [`Identity::Admin`]; anyone else is an
     /// ordinary user.

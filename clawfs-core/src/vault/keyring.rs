@@ -32,7 +32,7 @@ const RING_PERMS: u32 = 0x3f3f_0000;
 /// Possessor: everything. Owner uid: view, read, write, search, setattr (no link).
 const KEY_PERMS: u32 = 0x3f2f_0000;
 
-/// Description of the unlocked master key (ARCHITECTURE §7, P1.4 §3.2 Level 2).
+/// Description of the unlocked master key (docs/architecture.md §7, P1.4 §3.2 Level 2).
 pub const MASTER: &str = "clawos-master";
 /// Description of the new master key while a rotation switches secrets over.
 pub const MASTER_NEXT: &str = "clawos-master-next";

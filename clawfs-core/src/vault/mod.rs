@@ -1,6 +1,6 @@
-//! The vault (ARCHITECTURE §7, P1.4 §3): secrets encrypted under per-secret keys derived from a
-//! 256-bit master key, which is sealed in `vault/master-key.enc` by a TPM, a passphrase or a host
-//! key, and held in the kernel keyring while unlocked.
+//! The vault (docs/architecture.md §7, P1.4 §3): secrets encrypted under per-secret keys derived
+//! from a 256-bit master key, which is sealed in `vault/master-key.enc` by a TPM, a passphrase or a
+//! host key, and held in the kernel keyring while unlocked.
 //!
 //! Files under `<store>/vault/`:
 //! ```text

@@ -1,4 +1,4 @@
-//! The vaultctl command line (seed 000, R8) and how each subcommand maps onto a tool request.
+//! The vaultctl command line (docs/vaultctl.md) and how each subcommand maps onto a tool request.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -31,7 +31,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands: seed 000's command surface.
+/// The subcommands (docs/vaultctl.md, "Usage").
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Find a note by path or by title (file name); prints resolved_path for the other commands.

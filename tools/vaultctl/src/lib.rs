@@ -1,7 +1,7 @@
-//! vaultctl (tools layer, a client of the mount): seed 000's vault commands — `resolve`, `info`,
-//! `outline`, `search`, `read-range`, `head`, `tail`, `apply-patch`, `edit-exact` — each one call
-//! of a ClawFS agent tool through `<mount>/tools/call/<tool>`, and the checks of `vaultctl-ssh`,
-//! its SSH forced-command wrapper.
+//! vaultctl (tools layer, a client of the mount; docs/vaultctl.md): note commands — `resolve`,
+//! `info`, `outline`, `search`, `read-range`, `head`, `tail`, `apply-patch`, `edit-exact` — each
+//! one call of a ClawFS agent tool through `<mount>/tools/call/<tool>`, and the checks of
+//! `vaultctl-ssh`, its SSH forced-command wrapper.
 //!
 //! vaultctl has no private channel to the daemon: it opens the tool file, writes the JSON request
 //! and reads the JSON response on the same descriptor, exactly as a shell or an agent would, so it

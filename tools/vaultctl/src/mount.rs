@@ -1,5 +1,5 @@
 //! One tool call through the mount: open `<mount>/tools/call/<tool>` read-write, write the JSON
-//! request, read the JSON response on the same descriptor (ARCHITECTURE.md §5).
+//! request, read the JSON response on the same descriptor (docs/architecture.md §6).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};

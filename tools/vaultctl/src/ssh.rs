@@ -1,4 +1,4 @@
-//! `vaultctl-ssh`: the SSH forced-command wrapper (seed 000, "Forced-Command Restriction").
+//! `vaultctl-ssh`: the SSH forced-command wrapper (docs/vaultctl.md, "Over SSH").
 //!
 //! sshd runs it instead of whatever the client asked for, with the client's command line in
 //! `$SSH_ORIGINAL_COMMAND`. It accepts only `vaultctl <allowed subcommand> <args>`, split with
