@@ -4,9 +4,41 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-/// ClawFS: a filesystem for AI agents.
+/// What `clawfs --help` says first: what ClawFS is, for a user.
+const ABOUT: &str = "ClawFS: a filesystem for AI agents";
+const LONG_ABOUT: &str = "\
+ClawFS: a filesystem for AI agents.
+
+ClawFS serves a directory tree at a mount point (/clawfs by default) that people use with ls,
+cat and setfattr, and AI agents use as their only interface, their tools included. Six roots:
+system (read-only configuration), agents (one private directory per agent), tools (the agent
+tools, called by writing a request to a file), workspaces (shared files), vault (encrypted
+secrets, plaintext only to whom the policy grants) and specs (signed, read-only documents).
+
+Agents are processes started with `clawfs run --agent NAME`: ClawFS knows them by their cgroup,
+applies the policy (system/policy.toml) to everything they do, records it on a tamper-evident
+audit trail, and keeps them in a kernel sandbox (cgroup limits, Landlock, seccomp, eBPF).
+
+Start with `clawfs mount /clawfs`, then `ls /clawfs`.";
+const EXIT_STATUS: &str = "\
+Exit status:
+  0  success
+  1  any other error
+  2  bad command line
+  3  mount point problem: missing, not a directory, not empty, already mounted, stale, busy,
+     not a ClawFS mount
+  4  store problem: not initialised, newer format, already served
+`clawfs run` exits with the command's status (128 + N if a signal N killed it).";
+
+/// The `clawfs` command line.
 #[derive(Debug, Parser)]
-#[command(name = "clawfs", version, about, long_about = None)]
+#[command(
+    name = "clawfs",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = EXIT_STATUS
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -48,7 +80,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a command as an agent, in a cgroup of its own that identifies it to the daemon.
+    /// Run a command as an agent: in a cgroup of its own that identifies it to the daemon, inside
+    /// the kernel sandbox.
     Run(crate::run::RunArgs),
     /// Read and verify the audit trail.
     Audit {

@@ -10,6 +10,7 @@ pub mod errno;
 pub mod error;
 pub mod estop_cmd;
 pub mod logging;
+pub mod mount_helper;
 pub mod mounts;
 pub mod policy_cmd;
 pub mod run;

@@ -1,8 +1,17 @@
-//! `clawfs`: parse arguments, set up logging, run.
+//! `clawfs`: parse arguments, set up logging, run. Installed as `mount.fuse.clawfs` too, it is
+//! the helper mount(8) runs for `fuse.clawfs` lines of /etc/fstab.
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    let mut args = std::env::args_os();
+    if args
+        .next()
+        .is_some_and(|argv0| clawfs_fuse::mount_helper::is_helper(&argv0))
+    {
+        let rest: Vec<_> = args.collect();
+        return clawfs_fuse::mount_helper::main(&rest);
+    }
     let cli = clawfs_fuse::cli::Cli::parse();
     clawfs_fuse::logging::init();
     clawfs_fuse::run(cli)

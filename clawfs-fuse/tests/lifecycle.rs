@@ -186,3 +186,94 @@ fn status_of_something_else_fails() {
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("not a ClawFS mount"));
 }
+
+/// The systemd unit passes `systemd-analyze verify`, pointed at this build of `clawfs`.
+#[test]
+fn the_systemd_unit_verifies() {
+    let Ok(probe) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        println!("skipped: no systemd-analyze");
+        return;
+    };
+    assert!(probe.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/systemd/clawfs@.service"),
+    )
+    .unwrap()
+    .replace("/usr/local/bin/clawfs", common::clawfs_bin());
+    // The instance of /clawfs, as `systemctl enable clawfs@clawfs.service` names it.
+    let path = dir.path().join("clawfs@clawfs.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("clawfs@clawfs.service"), "{said}");
+}
+
+/// `mount MOUNTPOINT` with a `fuse.clawfs` line in /etc/fstab runs `mount.fuse.clawfs` (this
+/// build of `clawfs` under that name) and serves the store; `clawfs umount` takes it down. In a
+/// mount namespace of its own, whose /etc/fstab and /usr/sbin are the test's.
+#[test]
+fn an_fstab_line_mounts_through_the_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sbin, mnt, store) = (
+        dir.path().join("sbin"),
+        dir.path().join("mnt"),
+        dir.path().join("store"),
+    );
+    std::fs::create_dir(&sbin).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    for e in std::fs::read_dir("/usr/sbin").unwrap().flatten() {
+        std::os::unix::fs::symlink(e.path(), sbin.join(e.file_name())).unwrap();
+    }
+    std::os::unix::fs::symlink(common::clawfs_bin(), sbin.join("mount.fuse.clawfs")).unwrap();
+    let fstab = dir.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "{} {} fuse.clawfs defaults,threads=2,x-systemd.automount 0 0\n",
+            store.display(),
+            mnt.display()
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        "set -e
+         mount --bind {sbin} /usr/sbin
+         mount --bind {fstab} /etc/fstab
+         trap '{bin} umount {mnt} >/dev/null 2>&1 || true' EXIT
+         mount {mnt}
+         ls {mnt}
+         grep -c ' {mnt} .* fuse.clawfs ' /proc/self/mountinfo
+         {bin} umount {mnt}
+         trap - EXIT
+         grep -c ' {mnt} ' /proc/self/mountinfo || echo unmounted",
+        sbin = sbin.display(),
+        fstab = fstab.display(),
+        mnt = mnt.display(),
+        bin = common::clawfs_bin(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{shown}");
+    for root in ["agents", "system", "tools", "vault", "workspaces", "specs"] {
+        assert!(shown.lines().any(|l| l == root), "{root}: {shown}");
+    }
+    assert!(shown.lines().any(|l| l == "1"), "not mounted: {shown}");
+    assert!(shown.contains("unmounted"), "{shown}");
+    assert!(store.join(".clawfs/format").exists(), "{shown}");
+}
