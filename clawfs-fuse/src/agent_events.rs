@@ -19,8 +19,9 @@
 //! * a system call refused by the sandbox's seccomp filter: operation = its name, rule
 //!   [`RULE_SECCOMP`] (ENOSYS answers, which tell programs to fall back — `clone3` → `clone` —
 //!   are not refusals of anything and are left out);
-//! * a TCP/UDP connect refused (the network policy's cgroup program, or Landlock): operation
-//!   `connect`, path = `tcp://ADDR:PORT`, rule [`RULE_NETWORK`].
+//! * a connect or a UDP datagram refused (the network policy's cgroup programs, or Landlock):
+//!   operation `connect`, `sendto` or `sendmsg`, path = `tcp://ADDR:PORT` (`udp://` for the
+//!   sends), rule [`RULE_NETWORK`].
 //!
 //! The daemon's maintenance loop calls [`AgentEvents::refresh`] every 2 s: it watches each
 //! `agent-*` directory (the cgroup id is the directory's inode number) and unwatches vanished
@@ -411,9 +412,12 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
     let op = clawfs_seccomp::syscall_name(r.nr).unwrap_or_else(|| format!("syscall-{}", r.nr));
     match &r.object {
         RefusedObject::Inet { addr, port } => {
+            // A datagram sent to an address is UDP; a connect is taken for TCP (the event does
+            // not say which socket type made it).
+            let scheme = if op == "connect" { "tcp" } else { "udp" };
             let dest = match addr {
-                std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
-                std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
+                std::net::IpAddr::V4(a) => format!("{scheme}://{a}:{port}"),
+                std::net::IpAddr::V6(a) => format!("{scheme}://[{a}]:{port}"),
             };
             let reason = format!(
                 "the agent's network policy does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use clawfs_core::area::Area;
 use clawfs_core::cgroup::{Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 use clawfs_core::landlock::{Compat, Prepared, Ruleset, Sandbox};
-use clawfs_core::policy::{AgentName, Grant, Layer, Policy, SandboxSpec};
+use clawfs_core::policy::{AgentName, Grant, Layer, Network, Policy, SandboxSpec};
 use clawfs_core::store::Store;
 
 /// The layers of one sandboxed run, ready to apply in the child.
@@ -26,34 +26,76 @@ pub struct Layers {
     pub seccomp: clawfs_seccomp::Filter,
     /// The run's private temporary directory (also its `HOME` and `TMPDIR`).
     pub tmp: TempDir,
-    /// The TCP ports the policy allows (`None`: unrestricted), also enforced at the cgroup level
-    /// by [`attach_network`].
+    /// The TCP ports the policy allows (`None`: unrestricted): Landlock's rule.
     pub tcp_connect: Option<Vec<u16>>,
+    /// The destinations the policy allows (`None`: unrestricted), addresses resolved now: the
+    /// cgroup-level rule of [`attach_network`], which also covers UDP and checks addresses.
+    pub network: Option<Vec<clawfs_ebpf::Endpoint>>,
     /// The agent's AppArmor profile, loaded, to enter at exec (`None`: AppArmor is not active
     /// here, which `clawfs sandbox check` reports).
     pub apparmor: Option<clawfs_apparmor::OnExec>,
 }
 
-/// Attaches the eBPF connect4/connect6 policy allowing `ports` (none when empty) to the run's
-/// cgroup v2 leaf `leaf`, before the child joins it: a second layer under Landlock's TCP rule,
-/// detached when the returned value is dropped. Where eBPF is not available (not root with
-/// CAP_BPF, programs not built, old kernel) it is skipped with a debug log: Landlock applies.
-pub fn attach_network(leaf: &Path, ports: &[u16]) -> Option<clawfs_ebpf::NetworkPolicy> {
-    let allow = if ports.is_empty() {
+/// Attaches the eBPF network policy allowing `endpoints` (nothing when empty) to the run's
+/// cgroup v2 leaf `leaf`, before the child joins it: TCP and UDP connects and UDP datagrams, by
+/// address and port (Landlock's TCP rule under it knows ports only), detached when the returned
+/// value is dropped. Where eBPF is not available (not root with CAP_BPF, programs not built, old
+/// kernel) it is skipped with a warning: Landlock's TCP rule still applies, UDP is then open.
+pub fn attach_network(
+    leaf: &Path,
+    endpoints: &[clawfs_ebpf::Endpoint],
+) -> Option<clawfs_ebpf::NetworkPolicy> {
+    let allow = if endpoints.is_empty() {
         clawfs_ebpf::Allow::None
     } else {
-        clawfs_ebpf::Allow::Ports(ports.to_vec())
+        clawfs_ebpf::Allow::To(endpoints.to_vec())
     };
     match clawfs_ebpf::NetworkPolicy::attach(leaf, allow) {
         Ok(p) => {
-            tracing::debug!(leaf = %leaf.display(), ?ports, "eBPF network policy attached");
+            tracing::debug!(leaf = %leaf.display(), ?endpoints, "eBPF network policy attached");
             Some(p)
         }
         Err(e) => {
-            tracing::debug!(leaf = %leaf.display(), error = %e, "eBPF network policy skipped (Landlock still applies)");
+            tracing::warn!(leaf = %leaf.display(), error = %e, "eBPF network policy not applied: TCP is limited by port (Landlock), UDP is not limited");
             None
         }
     }
+}
+
+/// The destinations of a `network` setting, host names resolved now (a name that does not
+/// resolve allows nothing, with a warning).
+pub fn endpoints(network: &Network) -> Option<Vec<clawfs_ebpf::Endpoint>> {
+    let list = match network {
+        Network::All => return None,
+        Network::None => return Some(Vec::new()),
+        Network::Allow(list) => list,
+    };
+    let mut out = Vec::new();
+    for e in list {
+        match &e.host {
+            None => out.push(clawfs_ebpf::Endpoint::any_host(e.port)),
+            Some(host) => match host.parse::<std::net::IpAddr>() {
+                Ok(addr) => out.push(clawfs_ebpf::Endpoint {
+                    addr: Some(addr),
+                    port: e.port,
+                }),
+                Err(_) => {
+                    match std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), e.port)) {
+                        Ok(addrs) => out.extend(addrs.map(|a| clawfs_ebpf::Endpoint {
+                            addr: Some(a.ip()),
+                            port: e.port,
+                        })),
+                        Err(err) => {
+                            tracing::warn!(host, error = %err, "network allow list: the host does not resolve; it allows nothing")
+                        }
+                    }
+                }
+            },
+        }
+    }
+    out.sort();
+    out.dedup();
+    Some(out)
 }
 
 /// A directory removed, with what is in it, when dropped.
@@ -219,6 +261,7 @@ pub fn prepare(
         seccomp,
         tmp,
         tcp_connect: rules.tcp_connect.clone(),
+        network: endpoints(&spec.network),
         apparmor,
     })
 }

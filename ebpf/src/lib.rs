@@ -4,8 +4,8 @@
 //! - [`Monitor`]: tracepoints on exec, openat and connect, and on every system call's entry and
 //!   exit (for the calls the kernel refused, and those seccomp refused), reporting [`Event`]s of the processes
 //!   whose cgroup v2 (or an ancestor) is watched;
-//! - [`NetworkPolicy`]: `cgroup/connect4` and `cgroup/connect6` on an agent's cgroup, refusing
-//!   connections to ports not allowed with EPERM;
+//! - [`NetworkPolicy`]: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
+//!   cgroup, refusing connections and UDP datagrams to destinations not allowed with EPERM;
 //! - [`FileOpenGuard`]: a BPF LSM `file_open` program denying opens of listed inodes, where the
 //!   kernel allows BPF LSM (refused at load on many kernels; [`availability`] says so).
 
@@ -529,21 +529,70 @@ where
 pub enum Allow {
     /// Every destination.
     All,
-    /// Only these destination ports (any address), TCP or UDP, IPv4 or IPv6.
-    Ports(Vec<u16>),
-    /// Nothing: every inet connect fails with EPERM (Unix sockets are not affected).
+    /// Only these destinations, TCP or UDP, IPv4 or IPv6 (connects and UDP datagrams).
+    To(Vec<Endpoint>),
+    /// Nothing: every inet connect and UDP send fails with EPERM (Unix sockets are not affected).
     None,
 }
 
+/// One allowed destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// The address; `None` for any host.
+    pub addr: Option<IpAddr>,
+    /// The port.
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// `port` on any host.
+    pub fn any_host(port: u16) -> Endpoint {
+        Endpoint { addr: None, port }
+    }
+
+    fn key(&self) -> EndpointKey {
+        let addr = match self.addr {
+            None => [0; 16],
+            Some(IpAddr::V4(a)) => a.to_ipv6_mapped().octets(),
+            Some(IpAddr::V6(a)) => a.octets(),
+        };
+        EndpointKey {
+            addr,
+            port: self.port,
+            _pad: 0,
+        }
+    }
+}
+
+/// Key of the ALLOWED map (mirror of `struct endpoint`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct EndpointKey {
+    addr: [u8; 16],
+    port: u16,
+    _pad: u16,
+}
+
+// SAFETY: repr(C), 16 + 2 + 2 bytes, no padding: any bit pattern is valid.
+unsafe impl aya::Pod for EndpointKey {}
+
 const POLICY_ALLOW_ALL: u32 = 1;
 
-/// connect4/connect6 programs attached to one cgroup v2 directory with BPF links (which always
-/// coexist with other programs: policies of ancestor cgroups also apply, and all must allow).
-/// Detached when dropped.
+/// The programs of [`NetworkPolicy`], in `netpolicy.bpf.o`.
+const NETPOLICY_PROGRAMS: [&str; 4] = [
+    "clawfs_connect4",
+    "clawfs_connect6",
+    "clawfs_sendmsg4",
+    "clawfs_sendmsg6",
+];
+
+/// connect4/connect6 and sendmsg4/sendmsg6 programs attached to one cgroup v2 directory with BPF
+/// links (which always coexist with other programs: policies of ancestor cgroups also apply, and
+/// all must allow). Detached when dropped.
 pub struct NetworkPolicy {
     _bpf: Ebpf,
     policy: Array<MapData, u32>,
-    ports: HashMap<MapData, u16, u8>,
+    allowed: HashMap<MapData, EndpointKey, u8>,
     allow: Allow,
     cgroup_dir: PathBuf,
 }
@@ -558,23 +607,23 @@ impl fmt::Debug for NetworkPolicy {
 }
 
 impl NetworkPolicy {
-    /// Loads the programs, fills the policy and attaches both to `cgroup_dir` (a cgroup v2 dir).
+    /// Loads the programs, fills the policy and attaches them to `cgroup_dir` (a cgroup v2 dir).
     pub fn attach(cgroup_dir: &Path, allow: Allow) -> Result<NetworkPolicy, Error> {
         let cgroup = File::open(cgroup_dir)
             .map_err(|e| Error::io(format!("opening cgroup {}", cgroup_dir.display()), e))?;
         let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
         let policy = take_map(&mut bpf, "POLICY")?;
-        let ports = take_map(&mut bpf, "ALLOWED_PORTS")?;
+        let allowed = take_map(&mut bpf, "ALLOWED")?;
         let mut np = NetworkPolicy {
             _bpf: bpf,
             policy,
-            ports,
+            allowed,
             allow: Allow::None,
             cgroup_dir: cgroup_dir.to_path_buf(),
         };
         // The policy is in place before the programs see any connect.
         np.set_allow(allow)?;
-        for prog in ["clawfs_connect4", "clawfs_connect6"] {
+        for prog in NETPOLICY_PROGRAMS {
             let p: &mut CgroupSockAddr = program(&mut np._bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
@@ -591,14 +640,15 @@ impl NetworkPolicy {
     /// Replaces the policy, live.
     pub fn set_allow(&mut self, allow: Allow) -> Result<(), Error> {
         let map_err = |e: aya::maps::MapError| Error::bpf("updating the network policy", &e);
-        let old: Vec<u16> = match &self.allow {
-            Allow::Ports(p) => p.clone(),
-            _ => Vec::new(),
-        };
-        if let Allow::Ports(ports) = &allow {
-            for p in ports {
-                self.ports.insert(*p, 1u8, 0).map_err(map_err)?;
+        let keys = |a: &Allow| -> Vec<EndpointKey> {
+            match a {
+                Allow::To(list) => list.iter().map(Endpoint::key).collect(),
+                _ => Vec::new(),
             }
+        };
+        let (old, new) = (keys(&self.allow), keys(&allow));
+        for k in &new {
+            self.allowed.insert(*k, 1u8, 0).map_err(map_err)?;
         }
         let flags = if allow == Allow::All {
             POLICY_ALLOW_ALL
@@ -606,12 +656,8 @@ impl NetworkPolicy {
             0
         };
         self.policy.set(0, flags, 0).map_err(map_err)?;
-        let keep: &[u16] = match &allow {
-            Allow::Ports(p) => p,
-            _ => &[],
-        };
-        for p in old.iter().filter(|p| !keep.contains(p)) {
-            match self.ports.remove(p) {
+        for k in old.iter().filter(|k| !new.contains(k)) {
+            match self.allowed.remove(k) {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
                 Err(e) => return Err(map_err(e)),
             }
@@ -753,7 +799,7 @@ impl fmt::Display for Status {
 pub struct Availability {
     /// Tracepoint monitoring (exec, openat, connect) with the ring buffer.
     pub monitor: Status,
-    /// cgroup/connect4 + connect6 (loaded, not attached, in the probe).
+    /// cgroup/connect4, connect6, sendmsg4, sendmsg6 (loaded, not attached, in the probe).
     pub network_policy: Status,
     /// BPF LSM file_open.
     pub file_open_lsm: Status,
@@ -768,7 +814,7 @@ impl fmt::Display for Availability {
         )?;
         writeln!(
             f,
-            "network policy (cgroup/connect4, connect6): {}",
+            "network policy (cgroup/connect4, connect6, sendmsg4, sendmsg6): {}",
             self.network_policy
         )?;
         write!(
@@ -792,7 +838,7 @@ pub fn availability() -> Availability {
     let monitor = status(Monitor::start(Path::new(TRACEFS)).map(drop));
     let network_policy = status((|| {
         let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
-        for prog in ["clawfs_connect4", "clawfs_connect6"] {
+        for prog in NETPOLICY_PROGRAMS {
             let p: &mut CgroupSockAddr = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawfs_ebpf::{
-    availability, cgroup2_mount, cgroup_id, Allow, EventKind, FileOpenGuard, Monitor,
+    availability, cgroup2_mount, cgroup_id, Allow, Endpoint, EventKind, FileOpenGuard, Monitor,
     NetworkPolicy, Status, TRACEFS,
 };
 
@@ -294,7 +294,8 @@ fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
     let l2 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
 
-    let mut policy = NetworkPolicy::attach(&cg.dir, Allow::Ports(vec![a1.port()])).expect("attach");
+    let ports = |p: &[u16]| Allow::To(p.iter().map(|&p| Endpoint::any_host(p)).collect());
+    let mut policy = NetworkPolicy::attach(&cg.dir, ports(&[a1.port()])).expect("attach");
     assert_eq!(
         connect_from_child(Some(&cg.procs), a1),
         0,
@@ -314,7 +315,7 @@ fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
     assert_eq!(connect_from_child(Some(&cg.procs), a1), libc::EPERM);
     policy.set_allow(Allow::All).unwrap();
     assert_eq!(connect_from_child(Some(&cg.procs), a2), 0);
-    policy.set_allow(Allow::Ports(vec![a2.port()])).unwrap();
+    policy.set_allow(ports(&[a2.port()])).unwrap();
     assert_eq!(connect_from_child(Some(&cg.procs), a1), libc::EPERM);
     assert_eq!(connect_from_child(Some(&cg.procs), a2), 0);
 
@@ -329,7 +330,7 @@ fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("Operation not permitted"), "{err}");
-        policy.set_allow(Allow::Ports(vec![p6])).unwrap();
+        policy.set_allow(ports(&[p6])).unwrap();
         let out = cg.command("/bin/bash", &["-c", &script]).output().unwrap();
         assert!(
             out.status.success(),
@@ -339,6 +340,41 @@ fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
     } else {
         eprintln!("SKIP IPv6 part: cannot bind [::1]");
     }
+
+    // An entry with an address allows that address only: a listener on every address is
+    // reached at 127.0.0.1, not at 127.0.0.2.
+    let any = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+    let p3 = any.local_addr().unwrap().port();
+    policy
+        .set_allow(Allow::To(vec![Endpoint {
+            addr: Some(Ipv4Addr::LOCALHOST.into()),
+            port: p3,
+        }]))
+        .unwrap();
+    let at = |ip: [u8; 4]| SocketAddr::from((ip, p3));
+    assert_eq!(connect_from_child(Some(&cg.procs), at([127, 0, 0, 1])), 0);
+    assert_eq!(
+        connect_from_child(Some(&cg.procs), at([127, 0, 0, 2])),
+        libc::EPERM
+    );
+
+    // UDP datagrams sent without a connect go through sendmsg4: refused unless allowed.
+    let udp = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let pu = udp.local_addr().unwrap().port();
+    let send = format!(
+        "import socket, errno\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n s.sendto(b'x', ('127.0.0.1', {pu}))\n print('sent')\nexcept OSError as e:\n print(errno.errorcode[e.errno])"
+    );
+    let udp_send = || {
+        let out = cg
+            .command("/usr/bin/python3", &["-c", &send])
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(udp_send(), "EPERM");
+    policy.set_allow(ports(&[pu])).unwrap();
+    assert_eq!(udp_send(), "sent");
 
     // Detached when dropped.
     drop(policy);

@@ -141,3 +141,69 @@ fn required_layers_this_host_has_let_the_run_start() {
     let shown = text(&out);
     assert!(out.status.success() && shown.contains("started"), "{shown}");
 }
+
+/// The allow list holds for UDP too (datagrams need no connect), and an entry with an address
+/// allows that address only, not every host on its port.
+#[test]
+fn udp_and_other_addresses_are_held_to_the_allow_list() {
+    let avail = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !avail.network_policy.is_available() {
+        println!("skipped: eBPF network policy {}", avail.network_policy);
+        return;
+    }
+    let m = Mounted::new();
+    let any = TcpListener::bind("0.0.0.0:0").unwrap();
+    let p = any.local_addr().unwrap().port();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let pu = udp.local_addr().unwrap().port();
+    agent_policy(
+        &m,
+        "fs-engine",
+        &format!("sandbox = {{ network = [\"127.0.0.1:{p}\"] }}"),
+    );
+    let probe = format!(
+        r#"
+import errno, socket
+def show(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+show("tcp-127.0.0.1", lambda: socket.create_connection(("127.0.0.1", {p}), 5).close())
+show("tcp-127.0.0.2", lambda: socket.create_connection(("127.0.0.2", {p}), 5).close())
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+show("udp-sendto", lambda: u.sendto(b"leak", ("127.0.0.1", {pu})))
+u6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+show("udp6-mapped", lambda: u6.sendto(b"leak", ("::ffff:127.0.0.1", {pu})))
+"#
+    );
+    let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", &probe]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    for line in [
+        "tcp-127.0.0.1 ok",
+        "tcp-127.0.0.2 EPERM",
+        "udp-sendto EPERM",
+        "udp6-mapped EPERM",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "{line}: {shown}");
+    }
+    let mut buf = [0u8; 16];
+    assert!(udp.recv(&mut buf).is_err(), "a datagram got through");
+
+    if avail.monitor.is_available() {
+        let dest = format!("udp://127.0.0.1:{pu}");
+        let all = audit_until(&m, |all| {
+            all.iter()
+                .any(|r| r["rule"] == "NETWORK" && r["path"] == dest.as_str())
+        });
+        assert!(
+            all.iter().any(|r| r["rule"] == "NETWORK"
+                && r["path"] == dest.as_str()
+                && r["operation"] == "sendto"),
+            "no NETWORK denial of the datagram"
+        );
+    }
+}

@@ -383,8 +383,8 @@ pub enum Network {
     All,
     /// `"none"`: no TCP connection at all.
     None,
-    /// An allow list of `host:port` endpoints. Landlock filters by port only: the hosts are kept
-    /// for a later (eBPF) layer and not enforced yet.
+    /// An allow list of `host:port` endpoints. Landlock filters TCP by port only; the eBPF layer
+    /// checks address and port, for TCP and UDP.
     Allow(Vec<Endpoint>),
 }
 

@@ -2,7 +2,8 @@
 /* ClawFS agent monitoring of processes whose cgroup (or one of its ancestors) is in WATCHED,
  * reported to the EVENTS ring buffer: exec, openat and connect; path system calls and connects
  * the kernel refused with EACCES or EPERM; and system calls refused by seccomp, seen as a
- * sys_exit without its sys_enter (seccomp answers before the syscall tracepoint). */
+ * sys_exit without its sys_enter (seccomp answers before the syscall tracepoint). Connects and
+ * UDP sends to an address (sendto, sendmsg) count as connects. */
 #include "common.h"
 #include <asm/unistd.h>
 #include <bpf/bpf_core_read.h>
@@ -381,6 +382,13 @@ int clawfs_sys_enter(struct tp_raw_sys_enter *ctx)
 	args[2] = ctx->args[2];
 	if (ctx->id == __NR_connect) {
 		f.arg = args[1];
+	} else if (ctx->id == __NR_sendto) {
+		f.arg = ctx->args[4]; /* the destination, NULL on a connected socket */
+	} else if (ctx->id == __NR_sendmsg) {
+		/* msg_name, the first field of struct msghdr */
+		void *name = 0;
+		bpf_probe_read_user(&name, sizeof(name), (const void *)args[1]);
+		f.arg = (__u64)name;
 	} else if (path_args(ctx->id, &path, &dirfd)) {
 		f.arg = arg_of(args, path);
 		if (dirfd >= 0)
@@ -444,7 +452,8 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 	}
 	if ((ret == -CLAWFS_EACCES || ret == -CLAWFS_EPERM) && f->nr == ctx->id && f->arg) {
 		int path = -1, dirfd = -1;
-		int is_connect = ctx->id == __NR_connect;
+		int is_connect = ctx->id == __NR_connect || ctx->id == __NR_sendto ||
+				 ctx->id == __NR_sendmsg;
 		if (is_connect || path_args(ctx->id, &path, &dirfd)) {
 			struct clawfs_event *e = reserve(EV_REFUSED);
 			if (e) {
