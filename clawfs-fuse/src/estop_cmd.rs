@@ -76,10 +76,11 @@ fn stop(store: &Store) -> Result<(), Failure> {
     println!("emergency stop recorded in {}", flag_path(store).display());
     // The daemon first: from its next request on, no agent writes or calls a tool.
     let daemon = signal_daemon(store)?;
-    // The agents of this store: cgroups are host-wide, and other stores' agents are theirs.
+    // The agents of this store: cgroups are host-wide, and other stores' agents are theirs. A
+    // run whose `clawfs run` is gone (killed) is nobody's: its agents are stopped too.
     let this_store = std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().into());
     let of_this_store =
-        |run_pid: u32| crate::run::store_of_run(run_pid).is_some_and(|s| s == this_store);
+        |run_pid: u32| crate::run::store_of_run(run_pid).is_none_or(|s| s == this_store);
     match clawfs_core::cgroup::kill_agent_runs(KILL_TIMEOUT, of_this_store) {
         Ok(killed) if killed.is_empty() => println!("no agent was running"),
         Ok(killed) => {

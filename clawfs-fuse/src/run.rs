@@ -157,6 +157,11 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
                 clawfs_core::fs::POLICY_FILE
             ))
         })?;
+    if crate::estop_cmd::read_flag(store.root()).is_some() {
+        return Err(fail(
+            "an emergency stop is in force (clawfs estop): no agent may start until an admin runs `clawfs estop --clear`",
+        ));
+    }
     if args.no_sandbox && !spec_in_policy.sandbox.require.is_empty() {
         return Err(fail(format!(
             "--no-sandbox refused: the policy requires sandbox layers for agent {agent} ([agents.{agent}.sandbox] require)"
@@ -432,10 +437,15 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
 }
 
 /// The store a `clawfs run` process (pid `run_pid`) serves: its `--store DIR` / `--store=DIR`
-/// argument, else the default store; canonical. `None` if the process is gone.
+/// argument, else the default store; canonical. `None` if the process is gone, or is not a
+/// `clawfs run` (its pid was reused).
 pub fn store_of_run(run_pid: u32) -> Option<PathBuf> {
     let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    // A pid reused by another program is not the run.
+    if !args.iter().any(|a| *a == b"--agent" || a.starts_with(b"--agent=")) {
+        return None;
+    }
     let mut store = None;
     for (i, a) in args.iter().enumerate() {
         if *a == b"--" {

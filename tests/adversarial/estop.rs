@@ -28,6 +28,32 @@ fn estop(m: &Mounted, args: &[&str]) -> String {
     text(&out)
 }
 
+/// `sh -c SCRIPT` as fs-engine's uid (61006 in the default policy) with the agents' group, not
+/// started by `clawfs run`: the daemon knows it as the agent by its uid.
+fn as_agent_uid(script: &str) -> std::process::Output {
+    let group = Command::new("getent")
+        .args(["group", "clawos-agents"])
+        .output()
+        .unwrap();
+    let gid = String::from_utf8_lossy(&group.stdout)
+        .split(':')
+        .nth(2)
+        .unwrap_or("0")
+        .to_string();
+    Command::new("setpriv")
+        .args([
+            "--reuid=61006",
+            "--regid=61006",
+            &format!("--groups={gid}"),
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
 /// The pids left in the agent's run groups of this test's store (cgroup v2, found in mountinfo;
 /// other tests run the same agent at the same time, on their own stores).
 fn agent_pids(agent: &str, store: &std::path::Path) -> Vec<String> {
@@ -100,8 +126,13 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
     assert!(estop(&m, &["--status"]).contains("IN FORCE"));
 
     let check_stopped = |m: &Mounted| {
-        let out = m.run_agent(
-            AGENT,
+        // No agent starts while the stop is in force.
+        let out = m.run_agent(AGENT, "true");
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains("emergency stop"), "{}", text(&out));
+        // The daemon refuses, on its own, what an agent still running would do: here a process
+        // of the agent's uid (the policy's rule 2), which no `clawfs run` started.
+        let out = as_agent_uid(
             &format!(
                 "cat {mnt}/agents/{AGENT}/before.txt
                  echo x > {mnt}/agents/{AGENT}/new.txt 2>&1 || true
@@ -157,4 +188,40 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
     assert!(m.backing(&format!("agents/{AGENT}/new.txt")).exists());
     let all = audit_until(&m, |r| r.iter().any(|r| r["operation"] == "estop:off"));
     assert!(all.iter().any(|r| r["operation"] == "estop:off"));
+}
+
+/// An agent whose `clawfs run` was killed keeps running in its run group, out of anyone's
+/// control: estop stops it too, and no agent starts while the stop is in force.
+#[test]
+fn estop_kills_the_agents_of_a_killed_runner() {
+    let m = Mounted::new();
+    let mut runner = Command::new(clawfs_bin())
+        .args(["run", "--store"])
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args(["--agent", AGENT, "--", "sh", "-c", "sleep 600 & sleep 600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent_pids(AGENT, &m.store).len() < 2 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = agent_pids(AGENT, &m.store);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let alive = |p: &String| std::path::Path::new(&format!("/proc/{p}")).exists();
+    assert!(pids.iter().all(alive), "the agents outlive their runner");
+
+    let out = estop(&m, &[]);
+    assert!(out.contains(&format!("killed agent {AGENT}")), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(alive) {
+        assert!(Instant::now() < deadline, "still alive: {pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    estop(&m, &["--clear"]);
 }
