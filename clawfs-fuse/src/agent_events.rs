@@ -4,10 +4,11 @@
 //!
 //! * `exec`: path = the file executed (as given to execve);
 //! * `connect`: path = `tcp://ADDR:PORT` (IPv6 in brackets) or the Unix socket path;
-//! * `open`: only paths outside the mount. Opens through the mount are audited by the daemon
-//!   itself, so an absolute path under the mountpoint is dropped, and so is a relative one (it is
-//!   relative to a directory descriptor the event does not show, possibly one in the mount) or
-//!   an empty one (the path was not readable when the call was traced).
+//! * `open` (open, openat, openat2, creat, when they return, with their outcome: ok, or failed
+//!   with the errno): only paths outside the mount. Opens through the mount are audited by the
+//!   daemon itself, so an absolute path under the mountpoint is dropped, and so is a relative one
+//!   (relative to a directory the event does not name) or an empty one (not readable when the
+//!   call was traced).
 //!
 //! Refusals, recorded as denials of the agent (audit trail and its `denials` file):
 //!
@@ -34,8 +35,11 @@
 //! the default store). An event whose process and run are already gone when it is read cannot be
 //! placed and is dropped.
 //!
-//! Volume is bounded: beyond [`MAX_PER_SECOND`] events per agent in a second the rest are
-//! dropped, and one `audit:events-dropped` record says how many. The event thread never waits on
+//! Volume is bounded, per agent and kind, so that a flood of one kind hides no other: beyond
+//! [`MAX_PER_SECOND`] activity events (exec, open, connect) in a second, or
+//! [`MAX_REFUSALS_PER_SECOND`] refusals of one rule and operation (`SECCOMP` `ptrace`, `NETWORK`
+//! `connect`…), the rest are dropped, and one `audit:events-dropped` record says how many of
+//! which kind. The event thread never waits on
 //! the audit log: records go through a bounded queue to a forwarding thread, and what does not
 //! fit is counted as dropped too.
 
@@ -55,6 +59,8 @@ use tracing::{debug, warn};
 
 /// Events recorded per agent per second at most; the rest are counted and dropped.
 pub const MAX_PER_SECOND: u32 = 1000;
+/// Refusals of one rule and operation recorded per agent per second at most.
+pub const MAX_REFUSALS_PER_SECOND: u32 = 100;
 /// Operation of the record saying how many events were dropped.
 pub const OP_DROPPED: &str = "audit:events-dropped";
 /// Name the base group is watched under.
@@ -246,7 +252,8 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
         known: HashMap::new(),
         pids: HashMap::new(),
     };
-    let mut budgets: HashMap<String, Budget> = HashMap::new();
+    // (agent, kind) → the volume of the current second.
+    let mut budgets: HashMap<(String, String), Budget> = HashMap::new();
     loop {
         let events = {
             let mut guard = shared
@@ -271,15 +278,26 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
             let Some(agent) = agent_of(shared, &mut runs, ev) else {
                 continue;
             };
-            match &mut out {
-                Out::Record(r) | Out::Refusal(r) => r.agent.clone_from(&agent),
+            let (kind, limit) = match &mut out {
+                Out::Record(r) => {
+                    r.agent.clone_from(&agent);
+                    ("exec/open/connect".to_string(), MAX_PER_SECOND)
+                }
+                Out::Refusal(r) => {
+                    r.agent.clone_from(&agent);
+                    let rule = r.rule.as_deref().unwrap_or_default();
+                    (format!("{rule} {}", r.operation), MAX_REFUSALS_PER_SECOND)
+                }
+            };
+            if budgets.len() > 4096 {
+                budgets.retain(|_, b| b.dropped > 0);
             }
-            let b = budgets.entry(agent).or_insert(Budget {
+            let b = budgets.entry((agent, kind)).or_insert(Budget {
                 since: now,
                 count: 0,
                 dropped: 0,
             });
-            if b.count >= MAX_PER_SECOND {
+            if b.count >= limit {
                 b.dropped += 1;
                 continue;
             }
@@ -289,13 +307,13 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
             }
         }
         // Ends the seconds that are over, with a record of what was dropped in them.
-        budgets.retain(|agent, b| {
+        budgets.retain(|(agent, kind), b| {
             if now.duration_since(b.since) < Duration::from_secs(1) {
                 return true;
             }
             if b.dropped > 0 {
                 let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
-                    "{} exec/open/connect/refusal events of agent {agent} dropped (over {MAX_PER_SECOND} a second, or the audit queue was full)",
+                    "{} {kind} events of agent {agent} dropped in a second (over the limit of their kind, or the audit queue was full)",
                     b.dropped
                 ));
                 if tx.try_send(Out::Record(ev)).is_err() {
@@ -391,7 +409,7 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
 /// What to record of `ev`, if anything (see the module documentation).
 fn to_out(shared: &Shared, ev: &Event) -> Option<Out> {
     match &ev.kind {
-        EventKind::Refused(r) => refusal(shared, ev, r).map(Out::Refusal),
+        EventKind::Refused(r) => refusal(shared, ev, r),
         EventKind::Seccomp { nr, errno } => {
             // ENOSYS tells the program to fall back (clone3 -> clone): nothing was refused.
             if *errno == libc::ENOSYS {
@@ -407,8 +425,9 @@ fn to_out(shared: &Shared, ev: &Event) -> Option<Out> {
     }
 }
 
-/// The denial record of a call the kernel refused, if it is one to record.
-fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
+/// What to record of a call the kernel refused: a denial on the mount or of the network; an
+/// open refused elsewhere is activity, recorded with its errno.
+fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<Out> {
     let op = clawfs_seccomp::syscall_name(r.nr).unwrap_or_else(|| format!("syscall-{}", r.nr));
     match &r.object {
         RefusedObject::Inet { addr, port } => {
@@ -423,11 +442,23 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
                 "the agent's network policy does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",
                 ev.agent
             );
-            Some(AuditEvent::new(&ev.agent, ev.pid, op, dest).denied(r.errno, RULE_NETWORK, reason))
+            Some(Out::Refusal(
+                AuditEvent::new(&ev.agent, ev.pid, op, dest).denied(r.errno, RULE_NETWORK, reason),
+            ))
         }
         RefusedObject::Unix { .. } => None,
-        RefusedObject::Path { path, base } => {
-            let ns = in_mount(shared, path, *base)?;
+        RefusedObject::Path { path, dirfd, base } => {
+            let Some(ns) = in_mount(shared, ev, path, *dirfd, *base) else {
+                let is_open = matches!(op.as_str(), "open" | "openat" | "openat2" | "creat");
+                return (is_open
+                    && path.starts_with('/')
+                    && !Path::new(path).starts_with(&shared.mountpoint))
+                .then(|| {
+                    Out::Record(
+                        AuditEvent::new(&ev.agent, ev.pid, "open", path.clone()).failed(r.errno),
+                    )
+                });
+            };
             // The kernel names the calling thread in a FUSE request.
             if shared.fs.answered_refusal(ev.tid, r.span_ns) {
                 return None;
@@ -435,29 +466,79 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<AuditEvent> {
             let reason = format!(
                 "the kernel refused {op} before it reached ClawFS: the permissions of the file or of a directory on its path do not allow it (in a sandboxed run, its Landlock rules may refuse it too)"
             );
-            Some(AuditEvent::new(&ev.agent, ev.pid, op, ns).denied(r.errno, RULE_KERNEL, reason))
+            Some(Out::Refusal(
+                AuditEvent::new(&ev.agent, ev.pid, op, ns).denied(r.errno, RULE_KERNEL, reason),
+            ))
         }
     }
 }
 
-/// The namespace path of a refused path, if it is in the mount: an absolute path under the
-/// mountpoint, or a relative one whose base directory is a node of this mount.
-fn in_mount(shared: &Shared, path: &str, base: Option<(u32, u64)>) -> Option<String> {
-    if path.starts_with('/') {
-        let abs = normalize(Path::new("/"), path)?;
-        let rest = abs.strip_prefix(&shared.mountpoint).ok()?;
-        return Some(format!("/{}", rest.display()));
+/// The namespace path of a refused path, if it is in the mount. A relative path is made absolute
+/// from the directory it was relative to, as the kernel saw it (its device and inode, read at the
+/// call): a node of this mount gives its namespace path; a directory elsewhere is found in
+/// `/proc` (the process's working directory or `dirfd`) if the process is still there and that
+/// is still the same directory. The symlinks of the existing part are then followed, as the
+/// kernel did: a refusal reached through `openat(fd of "/", "…/mnt/…")` or through a link to a
+/// directory in the mount is placed too.
+fn in_mount(
+    shared: &Shared,
+    ev: &Event,
+    path: &str,
+    dirfd: i32,
+    base: Option<(u32, u64)>,
+) -> Option<String> {
+    let absolute = if path.starts_with('/') {
+        PathBuf::from(path)
+    } else {
+        let (dev, ino) = base?;
+        let mount_dev = *shared
+            .mount_dev
+            .get_or_init(|| mount_device(&shared.mountpoint));
+        let dir = if mount_dev == Some(dev) {
+            let ns = shared.fs.ns_path_of_ino(ino)?.to_string();
+            shared.mountpoint.join(ns.trim_start_matches('/'))
+        } else {
+            let link = if dirfd == libc::AT_FDCWD {
+                format!("/proc/{}/task/{}/cwd", ev.pid, ev.tid)
+            } else {
+                format!("/proc/{}/fd/{dirfd}", ev.pid)
+            };
+            let dir = std::fs::read_link(link).ok()?;
+            let md = std::fs::metadata(&dir).ok()?;
+            (kernel_dev(md.dev()) == dev && md.ino() == ino).then_some(dir)?
+        };
+        dir.join(path)
+    };
+    let resolved = normalize(Path::new("/"), &resolve_links(&absolute).to_string_lossy())?;
+    let rest = resolved.strip_prefix(&shared.mountpoint).ok()?;
+    Some(format!("/{}", rest.display()))
+}
+
+/// A device number in the kernel's encoding (`major << 20 | minor`), as eBPF reads `s_dev`.
+fn kernel_dev(dev: u64) -> u32 {
+    (libc::major(dev) << 20) | libc::minor(dev)
+}
+
+/// `path` with the symlinks of its longest existing ancestor resolved (`canonicalize`), the rest
+/// (what did not exist: the file refused creation) appended as it is.
+fn resolve_links(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&existing) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (
+            existing.file_name().map(ToOwned::to_owned),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
     }
-    let (dev, ino) = base?;
-    let mount_dev = *shared
-        .mount_dev
-        .get_or_init(|| mount_device(&shared.mountpoint));
-    if mount_dev != Some(dev) {
-        return None;
-    }
-    let dir = shared.fs.ns_path_of_ino(ino)?;
-    let joined = normalize(Path::new(&dir.to_string()), path)?;
-    Some(joined.display().to_string())
 }
 
 /// `base` joined with `path`, `.` and `..` resolved by name (no file system access); `None` if
@@ -508,12 +589,13 @@ pub fn to_record(agent: &str, ev: &Event, mountpoint: &Path) -> Option<AuditEven
             },
         ),
         EventKind::ConnectUnix { path } => ("connect", path.clone()),
-        EventKind::Open { path } => {
+        EventKind::Open { path, errno } => {
             let p = Path::new(path);
             if !p.is_absolute() || p.starts_with(mountpoint) {
                 return None;
             }
-            ("open", path.clone())
+            let ev = AuditEvent::new(agent, ev.pid, "open", path.clone());
+            return Some(if *errno == 0 { ev } else { ev.failed(*errno) });
         }
         EventKind::Refused(_) | EventKind::Seccomp { .. } => return None,
     };
@@ -537,7 +619,16 @@ mod tests {
     #[test]
     fn opens_in_the_mount_or_relative_are_dropped() {
         let mp = Path::new("/mnt/claw");
-        let open = |p: &str| to_record("a", &ev(EventKind::Open { path: p.into() }), mp);
+        let open = |p: &str| {
+            to_record(
+                "a",
+                &ev(EventKind::Open {
+                    path: p.into(),
+                    errno: 0,
+                }),
+                mp,
+            )
+        };
         assert!(open("/mnt/claw/agents/a/x").is_none());
         assert!(open("x/y").is_none());
         assert!(open("").is_none());

@@ -443,7 +443,10 @@ pub fn store_of_run(run_pid: u32) -> Option<PathBuf> {
     let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
     // A pid reused by another program is not the run.
-    if !args.iter().any(|a| *a == b"--agent" || a.starts_with(b"--agent=")) {
+    if !args
+        .iter()
+        .any(|a| *a == b"--agent" || a.starts_with(b"--agent="))
+    {
         return None;
     }
     let mut store = None;

@@ -164,10 +164,13 @@ pub enum EventKind {
         /// Path given to execve.
         filename: String,
     },
-    /// An openat(2) attempt (sys_enter: reported whether or not the open then succeeds).
+    /// An open(2), openat(2), openat2(2) or creat(2) that returned, unless the kernel refused it
+    /// with EACCES or EPERM (that is a [`EventKind::Refused`]).
     Open {
         /// Path as passed (relative paths are relative to the dirfd); empty if unreadable.
         path: String,
+        /// 0 if it succeeded, else the errno it failed with.
+        errno: i32,
     },
     /// A connect(2) attempt to an IPv4 or IPv6 address.
     Connect {
@@ -213,6 +216,8 @@ pub enum RefusedObject {
     Path {
         /// The path argument (possibly relative).
         path: String,
+        /// The directory descriptor it is relative to (`AT_FDCWD`, -100: the working directory).
+        dirfd: i32,
         /// For a relative path, the directory it is relative to (the working directory or the
         /// `dirfd`): its device (kernel encoding, `major << 20 | minor`) and inode number.
         base: Option<(u32, u64)>,
@@ -272,7 +277,8 @@ struct RawEvent {
     base_ino: u64,
     start_ns: u64,
     end_ns: u64,
-    _reserved: u64,
+    dirfd: i32,
+    _pad: u32,
 }
 
 fn c_str(bytes: &[u8]) -> String {
@@ -308,6 +314,7 @@ impl RawEvent {
             },
             EV_OPEN => EventKind::Open {
                 path: c_str(&self.path),
+                errno: self.err,
             },
             EV_CONNECT => match self.destination() {
                 Some((addr, port)) => EventKind::Connect { addr, port },
@@ -329,6 +336,7 @@ impl RawEvent {
                 } else {
                     RefusedObject::Path {
                         path: c_str(&self.path),
+                        dirfd: self.dirfd,
                         base: (self.base_ino != 0).then_some((self.base_dev, self.base_ino)),
                     }
                 },
@@ -362,9 +370,8 @@ impl fmt::Debug for Monitor {
     }
 }
 
-const TRACEPOINTS: [(&str, &str, &str); 5] = [
+const TRACEPOINTS: [(&str, &str, &str); 4] = [
     ("clawfs_exec", "sched", "sched_process_exec"),
-    ("clawfs_openat", "syscalls", "sys_enter_openat"),
     ("clawfs_connect", "syscalls", "sys_enter_connect"),
     ("clawfs_sys_enter", "raw_syscalls", "sys_enter"),
     ("clawfs_sys_exit", "raw_syscalls", "sys_exit"),
@@ -809,7 +816,7 @@ impl fmt::Display for Availability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "monitor (tracepoints exec/openat/connect, refused and seccomp-refused system calls): {}",
+            "monitor (tracepoints exec, connect, system call entry and exit: opens, refusals, seccomp refusals): {}",
             self.monitor
         )?;
         writeln!(
@@ -888,7 +895,8 @@ mod tests {
             base_ino: 0,
             start_ns: 0,
             end_ns: 0,
-            _reserved: 0,
+            dirfd: -100,
+            _pad: 0,
         };
         raw.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
         assert_eq!(

@@ -141,6 +141,7 @@ fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
                     && e.kind
                         == EventKind::Open {
                             path: "/etc/hostname".into(),
+                            errno: 0,
                         }
             });
             let conn = evs.iter().any(|e| {
@@ -170,7 +171,8 @@ fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
     assert!(
         has(cat_pid, &|k| *k
             == EventKind::Open {
-                path: "/etc/hostname".into()
+                path: "/etc/hostname".into(),
+                errno: 0
             }),
         "no Open of /etc/hostname"
     );
@@ -214,6 +216,7 @@ fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
                     && e.kind
                         == EventKind::Open {
                             path: "/etc/hostname".into(),
+                            errno: 0,
                         }
             })
         })
@@ -226,6 +229,7 @@ fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
                 && e.kind
                     == EventKind::Open {
                         path: "/etc/hostname".into(),
+                        errno: 0,
                     }
         })
         .expect("no Open event from the descendant cgroup");
@@ -545,6 +549,7 @@ fn monitor_reports_refused_and_seccomp_refused_calls() {
                     && r.nr == libc::SYS_openat as i32
                     && r.object == clawfs_ebpf::RefusedObject::Path {
                         path: "secret".into(),
+                        dirfd: -100,
                         base: Some((kdev, dir_ino)),
                     }
                     && r.span_ns.0 <= r.span_ns.1)

@@ -46,7 +46,7 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
     let _ = std::fs::remove_file(&marker);
 
     let script = format!(
-        "sleep 0.3; cat /etc/hostname && /usr/bin/python3 -c '{}' && sleep 0.3",
+        "sleep 0.3; cat /etc/shadow 2>/dev/null; cat /etc/hostname && /usr/bin/python3 -c '{}' && sleep 0.3",
         connect(pa)
     );
     // The pauses keep the run alive a moment around its commands: events are placed (which
@@ -59,6 +59,7 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
         !of_agent(records(all, "exec", "/cat")).is_empty()
             && !of_agent(records(all, "connect", &want_connect)).is_empty()
             && !of_agent(records(all, "open", "/etc/hostname")).is_empty()
+            && !of_agent(records(all, "open", "/etc/shadow")).is_empty()
     });
     let exec = of_agent(records(&all, "exec", "/cat"));
     assert!(!exec.is_empty(), "no exec record of cat: {all:#?}");
@@ -72,8 +73,19 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
         "no connect record to {want_connect}: {all:#?}"
     );
     assert!(
-        !of_agent(records(&all, "open", "/etc/hostname")).is_empty(),
+        of_agent(records(&all, "open", "/etc/hostname"))
+            .iter()
+            .any(|r| r["result"] == "ok"),
         "no open record of /etc/hostname: {all:#?}"
+    );
+    // A refused open is on record as what it was: failed, with its errno.
+    let shadow = of_agent(records(&all, "open", "/etc/shadow"));
+    assert!(
+        !shadow.is_empty()
+            && shadow
+                .iter()
+                .all(|r| r["result"] == "error" && r["errno"] == 13),
+        "{shadow:#?}"
     );
     // Opens through the mount are the daemon's own records, not the monitor's.
     let mnt = m.mnt.to_str().unwrap();
@@ -100,8 +112,9 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
 
 /// `echo x > agents/<other>/cache/f` as an agent: the kernel's own mode check refuses it
 /// (EACCES) before the daemon hears of it. The refusal is still the agent's denial, with the
-/// path, whether the path was relative or absolute; a refusal the daemon answered itself is on
-/// record once, not twice.
+/// path, however the path was spelled: relative, absolute, with `..`, relative to `/`, through a
+/// symlink, from a directory descriptor; a refusal the daemon answered itself is on record
+/// once, not twice.
 #[test]
 fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
@@ -112,22 +125,33 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     let m = Mounted::new();
     let before = snapshot(&m.backing("agents/build-engine"));
     let mnt = m.mnt.display();
+    let from_root = m.mnt.strip_prefix("/").unwrap().display().to_string();
+    let dirfd = format!(
+        "import os, time\ntry:\n os.open('{from_root}/agents/build-engine/cache/dirfd', os.O_CREAT | os.O_WRONLY, dir_fd=os.open('/', os.O_RDONLY))\nexcept PermissionError:\n print('Permission denied')\ntime.sleep(0.3)"
+    );
+    // No subshells: the refusing process stays alive a moment (the daemon reads its working
+    // directory in /proc), as an agent would.
     let out = m.run_agent(
         AGENT,
         &format!(
-            "cd {mnt} && (echo x > agents/build-engine/cache/rel) 2>&1
-             (echo x > {mnt}/agents/build-engine/cache/abs) 2>&1
-             cd {mnt}/agents/build-engine && (echo x > ./cache/../cache/dots) 2>&1
+            "cd {mnt} && {{ echo x > agents/build-engine/cache/rel; }} 2>&1
+             {{ echo x > {mnt}/agents/build-engine/cache/abs; }} 2>&1
+             cd {mnt}/agents/build-engine && {{ echo x > ./cache/../cache/dots; }} 2>&1
+             cd / && {{ echo x > {from_root}/agents/build-engine/cache/fromroot; }} 2>&1
+             ln -s {mnt}/agents/build-engine/cache {mnt}/agents/{AGENT}/lnk
+             {{ echo x > {mnt}/agents/{AGENT}/lnk/vialink; }} 2>&1
+             /usr/bin/python3 -c \"{dirfd}\"
              mv {mnt}/agents/{AGENT}/identity.json {mnt}/agents/{AGENT}/moved 2>&1
              sleep 0.3; true"
         ),
     );
     let shown = text(&out);
-    assert_eq!(shown.matches("Permission denied").count(), 3, "{shown}");
+    assert_eq!(shown.matches("Permission denied").count(), 6, "{shown}");
     assert!(shown.contains("Operation not permitted"), "{shown}");
     assert_eq!(snapshot(&m.backing("agents/build-engine")), before);
 
-    let paths = ["rel", "abs", "dots"].map(|n| format!("/agents/build-engine/cache/{n}"));
+    let paths = ["rel", "abs", "dots", "fromroot", "vialink", "dirfd"]
+        .map(|n| format!("/agents/build-engine/cache/{n}"));
     let kernel =
         |r: &Value, path: &str| r["rule"] == "KERNEL" && r["path"] == path && r["agent"] == AGENT;
     let all = audit_until(&m, |all| {
@@ -135,7 +159,19 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     });
     for p in &paths {
         let found: Vec<_> = all.iter().filter(|r| kernel(r, p)).collect();
-        assert_eq!(found.len(), 1, "{p}: {found:#?}");
+        let near: Vec<_> = all
+            .iter()
+            .filter(|r| {
+                r["path"]
+                    .as_str()
+                    .is_some_and(|x| x.contains("build-engine"))
+            })
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{p}: {found:#?} (records near it: {near:#?})"
+        );
         let r = found[0];
         assert_eq!(
             (

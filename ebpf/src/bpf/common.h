@@ -39,7 +39,8 @@ struct clawfs_event {
 	__u64 base_ino;    /* ... and its inode number (0: unknown) */
 	__u64 start_ns;    /* refused: when the call entered (bpf_ktime_get_ns) */
 	__u64 end_ns;      /* refused: when it returned */
-	__u64 _reserved;
+	__s32 dirfd;       /* refused: the directory descriptor argument (-100: AT_FDCWD) */
+	__u32 _pad;
 };
 
 #endif

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* ClawFS agent monitoring of processes whose cgroup (or one of its ancestors) is in WATCHED,
- * reported to the EVENTS ring buffer: exec, openat and connect; path system calls and connects
+ * reported to the EVENTS ring buffer: exec, connect, opens with their outcome; path system calls
+ * and connects
  * the kernel refused with EACCES or EPERM; and system calls refused by seccomp, seen as a
  * sys_exit without its sys_enter (seccomp answers before the syscall tracepoint). Connects and
  * UDP sends to an address (sendto, sendmsg) count as connects. */
@@ -22,6 +23,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } EVENTS SEC(".maps");
+
+#define CLAWFS_AT_FDCWD -100
 
 /* Deepest ancestor level looked at: agents run in clawfs/agent-NAME/run-PID. */
 #define MAX_LEVEL 12
@@ -99,7 +102,8 @@ static __always_inline struct clawfs_event *reserve(__u32 kind)
 	e->base_ino = 0;
 	e->start_ns = 0;
 	e->end_ns = 0;
-	e->_reserved = 0;
+	e->dirfd = CLAWFS_AT_FDCWD;
+	e->_pad = 0;
 	return e;
 }
 
@@ -119,28 +123,6 @@ int clawfs_exec(struct tp_sched_process_exec *ctx)
 		return 0;
 	__u32 off = ctx->filename_loc & 0xFFFF;
 	bpf_probe_read_kernel_str(e->path, sizeof(e->path), (char *)ctx + off);
-	bpf_ringbuf_submit(e, 0);
-	return 0;
-}
-
-/* syscalls/sys_enter_openat */
-struct tp_sys_enter_openat {
-	__u64 common;
-	__s32 syscall_nr;
-	__u32 pad;
-	__u64 dfd;
-	const char *filename;
-	__u64 flags;
-	__u64 mode;
-};
-
-SEC("tracepoint/syscalls/sys_enter_openat")
-int clawfs_openat(struct tp_sys_enter_openat *ctx)
-{
-	struct clawfs_event *e = reserve(EV_OPEN);
-	if (!e)
-		return 0;
-	bpf_probe_read_user_str(e->path, sizeof(e->path), ctx->filename);
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -254,7 +236,6 @@ struct task_struct {
 	struct files_struct *files;
 } __attribute__((preserve_access_index));
 
-#define CLAWFS_AT_FDCWD -100
 #define CLAWFS_EACCES 13
 #define CLAWFS_EPERM 1
 #define NO_CALL -1
@@ -450,7 +431,22 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 		}
 		return 0;
 	}
-	if ((ret == -CLAWFS_EACCES || ret == -CLAWFS_EPERM) && f->nr == ctx->id && f->arg) {
+	int is_open = ctx->id == __NR_openat || ctx->id == __NR_openat2
+#ifdef __NR_open
+		      || ctx->id == __NR_open || ctx->id == __NR_creat
+#endif
+		;
+	int refused = ret == -CLAWFS_EACCES || ret == -CLAWFS_EPERM;
+	if (is_open && !refused && f->nr == ctx->id && f->arg) {
+		/* An open and its outcome (refusals are reported below, as such). */
+		struct clawfs_event *e = reserve(EV_OPEN);
+		if (e) {
+			e->err = ret < 0 ? (__s32)-ret : 0;
+			bpf_probe_read_user_str(e->path, sizeof(e->path), (const char *)f->arg);
+			bpf_ringbuf_submit(e, 0);
+		}
+	}
+	if (refused && f->nr == ctx->id && f->arg) {
 		int path = -1, dirfd = -1;
 		int is_connect = ctx->id == __NR_connect || ctx->id == __NR_sendto ||
 				 ctx->id == __NR_sendmsg;
@@ -466,6 +462,7 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 				} else {
 					long n = bpf_probe_read_user_str(e->path, sizeof(e->path),
 									 (const char *)f->arg);
+					e->dirfd = f->dirfd;
 					if (n > 0 && e->path[0] != '/')
 						fill_base(e, f->dirfd);
 				}
