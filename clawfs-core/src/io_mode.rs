@@ -34,6 +34,10 @@ struct State {
     cached: u32,
     /// A passthrough writer may have changed the file behind the page cache.
     stale: bool,
+    /// Opens for writing not yet released (served either way).
+    writers: u32,
+    /// Agents may not open the inode for writing (see [`IoMode::seal`]).
+    sealed: bool,
 }
 
 /// The open files of one inode, by mode. Lives as long as the kernel's inode (its page cache
@@ -106,6 +110,43 @@ impl IoMode {
         self.executing.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
+    /// Counts an open for writing; `false` (nothing counted) if an agent asks while the inode is
+    /// sealed.
+    pub fn write_open(&self, agent: bool) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if agent && s.sealed {
+            return false;
+        }
+        s.writers += 1;
+        true
+    }
+
+    /// Counts the release of an open for writing.
+    pub fn write_close(&self) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.writers = s.writers.saturating_sub(1);
+    }
+
+    /// Seals the inode if nothing has it open for writing: from then on agents may not open it
+    /// for writing, so its content stays what was checked (a git config renamed into place).
+    /// `false`: an open for writing is live.
+    pub fn seal(&self) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if s.writers > 0 {
+            return false;
+        }
+        s.sealed = true;
+        true
+    }
+
+    /// Lifts [`IoMode::seal`] (the rename it guarded was refused).
+    pub fn unseal(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sealed = false;
+    }
+
     /// Counts the release of an open served as `choice`.
     pub fn close(&self, choice: IoChoice) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -162,6 +203,20 @@ mod tests {
         m.close(p);
         assert!(matches!(m.open_cached(), Some(IoChoice::Cached { .. })));
         assert_eq!(m.open(false, true), IoChoice::Cached { keep_cache: true });
+    }
+
+    #[test]
+    fn a_sealed_inode_takes_no_agent_writer_and_seals_only_without_writers() {
+        let m = IoMode::default();
+        assert!(m.write_open(true));
+        assert!(!m.seal(), "a writer is live");
+        m.write_close();
+        assert!(m.seal());
+        assert!(!m.write_open(true), "an agent may not write a sealed inode");
+        assert!(m.write_open(false), "an admin may");
+        m.write_close();
+        m.unseal();
+        assert!(m.write_open(true));
     }
 
     #[test]

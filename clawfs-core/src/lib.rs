@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod creds;
 pub mod error;
 pub mod fs;
+pub mod gitconfig;
 pub mod identity;
 pub mod inodes;
 pub mod io_mode;

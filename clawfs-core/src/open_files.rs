@@ -62,6 +62,9 @@ pub struct OpenFile {
     pub io: Option<(IoChoice, Arc<IoMode>)>,
     /// For an open by `execve`: the inode's modes, where it is counted until released.
     pub exec: Option<Arc<IoMode>>,
+    /// For an open for writing: the inode's modes, where it is counted as a writer until
+    /// released.
+    pub writing: Option<Arc<IoMode>>,
 }
 
 impl OpenFile {

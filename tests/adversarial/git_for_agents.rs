@@ -186,31 +186,71 @@ fn an_agent_cannot_change_hooks_config_or_gitmodules() {
     );
 }
 
-/// `git config` writes `config.lock` and renames it onto `config`: to the policy that rename is
-/// the same whether it makes a new repository's config (`git init`, allowed) or replaces an
-/// existing one. Refusing a rename over an existing config closes it but breaks `git init`,
-/// which itself rewrites the new config by rename several times; until the guard can tell a
-/// repository being made from one in use, this hole is open (policy/README.md).
+/// `git config` writes `config.lock` and renames it onto `config`. An agent's git keeps working
+/// (`git init`, `git config user.name`), but nothing that runs a command or sends git elsewhere
+/// lands in a config: not by `git config`, not by renaming a prepared file onto it, not by
+/// opening it for writing, not through a descriptor kept open across the rename; and the hooks
+/// folder cannot be a symlink.
 #[test]
-#[ignore = "git init rewrites .git/config by rename several times; refusing a rename over an existing config breaks it (open: see policy/README.md)"]
-fn git_config_cannot_replace_an_existing_config() {
+fn git_config_takes_only_settings_that_run_nothing() {
     let m = Mounted::new();
     let env = git_env(&m);
     let d = m.path("agents/fs-engine/own");
     let d = d.display();
+    let keep_open = r#"
+import os, time
+fd = os.open("k.lock", os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"[user]\n\tname = x\n")
+try:
+    os.rename("k.lock", ".git/config")
+    os.write(fd, b"[core]\n\thooksPath = /tmp/evil\n")
+    print("kept-open-renamed")
+except OSError as e:
+    print("kept-open-refused", e.errno)
+"#;
     let out = m.run_agent(
         "fs-engine",
         &format!(
             "{env}
              mkdir -p {d} && cd {d} && g init -q || exit 9
-             g config core.hooksPath /tmp 2>/dev/null || echo no-git-config
-             (echo '[core]' > c && mv c .git/config) 2>/dev/null || echo no-mv-config
+             g config user.name agent-set && echo user-name-ok
+             g config core.hooksPath /tmp 2>/dev/null || echo no-hookspath
+             g config alias.x '!sh -c id' 2>/dev/null || echo no-alias
+             printf '[core]\n\tfsmonitor = /tmp/x\n' > c && {{ mv c .git/config 2>/dev/null || echo no-mv-config; }}
+             {{ echo '[core]' >> .git/config; }} 2>/dev/null || echo no-append
+             {{ echo '[core]' > .git/CONFIG; }} 2>/dev/null || echo no-create-case
+             /usr/bin/python3 -c '{keep_open}'
+             mkdir -p {d}-bare/.git && {{ ln -s /tmp {d}-bare/.git/hooks 2>/dev/null || echo no-hooks-link; }}
              echo end"
         ),
     );
     let o = text(&out);
+    for expected in [
+        "user-name-ok",
+        "no-hookspath",
+        "no-alias",
+        "no-mv-config",
+        "no-append",
+        "no-create-case",
+        "kept-open-refused",
+        "no-hooks-link",
+    ] {
+        assert!(o.contains(expected), "{expected}: {o}");
+    }
+    let config = fs::read_to_string(m.backing("agents/fs-engine/own/.git/config")).unwrap();
+    assert!(config.contains("agent-set"), "{config}");
+    for bad in ["hookspath", "fsmonitor", "alias", "evil"] {
+        assert!(
+            !config.to_ascii_lowercase().contains(bad),
+            "{bad}: {config}"
+        );
+    }
+    // Each refusal is the agent's denial, naming what was refused.
+    let d = denials(&m, "fs-engine");
     assert!(
-        o.contains("no-git-config") && o.contains("no-mv-config"),
-        "{o}"
+        d.iter().any(|l| l["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("core.fsmonitor"))),
+        "{d:#?}"
     );
 }

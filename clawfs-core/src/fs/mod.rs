@@ -30,13 +30,14 @@ use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
 };
 use crate::path_cache::PathCache;
-use crate::policy::{Identity, NsPath};
+use crate::policy::{Denial, Identity, NsPath};
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::{VirtualHandle, VirtualInodes};
 use crate::xattrs::{self, ClawfsAttr};
 
 mod gate;
+mod git_config;
 mod secrets;
 mod staged;
 mod virtuals;
@@ -776,8 +777,16 @@ impl ClawFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Entry> {
-        let (place, dir, ..) =
+        let (place, dir, who, path) =
             self.begin_create(caller, "symlink", parent, name, FileKind::Symlink)?;
+        if matches!(who, Identity::Agent(_)) && self.policy().is_git_hooks(&path) {
+            let denial = Denial {
+                rule: crate::policy::rule::PROTECTED,
+                kind: crate::policy::DenyKind::ReadOnly,
+                reason: format!("{path} would make git's hooks folder a symlink, pointing git's hooks anywhere; agents may create it only as a folder (git init does)"),
+            };
+            self.refuse(caller, "symlink", &path, denial)?;
+        }
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
@@ -867,15 +876,27 @@ impl ClawFs {
         let dir = self.open_path(&pnode)?;
         let newdir = self.open_path(&npnode)?;
         let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
-        self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
+        let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
+        let sealed = match matches!(who, Identity::Agent(_)) {
+            true => self.check_git_config_rename(caller, &dir, name, (&from, &to), mode)?,
+            false => None,
+        };
         let replaced = match mode.exchange {
             true => None,
             false => rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
         };
-        {
-            let _as = AsCaller::enter(caller)?;
-            rustix::fs::renameat_with(&dir, name, &newdir, newname, flags)?;
+        let renamed: FsResult<()> =
+            AsCaller::enter(caller)
+                .map_err(FsError::from)
+                .and_then(|_as| {
+                    Ok(rustix::fs::renameat_with(
+                        &dir, name, &newdir, newname, flags,
+                    )?)
+                });
+        if let (Err(_), Some(node)) = (&renamed, &sealed) {
+            node.io.unseal();
         }
+        renamed?;
         self.paths_changed();
         if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
             self.release_space(self.inodes.mount_ino(st.st_ino));
@@ -988,6 +1009,23 @@ impl ClawFs {
             true => self.count_daemon_open(&node)?,
             false => self.count_open(&node, prefer_cached, writes),
         };
+        let writing = match &writer {
+            None => None,
+            Some(w) => {
+                if !node.io.write_open(matches!(w.who, Identity::Agent(_))) {
+                    if let Some((choice, mode)) = &io {
+                        mode.close(*choice);
+                    }
+                    let denial = Denial {
+                        rule: crate::policy::rule::PROTECTED,
+                        kind: crate::policy::DenyKind::ReadOnly,
+                        reason: format!("{} is being renamed onto git's config, whose settings were checked; it may not be opened for writing now", w.path),
+                    };
+                    self.refuse(caller, "open", &w.path, denial)?;
+                }
+                Some(Arc::clone(&node.io))
+            }
+        };
         let exec = (flags & FMODE_EXEC != 0).then(|| {
             node.io.exec_open();
             Arc::clone(&node.io)
@@ -999,6 +1037,7 @@ impl ClawFs {
             staged: None,
             io,
             exec,
+            writing,
         });
         Ok(Opened::Backing(fh, file))
     }
@@ -1105,6 +1144,8 @@ impl ClawFs {
             false => self.count_open(&node, false, true),
         };
         let writer = Some(writer);
+        // A new inode: never sealed.
+        node.io.write_open(false);
         let (fh, file) = self.files.insert(OpenFile {
             ino,
             backing,
@@ -1112,6 +1153,7 @@ impl ClawFs {
             staged: None,
             io,
             exec: None,
+            writing: Some(Arc::clone(&node.io)),
         });
         Ok((entry, Opened::Backing(fh, file)))
     }
@@ -1214,6 +1256,9 @@ impl ClawFs {
         }
         if let Some(mode) = &file.exec {
             mode.exec_close();
+        }
+        if let Some(mode) = &file.writing {
+            mode.write_close();
         }
         if let Some(w) = &file.writer {
             let now = file.backing.file.metadata()?.len();

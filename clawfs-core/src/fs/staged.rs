@@ -106,6 +106,7 @@ impl ClawFs {
             writer: None,
             io: None,
             exec: None,
+            writing: None,
             staged: Some(StagedTarget {
                 agent: agent.to_string(),
                 dir,

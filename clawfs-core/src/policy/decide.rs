@@ -32,11 +32,23 @@ impl Policy {
     /// per the `users` mode; agents per the rules in `policy/README.md`. The first rule that
     /// refuses decides, protected names first.
     pub fn check(&self, who: &Identity, access: Access, path: &NsPath) -> Result<(), Denial> {
+        self.check_as(who, access, path, false)
+    }
+
+    /// [`Policy::check`]; `renamed_onto`: `path` is the destination of a rename, which may make a
+    /// git config (see [`Policy::is_git_config`]).
+    fn check_as(
+        &self,
+        who: &Identity,
+        access: Access,
+        path: &NsPath,
+        renamed_onto: bool,
+    ) -> Result<(), Denial> {
         match who {
             Identity::Admin => Ok(()),
             Identity::User { .. } => self.check_user(access, path),
             Identity::Agent(name) => match self.agents.get(name) {
-                Some(spec) => self.check_agent(spec, access, path),
+                Some(spec) => self.check_agent(spec, access, path, renamed_onto),
                 None => deny(
                     rule::UNKNOWN_AGENT,
                     DenyKind::Access,
@@ -71,7 +83,39 @@ impl Policy {
             }
         }
         self.check(who, Access::Delete, from)?;
-        self.check(who, Access::Create, to)
+        self.check_as(who, Access::Create, to, true)
+    }
+
+    /// Whether `path` names git's hooks folder itself (`.git/hooks`, or a submodule git dir's),
+    /// in any letter case, where `.git` is protected: an agent may make it as a folder (as `git
+    /// init` does) but not as a symlink, which would point git's hooks at any folder.
+    pub fn is_git_hooks(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        let hooks = |c: &&str| c.eq_ignore_ascii_case(GIT_HOOKS);
+        parts.iter().enumerate().any(|(i, c)| {
+            let rest = &parts[i + 1..];
+            c.eq_ignore_ascii_case(GIT_DIR)
+                && rest.last().is_some_and(hooks)
+                && (rest.len() == 1
+                    || (rest.len() > 2 && rest[0].eq_ignore_ascii_case(GIT_MODULES)))
+        })
+    }
+
+    /// Whether `path` is a git config file an agent may make only by renaming a finished file
+    /// onto it, whose settings the daemon checks first ([`crate::gitconfig`]): `.git/config`, or
+    /// the `config` of a submodule's git dir, in any letter case, where `.git` is protected.
+    pub fn is_git_config(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        parts
+            .iter()
+            .enumerate()
+            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && git_config_in(&parts[i + 1..]))
     }
 
     /// A hard link to `from` at `to`: the caller must be able to modify the source (the new name
@@ -161,12 +205,18 @@ impl Policy {
             .any(|p| p.eq_ignore_ascii_case(GIT_DIR))
     }
 
-    fn check_agent(&self, me: &AgentSpec, access: Access, path: &NsPath) -> Result<(), Denial> {
+    fn check_agent(
+        &self,
+        me: &AgentSpec,
+        access: Access,
+        path: &NsPath,
+        renamed_onto: bool,
+    ) -> Result<(), Denial> {
         let parts: Vec<&str> = path.components().collect();
         for (i, c) in parts.iter().enumerate() {
             if let Some(p) = self.protected_match(c) {
                 if p.eq_ignore_ascii_case(GIT_DIR) {
-                    git_guard(access, path, &parts[i + 1..])?;
+                    git_guard(access, path, &parts[i + 1..], renamed_onto)?;
                     continue;
                 }
                 return deny(
@@ -466,7 +516,23 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
 ///   it (as `config.lock`, renamed onto `config`); replacing an existing one by a rename is
 ///   refused only if the filesystem also checks a replaced destination for modification.
 /// - everything else in `.git` (objects, refs, index, HEAD, `info/`, …) is the agent's.
-fn git_guard(access: Access, path: &NsPath, rest: &[&str]) -> Result<(), Denial> {
+/// Whether `rest` (the components after a `.git`) names git's config file: `config`, or the
+/// final `config` of a submodule's git dir below `modules/`.
+fn git_config_in(rest: &[&str]) -> bool {
+    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    let submodule = is(0, GIT_MODULES) && rest.len() > 2;
+    match submodule {
+        true => is(rest.len() - 1, GIT_CONFIG),
+        false => rest.len() == 1 && is(0, GIT_CONFIG),
+    }
+}
+
+fn git_guard(
+    access: Access,
+    path: &NsPath,
+    rest: &[&str],
+    renamed_onto: bool,
+) -> Result<(), Denial> {
     if access.is_read() {
         return Ok(());
     }
@@ -478,10 +544,7 @@ fn git_guard(access: Access, path: &NsPath, rest: &[&str]) -> Result<(), Denial>
         true => (2..rest.len()).find(|&i| is(i, GIT_HOOKS)),
         false => is(0, GIT_HOOKS).then_some(0),
     };
-    let config = match submodule {
-        true => is(rest.len() - 1, GIT_CONFIG),
-        false => rest.len() == 1 && is(0, GIT_CONFIG),
-    };
+    let config = git_config_in(rest);
     let what = if let Some(h) = hooks_at {
         let git_init = access == Access::Create
             && match rest.len() - h {
@@ -494,10 +557,12 @@ fn git_guard(access: Access, path: &NsPath, rest: &[&str]) -> Result<(), Denial>
         }
         "git's hooks folder, whose scripts git runs"
     } else if config {
-        if access == Access::Create {
+        // Made the way git makes it: a finished file renamed onto it, whose settings the daemon
+        // checks ([`crate::gitconfig`]); never opened for writing.
+        if access == Access::Create && renamed_onto {
             return Ok(());
         }
-        "git's config file, which can make git run commands or fetch elsewhere"
+        "git's config file, which can make git run commands or fetch elsewhere (git itself may replace it, with settings that run nothing)"
     } else {
         return Ok(());
     };

@@ -1437,7 +1437,22 @@ fn git_guard_lets_agents_use_git() {
                 Access::Create,
                 &format!("{dir}/{git}/Hooks/pre-commit.sample"),
             );
-            allowed(&pol, &fs, Access::Create, &format!("{dir}/{git}/config"));
+            // A config is made by renaming a finished file onto it (its settings are checked
+            // then), never created in place.
+            denied(
+                &pol,
+                &fs,
+                Access::Create,
+                &format!("{dir}/{git}/config"),
+                rule::PROTECTED,
+                DenyKind::ReadOnly,
+            );
+            let who = Identity::Agent(AgentName::new("fs-engine").unwrap());
+            let to = NsPath::parse(&format!("{dir}/{git}/config")).unwrap();
+            let from = NsPath::parse(&format!("{dir}/{git}/config.lock")).unwrap();
+            assert!(pol.is_git_config(&to), "{to}");
+            assert!(!pol.is_git_config(&from), "{from}");
+            assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
         }
     }
     // The grants still apply inside .git.

@@ -1,0 +1,108 @@
+//! An agent makes git's config file the way git does, by renaming a finished file onto it
+//! (`config.lock` → `config`), and only so (the policy refuses opening it for writing). Before
+//! such a rename the daemon reads the file and refuses settings that run commands or send git
+//! elsewhere ([`crate::gitconfig`]); so that what it read is what lands, the source inode is
+//! sealed first — refused if anything has it open for writing, and no agent may open it for
+//! writing after — and stays sealed once it is the config.
+
+use std::io::Read;
+use std::os::fd::AsFd;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::{ClawFs, RenameMode};
+use crate::creds::Caller;
+use crate::error::{FsError, FsResult};
+use crate::inodes::Node;
+use crate::policy::{rule, Denial, DenyKind, NsPath};
+
+/// The largest git config file an agent may put in place.
+pub const MAX_GIT_CONFIG: u64 = 1 << 20;
+
+impl ClawFs {
+    /// For a rename by agent `who` of `name` in `dir` (`from`) onto `to`: if `to` is a git
+    /// config, seals the source and checks its settings, refusing (and recording) what may not
+    /// land. Returns the sealed source node, to unseal if the rename then fails.
+    pub(super) fn check_git_config_rename(
+        &self,
+        caller: &Caller,
+        dir: impl AsFd,
+        name: &std::ffi::OsStr,
+        (from, to): (&NsPath, &NsPath),
+        mode: RenameMode,
+    ) -> FsResult<Option<Node>> {
+        let policy = self.policy();
+        let refuse = |reason: String| {
+            let denial = Denial {
+                rule: rule::PROTECTED,
+                kind: DenyKind::ReadOnly,
+                reason,
+            };
+            match self.refuse(caller, "rename", to, denial) {
+                Err(e) => e,
+                Ok(()) => FsError::Io(std::io::Error::from_raw_os_error(libc::EPERM)),
+            }
+        };
+        if mode.exchange && (policy.is_git_config(from) || policy.is_git_config(to)) {
+            return Err(refuse(format!(
+                "{to}: git's config may not be exchanged with another file; rename a finished file onto it, as git does"
+            )));
+        }
+        if !policy.is_git_config(to) {
+            return Ok(None);
+        }
+        let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(refuse(format!(
+                "{from} is not a regular file; only a file can become git's config {to}"
+            )));
+        }
+        let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
+            return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EBUSY)));
+        };
+        if !node.io.seal() {
+            return Err(refuse(format!(
+                "{from} is open for writing; close it before renaming it onto git's config {to}, whose settings are checked at the rename"
+            )));
+        }
+        let text = match read_regular(&dir, name) {
+            Ok(t) => t,
+            Err(e) => {
+                node.io.unseal();
+                return Err(e);
+            }
+        };
+        let refused = crate::gitconfig::refused_settings(&String::from_utf8_lossy(&text));
+        if !refused.is_empty() {
+            node.io.unseal();
+            return Err(refuse(format!(
+                "{from} sets {} in git's config {to}; agents may set only settings that run no command and send git nowhere but its remotes (see policy/README.md), so ask an admin for the others",
+                refused.join(", ")
+            )));
+        }
+        Ok(Some(node))
+    }
+}
+
+/// The content of the regular file `name` in `dir`, at most [`MAX_GIT_CONFIG`] bytes, opened
+/// without following a symlink and without blocking on a FIFO.
+fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    if st.st_size as u64 > MAX_GIT_CONFIG {
+        return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EFBIG)));
+    }
+    let mut out = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_GIT_CONFIG)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
