@@ -506,16 +506,6 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
     }
 }
 
-/// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)
-/// but not change what makes git run code or fetch from elsewhere. `rest` is the components
-/// after a `.git` component of `path`.
-///
-/// - `.git/hooks/` and everything under it is read-only, except that `git init` may make the
-///   folder and the inert `*.sample` files its templates hold (git never runs a `.sample`).
-/// - `.git/config` may not be modified or deleted. It may be created, because `git init` writes
-///   it (as `config.lock`, renamed onto `config`); replacing an existing one by a rename is
-///   refused only if the filesystem also checks a replaced destination for modification.
-/// - everything else in `.git` (objects, refs, index, HEAD, `info/`, …) is the agent's.
 /// Whether `rest` (the components after a `.git`) names git's config file: `config`, or the
 /// final `config` of a submodule's git dir below `modules/`.
 fn git_config_in(rest: &[&str]) -> bool {
@@ -527,6 +517,16 @@ fn git_config_in(rest: &[&str]) -> bool {
     }
 }
 
+/// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)
+/// but not change what makes git run code or fetch from elsewhere. `rest` is the components
+/// after a `.git` component of `path`.
+///
+/// - `.git/hooks/` and everything under it is read-only, except that `git init` may make the
+///   folder and the inert `*.sample` files its templates hold (git never runs a `.sample`).
+/// - `.git/config` may not be modified or deleted. It may be created, because `git init` writes
+///   it (as `config.lock`, renamed onto `config`); replacing an existing one by a rename is
+///   refused only if the filesystem also checks a replaced destination for modification.
+/// - everything else in `.git` (objects, refs, index, HEAD, `info/`, …) is the agent's.
 fn git_guard(
     access: Access,
     path: &NsPath,
