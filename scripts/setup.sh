@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a mounted ClawFS at /clawfs (or $1):
-# installs system packages, builds the release binary, installs it as /usr/local/bin/clawfs,
-# creates the clawos-agents and clawos-users groups, and mounts the default store
+# installs system packages, builds the release binaries and installs them — clawfs, vaultctl,
+# vaultctl-ssh in /usr/local/bin, mount.fuse.clawfs (for /etc/fstab lines of type fuse.clawfs)
+# beside mount(8)'s other helpers, the systemd unit clawfs@.service, man pages and bash/zsh/fish
+# completions — creates the clawos-agents and clawos-users groups, and mounts the default store
 # (/var/lib/clawfs, initialised on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +13,23 @@ clawfs_install_packages
 clawfs_require_cargo
 mountpoint=${1:-/clawfs}
 
-cargo build --release --locked -p clawfs-fuse
-install -m 0755 target/release/clawfs /usr/local/bin/clawfs
+cargo build --release --locked -p clawfs-fuse -p vaultctl -p clawfs-clidocs
+for bin in clawfs vaultctl vaultctl-ssh; do
+  install -m 0755 "target/release/$bin" "/usr/local/bin/$bin"
+done
+ln -sf /usr/local/bin/clawfs /usr/sbin/mount.fuse.clawfs
+install -Dm 0644 scripts/systemd/clawfs@.service /etc/systemd/system/clawfs@.service
+command -v systemctl >/dev/null && systemctl daemon-reload 2>/dev/null || true
+docs=$(mktemp -d)
+trap 'rm -rf "$docs"' EXIT
+target/release/clawfs-clidocs "$docs" >/dev/null
+install -d /usr/local/share/man/man1 /usr/local/share/bash-completion/completions \
+  /usr/local/share/zsh/site-functions /usr/local/share/fish/vendor_completions.d
+install -m 0644 "$docs"/man/man1/*.1 /usr/local/share/man/man1/
+install -m 0644 "$docs"/completions/bash/* /usr/local/share/bash-completion/completions/
+install -m 0644 "$docs"/completions/zsh/* /usr/local/share/zsh/site-functions/
+install -m 0644 "$docs"/completions/fish/* /usr/local/share/fish/vendor_completions.d/
+command -v mandb >/dev/null && mandb -q 2>/dev/null || true
 clawfs_create_groups
 
 mkdir -p "$mountpoint"

@@ -304,3 +304,20 @@ mod tests {
         ));
     }
 }
+
+/// The `vaultctl-ssh` command line.
+///
+/// SSH forced-command wrapper: runs only `vaultctl <command> ...` from $SSH_ORIGINAL_COMMAND.
+#[derive(Debug, clap::Parser)]
+#[command(name = "vaultctl-ssh", version, max_term_width = 100)]
+pub struct SshArgs {
+    /// The ClawFS mount point [env: CLAWFS_MOUNT; default /clawfs].
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<std::path::PathBuf>,
+    /// The workspace the client works in [env: CLAWFS_WORKSPACE; default "default"].
+    #[arg(long, value_name = "WS")]
+    pub workspace: Option<String>,
+    /// Also append refusals to this file.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
+}

@@ -14,23 +14,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use vaultctl::{ssh, Exit, Outcome};
 
-/// SSH forced-command wrapper: runs only `vaultctl <subcommand> ...` from $SSH_ORIGINAL_COMMAND.
-#[derive(Debug, Parser)]
-#[command(name = "vaultctl-ssh", version, max_term_width = 100)]
-struct Args {
-    /// The ClawFS mount point [env: CLAWFS_MOUNT; default /clawfs].
-    #[arg(long, value_name = "DIR")]
-    mount: Option<PathBuf>,
-    /// The workspace the client works in [env: CLAWFS_WORKSPACE; default "default"].
-    #[arg(long, value_name = "WS")]
-    workspace: Option<String>,
-    /// Also append refusals to this file.
-    #[arg(long, value_name = "FILE")]
-    log: Option<PathBuf>,
-}
-
 fn main() {
-    let args = Args::parse();
+    let args = ssh::SshArgs::parse();
     let original = std::env::var("SSH_ORIGINAL_COMMAND").ok();
     let outcome = match ssh::check_command(original.as_deref()) {
         Ok(words) => {
