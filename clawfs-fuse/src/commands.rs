@@ -220,12 +220,32 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
     } else {
         crate::policy_cmd::check(&target)?;
     }
-    let Some(daemon) = store.daemon_info() else {
-        println!(
+    match apply_policy(&store)? {
+        Applied::NoDaemon => println!(
             "{}: the policy takes effect at the next mount (no daemon serves this store)",
             target.display()
-        );
-        return Ok(());
+        ),
+        Applied::ByDaemon(pid) => {
+            println!("policy reloaded by pid {pid} ({})", target.display())
+        }
+    }
+    Ok(())
+}
+
+/// Where a policy change stands after [`apply_policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The daemon serving the store (this pid) has it in force.
+    ByDaemon(u32),
+    /// No daemon serves the store: the next mount reads it.
+    NoDaemon,
+}
+
+/// Makes the daemon serving `store` re-read its policy file (SIGHUP) and waits, up to 10 s,
+/// for it to report the outcome; an error if it refused the file (keeping the old policy).
+pub fn apply_policy(store: &Store) -> Result<Applied, Failure> {
+    let Some(daemon) = store.daemon_info() else {
+        return Ok(Applied::NoDaemon);
     };
     let status_path = store.private_dir().join(POLICY_STATUS);
     let before = std::fs::read(&status_path).ok();
@@ -244,12 +264,7 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
             let v: serde_json::Value = serde_json::from_slice(&now.unwrap_or_default())
                 .context("reading the daemon's policy status")?;
             if v["ok"] == true {
-                println!(
-                    "policy reloaded by pid {} ({})",
-                    daemon.pid,
-                    target.display()
-                );
-                return Ok(());
+                return Ok(Applied::ByDaemon(daemon.pid));
             }
             return Err(Failure::Other(anyhow::anyhow!(
                 "the daemon refused the policy and kept the old one: {}",

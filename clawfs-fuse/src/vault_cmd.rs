@@ -79,7 +79,8 @@ pub enum VaultCommand {
         /// Secret name.
         name: String,
     },
-    /// Let AGENT read secret NAME (edits system/policy.toml; then `clawfs policy reload`).
+    /// Let AGENT read secret NAME (edits system/policy.toml; the daemon serving the store
+    /// applies it at once).
     Grant {
         /// Agent name.
         agent: String,
@@ -375,12 +376,18 @@ fn grant(
     clawfs_core::store::atomic_write(&dir, "policy.toml", new.as_bytes(), mode)
         .with_context(|| format!("writing {}", path.display()))?;
     let verb = if add { "granted" } else { "revoked" };
-    writeln!(
-        out,
-        "{verb} {name} {} {agent}; apply with `clawfs policy reload`",
-        if add { "to" } else { "from" }
-    )
-    .map_err(|e| anyhow!(e))?;
+    let to = if add { "to" } else { "from" };
+    // What the running daemon enforces changes now, not at the next reload.
+    let store = clawfs_core::store::Store::open(store_root)?;
+    let state = match crate::commands::apply_policy(&store)? {
+        crate::commands::Applied::ByDaemon(pid) => {
+            format!("in force now (the daemon serving the store, pid {pid}, reloaded its policy)")
+        }
+        crate::commands::Applied::NoDaemon => {
+            "no daemon serves this store; the next mount applies it".to_string()
+        }
+    };
+    writeln!(out, "{verb} {name} {to} {agent}; {state}").map_err(|e| anyhow!(e))?;
     Ok(())
 }
 
