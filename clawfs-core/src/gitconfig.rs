@@ -34,7 +34,6 @@ const ALLOWED: &[&str] = &[
     "init.defaultbranch",
     "extensions.objectformat",
     "extensions.refstorage",
-    "extensions.worktreeconfig",
     "pull.rebase",
     "pull.ff",
     "push.default",
@@ -156,6 +155,11 @@ mod tests {
             ),
             ("[remote \"o\"]\nuploadpack = sh", "remote.uploadpack"),
             ("[core]\nworktree = /etc", "core.worktree"),
+            // It would make git read config.worktree files too.
+            (
+                "[extensions]\nworktreeConfig = true",
+                "extensions.worktreeconfig",
+            ),
         ] {
             assert!(
                 refused_settings(text).contains(&key.to_string()),

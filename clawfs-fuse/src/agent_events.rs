@@ -36,7 +36,7 @@
 //! placed and is dropped.
 //!
 //! Volume is bounded, per agent and kind, so that a flood of one kind hides no other: beyond
-//! [`MAX_PER_SECOND`] activity events (exec, open, connect) in a second, or
+//! [`MAX_PER_SECOND`] activity events of one kind (exec, open or connect) in a second, or
 //! [`MAX_REFUSALS_PER_SECOND`] refusals of one rule and operation (`SECCOMP` `ptrace`, `NETWORK`
 //! `connect`…), the rest are dropped, and one `audit:events-dropped` record says how many of
 //! which kind. The event thread never waits on
@@ -281,7 +281,7 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
             let (kind, limit) = match &mut out {
                 Out::Record(r) => {
                     r.agent.clone_from(&agent);
-                    ("exec/open/connect".to_string(), MAX_PER_SECOND)
+                    (r.operation.to_string(), MAX_PER_SECOND)
                 }
                 Out::Refusal(r) => {
                     r.agent.clone_from(&agent);
@@ -488,7 +488,15 @@ fn in_mount(
     base: Option<(u32, u64)>,
 ) -> Option<String> {
     let absolute = if path.starts_with('/') {
-        PathBuf::from(path)
+        // The caller's /proc/self, not the daemon's.
+        let own = if let Some(rest) = path.strip_prefix("/proc/thread-self/") {
+            format!("/proc/{}/task/{}/{rest}", ev.pid, ev.tid)
+        } else if let Some(rest) = path.strip_prefix("/proc/self/") {
+            format!("/proc/{}/{rest}", ev.pid)
+        } else {
+            path.to_string()
+        };
+        PathBuf::from(own)
     } else {
         let (dev, ino) = base?;
         let mount_dev = *shared

@@ -141,17 +141,20 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
              ln -s {mnt}/agents/build-engine/cache {mnt}/agents/{AGENT}/lnk
              {{ echo x > {mnt}/agents/{AGENT}/lnk/vialink; }} 2>&1
              /usr/bin/python3 -c \"{dirfd}\"
+             exec 3<{mnt}/agents && {{ echo x > /proc/self/fd/3/build-engine/cache/procfd; }} 2>&1
              mv {mnt}/agents/{AGENT}/identity.json {mnt}/agents/{AGENT}/moved 2>&1
              sleep 0.3; true"
         ),
     );
     let shown = text(&out);
-    assert_eq!(shown.matches("Permission denied").count(), 6, "{shown}");
+    assert_eq!(shown.matches("Permission denied").count(), 7, "{shown}");
     assert!(shown.contains("Operation not permitted"), "{shown}");
     assert_eq!(snapshot(&m.backing("agents/build-engine")), before);
 
-    let paths = ["rel", "abs", "dots", "fromroot", "vialink", "dirfd"]
-        .map(|n| format!("/agents/build-engine/cache/{n}"));
+    let paths = [
+        "rel", "abs", "dots", "fromroot", "vialink", "dirfd", "procfd",
+    ]
+    .map(|n| format!("/agents/build-engine/cache/{n}"));
     let kernel =
         |r: &Value, path: &str| r["rule"] == "KERNEL" && r["path"] == path && r["agent"] == AGENT;
     let all = audit_until(&m, |all| {

@@ -221,6 +221,9 @@ except OSError as e:
              {{ echo '[core]' > .git/CONFIG; }} 2>/dev/null || echo no-create-case
              /usr/bin/python3 -c '{keep_open}'
              mkdir -p {d}-bare/.git && {{ ln -s /tmp {d}-bare/.git/hooks 2>/dev/null || echo no-hooks-link; }}
+             g config extensions.worktreeConfig true 2>/dev/null || echo no-worktree-config
+             {{ echo '[core]' > .git/config.worktree; }} 2>/dev/null || echo no-config-worktree
+             {{ echo ../elsewhere > .git/commondir; }} 2>/dev/null || echo no-commondir
              echo end"
         ),
     );
@@ -234,6 +237,9 @@ except OSError as e:
         "no-create-case",
         "kept-open-refused",
         "no-hooks-link",
+        "no-worktree-config",
+        "no-config-worktree",
+        "no-commondir",
     ] {
         assert!(o.contains(expected), "{expected}: {o}");
     }

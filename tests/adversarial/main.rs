@@ -1,7 +1,7 @@
 //! Attacks on a mounted ClawFS, as a hostile agent or an ordinary local user would make them.
 //! Each module is one class of hole (`docs/threat-model.md`); each test fails if the hole opens.
 
-#[path = "../../clawfs-fuse/tests/common/mod.rs"]
+#[path = "../common/mod.rs"]
 mod common;
 mod support;
 

@@ -20,6 +20,9 @@ const SELF_FILE: &str = "self";
 const GIT_DIR: &str = ".git";
 const GIT_HOOKS: &str = "hooks";
 const GIT_CONFIG: &str = "config";
+const GIT_CONFIG_WORKTREE: &str = "config.worktree";
+const GIT_WORKTREES: &str = "worktrees";
+const GIT_COMMONDIR: &str = "commondir";
 const GIT_MODULES: &str = "modules";
 const GITMODULES: &str = ".gitmodules";
 
@@ -510,11 +513,24 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
 /// final `config` of a submodule's git dir below `modules/`.
 fn git_config_in(rest: &[&str]) -> bool {
     let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    let config = |i: usize| is(i, GIT_CONFIG) || is(i, GIT_CONFIG_WORKTREE);
     let submodule = is(0, GIT_MODULES) && rest.len() > 2;
     match submodule {
-        true => is(rest.len() - 1, GIT_CONFIG),
-        false => rest.len() == 1 && is(0, GIT_CONFIG),
+        true => config(rest.len() - 1),
+        // `.git/config`, `.git/config.worktree`, `.git/worktrees/<x>/config.worktree`
+        false => {
+            (rest.len() == 1 && config(0))
+                || (rest.len() == 3 && is(0, GIT_WORKTREES) && is(2, GIT_CONFIG_WORKTREE))
+        }
     }
+}
+
+/// Whether `rest` (the components after a `.git`) names a file that sends git to another
+/// repository: `commondir`, or a worktree's `commondir` or `gitdir`.
+fn git_redirect_in(rest: &[&str]) -> bool {
+    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    (rest.len() == 1 && is(0, GIT_COMMONDIR))
+        || (rest.len() == 3 && is(0, GIT_WORKTREES) && (is(2, GIT_COMMONDIR) || is(2, "gitdir")))
 }
 
 /// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)
@@ -556,6 +572,8 @@ fn git_guard(
             return Ok(());
         }
         "git's hooks folder, whose scripts git runs"
+    } else if git_redirect_in(rest) {
+        "a file that sends git to another repository and its config"
     } else if config {
         // Made the way git makes it: a finished file renamed onto it, whose settings the daemon
         // checks ([`crate::gitconfig`]); never opened for writing.

@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use clap::Parser;
 use clawfs_core::cgroup::{agent_of_pid, Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 use clawfs_fuse::run::{RunArgs, AGENT_UID_BASE};
@@ -41,7 +44,7 @@ fn helper_main() -> ExitCode {
 }
 
 /// A `clawfs run` command (once `run` is wired into the CLI this can be
-/// `Command::new(env!("CARGO_BIN_EXE_clawfs")).arg("run")`).
+/// `Command::new(common::clawfs_bin()).arg("run")`).
 fn clawfs_run() -> Command {
     let mut c = Command::new(std::env::current_exe().expect("test binary"));
     c.env(HELPER_ENV, "1");
@@ -67,7 +70,7 @@ impl Fixture {
             .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let store = dir.path().join("store");
-        let out = Command::new(env!("CARGO_BIN_EXE_clawfs"))
+        let out = Command::new(common::clawfs_bin())
             .arg("init")
             .arg("--store")
             .arg(&store)

@@ -3,13 +3,11 @@
 //! concurrent `apply_patch` on one base, a patch that does not apply, path escapes of every kind,
 //! and trash → restore.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::{at_once, tool_call, tool_request, Mounted};
+use crate::common::{at_once, tool_call, tool_request, Mounted};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -893,7 +891,7 @@ fn trash_and_restore_round_trip() {
     let m = Mounted::new();
     fixture(&m);
     let ws = m.ws();
-    let before = common::tree(&ws.join("Projects"));
+    let before = crate::common::tree(&ws.join("Projects"));
     let plan = fs::read(ws.join("Projects/Plan.md")).unwrap();
     for iface in [Iface::Call, Iface::Files] {
         // A folder and a file go to the trash and come back whole.
@@ -946,7 +944,7 @@ fn trash_and_restore_round_trip() {
         at_once("the restored folder is back", || {
             ws.join("Projects/Plan.md").exists()
         });
-        assert_eq!(common::tree(&ws.join("Projects")), before);
+        assert_eq!(crate::common::tree(&ws.join("Projects")), before);
         assert_eq!(fs::read(ws.join("Projects/Plan.md")).unwrap(), plan);
         let r = call(&m, iface, "list_trash", json!({}));
         assert_eq!(r["total"], 0, "{r}");

@@ -2,13 +2,11 @@
 //! the mount and to a plain directory must give the same results (success or the same errno) and
 //! leave the same trees; and fsx-style random read/write/truncate with data verification.
 
-mod common;
-
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::{tree, Mounted};
+use crate::common::{tree, Mounted};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

@@ -1,12 +1,10 @@
 //! Mounting and unmounting: the happy path, every refusal with its message and exit code, and
 //! recovery from a killed daemon.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
-use common::{clawfs, Mounted};
+use crate::common::{clawfs, Mounted};
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -203,7 +201,7 @@ fn the_systemd_unit_verifies() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/systemd/clawfs@.service"),
     )
     .unwrap()
-    .replace("/usr/local/bin/clawfs", common::clawfs_bin());
+    .replace("/usr/local/bin/clawfs", crate::common::clawfs_bin());
     // The instance of /clawfs, as `systemctl enable clawfs@clawfs.service` names it.
     let path = dir.path().join("clawfs@clawfs.service");
     std::fs::write(&path, unit).unwrap();
@@ -233,7 +231,8 @@ fn an_fstab_line_mounts_through_the_helper() {
     for e in std::fs::read_dir("/usr/sbin").unwrap().flatten() {
         std::os::unix::fs::symlink(e.path(), sbin.join(e.file_name())).unwrap();
     }
-    std::os::unix::fs::symlink(common::clawfs_bin(), sbin.join("mount.fuse.clawfs")).unwrap();
+    std::os::unix::fs::symlink(crate::common::clawfs_bin(), sbin.join("mount.fuse.clawfs"))
+        .unwrap();
     let fstab = dir.path().join("fstab");
     std::fs::write(
         &fstab,
@@ -258,7 +257,7 @@ fn an_fstab_line_mounts_through_the_helper() {
         sbin = sbin.display(),
         fstab = fstab.display(),
         mnt = mnt.display(),
-        bin = common::clawfs_bin(),
+        bin = crate::common::clawfs_bin(),
     );
     let out = std::process::Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])

@@ -3,12 +3,10 @@
 //! before answering; a two-file request runs when the request file is closed (FLUSH, which
 //! close(2) waits for); and what tools create gets the caller's usual modes.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 
-use common::{tool_call, Mounted};
+use crate::common::{tool_call, Mounted};
 use serde_json::json;
 
 #[test]

@@ -1,11 +1,9 @@
 //! The namespace a fresh mount shows: six roots, their modes, and the content `clawfs init` lays
 //! out, read through the mount with std::fs and shell tools.
 
-mod common;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use common::{sh, Mounted};
+use crate::common::{sh, Mounted};
 use sha2::{Digest, Sha256};
 
 #[test]
@@ -164,7 +162,7 @@ fn vector_dimension_xattr_is_validated_and_recorded() {
 #[test]
 fn status_reports_the_mount() {
     let m = Mounted::new();
-    let out = common::clawfs(["status".as_ref(), m.mnt.as_os_str(), "--json".as_ref()]);
+    let out = crate::common::clawfs(["status".as_ref(), m.mnt.as_os_str(), "--json".as_ref()]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -174,6 +172,6 @@ fn status_reports_the_mount() {
     assert_eq!(v["counts"]["agents"], 8);
     assert_eq!(v["counts"]["workspaces"], 1);
     assert_eq!(v["daemon"]["version"], clawfs_core::VERSION);
-    let human = common::clawfs(["status".as_ref(), m.mnt.as_os_str()]);
+    let human = crate::common::clawfs(["status".as_ref(), m.mnt.as_os_str()]);
     assert!(String::from_utf8_lossy(&human.stdout).contains("agents: 8"));
 }

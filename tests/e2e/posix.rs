@@ -1,8 +1,6 @@
 //! POSIX behaviour on the writable roots beyond what pjdfstest covers: sparse and large files,
 //! O_DIRECT, rename flags, stable inode numbers, inotify, with and without passthrough.
 
-mod common;
-
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -12,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{errno, sh, Mounted};
+use crate::common::{errno, sh, Mounted};
 
 const GIB: u64 = 1 << 30;
 

@@ -8,38 +8,39 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `clawfs` binary under test: Cargo's for tests of clawfs-fuse; for tests of other crates
-/// of the workspace, the one beside the test executable's `deps/` directory, built first if it
-/// is not there yet.
+/// The `clawfs` binary under test: the one beside the test executable's `deps/` directory,
+/// brought up to date with `cargo build -p clawfs-fuse --bin clawfs` once per test process when
+/// the tests run under cargo (instant when nothing changed), so a test never runs an old build.
 ///
 /// `CLAWFS_TEST_BIN=PATH` runs the tests against another build (e.g. to show that an attack
 /// test fails on an older one).
 pub fn clawfs_bin() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(bin) = std::env::var_os("CLAWFS_TEST_BIN") {
-        return BIN.get_or_init(|| bin.to_string_lossy().into_owned());
-    }
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_clawfs") {
-        return bin;
-    }
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("CLAWFS_TEST_BIN") {
+            return bin.to_string_lossy().into_owned();
+        }
         let exe = std::env::current_exe().expect("test executable");
         let profile_dir = exe
             .parent()
             .and_then(Path::parent)
             .expect("target/<profile>/deps/<test>");
         let bin = profile_dir.join("clawfs");
-        if !bin.exists() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        if let Some(cargo) = std::env::var_os("CARGO") {
             let release = profile_dir.file_name() == Some(OsStr::new("release"));
             let status = Command::new(cargo)
-                .args(["build", "-p", "clawfs-fuse", "--bin", "clawfs"])
+                .args(["build", "--quiet", "-p", "clawfs-fuse", "--bin", "clawfs"])
                 .args(release.then_some("--release"))
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("run cargo build");
             assert!(status.success(), "cargo build -p clawfs-fuse failed");
         }
+        assert!(
+            bin.exists(),
+            "{} is missing: cargo build -p clawfs-fuse",
+            bin.display()
+        );
         bin.to_string_lossy().into_owned()
     })
 }

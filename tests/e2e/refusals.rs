@@ -1,12 +1,10 @@
 //! Deny paths: every refusal ClawFS adds on top of POSIX, with its errno, its reason in the
 //! daemon log, and nothing changed in the store.
 
-mod common;
-
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{symlink, PermissionsExt};
 
-use common::{errno, tree, Mounted};
+use crate::common::{errno, tree, Mounted};
 
 /// The six areas of the store (the private area holds the daemon's log, which grows).
 fn areas(m: &Mounted) -> Vec<(String, String)> {
@@ -158,7 +156,7 @@ fn renames_and_links_stay_inside_their_area() {
         fs::hard_link(&f, m.path("agents/fs-engine/f"))
     });
     // `mv` falls back to copy + delete across areas, as across filesystems.
-    common::sh(&format!(
+    crate::common::sh(&format!(
         "mv {} {}",
         f.display(),
         m.path("tools/f").display()
@@ -193,13 +191,13 @@ fn other_xattr_namespaces_are_refused() {
 fn ordinary_users_get_posix_permissions() {
     let m = Mounted::new();
     // workspaces/ is 0750 root:clawos-users: an outsider cannot even look in.
-    let out = common::sh_as_nobody(&format!("ls {}", m.path("workspaces").display()));
+    let out = crate::common::sh_as_nobody(&format!("ls {}", m.path("workspaces").display()));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
     // The admin opens the default workspace; files are then created as the caller.
     m.open_workspace_to_all();
     let f = m.ws().join("by-nobody");
-    let out = common::sh_as_nobody(&format!("echo hi > {}", f.display()));
+    let out = crate::common::sh_as_nobody(&format!("echo hi > {}", f.display()));
     assert!(
         out.status.success(),
         "{}",
@@ -211,7 +209,7 @@ fn ordinary_users_get_posix_permissions() {
     // And nobody cannot overwrite root's file.
     fs::write(m.ws().join("roots"), b"root").unwrap();
     fs::set_permissions(m.ws().join("roots"), fs::Permissions::from_mode(0o644)).unwrap();
-    let out = common::sh_as_nobody(&format!("echo x > {}", m.ws().join("roots").display()));
+    let out = crate::common::sh_as_nobody(&format!("echo x > {}", m.ws().join("roots").display()));
     assert!(!out.status.success());
     assert_eq!(fs::read(m.ws().join("roots")).unwrap(), b"root");
     // The admin's chmod of the roots persists across a remount.

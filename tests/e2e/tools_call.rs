@@ -1,13 +1,11 @@
 //! The agent tools through the mount: `tools/call/<tool>` on one descriptor, from a program and
 //! from a shell, and `agents/self`.
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::FileExt;
 
-use common::{sh, Mounted};
+use crate::common::{sh, Mounted};
 use serde_json::{json, Value};
 
 /// One call on one descriptor: write the request, read the response.
@@ -120,7 +118,7 @@ fn tool_calls_run_as_the_caller() {
     )
     .unwrap();
     let call_as_nobody = |tool: &str, req: &str| -> Value {
-        let out = common::sh_as_nobody(&format!(
+        let out = crate::common::sh_as_nobody(&format!(
             "exec 3<>{}; printf '%s' '{req}' >&3; cat <&3",
             m.path(&format!("tools/call/{tool}")).display()
         ));
@@ -150,7 +148,7 @@ fn agents_self_tells_the_caller_who_it_is() {
     let me: Value = serde_json::from_slice(&fs::read(m.path("agents/self")).unwrap()).unwrap();
     assert_eq!(me["identity"], "admin");
     assert_eq!(me["uid"], 0);
-    let out = common::sh_as_nobody(&format!("cat {}", m.path("agents/self").display()));
+    let out = crate::common::sh_as_nobody(&format!("cat {}", m.path("agents/self").display()));
     // agents/ is 0750: an outsider cannot reach it at all.
     assert!(!out.status.success());
     let e = fs::write(m.path("agents/self"), b"x").unwrap_err();
@@ -209,7 +207,7 @@ fn each_caller_sees_only_its_own_responses() {
     )
     .unwrap();
     assert!(m.path("tools/responses/mine.json").exists());
-    let out = common::sh_as_nobody(&format!(
+    let out = crate::common::sh_as_nobody(&format!(
         "ls {d}; cat {d}/mine.json",
         d = m.path("tools/responses").display()
     ));
@@ -218,7 +216,7 @@ fn each_caller_sees_only_its_own_responses() {
         String::from_utf8_lossy(&out.stdout).trim().is_empty(),
         "nobody lists nothing"
     );
-    let out = common::sh_as_nobody(&format!(
+    let out = crate::common::sh_as_nobody(&format!(
         "printf '{{\"tool\":\"list_allowed\"}}' > {r}/theirs.json && cat {s}/theirs.json",
         r = m.path("tools/requests").display(),
         s = m.path("tools/responses").display()

@@ -2,22 +2,20 @@
 //! docs/vaultctl.md end to end, its exit codes, and the forced-command wrapper's refusals. The
 //! binaries are found next to `clawfs` in the target directory, built first if missing.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::Mounted;
+use crate::common::Mounted;
 use serde_json::Value;
 
 fn vaultctl_bin() -> PathBuf {
-    common::workspace_bin("vaultctl", "vaultctl")
+    crate::common::workspace_bin("vaultctl", "vaultctl")
 }
 
 fn ssh_bin() -> PathBuf {
-    common::workspace_bin("vaultctl-ssh", "vaultctl")
+    crate::common::workspace_bin("vaultctl-ssh", "vaultctl")
 }
 
 /// What a run printed, parsed, and its exit code.

@@ -2,13 +2,11 @@
 //! admin and to agents granted NAME, EACCES to everyone else, ENOKEY when the vault is locked;
 //! an admin's write is stored encrypted; every access is in the audit trail.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::process::Output;
 
-use common::{clawfs, errno, vault, Mounted};
+use crate::common::{clawfs, errno, vault, Mounted};
 
 fn ok(o: Output) -> String {
     assert!(

@@ -3,14 +3,12 @@
 //! and tells the agent why in its denials file. Every refusal is checked for its errno, its
 //! records and an unchanged store.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 use std::process::Output;
 
-use common::{clawfs, Mounted};
+use crate::common::{clawfs, Mounted};
 use serde_json::Value;
 
 /// `clawfs run --agent AGENT -- sh -c SCRIPT` against the mount.

@@ -1,0 +1,18 @@
+//! ClawFS end to end: each test mounts a real ClawFS in a temp dir with the real `clawfs` binary
+//! and drives it with std::fs and real tools (ls, cat, setfattr, git…), as people and agents do.
+//! The attacks are in `tests/adversarial`, `clawfs run` on real cgroups in `tests/run`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod agents;
+mod lifecycle;
+mod model;
+mod namespace;
+mod posix;
+mod refusals;
+mod tools_call;
+mod tools_consistency;
+mod tools_e2e;
+mod vault_mount;
+mod vaultctl;
