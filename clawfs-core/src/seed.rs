@@ -298,10 +298,10 @@ pub fn write_tool_registry(root: &Path) -> io::Result<()> {
     dir(&defs, 0o755, owner)?;
     let mut wanted = vec![(
         tools.join("registry.json"),
-        pretty(&clawfs_tools::registry()),
+        pretty(&clawfs_agent_tools::registry()),
     )];
-    for tool in clawfs_tools::TOOL_NAMES {
-        let def = clawfs_tools::definition(tool).expect("every listed tool has a definition");
+    for tool in clawfs_agent_tools::TOOL_NAMES {
+        let def = clawfs_agent_tools::definition(tool).expect("every listed tool has a definition");
         wanted.push((defs.join(format!("tool-{tool}.json")), pretty(&def)));
     }
     for (path, content) in wanted {

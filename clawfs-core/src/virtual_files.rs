@@ -129,7 +129,7 @@ pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> 
     match dir {
         VirtualNode::CallDir => {
             let name = name.to_str()?;
-            clawfs_tools::TOOL_NAMES
+            clawfs_agent_tools::TOOL_NAMES
                 .contains(&name)
                 .then(|| VirtualNode::Call(name.to_string()))
         }
@@ -140,7 +140,7 @@ pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> 
 /// The children of a virtual directory whose children do not depend on the caller.
 pub fn children_of_virtual(dir: &VirtualNode) -> Vec<VirtualNode> {
     match dir {
-        VirtualNode::CallDir => clawfs_tools::TOOL_NAMES
+        VirtualNode::CallDir => clawfs_agent_tools::TOOL_NAMES
             .iter()
             .map(|t| VirtualNode::Call(t.to_string()))
             .collect(),

@@ -75,8 +75,8 @@ fn init_lays_out_real_content() {
     let reg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(m.path("tools/registry.json")).unwrap()).unwrap();
     let listed = reg["tools"].as_array().unwrap();
-    assert_eq!(listed.len(), clawfs_tools::TOOL_NAMES.len());
-    for tool in clawfs_tools::TOOL_NAMES {
+    assert_eq!(listed.len(), clawfs_agent_tools::TOOL_NAMES.len());
+    for tool in clawfs_agent_tools::TOOL_NAMES {
         let def: serde_json::Value = serde_json::from_slice(
             &std::fs::read(m.path(&format!("tools/definitions/tool-{tool}.json"))).unwrap(),
         )

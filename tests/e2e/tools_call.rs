@@ -28,7 +28,7 @@ fn every_tool_is_a_file_and_answers_json() {
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    for tool in clawfs_tools::TOOL_NAMES {
+    for tool in clawfs_agent_tools::TOOL_NAMES {
         assert!(listed.iter().any(|l| l == tool), "{tool} not listed");
     }
     fs::write(m.ws().join("note.md"), "# Title\n\nhello\n## Part\nworld\n").unwrap();

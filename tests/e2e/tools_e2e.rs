@@ -524,7 +524,7 @@ fn every_tool(iface: Iface) {
     );
 
     // Every tool was seen both ways.
-    let all: BTreeSet<String> = clawfs_tools::TOOL_NAMES
+    let all: BTreeSet<String> = clawfs_agent_tools::TOOL_NAMES
         .iter()
         .map(|s| s.to_string())
         .collect();

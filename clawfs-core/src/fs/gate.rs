@@ -841,7 +841,7 @@ impl ClawFs {
                 .and_then(|v| v["tool"].as_str().map(str::to_string))
                 .unwrap_or_else(|| "?".into()),
         };
-        let out = clawfs_tools::render(Err(clawfs_tools::ToolError::Denied(
+        let out = clawfs_agent_tools::render(Err(clawfs_agent_tools::ToolError::Denied(
             ESTOP_REASON.to_string(),
         )));
         let op = format!("tool:{tool}");

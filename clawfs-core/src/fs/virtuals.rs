@@ -445,13 +445,13 @@ impl ClawFs {
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
                 virtual_files::MAX_CALL_REQUEST
             );
-            (None, Err(clawfs_tools::ToolError::TooLarge(message)))
+            (None, Err(clawfs_agent_tools::ToolError::TooLarge(message)))
         } else {
             self.call_tool(creds, who, tool, &exchange.request)
         };
         let call = (tool_name.as_str(), target.as_deref());
         self.record_tool(caller, who, call, workspace.as_deref(), &result);
-        let mut out = clawfs_tools::render(result);
+        let mut out = clawfs_agent_tools::render(result);
         if out.last() != Some(&b'\n') {
             out.push(b'\n');
         }
@@ -466,7 +466,7 @@ impl ClawFs {
         who: &crate::policy::Identity,
         (tool, target): (&str, Option<&str>),
         workspace: Option<&str>,
-        result: &clawfs_tools::ToolResult<serde_json::Value>,
+        result: &clawfs_agent_tools::ToolResult<serde_json::Value>,
     ) {
         let path = match workspace {
             Some(ws) => format!("/workspaces/{ws}"),
@@ -521,9 +521,12 @@ impl ClawFs {
         who: &crate::policy::Identity,
         tool: Option<&str>,
         request: &[u8],
-    ) -> (Option<String>, clawfs_tools::ToolResult<serde_json::Value>) {
+    ) -> (
+        Option<String>,
+        clawfs_agent_tools::ToolResult<serde_json::Value>,
+    ) {
         let (workspace, request) = split_workspace(request);
-        use clawfs_tools::ToolError;
+        use clawfs_agent_tools::ToolError;
         let error = |e: ToolError| (None, Err(e));
         if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
             return error(ToolError::InvalidArgs(format!("\"workspace\": {e}")));
@@ -568,7 +571,7 @@ impl ClawFs {
         if let Err(e) = self.prepare_tool_dirs(&ws_dir) {
             return error(ToolError::io("preparing the workspace's trash", e));
         }
-        let mut root = match clawfs_tools::ToolRoot::new(&ws_dir) {
+        let mut root = match clawfs_agent_tools::ToolRoot::new(&ws_dir) {
             Ok(r) => r,
             Err(e) => return error(ToolError::io("starting the call", e)),
         };
@@ -622,7 +625,7 @@ impl ClawFs {
             Ok(guard) => guard,
             Err(e) => return error(ToolError::io("starting the call", e)),
         };
-        let out = clawfs_tools::run(&root, tool, &request);
+        let out = clawfs_agent_tools::run(&root, tool, &request);
         drop(as_caller);
         if let Identity::Agent(agent) = who {
             let bytes = added.load(std::sync::atomic::Ordering::Acquire);
@@ -720,32 +723,36 @@ impl ToolAccess {
     }
 }
 
-impl clawfs_tools::AccessCheck for ToolAccess {
-    fn check(&self, rel: &str, access: clawfs_tools::Access) -> clawfs_tools::ToolResult<()> {
-        clawfs_tools::policy::check_protected(rel)?;
+impl clawfs_agent_tools::AccessCheck for ToolAccess {
+    fn check(
+        &self,
+        rel: &str,
+        access: clawfs_agent_tools::Access,
+    ) -> clawfs_agent_tools::ToolResult<()> {
+        clawfs_agent_tools::policy::check_protected(rel)?;
         let top = rel.split('/').find(|c| !c.is_empty());
-        if access == clawfs_tools::Access::Write
+        if access == clawfs_agent_tools::Access::Write
             && (top == Some("snapshots") || rel.trim_matches('/') == "metadata.json")
         {
             // The workspace's metadata and snapshots are ClawFS's: the mount refuses to remove
             // or rename them, and so do the tools, which cannot tell a write from a removal.
-            return Err(clawfs_tools::ToolError::Denied(format!(
+            return Err(clawfs_agent_tools::ToolError::Denied(format!(
                 "{rel} is managed by ClawFS (the workspace's metadata.json and snapshots/); set user.clawfs.* attributes on the workspace instead"
             )));
         }
         let path = self.ns(rel).ok_or_else(|| {
-            clawfs_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
+            clawfs_agent_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
         })?;
         let access = match access {
-            clawfs_tools::Access::Read => crate::policy::Access::Read,
-            clawfs_tools::Access::Write => crate::policy::Access::Write,
+            clawfs_agent_tools::Access::Read => crate::policy::Access::Read,
+            clawfs_agent_tools::Access::Write => crate::policy::Access::Write,
         };
         self.policy
             .check(&self.who, access, &path)
-            .map_err(|d| clawfs_tools::ToolError::Denied(d.reason))
+            .map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
     }
 
-    fn describe(&self) -> clawfs_tools::Allowed {
+    fn describe(&self) -> clawfs_agent_tools::Allowed {
         let all = || vec!["**".to_string()];
         let (read, write) = match &self.who {
             Identity::Agent(a) => match self.policy.workspace_grant(a, &self.workspace) {
@@ -755,7 +762,7 @@ impl clawfs_tools::AccessCheck for ToolAccess {
             },
             _ => (all(), all()),
         };
-        clawfs_tools::Allowed {
+        clawfs_agent_tools::Allowed {
             read,
             write,
             protected: self.policy.protected().to_vec(),

@@ -41,7 +41,7 @@ impl Exit {
 /// Whether a tool error code is the caller's to fix (exit 1): every code the tools define
 /// except `io_error`. Anything else that is not `"ok": true` is a system error (exit 2).
 pub fn is_user_error(code: &str) -> bool {
-    code != "io_error" && clawfs_tools::ERROR_CODES.contains(&code)
+    code != "io_error" && clawfs_agent_tools::ERROR_CODES.contains(&code)
 }
 
 /// The exit status a response calls for.

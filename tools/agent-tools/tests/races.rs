@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clawfs_tools::{call, ToolRoot};
+use clawfs_agent_tools::{call, ToolRoot};
 use rustix::fs::{renameat_with, RenameFlags, CWD};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

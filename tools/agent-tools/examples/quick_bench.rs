@@ -1,10 +1,10 @@
 //! Library-level timing of the speed cases (no mount): p50/p99 of info and read_range on a
 //! 1 MB file, outline of a 100,000-line file, search_files over 10,000 files, a 3-hunk apply_patch.
-//! Run with `cargo run --release -p clawfs-tools --example quick_bench -- <scratch dir>`.
+//! Run with `cargo run --release -p clawfs-agent-tools --example quick_bench -- <scratch dir>`.
 
 use std::time::Instant;
 
-use clawfs_tools::{call, ToolRoot};
+use clawfs_agent_tools::{call, ToolRoot};
 
 fn time(name: &str, n: usize, mut f: impl FnMut()) {
     let mut t: Vec<f64> = (0..n)

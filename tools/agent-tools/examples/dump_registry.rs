@@ -2,6 +2,6 @@
 fn main() {
     println!(
         "{}",
-        serde_json::to_string_pretty(&clawfs_tools::registry()).unwrap()
+        serde_json::to_string_pretty(&clawfs_agent_tools::registry()).unwrap()
     );
 }

@@ -1,4 +1,4 @@
-//! Tool-level tests of clawfs-tools on a temporary workspace: every tool's success and failure
+//! Tool-level tests of clawfs-agent-tools on a temporary workspace: every tool's success and failure
 //! paths, path escapes, malformed requests, and concurrent patches. No mount involved.
 
 use std::fs;
@@ -6,7 +6,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::Arc;
 
-use clawfs_tools::{call, call_request, Access, AccessCheck, Allowed, ToolError, ToolRoot};
+use clawfs_agent_tools::{call, call_request, Access, AccessCheck, Allowed, ToolError, ToolRoot};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -1132,7 +1132,7 @@ fn garbage_never_panics_and_always_answers_json() {
         json!({"trash_id": "-"}),
         json!({"from": "a.md", "to": "/"}),
     ];
-    for tool in clawfs_tools::TOOL_NAMES {
+    for tool in clawfs_agent_tools::TOOL_NAMES {
         for s in &samples {
             let out = call(&w.root, tool, s.to_string().as_bytes());
             let v: Value = serde_json::from_slice(&out).unwrap();
@@ -1157,27 +1157,27 @@ fn garbage_never_panics_and_always_answers_json() {
 
 #[test]
 fn registry_describes_every_tool() {
-    let reg = clawfs_tools::registry();
+    let reg = clawfs_agent_tools::registry();
     let tools = reg["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), clawfs_tools::TOOL_NAMES.len());
-    for t in clawfs_tools::TOOL_NAMES {
-        let d = clawfs_tools::definition(t).unwrap();
+    assert_eq!(tools.len(), clawfs_agent_tools::TOOL_NAMES.len());
+    for t in clawfs_agent_tools::TOOL_NAMES {
+        let d = clawfs_agent_tools::definition(t).unwrap();
         assert_eq!(d["name"], *t);
         assert!(d["description"].as_str().unwrap().len() > 20);
         assert_eq!(d["input_schema"]["type"], "object", "{t}: {d}");
         assert_eq!(d["output_schema"]["type"], "object", "{t}");
         assert_eq!(d["output_schema"]["required"][0], "ok", "{t}");
     }
-    let info = clawfs_tools::definition("info").unwrap();
+    let info = clawfs_agent_tools::definition("info").unwrap();
     assert_eq!(info["input_schema"]["required"], json!(["path"]));
     assert_eq!(info["input_schema"]["additionalProperties"], false);
     assert!(info["output_schema"]["properties"]["sha256"].is_object());
-    let ap = clawfs_tools::definition("apply_patch").unwrap();
+    let ap = clawfs_agent_tools::definition("apply_patch").unwrap();
     assert_eq!(
         ap["input_schema"]["required"],
         json!(["path", "base_sha256", "patch"])
     );
-    assert!(clawfs_tools::definition("nope").is_none());
+    assert!(clawfs_agent_tools::definition("nope").is_none());
     assert!(reg["error_codes"]
         .as_array()
         .unwrap()

@@ -103,7 +103,7 @@ pub fn definition(tool: &str) -> Option<Value> {
 /// The whole registry: protocol summary, error codes, limits and every tool's definition.
 pub fn registry() -> Value {
     json!({
-        "name": "clawfs-tools",
+        "name": "clawfs-agent-tools",
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": {
             "call": "Open /clawfs/tools/call/<tool> read-write, write the arguments as one JSON object, read the JSON response from the same descriptor.",
