@@ -189,8 +189,10 @@ fn an_agent_cannot_change_hooks_config_or_gitmodules() {
 /// `git config` writes `config.lock` and renames it onto `config`. An agent's git keeps working
 /// (`git init`, `git config user.name`), but nothing that runs a command or sends git elsewhere
 /// lands in a config: not by `git config`, not by renaming a prepared file onto it, not by
-/// opening it for writing, not through a descriptor kept open across the rename; and the hooks
-/// folder cannot be a symlink.
+/// opening it for writing, not through a descriptor kept open across the rename; the hooks
+/// folder cannot be a symlink; and no repository can be made where git would find it under
+/// another name than a `.git` folder (bare, a `gitdir:` file, a `.git` symlink), whose config
+/// the guard would not see.
 #[test]
 fn git_config_takes_only_settings_that_run_nothing() {
     let m = Mounted::new();
@@ -224,6 +226,10 @@ except OSError as e:
              g config extensions.worktreeConfig true 2>/dev/null || echo no-worktree-config
              {{ echo '[core]' > .git/config.worktree; }} 2>/dev/null || echo no-config-worktree
              {{ echo ../elsewhere > .git/commondir; }} 2>/dev/null || echo no-commondir
+             git init -q --bare {d}-bare.git 2>/dev/null || echo no-bare-repo
+             mkdir -p {d}-link/real && {{ ln -s real {d}-link/.git 2>/dev/null || echo no-git-symlink; }}
+             mkdir -p {d}-file && {{ echo 'gitdir: /tmp/x' > {d}-file/.git; }} 2>/dev/null || echo no-gitdir-file
+             {{ echo 'ref: refs/heads/main' > {d}-link/real/HEAD; }} 2>/dev/null || echo no-head-elsewhere
              echo end"
         ),
     );
@@ -240,6 +246,10 @@ except OSError as e:
         "no-worktree-config",
         "no-config-worktree",
         "no-commondir",
+        "no-bare-repo",
+        "no-git-symlink",
+        "no-gitdir-file",
+        "no-head-elsewhere",
     ] {
         assert!(o.contains(expected), "{expected}: {o}");
     }

@@ -457,6 +457,17 @@ impl ClawFs {
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         let (who, path) = self.decide_create(caller, op, &pnode, &dir, name)?;
+        if kind != FileKind::Dir
+            && matches!(who, Identity::Agent(_))
+            && self.policy().is_git_dir_name(&name.to_string_lossy())
+        {
+            let denial = Denial {
+                rule: crate::policy::rule::PROTECTED,
+                kind: crate::policy::DenyKind::Permission,
+                reason: format!("{path}: a .git that is not a folder (a gitdir file, a symlink) would send git to a repository of its choosing, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"),
+            };
+            self.refuse(caller, op, &path, denial)?;
+        }
         Ok((place, dir, who, path))
     }
 

@@ -20,6 +20,8 @@ const SELF_FILE: &str = "self";
 const GIT_DIR: &str = ".git";
 const GIT_HOOKS: &str = "hooks";
 const GIT_CONFIG: &str = "config";
+/// What makes a folder a git directory to git (with `objects/` and `refs/`).
+const GIT_HEAD: &str = "HEAD";
 const GIT_CONFIG_WORKTREE: &str = "config.worktree";
 const GIT_WORKTREES: &str = "worktrees";
 const GIT_COMMONDIR: &str = "commondir";
@@ -125,8 +127,27 @@ impl Policy {
     /// reaches the same content) and create the destination, so a link never turns a read-only
     /// file into a writable one.
     pub fn check_link(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        if matches!(who, Identity::Agent(_))
+            && to
+                .components()
+                .last()
+                .is_some_and(|c| self.is_git_dir_name(c))
+        {
+            return deny(
+                rule::PROTECTED,
+                DenyKind::Permission,
+                format!("{to}: a .git that is not a folder would send git to a repository of its choosing; agents make repositories as .git folders (git init)"),
+            );
+        }
         self.check(who, Access::Write, from)?;
         self.check(who, Access::Create, to)
+    }
+
+    /// Whether `name` is `.git` (any letter case) while the git guard is on: agents may make it
+    /// only as a folder. A `.git` file (`gitdir: …`) or symlink would make git use a folder of
+    /// another name, whose config and hooks the guard does not see.
+    pub fn is_git_dir_name(&self, name: &str) -> bool {
+        self.guards_git() && name.eq_ignore_ascii_case(GIT_DIR)
     }
 
     /// Whether an agent that has written `used` may write `adding` more. Only growth is checked,
@@ -230,6 +251,19 @@ impl Policy {
                     ),
                 );
             }
+        }
+        if access == Access::Create
+            && self.guards_git()
+            && parts.last() == Some(&GIT_HEAD)
+            && !parts.iter().any(|c| c.eq_ignore_ascii_case(GIT_DIR))
+        {
+            return deny(
+                rule::PROTECTED,
+                DenyKind::Permission,
+                format!(
+                    "{path}: a HEAD file outside a .git folder would make a git repository git finds under another name (bare, or through a gitdir file or a symlink), whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"
+                ),
+            );
         }
         if !access.is_read()
             && self.guards_git()
