@@ -243,6 +243,20 @@ struct Budget {
     since: Instant,
     count: u32,
     dropped: u64,
+    /// Up to [`SAMPLES`] distinct paths of the dropped events, named in the dropped record.
+    samples: Vec<String>,
+}
+
+/// Distinct paths of dropped events named in an `audit:events-dropped` record at most.
+const SAMPLES: usize = 16;
+
+impl Budget {
+    fn drop_one(&mut self, path: &str) {
+        self.dropped += 1;
+        if self.samples.len() < SAMPLES && !self.samples.iter().any(|p| p == path) {
+            self.samples.push(path.to_string());
+        }
+    }
 }
 
 /// The event thread: drains the monitor, turns events into records and queues them.
@@ -255,20 +269,28 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
     // (agent, kind) → the volume of the current second.
     let mut budgets: HashMap<(String, String), Budget> = HashMap::new();
     loop {
-        let events = {
+        let (events, lost) = {
             let mut guard = shared
                 .monitor
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let Some(w) = guard.as_mut() else { return };
             match w.monitor.next_events(IDLE) {
-                Ok(evs) => evs,
+                Ok(evs) => (evs, w.monitor.lost_events()),
                 Err(e) => {
                     warn!(error = %e, "eBPF monitor: reading events; agent activity is no longer audited");
                     return;
                 }
             }
         };
+        // Events the kernel had no room for: counted there, per agent group (the group may be
+        // another store's: agent groups are host-wide).
+        for (agent, n) in lost {
+            let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
+                "{n} events of agent group {agent} lost in the kernel (the event ring buffer was full)"
+            ));
+            let _ = tx.try_send(Out::Record(ev));
+        }
         let now = Instant::now();
         for ev in &events {
             // The cheap filter first: most opens are through the mount.
@@ -296,14 +318,18 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
                 since: now,
                 count: 0,
                 dropped: 0,
+                samples: Vec::new(),
             });
+            let path = match &out {
+                Out::Record(r) | Out::Refusal(r) => r.path.clone(),
+            };
             if b.count >= limit {
-                b.dropped += 1;
+                b.drop_one(&path);
                 continue;
             }
             b.count += 1;
             if let Err(TrySendError::Full(_)) = tx.try_send(out) {
-                b.dropped += 1;
+                b.drop_one(&path);
             }
         }
         // Ends the seconds that are over, with a record of what was dropped in them.
@@ -312,9 +338,11 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
                 return true;
             }
             if b.dropped > 0 {
+                let more = if b.dropped as usize > b.samples.len() { ", …" } else { "" };
                 let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
-                    "{} {kind} events of agent {agent} dropped in a second (over the limit of their kind, or the audit queue was full)",
-                    b.dropped
+                    "{} {kind} events of agent {agent} dropped in a second (over the limit of their kind, or the audit queue was full); their paths: {}{more}",
+                    b.dropped,
+                    b.samples.join(", ")
                 ));
                 if tx.try_send(Out::Record(ev)).is_err() {
                     // Counted again in the next second; the record is not lost.

@@ -356,6 +356,9 @@ pub struct Monitor {
     _bpf: Ebpf,
     watched: HashMap<MapData, u64, u32>,
     cache: HashMap<MapData, u64, [u64; 2]>,
+    lost: Array<MapData, u64>,
+    /// Per agent index, the LOST count already reported.
+    lost_seen: Vec<u64>,
     events: RingBuf<MapData>,
     agents: Vec<String>,
     by_cgroup: StdHashMap<u64, u32>,
@@ -393,11 +396,14 @@ impl Monitor {
         }
         let watched = take_map(&mut bpf, "WATCHED")?;
         let cache = take_map(&mut bpf, "CG_CACHE")?;
+        let lost = take_map(&mut bpf, "LOST")?;
         let events = take_map(&mut bpf, "EVENTS")?;
         Ok(Monitor {
             _bpf: bpf,
             watched,
             cache,
+            lost,
+            lost_seen: Vec::new(),
             events,
             agents: Vec::new(),
             by_cgroup: StdHashMap::new(),
@@ -420,6 +426,26 @@ impl Monitor {
         self.by_cgroup.insert(cgroup_id, index);
         self.forget_verdicts();
         Ok(())
+    }
+
+    /// The events lost in the kernel since the last call, per agent: the ring buffer was full
+    /// (the daemon read too slowly for the rate of events).
+    pub fn lost_events(&mut self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            let Ok(total) = self.lost.get(&(i as u32), 0) else {
+                continue;
+            };
+            if self.lost_seen.len() <= i {
+                self.lost_seen.resize(i + 1, 0);
+            }
+            let new = total.saturating_sub(self.lost_seen[i]);
+            self.lost_seen[i] = total;
+            if new > 0 {
+                out.push((agent.clone(), new));
+            }
+        }
+        out
     }
 
     /// Empties the programs' cache of which cgroups are watched, after WATCHED changed.

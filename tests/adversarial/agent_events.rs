@@ -203,3 +203,45 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     assert_eq!(rename.len(), 1, "{rename:#?}");
     assert_ne!(rename[0]["rule"], "KERNEL", "{rename:#?}");
 }
+
+/// A flood of refusals hides no other: past the limit of its kind, what is dropped is counted
+/// and named in an `audit:events-dropped` record; a refusal of another kind, or of another path
+/// in the flood, is still on record by name.
+#[test]
+fn a_flood_of_refusals_hides_no_other() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let m = Mounted::new();
+    let cache = m.mnt.join("agents/build-engine/cache");
+    let flood = format!(
+        "import os, time\nfor i in range(3000):\n    try: os.open('{c}/noise', os.O_CREAT | os.O_WRONLY)\n    except OSError: pass\nfor p in ('{c}/hidden', '{c}/../state.json'):\n    try: os.open(p, os.O_CREAT | os.O_WRONLY)\n    except OSError: pass\ntime.sleep(0.5)",
+        c = cache.display()
+    );
+    let out = m.run_agent(AGENT, &format!("/usr/bin/python3 -c \"{flood}\""));
+    assert!(out.status.success(), "{}", text(&out));
+    let named = |all: &[Value], what: &str| {
+        all.iter().any(|r| {
+            r["agent"] == AGENT
+                && (r["path"].as_str().is_some_and(|p| p.ends_with(what))
+                    || (r["operation"] == "audit:events-dropped"
+                        && r["reason"].as_str().is_some_and(|x| x.contains(what))))
+        })
+    };
+    let all = audit_until(&m, |all| {
+        named(all, "cache/hidden") && named(all, "build-engine/state.json")
+    });
+    assert!(named(&all, "cache/hidden"), "the hidden refusal is nowhere");
+    assert!(
+        named(&all, "build-engine/state.json"),
+        "the other path is nowhere"
+    );
+    let noise = records(&all, "openat", "cache/noise").len();
+    assert!(noise > 0 && noise < 3000, "{noise} noise records");
+    assert!(
+        all.iter().any(|r| r["operation"] == "audit:events-dropped"),
+        "the dropped ones are not counted"
+    );
+}

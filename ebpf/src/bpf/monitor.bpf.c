@@ -78,6 +78,14 @@ static __always_inline __u64 watched_cgroup(__u32 *agent)
 	return v.watched;
 }
 
+/* agent index -> events lost because the ring buffer was full (userspace reports the growth). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} LOST SEC(".maps");
+
 static __always_inline struct clawfs_event *reserve(__u32 kind)
 {
 	__u32 agent = 0;
@@ -85,8 +93,12 @@ static __always_inline struct clawfs_event *reserve(__u32 kind)
 	if (!cg)
 		return 0;
 	struct clawfs_event *e = bpf_ringbuf_reserve(&EVENTS, sizeof(*e), 0);
-	if (!e)
+	if (!e) {
+		__u64 *lost = bpf_map_lookup_elem(&LOST, &agent);
+		if (lost)
+			__sync_fetch_and_add(lost, 1);
 		return 0;
+	}
 	e->cgroup_id = cg;
 	e->pid = bpf_get_current_pid_tgid() >> 32;
 	e->kind = kind;
