@@ -162,12 +162,17 @@ struct clawfs_sockaddr_in6 {
 	__u8 addr[16];
 };
 
-/* Fills the destination of a connect from the user's sockaddr; false if not inet or Unix. */
-static __always_inline int fill_sockaddr(struct clawfs_event *e, const void *uaddr)
+/* Fills the destination of a connect or send from the user's sockaddr; false if not inet or
+ * Unix. */
+static __always_inline int fill_sockaddr(struct clawfs_event *e, const void *uaddr,
+					 int unspec_is_inet)
 {
 	__u16 family = 0;
 	if (bpf_probe_read_user(&family, sizeof(family), uaddr))
 		return 0;
+	/* An IPv4 datagram socket takes AF_UNSPEC for AF_INET. */
+	if (family == 0 && unspec_is_inet)
+		family = CLAWFS_AF_INET;
 	e->family = family;
 	if (family == CLAWFS_AF_INET) {
 		struct clawfs_sockaddr_in sin = {};
@@ -199,7 +204,7 @@ int clawfs_connect(struct tp_sys_enter_connect *ctx)
 	struct clawfs_event *e = reserve(EV_CONNECT);
 	if (!e)
 		return 0;
-	fill_sockaddr(e, ctx->uservaddr);
+	fill_sockaddr(e, ctx->uservaddr, 0);
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
@@ -284,7 +289,6 @@ static __always_inline int path_args(long nr, int *path, int *dirfd)
 	case __NR_rmdir:
 	case __NR_unlink:
 	case __NR_rename:
-	case __NR_link:
 	case __NR_chmod:
 	case __NR_chown:
 	case __NR_lchown:
@@ -303,6 +307,7 @@ static __always_inline int path_args(long nr, int *path, int *dirfd)
 		return 1;
 #ifdef __NR_symlink
 	case __NR_symlink:
+	case __NR_link: /* the new name: where a refused link was to be made */
 		*path = 1;
 		return 1;
 #endif
@@ -314,7 +319,6 @@ static __always_inline int path_args(long nr, int *path, int *dirfd)
 	case __NR_renameat:
 #endif
 	case __NR_renameat2:
-	case __NR_linkat:
 	case __NR_fchmodat:
 #ifdef __NR_fchmodat2
 	case __NR_fchmodat2:
@@ -334,6 +338,10 @@ static __always_inline int path_args(long nr, int *path, int *dirfd)
 		*dirfd = 1;
 		*path = 2;
 		return 1;
+	case __NR_linkat: /* the new name and its directory */
+		*dirfd = 2;
+		*path = 3;
+		return 1;
 	}
 	return 0;
 }
@@ -350,11 +358,11 @@ struct tp_raw_sys_exit {
 	__s64 ret;
 };
 
-/* Argument i (0..2) of the call. The three are loaded first: the verifier accepts only constant
+/* Argument i (0..3) of the call. The three are loaded first: the verifier accepts only constant
  * offsets into the context, which a switch over ctx->args[i] would be compiled out of. */
-static __always_inline __u64 arg_of(const __u64 args[3], int i)
+static __always_inline __u64 arg_of(const __u64 args[4], int i)
 {
-	return i == 0 ? args[0] : i == 1 ? args[1] : i == 2 ? args[2] : 0;
+	return i == 0 ? args[0] : i == 1 ? args[1] : i == 2 ? args[2] : i == 3 ? args[3] : 0;
 }
 
 SEC("tracepoint/raw_syscalls/sys_enter")
@@ -369,16 +377,17 @@ int clawfs_sys_enter(struct tp_raw_sys_enter *ctx)
 	f.start_ns = bpf_ktime_get_ns();
 	f.dirfd = CLAWFS_AT_FDCWD;
 	int path = -1, dirfd = -1;
-	__u64 args[3];
+	__u64 args[4];
 	args[0] = ctx->args[0];
 	args[1] = ctx->args[1];
 	args[2] = ctx->args[2];
+	args[3] = ctx->args[3];
 	if (ctx->id == __NR_connect) {
 		f.arg = args[1];
 	} else if (ctx->id == __NR_sendto) {
 		f.arg = ctx->args[4]; /* the destination, NULL on a connected socket */
-	} else if (ctx->id == __NR_sendmsg) {
-		/* msg_name, the first field of struct msghdr */
+	} else if (ctx->id == __NR_sendmsg || ctx->id == __NR_sendmmsg) {
+		/* msg_name, the first field of struct msghdr (and of the first mmsghdr) */
 		void *name = 0;
 		bpf_probe_read_user(&name, sizeof(name), (const void *)args[1]);
 		f.arg = (__u64)name;
@@ -460,8 +469,9 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 	}
 	if (refused && f->nr == ctx->id && f->arg) {
 		int path = -1, dirfd = -1;
-		int is_connect = ctx->id == __NR_connect || ctx->id == __NR_sendto ||
-				 ctx->id == __NR_sendmsg;
+		int is_send = ctx->id == __NR_sendto || ctx->id == __NR_sendmsg ||
+			      ctx->id == __NR_sendmmsg;
+		int is_connect = ctx->id == __NR_connect || is_send;
 		if (is_connect || path_args(ctx->id, &path, &dirfd)) {
 			struct clawfs_event *e = reserve(EV_REFUSED);
 			if (e) {
@@ -470,7 +480,7 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 				e->start_ns = f->start_ns;
 				e->end_ns = bpf_ktime_get_ns();
 				if (is_connect) {
-					fill_sockaddr(e, (const void *)f->arg);
+					fill_sockaddr(e, (const void *)f->arg, is_send);
 				} else {
 					long n = bpf_probe_read_user_str(e->path, sizeof(e->path),
 									 (const char *)f->arg);
