@@ -278,6 +278,7 @@ impl Filesystem for Adapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _s = tracing::trace_span!("forget", ino = ino.0, nlookup).entered();
         self.fs.forget(ino.0, nlookup);
     }
 
@@ -548,6 +549,7 @@ impl Filesystem for Adapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _s = tracing::debug_span!("flush", fh = fh.0).entered();
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered); only generated
         // files get here, where closing a tool request runs it.
         Self::reply_empty(
@@ -688,6 +690,7 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _s = tracing::debug_span!("releasedir", fh = fh.0).entered();
         Self::reply_empty("releasedir", self.fs.releasedir(fh.0), reply);
     }
 
@@ -699,10 +702,12 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _s = tracing::debug_span!("fsyncdir", ino = ino.0).entered();
         Self::reply_empty("fsyncdir", self.fs.fsyncdir(ino.0), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _s = tracing::debug_span!("statfs").entered();
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -758,6 +763,7 @@ impl Filesystem for Adapter {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("access", ino = ino.0, mask = mask.bits()).entered();
         Self::reply_empty("access", self.fs.access(ino.0, mask.bits()), reply);
     }
 
@@ -788,6 +794,7 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _s = tracing::debug_span!("lseek", fh = fh.0, offset, whence).entered();
         match self.fs.lseek(fh.0, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(fail("lseek", e)),
@@ -807,6 +814,15 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _s = tracing::debug_span!(
+            "copy_file_range",
+            fh_in = fh_in.0,
+            offset_in,
+            fh_out = fh_out.0,
+            offset_out,
+            len
+        )
+        .entered();
         match self
             .fs
             .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
