@@ -1,5 +1,5 @@
 //! The vaultctl binaries without a mount: usage errors, a missing mount, and the SSH wrapper's
-//! refusals. (With a mount: clawfs-fuse/tests/vaultctl.rs.)
+//! refusals. (With a mount: tests/e2e/vaultctl.rs.)
 
 use std::process::Command;
 
