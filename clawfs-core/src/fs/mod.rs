@@ -381,16 +381,20 @@ impl ClawFs {
     /// workload walks are not reopened by handle on every call. An entry goes when the kernel
     /// forgets the inode.
     fn open_path(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
-        let mut cache = self
-            .path_fds
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(fd) = cache.get(&node.handle) {
+        let lock = || {
+            self.path_fds
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(fd) = lock().get(&node.handle) {
             return Ok(Arc::clone(fd));
         }
+        // Opened without the cache's lock: `open_by_handle_at` can take a while (a cold inode),
+        // and every request looks up this cache. Two threads may both open it; one is kept.
         let fd = Arc::new(node.handle.open_path(self.mount_fd())?);
-        cache.put(Arc::clone(&node.handle), Arc::clone(&fd));
-        Ok(fd)
+        Ok(Arc::clone(
+            lock().get_or_insert(Arc::clone(&node.handle), || fd),
+        ))
     }
 
     fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
