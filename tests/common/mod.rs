@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `clawfs` binary under test: the one beside the test executable's `deps/` directory,
-/// brought up to date with `cargo build -p clawfs-fuse --bin clawfs` once per test process when
+/// brought up to date with `cargo build -p clawfs-fuse --bin clawfs --features fault-injection`
+/// once per test process when
 /// the tests run under cargo (instant when nothing changed), so a test never runs an old build.
 ///
 /// `CLAWFS_TEST_BIN=PATH` runs the tests against another build (e.g. to show that an attack
@@ -30,6 +31,8 @@ pub fn clawfs_bin() -> &'static str {
             let release = profile_dir.file_name() == Some(OsStr::new("release"));
             let status = Command::new(cargo)
                 .args(["build", "--quiet", "-p", "clawfs-fuse", "--bin", "clawfs"])
+                // The daemon's test hooks (CLAWFS_FAULT_SLOW_LOOKUP), as this crate builds it.
+                .args(["--features", "fault-injection"])
                 .args(release.then_some("--release"))
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()

@@ -123,13 +123,15 @@ pub struct Counts {
     pub open_dirs: usize,
 }
 
-/// Fault injection for tests, from the environment of the daemon:
+/// Fault injection for tests (feature `fault-injection`), from the environment of the daemon:
 /// `CLAWFS_FAULT_SLOW_LOOKUP=NAME=MS` makes every lookup of NAME take MS milliseconds.
+#[cfg(feature = "fault-injection")]
 #[derive(Debug, Default)]
 struct Faults {
     slow_lookup: Option<(OsString, std::time::Duration)>,
 }
 
+#[cfg(feature = "fault-injection")]
 impl Faults {
     fn from_env() -> Self {
         let slow_lookup = std::env::var("CLAWFS_FAULT_SLOW_LOOKUP")
@@ -147,6 +149,7 @@ impl Faults {
 
 /// The ClawFS filesystem over one store.
 pub struct ClawFs {
+    #[cfg(feature = "fault-injection")]
     faults: Faults,
     store: Store,
     inodes: InodeTable,
@@ -279,6 +282,7 @@ impl ClawFs {
         };
         let fs = Self {
             gate: gate::Gate::new(policy, st.st_uid),
+            #[cfg(feature = "fault-injection")]
             faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
             store,
@@ -535,6 +539,7 @@ impl ClawFs {
 
     /// Looks up `name` in `parent`.
     pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        #[cfg(feature = "fault-injection")]
         if let Some((slow, delay)) = &self.faults.slow_lookup {
             if slow == name {
                 std::thread::sleep(*delay);
