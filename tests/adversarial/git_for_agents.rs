@@ -40,6 +40,9 @@ fn an_agent_uses_git_in_its_directory_and_a_granted_workspace() {
                  g commit -q -am second
                  g branch --list
                  g status --short
+                 g checkout -q main && echo m > m.txt && g add m.txt && g commit -q -m main2
+                 g checkout -q feature && g rebase -q main && g gc -q --quiet
+                 test -f m.txt
                  echo done"
             ),
         );
@@ -230,6 +233,10 @@ except OSError as e:
              mkdir -p {d}-link/real && {{ ln -s real {d}-link/.git 2>/dev/null || echo no-git-symlink; }}
              mkdir -p {d}-file && {{ echo 'gitdir: /tmp/x' > {d}-file/.git; }} 2>/dev/null || echo no-gitdir-file
              {{ echo 'ref: refs/heads/main' > {d}-link/real/HEAD; }} 2>/dev/null || echo no-head-elsewhere
+             mkdir -p {d}-prep/hooks && printf '[core]\\n\\tfsmonitor = x\\n' > {d}-prep/config
+             mkdir -p .git/modules && {{ mv {d}-prep .git/modules/evil 2>/dev/null || echo no-move-in; }}
+             mkdir -p .git/x/objects && echo 'ref: refs/heads/main' > .git/x/HEAD
+             {{ mv .git/x {d}-out 2>/dev/null || echo no-move-out; }}
              echo end"
         ),
     );
@@ -250,6 +257,8 @@ except OSError as e:
         "no-git-symlink",
         "no-gitdir-file",
         "no-head-elsewhere",
+        "no-move-in",
+        "no-move-out",
     ] {
         assert!(o.contains(expected), "{expected}: {o}");
     }

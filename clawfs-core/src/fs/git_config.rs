@@ -20,14 +20,15 @@ use crate::policy::{rule, Denial, DenyKind, NsPath};
 pub const MAX_GIT_CONFIG: u64 = 1 << 20;
 
 impl ClawFs {
-    /// For a rename by agent `who` of `name` in `dir` (`from`) onto `to`: if `to` is a git
-    /// config, seals the source and checks its settings, refusing (and recording) what may not
-    /// land. Returns the sealed source node, to unseal if the rename then fails.
+    /// For a rename by an agent of `name` in `dir` (`from`) onto `newname` in `newdir` (`to`):
+    /// refuses a folder moving into, out of or within a `.git` folder; if `to` is a git config,
+    /// seals the source and checks its settings, refusing (and recording) what may not land.
+    /// Returns the sealed source node, to unseal if the rename then fails.
     pub(super) fn check_git_config_rename(
         &self,
         caller: &Caller,
-        dir: impl AsFd,
-        name: &std::ffi::OsStr,
+        (dir, name): (impl AsFd, &std::ffi::OsStr),
+        (newdir, newname): (impl AsFd, &std::ffi::OsStr),
         (from, to): (&NsPath, &NsPath),
         mode: RenameMode,
     ) -> FsResult<Option<Node>> {
@@ -47,6 +48,21 @@ impl ClawFs {
             return Err(refuse(format!(
                 "{to}: git's config may not be exchanged with another file; rename a finished file onto it, as git does"
             )));
+        }
+        // Folders do not move into, out of or within a `.git` folder: one prepared elsewhere
+        // would bring its `config`, `hooks/` and `HEAD` in past the guard, and one built inside
+        // would take a `HEAD` out and make a repository under another name. (git renames files
+        // there, lock files onto their targets, never folders.)
+        if policy.is_in_git_dir(from) || policy.is_in_git_dir(to) {
+            let is_dir = |d: &dyn AsFd, n: &std::ffi::OsStr| {
+                rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            };
+            if is_dir(&dir, name) || (mode.exchange && is_dir(&newdir, newname)) {
+                return Err(refuse(format!(
+                    "agents may not move a folder into, out of or within a .git folder ({from} → {to}): it would carry git config, hooks or a HEAD past the guard"
+                )));
+            }
         }
         if !policy.is_git_config(to) {
             return Ok(None);

@@ -898,7 +898,13 @@ impl ClawFs {
         let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
         let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let sealed = match matches!(who, Identity::Agent(_)) {
-            true => self.check_git_config_rename(caller, &dir, name, (&from, &to), mode)?,
+            true => self.check_git_config_rename(
+                caller,
+                (&*dir, name),
+                (&*newdir, newname),
+                (&from, &to),
+                mode,
+            )?,
             false => None,
         };
         let replaced = match mode.exchange {

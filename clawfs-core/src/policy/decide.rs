@@ -143,6 +143,13 @@ impl Policy {
         self.check(who, Access::Create, to)
     }
 
+    /// Whether `path` is in a `.git` folder (any letter case) while the git guard is on: a folder
+    /// moved in or out would carry config, hooks or a `HEAD` past the guard, which checks names
+    /// as they are made.
+    pub fn is_in_git_dir(&self, path: &NsPath) -> bool {
+        self.guards_git() && path.components().any(|c| c.eq_ignore_ascii_case(GIT_DIR))
+    }
+
     /// Whether `name` is `.git` (any letter case) while the git guard is on: agents may make it
     /// only as a folder. A `.git` file (`gitdir: …`) or symlink would make git use a folder of
     /// another name, whose config and hooks the guard does not see.
