@@ -237,6 +237,10 @@ except OSError as e:
              mkdir -p .git/modules && {{ mv {d}-prep .git/modules/evil 2>/dev/null || echo no-move-in; }}
              mkdir -p .git/x/objects && echo 'ref: refs/heads/main' > .git/x/HEAD
              {{ mv .git/x {d}-out 2>/dev/null || echo no-move-out; }}
+             mkdir -p .git/rebase-merge && printf 'exec id\\n' > .git/rebase-merge/todo.lock
+             {{ mv .git/rebase-merge/todo.lock .git/rebase-merge/git-rebase-todo 2>/dev/null || echo no-exec-todo; }}
+             {{ echo 'x id' > .git/rebase-merge/git-rebase-todo; }} 2>/dev/null || echo no-todo-write
+             rm -rf .git/rebase-merge
              echo end"
         ),
     );
@@ -259,6 +263,8 @@ except OSError as e:
         "no-head-elsewhere",
         "no-move-in",
         "no-move-out",
+        "no-exec-todo",
+        "no-todo-write",
     ] {
         assert!(o.contains(expected), "{expected}: {o}");
     }

@@ -88,7 +88,23 @@ impl ClawFs {
                 return Err(e);
             }
         };
-        let refused = crate::gitconfig::refused_settings(&String::from_utf8_lossy(&text));
+        let text = String::from_utf8_lossy(&text);
+        let todo = to
+            .components()
+            .last()
+            .is_some_and(|c| c.eq_ignore_ascii_case(crate::policy::GIT_REBASE_TODO));
+        if todo {
+            let refused = crate::gitconfig::refused_todo_lines(&text);
+            if !refused.is_empty() {
+                node.io.unseal();
+                return Err(refuse(format!(
+                    "{from} would leave commands in a rebase's todo list {to} ({}); whoever continues the rebase would run them, so agents may not",
+                    refused.join("; ")
+                )));
+            }
+            return Ok(Some(node));
+        }
+        let refused = crate::gitconfig::refused_settings(&text);
         if !refused.is_empty() {
             node.io.unseal();
             return Err(refuse(format!(
