@@ -1,0 +1,227 @@
+//! The filesystem without a mount: `ClawFs` built over a fresh store and driven the way the FUSE
+//! adapter drives it (lookup, forget, create, write, read, release, rename), so lookup counting,
+//! handles, the gate's decisions and virtual files are tested where they live. Needs root (the
+//! store is root's, and calls run with the caller's credentials).
+
+use std::ffi::OsStr;
+
+use clawfs_core::creds::Caller;
+use clawfs_core::fs::Opened;
+use clawfs_core::inodes::ROOT_INO;
+use clawfs_core::{ClawFs, FsError, Store};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("SKIP: needs root (a root-owned store, calls as other uids)");
+            return;
+        }
+    };
+}
+
+/// A fresh store and the filesystem over it (no mount).
+fn fs() -> (tempfile::TempDir, ClawFs) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    Store::init(&root).unwrap();
+    let fs = ClawFs::new(Store::open(&root).unwrap()).unwrap();
+    (dir, fs)
+}
+
+const ADMIN: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 0,
+};
+
+/// fs-engine, by the uid the default policy gives it (rule 2: a uid the policy maps is the agent).
+const FS_ENGINE: Caller = Caller {
+    uid: 61006,
+    gid: 61006,
+    pid: 0,
+};
+
+fn errno(e: &FsError) -> i32 {
+    e.errno()
+}
+
+fn lookup(fs: &ClawFs, parent: u64, name: &str) -> u64 {
+    fs.lookup(&ADMIN, parent, OsStr::new(name))
+        .unwrap_or_else(|e| panic!("lookup {name}: {e}"))
+        .attr
+        .ino
+}
+
+#[test]
+fn lookups_are_counted_and_forget_drops_the_inode_at_zero() {
+    require_root!();
+    let (_d, fs) = fs();
+    let ws = lookup(&fs, ROOT_INO, "workspaces");
+    assert_eq!(
+        lookup(&fs, ROOT_INO, "workspaces"),
+        ws,
+        "stable inode numbers"
+    );
+    // Two lookups: one forget leaves the inode known, the second drops it.
+    fs.forget(ws, 1);
+    assert!(fs.getattr(ws, None).is_ok());
+    fs.forget(ws, 1);
+    let e = fs.getattr(ws, None).unwrap_err();
+    assert!(matches!(e, FsError::UnknownInode(_)), "{e:?}");
+    // A missing name is ENOENT, and looking it up leaves nothing behind.
+    let e = fs
+        .lookup(&ADMIN, ROOT_INO, OsStr::new("nothing-here"))
+        .unwrap_err();
+    assert_eq!(errno(&e), libc::ENOENT);
+}
+
+#[test]
+fn a_created_file_is_written_read_and_released_through_its_handle() {
+    require_root!();
+    let (_d, fs) = fs();
+    let ws = lookup(&fs, ROOT_INO, "workspaces");
+    let default = lookup(&fs, ws, "default");
+    let (entry, opened) = fs
+        .create(
+            &ADMIN,
+            default,
+            OsStr::new("notes.md"),
+            0o644,
+            libc::O_CREAT | libc::O_RDWR,
+        )
+        .unwrap();
+    let Opened::Backing(fh, _) = opened else {
+        panic!("a workspace file is a backing file")
+    };
+    let ino = entry.attr.ino;
+    assert_eq!(fs.write(ino, fh, 0, b"hello\n", false).unwrap(), 6);
+    assert_eq!(fs.read(ino, fh, 0, 100).unwrap(), b"hello\n");
+    fs.release(ino, fh).unwrap();
+    assert!(matches!(
+        fs.release(ino, fh).unwrap_err(),
+        FsError::UnknownHandle(_)
+    ));
+    assert_eq!(fs.getattr(ino, None).unwrap().size, 6);
+    // The store holds the real file.
+    let on_disk = fs.store().root().join("workspaces/default/notes.md");
+    assert_eq!(std::fs::read(on_disk).unwrap(), b"hello\n");
+}
+
+#[test]
+fn the_gate_refuses_an_agent_another_agents_directory_and_nothing_is_made() {
+    require_root!();
+    let (_d, fs) = fs();
+    let agents = lookup(&fs, ROOT_INO, "agents");
+    let other = lookup(&fs, agents, "build-engine");
+    let mine = lookup(&fs, agents, "fs-engine");
+    let e = fs
+        .mkdir(&FS_ENGINE, other, OsStr::new("intruder"), 0o755)
+        .unwrap_err();
+    let FsError::Denied(denial) = &e else {
+        panic!("refused by the policy, not the backing fs: {e:?}")
+    };
+    assert_eq!(denial.rule, "RULE-001", "{denial:?}");
+    assert_eq!(errno(&e), libc::EACCES);
+    assert!(!fs
+        .store()
+        .root()
+        .join("agents/build-engine/intruder")
+        .exists());
+    // Its own directory is its to write.
+    fs.mkdir(&FS_ENGINE, mine, OsStr::new("work"), 0o755)
+        .unwrap();
+    assert!(fs.store().root().join("agents/fs-engine/work").is_dir());
+}
+
+#[test]
+fn git_config_is_made_only_by_a_checked_rename() {
+    require_root!();
+    let (_d, fs) = fs();
+    let agents = lookup(&fs, ROOT_INO, "agents");
+    let mine = lookup(&fs, agents, "fs-engine");
+    let git = fs
+        .mkdir(&FS_ENGINE, mine, OsStr::new(".git"), 0o755)
+        .unwrap()
+        .attr
+        .ino;
+    // Created in place: refused.
+    let made = fs.create(
+        &FS_ENGINE,
+        git,
+        OsStr::new("config"),
+        0o644,
+        libc::O_CREAT | libc::O_WRONLY,
+    );
+    assert!(matches!(made, Err(FsError::Denied(_))), "created in place");
+    // A finished lock file with a hook path: refused at the rename, and it stays a lock file.
+    let lock = |text: &[u8]| {
+        let (entry, opened) = fs
+            .create(
+                &FS_ENGINE,
+                git,
+                OsStr::new("config.lock"),
+                0o644,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            )
+            .unwrap();
+        let Opened::Backing(fh, _) = opened else {
+            panic!()
+        };
+        fs.write(entry.attr.ino, fh, 0, text, false).unwrap();
+        (entry.attr.ino, fh)
+    };
+    let rename = || {
+        fs.rename(
+            &FS_ENGINE,
+            git,
+            OsStr::new("config.lock"),
+            git,
+            OsStr::new("config"),
+            Default::default(),
+        )
+    };
+    let (ino, fh) = lock(b"[core]\n\thooksPath = /tmp/x\n");
+    // Still open for writing: refused whatever it says.
+    assert!(matches!(rename().unwrap_err(), FsError::Denied(_)));
+    fs.release(ino, fh).unwrap();
+    let e = rename().unwrap_err();
+    let FsError::Denied(d) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(d.reason.contains("core.hookspath"), "{}", d.reason);
+    let dir = fs.store().root().join("agents/fs-engine/.git");
+    assert!(dir.join("config.lock").exists() && !dir.join("config").exists());
+    // What git init writes lands.
+    let (ino, fh) = lock(b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n");
+    fs.release(ino, fh).unwrap();
+    rename().unwrap();
+    assert!(dir.join("config").exists() && !dir.join("config.lock").exists());
+}
+
+#[test]
+fn virtual_files_answer_per_caller() {
+    require_root!();
+    let (_d, fs) = fs();
+    let agents = lookup(&fs, ROOT_INO, "agents");
+    let read_self = |caller: &Caller| {
+        let ino = fs
+            .lookup(caller, agents, OsStr::new("self"))
+            .unwrap()
+            .attr
+            .ino;
+        let Opened::Virtual(fh) = fs.open(caller, ino, libc::O_RDONLY).unwrap() else {
+            panic!("agents/self is generated")
+        };
+        let text = fs.read(ino, fh, 0, 1 << 16).unwrap();
+        fs.release(ino, fh).unwrap();
+        String::from_utf8(text).unwrap()
+    };
+    assert!(read_self(&ADMIN).contains("admin"), "{}", read_self(&ADMIN));
+    let agent = read_self(&FS_ENGINE);
+    assert!(agent.contains("fs-engine"), "{agent}");
+}
