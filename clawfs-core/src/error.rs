@@ -66,6 +66,12 @@ pub enum FsError {
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
     Tampered(String),
+    /// The vault refused or failed (locked, no such secret, tampered, TPM…), with its error.
+    #[error(transparent)]
+    Vault(#[from] crate::vault::VaultError),
+    /// A backing name that no namespace path can hold.
+    #[error(transparent)]
+    Path(#[from] crate::policy::NsPathError),
     /// A ClawFS-managed JSON file in the store could not be read or written.
     #[error("{path}: {reason}")]
     Corrupt {
@@ -96,6 +102,9 @@ impl FsError {
             // The document exists but must not be served: an I/O error, as for a bad block.
             FsError::Tampered(_) => libc::EIO,
             FsError::Denied(d) => crate::policy::errno_of(d.kind),
+            FsError::Vault(e) => vault_errno(e),
+            // A name the backing store holds but the namespace cannot: an I/O error to the caller.
+            FsError::Path(_) => libc::EIO,
         }
     }
 
@@ -111,9 +120,26 @@ impl From<rustix::io::Errno> for FsError {
     }
 }
 
-/// A namespace path ClawFS could not form (a backing name that no valid path holds).
-impl From<crate::policy::NsPathError> for FsError {
-    fn from(e: crate::policy::NsPathError) -> Self {
-        FsError::Io(io::Error::other(e.to_string()))
+/// The errno of a vault error read through the mount (`vault/secrets/<name>`): every variant
+/// matched, so a new one picks its errno on purpose.
+fn vault_errno(e: &crate::vault::VaultError) -> i32 {
+    use crate::vault::VaultError as V;
+    match e {
+        V::NotFound(_) => libc::ENOENT,
+        // The key is not available to the daemon: the vault must be unlocked (or initialised).
+        V::Locked | V::NotInitialized | V::PassphraseRequired | V::WrongPassphrase => libc::ENOKEY,
+        V::BadName { .. } => libc::EINVAL,
+        V::AlreadyInitialized(_) => libc::EEXIST,
+        // The key cannot be unsealed here (no TPM, a policy or counter that does not match, a
+        // host key that does not open it): the key has been rejected.
+        V::NoTpm(_)
+        | V::TpmPolicy
+        | V::RolledBack { .. }
+        | V::RollbackCounter { .. }
+        | V::HostKey { .. } => libc::EKEYREJECTED,
+        // Data that fails authentication or an interrupted rotation: the content is bad.
+        V::Tampered { .. } | V::Rotation(_) => libc::EBADMSG,
+        V::Tpm(_) | V::Keyring(_) => libc::EIO,
+        V::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
     }
 }

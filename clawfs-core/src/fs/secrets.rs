@@ -5,23 +5,13 @@
 
 use std::sync::PoisonError;
 
-use super::{errno, ClawFs};
+use super::ClawFs;
 use crate::audit::AuditEvent;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::policy::{Access, Identity, NsPath};
-use crate::vault::{Vault, VaultConfig, VaultError};
+use crate::vault::{Vault, VaultConfig};
 use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
-
-/// The errno a vault failure gives a reader.
-fn vault_errno(e: &VaultError) -> i32 {
-    match e {
-        VaultError::NotFound(_) => libc::ENOENT,
-        VaultError::Locked | VaultError::NotInitialized => libc::ENOKEY,
-        VaultError::BadName { .. } => libc::EINVAL,
-        _ => libc::EIO,
-    }
-}
 
 fn secret_path(name: &str) -> FsResult<NsPath> {
     Ok(NsPath::parse(&format!("/vault/secrets/{name}"))?)
@@ -32,8 +22,7 @@ impl ClawFs {
         if let Some(v) = self.vault.get() {
             return Ok(v);
         }
-        let v = Vault::open(self.store.root(), VaultConfig::default())
-            .map_err(|e| FsError::Io(std::io::Error::other(e.to_string())))?;
+        let v = Vault::open(self.store.root(), VaultConfig::default()).map_err(FsError::Vault)?;
         Ok(self.vault.get_or_init(|| v))
     }
 
@@ -112,10 +101,10 @@ impl ClawFs {
                 Ok(())
             }
             Err(e) => {
-                let code = vault_errno(&e);
-                self.record(ev.failed(code).reason(e.to_string()));
+                let e = FsError::Vault(e);
+                self.record(ev.failed(e.errno()).reason(e.to_string()));
                 tracing::info!(secret = name, error = %e, "secret not served");
-                Err(errno(code))
+                Err(e)
             }
         }
     }
@@ -155,9 +144,9 @@ impl ClawFs {
                 Ok(())
             }
             Err(e) => {
-                let code = vault_errno(&e);
-                self.record(ev.failed(code).reason(e.to_string()));
-                Err(errno(code))
+                let e = FsError::Vault(e);
+                self.record(ev.failed(e.errno()).reason(e.to_string()));
+                Err(e)
             }
         }
     }
@@ -169,9 +158,7 @@ impl ClawFs {
         if who != Identity::Admin {
             return self.refuse_secret_change(caller, "vault:rm", &path);
         }
-        self.vault()?
-            .remove(name)
-            .map_err(|e| errno(vault_errno(&e)))
+        self.vault()?.remove(name).map_err(FsError::Vault)
     }
 
     /// Only the admin changes secrets: the refusal is recorded like the policy's.
