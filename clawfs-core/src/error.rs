@@ -66,6 +66,16 @@ pub enum FsError {
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
     Tampered(String),
+    /// A call ClawFS does not serve on this node, decided by ClawFS itself (not the backing
+    /// filesystem's answer): writing a generated read-only file, changing generated nodes, a
+    /// second way of serving one inode. Logged as a refusal, with its reason.
+    #[error("{why}")]
+    Refused {
+        /// The errno the caller gets.
+        errno: i32,
+        /// Why, for the log and the audit trail.
+        why: &'static str,
+    },
     /// The vault refused or failed (locked, no such secret, tampered, TPM…), with its error.
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
@@ -102,6 +112,7 @@ impl FsError {
             // The document exists but must not be served: an I/O error, as for a bad block.
             FsError::Tampered(_) => libc::EIO,
             FsError::Denied(d) => crate::policy::errno_of(d.kind),
+            FsError::Refused { errno, .. } => *errno,
             FsError::Vault(e) => vault_errno(e),
             // A name the backing store holds but the namespace cannot: an I/O error to the caller.
             FsError::Path(_) => libc::EIO,

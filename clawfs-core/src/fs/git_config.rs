@@ -74,7 +74,10 @@ impl ClawFs {
             )));
         }
         let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
-            return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EBUSY)));
+            return Err(FsError::Refused {
+                errno: libc::EBUSY,
+                why: "the file renamed onto git's config is not a node the daemon knows",
+            });
         };
         if !node.io.seal() {
             return Err(refuse(format!(
@@ -127,10 +130,16 @@ fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
     )?;
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EINVAL)));
+        return Err(FsError::Refused {
+            errno: libc::EINVAL,
+            why: "only a regular file can become git's config",
+        });
     }
     if st.st_size as u64 > MAX_GIT_CONFIG {
-        return Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EFBIG)));
+        return Err(FsError::Refused {
+            errno: libc::EFBIG,
+            why: "a git config file larger than 1 MiB",
+        });
     }
     let mut out = Vec::new();
     std::fs::File::from(fd)

@@ -376,7 +376,10 @@ impl ClawFs {
     fn node(&self, ino: u64) -> FsResult<Node> {
         if VirtualInodes::is_virtual(ino) {
             // Generated files have no backing node: nothing but their own calls applies.
-            return Err(errno(libc::EPERM));
+            return Err(FsError::Refused {
+                errno: libc::EPERM,
+                why: "a generated file serves only reads and its own calls",
+            });
         }
         self.inodes.get(ino).ok_or(FsError::UnknownInode(ino))
     }
@@ -1087,7 +1090,10 @@ impl ClawFs {
         if !self.passthrough() {
             return Ok(None);
         }
-        let choice = node.io.open_cached().ok_or_else(|| errno(libc::EBUSY))?;
+        let choice = node.io.open_cached().ok_or(FsError::Refused {
+            errno: libc::EBUSY,
+            why: "the file is open for passthrough elsewhere, and this open must go through the daemon (the kernel cannot serve one inode both ways)",
+        })?;
         Ok(Some((choice, Arc::clone(&node.io))))
     }
 

@@ -141,7 +141,10 @@ impl ClawFs {
             && change.uid.is_none()
             && change.gid.is_none();
         if !(only_truncate || times_only) {
-            return Err(errno(libc::EPERM));
+            return Err(FsError::Refused {
+                errno: libc::EPERM,
+                why: "a generated file takes only a truncation or new times",
+            });
         }
         if let (true, Some(fh)) = (only_truncate, fh) {
             let handle = self.vfiles.get(fh)?;
@@ -155,9 +158,9 @@ impl ClawFs {
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mut exchange = Exchange::default();
         match &node {
-            VirtualNode::SelfInfo if writes => return Err(errno(libc::EACCES)),
+            VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
             VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
-            VirtualNode::Response { .. } if writes => return Err(errno(libc::EACCES)),
+            VirtualNode::Response { .. } if writes => return Err(read_only_generated()),
             VirtualNode::Response { owner, id } => {
                 if *owner != self.owner_key(caller) {
                     return Err(errno(libc::ENOENT));
@@ -245,7 +248,10 @@ impl ClawFs {
             return Ok(self.created_virtual(caller, node, exchange));
         }
         if self.virtual_node(parent)? != VirtualNode::RequestsDir {
-            return Err(errno(libc::EACCES));
+            return Err(FsError::Refused {
+                errno: libc::EACCES,
+                why: "files are made in a generated folder only as tool requests (tools/requests/<id>.json)",
+            });
         }
         let id = virtual_files::request_id(name).ok_or_else(|| FsError::InvalidName {
             name: name.to_string_lossy().into_owned(),
@@ -311,7 +317,10 @@ impl ClawFs {
             return self.remove_secret(caller, name);
         }
         if self.virtual_node(parent)? != VirtualNode::ResponsesDir {
-            return Err(errno(libc::EPERM));
+            return Err(FsError::Refused {
+                errno: libc::EPERM,
+                why: "only tool responses are removed from a generated folder",
+            });
         }
         let id = virtual_files::request_id(name).ok_or_else(|| errno(libc::ENOENT))?;
         let owner = self.owner_key(caller);
@@ -767,6 +776,14 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             write,
             protected: self.policy.protected().to_vec(),
         }
+    }
+}
+
+/// Opening `agents/self` or a tool response for writing.
+fn read_only_generated() -> FsError {
+    FsError::Refused {
+        errno: libc::EACCES,
+        why: "this generated file is read-only",
     }
 }
 
