@@ -26,16 +26,21 @@ pub const MAX_DENIALS: usize = 1000;
 /// The policy file in force, relative to the store.
 pub const POLICY_FILE: &str = "system/policy.toml";
 
-/// Identity, policy, audit and quota state of a mount.
+/// Identity, policy, audit and quota state of a mount. Its locks are leaves (see `ClawFs`'s
+/// `# Locks`), but `denials`, held across the rewrite of one denials file.
 pub struct Gate {
+    /// The policy in force; readers clone the `Arc` (leaf).
     policy: RwLock<Arc<Policy>>,
+    /// pid → identity, for [`IDENTITY_TTL`]; `/proc` is read outside the lock (leaf).
     identities: Mutex<HashMap<u32, (Instant, Identity)>>,
     store_owner: u32,
     audit: OnceLock<Arc<AuditLog>>,
+    /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
     denials: Mutex<HashMap<String, VecDeque<String>>>,
-    /// Bytes and files each agent has written, and whether that changed since it was saved.
+    /// Bytes and files each agent has written, and whether that changed since it was saved
+    /// (leaf).
     usage: Mutex<(HashMap<String, Quota>, bool)>,
-    /// The emergency stop in force (`.clawfs/estop`, as read last), if any.
+    /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
     estop_on: std::sync::atomic::AtomicBool,

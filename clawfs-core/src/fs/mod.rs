@@ -148,38 +148,53 @@ impl Faults {
 }
 
 /// The ClawFS filesystem over one store.
+///
+/// # Locks
+/// Every lock below is a leaf — held for a map operation, with no other lock taken and no
+/// system call made while it is held — except, by design:
+/// - `shared` (by inode): held while the inode's one shared backing descriptor is opened, so two
+///   opens never make two; inside it only `inodes` is taken. Order: `shared` → `inodes`.
+/// - the gate's `denials`: held while an agent's denials file is rewritten, so that two denials
+///   never interleave their rewrites. Nothing else is taken inside it.
+///
+/// A request never holds two leaf locks at once; `Arc`s are cloned out of a map and the lock is
+/// dropped before the work.
 pub struct ClawFs {
     #[cfg(feature = "fault-injection")]
     faults: Faults,
     store: Store,
+    /// Inode number → node and lookup count (leaf lock).
     inodes: InodeTable,
+    /// Open files, directories and generated files by handle (each a leaf lock).
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
+    /// Generated nodes ↔ their inode numbers (leaf lock).
     virtuals: VirtualInodes,
     vfiles: HandleTable<VirtualHandle>,
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
     /// When the daemon started: the times of virtual nodes.
     started: SystemTime,
-    /// Answers of the two-file tool interface, per caller, oldest first.
+    /// Answers of the two-file tool interface, per caller, oldest first (leaf lock).
     responses: std::sync::Mutex<ResponsesByOwner>,
     specs: crate::spec_integrity::SpecChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
+    /// The shared backing descriptor of each open inode (lock: see `# Locks`).
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
     vault: std::sync::OnceLock<crate::vault::Vault>,
     /// Backing descriptors of recently closed files, kept (with their passthrough
     /// registration) so that reopening a file costs no open and no registration. An entry goes
-    /// when the kernel forgets the inode, so an unlinked file's space is not held.
+    /// when the kernel forgets the inode, so an unlinked file's space is not held (leaf lock).
     recent: std::sync::Mutex<lru::LruCache<u64, Arc<BackingFile>>>,
-    /// The HMAC key the audit trail is signed with now (the vault's, while unlocked).
+    /// The HMAC key the audit trail is signed with now (the vault's, while unlocked; leaf).
     audit_key: std::sync::Mutex<Option<[u8; 32]>>,
-    /// Recently used `O_PATH` descriptors by backing handle.
+    /// Recently used `O_PATH` descriptors by backing handle (leaf lock: opened outside it).
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
-    /// Namespace paths of nodes in use, for policy decisions.
+    /// Namespace paths of nodes in use, for policy decisions (leaf lock).
     paths: PathCache,
 }
 
