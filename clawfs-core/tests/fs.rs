@@ -225,3 +225,44 @@ fn virtual_files_answer_per_caller() {
     let agent = read_self(&FS_ENGINE);
     assert!(agent.contains("fs-engine"), "{agent}");
 }
+
+#[test]
+fn readdirplus_takes_a_reference_per_entry_it_answers_and_gives_back_what_did_not_fit() {
+    require_root!();
+    let (_d, fs) = fs();
+    fs.set_cache_ttl(std::time::Duration::from_secs(7));
+    let agents = lookup(&fs, ROOT_INO, "agents");
+    let fh = fs.opendir(&ADMIN, agents).unwrap();
+    // Room for `.`, `..` and one entry: the second entry does not fit and is given back.
+    let mut seen = Vec::new();
+    fs.readdirplus(&ADMIN, agents, fh, 0, |e| {
+        seen.push((e.name.to_owned(), e.ino, e.ttl));
+        seen.len() == 4
+    })
+    .unwrap();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let (kept, refused) = (seen[2].1, seen[3].1);
+    assert_eq!(seen[2].2, std::time::Duration::from_secs(7));
+    // The kept entry holds one reference (the kernel's), the refused one none.
+    fs.forget(kept, 1);
+    assert!(matches!(
+        fs.getattr(kept, None),
+        Err(FsError::UnknownInode(_))
+    ));
+    assert!(matches!(
+        fs.getattr(refused, None),
+        Err(FsError::UnknownInode(_))
+    ));
+    // A missing name is a negative entry the kernel may keep; a generated folder's is not.
+    assert!(fs
+        .lookup_entry(&ADMIN, agents, OsStr::new("nobody"))
+        .unwrap()
+        .is_none());
+    let tools = lookup(&fs, ROOT_INO, "tools");
+    let call = lookup(&fs, tools, "call");
+    assert!(fs
+        .lookup_entry(&ADMIN, call, OsStr::new("no-such-tool"))
+        .is_err());
+    assert_eq!(fs.ttl(call), std::time::Duration::ZERO);
+    fs.releasedir(fh).unwrap();
+}

@@ -115,6 +115,7 @@ fn fail(op: &str, e: FsError) -> Errno {
 impl Adapter {
     /// An adapter serving `fs`.
     pub fn new(fs: std::sync::Arc<ClawFs>, config: AdapterConfig) -> Self {
+        fs.set_cache_ttl(config.ttl);
         Self {
             fs,
             config,
@@ -122,19 +123,10 @@ impl Adapter {
         }
     }
 
-    /// How long the kernel may cache `ino`: generated files differ per caller, so never.
-    fn ttl(&self, ino: u64) -> Duration {
-        if VirtualInodes::is_virtual(ino) {
-            Duration::ZERO
-        } else {
-            self.config.ttl
-        }
-    }
-
     fn reply_entry(&self, op: &str, r: Result<Entry, FsError>, reply: ReplyEntry) {
         match r {
             Ok(e) => reply.entry(
-                &self.ttl(e.attr.ino),
+                &self.fs.ttl(e.attr.ino),
                 &file_attr(&e.attr),
                 Generation(e.generation),
             ),
@@ -151,7 +143,7 @@ impl Adapter {
 
     fn reply_attr(&self, op: &str, r: Result<Attr, FsError>, reply: ReplyAttr) {
         match r {
-            Ok(a) => reply.attr(&self.ttl(a.ino), &file_attr(&a)),
+            Ok(a) => reply.attr(&self.fs.ttl(a.ino), &file_attr(&a)),
             Err(e) => reply.error(fail(op, e)),
         }
     }
@@ -217,14 +209,6 @@ impl Adapter {
     }
 }
 
-/// Entries with attributes in one READDIRPLUS reply. The kernel asks for "plus" on a listing's
-/// first call, and again only once stats of listed names follow (`ls -l`). A directory of at
-/// most this many entries is served whole, attributes included, in that first call. A larger one
-/// gets just `.` and `..` then, and the kernel lists the rest with plain READDIR: stat'ing its
-/// entries up front would read every inode from disk when cold (12 ms for 64 inodes on the
-/// bench image), which a plain listing (`ls`, `find`) never pays natively.
-const READDIRPLUS_BATCH: usize = 64;
-
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // HANDLE_KILLPRIV_V2: the backing filesystem clears setuid/setgid bits itself, so the
@@ -261,19 +245,19 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        match self.fs.lookup(&caller(req), parent.0, name) {
-            // A name that does not exist is cached too (node id 0): `git status` and the like
-            // look up the same missing files over and over. Generated directories answer per
-            // caller, so their misses are not cached.
-            Err(FsError::Io(e))
-                if e.raw_os_error() == Some(libc::ENOENT)
-                    && !VirtualInodes::is_virtual(parent.0) =>
-            {
+        match self.fs.lookup_entry(&caller(req), parent.0, name) {
+            Ok(Some(e)) => reply.entry(
+                &self.fs.ttl(e.attr.ino),
+                &file_attr(&e.attr),
+                Generation(e.generation),
+            ),
+            // A negative entry: node id 0, kept by the kernel for the parent's ttl.
+            Ok(None) => {
                 let mut negative = file_attr(&clawfs_core::attr::Attr::negative());
                 negative.ino = INodeNo(0);
-                reply.entry(&self.config.ttl, &negative, Generation(0));
+                reply.entry(&self.fs.ttl(parent.0), &negative, Generation(0));
             }
-            r => self.reply_entry("lookup", r, reply),
+            Err(e) => reply.error(fail("lookup", e)),
         }
     }
 
@@ -489,7 +473,7 @@ impl Filesystem for Adapter {
             Ok((entry, Opened::Backing(fh, file))) => {
                 let attr = file_attr(&entry.attr);
                 let generation = Generation(entry.generation);
-                let ttl = self.config.ttl;
+                let ttl = self.fs.ttl(entry.attr.ino);
                 match self.serving(&file, |f| reply.open_backing(f)) {
                     Ok(id) => reply.created_passthrough(
                         &ttl,
@@ -629,57 +613,21 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         let _s = tracing::debug_span!("readdirplus", fh = fh.0, offset).entered();
-        let entries = match self.fs.readdir(fh.0, offset) {
-            Ok(e) => e,
-            Err(e) => return reply.error(fail("readdirplus", e)),
-        };
-        let dir_attr = match self.fs.getattr(ino.0, None) {
-            Ok(a) => file_attr(&a),
-            Err(e) => return reply.error(fail("readdirplus", e)),
-        };
-        let ttl = self.config.ttl;
-        // `.` and `..` are the first two entries of every listing.
-        let large = offset == 0 && entries.len() > READDIRPLUS_BATCH + 2;
-        let mut looked_up = 0;
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            if looked_up == READDIRPLUS_BATCH || (large && i == 2) {
-                break;
-            }
-            let next = (i + 1) as u64;
-            if e.name == "." || e.name == ".." {
-                // The kernel takes no reference for these two.
-                if reply.add(
-                    INodeNo(e.ino),
-                    next,
-                    &e.name,
-                    &ttl,
-                    &dir_attr,
-                    Generation(0),
-                ) {
-                    break;
-                }
-                continue;
-            }
-            // Each entry added is a kernel reference, taken by this lookup; an entry that does
-            // not fit gives its reference back.
-            let Ok(entry) = self.fs.lookup(&caller(req), ino.0, &e.name) else {
-                continue; // removed since the listing
-            };
-            looked_up += 1;
-            let attr = file_attr(&entry.attr);
-            if reply.add(
-                attr.ino,
-                next,
-                &e.name,
-                &ttl,
+        let r = self.fs.readdirplus(&caller(req), ino.0, fh.0, offset, |e| {
+            let attr = file_attr(&e.attr);
+            reply.add(
+                INodeNo(e.ino),
+                e.next,
+                e.name,
+                &e.ttl,
                 &attr,
-                Generation(entry.generation),
-            ) {
-                self.fs.forget(entry.attr.ino, 1);
-                break;
-            }
+                Generation(e.generation),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("readdirplus", e)),
         }
-        reply.ok();
     }
 
     fn releasedir(

@@ -38,11 +38,13 @@ use crate::xattrs::{self, ClawfsAttr};
 
 mod gate;
 mod git_config;
+mod kernel_cache;
 mod secrets;
 mod staged;
 mod virtuals;
 
 pub use gate::{audit_name, POLICY_FILE};
+pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
     identity_file_agent, validate as validate_identity, StagedTarget, MAX_IDENTITY_BYTES,
 };
@@ -181,6 +183,9 @@ pub struct ClawFs {
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
+    /// How long the kernel may cache stored nodes' entries and attributes, in nanoseconds
+    /// (`kernel_cache.rs`).
+    cache_ttl_ns: std::sync::atomic::AtomicU64,
     /// The shared backing descriptor of each open inode (lock: see `# Locks`).
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
@@ -310,6 +315,7 @@ impl ClawFs {
             responses: Default::default(),
             specs: Default::default(),
             passthrough: Default::default(),
+            cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),
             shared: Default::default(),
             invalidator: Default::default(),
             vault: Default::default(),
