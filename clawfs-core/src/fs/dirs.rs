@@ -1,0 +1,148 @@
+//! Directories (opendir, readdir, releasedir, fsyncdir) and the filesystem's statistics.
+
+use super::*;
+
+impl ClawFs {
+    /// Opens the directory `ino`.
+    pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
+        if VirtualInodes::is_virtual(ino) {
+            if !self.virtual_node(ino)?.is_dir() {
+                return Err(errno(libc::ENOTDIR));
+            }
+        } else {
+            let node = self.node(ino)?;
+            // Opening now reports a vanished or unreadable directory at opendir, not later.
+            let fd = node
+                .handle
+                .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+            self.decide(
+                caller,
+                "opendir",
+                crate::policy::Access::List,
+                &self.node_path(&node, &fd)?,
+            )?;
+        }
+        Ok(self
+            .dirs
+            .insert(OpenDir {
+                ino,
+                caller: *caller,
+                entries: Default::default(),
+            })
+            .0)
+    }
+
+    /// The entries of the open directory `fh`, read afresh when `offset` is 0 (a new pass or
+    /// a rewind), else the snapshot being served.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Arc<Vec<DirEntry>>> {
+        let dir = self.dirs.get(fh)?;
+        let mut entries = dir
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if offset == 0 {
+            *entries = Arc::new(self.list_dir(&dir.caller, dir.ino)?);
+        }
+        Ok(Arc::clone(&entries))
+    }
+
+    pub(super) fn list_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.list_virtual_dir(caller, ino);
+        }
+        let node = self.node(ino)?;
+        let fd = node
+            .handle
+            .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let parent_ino = if ino == ROOT_INO {
+            ROOT_INO
+        } else {
+            let st = rustix::fs::statat(&fd, "..", AtFlags::empty())?;
+            self.inodes.mount_ino(st.st_ino)
+        };
+        let mut out = DirEntry::dots(ino, parent_ino);
+        let mut dir = rustix::fs::Dir::read_from(&fd)?;
+        while let Some(ent) = dir.read() {
+            let ent = ent?;
+            let name = OsStr::from_bytes(ent.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            if node.place == Place::MountRoot && Area::from_dir_name(name).is_none() {
+                continue; // the private area and strays are not part of the namespace
+            }
+            if is_private(node.place, name)
+                || crate::virtual_files::child_of_place(node.place, name).is_some()
+            {
+                continue; // hidden, or shadowed by a generated file
+            }
+            let kind = match ent.file_type() {
+                rustix::fs::FileType::Unknown => {
+                    let st = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                    FileKind::from_mode(st.st_mode)
+                }
+                t => FileKind::from_dirent(t),
+            };
+            out.push(DirEntry {
+                ino: self.inodes.mount_ino(ent.ino()),
+                kind,
+                name: OsString::from(name),
+            });
+        }
+        for name in crate::virtual_files::children_of_place(node.place) {
+            let v = crate::virtual_files::child_of_place(node.place, OsStr::new(name))
+                .expect("listed virtual children exist");
+            out.push(DirEntry {
+                ino: self.virtuals.ino(&v),
+                kind: if v.is_dir() {
+                    FileKind::Dir
+                } else {
+                    FileKind::File
+                },
+                name: OsString::from(name),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Closes the directory handle `fh`.
+    pub fn releasedir(&self, fh: u64) -> FsResult<()> {
+        self.dirs.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        Ok(())
+    }
+
+    /// Syncs the directory `ino`.
+    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
+        let node = self.node(ino)?;
+        let fd = node
+            .handle
+            .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        rustix::fs::fsync(&fd)?;
+        Ok(())
+    }
+
+    /// Statistics of the backing filesystem.
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let s = rustix::fs::fstatvfs(self.mount_fd())?;
+        Ok(StatFs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// `access(2)`: mode bits are the kernel's (`default_permissions`); ClawFS adds EROFS for
+    /// write access to read-only areas.
+    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+        let node = self.node(ino)?;
+        if mask & libc::W_OK != 0 && node.place.area().is_read_only() {
+            return Err(FsError::ReadOnly(node.place.area()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,477 @@
+//! Open files: open, create, read, write, flush, release, fsync, fallocate, lseek, copy_file_range.
+
+use super::*;
+
+impl ClawFs {
+    /// Opens `ino` with `flags` (the caller's open flags).
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.open_virtual(caller, ino, flags).map(Opened::Virtual);
+        }
+        let node = self.node(ino)?;
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & libc::O_TRUNC != 0
+            && node.io.is_executing()
+        {
+            // The kernel checks ETXTBSY for a read-only O_TRUNC open only after the daemon has
+            // opened (and, with atomic O_TRUNC, truncated) the file: refuse before truncating
+            // a running program. Write opens are refused by the kernel before they get here.
+            return Err(errno(libc::ETXTBSY));
+        }
+        if writes && node.place.area().is_read_only() {
+            let e = FsError::ReadOnly(node.place.area());
+            return Err(self.rule_refusal(caller, "open", &node, None, e));
+        }
+        // With passthrough the inode's shared descriptor (open already, or opened now) also
+        // names it; the O_PATH descriptor is needed only without.
+        let shared =
+            if self.passthrough() {
+                Some(self.shared.get_or_try_insert(ino, || {
+                    self.passthrough_file(&node).map(BackingFile::new)
+                })?)
+            } else {
+                None
+            };
+        let mut opath = None;
+        let path = match &shared {
+            Some(b) => self.node_path(&node, &b.file)?,
+            None => self.node_path(&node, opath.insert(self.open_path(&node)?))?,
+        };
+        let access = if writes {
+            crate::policy::Access::Write
+        } else {
+            crate::policy::Access::Read
+        };
+        let who = self.decide(caller, "open", access, &path)?;
+        if writes {
+            self.decide_quota(
+                caller,
+                &who,
+                "open",
+                &path,
+                crate::policy::Quota { bytes: 1, files: 0 },
+                false,
+            )?;
+            if let Some(agent) = staged::identity_file_agent(&path) {
+                let opath = match opath {
+                    Some(fd) => fd,
+                    None => self.open_path(&node)?,
+                };
+                let (fh, file) =
+                    self.open_staged(ino, &opath, agent, flags & libc::O_TRUNC != 0)?;
+                return Ok(Opened::Backing(fh, file));
+            }
+        }
+        let backing = if let Some(shared) = shared {
+            shared
+        } else {
+            // O_DIRECT is the kernel's business on the mount side; the daemon's own buffers
+            // are not aligned for it.
+            let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT);
+            let fd = node.handle.open(self.mount_fd(), flags)?;
+            Arc::new(BackingFile::new(File::from(fd)))
+        };
+        if node.place.area() == Area::Specs {
+            self.check_spec(&backing.file)?;
+        }
+        if self.passthrough() && flags & libc::O_TRUNC != 0 {
+            // The kernel passes O_TRUNC with the open (atomic O_TRUNC); the shared descriptor
+            // was not opened with it.
+            backing.file.set_len(0)?;
+        }
+        if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
+            // Truncated by the daemon (root): clear what a truncation by the caller clears.
+            drop_suidgid(&backing.file)?;
+        }
+        let writer = match writes {
+            true => Some(WriteHandle {
+                metered: self.metered(&who),
+                who,
+                pid: caller.pid,
+                path,
+                size_at_open: backing.file.metadata()?.len(),
+            }),
+            false => None,
+        };
+        let prefer_cached = self.passthrough()
+            && !writes
+            && flags & libc::O_DIRECT == 0
+            && backing.file.metadata()?.len() <= CACHED_MAX_SIZE;
+        // Writes that the daemon must see: charged to a byte quota, or clearing setuid/setgid
+        // bits (a passthrough write runs with the daemon's rights and would keep them).
+        let through_daemon = writer.as_ref().is_some_and(|w| w.metered)
+            || (writes && caller.uid != 0 && has_suidgid(&backing.file)?);
+        let io = match through_daemon {
+            true => self.count_daemon_open(&node)?,
+            false => self.count_open(&node, prefer_cached, writes),
+        };
+        let writing = match &writer {
+            None => None,
+            Some(w) => {
+                if !node.io.write_open(matches!(w.who, Identity::Agent(_))) {
+                    if let Some((choice, mode)) = &io {
+                        mode.close(*choice);
+                    }
+                    let denial = Denial {
+                        rule: crate::policy::rule::PROTECTED,
+                        kind: crate::policy::DenyKind::ReadOnly,
+                        reason: format!("{} is being renamed onto git's config, whose settings were checked; it may not be opened for writing now", w.path),
+                    };
+                    self.refuse(caller, "open", &w.path, denial)?;
+                }
+                Some(Arc::clone(&node.io))
+            }
+        };
+        let exec = (flags & FMODE_EXEC != 0).then(|| {
+            node.io.exec_open();
+            Arc::clone(&node.io)
+        });
+        let (fh, file) = self.files.insert(OpenFile {
+            ino,
+            backing,
+            writer,
+            staged: None,
+            io,
+            exec,
+            writing,
+        });
+        Ok(Opened::Backing(fh, file))
+    }
+
+    /// How a new open of `node` is served, counted in the node's I/O mode; `None` without
+    /// passthrough, where every open is served through the daemon.
+    pub(super) fn count_open(
+        &self,
+        node: &Node,
+        prefer_cached: bool,
+        writes: bool,
+    ) -> Option<(IoChoice, Arc<IoMode>)> {
+        self.passthrough()
+            .then(|| (node.io.open(prefer_cached, writes), Arc::clone(&node.io)))
+    }
+
+    /// How an open whose writes the daemon must see is served: through the daemon (never
+    /// passthrough). Refused (EBUSY) while the file is open for passthrough elsewhere: the
+    /// kernel cannot serve one inode both ways.
+    pub(super) fn count_daemon_open(
+        &self,
+        node: &Node,
+    ) -> FsResult<Option<(IoChoice, Arc<IoMode>)>> {
+        if !self.passthrough() {
+            return Ok(None);
+        }
+        let choice = node.io.open_cached().ok_or(FsError::Refused {
+            errno: libc::EBUSY,
+            why: "the file is open for passthrough elsewhere, and this open must go through the daemon (the kernel cannot serve one inode both ways)",
+        })?;
+        Ok(Some((choice, Arc::clone(&node.io))))
+    }
+
+    /// A read-write descriptor of `ino` for kernel passthrough, shared by every open of the
+    /// inode. It carries no `O_APPEND`/`O_DIRECT`: the kernel applies each opener's own flags
+    /// per request. Read-only areas, and files that cannot be opened for writing, get a
+    /// read-only one.
+    pub(super) fn passthrough_file(&self, node: &Node) -> FsResult<File> {
+        let rw = if node.place.area().is_read_only() {
+            Err(errno(libc::EROFS))
+        } else {
+            node.handle
+                .open(self.mount_fd(), libc::O_RDWR)
+                .map_err(FsError::from)
+        };
+        let fd = match rw {
+            Ok(fd) => fd,
+            Err(_) => node.handle.open(self.mount_fd(), libc::O_RDONLY)?,
+        };
+        Ok(File::from(fd))
+    }
+
+    /// Creates and opens a regular file.
+    pub fn create(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Entry, Opened)> {
+        if VirtualInodes::is_virtual(parent) {
+            return self.create_virtual(caller, parent, name);
+        }
+        let (place, dir, who, path) =
+            self.begin_create(caller, "create", parent, name, FileKind::File)?;
+        let fd = {
+            let _as = AsCaller::enter(caller)?;
+            let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
+            // With passthrough the descriptor is the inode's shared backing file: read-write,
+            // without the opener's append/direct flags (the kernel applies those per request).
+            let shared =
+                (flags & !(libc::O_ACCMODE | libc::O_APPEND | libc::O_DIRECT)) | libc::O_RDWR;
+            let open = |flags: i32| {
+                rustix::fs::openat(
+                    &dir,
+                    name,
+                    rustix::fs::OFlags::from_bits_retain(flags as u32),
+                    Mode::from_raw_mode(mode & 0o7777),
+                )
+            };
+            match self.passthrough() {
+                // An existing file (a racing creator) may not be writable by the caller.
+                true => open(shared).or_else(|_| open(flags))?,
+                false => open(flags & !libc::O_DIRECT)?,
+            }
+        };
+        let entry = self.entry_of_fd(fd.as_fd(), place, (parent, name))?;
+        let ino = entry.attr.ino;
+        let backing = match self.passthrough() {
+            true => self.shared.get_or_try_insert(ino, || {
+                let rw = rustix::fs::fcntl_getfl(&fd)?.contains(rustix::fs::OFlags::RDWR);
+                match rw {
+                    true => Ok::<_, FsError>(BackingFile::new(File::from(fd))),
+                    false => Ok(BackingFile::new(self.passthrough_file(&self.node(ino)?)?)),
+                }
+            })?,
+            false => Arc::new(BackingFile::new(File::from(fd))),
+        };
+        let writer = WriteHandle {
+            metered: self.metered(&who),
+            who,
+            pid: caller.pid,
+            path,
+            size_at_open: 0,
+        };
+        let node = self.node(ino)?;
+        let io = match writer.metered {
+            true => self.count_daemon_open(&node)?,
+            false => self.count_open(&node, false, true),
+        };
+        let writer = Some(writer);
+        // A new inode: never sealed.
+        node.io.write_open(false);
+        let (fh, file) = self.files.insert(OpenFile {
+            ino,
+            backing,
+            writer,
+            staged: None,
+            io,
+            exec: None,
+            writing: Some(Arc::clone(&node.io)),
+        });
+        Ok((entry, Opened::Backing(fh, file)))
+    }
+
+    /// The open file `fh`.
+    pub fn file(&self, fh: u64) -> FsResult<Arc<OpenFile>> {
+        self.files.get(fh)
+    }
+
+    /// Reads up to `size` bytes at `offset` (fewer only at end of file).
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
+            return self.read_virtual(fh, offset, size);
+        }
+        let file = self.files.get(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match file
+                .backing
+                .file
+                .read_at(&mut buf[done..], offset + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    /// Writes `data` at `offset` (appends when the file was opened `O_APPEND`).
+    /// `kill_suidgid`: the kernel says the writer lacks `CAP_FSETID`, so a setuid/setgid file
+    /// loses those bits (the daemon's own write, as root, would keep them).
+    pub fn write(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.write_virtual(fh, offset, data);
+        }
+        let file = self.files.get(fh)?;
+        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
+            let end = offset.saturating_add(data.len() as u64);
+            self.charge_growth(w, "write", end, &file)?;
+        }
+        if kill_suidgid {
+            drop_suidgid(&file.backing.file)?;
+        }
+        let n = file.backing.file.write_at(data, offset)?;
+        if let Some(staged) = &file.staged {
+            staged
+                .dirty
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(n as u32)
+    }
+
+    /// Flushes buffered state of `fh` to the store.
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            return Ok(());
+        }
+        let file = self.files.get(fh)?;
+        if datasync {
+            file.backing.file.sync_data()?;
+        } else {
+            file.backing.file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request, or
+    /// validates and commits a staged identity file (its error is `close()`'s).
+    pub fn flush(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
+            return self.flush_virtual(fh);
+        }
+        let file = self.files.get(fh)?;
+        self.commit_staged(caller, &file)
+    }
+
+    /// Closes `fh`.
+    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if VirtualInodes::is_virtual(ino) {
+            self.estop_tool_call(fh);
+            return self.release_virtual(fh);
+        }
+        let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
+        if let Some((choice, mode)) = &file.io {
+            mode.close(*choice);
+        }
+        if let Some(mode) = &file.exec {
+            mode.exec_close();
+        }
+        if let Some(mode) = &file.writing {
+            mode.write_close();
+        }
+        if let Some(w) = &file.writer {
+            let now = file.backing.file.metadata()?.len();
+            let bytes = now.saturating_sub(w.size_at_open);
+            self.record(
+                crate::audit::AuditEvent::new(
+                    audit_name(&w.who),
+                    w.pid,
+                    "close",
+                    w.path.to_string(),
+                )
+                .bytes(bytes),
+            );
+            match &w.who {
+                // A metered handle was charged write by write.
+                Identity::Agent(agent) if !w.metered => {
+                    self.add_usage(agent, crate::policy::Quota { bytes, files: 0 })
+                }
+                _ => {}
+            }
+        }
+        if self.passthrough() && file.staged.is_none() {
+            let mut recent = self
+                .recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            recent.put(file.ino, Arc::clone(&file.backing));
+        }
+        Ok(())
+    }
+
+    /// Allocates or punches space in `fh`.
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
+            if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+                // Frees space.
+            } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
+                // Space past the size, which a later write would otherwise fill for free.
+                self.charge(w, "fallocate", len)?;
+            } else {
+                self.charge_growth(w, "fallocate", offset.saturating_add(len), &file)?;
+            }
+        }
+        rustix::fs::fallocate(
+            &file.backing.file,
+            rustix::fs::FallocateFlags::from_bits_retain(mode as u32),
+            offset,
+            len,
+        )?;
+        Ok(())
+    }
+
+    /// Finds data or holes (`SEEK_DATA`/`SEEK_HOLE`), or computes a plain seek.
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let file = self.files.get(fh)?;
+        let off = u64::try_from(offset).map_err(|_| errno(libc::EINVAL));
+        let pos = match whence {
+            libc::SEEK_SET => rustix::fs::SeekFrom::Start(off?),
+            libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
+            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(off?),
+            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(off?),
+            _ => return Err(errno(libc::EINVAL)),
+        };
+        Ok(rustix::fs::seek(&file.backing.file, pos)? as i64)
+    }
+
+    /// Copies a range between two open files inside the store.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        offset_in: u64,
+        fh_out: u64,
+        offset_out: u64,
+        len: u64,
+    ) -> FsResult<u32> {
+        let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
+        if let Some(w) = dst.writer.as_ref().filter(|w| w.metered) {
+            self.charge_growth(w, "copy_file_range", offset_out.saturating_add(len), &dst)?;
+        }
+        let (mut oi, mut oo) = (offset_in, offset_out);
+        let n = rustix::fs::copy_file_range(
+            &src.backing.file,
+            Some(&mut oi),
+            &dst.backing.file,
+            Some(&mut oo),
+            len.min(u32::MAX as u64) as usize,
+        )?;
+        Ok(n as u32)
+    }
+}
+
+/// Whether a file has bits a write by someone without `CAP_FSETID` clears.
+pub(super) fn has_suidgid(file: &File) -> FsResult<bool> {
+    let mode = rustix::fs::fstat(file)?.st_mode;
+    Ok(mode & libc::S_ISUID != 0
+        || mode & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP))
+}
+
+/// Clears setuid, and setgid on a group-executable file, as the kernel does when someone
+/// without `CAP_FSETID` writes or truncates a file.
+pub(super) fn drop_suidgid(file: &File) -> FsResult<()> {
+    let mode = rustix::fs::fstat(file)?.st_mode & 0o7777;
+    let mut kept = mode & !libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        kept &= !libc::S_ISGID;
+    }
+    if kept != mode {
+        rustix::fs::fchmod(file, Mode::from_raw_mode(kept))?;
+    }
+    Ok(())
+}

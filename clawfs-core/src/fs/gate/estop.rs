@@ -1,0 +1,168 @@
+//! The emergency stop as the daemon enforces it: the flag `clawfs estop` writes, read on
+//! SIGHUP and every 2 s, refusing agents' changes and tool calls while it is in force.
+
+use super::*;
+
+impl ClawFs {
+    /// The emergency stop in force (the JSON `clawfs estop` wrote), if any.
+    pub fn estop(&self) -> Option<serde_json::Value> {
+        self.gate
+            .estop
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether an emergency stop is in force.
+    pub fn estop_in_force(&self) -> bool {
+        self.gate
+            .estop_on
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The flag as the store holds it now (an unreadable flag is a stop: failing closed).
+    pub(in crate::fs) fn read_estop(&self) -> Option<serde_json::Value> {
+        let path = Path::new(crate::store::PRIVATE_DIR).join(ESTOP_FILE);
+        match crate::beneath::read(self.store.root_fd(), &path, 1 << 16) {
+            Ok(None) => None,
+            Ok(Some(bytes)) => Some(
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|_| serde_json::json!({"by": "?", "unreadable": true})),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "unreadable emergency stop flag; treated as in force");
+                Some(serde_json::json!({"by": "?", "unreadable": true}))
+            }
+        }
+    }
+
+    pub(in crate::fs) fn set_estop(&self, flag: Option<serde_json::Value>) {
+        let on = flag.is_some();
+        *self
+            .gate
+            .estop
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = flag;
+        self.gate
+            .estop_on
+            .store(on, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Re-reads `.clawfs/estop` (on SIGHUP, and periodically); a change is recorded on the
+    /// audit trail as `estop:on` / `estop:off`, and what was seen is acknowledged in
+    /// `.clawfs/estop-seen.json`. Returns whether a stop is in force.
+    pub fn refresh_estop(&self) -> bool {
+        let now = self.read_estop();
+        let before = self.estop();
+        let id = |f: &Option<serde_json::Value>| f.as_ref().map(|v| v["id"].clone());
+        if now != before {
+            let (op, flag) = match &now {
+                Some(f) => ("estop:on", f),
+                None => ("estop:off", before.as_ref().expect("a change from a stop")),
+            };
+            let by = match op {
+                "estop:off" => "admin".to_string(),
+                _ => flag["by"].as_str().unwrap_or("admin").to_string(),
+            };
+            tracing::warn!(op, by = %by, "emergency stop changed");
+            self.record(AuditEvent::new("admin", 0, op, "/").reason(format!("by {by}")));
+            self.set_estop(now.clone());
+        }
+        let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
+        let dir = Path::new(crate::store::PRIVATE_DIR);
+        let acked = crate::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
+            .ok()
+            .flatten()
+            .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v["in_force"] == in_force && Some(&v["id"]) == seen_id.as_ref());
+        if acked || (!in_force && seen_id.is_none()) {
+            return in_force;
+        }
+        let seen = serde_json::json!({
+            "in_force": in_force,
+            "id": seen_id,
+            "at": crate::seed::now_rfc3339(),
+        });
+        let how = crate::beneath::FileMode::mode(0o644);
+        if let Err(e) =
+            self.store
+                .write_beneath(dir, ESTOP_SEEN_FILE, seen.to_string().as_bytes(), how)
+        {
+            tracing::warn!(error = %e, "could not acknowledge the emergency stop");
+        }
+        now.is_some()
+    }
+
+    /// Refuses an agent while a stop is in force; admins and users keep working.
+    pub(in crate::fs) fn estop_check(&self, who: &Identity) -> Result<(), Denial> {
+        match who {
+            Identity::Agent(_) if self.estop_in_force() => Err(Denial {
+                rule: ESTOP_RULE,
+                reason: ESTOP_REASON.to_string(),
+                kind: crate::policy::DenyKind::Permission,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before a tool call on the open generated file `fh` runs (its first read, its close):
+    /// while a stop is in force, an agent's call is answered `denied` instead of running,
+    /// audited with rule ESTOP and written to the agent's denials file.
+    pub(in crate::fs) fn estop_tool_call(&self, fh: u64) {
+        if !self.estop_in_force() {
+            return;
+        }
+        let Ok(handle) = self.vfiles.get(fh) else {
+            return;
+        };
+        let Identity::Agent(agent) = &handle.opener.0 else {
+            return;
+        };
+        let request = match &handle.node {
+            crate::virtual_files::VirtualNode::Call(_) => None,
+            crate::virtual_files::VirtualNode::Request { owner, id } => {
+                Some((owner.clone(), id.clone()))
+            }
+            _ => return,
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() {
+            return;
+        }
+        let tool = match &handle.node {
+            crate::virtual_files::VirtualNode::Call(t) => t.clone(),
+            _ => serde_json::from_slice::<serde_json::Value>(&state.request)
+                .ok()
+                .and_then(|v| v["tool"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "?".into()),
+        };
+        let out = clawfs_agent_tools::render(Err(clawfs_agent_tools::ToolError::Denied(
+            ESTOP_REASON.to_string(),
+        )));
+        let op = format!("tool:{tool}");
+        let pid = handle.opener.1.caller.pid;
+        self.record(
+            AuditEvent::new(agent.as_str(), pid, op.clone(), "/tools").denied(
+                libc::EPERM,
+                ESTOP_RULE,
+                ESTOP_REASON,
+            ),
+        );
+        let denial = Denial {
+            rule: ESTOP_RULE,
+            reason: ESTOP_REASON.to_string(),
+            kind: crate::policy::DenyKind::Permission,
+        };
+        if let Ok(ns) = NsPath::parse("/tools") {
+            self.write_denial(agent, &op, &ns, None, &denial);
+        }
+        let Some((owner, id)) = request else {
+            state.response = Some(out);
+            return;
+        };
+        // A two-file request: its answer is kept for tools/responses/<id>.json.
+        state.response = Some(Vec::new());
+        drop(state);
+        self.keep_response(owner, id, out);
+    }
+}

@@ -1,0 +1,76 @@
+//! Namespace paths of backing nodes, which every policy decision is about: read from the
+//! descriptor's `/proc` link, or rebuilt from the links the inode table keeps when the kernel
+//! cannot name it (longer than a page), and cached per node.
+
+use super::*;
+
+impl ClawFs {
+    /// The namespace path of an open backing descriptor (`/workspaces/default/notes.md`).
+    pub(in crate::fs) fn ns_path(&self, fd: impl AsFd) -> FsResult<NsPath> {
+        let real = match std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))
+        {
+            Ok(real) => real,
+            // Longer than the kernel names (a page): rebuilt from the names it was reached by.
+            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+                return self.ns_path_by_links(fd.as_fd())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let rel = real
+            .strip_prefix(self.store.root())
+            .map_err(|_| FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
+        Ok(NsPath::from_components(
+            rel.components().map(|c| c.as_os_str()),
+        )?)
+    }
+
+    /// The namespace path of the node open as `fd`, from the directory and name each node on
+    /// the way up was last reached by, each step checked against the store (the name still
+    /// leads to that inode), so a stale name is an error, never a wrong path.
+    pub(in crate::fs) fn ns_path_by_links(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> FsResult<NsPath> {
+        let stale = || FsError::Io(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        let st = rustix::fs::fstat(fd)?;
+        let (mut ino, mut backing_ino) = (self.inodes.mount_ino(st.st_ino), st.st_ino);
+        let mut names = Vec::new();
+        while ino != crate::inodes::ROOT_INO {
+            let node = self.inodes.get(ino).ok_or_else(stale)?;
+            let (parent, name) = node.link.as_deref().ok_or_else(stale)?;
+            let pnode = self.inodes.get(*parent).ok_or_else(stale)?;
+            let dir = self.open_path(&pnode)?;
+            let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if child.st_ino != backing_ino {
+                return Err(stale());
+            }
+            names.push(name.clone());
+            backing_ino = rustix::fs::fstat(&*dir)?.st_ino;
+            ino = *parent;
+        }
+        Ok(NsPath::from_components(
+            names.iter().rev().map(|n| n.as_os_str()),
+        )?)
+    }
+
+    /// The namespace path of `node`, reached through `fd` (a descriptor of it) unless cached.
+    pub(in crate::fs) fn node_path(&self, node: &Node, fd: impl AsFd) -> FsResult<NsPath> {
+        if let Some(path) = self.paths.get(&node.handle) {
+            return Ok(path);
+        }
+        let generation = self.paths.generation();
+        let path = self.ns_path(fd)?;
+        self.paths.insert(generation, &node.handle, &path);
+        Ok(path)
+    }
+
+    /// Forgets cached namespace paths: something was renamed.
+    pub(crate) fn paths_changed(&self) {
+        self.paths.clear();
+    }
+
+    /// `dir`'s namespace path joined with `name`.
+    pub(in crate::fs) fn ns_child(&self, dir: impl AsFd, name: &OsStr) -> FsResult<NsPath> {
+        Ok(self.ns_path(dir)?.join(name)?)
+    }
+}

@@ -1,0 +1,260 @@
+//! Making and removing names: mknod, mkdir, symlink, link, unlink, rmdir, rename.
+
+use super::*;
+
+impl ClawFs {
+    /// Creates a special or regular file node.
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Entry> {
+        let (place, dir, ..) =
+            self.begin_create(caller, "mknod", parent, name, FileKind::from_mode(mode))?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::mknodat(
+                &dir,
+                name,
+                rustix::fs::FileType::from_raw_mode(mode),
+                Mode::from_raw_mode(mode & 0o7777),
+                decode_dev(rdev),
+            )?;
+        }
+        self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
+    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
+        let (place, dir, ..) = self.begin_create(caller, "mkdir", parent, name, FileKind::Dir)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
+            if place == Place::WorkspaceRoot {
+                self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
+            }
+        }
+        self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// Gives a new workspace directory its `metadata.json` and `snapshots/`. Runs as the
+    /// creator, so both belong to them.
+    pub(super) fn lay_out_workspace(
+        &self,
+        caller: &Caller,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<()> {
+        let ws = crate::beneath::open_dir(parent, std::path::Path::new(name))?;
+        rustix::fs::mkdirat(&ws, "snapshots", Mode::from_raw_mode(mode & 0o7777))?;
+        let owner = seed::user_name(caller.uid);
+        let meta = seed::workspace_metadata(&name.to_string_lossy(), &owner, &seed::now_rfc3339());
+        crate::beneath::write_atomic(
+            ws.as_fd(),
+            "metadata.json",
+            &meta,
+            crate::beneath::FileMode::mode(mode & 0o666),
+        )?;
+        Ok(())
+    }
+
+    /// Removes a non-directory.
+    pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.remove(caller, parent, name, AtFlags::empty())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.remove(caller, parent, name, AtFlags::REMOVEDIR)
+    }
+
+    pub(super) fn remove(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        flags: AtFlags,
+    ) -> FsResult<()> {
+        if VirtualInodes::is_virtual(parent) {
+            return self.remove_virtual(caller, parent, name);
+        }
+        let pnode = self.node(parent)?;
+        let op = if flags.contains(AtFlags::REMOVEDIR) {
+            "rmdir"
+        } else {
+            "unlink"
+        };
+        self.check_remove(&pnode, name)
+            .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
+        let dir = self.open_path(&pnode)?;
+        self.decide(
+            caller,
+            op,
+            crate::policy::Access::Delete,
+            &self.ns_child(&dir, name)?,
+        )?;
+        let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::unlinkat(&dir, name, flags)?;
+        }
+        if let Some(st) = victim.filter(|st| st.st_nlink <= 1) {
+            self.release_space(self.inodes.mount_ino(st.st_ino));
+        }
+        Ok(())
+    }
+
+    /// A file's last name is gone: its kept descriptor goes too, so its space is freed now
+    /// (as on a native filesystem), not when the kernel forgets the inode.
+    pub(super) fn release_space(&self, ino: u64) {
+        self.recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop(&ino);
+    }
+
+    /// Creates a symbolic link `name` → `target`.
+    pub fn symlink(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> FsResult<Entry> {
+        let (place, dir, who, path) =
+            self.begin_create(caller, "symlink", parent, name, FileKind::Symlink)?;
+        if matches!(who, Identity::Agent(_)) && self.policy().is_git_hooks(&path) {
+            let denial = Denial {
+                rule: crate::policy::rule::PROTECTED,
+                kind: crate::policy::DenyKind::ReadOnly,
+                reason: format!("{path} would make git's hooks folder a symlink, pointing git's hooks anywhere; agents may create it only as a folder (git init does)"),
+            };
+            self.refuse(caller, "symlink", &path, denial)?;
+        }
+        {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::symlinkat(target, &dir, name)?;
+        }
+        self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// Creates a hard link to `ino` as `newparent/newname`.
+    pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> FsResult<Entry> {
+        let node = self.node(ino)?;
+        let pnode = self.node(newparent)?;
+        let (from, to) = (node.place.area(), pnode.place.area());
+        if from != to {
+            let e = FsError::CrossArea { from, to };
+            return Err(self.rule_refusal(caller, "link", &pnode, Some(newname), e));
+        }
+        let place = self
+            .check_create(&pnode, newname, FileKind::File)
+            .map_err(|e| self.rule_refusal(caller, "link", &pnode, Some(newname), e))?;
+        let src = self.open_path(&node)?;
+        let dir = self.open_path(&pnode)?;
+        let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
+        if staged::identity_file_agent(&from).is_some() {
+            // A second name would let writes through it skip the staged, validated commit.
+            let e = FsError::Managed("identity.json (it has one name)".into());
+            return Err(self.rule_refusal(caller, "link", &node, None, e));
+        }
+        self.decide_move(caller, "link", &from, &to, false)?;
+        {
+            let _as = AsCaller::enter(caller)?;
+            // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the /proc magic link does not.
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                proc_fd_path(&src).as_c_str(),
+                &dir,
+                newname,
+                AtFlags::SYMLINK_FOLLOW,
+            )?;
+        }
+        self.entry_at(newparent, dir.as_fd(), newname, place)
+    }
+
+    /// Renames `parent/name` to `newparent/newname`.
+    pub fn rename(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        let pnode = self.node(parent)?;
+        let npnode = self.node(newparent)?;
+        self.check_remove(&pnode, name)
+            .map_err(|e| self.rule_refusal(caller, "rename", &pnode, Some(name), e))?;
+        self.check_remove(&npnode, newname)
+            .map_err(|e| self.rule_refusal(caller, "rename", &npnode, Some(newname), e))?;
+        let (from, to) = (pnode.place.area(), npnode.place.area());
+        if from != to {
+            let e = FsError::CrossArea { from, to };
+            return Err(self.rule_refusal(caller, "rename", &pnode, Some(name), e));
+        }
+        for (p, n) in [(&pnode, name), (&npnode, newname)] {
+            if let Place::AreaRoot(area) = p.place {
+                // Workspace and agent directories are named once, at creation.
+                return Err(FsError::Managed(format!("{area}{}", n.to_string_lossy())));
+            }
+        }
+        if npnode.place == Place::SnapshotsDir {
+            names::check_snapshot_name(newname)?;
+        }
+        if mode.exchange && pnode.place == Place::SnapshotsDir {
+            names::check_snapshot_name(name)?;
+        }
+        let flags = match (mode.noreplace, mode.exchange) {
+            (_, true) => RenameFlags::EXCHANGE,
+            (true, false) => RenameFlags::NOREPLACE,
+            (false, false) => RenameFlags::empty(),
+        };
+        let dir = self.open_path(&pnode)?;
+        let newdir = self.open_path(&npnode)?;
+        let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
+        let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
+        let sealed = match matches!(who, Identity::Agent(_)) {
+            true => self.check_git_config_rename(
+                caller,
+                (&*dir, name),
+                (&*newdir, newname),
+                (&from, &to),
+                mode,
+            )?,
+            false => None,
+        };
+        let replaced = match mode.exchange {
+            true => None,
+            false => rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
+        };
+        let renamed: FsResult<()> =
+            AsCaller::enter(caller)
+                .map_err(FsError::from)
+                .and_then(|_as| {
+                    Ok(rustix::fs::renameat_with(
+                        &dir, name, &newdir, newname, flags,
+                    )?)
+                });
+        if let (Err(_), Some(node)) = (&renamed, &sealed) {
+            node.io.unseal();
+        }
+        renamed?;
+        self.paths_changed();
+        if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
+            self.release_space(self.inodes.mount_ino(st.st_ino));
+        }
+        Ok(())
+    }
+}

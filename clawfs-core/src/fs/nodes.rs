@@ -1,0 +1,147 @@
+//! Looking names up, and the attributes of nodes (getattr, setattr, readlink).
+
+use super::*;
+
+impl ClawFs {
+    /// Looks up `name` in `parent`.
+    pub fn lookup(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        #[cfg(feature = "fault-injection")]
+        if let Some((slow, delay)) = &self.faults.slow_lookup {
+            if slow == name {
+                std::thread::sleep(*delay);
+            }
+        }
+        if let Some(entry) = self.lookup_virtual(caller, parent, name)? {
+            return Ok(entry);
+        }
+        let pnode = self.node(parent)?;
+        if is_private(pnode.place, name) {
+            return Err(not_found());
+        }
+        let place = pnode.place.child(name).ok_or_else(not_found)?;
+        let dir = self.open_path(&pnode)?;
+        self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// Drops `n` kernel references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let node = self.inodes.get(ino);
+        if self.inodes.forget(ino, n) {
+            if let Some(node) = node {
+                self.path_fds
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .pop(&node.handle);
+            }
+            self.recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop(&ino);
+        }
+    }
+
+    /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.virtual_attr(ino);
+        }
+        if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
+            return self.attr_of(&file.backing.file);
+        }
+        // An open (or recently closed) file's descriptor saves opening the inode again.
+        if let Some(backing) = self.shared.get(ino) {
+            return self.attr_of(&backing.file);
+        }
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        self.attr_of(&fd)
+    }
+
+    /// Changes attributes of `ino` as `caller`.
+    pub fn setattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: Option<u64>,
+        change: SetAttr,
+    ) -> FsResult<Attr> {
+        if VirtualInodes::is_virtual(ino) {
+            return self.virtual_setattr(ino, fh, change);
+        }
+        let node = self.node(ino)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "setattr", &node, None, e))?;
+        let fd = self.open_path(&node)?;
+        let ns = self.ns_path(&fd)?;
+        let who = self.decide(caller, "setattr", crate::policy::Access::Write, &ns)?;
+        if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
+            // Identity files change whole, validated at close: open and write them.
+            return Err(FsError::Managed("identity.json (write it whole)".into()));
+        }
+        if let Some(size) = change.size.filter(|_| self.metered(&who)) {
+            // Extending a file reserves its new bytes: they are charged now, so that writing
+            // inside the new size later is not free.
+            let growth = size.saturating_sub(rustix::fs::fstat(&*fd)?.st_size as u64);
+            let adding = crate::policy::Quota {
+                bytes: growth,
+                files: 0,
+            };
+            self.decide_quota(caller, &who, "setattr", &ns, adding, true)?;
+        }
+        let path = proc_fd_path(&fd);
+        let open = fh.and_then(|fh| self.files.get(fh).ok());
+        {
+            let _as = AsCaller::enter(caller)?;
+            // Owner before mode: chown clears setuid/setgid, which must not undo a chmod.
+            if change.uid.is_some() || change.gid.is_some() {
+                rustix::fs::chownat(
+                    &fd,
+                    "",
+                    change.uid.map(rustix::fs::Uid::from_raw),
+                    change.gid.map(rustix::fs::Gid::from_raw),
+                    AtFlags::EMPTY_PATH,
+                )?;
+            }
+            if let Some(mode) = change.mode {
+                rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode))?;
+            }
+            if let Some(size) = change.size {
+                match &open {
+                    Some(f) => f.backing.file.set_len(size)?,
+                    None => {
+                        // SAFETY: `path` is a valid NUL-terminated string.
+                        if unsafe { libc::truncate(path.as_ptr(), size as libc::off_t) } != 0 {
+                            return Err(FsError::last_os_error());
+                        }
+                    }
+                }
+            }
+            if change.atime.is_some() || change.mtime.is_some() {
+                let times = Timestamps {
+                    last_access: timespec(change.atime),
+                    last_modification: timespec(change.mtime),
+                };
+                rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
+            }
+        }
+        self.attr_of(&fd)
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        let fd = self.open_path(&node)?;
+        Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
+    }
+
+    /// Refuses a document of `specs/` that does not match its signature.
+    pub(super) fn check_spec(&self, fd: impl AsFd) -> FsResult<()> {
+        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))?;
+        let specs = self.store.root().join(Area::Specs.dir_name());
+        let Ok(rel) = real.strip_prefix(&specs) else {
+            return Ok(());
+        };
+        let rel = rel.to_string_lossy();
+        self.specs.check(&specs, &rel).map_err(FsError::Tampered)
+    }
+}

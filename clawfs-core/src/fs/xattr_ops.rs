@@ -1,0 +1,164 @@
+//! Extended attributes through the mount: get, list, set, remove.
+
+use super::*;
+
+impl ClawFs {
+    /// The value of xattr `name`; only `user.*` attributes exist.
+    pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+        let name = name.to_str().filter(|n| xattrs::is_user(n));
+        let Some(name) = name.filter(|_| !VirtualInodes::is_virtual(ino)) else {
+            return Err(errno(libc::ENODATA));
+        };
+        let node = self.node(ino)?;
+        let fd = self.decided_fd(caller, "getxattr", crate::policy::Access::Read, &node)?;
+        let _as = AsCaller::enter(caller)?;
+        let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
+        xattr::get_deref(path, name)?.ok_or_else(|| errno(libc::ENODATA))
+    }
+
+    /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
+    pub fn listxattr(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+        if VirtualInodes::is_virtual(ino) {
+            return Ok(Vec::new());
+        }
+        let node = self.node(ino)?;
+        let fd = self.decided_fd(caller, "listxattr", crate::policy::Access::Read, &node)?;
+        let _as = AsCaller::enter(caller)?;
+        let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
+        let mut out = Vec::new();
+        for name in xattr::list_deref(path)? {
+            if name.to_str().is_some_and(xattrs::is_user) {
+                out.extend_from_slice(name.as_bytes());
+                out.push(0);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets a `user.*` xattr; `user.clawfs.*` values are validated and take effect.
+    pub fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        let node = self.node(ino)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "setxattr", &node, None, e))?;
+        let refused = |e| self.rule_refusal(caller, "setxattr", &node, None, e);
+        let name = self.user_xattr_name(name).map_err(refused)?;
+        let effect = if name.starts_with(xattrs::CLAWFS_PREFIX) {
+            Some(xattrs::parse_clawfs(node.place, name, value).map_err(refused)?)
+        } else {
+            None
+        };
+        let fd = self.decided_fd(caller, "setxattr", crate::policy::Access::Write, &node)?;
+        let _as = AsCaller::enter(caller)?;
+        // A ClawFS attribute takes effect in metadata.json: prepared (and validated) first, so
+        // that a refusal leaves the attribute unset.
+        let metadata = match effect {
+            Some(ClawfsAttr::VectorDimension(dim)) => Some(self.metadata_with_dimension(&fd, dim)?),
+            None => None,
+        };
+        let path = proc_fd_path(&fd);
+        let previous = match metadata {
+            Some(_) => xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?,
+            None => None,
+        };
+        rustix::fs::setxattr(
+            path.as_c_str(),
+            name,
+            value,
+            XattrFlags::from_bits_retain(flags as u32),
+        )?;
+        if let Some((bytes, mode)) = metadata {
+            let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
+            let written = crate::beneath::write_atomic(
+                dir.as_fd(),
+                "metadata.json",
+                &bytes,
+                crate::beneath::FileMode::mode(mode),
+            );
+            if let Err(e) = written {
+                let _ = match previous {
+                    Some(old) => {
+                        rustix::fs::setxattr(path.as_c_str(), name, &old, XattrFlags::empty())
+                    }
+                    None => rustix::fs::removexattr(path.as_c_str(), name),
+                };
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a `user.*` xattr. ClawFS's own attributes are set, never removed.
+    pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        let node = self.node(ino)?;
+        self.check_modify(&node)
+            .map_err(|e| self.rule_refusal(caller, "removexattr", &node, None, e))?;
+        let refused = |e| self.rule_refusal(caller, "removexattr", &node, None, e);
+        let name = self.user_xattr_name(name).map_err(refused)?;
+        if name.starts_with(xattrs::CLAWFS_PREFIX) {
+            return Err(refused(FsError::InvalidXattr {
+                name: name.into(),
+                reason: "ClawFS attributes cannot be removed; set a new value".into(),
+            }));
+        }
+        let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
+        let _as = AsCaller::enter(caller)?;
+        rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
+        Ok(())
+    }
+
+    /// An `O_PATH` descriptor of `node`, once the policy allows `access` to it for `op`.
+    pub(super) fn decided_fd(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        access: crate::policy::Access,
+        node: &Node,
+    ) -> FsResult<Arc<OwnedFd>> {
+        let fd = self.open_path(node)?;
+        self.decide(caller, op, access, &self.ns_path(&fd)?)?;
+        Ok(fd)
+    }
+
+    pub(super) fn user_xattr_name<'a>(&self, name: &'a OsStr) -> FsResult<&'a str> {
+        name.to_str()
+            .filter(|n| xattrs::is_user(n))
+            .ok_or_else(|| FsError::XattrNamespace(name.to_string_lossy().into_owned()))
+    }
+
+    /// The workspace's metadata.json with a new vector dimension, and its mode: refused when
+    /// the file is not a JSON object (nothing is changed then).
+    pub(super) fn metadata_with_dimension(
+        &self,
+        ws: &OwnedFd,
+        dim: u32,
+    ) -> FsResult<(Vec<u8>, u32)> {
+        let corrupt = |reason: String| FsError::Corrupt {
+            path: "metadata.json".into(),
+            reason,
+        };
+        let file = crate::beneath::open_file(
+            ws.as_fd(),
+            std::path::Path::new("metadata.json"),
+            rustix::fs::OFlags::RDONLY,
+        )?;
+        let mode = rustix::fs::fstat(&file)?.st_mode & 0o7777;
+        let mut meta: serde_json::Value =
+            serde_json::from_reader(std::io::Read::take(File::from(file), 1 << 20))
+                .map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
+        let obj = meta
+            .as_object_mut()
+            .ok_or_else(|| corrupt("not a JSON object".into()))?;
+        obj.insert("vector_dimension".into(), dim.into());
+        obj.insert("updated_at".into(), seed::now_rfc3339().into());
+        let mut bytes = serde_json::to_vec_pretty(&meta).expect("a Value serialises");
+        bytes.push(b'\n');
+        Ok((bytes, mode))
+    }
+}
