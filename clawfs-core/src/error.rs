@@ -5,6 +5,23 @@ use std::io;
 
 use crate::area::Area;
 
+/// Why a filesystem could not be opened over a store.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The store root could not be reached by handle.
+    #[error("the store root: {0}")]
+    Io(#[from] io::Error),
+    /// The policy in force does not load.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyLoadError),
+}
+
+impl From<rustix::io::Errno> for OpenError {
+    fn from(e: rustix::io::Errno) -> Self {
+        OpenError::Io(e.into())
+    }
+}
+
 /// Result of a filesystem-model operation.
 pub type FsResult<T> = Result<T, FsError>;
 

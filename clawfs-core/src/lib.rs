@@ -31,7 +31,7 @@ pub mod vault;
 pub mod virtual_files;
 pub mod xattrs;
 
-pub use error::{FsError, FsResult};
+pub use error::{FsError, FsResult, OpenError};
 pub use fs::ClawFs;
 pub use store::Store;
 

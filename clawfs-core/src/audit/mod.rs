@@ -113,15 +113,5 @@ impl AuditError {
     }
 }
 
-impl From<AuditError> for io::Error {
-    fn from(e: AuditError) -> io::Error {
-        match e {
-            AuditError::Io { source, .. } => source,
-            AuditError::Locked(_) => io::Error::new(io::ErrorKind::WouldBlock, e.to_string()),
-            other => io::Error::other(other.to_string()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;

@@ -292,7 +292,7 @@ fn timespec(t: Option<SetTime>) -> Timespec {
 
 impl ClawFs {
     /// Serves `store`.
-    pub fn new(store: Store) -> io::Result<Self> {
+    pub fn new(store: Store) -> Result<Self, crate::error::OpenError> {
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
         let policy = match crate::policy::Policy::load(&store.root().join(POLICY_FILE)) {
@@ -303,7 +303,7 @@ impl ClawFs {
                 tracing::warn!("{POLICY_FILE} is missing; using the default policy");
                 crate::policy::Policy::default_policy()
             }
-            Err(e) => return Err(io::Error::other(e.to_string())),
+            Err(e) => return Err(e.into()),
         };
         let fs = Self {
             gate: gate::Gate::new(policy, st.st_uid),
