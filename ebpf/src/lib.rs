@@ -355,7 +355,7 @@ impl RawEvent {
 pub struct Monitor {
     _bpf: Ebpf,
     watched: HashMap<MapData, u64, u32>,
-    cache: HashMap<MapData, u64, [u64; 2]>,
+    gen: Array<MapData, u32>,
     lost: Array<MapData, u64>,
     /// Per agent index, the LOST count already reported.
     lost_seen: Vec<u64>,
@@ -395,13 +395,13 @@ impl Monitor {
                 .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))?;
         }
         let watched = take_map(&mut bpf, "WATCHED")?;
-        let cache = take_map(&mut bpf, "CG_CACHE")?;
+        let gen = take_map(&mut bpf, "GEN")?;
         let lost = take_map(&mut bpf, "LOST")?;
         let events = take_map(&mut bpf, "EVENTS")?;
         Ok(Monitor {
             _bpf: bpf,
             watched,
-            cache,
+            gen,
             lost,
             lost_seen: Vec::new(),
             events,
@@ -448,12 +448,11 @@ impl Monitor {
         out
     }
 
-    /// Empties the programs' cache of which cgroups are watched, after WATCHED changed.
+    /// Makes the programs' cached verdicts (which cgroups are watched) stale, after WATCHED
+    /// changed: the generation they carry moves on.
     fn forget_verdicts(&mut self) {
-        let keys: Vec<u64> = self.cache.keys().filter_map(Result::ok).collect();
-        for k in keys {
-            let _ = self.cache.remove(&k);
-        }
+        let now = self.gen.get(&0, 0).unwrap_or(0);
+        let _ = self.gen.set(0, now.wrapping_add(1), 0);
     }
 
     /// Stops reporting cgroup `cgroup_id`.

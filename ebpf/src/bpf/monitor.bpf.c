@@ -32,48 +32,84 @@ struct {
 struct verdict {
 	__u64 watched; /* the watched cgroup, 0 if none */
 	__u32 agent;
-	__u32 _pad;
+	__u32 gen;     /* GEN when computed: a verdict of an older generation is recomputed */
 };
 
-/* cgroup id -> watched_cgroup()'s answer: the system call tracepoints run for every process of
- * the host, and most are not agents. Cleared by userspace whenever WATCHED changes. */
+/* Index 0: the generation of WATCHED, incremented by userspace whenever it changes. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} GEN SEC(".maps");
+
+/* cgroup id -> watched_cgroup()'s answer: the system call tracepoints run for every process of
+ * the host, and most are not agents. A plain hash (an LRU's lookups update its lists); when full,
+ * verdicts of new cgroups are computed each time, not kept. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct verdict);
 } CG_CACHE SEC(".maps");
 
+struct last_verdict {
+	__u64 cgroup;
+	struct verdict v;
+};
+
+/* Per CPU, the last cgroup asked about and its verdict: consecutive system calls on a CPU mostly
+ * come from one cgroup, so most calls need no hash lookup at all. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_verdict);
+} LAST SEC(".maps");
+
 /* Finds the watched cgroup of the current task: its own cgroup, else the nearest watched ancestor.
  * Returns 0 if none is watched. */
 static __always_inline __u64 watched_cgroup(__u32 *agent)
 {
+	__u32 zero = 0;
 	__u64 id = bpf_get_current_cgroup_id();
-	struct verdict *cached = bpf_map_lookup_elem(&CG_CACHE, &id);
-	if (cached) {
-		*agent = cached->agent;
-		return cached->watched;
+	__u32 *genp = bpf_map_lookup_elem(&GEN, &zero);
+	__u32 gen = genp ? *genp : 0;
+	struct last_verdict *last = bpf_map_lookup_elem(&LAST, &zero);
+	if (last && last->cgroup == id && last->v.gen == gen) {
+		*agent = last->v.agent;
+		return last->v.watched;
 	}
 	struct verdict v = {};
-	__u32 *a = bpf_map_lookup_elem(&WATCHED, &id);
-	if (a) {
-		v.watched = id;
-		v.agent = *a;
+	struct verdict *cached = bpf_map_lookup_elem(&CG_CACHE, &id);
+	if (cached && cached->gen == gen) {
+		v = *cached;
 	} else {
+		v.gen = gen;
+		__u32 *a = bpf_map_lookup_elem(&WATCHED, &id);
+		if (a) {
+			v.watched = id;
+			v.agent = *a;
+		} else {
 #pragma unroll
-		for (int level = MAX_LEVEL; level >= 1; level--) {
-			__u64 anc = bpf_get_current_ancestor_cgroup_id(level);
-			if (anc == 0 || anc == id)
-				continue;
-			a = bpf_map_lookup_elem(&WATCHED, &anc);
-			if (a) {
-				v.watched = anc;
-				v.agent = *a;
-				break;
+			for (int level = MAX_LEVEL; level >= 1; level--) {
+				__u64 anc = bpf_get_current_ancestor_cgroup_id(level);
+				if (anc == 0 || anc == id)
+					continue;
+				a = bpf_map_lookup_elem(&WATCHED, &anc);
+				if (a) {
+					v.watched = anc;
+					v.agent = *a;
+					break;
+				}
 			}
 		}
+		bpf_map_update_elem(&CG_CACHE, &id, &v, BPF_ANY);
 	}
-	bpf_map_update_elem(&CG_CACHE, &id, &v, BPF_ANY);
+	if (last) {
+		last->cgroup = id;
+		last->v = v;
+	}
 	*agent = v.agent;
 	return v.watched;
 }
