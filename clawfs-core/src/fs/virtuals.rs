@@ -586,7 +586,7 @@ impl ClawFs {
         };
         root = root
             .with_alias(format!("/workspaces/{workspace}"))
-            .with_policy(std::sync::Arc::new(ToolAccess {
+            .with_access(std::sync::Arc::new(ToolAccess {
                 policy: self.policy(),
                 who: who.clone(),
                 workspace: workspace.clone(),
@@ -738,7 +738,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         rel: &str,
         access: clawfs_agent_tools::Access,
     ) -> clawfs_agent_tools::ToolResult<()> {
-        clawfs_agent_tools::policy::check_protected(rel)?;
+        clawfs_agent_tools::access::check_protected(rel)?;
         let top = rel.split('/').find(|c| !c.is_empty());
         if access == clawfs_agent_tools::Access::Write
             && (top == Some("snapshots") || rel.trim_matches('/') == "metadata.json")

@@ -13,13 +13,13 @@
 //! the codes are listed in [`ERROR_CODES`]. No input makes a call panic.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod beneath;
 pub mod error;
 mod fsops;
 pub mod limits;
 mod patch;
 mod paths;
-pub mod policy;
 mod registry;
 mod text;
 mod tools;
@@ -31,9 +31,9 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use serde_json::Value;
 
+pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
 pub use limits::Limits;
-pub use policy::{Access, AccessCheck, Allowed, DefaultPolicy};
 pub use registry::{definition, registry};
 pub use tools::TOOL_NAMES;
 
@@ -85,7 +85,7 @@ impl std::fmt::Debug for ToolRoot {
 impl ToolRoot {
     /// A root over `root` (which must exist and be a directory), with the trash in
     /// `<root>/.clawfs/trash`, backups in `<root>/.clawfs/backups` (both protected names, so tools
-    /// never see them), the [`DefaultPolicy`] and default [`Limits`].
+    /// never see them), the [`OpenAccess`] and default [`Limits`].
     pub fn new(root: impl AsRef<Path>) -> std::io::Result<ToolRoot> {
         let root = std::fs::canonicalize(root.as_ref())?;
         if !root.is_dir() {
@@ -105,7 +105,7 @@ impl ToolRoot {
             backup_dir: root.join(".clawfs").join("backups"),
             root,
             aliases: Vec::new(),
-            policy: Arc::new(DefaultPolicy::default()),
+            policy: Arc::new(OpenAccess::default()),
             limits: Limits::default(),
             locks: &PATH_LOCKS,
             umask: 0o022,
@@ -127,7 +127,7 @@ impl ToolRoot {
     }
 
     /// The caller's policy, asked before every read and write.
-    pub fn with_policy(mut self, policy: Arc<dyn AccessCheck>) -> ToolRoot {
+    pub fn with_access(mut self, policy: Arc<dyn AccessCheck>) -> ToolRoot {
         self.policy = policy;
         self
     }

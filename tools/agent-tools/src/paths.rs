@@ -17,10 +17,10 @@ use std::collections::VecDeque;
 use std::fs::{File, Metadata};
 use std::path::{Path, PathBuf};
 
+use crate::access::{check_protected, Access};
 use crate::beneath::{self, DIR_PATH, DIR_READ, ENTRY, FILE_READ};
 use crate::error::{ToolError, ToolResult};
 use crate::limits::{MAX_CANDIDATES, MAX_SYMLINK_HOPS};
-use crate::policy::{check_protected, Access};
 use crate::{PathGuard, ToolRoot};
 
 /// How to look a path up.

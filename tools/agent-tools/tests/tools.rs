@@ -1015,7 +1015,7 @@ fn caller_policy_is_applied_everywhere() {
     w.put("ro/r.md", "visible word\n");
     let root = ToolRoot::new(&w.dir)
         .unwrap()
-        .with_policy(Arc::new(NoPrivate));
+        .with_access(Arc::new(NoPrivate));
     let c = |tool: &str, v: Value| -> Value {
         serde_json::from_slice(&call(&root, tool, v.to_string().as_bytes())).unwrap()
     };

@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use super::read::{context_of, matcher};
 use super::walk::{globs, walk, Glob, Step};
 use super::EntryType;
+use crate::access::Allowed;
 use crate::beneath::FILE_READ;
 use crate::error::ToolResult;
 use crate::fsops::rfc3339;
 use crate::limits::*;
 use crate::paths::show;
-use crate::policy::Allowed;
 use crate::text::{lines, looks_binary, show_line};
 use crate::ToolRoot;
 
@@ -384,7 +384,7 @@ pub struct AllowedResult {
 
 pub(crate) fn list_allowed(root: &ToolRoot, _a: NoArgs) -> ToolResult<AllowedResult> {
     let mut allowed = root.policy().describe();
-    allowed.protected = crate::policy::protected_list();
+    allowed.protected = crate::access::protected_list();
     Ok(AllowedResult {
         allowed,
         tools: crate::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),

@@ -6,13 +6,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::access::Access;
 use crate::beneath::{self, FILE_READ};
 use crate::error::{ToolError, ToolResult};
 use crate::fsops::{atomic_write, backup, read_limited, sha256_hex};
 use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
-use crate::policy::Access;
 use crate::text::{decode, eol_of, lines, show_line};
 use crate::ToolRoot;
 

@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 pub use super::read::PathArgs;
 use super::walk::{walk, Step};
 use super::EntryType;
+use crate::access::Access;
 use crate::beneath::{self, DIR_PATH, FILE_READ};
 use crate::error::{ToolError, ToolResult};
 use crate::fsops::{rfc3339, show_store_path, stamp};
 use crate::limits::{MAX_WALK_ENTRIES, TRASH_LIST_MAX};
 use crate::paths::{show, Lookup, Slot};
-use crate::policy::Access;
 use crate::ToolRoot;
 
 /// The folder holding an existing entry, opened beneath the root.

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::walk::{walk, Step};
 use super::EntryType;
+use crate::access::Access;
 use crate::beneath::DIR_PATH;
 use crate::error::{ToolError, ToolResult};
 use crate::fsops::{read_limited, rfc3339, stream_info, unix_secs};
 use crate::limits::*;
 use crate::paths::{show, Lookup, Walk};
-use crate::policy::Access;
 use crate::text::{count_lines, decode_owned, line_window, lines, show_line, slice_lines};
 use crate::ToolRoot;
 

@@ -11,11 +11,11 @@ use std::fs::{File, Metadata};
 
 use globset::{GlobBuilder, GlobMatcher};
 
+use crate::access::{protected_component, Access};
 use crate::beneath::{self, DIR_PATH};
 use crate::error::{ToolError, ToolResult};
 use crate::limits::MAX_WALK_ENTRIES;
 use crate::paths::{join_rel, Found};
-use crate::policy::{protected_component, Access};
 use crate::ToolRoot;
 
 /// One entry met by the walk.

@@ -1,4 +1,4 @@
-//! Access policy seen by the tools: may this caller read or write this workspace-relative path?
+//! What the tools may touch for their caller: may this caller read or write this workspace-relative path?
 //!
 //! The daemon implements [`AccessCheck`] with the caller's real policy, so a tool call gets exactly
 //! the access the agent has by direct file access. Protected names are refused by [`crate::ToolRoot`]
@@ -69,15 +69,15 @@ pub fn check_protected(rel: &str) -> ToolResult<()> {
     }
 }
 
-/// The default policy: everything outside the protected names may be read; written too unless
-/// `read_only`.
+/// Access without a daemon behind it (the library on its own, tests): everything outside the
+/// protected names may be read; written too unless `read_only`.
 #[derive(Debug, Clone, Default)]
-pub struct DefaultPolicy {
+pub struct OpenAccess {
     /// Refuse every write with `denied`.
     pub read_only: bool,
 }
 
-impl AccessCheck for DefaultPolicy {
+impl AccessCheck for OpenAccess {
     fn check(&self, rel: &str, access: Access) -> ToolResult<()> {
         check_protected(rel)?;
         if self.read_only && access == Access::Write {
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn read_only_policy_refuses_writes() {
-        let p = DefaultPolicy { read_only: true };
+        let p = OpenAccess { read_only: true };
         assert!(p.check("a.md", Access::Read).is_ok());
         assert_eq!(p.check("a.md", Access::Write).unwrap_err().code(), "denied");
         assert_eq!(
