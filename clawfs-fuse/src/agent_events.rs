@@ -527,9 +527,12 @@ fn in_mount(
         PathBuf::from(own)
     } else {
         let (dev, ino) = base?;
-        let mount_dev = *shared
-            .mount_dev
-            .get_or_init(|| mount_device(&shared.mountpoint));
+        let mount_dev = *shared.mount_dev.get_or_init(|| {
+            crate::mounts::mount_at(&shared.mountpoint)
+                .ok()
+                .flatten()
+                .map(|m| clawfs_ebpf::kernel_dev(m.dev))
+        });
         let dir = if mount_dev == Some(dev) {
             let ns = shared.fs.ns_path_of_ino(ino)?.to_string();
             shared.mountpoint.join(ns.trim_start_matches('/'))
@@ -541,18 +544,13 @@ fn in_mount(
             };
             let dir = std::fs::read_link(link).ok()?;
             let md = std::fs::metadata(&dir).ok()?;
-            (kernel_dev(md.dev()) == dev && md.ino() == ino).then_some(dir)?
+            (clawfs_ebpf::kernel_dev(md.dev()) == dev && md.ino() == ino).then_some(dir)?
         };
         dir.join(path)
     };
     let resolved = normalize(Path::new("/"), &resolve_links(&absolute).to_string_lossy())?;
     let rest = resolved.strip_prefix(&shared.mountpoint).ok()?;
     Some(format!("/{}", rest.display()))
-}
-
-/// A device number in the kernel's encoding (`major << 20 | minor`), as eBPF reads `s_dev`.
-fn kernel_dev(dev: u64) -> u32 {
-    (libc::major(dev) << 20) | libc::minor(dev)
 }
 
 /// `path` with the symlinks of its longest existing ancestor resolved (`canonicalize`), the rest
@@ -594,22 +592,6 @@ fn normalize(base: &Path, path: &str) -> Option<PathBuf> {
         }
     }
     Some(out)
-}
-
-/// The device of the file system mounted at `mountpoint`, in the kernel's encoding (`major << 20
-/// | minor`), from `/proc/self/mountinfo` (a stat would go through the mount itself).
-fn mount_device(mountpoint: &Path) -> Option<u32> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().rev().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let dev = fields.nth(2)?;
-        let point = fields.nth(1)?;
-        if Path::new(point) != mountpoint {
-            return None;
-        }
-        let (major, minor) = dev.split_once(':')?;
-        Some((major.parse::<u32>().ok()? << 20) | minor.parse::<u32>().ok()?)
-    })
 }
 
 /// The audit record of `ev`, or `None` for an open the daemon audits itself (see the module

@@ -15,6 +15,8 @@ pub struct MountEntry {
     pub fstype: String,
     /// Mount source; for ClawFS, the store path.
     pub source: String,
+    /// The device of the mounted filesystem, as a `dev_t` (`st_dev` of its files).
+    pub dev: u64,
 }
 
 /// Parses mountinfo text.
@@ -23,7 +25,9 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
         .filter_map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
             let sep = fields.iter().position(|f| *f == "-")?;
+            let (major, minor) = fields.get(2)?.split_once(':')?;
             Some(MountEntry {
+                dev: libc::makedev(major.parse().ok()?, minor.parse().ok()?),
                 mount_point: PathBuf::from(clawfs_core::mountinfo::unescape(fields.get(4)?)),
                 fstype: fields.get(sep + 1)?.to_string(),
                 source: clawfs_core::mountinfo::unescape(fields.get(sep + 2)?),
@@ -68,5 +72,6 @@ mod tests {
         assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
         assert_eq!(m[0].fstype, FSTYPE);
         assert_eq!(m[0].source, "/var/lib/claw fs");
+        assert_eq!(m[0].dev, libc::makedev(98, 0));
     }
 }

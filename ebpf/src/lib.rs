@@ -733,13 +733,16 @@ impl fmt::Debug for FileOpenGuard {
     }
 }
 
+/// A device number (`st_dev`) in the kernel's own encoding, `major << 20 | minor`: what eBPF
+/// programs read from `super_block.s_dev`, unlike the userspace `dev_t`.
+pub fn kernel_dev(dev: u64) -> u32 {
+    (libc::major(dev) << 20) | libc::minor(dev)
+}
+
 fn inode_key(path: &Path) -> io::Result<InodeKey> {
     let md = std::fs::metadata(path)?;
-    let dev = md.dev();
-    // The kernel's dev_t is major << 20 | minor, not the userspace encoding.
-    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
     Ok(InodeKey {
-        dev: (major << 20) | minor,
+        dev: u64::from(kernel_dev(md.dev())),
         ino: md.ino(),
     })
 }

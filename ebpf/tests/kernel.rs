@@ -539,8 +539,7 @@ fn monitor_reports_refused_and_seccomp_refused_calls() {
     assert!(child.wait().unwrap().success());
 
     let md = std::fs::metadata(dir.path()).unwrap();
-    let dev = std::os::unix::fs::MetadataExt::dev(&md);
-    let kdev = ((libc::major(dev) as u32) << 20) | libc::minor(dev) as u32;
+    let kdev = clawfs_ebpf::kernel_dev(std::os::unix::fs::MetadataExt::dev(&md));
     let dir_ino = std::os::unix::fs::MetadataExt::ino(&md);
     let refused = |e: &clawfs_ebpf::Event| {
         e.pid == cat_pid

@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::os::fd::AsFd;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, OFlags};
 
 use super::{ClawFs, RenameMode};
 use crate::creds::Caller;
@@ -119,23 +119,12 @@ impl ClawFs {
     }
 }
 
-/// The content of the regular file `name` in `dir`, at most [`MAX_GIT_CONFIG`] bytes, opened
-/// without following a symlink and without blocking on a FIFO.
+/// The content of the regular file `name` in `dir` (reached as every daemon read of an agent's
+/// file is: no symlink, no blocking on a FIFO), refused past [`MAX_GIT_CONFIG`] bytes rather
+/// than checked in part.
 fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
-    let fd = rustix::fs::openat(
-        &dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(FsError::Refused {
-            errno: libc::EINVAL,
-            why: "only a regular file can become git's config",
-        });
-    }
-    if st.st_size as u64 > MAX_GIT_CONFIG {
+    let fd = crate::beneath::open_file(dir.as_fd(), std::path::Path::new(name), OFlags::RDONLY)?;
+    if rustix::fs::fstat(&fd)?.st_size as u64 > MAX_GIT_CONFIG {
         return Err(FsError::Refused {
             errno: libc::EFBIG,
             why: "a git config file larger than 1 MiB",
