@@ -204,9 +204,9 @@ impl Cgroup2 {
     /// The agent of a `/proc/<pid>/cgroup` text: its `0::` (cgroup v2) line through
     /// [`Self::agent_of_path`]. The v2 group is the only identity. On a hybrid host the run is also
     /// in `clawfs/agent-<NAME>/…` of v1 hierarchies (`4:memory:/clawfs/agent-a/run-1`); those lines
-    /// are never read: `clawfs run` joins them before the v2 group, while the child is still root,
-    /// so they would name the agent a process that has not yet dropped privileges, and they add
-    /// nothing (they are set with the v2 group, and only root can change either).
+    /// are never read: the child joins them while it is still root (it is created in its v2
+    /// group, `clawfs-fuse/src/spawn.rs`), and they add nothing (they are set with the v2 group,
+    /// and only root can change either).
     pub fn agent_of_cgroup_file(&self, contents: &str) -> Option<String> {
         contents
             .lines()
