@@ -207,3 +207,26 @@ show("udp6-mapped", lambda: u6.sendto(b"leak", ("::ffff:127.0.0.1", {pu})))
         );
     }
 }
+
+/// An admin may run an agent outside the sandbox, but not one whose policy requires sandbox
+/// layers: `--no-sandbox` is refused before anything runs.
+#[test]
+fn no_sandbox_is_refused_when_the_policy_requires_a_layer() {
+    let m = Mounted::new();
+    let marker = m.backing("agents/fs-engine/ran");
+    let script = format!("touch {}", m.path("agents/fs-engine/ran").display());
+    // Without a requirement, --no-sandbox runs.
+    let out = run_agent_with(&m, "fs-engine", &["--no-sandbox"], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    agent_policy(&m, "fs-engine", "sandbox = { require = [\"seccomp\"] }");
+    let out = run_agent_with(&m, "fs-engine", &["--no-sandbox"], &["sh", "-c", &script]);
+    let shown = text(&out);
+    assert!(!out.status.success(), "{shown}");
+    assert!(
+        shown.contains("--no-sandbox refused") && shown.contains("require"),
+        "{shown}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
