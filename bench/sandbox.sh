@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the agent sandbox costs, in one run on one journaled ext4 image: the start-up of
 # `clawfs run --agent fs-engine -- true` (p50/p99 over N runs) with --no-sandbox and with the
-# default sandbox (Landlock + seccomp + eBPF network policy; cgroups in both), and two build-like workloads in the default workspace
+# default sandbox (Landlock + seccomp + eBPF egress filter; cgroups in both), and two build-like workloads in the default workspace
 # through the mount, without and with it: a `make -j2` of a small C project and a shell loop
 # touching 10,000 files. Rounds alternate; medians and ratios are printed.
 #   bash bench/sandbox.sh [--clawfs-bin PATH] [--runs N] [--rounds R] [--workdir DIR]

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const PROGRAMS: [&str; 3] = ["monitor", "netpolicy", "file_open_lsm"];
+const PROGRAMS: [&str; 3] = ["monitor", "egress", "file_open_lsm"];
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

@@ -161,7 +161,7 @@ fn vault_errno(e: &crate::vault::VaultError) -> i32 {
         // The key cannot be unsealed here (no TPM, a policy or counter that does not match, a
         // host key that does not open it): the key has been rejected.
         V::NoTpm(_)
-        | V::TpmPolicy
+        | V::PcrMismatch
         | V::RolledBack { .. }
         | V::RollbackCounter { .. }
         | V::HostKey { .. } => libc::EKEYREJECTED,

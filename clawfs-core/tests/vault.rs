@@ -707,7 +707,7 @@ fn tpm_pcr_policy_refuses_after_extend() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(matches!(plain.unlock(None), Err(VaultError::TpmPolicy)));
+    assert!(matches!(plain.unlock(None), Err(VaultError::PcrMismatch)));
     assert!(matches!(plain.get("k"), Err(VaultError::Locked)));
     // The same through tss-esapi on PCR 23, on a fresh vault.
     let d2 = store();
@@ -716,7 +716,7 @@ fn tpm_pcr_policy_refuses_after_extend() {
     v2.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
     v2.lock().unwrap();
     clawfs_core::vault::tpm::pcr_extend(&tpm.tcti(), 23, b"new boot state").unwrap();
-    assert!(matches!(v2.unlock(None), Err(VaultError::TpmPolicy)));
+    assert!(matches!(v2.unlock(None), Err(VaultError::PcrMismatch)));
 }
 
 #[test]

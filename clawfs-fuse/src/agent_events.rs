@@ -20,7 +20,7 @@
 //! * a system call refused by the sandbox's seccomp filter: operation = its name, rule
 //!   [`RULE_SECCOMP`] (ENOSYS answers, which tell programs to fall back — `clone3` → `clone` —
 //!   are not refusals of anything and are left out);
-//! * a connect or a UDP datagram refused (the network policy's cgroup programs, or Landlock):
+//! * a connect or a UDP datagram refused (the egress filter's cgroup programs, or Landlock):
 //!   operation `connect`, `sendto` or `sendmsg`, path = `tcp://ADDR:PORT` (`udp://` for the
 //!   sends), rule [`RULE_NETWORK`].
 //!
@@ -73,7 +73,7 @@ const IDLE: Duration = Duration::from_millis(20);
 pub const RULE_KERNEL: &str = "KERNEL";
 /// Rule of a system call refused by the sandbox's seccomp filter.
 pub const RULE_SECCOMP: &str = "SECCOMP";
-/// Rule of a connect refused by the agent's network policy.
+/// Rule of a connect refused by the agent's egress filter.
 pub const RULE_NETWORK: &str = "NETWORK";
 
 /// What the event thread hands to the recording thread.
@@ -467,7 +467,7 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<Out> {
                 std::net::IpAddr::V6(a) => format!("{scheme}://[{a}]:{port}"),
             };
             let reason = format!(
-                "the agent's network policy does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",
+                "the agent's egress filter does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",
                 ev.agent
             );
             Some(Out::Refusal(

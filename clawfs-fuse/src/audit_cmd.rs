@@ -214,7 +214,7 @@ fn verify(
             "interrupted": r.interrupted,
             "broken": broken,
         });
-        println!("{out}");
+        crate::output::print_json(&out).context("writing to stdout")?;
     } else {
         let mut msg = format!("{} good records in {} files", r.records, r.files);
         if let (Some(a), Some(b)) = (r.first_seq, r.last_seq) {
@@ -309,6 +309,7 @@ fn print_records(
     let mut bad = 0usize;
     for rec in records {
         let written = match rec {
+            // The record exactly as stored (one JSON object per line, HMAC included).
             Ok(rec) if json => out
                 .write_all(&rec.to_line())
                 .and_then(|()| out.write_all(b"\n")),

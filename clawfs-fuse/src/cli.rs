@@ -28,7 +28,13 @@ Exit status:
   3  mount point problem: missing, not a directory, not empty, already mounted, stale, busy,
      not a ClawFS mount
   4  store problem: not initialised, newer format, already served
-`clawfs run` exits with the command's status (128 + N if a signal N killed it).";
+`clawfs run` exits with the command's status (128 + N if a signal N killed it).
+
+JSON output (--json):
+  JSON Lines on stdout: a report (status MOUNTPOINT, vault status, audit verify) is one object
+  on one line; a list (status of every mount, audit tail, audit search, sandbox check) is one
+  object per line. Keys are snake_case, times RFC 3339, absent values null. Errors go to
+  stderr with the exit status above.";
 
 /// The `clawfs` command line.
 #[derive(Debug, Parser)]

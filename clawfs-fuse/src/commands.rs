@@ -183,15 +183,9 @@ pub fn status(mp: Option<&Path>, as_json: bool) -> Result<(), Failure> {
             .collect(),
     };
     if as_json {
-        let out = if mp.is_some() {
-            reports[0].clone()
-        } else {
-            json!(reports)
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON serialises")
-        );
+        for r in &reports {
+            crate::output::print_json(r).context("writing to stdout")?;
+        }
     } else if reports.is_empty() {
         println!("no ClawFS mounts (clawfs {})", clawfs_core::VERSION);
     } else {

@@ -12,6 +12,7 @@ pub mod estop_cmd;
 pub mod logging;
 pub mod mount_helper;
 pub mod mounts;
+pub mod output;
 pub mod policy_cmd;
 pub mod run;
 pub mod sandbox;

@@ -63,7 +63,7 @@ pub struct RunArgs {
     /// Run outside the kernel sandbox (cgroup quotas still apply). By default every run is
     /// sandboxed: Landlock (its part of the mount, a private temporary directory that is also its
     /// HOME, the system files programs need; never the store), seccomp (the store's
-    /// system/seccomp/whitelist.json), the eBPF network policy, and AppArmor where the host has
+    /// system/seccomp/whitelist.json), the eBPF egress filter, and AppArmor where the host has
     /// it. Refused when the policy's [agents.NAME.sandbox] require names a layer. See `clawfs
     /// sandbox check`.
     #[arg(long)]

@@ -3,7 +3,7 @@
 //! profile from its exec on), then, after it has dropped to the agent's uid, Landlock (the
 //! agent's part of the mount, a private temporary directory and the system files programs need;
 //! never the store) and seccomp (the store's `system/seccomp/whitelist.json`, loaded last); the
-//! eBPF network policy on its cgroup. cgroup quotas apply to every run, sandboxed or not.
+//! eBPF egress filter on its cgroup. cgroup quotas apply to every run, sandboxed or not.
 //!
 //! The agent's `[agents.NAME.sandbox]` policy section adds to this: `read` paths (read-only),
 //! `network` (Landlock's TCP connect rule, by port) and `require` (layers without which the run
@@ -36,7 +36,7 @@ pub struct Layers {
     pub apparmor: Option<clawfs_apparmor::OnExec>,
 }
 
-/// Attaches the eBPF network policy allowing `endpoints` (nothing when empty) to the run's
+/// Attaches the eBPF egress filter allowing `endpoints` (nothing when empty) to the run's
 /// cgroup v2 leaf `leaf`, before the child joins it: TCP and UDP connects and UDP datagrams, by
 /// address and port (Landlock's TCP rule under it knows ports only), detached when the returned
 /// value is dropped. Where eBPF is not available (not root with CAP_BPF, programs not built, old
@@ -44,19 +44,19 @@ pub struct Layers {
 pub fn attach_network(
     leaf: &Path,
     endpoints: &[clawfs_ebpf::Endpoint],
-) -> Option<clawfs_ebpf::NetworkPolicy> {
+) -> Option<clawfs_ebpf::EgressFilter> {
     let allow = if endpoints.is_empty() {
         clawfs_ebpf::Allow::None
     } else {
         clawfs_ebpf::Allow::To(endpoints.to_vec())
     };
-    match clawfs_ebpf::NetworkPolicy::attach(leaf, allow) {
+    match clawfs_ebpf::EgressFilter::attach(leaf, allow) {
         Ok(p) => {
-            tracing::debug!(leaf = %leaf.display(), ?endpoints, "eBPF network policy attached");
+            tracing::debug!(leaf = %leaf.display(), ?endpoints, "eBPF egress filter attached");
             Some(p)
         }
         Err(e) => {
-            tracing::warn!(leaf = %leaf.display(), error = %e, "eBPF network policy not applied: TCP is limited by port (Landlock), UDP is not limited");
+            tracing::warn!(leaf = %leaf.display(), error = %e, "eBPF egress filter not applied: TCP is limited by port (Landlock), UDP is not limited");
             None
         }
     }

@@ -1,6 +1,7 @@
 //! `clawfs sandbox check`: which layers of the agent sandbox this host can apply, and why not
 //! where it cannot. A layer that is unavailable is reported, never pretended.
 
+use anyhow::Context;
 use serde_json::json;
 
 use crate::error::Failure;
@@ -89,7 +90,7 @@ fn ebpf() -> Layer {
         name: "ebpf",
         // The monitor (the daemon's audit of agent activity and refusals) and the network
         // policy (attached to each sandboxed run) are what ClawFS applies; the LSM is extra.
-        available: a.monitor.is_available() && a.network_policy.is_available(),
+        available: a.monitor.is_available() && a.egress_filter.is_available(),
         detail,
     }
 }
@@ -98,11 +99,10 @@ fn ebpf() -> Layer {
 pub fn check(as_json: bool) -> Result<(), Failure> {
     let layers = [cgroups(), landlock(), seccomp(), apparmor(), ebpf()];
     if as_json {
-        let v: Vec<_> = layers
-            .iter()
-            .map(|l| json!({"layer": l.name, "available": l.available, "detail": l.detail}))
-            .collect();
-        println!("{}", json!({ "layers": v }));
+        for l in &layers {
+            let v = json!({"layer": l.name, "available": l.available, "detail": l.detail});
+            crate::output::print_json(&v).context("writing to stdout")?;
+        }
     } else {
         for l in &layers {
             let state = if l.available {

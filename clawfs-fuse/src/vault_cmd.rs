@@ -230,8 +230,7 @@ pub fn run_with(
         VaultCommand::Status { json } => {
             let st = vault.status().map_err(fail)?;
             if *json {
-                serde_json::to_writer_pretty(&mut *out, &st).map_err(|e| anyhow!(e))?;
-                writeln!(out).map_err(w)?;
+                crate::output::json_line(out, &st).map_err(w)?;
             } else {
                 writeln!(out, "{}", describe(&st)).map_err(w)?;
             }

@@ -1,10 +1,10 @@
-//! eBPF monitoring and network policy for ClawFS agents.
+//! eBPF monitoring and egress filter for ClawFS agents.
 //!
 //! The programs are C (`src/bpf/*.bpf.c`), compiled by `build.rs` with clang and loaded with aya:
 //! - [`Monitor`]: tracepoints on exec, openat and connect, and on every system call's entry and
 //!   exit (for the calls the kernel refused, and those seccomp refused), reporting [`Event`]s of the processes
 //!   whose cgroup v2 (or an ancestor) is watched;
-//! - [`NetworkPolicy`]: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
+//! - [`EgressFilter`]: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
 //!   cgroup, refusing connections and UDP datagrams to destinations not allowed with EPERM;
 //! - [`FileOpenGuard`]: a BPF LSM `file_open` program denying opens of listed inodes, where the
 //!   kernel allows BPF LSM (refused at load on many kernels; [`availability`] says so).
@@ -24,8 +24,7 @@ use aya::programs::{CgroupAttachMode, CgroupSockAddr, Lsm, TracePoint};
 use aya::{Btf, Ebpf};
 
 static MONITOR_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor.bpf.o"));
-static NETPOLICY_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/netpolicy.bpf.o"));
+static EGRESS_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/egress.bpf.o"));
 static FILE_OPEN_LSM_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/file_open_lsm.bpf.o"));
 const BUILD_ERROR: &str = env!("CLAWFS_EBPF_BUILD_ERROR");
@@ -608,10 +607,10 @@ struct EndpointKey {
 // SAFETY: repr(C), 16 + 2 + 2 bytes, no padding: any bit pattern is valid.
 unsafe impl aya::Pod for EndpointKey {}
 
-const POLICY_ALLOW_ALL: u32 = 1;
+const MODE_ALLOW_ALL: u32 = 1;
 
-/// The programs of [`NetworkPolicy`], in `netpolicy.bpf.o`.
-const NETPOLICY_PROGRAMS: [&str; 4] = [
+/// The programs of [`EgressFilter`], in `egress.bpf.o`.
+const EGRESS_PROGRAMS: [&str; 4] = [
     "clawfs_connect4",
     "clawfs_connect6",
     "clawfs_sendmsg4",
@@ -619,44 +618,44 @@ const NETPOLICY_PROGRAMS: [&str; 4] = [
 ];
 
 /// connect4/connect6 and sendmsg4/sendmsg6 programs attached to one cgroup v2 directory with BPF
-/// links (which always coexist with other programs: policies of ancestor cgroups also apply, and
+/// links (which always coexist with other programs: filters of ancestor cgroups also apply, and
 /// all must allow). Detached when dropped.
-pub struct NetworkPolicy {
+pub struct EgressFilter {
     _bpf: Ebpf,
-    policy: Array<MapData, u32>,
+    mode: Array<MapData, u32>,
     allowed: HashMap<MapData, EndpointKey, u8>,
     allow: Allow,
     cgroup_dir: PathBuf,
 }
 
-impl fmt::Debug for NetworkPolicy {
+impl fmt::Debug for EgressFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NetworkPolicy")
+        f.debug_struct("EgressFilter")
             .field("cgroup_dir", &self.cgroup_dir)
             .field("allow", &self.allow)
             .finish()
     }
 }
 
-impl NetworkPolicy {
-    /// Loads the programs, fills the policy and attaches them to `cgroup_dir` (a cgroup v2 dir).
-    pub fn attach(cgroup_dir: &Path, allow: Allow) -> Result<NetworkPolicy, Error> {
+impl EgressFilter {
+    /// Loads the programs, fills its allow list and attaches them to `cgroup_dir` (a cgroup v2 dir).
+    pub fn attach(cgroup_dir: &Path, allow: Allow) -> Result<EgressFilter, Error> {
         let cgroup = File::open(cgroup_dir)
             .map_err(|e| Error::io(format!("opening cgroup {}", cgroup_dir.display()), e))?;
-        let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
-        let policy = take_map(&mut bpf, "POLICY")?;
+        let mut bpf = load_object("egress", EGRESS_OBJ)?;
+        let mode = take_map(&mut bpf, "MODE")?;
         let allowed = take_map(&mut bpf, "ALLOWED")?;
-        let mut np = NetworkPolicy {
+        let mut filter = EgressFilter {
             _bpf: bpf,
-            policy,
+            mode,
             allowed,
             allow: Allow::None,
             cgroup_dir: cgroup_dir.to_path_buf(),
         };
-        // The policy is in place before the programs see any connect.
-        np.set_allow(allow)?;
-        for prog in NETPOLICY_PROGRAMS {
-            let p: &mut CgroupSockAddr = program(&mut np._bpf, prog)?;
+        // The allow list is in place before the programs see any connect.
+        filter.set_allow(allow)?;
+        for prog in EGRESS_PROGRAMS {
+            let p: &mut CgroupSockAddr = program(&mut filter._bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
             // With bpf_link (kernel >= 5.7) the attach flags must be 0 (`Single`); links are
@@ -666,12 +665,12 @@ impl NetworkPolicy {
                     Error::bpf(format!("attaching {prog} to {}", cgroup_dir.display()), &e)
                 })?;
         }
-        Ok(np)
+        Ok(filter)
     }
 
-    /// Replaces the policy, live.
+    /// Replaces the allow list, live.
     pub fn set_allow(&mut self, allow: Allow) -> Result<(), Error> {
-        let map_err = |e: aya::maps::MapError| Error::bpf("updating the network policy", &e);
+        let map_err = |e: aya::maps::MapError| Error::bpf("updating the egress filter", &e);
         let keys = |a: &Allow| -> Vec<EndpointKey> {
             match a {
                 Allow::To(list) => list.iter().map(Endpoint::key).collect(),
@@ -683,11 +682,11 @@ impl NetworkPolicy {
             self.allowed.insert(*k, 1u8, 0).map_err(map_err)?;
         }
         let flags = if allow == Allow::All {
-            POLICY_ALLOW_ALL
+            MODE_ALLOW_ALL
         } else {
             0
         };
-        self.policy.set(0, flags, 0).map_err(map_err)?;
+        self.mode.set(0, flags, 0).map_err(map_err)?;
         for k in old.iter().filter(|k| !new.contains(k)) {
             match self.allowed.remove(k) {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
@@ -698,7 +697,7 @@ impl NetworkPolicy {
         Ok(())
     }
 
-    /// The policy in force.
+    /// The allow list in force.
     pub fn allow(&self) -> &Allow {
         &self.allow
     }
@@ -835,7 +834,7 @@ pub struct Availability {
     /// Tracepoint monitoring (exec, openat, connect) with the ring buffer.
     pub monitor: Status,
     /// cgroup/connect4, connect6, sendmsg4, sendmsg6 (loaded, not attached, in the probe).
-    pub network_policy: Status,
+    pub egress_filter: Status,
     /// BPF LSM file_open.
     pub file_open_lsm: Status,
 }
@@ -849,8 +848,8 @@ impl fmt::Display for Availability {
         )?;
         writeln!(
             f,
-            "network policy (cgroup/connect4, connect6, sendmsg4, sendmsg6): {}",
-            self.network_policy
+            "egress filter (cgroup/connect4, connect6, sendmsg4, sendmsg6): {}",
+            self.egress_filter
         )?;
         write!(
             f,
@@ -871,9 +870,9 @@ fn status(r: Result<(), Error>) -> Status {
 /// mounting tracefs at [`TRACEFS`] if needed). Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN).
 pub fn availability() -> Availability {
     let monitor = status(Monitor::start(Path::new(TRACEFS)).map(drop));
-    let network_policy = status((|| {
-        let mut bpf = load_object("netpolicy", NETPOLICY_OBJ)?;
-        for prog in NETPOLICY_PROGRAMS {
+    let egress_filter = status((|| {
+        let mut bpf = load_object("egress", EGRESS_OBJ)?;
+        for prog in EGRESS_PROGRAMS {
             let p: &mut CgroupSockAddr = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
@@ -883,7 +882,7 @@ pub fn availability() -> Availability {
     let file_open_lsm = status(FileOpenGuard::new().and_then(|mut g| g.enforce()));
     Availability {
         monitor,
-        network_policy,
+        egress_filter,
         file_open_lsm,
     }
 }
@@ -900,7 +899,7 @@ mod tests {
     #[test]
     fn objects_built() {
         assert!(BUILD_ERROR.is_empty(), "{BUILD_ERROR}");
-        for obj in [MONITOR_OBJ, NETPOLICY_OBJ, FILE_OPEN_LSM_OBJ] {
+        for obj in [MONITOR_OBJ, EGRESS_OBJ, FILE_OPEN_LSM_OBJ] {
             assert_eq!(&obj[..4], b"\x7fELF");
         }
     }

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawfs_ebpf::{
-    availability, cgroup2_mount, cgroup_id, Allow, Endpoint, EventKind, FileOpenGuard, Monitor,
-    NetworkPolicy, Status, TRACEFS,
+    availability, cgroup2_mount, cgroup_id, Allow, EgressFilter, Endpoint, EventKind,
+    FileOpenGuard, Monitor, Status, TRACEFS,
 };
 
 fn is_root() -> bool {
@@ -291,7 +291,7 @@ fn connect_from_child(procs: Option<&CString>, addr: SocketAddr) -> i32 {
 }
 
 #[test]
-fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
+fn egress_filter_allows_listed_ports_only_inside_the_cgroup() {
     require_root!();
     let cg = TestCgroup::new("net");
     let l1 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -299,7 +299,7 @@ fn network_policy_allows_listed_ports_only_inside_the_cgroup() {
     let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
 
     let ports = |p: &[u16]| Allow::To(p.iter().map(|&p| Endpoint::any_host(p)).collect());
-    let mut policy = NetworkPolicy::attach(&cg.dir, ports(&[a1.port()])).expect("attach");
+    let mut policy = EgressFilter::attach(&cg.dir, ports(&[a1.port()])).expect("attach");
     assert_eq!(
         connect_from_child(Some(&cg.procs), a1),
         0,
@@ -391,7 +391,7 @@ fn availability_reports_each_kind_and_lsm_refusal() {
     let a = availability();
     eprintln!("{a}");
     assert_eq!(a.monitor, Status::Available);
-    assert_eq!(a.network_policy, Status::Available);
+    assert_eq!(a.egress_filter, Status::Available);
     let lsm_enabled = std::fs::read_to_string("/sys/kernel/security/lsm")
         .map(|s| s.split(',').any(|l| l.trim() == "bpf"))
         .unwrap_or(false);

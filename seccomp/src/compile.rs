@@ -179,14 +179,14 @@ impl Program {
 /// [`Filter::load`] installs it in the calling thread (in a `pre_exec` hook: the child of the
 /// fork), where it survives `execve` and is inherited by every descendant.
 ///
-/// It is made of one or two BPF programs: the policy, loaded with `SECCOMP_FILTER_FLAG_LOG` so
+/// It is made of one or two BPF programs: the rules, loaded with `SECCOMP_FILTER_FLAG_LOG` so
 /// that refusals are logged, and, when some always-denied syscall is answered with a fixed errno
 /// (`clone3` with ENOSYS), a small "quiet" program without the log flag that gives that answer
-/// (the policy allows those calls). The kernel runs both and keeps the most restrictive result,
+/// (the rules allow those calls). The kernel runs both and keeps the most restrictive result,
 /// and logs it only if the program that produced it asked for logging: glibc's clone3 probe on
 /// every `pthread_create` / `posix_spawn` would otherwise flood the log and its rate limit.
 pub struct Filter {
-    policy: Program,
+    rules: Program,
     quiet: Option<Program>,
     pfc: String,
 }
@@ -213,17 +213,17 @@ impl Filter {
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // The quiet program first: once the policy is in place, a second seccomp() call would
+        // The quiet program first: once the rules are in place, a second seccomp() call would
         // need the whitelist to allow `seccomp`.
         if let Some(quiet) = &self.quiet {
             quiet.load()?;
         }
-        self.policy.load()
+        self.rules.load()
     }
 
     /// The number of BPF instructions (all programs).
     pub fn instructions(&self) -> usize {
-        self.policy.insns.len() + self.quiet.as_ref().map_or(0, |q| q.insns.len())
+        self.rules.insns.len() + self.quiet.as_ref().map_or(0, |q| q.insns.len())
     }
 
     /// The number of BPF programs [`Filter::load`] installs (1 or 2; each shows in
@@ -232,12 +232,12 @@ impl Filter {
         1 + usize::from(self.quiet.is_some())
     }
 
-    /// Whether the policy is loaded with `SECCOMP_FILTER_FLAG_LOG`, so that the kernel logs
+    /// Whether the rules are loaded with `SECCOMP_FILTER_FLAG_LOG`, so that the kernel logs
     /// refused calls (errno actions included) to the audit log (or, without auditd, the kernel
     /// log), for the actions listed in `/proc/sys/kernel/seccomp/actions_logged`. Kills are logged
     /// whatever this says.
     pub fn logs_denials(&self) -> bool {
-        self.policy.flags & libc::SECCOMP_FILTER_FLAG_LOG != 0
+        self.rules.flags & libc::SECCOMP_FILTER_FLAG_LOG != 0
     }
 
     /// libseccomp's human-readable pseudo filter code of the program(s), for debugging.
@@ -291,7 +291,7 @@ impl Builder {
 }
 
 impl Whitelist {
-    /// The context of the quiet program: allow everything (the policy decides), same arches.
+    /// The context of the quiet program: allow everything (the rules decide), same arches.
     fn quiet_context(&self) -> Result<ScmpFilterContext, Error> {
         let mut q =
             ScmpFilterContext::new(ScmpAction::Allow).map_err(Error::lib("creating a filter"))?;
@@ -304,7 +304,7 @@ impl Whitelist {
                     .map_err(Error::lib(format!("adding architecture {name}")))?;
             }
         }
-        // Foreign ABIs are the policy's business (it kills).
+        // Foreign ABIs are the rules' business (it kills).
         q.set_act_badarch(ScmpAction::Allow)
             .map_err(Error::lib("setting the bad-architecture action"))?;
         Ok(q)
@@ -362,7 +362,7 @@ impl Whitelist {
         let deny_action = self.deny_action();
 
         // Always-denied syscalls with a fixed errno (clone3: ENOSYS) are answered by the quiet
-        // program; the policy lets them through to it.
+        // program; the rules let them through to it.
         let mut quiet_ctx: Option<ScmpFilterContext> = None;
         for d in ALWAYS_DENIED {
             if ScmpSyscall::from_name(d.name).is_err() {
@@ -435,7 +435,7 @@ impl Whitelist {
             0
         };
         let (insns, mut pfc) = export(&b.ctx)?;
-        let policy = Program {
+        let rules = Program {
             insns,
             flags: log_flag,
         };
@@ -448,7 +448,7 @@ impl Whitelist {
                 Some(Program { insns, flags: 0 })
             }
         };
-        Ok(Filter { policy, quiet, pfc })
+        Ok(Filter { rules, quiet, pfc })
     }
 }
 

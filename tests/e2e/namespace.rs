@@ -1,6 +1,7 @@
 //! The namespace a fresh mount shows: six roots, their modes, and the content `clawfs init` lays
 //! out, read through the mount with std::fs and shell tools.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use crate::common::{sh, Mounted};
@@ -174,4 +175,75 @@ fn status_reports_the_mount() {
     assert_eq!(v["daemon"]["version"], clawfs_core::VERSION);
     let human = crate::common::clawfs(["status".as_ref(), m.mnt.as_os_str()]);
     assert!(String::from_utf8_lossy(&human.stdout).contains("agents: 8"));
+}
+
+/// Every `--json` output is JSON Lines: one object per line, one line for a report.
+#[test]
+fn every_json_output_is_one_object_per_line() {
+    let m = Mounted::new();
+    std::fs::write(m.mnt.join("workspaces/default/a.txt"), "a").unwrap();
+    let store = m.store.as_os_str();
+    let runs: [(&[&OsStr], Option<usize>); 5] = [
+        (
+            &["status".as_ref(), m.mnt.as_os_str(), "--json".as_ref()],
+            Some(1),
+        ),
+        (
+            &["sandbox".as_ref(), "check".as_ref(), "--json".as_ref()],
+            Some(5),
+        ),
+        (
+            &[
+                "audit".as_ref(),
+                "--store".as_ref(),
+                store,
+                "verify".as_ref(),
+                "--json".as_ref(),
+            ],
+            Some(1),
+        ),
+        (
+            &[
+                "audit".as_ref(),
+                "--store".as_ref(),
+                store,
+                "tail".as_ref(),
+                "-n".as_ref(),
+                "3".as_ref(),
+                "--json".as_ref(),
+            ],
+            None,
+        ),
+        (
+            &[
+                "vault".as_ref(),
+                "--store".as_ref(),
+                store,
+                "status".as_ref(),
+                "--json".as_ref(),
+            ],
+            Some(1),
+        ),
+    ];
+    for (args, lines) in runs {
+        let out = crate::common::clawfs(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let objects: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: {e}: {l}")))
+            .collect();
+        assert!(
+            objects.iter().all(serde_json::Value::is_object),
+            "{args:?}: {text}"
+        );
+        assert!(!objects.is_empty(), "{args:?}: no output");
+        if let Some(n) = lines {
+            assert_eq!(objects.len(), n, "{args:?}: {text}");
+        }
+    }
 }

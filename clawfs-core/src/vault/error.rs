@@ -49,7 +49,7 @@ pub enum VaultError {
     NoTpm(String),
     /// The TPM refused to unseal because the PCR values differ from those at sealing time.
     #[error("the TPM refused to unseal the master key: PCR values differ from sealing time (policy check failed)")]
-    TpmPolicy,
+    PcrMismatch,
     /// Any other TPM failure.
     #[error("TPM: {0}")]
     Tpm(String),

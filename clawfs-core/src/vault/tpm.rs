@@ -52,7 +52,7 @@ pub struct TpmSealed {
 
 fn tpm_err(what: &str, e: TssError) -> VaultError {
     if is_policy_failure(&e) {
-        return VaultError::TpmPolicy;
+        return VaultError::PcrMismatch;
     }
     VaultError::Tpm(format!("{what}: {e}"))
 }
@@ -196,7 +196,7 @@ pub fn seal(tcti: &str, pcrs: &[u8], key: &Key256) -> Result<TpmSealed, VaultErr
     })
 }
 
-/// Unseals a master key in a fresh TPM context. `TpmPolicy` when the PCRs moved.
+/// Unseals a master key in a fresh TPM context. `PcrMismatch` when the PCRs moved.
 pub fn unseal(tcti: &str, pcrs: &[u8], sealed: &TpmSealed) -> Result<Key256, VaultError> {
     let mut ctx = context(tcti)?;
     let parent = primary(&mut ctx)?;

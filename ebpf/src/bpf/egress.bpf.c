@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* ClawFS per-agent network policy, attached to an agent's cgroup v2 directory:
+/* ClawFS per-agent egress filter, attached to an agent's cgroup v2 directory:
  * cgroup/connect4 and connect6 (TCP and UDP connect), cgroup/sendmsg4 and sendmsg6 (UDP
  * datagrams sent to an address, which need no connect). Returning 0 makes the call fail with
  * EPERM, 1 lets it proceed. A destination is allowed when ALLOWED holds its address and port, or
@@ -9,15 +9,15 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define POLICY_ALLOW_ALL 1
+#define MODE_ALLOW_ALL 1
 
-/* Index 0: flags (POLICY_ALLOW_ALL). */
+/* Index 0: flags (MODE_ALLOW_ALL). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
-} POLICY SEC(".maps");
+} MODE SEC(".maps");
 
 /* Mirrored by EndpointKey in src/lib.rs. */
 struct endpoint {
@@ -36,8 +36,8 @@ struct {
 static __always_inline int allowed(struct endpoint *ep)
 {
 	__u32 zero = 0;
-	__u32 *flags = bpf_map_lookup_elem(&POLICY, &zero);
-	if (flags && (*flags & POLICY_ALLOW_ALL))
+	__u32 *flags = bpf_map_lookup_elem(&MODE, &zero);
+	if (flags && (*flags & MODE_ALLOW_ALL))
 		return 1;
 	if (bpf_map_lookup_elem(&ALLOWED, ep))
 		return 1;
