@@ -5,8 +5,8 @@ use super::*;
 impl ClawFs {
     /// Opens the directory `ino`.
     pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
-        if VirtualInodes::is_virtual(ino) {
-            if !self.virtual_node(ino)?.is_dir() {
+        if let Route::Generated(node) = self.route(ino)? {
+            if !node.is_dir() {
                 return Err(errno(libc::ENOTDIR));
             }
         } else {
@@ -47,8 +47,8 @@ impl ClawFs {
     }
 
     pub(super) fn list_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
-        if VirtualInodes::is_virtual(ino) {
-            return self.list_virtual_dir(caller, ino);
+        if let Route::Generated(dir) = self.route(ino)? {
+            return self.list_virtual_dir(caller, dir);
         }
         let node = self.node(ino)?;
         let fd = node
@@ -93,7 +93,7 @@ impl ClawFs {
             let v = crate::virtual_files::child_of_place(node.place, OsStr::new(name))
                 .expect("listed virtual children exist");
             out.push(DirEntry {
-                ino: self.virtuals.ino(&v),
+                ino: self.generated.ino(&v),
                 kind: if v.is_dir() {
                     FileKind::Dir
                 } else {

@@ -5,8 +5,8 @@ use super::*;
 impl ClawFs {
     /// Opens `ino` with `flags` (the caller's open flags).
     pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
-        if VirtualInodes::is_virtual(ino) {
-            return self.open_virtual(caller, ino, flags).map(Opened::Virtual);
+        if let Route::Generated(node) = self.route(ino)? {
+            return self.open_virtual(caller, node, flags).map(Opened::Virtual);
         }
         let node = self.node(ino)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
@@ -196,8 +196,8 @@ impl ClawFs {
         mode: u32,
         flags: i32,
     ) -> FsResult<(Entry, Opened)> {
-        if VirtualInodes::is_virtual(parent) {
-            return self.create_virtual(caller, parent, name);
+        if let Route::Generated(dir) = self.route(parent)? {
+            return self.create_virtual(caller, dir, name);
         }
         let (place, dir, who, path) =
             self.begin_create(caller, "create", parent, name, FileKind::File)?;
@@ -268,7 +268,7 @@ impl ClawFs {
 
     /// Reads up to `size` bytes at `offset` (fewer only at end of file).
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
             return self.read_virtual(fh, offset, size);
         }
@@ -302,7 +302,7 @@ impl ClawFs {
         data: &[u8],
         kill_suidgid: bool,
     ) -> FsResult<u32> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             return self.write_virtual(fh, offset, data);
         }
         let file = self.files.get(fh)?;
@@ -324,7 +324,7 @@ impl ClawFs {
 
     /// Flushes buffered state of `fh` to the store.
     pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             return Ok(());
         }
         let file = self.files.get(fh)?;
@@ -339,7 +339,7 @@ impl ClawFs {
     /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request, or
     /// validates and commits a staged identity file (its error is `close()`'s).
     pub fn flush(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
             return self.flush_virtual(fh);
         }
@@ -349,7 +349,7 @@ impl ClawFs {
 
     /// Closes `fh`.
     pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
             return self.release_virtual(fh);
         }

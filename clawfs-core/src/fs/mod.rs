@@ -33,19 +33,20 @@ use crate::path_cache::PathCache;
 use crate::policy::{Denial, Identity, NsPath};
 use crate::seed;
 use crate::store::Store;
-use crate::virtual_files::{VirtualHandle, VirtualInodes};
+use crate::virtual_files::VirtualInodes;
 use crate::xattrs::{self, ClawfsAttr};
+use generated::Route;
 
 mod dirs;
 mod files;
 mod gate;
+mod generated;
 mod git_config;
 mod kernel_cache;
 mod namespace;
 mod nodes;
 mod secrets;
 mod staged;
-mod virtuals;
 mod xattr_ops;
 
 pub use gate::{audit_name, POLICY_FILE};
@@ -175,15 +176,10 @@ pub struct ClawFs {
     /// Open files, directories and generated files by handle (each a leaf lock).
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
-    /// Generated nodes ↔ their inode numbers (leaf lock).
-    virtuals: VirtualInodes,
-    vfiles: HandleTable<VirtualHandle>,
+    /// The generated files: their inodes, open handles and kept responses (leaf locks).
+    generated: generated::Generated,
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
-    /// When the daemon started: the times of virtual nodes.
-    started: SystemTime,
-    /// Answers of the two-file tool interface, per caller, oldest first (leaf lock).
-    responses: std::sync::Mutex<ResponsesByOwner>,
     specs: crate::spec_integrity::SpecChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
@@ -237,10 +233,6 @@ pub enum Invalidation {
 
 /// Delivers invalidations to the kernel and returns once they are done (or given up on).
 pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
-
-/// Kept tool responses: owner → (id, response), oldest first.
-type ResponsesByOwner =
-    std::collections::HashMap<String, std::collections::VecDeque<(String, Vec<u8>)>>;
 
 /// What `open` opened.
 pub enum Opened {
@@ -313,11 +305,8 @@ impl ClawFs {
             store,
             files: HandleTable::default(),
             dirs: HandleTable::default(),
-            virtuals: VirtualInodes::default(),
-            vfiles: HandleTable::default(),
+            generated: generated::Generated::new(),
             mountpoint: Default::default(),
-            started: SystemTime::now(),
-            responses: Default::default(),
             specs: Default::default(),
             passthrough: Default::default(),
             cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),

@@ -79,8 +79,8 @@ impl ClawFs {
         name: &OsStr,
         flags: AtFlags,
     ) -> FsResult<()> {
-        if VirtualInodes::is_virtual(parent) {
-            return self.remove_virtual(caller, parent, name);
+        if let Route::Generated(dir) = self.route(parent)? {
+            return self.remove_virtual(caller, dir, name);
         }
         let pnode = self.node(parent)?;
         let op = if flags.contains(AtFlags::REMOVEDIR) {

@@ -11,10 +11,13 @@ impl ClawFs {
                 std::thread::sleep(*delay);
             }
         }
-        if let Some(entry) = self.lookup_virtual(caller, parent, name)? {
-            return Ok(entry);
+        if let Route::Generated(dir) = self.route(parent)? {
+            return self.lookup_virtual(caller, dir, name);
         }
         let pnode = self.node(parent)?;
+        if let Some(child) = crate::virtual_files::child_of_place(pnode.place, name) {
+            return Ok(self.entry_of_virtual(&child));
+        }
         if is_private(pnode.place, name) {
             return Err(not_found());
         }
@@ -42,8 +45,8 @@ impl ClawFs {
 
     /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
-        if VirtualInodes::is_virtual(ino) {
-            return self.virtual_attr(ino);
+        if let Route::Generated(node) = self.route(ino)? {
+            return Ok(self.attr_of_virtual(&node));
         }
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
             return self.attr_of(&file.backing.file);
@@ -65,8 +68,8 @@ impl ClawFs {
         fh: Option<u64>,
         change: SetAttr,
     ) -> FsResult<Attr> {
-        if VirtualInodes::is_virtual(ino) {
-            return self.virtual_setattr(ino, fh, change);
+        if let Route::Generated(node) = self.route(ino)? {
+            return self.virtual_setattr(&node, fh, change);
         }
         let node = self.node(ino)?;
         self.check_modify(&node)

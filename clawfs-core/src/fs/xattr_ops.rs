@@ -6,7 +6,8 @@ impl ClawFs {
     /// The value of xattr `name`; only `user.*` attributes exist.
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
         let name = name.to_str().filter(|n| xattrs::is_user(n));
-        let Some(name) = name.filter(|_| !VirtualInodes::is_virtual(ino)) else {
+        let generated = matches!(self.route(ino)?, Route::Generated(_));
+        let Some(name) = name.filter(|_| !generated) else {
             return Err(errno(libc::ENODATA));
         };
         let node = self.node(ino)?;
@@ -18,7 +19,7 @@ impl ClawFs {
 
     /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
     pub fn listxattr(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
-        if VirtualInodes::is_virtual(ino) {
+        if let Route::Generated(_) = self.route(ino)? {
             return Ok(Vec::new());
         }
         let node = self.node(ino)?;

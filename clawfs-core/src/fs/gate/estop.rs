@@ -112,7 +112,7 @@ impl ClawFs {
         if !self.estop_in_force() {
             return;
         }
-        let Ok(handle) = self.vfiles.get(fh) else {
+        let Ok(handle) = self.generated.handles.get(fh) else {
             return;
         };
         let Identity::Agent(agent) = &handle.opener.0 else {
@@ -163,6 +163,6 @@ impl ClawFs {
         // A two-file request: its answer is kept for tools/responses/<id>.json.
         state.response = Some(Vec::new());
         drop(state);
-        self.keep_response(owner, id, out);
+        self.generated.keep_response(owner, id, out);
     }
 }

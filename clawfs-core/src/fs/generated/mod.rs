@@ -1,0 +1,152 @@
+//! The files ClawFS generates instead of storing (`agents/self`, `tools/call/<tool>`,
+//! `tools/requests/`, `tools/responses/`, `vault/secrets/`; see [`crate::virtual_files`]): their
+//! state, and [`Route`], the one place that tells a generated inode from a stored one.
+
+mod serve;
+mod tool_calls;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use super::ClawFs;
+use crate::attr::{Attr, FileKind};
+use crate::error::{FsError, FsResult};
+use crate::open_files::HandleTable;
+use crate::virtual_files::{VirtualHandle, VirtualInodes, VirtualNode, MAX_RESPONSES_PER_CALLER};
+
+/// What an inode number names. Every call that serves both kinds matches on it, so a new kind
+/// of generated file is one more arm where it matters and nothing elsewhere.
+pub(super) enum Route {
+    /// A file, folder or link of the store: served from its backing node.
+    Stored,
+    /// A generated node: served from [`Generated`] and the daemon's own state.
+    Generated(VirtualNode),
+}
+
+impl ClawFs {
+    /// Where the calls on `ino` go.
+    pub(super) fn route(&self, ino: u64) -> FsResult<Route> {
+        match VirtualInodes::is_virtual(ino) {
+            true => Ok(Route::Generated(self.generated.node(ino)?)),
+            false => Ok(Route::Stored),
+        }
+    }
+}
+
+/// Kept tool responses: owner → (id, response), oldest first.
+type ResponsesByOwner = HashMap<String, VecDeque<(String, Vec<u8>)>>;
+
+/// The generated files' own state. Every lock here is a leaf: nothing else is taken while one
+/// is held.
+pub(super) struct Generated {
+    /// Generated nodes ↔ their inode numbers.
+    inodes: VirtualInodes,
+    /// Open generated files by handle.
+    pub(super) handles: HandleTable<VirtualHandle>,
+    /// Answers of the two-file tool interface, per caller, oldest first.
+    responses: Mutex<ResponsesByOwner>,
+    /// When the daemon started: the times of generated nodes.
+    started: SystemTime,
+}
+
+impl Generated {
+    pub(super) fn new() -> Generated {
+        Generated {
+            inodes: VirtualInodes::default(),
+            handles: HandleTable::default(),
+            responses: Mutex::default(),
+            started: SystemTime::now(),
+        }
+    }
+
+    /// The node of a generated inode number.
+    fn node(&self, ino: u64) -> FsResult<VirtualNode> {
+        self.inodes.node(ino).ok_or(FsError::UnknownInode(ino))
+    }
+
+    /// The inode number of `node` (allocated on first use).
+    pub(super) fn ino(&self, node: &VirtualNode) -> u64 {
+        self.inodes.ino(node)
+    }
+
+    fn responses(&self) -> std::sync::MutexGuard<'_, ResponsesByOwner> {
+        self.responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept response `id` of `owner`.
+    fn response(&self, owner: &str, id: &str) -> Option<Vec<u8>> {
+        self.responses()
+            .get(owner)?
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The ids of `owner`'s kept responses, oldest first.
+    fn response_ids(&self, owner: &str) -> Vec<String> {
+        self.responses()
+            .get(owner)
+            .map(|mine| mine.iter().map(|(id, _)| id.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `response` as `owner`'s `id` (replacing one of that id); beyond
+    /// [`MAX_RESPONSES_PER_CALLER`] the oldest goes.
+    pub(super) fn keep_response(&self, owner: String, id: String, response: Vec<u8>) {
+        let mut all = self.responses();
+        let mine = all.entry(owner).or_default();
+        mine.retain(|(i, _)| *i != id);
+        mine.push_back((id, response));
+        while mine.len() > MAX_RESPONSES_PER_CALLER {
+            mine.pop_front();
+        }
+    }
+
+    /// Forgets `owner`'s response `id`; false if there was none.
+    fn forget_response(&self, owner: &str, id: &str) -> bool {
+        let mut all = self.responses();
+        let Some(mine) = all.get_mut(owner) else {
+            return false;
+        };
+        let before = mine.len();
+        mine.retain(|(i, _)| i != id);
+        mine.len() != before
+    }
+
+    /// The attributes of `node`.
+    fn attr(&self, node: &VirtualNode) -> Attr {
+        let size = match node {
+            VirtualNode::Response { owner, id } => {
+                self.response(owner, id).map_or(0, |r| r.len() as u64)
+            }
+            _ => 0,
+        };
+        Attr {
+            ino: self.ino(node),
+            // Other content depends on the caller and the request: reads go to the daemon
+            // (direct I/O), which serves whatever length there is.
+            size,
+            blocks: 0,
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            kind: if node.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            },
+            perm: node.perm(),
+            nlink: if node.is_dir() { 2 } else { 1 },
+            uid: 0,
+            gid: match node {
+                VirtualNode::Secret(_) => crate::seed::agents_group().unwrap_or(0),
+                _ => 0,
+            },
+            rdev: 0,
+            blksize: 4096,
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! Serving the generated files: lookup, attributes, open, read, write, close, listing and
+//! removal, each reached from [`super::Route::Generated`] with its node already known.
+
+use std::ffi::{OsStr, OsString};
+use std::sync::PoisonError;
+
+use super::super::{errno, ClawFs, Entry, Opened};
+use crate::attr::{Attr, FileKind};
+use crate::creds::Caller;
+use crate::error::{FsError, FsResult};
+use crate::open_files::DirEntry;
+use crate::policy::Identity;
+use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualNode};
+
+impl ClawFs {
+    /// Whose requests and responses a caller sees.
+    pub(in crate::fs) fn owner_key(&self, caller: &Caller) -> String {
+        // By identity: an agent is itself whatever uid it runs as; others are their uid.
+        match self.identify(caller) {
+            Identity::Agent(a) => format!("agent:{a}"),
+            _ => format!("uid:{}", caller.uid),
+        }
+    }
+
+    /// The child `name` of the generated folder `dir`.
+    pub(in crate::fs) fn lookup_virtual(
+        &self,
+        caller: &Caller,
+        dir: VirtualNode,
+        name: &OsStr,
+    ) -> FsResult<Entry> {
+        let child = match dir {
+            VirtualNode::ResponsesDir => virtual_files::request_id(name).and_then(|id| {
+                let owner = self.owner_key(caller);
+                self.generated
+                    .response(&owner, id)
+                    .map(|_| VirtualNode::Response {
+                        owner,
+                        id: id.to_string(),
+                    })
+            }),
+            // Requests are in flight only while their writer holds them open.
+            VirtualNode::RequestsDir => None,
+            VirtualNode::SecretsDir => name
+                .to_str()
+                .filter(|n| crate::names::check_system_name(OsStr::new(n)).is_ok())
+                .filter(|n| self.secret_exists(n))
+                .map(|n| VirtualNode::Secret(n.to_string())),
+            dir => virtual_files::child_of_virtual(&dir, name),
+        };
+        let child = child.ok_or_else(|| errno(libc::ENOENT))?;
+        Ok(self.entry_of_virtual(&child))
+    }
+
+    /// The entry of a generated node (never cached, generation 0).
+    pub(in crate::fs) fn entry_of_virtual(&self, node: &VirtualNode) -> Entry {
+        Entry {
+            attr: self.attr_of_virtual(node),
+            generation: 0,
+        }
+    }
+
+    /// The attributes of a generated node.
+    pub(in crate::fs) fn attr_of_virtual(&self, node: &VirtualNode) -> Attr {
+        self.generated.attr(node)
+    }
+
+    /// Only truncation to zero (a shell's `>`) is accepted: it clears the request.
+    pub(in crate::fs) fn virtual_setattr(
+        &self,
+        node: &VirtualNode,
+        fh: Option<u64>,
+        change: super::super::SetAttr,
+    ) -> FsResult<Attr> {
+        let only_truncate = change.mode.is_none()
+            && change.uid.is_none()
+            && change.gid.is_none()
+            && change.size == Some(0);
+        let times_only = change.size.is_none()
+            && change.mode.is_none()
+            && change.uid.is_none()
+            && change.gid.is_none();
+        if !(only_truncate || times_only) {
+            return Err(FsError::Refused {
+                errno: libc::EPERM,
+                why: "a generated file takes only a truncation or new times",
+            });
+        }
+        if let (true, Some(fh)) = (only_truncate, fh) {
+            let handle = self.generated.handles.get(fh)?;
+            *handle.state.lock().unwrap_or_else(PoisonError::into_inner) = Exchange::default();
+        }
+        Ok(self.attr_of_virtual(node))
+    }
+
+    pub(in crate::fs) fn open_virtual(
+        &self,
+        caller: &Caller,
+        node: VirtualNode,
+        flags: i32,
+    ) -> FsResult<u64> {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let mut exchange = Exchange::default();
+        match &node {
+            VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
+            VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
+            VirtualNode::Response { .. } if writes => return Err(read_only_generated()),
+            VirtualNode::Response { owner, id } => {
+                if *owner != self.owner_key(caller) {
+                    return Err(errno(libc::ENOENT));
+                }
+                exchange.response = Some(
+                    self.generated
+                        .response(owner, id)
+                        .ok_or_else(|| errno(libc::ENOENT))?,
+                );
+            }
+            VirtualNode::Secret(name) => self.open_secret(caller, name, writes, &mut exchange)?,
+            VirtualNode::CallDir
+            | VirtualNode::RequestsDir
+            | VirtualNode::ResponsesDir
+            | VirtualNode::SecretsDir => return Err(errno(libc::EISDIR)),
+            // Reopening a request being written is not possible: each request is one file.
+            VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
+            VirtualNode::Call(_) => {}
+        }
+        Ok(self.insert_virtual(caller, node, exchange))
+    }
+
+    pub(in crate::fs) fn write_virtual(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let handle = self.generated.handles.get(fh)?;
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match handle.node {
+            VirtualNode::Call(_) | VirtualNode::Request { .. } | VirtualNode::Secret(_) => {
+                Ok(state.write(offset, data).map_err(errno)? as u32)
+            }
+            _ => Err(errno(libc::EBADF)),
+        }
+    }
+
+    pub(in crate::fs) fn read_virtual(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let handle = self.generated.handles.get(fh)?;
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_none() {
+            if let VirtualNode::Call(tool) = &handle.node {
+                // The call runs on this request thread; the other threads keep serving.
+                let response = self.run_tool(&handle.opener, Some(tool), &state);
+                state.response = Some(response);
+            }
+        }
+        Ok(state.read(offset, size as usize).to_vec())
+    }
+
+    /// Registers `caller`'s open of the generated file `node`; returns its handle.
+    fn insert_virtual(&self, caller: &Caller, node: VirtualNode, exchange: Exchange) -> u64 {
+        let (fh, _) = self.generated.handles.insert(VirtualHandle {
+            node,
+            caller: *caller,
+            opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
+            state: std::sync::Mutex::new(exchange),
+        });
+        fh
+    }
+
+    /// The entry and open handle of a generated file `caller` has just created.
+    fn created_virtual(
+        &self,
+        caller: &Caller,
+        node: VirtualNode,
+        exchange: Exchange,
+    ) -> (Entry, Opened) {
+        let entry = Entry {
+            attr: self.attr_of_virtual(&node),
+            generation: 0,
+        };
+        let fh = self.insert_virtual(caller, node, exchange);
+        (entry, Opened::Virtual(fh))
+    }
+
+    /// Creating `<id>.json` in `tools/requests/` starts a request.
+    pub(in crate::fs) fn create_virtual(
+        &self,
+        caller: &Caller,
+        dir: VirtualNode,
+        name: &OsStr,
+    ) -> FsResult<(Entry, Opened)> {
+        if dir == VirtualNode::SecretsDir {
+            // A new secret, written by an admin; stored encrypted when closed.
+            let secret = crate::names::check_system_name(name)?.to_string();
+            let node = VirtualNode::Secret(secret.clone());
+            let mut exchange = Exchange::default();
+            self.open_secret(caller, &secret, true, &mut exchange)?;
+            return Ok(self.created_virtual(caller, node, exchange));
+        }
+        if dir != VirtualNode::RequestsDir {
+            return Err(FsError::Refused {
+                errno: libc::EACCES,
+                why: "files are made in a generated folder only as tool requests (tools/requests/<id>.json)",
+            });
+        }
+        let id = virtual_files::request_id(name).ok_or_else(|| FsError::InvalidName {
+            name: name.to_string_lossy().into_owned(),
+            reason: "requests are named <id>.json, id of letters, digits, '.', '_' and '-'",
+        })?;
+        let node = VirtualNode::Request {
+            owner: self.owner_key(caller),
+            id: id.to_string(),
+        };
+        Ok(self.created_virtual(caller, node, Exchange::default()))
+    }
+
+    /// Closing a request runs it; its answer is in `tools/responses/<id>.json` by the time
+    /// `close()` returns (the kernel's FLUSH is synchronous with `close()`, RELEASE is not).
+    pub(in crate::fs) fn flush_virtual(&self, fh: u64) -> FsResult<()> {
+        let handle = self.generated.handles.get(fh)?;
+        // A close before anything was written (a shell's copy of the descriptor, closed after
+        // dup2) runs nothing; the last close runs even an empty request.
+        let written = !handle
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .request
+            .is_empty();
+        if written {
+            self.run_request(&handle);
+        }
+        self.store_secret(&handle)
+    }
+
+    /// The last close of a request that was never flushed also runs it.
+    pub(in crate::fs) fn release_virtual(&self, fh: u64) -> FsResult<()> {
+        let handle = self
+            .generated
+            .handles
+            .remove(fh)
+            .ok_or(FsError::UnknownHandle(fh))?;
+        self.run_request(&handle);
+        self.store_secret(&handle)
+    }
+
+    /// Runs a request once; later flushes of the same descriptor (after more writes) run it
+    /// again with the whole content.
+    fn run_request(&self, handle: &VirtualHandle) {
+        let VirtualNode::Request { owner, id } = &handle.node else {
+            return;
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() {
+            return;
+        }
+        let response = self.run_tool(&handle.opener, None, &state);
+        state.response = Some(Vec::new());
+        drop(state);
+        self.generated
+            .keep_response(owner.clone(), id.clone(), response);
+    }
+
+    /// Deleting a response in `tools/responses/` forgets it.
+    pub(in crate::fs) fn remove_virtual(
+        &self,
+        caller: &Caller,
+        dir: VirtualNode,
+        name: &OsStr,
+    ) -> FsResult<()> {
+        if dir == VirtualNode::SecretsDir {
+            let name = crate::names::check_system_name(name)?;
+            return self.remove_secret(caller, name);
+        }
+        if dir != VirtualNode::ResponsesDir {
+            return Err(FsError::Refused {
+                errno: libc::EPERM,
+                why: "only tool responses are removed from a generated folder",
+            });
+        }
+        let id = virtual_files::request_id(name).ok_or_else(|| errno(libc::ENOENT))?;
+        match self.generated.forget_response(&self.owner_key(caller), id) {
+            true => Ok(()),
+            false => Err(errno(libc::ENOENT)),
+        }
+    }
+
+    /// The entries of the generated folder `dir`, as `caller` sees them.
+    pub(in crate::fs) fn list_virtual_dir(
+        &self,
+        caller: &Caller,
+        dir: VirtualNode,
+    ) -> FsResult<Vec<DirEntry>> {
+        let ino = self.generated.ino(&dir);
+        let parent_area = match dir {
+            VirtualNode::SecretsDir => crate::area::Area::Vault,
+            _ => crate::area::Area::Tools,
+        };
+        let parent = self
+            .inodes
+            .mount_ino(rustix::fs::stat(self.store.root().join(parent_area.dir_name()))?.st_ino);
+        let mut out = DirEntry::dots(ino, parent);
+        let children = match dir {
+            VirtualNode::ResponsesDir => {
+                let owner = self.owner_key(caller);
+                self.generated
+                    .response_ids(&owner)
+                    .into_iter()
+                    .map(|id| VirtualNode::Response {
+                        owner: owner.clone(),
+                        id,
+                    })
+                    .collect()
+            }
+            VirtualNode::SecretsDir => self
+                .visible_secrets(caller)
+                .into_iter()
+                .map(VirtualNode::Secret)
+                .collect(),
+            dir => virtual_files::children_of_virtual(&dir),
+        };
+        for child in children {
+            let name = match &child {
+                VirtualNode::Call(t) | VirtualNode::Secret(t) => OsString::from(t),
+                VirtualNode::Request { id, .. } | VirtualNode::Response { id, .. } => {
+                    OsString::from(format!("{id}.json"))
+                }
+                other => OsString::from(format!("{other:?}")),
+            };
+            out.push(DirEntry {
+                ino: self.generated.ino(&child),
+                kind: if child.is_dir() {
+                    FileKind::Dir
+                } else {
+                    FileKind::File
+                },
+                name,
+            });
+        }
+        Ok(out)
+    }
+
+    /// What `agents/self` says to `caller`.
+    fn self_info(&self, caller: &Caller) -> Vec<u8> {
+        let who = self.identify(caller);
+        let policy = self.policy();
+        let (identity, agent, grants) = match &who {
+            Identity::Admin => ("admin", None, serde_json::Value::Null),
+            Identity::User { .. } => ("user", None, serde_json::Value::Null),
+            Identity::Agent(a) => {
+                let spec = policy.agent(a);
+                let grants = serde_json::json!({
+                    "own_directory": format!("/agents/{a}"),
+                    "workspaces": spec.map(|s| {
+                        let mut m = serde_json::Map::new();
+                        for (ws, g) in &s.workspaces.named {
+                            m.insert(ws.clone(), g.as_str().into());
+                        }
+                        if let Some(g) = s.workspaces.others {
+                            m.insert("*".into(), g.as_str().into());
+                        }
+                        m
+                    }),
+                    "secrets": policy.secrets_for(a).collect::<Vec<_>>(),
+                    "quota": spec.map(|s| serde_json::json!({"bytes": s.quota.bytes, "files": s.quota.files})),
+                });
+                ("agent", Some(a.as_str().to_string()), grants)
+            }
+        };
+        let mut out = serde_json::to_vec_pretty(&serde_json::json!({
+            "identity": identity,
+            "agent": agent,
+            "uid": caller.uid,
+            "gid": caller.gid,
+            "pid": caller.pid,
+            "policy": grants,
+        }))
+        .expect("JSON serialises");
+        out.push(b'\n');
+        out
+    }
+}
+
+/// Opening `agents/self` or a tool response for writing.
+fn read_only_generated() -> FsError {
+    FsError::Refused {
+        errno: libc::EACCES,
+        why: "this generated file is read-only",
+    }
+}

@@ -1,0 +1,374 @@
+//! Tool calls through generated files: running a call as its caller, with exactly the
+//! caller's access, and recording it on the audit trail.
+
+use std::ffi::OsStr;
+use std::sync::PoisonError;
+
+use super::super::ClawFs;
+use crate::creds::{AsCaller, Caller};
+use crate::policy::{Identity, NsPath, Policy};
+use crate::virtual_files::{self, Exchange};
+
+impl ClawFs {
+    /// Runs one tool call for `caller` and returns the JSON response; the call is on the audit
+    /// trail with the tool's result code, and a refusal reaches the agent's denials file. Every
+    /// failure is a JSON error response, never an errno.
+    pub(super) fn run_tool(
+        &self,
+        (who, creds): &(crate::policy::Identity, crate::creds::Credentials),
+        tool: Option<&str>,
+        exchange: &Exchange,
+    ) -> Vec<u8> {
+        let caller = &creds.caller;
+        let head: RequestHead = serde_json::from_slice(&exchange.request).unwrap_or_default();
+        let tool_name = tool
+            .map(str::to_string)
+            .or(RequestHead::text(head.tool))
+            .unwrap_or_else(|| "?".into());
+        let target = RequestHead::text(head.path).or(RequestHead::text(head.from));
+        let (workspace, result) = if exchange.oversized {
+            let message = format!(
+                "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
+                virtual_files::MAX_CALL_REQUEST
+            );
+            (None, Err(clawfs_agent_tools::ToolError::TooLarge(message)))
+        } else {
+            self.call_tool(creds, who, tool, &exchange.request)
+        };
+        let call = (tool_name.as_str(), target.as_deref());
+        self.record_tool(caller, who, call, workspace.as_deref(), &result);
+        let mut out = clawfs_agent_tools::render(result);
+        if out.last() != Some(&b'\n') {
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// Records a tool call with its result code: ok, denied (with the agent's denials file
+    /// told), or failed with an errno that says what kind of failure it was.
+    fn record_tool(
+        &self,
+        caller: &Caller,
+        who: &crate::policy::Identity,
+        (tool, target): (&str, Option<&str>),
+        workspace: Option<&str>,
+        result: &clawfs_agent_tools::ToolResult<serde_json::Value>,
+    ) {
+        let path = match workspace {
+            Some(ws) => format!("/workspaces/{ws}"),
+            None => "/tools".to_string(),
+        };
+        let mut ev = crate::audit::AuditEvent::new(
+            super::super::audit_name(who),
+            caller.pid,
+            format!("tool:{tool}"),
+            path.clone(),
+        );
+        if let Some(t) = target.filter(|t| t.len() <= 4096) {
+            // The file the call named, as the caller wrote it (the tool resolves it).
+            ev = ev.target(t.to_string());
+        }
+        let e = match result {
+            Ok(_) => return self.record(ev),
+            Err(e) => e,
+        };
+        let code = e.code().to_string();
+        let message = e.to_string();
+        let rule = match code.as_str() {
+            "protected" => Some(crate::policy::rule::PROTECTED),
+            "denied" => Some(crate::policy::rule::TOOL_DENIED),
+            _ => None,
+        };
+        let Some(rule) = rule else {
+            self.record(
+                ev.failed(tool_errno(&code))
+                    .reason(format!("{code}: {message}")),
+            );
+            return;
+        };
+        self.record(ev.denied(libc::EACCES, rule, message.clone()));
+        if let crate::policy::Identity::Agent(agent) = who {
+            let denial = crate::policy::Denial {
+                rule,
+                reason: message,
+                kind: crate::policy::DenyKind::Access,
+            };
+            if let Ok(ns) = crate::policy::NsPath::parse(&path) {
+                self.write_denial(agent, &format!("tool:{tool}"), &ns, None, &denial);
+            }
+        }
+    }
+
+    /// Runs a tool with the caller's credentials; returns the workspace it ran in (if it got
+    /// that far) and the response.
+    fn call_tool(
+        &self,
+        creds: &crate::creds::Credentials,
+        who: &crate::policy::Identity,
+        tool: Option<&str>,
+        request: &[u8],
+    ) -> (
+        Option<String>,
+        clawfs_agent_tools::ToolResult<serde_json::Value>,
+    ) {
+        let (workspace, request) = split_workspace(request);
+        use clawfs_agent_tools::ToolError;
+        let error = |e: ToolError| (None, Err(e));
+        if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
+            return error(ToolError::InvalidArgs(format!("\"workspace\": {e}")));
+        }
+        let ws_dir = self
+            .store
+            .root()
+            .join(crate::area::Area::Workspaces.dir_name())
+            .join(&workspace);
+        if !ws_dir.is_dir() {
+            return error(ToolError::NotFound(format!(
+                "there is no workspace {workspace:?}; list /workspaces to see them"
+            )));
+        }
+        // The tools start from the workspace, opened by the daemon; the caller must be able to
+        // reach it through /workspaces/ as it would by path. Checked before anything is made
+        // in it for the call.
+        let area = match crate::beneath::open(
+            self.store.root_fd(),
+            std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return error(ToolError::io("starting the call", e)),
+        };
+        let entered = match AsCaller::enter_with(creds) {
+            // Search permission on /workspaces/ and on the workspace, as the caller.
+            Ok(_as) => rustix::fs::accessat(
+                &area,
+                workspace.as_str(),
+                rustix::fs::Access::EXEC_OK,
+                rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ),
+            Err(e) => return error(ToolError::io("starting the call", e)),
+        };
+        if let Err(e) = entered {
+            return error(ToolError::Denied(format!(
+                "you may not enter /workspaces/{workspace}: {e} (by its permissions)"
+            )));
+        }
+        if let Err(e) = self.prepare_tool_dirs(&ws_dir) {
+            return error(ToolError::io("preparing the workspace's trash", e));
+        }
+        let mut root = match clawfs_agent_tools::ToolRoot::new(&ws_dir) {
+            Ok(r) => r,
+            Err(e) => return error(ToolError::io("starting the call", e)),
+        };
+        root = root
+            .with_alias(format!("/workspaces/{workspace}"))
+            .with_access(std::sync::Arc::new(ToolAccess {
+                policy: self.policy(),
+                who: who.clone(),
+                workspace: workspace.clone(),
+            }));
+        if let Some(mp) = self.mountpoint.get() {
+            root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
+        }
+        // An agent's byte quota: the call may add what is left of it, and is charged what it
+        // added when it is done.
+        let added = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        if let (true, Identity::Agent(agent)) = (self.metered(who), who) {
+            let left = self
+                .policy()
+                .quota(agent)
+                .bytes
+                .saturating_sub(self.usage(agent).bytes);
+            let added = std::sync::Arc::clone(&added);
+            let name = agent.as_str().to_string();
+            root = root.with_meter(std::sync::Arc::new(move |bytes| {
+                use std::sync::atomic::Ordering;
+                let before = added.fetch_add(bytes, Ordering::AcqRel);
+                if before.saturating_add(bytes) <= left {
+                    return Ok(());
+                }
+                added.fetch_sub(bytes, Ordering::AcqRel);
+                Err(format!(
+                    "agent {name} has {} bytes of its quota left and this write adds {bytes}; ask an admin to raise quota.bytes",
+                    left.saturating_sub(before)
+                ))
+            }));
+        }
+        let changed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        root = root
+            .with_umask(creds.umask)
+            .with_observer(std::sync::Arc::new({
+                let changed = std::sync::Arc::clone(&changed);
+                move |p: &std::path::Path| {
+                    changed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(p.to_path_buf())
+                }
+            }));
+        let as_caller = match AsCaller::enter_with(creds) {
+            Ok(guard) => guard,
+            Err(e) => return error(ToolError::io("starting the call", e)),
+        };
+        let out = clawfs_agent_tools::run(&root, tool, &request);
+        drop(as_caller);
+        if let Identity::Agent(agent) = who {
+            let bytes = added.load(std::sync::atomic::Ordering::Acquire);
+            if bytes > 0 {
+                self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+            }
+        }
+        // The tool wrote the backing files directly: the kernel's view of them is stale until
+        // told, and the caller must see its change as soon as it has the answer.
+        let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
+        self.invalidate_paths(&changed);
+        (Some(workspace), out)
+    }
+
+    /// The workspace's private trash and backup folders, shared by all its users like /tmp.
+    fn prepare_tool_dirs(&self, ws_dir: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let private = ws_dir.join(crate::store::PRIVATE_DIR);
+        for dir in [
+            private.clone(),
+            private.join("trash"),
+            private.join("backups"),
+        ] {
+            match std::fs::DirBuilder::new().mode(0o1777).create(&dir) {
+                Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the audit trail takes from a request: the tool, and the file it names. Other fields are
+/// skipped unparsed.
+#[derive(Default, serde::Deserialize)]
+struct RequestHead {
+    tool: Option<serde_json::Value>,
+    path: Option<serde_json::Value>,
+    from: Option<serde_json::Value>,
+}
+
+impl RequestHead {
+    fn text(v: Option<serde_json::Value>) -> Option<String> {
+        match v {
+            Some(serde_json::Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The errno a failed tool call is recorded with, by its error code.
+fn tool_errno(code: &str) -> i32 {
+    match code {
+        "not_found" => libc::ENOENT,
+        "too_large" => libc::EFBIG,
+        "io_error" | "internal" => libc::EIO,
+        "exists" | "already_exists" => libc::EEXIST,
+        "hash_mismatch" | "conflict" => libc::ESTALE,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Takes the optional `"workspace"` argument (default `default`) out of a request; a request
+/// that is not a JSON object is passed on unchanged for the tool layer to report.
+fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
+    let default = || ("default".to_string(), request.to_vec());
+    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_slice(request) else {
+        return default();
+    };
+    match obj.remove("workspace") {
+        Some(serde_json::Value::String(ws)) => (
+            ws,
+            serde_json::to_vec(&serde_json::Value::Object(obj)).expect("JSON serialises"),
+        ),
+        Some(_) => ("".into(), request.to_vec()),
+        None => default(),
+    }
+}
+
+/// A tool call's access: exactly what the calling identity has by direct file access.
+struct ToolAccess {
+    policy: std::sync::Arc<Policy>,
+    who: Identity,
+    workspace: String,
+}
+
+impl ToolAccess {
+    fn ns(&self, rel: &str) -> Option<NsPath> {
+        let mut p = NsPath::parse(&format!("/workspaces/{}", self.workspace)).ok()?;
+        for c in rel.split('/').filter(|c| !c.is_empty()) {
+            p = p.join(c).ok()?;
+        }
+        Some(p)
+    }
+}
+
+impl clawfs_agent_tools::AccessCheck for ToolAccess {
+    fn check(
+        &self,
+        rel: &str,
+        access: clawfs_agent_tools::Access,
+    ) -> clawfs_agent_tools::ToolResult<()> {
+        clawfs_agent_tools::access::check_protected(rel)?;
+        let top = rel.split('/').find(|c| !c.is_empty());
+        if access == clawfs_agent_tools::Access::Write
+            && (top == Some("snapshots") || rel.trim_matches('/') == "metadata.json")
+        {
+            // The workspace's metadata and snapshots are ClawFS's: the mount refuses to remove
+            // or rename them, and so do the tools, which cannot tell a write from a removal.
+            return Err(clawfs_agent_tools::ToolError::Denied(format!(
+                "{rel} is managed by ClawFS (the workspace's metadata.json and snapshots/); set user.clawfs.* attributes on the workspace instead"
+            )));
+        }
+        let path = self.ns(rel).ok_or_else(|| {
+            clawfs_agent_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
+        })?;
+        let access = match access {
+            clawfs_agent_tools::Access::Read => crate::policy::Access::Read,
+            clawfs_agent_tools::Access::Write => crate::policy::Access::Write,
+        };
+        self.policy
+            .check(&self.who, access, &path)
+            .map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
+    }
+
+    fn describe(&self) -> clawfs_agent_tools::Allowed {
+        let all = || vec!["**".to_string()];
+        let (read, write) = match &self.who {
+            Identity::Agent(a) => match self.policy.workspace_grant(a, &self.workspace) {
+                crate::policy::Grant::ReadWrite => (all(), all()),
+                crate::policy::Grant::Read => (all(), Vec::new()),
+                crate::policy::Grant::None => (Vec::new(), Vec::new()),
+            },
+            _ => (all(), all()),
+        };
+        clawfs_agent_tools::Allowed {
+            read,
+            write,
+            protected: self.policy.protected().to_vec(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_workspace;
+
+    #[test]
+    fn workspace_argument_is_taken_out() {
+        let (ws, rest) = split_workspace(br#"{"workspace":"notes","path":"a.md"}"#);
+        assert_eq!(ws, "notes");
+        assert_eq!(rest, br#"{"path":"a.md"}"#);
+        let (ws, rest) = split_workspace(b"not json");
+        assert_eq!(
+            (ws.as_str(), rest.as_slice()),
+            ("default", &b"not json"[..])
+        );
+    }
+}
