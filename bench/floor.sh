@@ -99,25 +99,29 @@ SIDES="native floor clawfs"
 [[ -n $URING_PID ]] && SIDES="native floor uring clawfs"
 
 
-# median of ROUNDS runs of: helper PROBE TARGET CALLS
-median() {
-    local probe=$1 target=$2 i
-    for ((i = 0; i < ROUNDS; i++)); do "$H" "$probe" "$target" "$CALLS"; done |
-        sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
-}
-
+# Median of ROUNDS runs of `helper PROBE TARGET CALLS` per side. The rounds are interleaved
+# (round 1 on every side, then round 2, ...), so a drift of the machine's speed during the run
+# hits all sides alike instead of whichever side ran last.
 declare -A R
 for probe in statmiss openclose; do
-    for t in $SIDES; do # interleaved per probe, so drift hits all sides alike
-        target=${DIR[$t]}
-        [[ $probe == openclose ]] && target=$target/f
-        R[$probe,$t]=$(median "$probe" "$target")
+    declare -A RUNS=()
+    for ((i = 0; i < ROUNDS; i++)); do
+        for t in $SIDES; do
+            target=${DIR[$t]}
+            [[ $probe == openclose ]] && target=$target/f
+            RUNS[$t]+="$("$H" "$probe" "$target" "$CALLS") "
+        done
     done
+    for t in $SIDES; do
+        R[$probe,$t]=$(tr ' ' '\n' <<<"${RUNS[$t]}" | grep . | sort -n |
+            awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+    done
+    unset RUNS
 done
 
 echo "## FUSE round-trip floor — $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(uname -r), $(nproc) CPUs"
 echo
-echo "µs per call, median of $ROUNDS runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
+echo "µs per call, median of $ROUNDS interleaved runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
 echo
 echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor |"
 echo "|---|---:|---:|---:|---:|---:|"
