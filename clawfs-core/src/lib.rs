@@ -24,6 +24,7 @@ pub mod names;
 pub mod open_files;
 pub mod path_cache;
 pub mod policy;
+pub mod search;
 pub mod seed;
 pub mod spec_integrity;
 pub mod store;

@@ -1,0 +1,164 @@
+//! The HNSW graph over a workspace's vectors (usearch, cosine). It is a cache of the vectors in
+//! SQLite: saved beside the database (temp file + rename), and rebuilt from SQLite when it is
+//! missing, unreadable, of another dimension or older than the database.
+
+use std::path::Path;
+
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use super::SearchError;
+
+/// The graph's parameters (`hnsw_params` in a workspace's `metadata.json`; P1.4 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct HnswParams {
+    /// Links per node (8–64).
+    pub m: usize,
+    /// Candidates while inserting (100–1000).
+    pub ef_construction: usize,
+    /// Candidates while searching (10–200).
+    pub ef_search: usize,
+}
+
+impl Default for HnswParams {
+    fn default() -> HnswParams {
+        HnswParams {
+            m: 16,
+            ef_construction: 200,
+            ef_search: 50,
+        }
+    }
+}
+
+impl HnswParams {
+    /// The parameters clamped into P1.4 §4.4's ranges.
+    pub fn clamped(self) -> HnswParams {
+        HnswParams {
+            m: self.m.clamp(8, 64),
+            ef_construction: self.ef_construction.clamp(100, 1000),
+            ef_search: self.ef_search.clamp(10, 200),
+        }
+    }
+}
+
+/// An HNSW graph of `dim`-component vectors keyed by document id.
+pub struct Hnsw {
+    index: Index,
+    dim: usize,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> SearchError {
+    SearchError::Hnsw(format!("{what}: {e}"))
+}
+
+impl Hnsw {
+    /// An empty graph.
+    pub fn new(dim: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
+        let options = IndexOptions {
+            dimensions: dim,
+            metric: MetricKind::Cos,
+            quantization: ScalarKind::F32,
+            connectivity: params.m,
+            expansion_add: params.ef_construction,
+            expansion_search: params.ef_search,
+            multi: false,
+        };
+        let index = Index::new(&options).map_err(|e| err("creating the graph", e))?;
+        index
+            .reserve(1024)
+            .map_err(|e| err("reserving the graph", e))?;
+        Ok(Hnsw { index, dim })
+    }
+
+    /// The graph saved at `path`, if it loads and has `dim` components.
+    pub fn load(path: &Path, dim: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
+        let h = Hnsw::new(dim, params)?;
+        let p = path
+            .to_str()
+            .ok_or_else(|| err("loading", "path is not UTF-8"))?;
+        h.index.load(p).map_err(|e| err("loading the graph", e))?;
+        if h.index.dimensions() != dim {
+            return Err(err(
+                "loading the graph",
+                format!("{} dimensions, expected {dim}", h.index.dimensions()),
+            ));
+        }
+        h.index.change_expansion_search(params.ef_search);
+        let cap = (h.index.size() * 2).max(1024);
+        h.index
+            .reserve(cap)
+            .map_err(|e| err("reserving the graph", e))?;
+        Ok(h)
+    }
+
+    /// Adds (or replaces) the vector of `key`.
+    pub fn add(&self, key: i64, v: &[f32]) -> Result<(), SearchError> {
+        if v.len() != self.dim {
+            return Err(err(
+                "adding",
+                format!("{} components, expected {}", v.len(), self.dim),
+            ));
+        }
+        let key = key as u64;
+        if self.index.contains(key) {
+            self.index.remove(key).map_err(|e| err("replacing", e))?;
+        }
+        if self.index.size() + 1 >= self.index.capacity() {
+            let cap = (self.index.capacity() * 2).max(1024);
+            self.index
+                .reserve(cap)
+                .map_err(|e| err("growing the graph", e))?;
+        }
+        self.index.add(key, v).map_err(|e| err("adding", e))
+    }
+
+    /// Removes `key` (nothing if absent).
+    pub fn remove(&self, key: i64) -> Result<(), SearchError> {
+        self.index
+            .remove(key as u64)
+            .map(|_| ())
+            .map_err(|e| err("removing", e))
+    }
+
+    /// The `k` nearest keys to `v`, with their cosine similarity, best first.
+    pub fn search(&self, v: &[f32], k: usize) -> Result<Vec<(i64, f32)>, SearchError> {
+        if self.index.size() == 0 || k == 0 {
+            return Ok(Vec::new());
+        }
+        let m = self.index.search(v, k).map_err(|e| err("searching", e))?;
+        Ok(m.keys
+            .iter()
+            .zip(&m.distances)
+            .map(|(k, d)| (*k as i64, 1.0 - d))
+            .collect())
+    }
+
+    /// How many vectors the graph holds.
+    pub fn len(&self) -> usize {
+        self.index.size()
+    }
+
+    /// Whether the graph is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Saves the graph to `path` atomically (a temp file in the same folder, then rename).
+    pub fn save(&self, path: &Path) -> Result<(), SearchError> {
+        let dir = path.parent().ok_or_else(|| err("saving", "no folder"))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".hnsw-")
+            .tempfile_in(dir)
+            .map_err(|e| err("saving the graph", e))?;
+        let p = tmp
+            .path()
+            .to_str()
+            .ok_or_else(|| err("saving", "path is not UTF-8"))?;
+        self.index.save(p).map_err(|e| err("saving the graph", e))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| err("saving the graph", e))?;
+        tmp.persist(path)
+            .map_err(|e| err("saving the graph", e.error))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! One workspace's index: SQLite (the chunks, their FTS5 text and their vectors: the truth) and
+//! an HNSW graph over the vectors ([`super::hnsw`]), which can always be rebuilt from SQLite.
+//!
+//! Layout, in the store's private area (never visible through the mount):
+//! `.clawfs/index/<workspace>/index.db` (+ its WAL) and `hnsw.usearch`.
+//!
+//! Schema (P1.4 §4.2, with FTS5's rowid as the document id):
+//! - `documents`: FTS5 (`porter unicode61`) of `workspace_id`, `content`, `metadata` (JSON:
+//!   path, lines, heading, embedding model and dimension); one row per chunk.
+//! - `vectors`: `id` = the document id, `document_id`, `embedding` (little-endian f32),
+//!   `created_at`.
+//! - `chunks`: document id → path and line range, indexed by path, for updates and hits.
+//! - `files`: what was indexed of each file (size, mtime), so a rescan skips unchanged files.
+//! - `metadata`: `embedder` (fingerprint), `dimension`, `hnsw_generation`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::chunk::Chunk;
+use super::SearchError;
+
+/// What the index knows of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+}
+
+/// A chunk stored in the index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredChunk {
+    /// Document id (FTS5 rowid, vector key).
+    pub id: i64,
+    /// Path in the workspace.
+    pub path: String,
+    /// First line.
+    pub line_start: u32,
+    /// Last line.
+    pub line_end: u32,
+    /// Headings above it.
+    pub heading: String,
+    /// The text.
+    pub content: String,
+}
+
+/// The SQLite half of a workspace's index.
+pub struct IndexDb {
+    conn: Connection,
+    workspace: String,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(
+    workspace_id UNINDEXED, content, metadata UNINDEXED, tokenize = 'porter unicode61');
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY, document_id INTEGER NOT NULL, embedding BLOB NOT NULL,
+    created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL, line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL, heading TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    skipped TEXT);
+";
+
+impl IndexDb {
+    /// Opens (creating) the database at `path` for `workspace`, with the P1.4 §9.1 pragmas.
+    pub fn open(path: &Path, workspace: &str) -> Result<IndexDb, SearchError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        // A database that is not ours, or damaged, fails here rather than at the first query.
+        let ok: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        if ok != "ok" {
+            return Err(SearchError::Corrupt(format!("{}: {ok}", path.display())));
+        }
+        Ok(IndexDb {
+            conn,
+            workspace: workspace.to_string(),
+        })
+    }
+
+    /// A metadata value.
+    pub fn meta(&self, key: &str) -> Result<Option<String>, SearchError> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM metadata WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    /// Sets a metadata value.
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), SearchError> {
+        self.conn.execute(
+            "INSERT INTO metadata (key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    /// Empties the index (a new embedder or dimension), keeping the schema.
+    pub fn clear(&mut self) -> Result<(), SearchError> {
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(
+            "DELETE FROM documents; DELETE FROM vectors; DELETE FROM chunks; DELETE FROM files;",
+        )?;
+        bump_generation(&tx)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// What was indexed of `path`.
+    pub fn stamp(&self, path: &str) -> Result<Option<FileStamp>, SearchError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT size, mtime_ns FROM files WHERE path = ?1",
+                [path],
+                |r| {
+                    Ok(FileStamp {
+                        size: r.get::<_, i64>(0)? as u64,
+                        mtime_ns: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Every indexed path.
+    pub fn paths(&self) -> Result<Vec<String>, SearchError> {
+        let mut st = self.conn.prepare("SELECT path FROM files")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Replaces what the index holds of `path` with `chunks` and their `vectors`, in one
+    /// transaction; returns the ids removed and the ids added (for the HNSW graph).
+    pub fn replace_file(
+        &mut self,
+        path: &str,
+        stamp: FileStamp,
+        skipped: Option<&str>,
+        chunks: &[Chunk],
+        vectors: &[Vec<f32>],
+        model: &str,
+    ) -> Result<(Vec<i64>, Vec<i64>), SearchError> {
+        let tx = self.conn.transaction()?;
+        let removed = remove_in(&tx, path)?;
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut added = Vec::with_capacity(chunks.len());
+        for (i, c) in chunks.iter().enumerate() {
+            let meta = serde_json::json!({
+                "path": path,
+                "line_start": c.line_start,
+                "line_end": c.line_end,
+                "heading": c.heading,
+                "content_type": if path.ends_with(".md") { "text/markdown" } else { "text/plain" },
+                "embedding_model": model,
+                "embedding_dimension": vectors.get(i).map_or(0, Vec::len),
+            });
+            tx.execute(
+                "INSERT INTO documents (workspace_id, content, metadata) VALUES (?1, ?2, ?3)",
+                params![self.workspace, indexed_text(c), meta.to_string()],
+            )?;
+            let id = tx.last_insert_rowid();
+            tx.execute(
+                "INSERT INTO chunks (id, path, line_start, line_end, heading)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, path, c.line_start, c.line_end, c.heading],
+            )?;
+            if let Some(v) = vectors.get(i) {
+                tx.execute(
+                    "INSERT INTO vectors (id, document_id, embedding, created_at)
+                     VALUES (?1, ?1, ?2, ?3)",
+                    params![id, to_blob(v), now],
+                )?;
+            }
+            added.push(id);
+        }
+        tx.execute(
+            "INSERT INTO files (path, size, mtime_ns, skipped) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(path) DO UPDATE SET size = excluded.size,
+                 mtime_ns = excluded.mtime_ns, skipped = excluded.skipped",
+            params![path, stamp.size as i64, stamp.mtime_ns, skipped],
+        )?;
+        bump_generation(&tx)?;
+        tx.commit()?;
+        Ok((removed, added))
+    }
+
+    /// Forgets `path` (and, with `prefix`, everything under it); returns the ids removed.
+    pub fn remove_file(&mut self, path: &str, prefix: bool) -> Result<Vec<i64>, SearchError> {
+        let tx = self.conn.transaction()?;
+        let mut removed = remove_in(&tx, path)?;
+        tx.execute("DELETE FROM files WHERE path = ?1", [path])?;
+        if prefix {
+            let below: Vec<String> = {
+                let mut st = tx.prepare("SELECT path FROM files WHERE substr(path, 1, ?2) = ?1")?;
+                let pat = format!("{path}/");
+                let rows = st.query_map(params![pat, pat.len() as i64], |r| r.get(0))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for p in below {
+                removed.extend(remove_in(&tx, &p)?);
+                tx.execute("DELETE FROM files WHERE path = ?1", [&p])?;
+            }
+        }
+        bump_generation(&tx)?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Text search: the best `limit` chunks for an FTS5 query, with their BM25 score (higher is
+    /// better here; FTS5's own is negative).
+    pub fn text_search(&self, query: &str, limit: usize) -> Result<Vec<(i64, f64)>, SearchError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
+             ORDER BY bm25(documents) LIMIT ?2",
+        )?;
+        let rows = st.query_map(params![fts_query(query), limit as i64], |r| {
+            Ok((r.get::<_, i64>(0)?, -r.get::<_, f64>(1)?))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The chunk `id`.
+    pub fn chunk(&self, id: i64) -> Result<Option<StoredChunk>, SearchError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT c.path, c.line_start, c.line_end, c.heading, d.content
+                 FROM chunks c JOIN documents d ON d.rowid = c.id WHERE c.id = ?1",
+            )?
+            .query_row([id], |r| {
+                Ok(StoredChunk {
+                    id,
+                    path: r.get(0)?,
+                    line_start: r.get(1)?,
+                    line_end: r.get(2)?,
+                    heading: r.get(3)?,
+                    content: r.get(4)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// Every stored vector, for rebuilding the HNSW graph.
+    pub fn all_vectors(&self) -> Result<Vec<(i64, Vec<f32>)>, SearchError> {
+        let mut st = self.conn.prepare("SELECT id, embedding FROM vectors")?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, from_blob(&r.get::<_, Vec<u8>>(1)?)))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many chunks and files the index holds.
+    pub fn counts(&self) -> Result<(u64, u64), SearchError> {
+        let chunks: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))?;
+        let files: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM files", [], |r| r.get(0))?;
+        Ok((chunks as u64, files as u64))
+    }
+
+    /// Writes a consistent copy of the database to `dest` (SQLite's `VACUUM INTO`).
+    pub fn copy_to(&self, dest: &Path) -> Result<(), SearchError> {
+        self.conn
+            .execute("VACUUM INTO ?1", [dest.to_string_lossy().as_ref()])?;
+        Ok(())
+    }
+}
+
+/// Counts changes: the graph saved beside the database is good only for the generation it was
+/// saved at.
+fn bump_generation(tx: &rusqlite::Transaction<'_>) -> Result<(), SearchError> {
+    tx.execute(
+        "INSERT INTO metadata (key, value) VALUES ('generation', '1')
+         ON CONFLICT(key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
+        [],
+    )?;
+    Ok(())
+}
+
+fn remove_in(tx: &rusqlite::Transaction<'_>, path: &str) -> Result<Vec<i64>, SearchError> {
+    let ids: Vec<i64> = {
+        let mut st = tx.prepare_cached("SELECT id FROM chunks WHERE path = ?1")?;
+        let rows = st.query_map([path], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    for id in &ids {
+        tx.execute("DELETE FROM documents WHERE rowid = ?1", [id])?;
+        tx.execute("DELETE FROM vectors WHERE id = ?1", [id])?;
+        tx.execute("DELETE FROM chunks WHERE id = ?1", [id])?;
+    }
+    Ok(ids)
+}
+
+/// What FTS5 indexes of a chunk: its headings (so a section is found by its title) and text.
+fn indexed_text(c: &Chunk) -> String {
+    match c.heading.is_empty() {
+        true => c.text.clone(),
+        false => format!("{}\n{}", c.heading, c.text),
+    }
+}
+
+/// A user's words as an FTS5 query: every word must appear (any order), each quoted so that
+/// FTS5's operators and punctuation in the query are taken literally.
+pub fn fts_query(query: &str) -> String {
+    query
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_blob(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect()
+}
+
+/// Where a workspace's index lives in the store.
+pub fn index_dir(store_private: &Path, workspace: &str) -> PathBuf {
+    store_private.join("index").join(workspace)
+}

@@ -1,0 +1,402 @@
+//! The indexer: owns every workspace's index, and follows changes in the background, so that a
+//! write through the mount never waits for indexing.
+//!
+//! Changes are queued ([`Indexer::notify`]) and taken in batches: after the first, the thread
+//! waits until no change came for [`QUIET`] (at most [`MAX_WAIT`]), so a burst of writes to one
+//! file is indexed once. Each workspace's graph is saved after each batch.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::embed::{BuiltinModel, Embedder, HashingEmbedder};
+use super::hnsw::HnswParams;
+use super::workspace::{is_managed, WorkspaceIndex};
+use super::SearchError;
+
+/// How long the queue must be quiet before a batch is indexed.
+pub const QUIET: Duration = Duration::from_millis(150);
+/// The longest a change waits in a busy queue.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// A change to index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// A file was written, truncated, created or renamed here (or removed: then it is forgotten).
+    File {
+        /// Workspace name.
+        workspace: String,
+        /// Path in the workspace.
+        rel: String,
+    },
+    /// A folder went: forget everything below it.
+    Tree {
+        /// Workspace name.
+        workspace: String,
+        /// Folder in the workspace.
+        rel: String,
+    },
+    /// Compare the whole workspace with the index (at mount; after a folder rename).
+    Rescan {
+        /// Workspace name.
+        workspace: String,
+    },
+    /// The workspace's dimension or graph parameters changed: reopen (re-indexing) it.
+    Reconfigure {
+        /// Workspace name.
+        workspace: String,
+    },
+}
+
+/// Which embedder new indexes use.
+#[derive(Clone)]
+pub enum EmbedderChoice {
+    /// The built-in model (the default).
+    Builtin(BuiltinModel),
+    /// Feature hashing: a test double, never the default.
+    Hashing,
+    /// None: text search only (the model is not installed).
+    None,
+}
+
+impl EmbedderChoice {
+    /// The built-in model from its directory, or `None` with a warning when it is not installed.
+    pub fn builtin_or_text_only() -> EmbedderChoice {
+        let dir = BuiltinModel::model_dir();
+        match BuiltinModel::load(&dir, 256) {
+            Ok(m) => EmbedderChoice::Builtin(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "no embedding model: search is by text only");
+                EmbedderChoice::None
+            }
+        }
+    }
+
+    fn for_dimension(&self, dim: usize) -> Option<Arc<dyn Embedder>> {
+        match self {
+            EmbedderChoice::Builtin(m) => Some(Arc::new(m.with_dimension(dim))),
+            EmbedderChoice::Hashing => Some(Arc::new(HashingEmbedder::new(dim))),
+            EmbedderChoice::None => None,
+        }
+    }
+}
+
+struct Shared {
+    /// The store's `workspaces/`, opened by the daemon.
+    workspaces: OwnedFd,
+    /// `.clawfs/index/`.
+    index_root: PathBuf,
+    embedder: EmbedderChoice,
+    open: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
+    /// Changes queued and not yet indexed.
+    pending: AtomicU64,
+}
+
+/// Every workspace's index and the thread that keeps them current.
+pub struct Indexer {
+    shared: Arc<Shared>,
+    queue: Mutex<Option<mpsc::Sender<Change>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Indexer {
+    /// An indexer for the store at `store_root`; with `background`, its thread is started.
+    pub fn new(
+        store_root: &Path,
+        embedder: EmbedderChoice,
+        background: bool,
+    ) -> Result<Arc<Indexer>, SearchError> {
+        let workspaces = crate::beneath::open(
+            rustix::fs::CWD,
+            &store_root.join(crate::area::Area::Workspaces.dir_name()),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            0,
+        )
+        .map_err(|e| SearchError::io("opening workspaces/", e))?;
+        let shared = Arc::new(Shared {
+            workspaces,
+            index_root: store_root.join(crate::store::PRIVATE_DIR).join("index"),
+            embedder,
+            open: Mutex::default(),
+            pending: AtomicU64::new(0),
+        });
+        let indexer = Arc::new(Indexer {
+            shared: Arc::clone(&shared),
+            queue: Mutex::new(None),
+            thread: Mutex::new(None),
+        });
+        if background {
+            let (tx, rx) = mpsc::channel();
+            let handle = std::thread::Builder::new()
+                .name("indexer".into())
+                .spawn(move || run(&shared, &rx))
+                .map_err(|e| SearchError::io("starting the indexer", e))?;
+            *indexer.queue.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+            *indexer
+                .thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        }
+        Ok(indexer)
+    }
+
+    /// Queues a change (never blocks; dropped after [`Indexer::stop`]).
+    pub fn notify(&self, change: Change) {
+        if let Some(tx) = self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            self.shared.pending.fetch_add(1, Ordering::AcqRel);
+            if tx.send(change).is_err() {
+                self.shared.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Queues a rescan of every workspace (at mount: changes made while unmounted).
+    pub fn rescan_all(&self) -> Result<(), SearchError> {
+        for ws in self.workspace_names()? {
+            self.notify(Change::Rescan { workspace: ws });
+        }
+        Ok(())
+    }
+
+    /// The workspaces of the store.
+    pub fn workspace_names(&self) -> Result<Vec<String>, SearchError> {
+        let dir = crate::beneath::open_dir(self.shared.workspaces.as_fd(), Path::new("."))
+            .map_err(|e| SearchError::io("listing workspaces/", e))?;
+        let mut names = Vec::new();
+        let mut it = rustix::fs::Dir::read_from(&dir)
+            .map_err(|e| SearchError::io("listing workspaces/", e.into()))?;
+        while let Some(Ok(ent)) = it.read() {
+            if ent.file_type() != rustix::fs::FileType::Directory {
+                continue;
+            }
+            if let Ok(n) = ent.file_name().to_str() {
+                if crate::names::check_system_name(std::ffi::OsStr::new(n)).is_ok() {
+                    names.push(n.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// The index of `workspace` (opened on first use).
+    pub fn index(&self, workspace: &str) -> Result<Arc<WorkspaceIndex>, SearchError> {
+        open_index(&self.shared, workspace).map(|(ix, _)| ix)
+    }
+
+    /// Rescans `workspace` now, on this thread, reporting progress.
+    pub fn rebuild(
+        &self,
+        workspace: &str,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<super::workspace::RescanReport, SearchError> {
+        let ix = self.index(workspace)?;
+        let ws = workspace_fd(&self.shared, workspace)?;
+        ix.rescan(ws.as_fd(), progress)
+    }
+
+    /// Changes queued and not yet indexed.
+    pub fn pending(&self) -> u64 {
+        self.shared.pending.load(Ordering::Acquire)
+    }
+
+    /// Waits (up to `timeout`) until every change queued so far is indexed; false on timeout.
+    pub fn settle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.pending() > 0 {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Stops the thread after the changes queued so far, and saves every graph.
+    pub fn stop(&self) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(h) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = h.join();
+        }
+        for ix in self
+            .shared
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            if let Err(e) = ix.save_graph() {
+                tracing::warn!(workspace = ix.name(), error = %e, "saving the vector graph");
+            }
+        }
+    }
+}
+
+/// The workspace folder `workspace`, by descriptor beneath the store.
+fn workspace_fd(shared: &Shared, workspace: &str) -> Result<OwnedFd, SearchError> {
+    crate::names::check_system_name(std::ffi::OsStr::new(workspace))
+        .map_err(|e| SearchError::Unavailable(format!("workspace {workspace:?}: {e}")))?;
+    crate::beneath::open_dir(shared.workspaces.as_fd(), Path::new(workspace)).map_err(|e| {
+        match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                SearchError::Unavailable(format!("there is no workspace {workspace:?}"))
+            }
+            _ => SearchError::io(format!("opening workspace {workspace}"), e),
+        }
+    })
+}
+
+/// The dimension and graph parameters in the workspace's `metadata.json` (defaults if absent
+/// or unreadable).
+fn workspace_settings(ws: &OwnedFd) -> (usize, HnswParams) {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        vector_dimension: Option<usize>,
+        hnsw_params: Option<HnswParams>,
+    }
+    let meta = crate::beneath::read(ws.as_fd(), Path::new("metadata.json"), 1 << 20)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<Meta>(&b).ok());
+    let dim = meta
+        .as_ref()
+        .and_then(|m| m.vector_dimension)
+        .filter(|d| (128..=4096).contains(d))
+        .unwrap_or(crate::seed::DEFAULT_VECTOR_DIMENSION as usize);
+    let params = meta
+        .and_then(|m| m.hnsw_params)
+        .unwrap_or_default()
+        .clamped();
+    (dim, params)
+}
+
+/// The open index of `workspace`, opening it if needed; true when it was just opened empty
+/// (new, rebuilt or re-embedded) and needs a rescan.
+fn open_index(
+    shared: &Shared,
+    workspace: &str,
+) -> Result<(Arc<WorkspaceIndex>, bool), SearchError> {
+    if let Some(ix) = shared
+        .open
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(workspace)
+    {
+        return Ok((Arc::clone(ix), false));
+    }
+    let ws = workspace_fd(shared, workspace)?;
+    let (dim, params) = workspace_settings(&ws);
+    let (ix, fresh) = WorkspaceIndex::open(
+        workspace,
+        &shared.index_root.join(workspace),
+        dim,
+        params,
+        shared.embedder.for_dimension(dim),
+    )?;
+    let ix = Arc::new(ix);
+    let mut open = shared.open.lock().unwrap_or_else(PoisonError::into_inner);
+    let ix = open.entry(workspace.to_string()).or_insert(ix);
+    Ok((Arc::clone(ix), fresh))
+}
+
+fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = BTreeSet::from([first]);
+        let mut received = 1;
+        let started = Instant::now();
+        loop {
+            match rx.recv_timeout(QUIET) {
+                Ok(c) => {
+                    batch.insert(c);
+                    received += 1;
+                }
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if started.elapsed() > MAX_WAIT {
+                break;
+            }
+        }
+        let mut touched = BTreeSet::new();
+        for change in batch {
+            if let Err(e) = apply(shared, &change, &mut touched) {
+                tracing::warn!(?change, error = %e, "indexing failed");
+            }
+        }
+        for ws in touched {
+            if let Ok((ix, _)) = open_index(shared, &ws) {
+                if let Err(e) = ix.save_graph() {
+                    tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
+                }
+            }
+        }
+        shared.pending.fetch_sub(received, Ordering::AcqRel);
+    }
+}
+
+fn apply(
+    shared: &Shared,
+    change: &Change,
+    touched: &mut BTreeSet<String>,
+) -> Result<(), SearchError> {
+    match change {
+        Change::File { rel, .. } | Change::Tree { rel, .. } if is_managed(rel) => Ok(()),
+        Change::File { workspace, rel } => {
+            let (ix, fresh) = open_index(shared, workspace)?;
+            let ws = workspace_fd(shared, workspace)?;
+            if fresh {
+                ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+            } else {
+                ix.update(ws.as_fd(), rel)?;
+            }
+            touched.insert(workspace.clone());
+            Ok(())
+        }
+        Change::Tree { workspace, rel } => {
+            let (ix, _) = open_index(shared, workspace)?;
+            ix.forget(rel, true)?;
+            touched.insert(workspace.clone());
+            Ok(())
+        }
+        Change::Rescan { workspace } => {
+            let ws = match workspace_fd(shared, workspace) {
+                Ok(ws) => ws,
+                // A workspace removed since: nothing to index.
+                Err(SearchError::Unavailable(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            let (ix, _) = open_index(shared, workspace)?;
+            let r = ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+            tracing::info!(workspace = %workspace, updated = r.updated, removed = r.removed, failed = r.failed, "workspace indexed");
+            Ok(())
+        }
+        Change::Reconfigure { workspace } => {
+            shared
+                .open
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(workspace);
+            let (ix, _) = open_index(shared, workspace)?;
+            let ws = workspace_fd(shared, workspace)?;
+            ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Workspaces that search themselves: per workspace, an FTS5 full-text index and an HNSW graph
+//! of embeddings over the same chunks, kept up to date in the background as files change, and
+//! queried by text (BM25), by meaning (cosine kNN) or both (hybrid: 0.7 · vector + 0.3 ·
+//! normalised BM25, P1.4 §4.5).
+//!
+//! - [`chunk`]: files into chunks with line ranges.
+//! - [`embed`]: the embedders (the built-in model; a hashing test double).
+//! - [`index`]: the SQLite half (the truth); [`hnsw`]: the graph (rebuilt from it when needed).
+//! - [`workspace`]: one workspace's index: update, rescan, query.
+//! - [`indexer`]: the background thread that follows changes.
+
+pub mod chunk;
+pub mod embed;
+pub mod hnsw;
+pub mod index;
+pub mod indexer;
+pub mod workspace;
+
+pub use indexer::{Change, Indexer};
+pub use workspace::{Hit, Mode, Query, WorkspaceIndex};
+
+/// Why the index could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// SQLite failed.
+    #[error("index database: {0}")]
+    Db(#[from] rusqlite::Error),
+    /// The database is damaged.
+    #[error("index database is corrupt: {0}")]
+    Corrupt(String),
+    /// The HNSW graph failed.
+    #[error("vector graph: {0}")]
+    Hnsw(String),
+    /// Embedding failed or no embedder is available.
+    #[error(transparent)]
+    Embed(#[from] embed::EmbedError),
+    /// Reading the workspace failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The query cannot be run (e.g. a vector query with no embedder).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl SearchError {
+    /// An I/O error while doing `what`.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> SearchError {
+        SearchError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}

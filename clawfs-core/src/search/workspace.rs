@@ -1,0 +1,468 @@
+//! One workspace's index: keeping it in step with the files, and answering queries.
+
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::fs::OFlags;
+
+use super::chunk::{self, Skip};
+use super::embed::Embedder;
+use super::hnsw::{Hnsw, HnswParams};
+use super::index::{FileStamp, IndexDb};
+use super::SearchError;
+
+/// How a query ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// BM25 over the words.
+    Text,
+    /// Cosine similarity of embeddings.
+    Vector,
+    /// 0.7 · vector + 0.3 · BM25 normalised to the best text hit.
+    Hybrid,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "text" => Ok(Mode::Text),
+            "vector" => Ok(Mode::Vector),
+            "hybrid" => Ok(Mode::Hybrid),
+            _ => Err(format!("mode {s:?}: expected text, vector or hybrid")),
+        }
+    }
+}
+
+/// A query.
+pub struct Query<'a> {
+    /// The words.
+    pub text: &'a str,
+    /// How to rank.
+    pub mode: Mode,
+    /// At most this many hits.
+    pub limit: usize,
+    /// Whether the caller may read a path (workspace-relative); others are never shown.
+    pub readable: &'a dyn Fn(&str) -> bool,
+}
+
+/// One result: where to read, and why it ranked.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Hit {
+    /// Path in the workspace.
+    pub path: String,
+    /// First line of the chunk.
+    pub line_start: u32,
+    /// Last line of the chunk.
+    pub line_end: u32,
+    /// Headings above it.
+    pub heading: String,
+    /// The start of the chunk's text.
+    pub snippet: String,
+    /// The rank score (mode-dependent; higher is better).
+    pub score: f64,
+    /// BM25 (higher is better), if the words matched.
+    pub text_score: Option<f64>,
+    /// Cosine similarity, if the vector search found it.
+    pub vector_score: Option<f64>,
+}
+
+/// Weight of the vector score in a hybrid rank (P1.4 §4.5).
+const VECTOR_WEIGHT: f64 = 0.7;
+/// Candidates fetched from each side per hit wanted.
+const CANDIDATES_PER_HIT: usize = 5;
+/// Characters of a hit's snippet.
+const SNIPPET_CHARS: usize = 240;
+/// Texts embedded per model call while indexing.
+const EMBED_BATCH: usize = 64;
+
+/// The index of one workspace.
+pub struct WorkspaceIndex {
+    name: String,
+    dir: PathBuf,
+    db: Mutex<IndexDb>,
+    graph: Mutex<Hnsw>,
+    embedder: Option<Arc<dyn Embedder>>,
+    dim: usize,
+}
+
+impl WorkspaceIndex {
+    /// Opens the index of workspace `name` kept in `dir` (created if missing) for vectors of
+    /// `dim` components by `embedder` (None: text search only). A damaged database is moved
+    /// aside and started afresh; an index made by another embedder or dimension is emptied. Both
+    /// leave `needs_rescan` true.
+    pub fn open(
+        name: &str,
+        dir: &Path,
+        dim: usize,
+        params: HnswParams,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<(WorkspaceIndex, bool), SearchError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SearchError::io("creating the index folder", e))?;
+        let db_path = dir.join("index.db");
+        let (mut db, mut fresh) = match IndexDb::open(&db_path, name) {
+            Ok(db) => (db, false),
+            Err(e @ (SearchError::Corrupt(_) | SearchError::Db(_))) => {
+                tracing::warn!(workspace = name, error = %e, "index database unusable: rebuilding it");
+                for ext in ["", "-wal", "-shm"] {
+                    let p = dir.join(format!("index.db{ext}"));
+                    let _ = std::fs::rename(&p, dir.join(format!("index.db{ext}.corrupt")));
+                }
+                (IndexDb::open(&db_path, name)?, true)
+            }
+            Err(e) => return Err(e),
+        };
+        let fingerprint = embedder
+            .as_ref()
+            .map(|e| e.fingerprint())
+            .unwrap_or_default();
+        let same = db.meta("embedder")?.as_deref() == Some(fingerprint.as_str())
+            && db.meta("dimension")?.as_deref() == Some(dim.to_string().as_str());
+        if !same {
+            if db.meta("embedder")?.is_some() {
+                tracing::info!(workspace = name, embedder = %fingerprint, dim, "index made by another embedder or dimension: re-indexing");
+            }
+            db.clear()?;
+            db.set_meta("embedder", &fingerprint)?;
+            db.set_meta("dimension", &dim.to_string())?;
+            fresh = true;
+        }
+        let graph = Self::load_graph(dir, &db, dim, params)?;
+        let index = WorkspaceIndex {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            db: Mutex::new(db),
+            graph: Mutex::new(graph),
+            embedder,
+            dim,
+        };
+        Ok((index, fresh))
+    }
+
+    /// The saved graph if it matches the database's generation, else one rebuilt from it.
+    fn load_graph(
+        dir: &Path,
+        db: &IndexDb,
+        dim: usize,
+        params: HnswParams,
+    ) -> Result<Hnsw, SearchError> {
+        let generation = db.meta("generation")?.unwrap_or_default();
+        let saved = std::fs::read_to_string(dir.join("hnsw.generation")).unwrap_or_default();
+        if saved.trim() == generation && !generation.is_empty() {
+            match Hnsw::load(&dir.join("hnsw.usearch"), dim, params) {
+                Ok(g) => return Ok(g),
+                Err(e) => tracing::warn!(error = %e, "vector graph unreadable: rebuilding it"),
+            }
+        }
+        let graph = Hnsw::new(dim, params)?;
+        for (id, v) in db.all_vectors()? {
+            if v.len() == dim {
+                graph.add(id, &v)?;
+            }
+        }
+        Ok(graph)
+    }
+
+    /// The workspace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, IndexDb> {
+        self.db.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn graph(&self) -> std::sync::MutexGuard<'_, Hnsw> {
+        self.graph.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Saves the graph with the database generation it matches.
+    pub fn save_graph(&self) -> Result<(), SearchError> {
+        let db = self.db();
+        let generation = db.meta("generation")?.unwrap_or_default();
+        self.graph().save(&self.dir.join("hnsw.usearch"))?;
+        crate::store::atomic_write(&self.dir, "hnsw.generation", generation.as_bytes(), 0o600)
+            .map_err(|e| SearchError::io("saving the graph's generation", e))
+    }
+
+    /// Brings `rel` (workspace-relative) up to date from the workspace folder `ws` (reached by
+    /// descriptor; symlinks are not followed). A file that is gone is forgotten. Returns whether
+    /// anything changed.
+    pub fn update(&self, ws: BorrowedFd<'_>, rel: &str) -> Result<bool, SearchError> {
+        let fd = match crate::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY) {
+            Ok(fd) => fd,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return self.forget(rel, false).map(|n| n > 0)
+            }
+            // A folder, a symlink or a special file: not indexed.
+            Err(_) => return self.forget(rel, false).map(|n| n > 0),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| SearchError::io("stat", e.into()))?;
+        let stamp = FileStamp {
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+        };
+        if self.db().stamp(rel)? == Some(stamp) {
+            return Ok(false);
+        }
+        let mut bytes = Vec::new();
+        let read = std::fs::File::from(fd)
+            .take(chunk::MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes);
+        read.map_err(|e| SearchError::io(format!("reading {rel}"), e))?;
+        let (chunks, skipped) = match chunk::chunk_file(rel, &bytes) {
+            Ok(c) => (c, None),
+            Err(Skip::TooLarge) => (Vec::new(), Some("too_large")),
+            Err(Skip::Binary) => (Vec::new(), Some("binary")),
+        };
+        let vectors = match &self.embedder {
+            Some(e) => {
+                let texts: Vec<String> = chunks
+                    .iter()
+                    .map(|c| match c.heading.is_empty() {
+                        true => c.text.clone(),
+                        false => format!("{}\n{}", c.heading, c.text),
+                    })
+                    .collect();
+                let mut out = Vec::with_capacity(texts.len());
+                for batch in texts.chunks(EMBED_BATCH) {
+                    let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    out.extend(e.embed(&refs)?);
+                }
+                out
+            }
+            None => Vec::new(),
+        };
+        let model = self
+            .embedder
+            .as_ref()
+            .map(|e| e.fingerprint())
+            .unwrap_or_default();
+        let (removed, added) = self
+            .db()
+            .replace_file(rel, stamp, skipped, &chunks, &vectors, &model)?;
+        let graph = self.graph();
+        for id in removed {
+            graph.remove(id)?;
+        }
+        for (id, v) in added.iter().zip(&vectors) {
+            if v.iter().any(|x| *x != 0.0) {
+                graph.add(*id, v)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Forgets `rel` (and with `prefix`, everything below it); returns how many chunks went.
+    pub fn forget(&self, rel: &str, prefix: bool) -> Result<usize, SearchError> {
+        let removed = self.db().remove_file(rel, prefix)?;
+        let graph = self.graph();
+        for id in &removed {
+            graph.remove(*id)?;
+        }
+        Ok(removed.len())
+    }
+
+    /// Brings the whole index up to date with the workspace folder `ws`: every regular file
+    /// (except ClawFS's own `.clawfs/`, `snapshots/`, `metadata.json` and `.git/`) is updated,
+    /// and files gone are forgotten. `progress(done, total)` is called as it goes.
+    pub fn rescan(
+        &self,
+        ws: BorrowedFd<'_>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<RescanReport, SearchError> {
+        let files = list_files(ws)?;
+        let mut report = RescanReport::default();
+        let known = self.db().paths()?;
+        let present: std::collections::HashSet<&str> = files.iter().map(String::as_str).collect();
+        for gone in known.iter().filter(|p| !present.contains(p.as_str())) {
+            self.forget(gone, false)?;
+            report.removed += 1;
+        }
+        let total = files.len() as u64;
+        for (i, rel) in files.iter().enumerate() {
+            match self.update(ws, rel) {
+                Ok(true) => report.updated += 1,
+                Ok(false) => report.unchanged += 1,
+                Err(e @ (SearchError::Db(_) | SearchError::Corrupt(_))) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(workspace = %self.name, path = %rel, error = %e, "not indexed");
+                    report.failed += 1;
+                }
+            }
+            progress(i as u64 + 1, total);
+        }
+        self.save_graph()?;
+        Ok(report)
+    }
+
+    /// Runs `q`. Hits the caller may not read are dropped before ranking is cut to the limit,
+    /// so they show in nothing, counts included.
+    pub fn query(&self, q: &Query<'_>) -> Result<Vec<Hit>, SearchError> {
+        let want = q.limit.clamp(1, 1000);
+        let fetch = (want * CANDIDATES_PER_HIT).max(50);
+        let mut scores: std::collections::HashMap<i64, (Option<f64>, Option<f64>)> =
+            Default::default();
+        if q.mode != Mode::Vector {
+            for (id, s) in self.db().text_search(q.text, fetch)? {
+                scores.entry(id).or_default().0 = Some(s);
+            }
+        }
+        if q.mode != Mode::Text {
+            let embedder = self.embedder.as_ref().ok_or_else(|| {
+                SearchError::Unavailable(
+                    "no embedding model is installed, so only text search works (install it with scripts/fetch-model.sh)".into(),
+                )
+            })?;
+            let v = embedder.embed(&[q.text])?.remove(0);
+            for (id, s) in self.graph().search(&v, fetch)? {
+                scores.entry(id).or_default().1 = Some(f64::from(s));
+            }
+        }
+        let db = self.db();
+        let mut hits = Vec::new();
+        for (id, (text, vector)) in scores {
+            let Some(c) = db.chunk(id)? else { continue };
+            if !(q.readable)(&c.path) {
+                continue;
+            }
+            hits.push(Hit {
+                snippet: snippet(&c.content, q.text),
+                path: c.path,
+                line_start: c.line_start,
+                line_end: c.line_end,
+                heading: c.heading,
+                score: 0.0,
+                text_score: text,
+                vector_score: vector,
+            });
+        }
+        drop(db);
+        let best_text = hits
+            .iter()
+            .filter_map(|h| h.text_score)
+            .fold(0.0f64, f64::max);
+        for h in &mut hits {
+            let bm25 = match (h.text_score, best_text > 0.0) {
+                (Some(s), true) => s / best_text,
+                _ => 0.0,
+            };
+            h.score = match q.mode {
+                Mode::Text => h.text_score.unwrap_or(0.0),
+                Mode::Vector => h.vector_score.unwrap_or(0.0),
+                Mode::Hybrid => {
+                    VECTOR_WEIGHT * h.vector_score.unwrap_or(0.0) + (1.0 - VECTOR_WEIGHT) * bm25
+                }
+            };
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        hits.truncate(want);
+        Ok(hits)
+    }
+
+    /// Chunks and files indexed, and vectors in the graph.
+    pub fn counts(&self) -> Result<(u64, u64, usize), SearchError> {
+        let (chunks, files) = self.db().counts()?;
+        Ok((chunks, files, self.graph().len()))
+    }
+
+    /// The vector dimension.
+    pub fn dimension(&self) -> usize {
+        self.dim
+    }
+
+    /// A consistent copy of the database at `dest`.
+    pub fn copy_db(&self, dest: &Path) -> Result<(), SearchError> {
+        self.db().copy_to(dest)
+    }
+}
+
+/// What a rescan did.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct RescanReport {
+    /// Files (re)indexed.
+    pub updated: u64,
+    /// Files already up to date.
+    pub unchanged: u64,
+    /// Files forgotten (gone from the workspace).
+    pub removed: u64,
+    /// Files that could not be read.
+    pub failed: u64,
+}
+
+/// Names in a workspace that are ClawFS's, never indexed.
+pub fn is_managed(rel: &str) -> bool {
+    let top = rel.split('/').next().unwrap_or("");
+    matches!(top, ".clawfs" | "snapshots" | ".git" | ".search") || rel == "metadata.json"
+}
+
+/// Every regular file below `ws`, workspace-relative, without following symlinks.
+fn list_files(ws: BorrowedFd<'_>) -> Result<Vec<String>, SearchError> {
+    let mut out = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = match crate::beneath::open_dir(
+            ws,
+            Path::new(if rel.is_empty() { "." } else { &rel }),
+        ) {
+            Ok(d) => d,
+            Err(_) => continue,
+        };
+        let mut entries = rustix::fs::Dir::read_from(dir.as_fd())
+            .map_err(|e| SearchError::io(format!("listing {rel}"), e.into()))?;
+        while let Some(ent) = entries.read() {
+            let ent = ent.map_err(|e| SearchError::io(format!("listing {rel}"), e.into()))?;
+            let Ok(name) = ent.file_name().to_str() else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            let path = match rel.is_empty() {
+                true => name.to_string(),
+                false => format!("{rel}/{name}"),
+            };
+            if is_managed(&path) {
+                continue;
+            }
+            match ent.file_type() {
+                rustix::fs::FileType::Directory => stack.push(path),
+                rustix::fs::FileType::RegularFile => out.push(path),
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Up to [`SNIPPET_CHARS`] of `content`, starting near the first word of `query` found in it.
+fn snippet(content: &str, query: &str) -> String {
+    let lower = content.to_lowercase();
+    let start = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 2)
+        .find_map(|w| lower.find(&w.to_lowercase()))
+        .map_or(0, |i| i.saturating_sub(60));
+    let mut start = start.min(content.len());
+    while !content.is_char_boundary(start) {
+        start -= 1;
+    }
+    let text: String = content[start..].chars().take(SNIPPET_CHARS).collect();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match start > 0 {
+        true => format!("…{text}"),
+        false => text,
+    }
+}

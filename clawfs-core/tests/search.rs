@@ -1,0 +1,253 @@
+//! The workspace index without a mount: chunks, the built-in model, text/vector/hybrid queries,
+//! updates and removals, permissions in results, and recovery from a lost or corrupt index.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use clawfs_core::search::embed::{BuiltinModel, Embedder, HashingEmbedder};
+use clawfs_core::search::hnsw::HnswParams;
+use clawfs_core::search::{Mode, Query, WorkspaceIndex};
+
+fn model() -> BuiltinModel {
+    BuiltinModel::load(&BuiltinModel::model_dir(), 256)
+        .expect("the built-in model is installed (scripts/fetch-model.sh)")
+}
+
+fn ws_fd(dir: &Path) -> std::os::fd::OwnedFd {
+    rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap()
+}
+
+fn everything(_: &str) -> bool {
+    true
+}
+
+fn query<'a>(text: &'a str, mode: Mode, readable: &'a dyn Fn(&str) -> bool) -> Query<'a> {
+    Query {
+        text,
+        mode,
+        limit: 5,
+        readable,
+    }
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn corpus(ws: &Path) {
+    write(
+        ws,
+        "pets/cats.md",
+        "# Cats\n\nThe kitten sleeps on the sofa all afternoon and purrs.\n",
+    );
+    write(
+        ws,
+        "finance/budget.md",
+        "# Budget\n\nQuarterly revenue grew while operating costs fell.\n",
+    );
+    write(
+        ws,
+        "code/net.rs",
+        "fn connect() {\n    // open a TCP socket to the server\n}\n",
+    );
+    write(ws, "blob.bin", "\0\0binary");
+}
+
+#[test]
+fn the_builtin_model_is_a_real_sentence_encoder() {
+    let m = model();
+    let v = m
+        .embed(&["a young cat", "a kitten", "quarterly earnings report"])
+        .unwrap();
+    let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(
+        cos(&v[0], &v[1]) > cos(&v[0], &v[2]) + 0.2,
+        "cat~kitten {} vs cat~earnings {}",
+        cos(&v[0], &v[1]),
+        cos(&v[0], &v[2])
+    );
+    // Unit length, at the asked dimension (padded), and a fingerprint naming model and size.
+    let padded = m.with_dimension(1536);
+    let w = padded.embed(&["a young cat"]).unwrap().remove(0);
+    assert_eq!(w.len(), 1536);
+    assert!((cos(&w, &w) - 1.0).abs() < 1e-4);
+    assert!(
+        (cos(&w[..256], &v[0]) - 1.0).abs() < 1e-4,
+        "padding keeps the cosine"
+    );
+    assert_eq!(padded.fingerprint(), "model2vec:potion-base-8M:1536");
+}
+
+#[test]
+fn text_vector_and_hybrid_queries_find_the_right_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    corpus(&ws);
+    let embedder: Arc<dyn Embedder> = Arc::new(model().with_dimension(384));
+    let (ix, fresh) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        384,
+        HnswParams::default(),
+        Some(embedder),
+    )
+    .unwrap();
+    assert!(fresh);
+    let r = ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    assert_eq!((r.updated, r.failed), (4, 0));
+    let (chunks, files, vectors) = ix.counts().unwrap();
+    assert_eq!(
+        (chunks, files, vectors),
+        (3, 4, 3),
+        "the binary file is recorded, not chunked"
+    );
+
+    let text = ix
+        .query(&query("operating costs", Mode::Text, &everything))
+        .unwrap();
+    assert_eq!(text[0].path, "finance/budget.md");
+    assert_eq!((text[0].line_start, text[0].line_end), (1, 3));
+    assert!(
+        text[0].snippet.contains("operating costs"),
+        "{}",
+        text[0].snippet
+    );
+
+    // No shared word: only meaning connects "small feline napping" to the kitten.
+    let vector = ix
+        .query(&query("small feline napping", Mode::Vector, &everything))
+        .unwrap();
+    assert_eq!(vector[0].path, "pets/cats.md", "{vector:?}");
+    assert!(ix
+        .query(&query("small feline napping", Mode::Text, &everything))
+        .unwrap()
+        .is_empty());
+
+    let hybrid = ix
+        .query(&query("TCP socket connection", Mode::Hybrid, &everything))
+        .unwrap();
+    assert_eq!(hybrid[0].path, "code/net.rs", "{hybrid:?}");
+    assert!(hybrid[0].text_score.is_some() && hybrid[0].vector_score.is_some());
+}
+
+#[test]
+fn updates_renames_and_removals_are_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    corpus(&ws);
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let (ix, _) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        128,
+        HnswParams::default(),
+        Some(e),
+    )
+    .unwrap();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    write(&ws, "pets/cats.md", "# Cats\n\nNow about zebras instead.\n");
+    assert!(ix.update(fd.as_fd(), "pets/cats.md").unwrap());
+    assert!(
+        !ix.update(fd.as_fd(), "pets/cats.md").unwrap(),
+        "unchanged: skipped"
+    );
+    let q = |t| ix.query(&query(t, Mode::Text, &everything)).unwrap();
+    assert!(q("kitten").is_empty());
+    assert_eq!(q("zebras")[0].path, "pets/cats.md");
+    std::fs::rename(ws.join("pets/cats.md"), ws.join("pets/zebras.md")).unwrap();
+    ix.update(fd.as_fd(), "pets/cats.md").unwrap();
+    ix.update(fd.as_fd(), "pets/zebras.md").unwrap();
+    assert_eq!(q("zebras")[0].path, "pets/zebras.md");
+    std::fs::remove_dir_all(ws.join("pets")).unwrap();
+    ix.forget("pets", true).unwrap();
+    assert!(q("zebras").is_empty());
+    // A symlink is not followed out of the workspace.
+    write(tmp.path(), "outside.md", "secret outside words");
+    std::os::unix::fs::symlink(tmp.path().join("outside.md"), ws.join("link.md")).unwrap();
+    ix.update(fd.as_fd(), "link.md").unwrap();
+    assert!(q("outside").is_empty());
+}
+
+#[test]
+fn unreadable_hits_are_never_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    corpus(&ws);
+    write(
+        &ws,
+        "private/plan.md",
+        "# Plan\n\nquarterly revenue secret plan\n",
+    );
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let (ix, _) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        128,
+        HnswParams::default(),
+        Some(e),
+    )
+    .unwrap();
+    ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    let no_private = |p: &str| !p.starts_with("private/");
+    for mode in [Mode::Text, Mode::Vector, Mode::Hybrid] {
+        let hits = ix
+            .query(&query("quarterly revenue", mode, &no_private))
+            .unwrap();
+        assert!(
+            hits.iter().all(|h| !h.path.starts_with("private/")),
+            "{mode:?}: {hits:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lost_or_corrupt_index_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    let ixdir = tmp.path().join("ix");
+    corpus(&ws);
+    let open = || {
+        let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+        WorkspaceIndex::open("ws", &ixdir, 128, HnswParams::default(), Some(e)).unwrap()
+    };
+    let (ix, _) = open();
+    ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    drop(ix);
+    // The graph file gone: rebuilt from SQLite, no rescan needed.
+    std::fs::remove_file(ixdir.join("hnsw.usearch")).unwrap();
+    let (ix, fresh) = open();
+    assert!(!fresh);
+    assert_eq!(ix.counts().unwrap().2, 3);
+    ix.save_graph().unwrap();
+    drop(ix);
+    // Garbage in the graph file: rebuilt too.
+    std::fs::write(ixdir.join("hnsw.usearch"), b"not a graph").unwrap();
+    let (ix, _) = open();
+    assert_eq!(ix.counts().unwrap().2, 3);
+    drop(ix);
+    // A corrupt database: moved aside, started afresh (and rescanned by its owner).
+    for f in ["index.db-wal", "index.db-shm"] {
+        let _ = std::fs::remove_file(ixdir.join(f));
+    }
+    std::fs::write(ixdir.join("index.db"), vec![0x5a; 8192]).unwrap();
+    let (ix, fresh) = open();
+    assert!(fresh);
+    ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    assert_eq!(ix.counts().unwrap().0, 3);
+    // Another embedder: the old vectors are not mixed in.
+    drop(ix);
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(256));
+    let (ix, fresh) =
+        WorkspaceIndex::open("ws", &ixdir, 256, HnswParams::default(), Some(e)).unwrap();
+    assert!(fresh);
+    assert_eq!(ix.counts().unwrap(), (0, 0, 0));
+}
