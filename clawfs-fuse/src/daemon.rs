@@ -235,6 +235,26 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .then(|| crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp))
         .flatten()
         .map(Arc::new);
+    let indexer = match args.no_search {
+        true => {
+            warn!("workspace indexing is off (--no-search)");
+            None
+        }
+        false => {
+            let ix = clawfs_core::search::Indexer::new(
+                &store_root,
+                clawfs_core::search::EmbedderChoice::builtin_or_text_only(),
+                true,
+            )
+            .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
+            // Changes made while unmounted, or behind the daemon's back.
+            if let Err(e) = ix.rescan_all() {
+                warn!(error = %e, "queueing the workspaces for indexing");
+            }
+            fs.set_indexer(Arc::clone(&ix));
+            Some(ix)
+        }
+    };
     let reopened = Store::open(&store_root)?;
     reopened.write_daemon_info(&DaemonInfo {
         pid: std::process::id(),
@@ -249,6 +269,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let result = session.run();
     if let Some(events) = &agent_events {
         events.stop();
+    }
+    if let Some(ix) = &indexer {
+        ix.stop();
     }
     fs.save_usage();
     if let Some(audit) = fs.audit_log() {
@@ -266,8 +289,8 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
 /// SIGTERM and SIGINT unmount cleanly, which ends the session loop; SIGHUP reloads the policy
 /// (an invalid one is refused and the old one stays) and reports in `.clawfs/policy-status.json`.
 fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Result<(), Failure> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("signals".into())
@@ -275,6 +298,14 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
             for sig in signals.forever() {
                 if sig == SIGHUP {
                     reload_policy(&fs, &private);
+                    continue;
+                }
+                if sig == SIGUSR1 {
+                    // `clawfs index rebuild`: compare every workspace with its index.
+                    if let Some(ix) = fs.indexer() {
+                        info!("re-indexing every workspace (SIGUSR1)");
+                        let _ = ix.rescan_all();
+                    }
                     continue;
                 }
                 info!(signal = sig, "unmounting on signal");

@@ -17,6 +17,7 @@ pub mod policy_cmd;
 pub mod run;
 pub mod sandbox;
 pub mod sandbox_cmd;
+pub mod search_cmd;
 pub mod spawn;
 pub mod vault_cmd;
 
@@ -57,6 +58,10 @@ pub fn run(cli: Cli) -> ExitCode {
             clear,
             status,
         } => estop_cmd::run(&store.store, *clear, *status),
+        Command::Search(args) => search_cmd::search(args),
+        Command::Index { store, command } => {
+            search_cmd::index(&daemon::store_path(&store.store), command)
+        }
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),
             cli::PolicyCommand::Reload { file, store } => {

@@ -11,6 +11,7 @@ mod model;
 mod namespace;
 mod posix;
 mod refusals;
+mod search;
 mod tools_call;
 mod tools_consistency;
 mod tools_e2e;

@@ -382,6 +382,7 @@ impl ClawFs {
                 }
                 _ => {}
             }
+            self.index_file(&w.path);
         }
         if self.passthrough() && file.staged.is_none() {
             let mut recent = self

@@ -45,6 +45,7 @@ mod git_config;
 mod kernel_cache;
 mod namespace;
 mod nodes;
+mod search_hooks;
 mod secrets;
 mod staged;
 mod xattr_ops;
@@ -192,6 +193,8 @@ pub struct ClawFs {
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
     vault: std::sync::OnceLock<crate::vault::Vault>,
+    /// The workspaces' indexes, when search is on (set once at mount).
+    indexer: std::sync::OnceLock<Arc<crate::search::Indexer>>,
     /// Backing descriptors of recently closed files, kept (with their passthrough
     /// registration) so that reopening a file costs no open and no registration. An entry goes
     /// when the kernel forgets the inode, so an unlinked file's space is not held (leaf lock).
@@ -313,6 +316,7 @@ impl ClawFs {
             shared: Default::default(),
             invalidator: Default::default(),
             vault: Default::default(),
+            indexer: std::sync::OnceLock::new(),
             recent: std::sync::Mutex::new(lru::LruCache::new(RECENT_BACKINGS)),
             audit_key: Default::default(),
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),

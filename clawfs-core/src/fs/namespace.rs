@@ -91,16 +91,16 @@ impl ClawFs {
         self.check_remove(&pnode, name)
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        self.decide(
-            caller,
-            op,
-            crate::policy::Access::Delete,
-            &self.ns_child(&dir, name)?,
-        )?;
+        let path = self.ns_child(&dir, name)?;
+        self.decide(caller, op, crate::policy::Access::Delete, &path)?;
         let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::unlinkat(&dir, name, flags)?;
+        }
+        match flags.contains(AtFlags::REMOVEDIR) {
+            true => self.index_tree_gone(&path),
+            false => self.index_file(&path),
         }
         if let Some(st) = victim.filter(|st| st.st_nlink <= 1) {
             self.release_space(self.inodes.mount_ino(st.st_ino));
@@ -252,6 +252,15 @@ impl ClawFs {
         }
         renamed?;
         self.paths_changed();
+        let folder = rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        match mode.exchange {
+            true => {
+                self.index_moved(&from, &to, folder);
+                self.index_moved(&to, &from, folder);
+            }
+            false => self.index_moved(&from, &to, folder),
+        }
         if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
             self.release_space(self.inodes.mount_ino(st.st_ino));
         }

@@ -127,6 +127,9 @@ impl ClawFs {
                 rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
             }
         }
+        if change.size.is_some() {
+            self.index_file(&ns);
+        }
         self.attr_of(&fd)
     }
 

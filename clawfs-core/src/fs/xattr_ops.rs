@@ -91,6 +91,8 @@ impl ClawFs {
                 };
                 return Err(e.into());
             }
+            drop(_as);
+            self.index_reconfigured(&self.ns_path(&fd)?);
         }
         Ok(())
     }

@@ -110,9 +110,15 @@ impl Indexer {
         embedder: EmbedderChoice,
         background: bool,
     ) -> Result<Arc<Indexer>, SearchError> {
+        let root = rustix::fs::open(
+            store_root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| SearchError::io(format!("opening the store {}", store_root.display()), e.into()))?;
         let workspaces = crate::beneath::open(
-            rustix::fs::CWD,
-            &store_root.join(crate::area::Area::Workspaces.dir_name()),
+            root.as_fd(),
+            Path::new(crate::area::Area::Workspaces.dir_name()),
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
             0,
         )

@@ -16,7 +16,7 @@ pub mod index;
 pub mod indexer;
 pub mod workspace;
 
-pub use indexer::{Change, Indexer};
+pub use indexer::{Change, EmbedderChoice, Indexer};
 pub use workspace::{Hit, Mode, Query, WorkspaceIndex};
 
 /// Why the index could not do what was asked.
@@ -54,5 +54,42 @@ impl SearchError {
             what: what.into(),
             source,
         }
+    }
+}
+
+/// A workspace's index as the agent tools query it (`semantic_search`).
+pub struct ToolIndex(pub std::sync::Arc<WorkspaceIndex>);
+
+impl clawfs_agent_tools::SemanticIndex for ToolIndex {
+    fn query(
+        &self,
+        query: &str,
+        mode: &str,
+        limit: usize,
+        readable: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<clawfs_agent_tools::SemanticHit>, String> {
+        let mode: Mode = mode.parse()?;
+        let hits = self
+            .0
+            .query(&Query {
+                text: query,
+                mode,
+                limit,
+                readable,
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(hits
+            .into_iter()
+            .map(|h| clawfs_agent_tools::SemanticHit {
+                path: h.path,
+                line_start: h.line_start,
+                line_end: h.line_end,
+                heading: h.heading,
+                snippet: h.snippet,
+                score: h.score,
+                text_score: h.text_score,
+                vector_score: h.vector_score,
+            })
+            .collect())
     }
 }

@@ -21,6 +21,7 @@ pub mod limits;
 mod patch;
 mod paths;
 mod registry;
+pub mod semantic;
 mod text;
 mod tools;
 
@@ -35,6 +36,7 @@ pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
 pub use limits::Limits;
 pub use registry::{definition, registry};
+pub use semantic::{SemanticHit, SemanticIndex};
 pub use tools::TOOL_NAMES;
 
 /// One workspace as the tools see it: the directory on disk, where soft-deleted items and backups
@@ -62,6 +64,8 @@ pub struct ToolRoot {
     observer: Option<Observer>,
     /// Told how many bytes each write adds before it is made; an error refuses the write.
     meter: Option<Meter>,
+    /// The workspace's index, for `semantic_search`.
+    semantic: Option<Arc<dyn SemanticIndex>>,
 }
 
 /// A callback asked before each write with the bytes it adds (see [`ToolRoot::with_meter`]).
@@ -111,6 +115,7 @@ impl ToolRoot {
             umask: 0o022,
             observer: None,
             meter: None,
+            semantic: None,
         })
     }
 
@@ -124,6 +129,17 @@ impl ToolRoot {
     pub fn with_backup_dir(mut self, dir: impl Into<PathBuf>) -> ToolRoot {
         self.backup_dir = dir.into();
         self
+    }
+
+    /// The workspace's index, queried by `semantic_search`.
+    pub fn with_semantic(mut self, index: Arc<dyn SemanticIndex>) -> ToolRoot {
+        self.semantic = Some(index);
+        self
+    }
+
+    /// The workspace's index, if one was given.
+    pub(crate) fn semantic(&self) -> Option<&Arc<dyn SemanticIndex>> {
+        self.semantic.as_ref()
     }
 
     /// The caller's policy, asked before every read and write.

@@ -398,6 +398,18 @@ impl ToolRoot {
         Ok(dir)
     }
 
+    /// Whether the calling process may read `rel` by its permissions (and search every folder
+    /// on the way), without following a symlink at the end.
+    pub(crate) fn caller_may_read(&self, rel: &str) -> bool {
+        rustix::fs::accessat(
+            &self.root_fd,
+            rel,
+            rustix::fs::Access::READ_OK,
+            rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+    }
+
     /// Protected names, then the caller's policy.
     pub(crate) fn check(&self, rel: &str, access: Access) -> ToolResult<()> {
         check_protected(rel)?;

@@ -171,6 +171,9 @@ impl ClawFs {
         if let Some(mp) = self.mountpoint.get() {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
+        if let Some(index) = self.indexer().and_then(|ix| ix.index(&workspace).ok()) {
+            root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex(index)));
+        }
         // An agent's byte quota: the call may add what is left of it, and is charged what it
         // added when it is done.
         let added = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -223,6 +226,7 @@ impl ClawFs {
         // told, and the caller must see its change as soon as it has the answer.
         let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
         self.invalidate_paths(&changed);
+        self.index_store_paths(&changed);
         (Some(workspace), out)
     }
 

@@ -5,6 +5,7 @@ mod discover;
 mod edit;
 mod manage;
 mod read;
+mod semantic;
 mod walk;
 
 use serde::de::DeserializeOwned;
@@ -143,6 +144,8 @@ tool_table! {
         "Create a folder and any missing parents. Succeeds with created=false if it already exists.";
     "get_file_info" => manage::get_file_info, manage::PathArgs, manage::FileInfoResult,
         "Created and modified dates, size and type of a file or folder (a folder's size is the total of the files in it).";
+    "semantic_search" => semantic::semantic_search, semantic::SemanticArgs, semantic::SemanticResult,
+        "Search the whole workspace by meaning and words (hybrid: 0.7 · embedding similarity + 0.3 · BM25), or mode vector / text. Returns ranked chunks with path, line range, headings and snippet; read one with read_range. Only files you may read are searched. The index follows writes within a second.";
     "search_files" => discover::search_files, discover::SearchFilesArgs, discover::SearchFilesResult,
         "Regex (or literal) search across the files under a folder, with include/exclude globs (case-insensitive), context lines and a result limit (default 50, at most 500). Binary files and files over 8 MiB are skipped.";
     "list_files" => discover::list_files, discover::ListFilesArgs, discover::ListFilesResult,

@@ -154,6 +154,14 @@ impl Glob {
         })
     }
 
+    /// Whether a workspace-relative path matches (by its last name for a glob without `/`).
+    pub(crate) fn matches_path(&self, rel: &str) -> bool {
+        match self.by_name {
+            true => self.m.is_match(rel.rsplit('/').next().unwrap_or(rel)),
+            false => self.m.is_match(rel),
+        }
+    }
+
     pub(crate) fn matches(&self, e: &Entry) -> bool {
         if self.by_name {
             self.m.is_match(&e.name)

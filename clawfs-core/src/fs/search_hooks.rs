@@ -1,0 +1,111 @@
+//! Telling the indexer what changed through the mount. Every hook only queues a change (the
+//! indexer works in the background), so no write waits for indexing.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::ClawFs;
+use crate::policy::NsPath;
+use crate::search::{Change, Indexer};
+
+impl ClawFs {
+    /// Starts following changes with `indexer`.
+    pub fn set_indexer(&self, indexer: Arc<Indexer>) {
+        let _ = self.indexer.set(indexer);
+    }
+
+    /// The indexer, if search is on.
+    pub fn indexer(&self) -> Option<&Arc<Indexer>> {
+        self.indexer.get()
+    }
+
+    /// `path` was written, truncated, created, or is gone.
+    pub(super) fn index_file(&self, path: &NsPath) {
+        if let (Some(ix), Some((workspace, rel))) = (self.indexer.get(), in_workspace(path)) {
+            ix.notify(Change::File { workspace, rel });
+        }
+    }
+
+    /// The folder `path` is gone.
+    pub(super) fn index_tree_gone(&self, path: &NsPath) {
+        if let (Some(ix), Some((workspace, rel))) = (self.indexer.get(), in_workspace(path)) {
+            ix.notify(Change::Tree { workspace, rel });
+        }
+    }
+
+    /// `from` was renamed to `to`; `folder`: a folder moved, so everything below it did.
+    pub(super) fn index_moved(&self, from: &NsPath, to: &NsPath, folder: bool) {
+        let Some(ix) = self.indexer.get() else { return };
+        if folder {
+            if let Some((workspace, rel)) = in_workspace(from) {
+                ix.notify(Change::Tree { workspace, rel });
+            }
+            if let Some((workspace, _)) = in_workspace(to) {
+                ix.notify(Change::Rescan { workspace });
+            }
+            return;
+        }
+        self.index_file(from);
+        self.index_file(to);
+    }
+
+    /// The workspace `path` names got a new vector dimension.
+    pub(super) fn index_reconfigured(&self, path: &NsPath) {
+        let mut c = path.components();
+        if let (Some(ix), Some("workspaces"), Some(ws), None) =
+            (self.indexer.get(), c.next(), c.next(), c.next())
+        {
+            ix.notify(Change::Reconfigure {
+                workspace: ws.to_string(),
+            });
+        }
+    }
+
+    /// Files a tool call changed, by their paths in the store.
+    pub(super) fn index_store_paths(&self, paths: &[std::path::PathBuf]) {
+        let Some(ix) = self.indexer.get() else { return };
+        let workspaces = self
+            .store
+            .root()
+            .join(crate::area::Area::Workspaces.dir_name());
+        for p in paths {
+            let Ok(rel) = p.strip_prefix(&workspaces) else {
+                continue;
+            };
+            let mut parts = rel.components();
+            let (Some(ws), rest) = (parts.next(), parts.as_path()) else {
+                continue;
+            };
+            let (Some(workspace), Some(rel)) = (ws.as_os_str().to_str(), rest.to_str()) else {
+                continue;
+            };
+            let workspace = workspace.to_string();
+            match std::fs::symlink_metadata(p) {
+                // A folder made or moved by the tool: compare the workspace.
+                Ok(m) if m.is_dir() => ix.notify(Change::Rescan { workspace }),
+                _ if rel.is_empty() => {}
+                _ => ix.notify(Change::File {
+                    workspace,
+                    rel: rel.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// The workspace and workspace-relative path of `path`, if it is inside one.
+fn in_workspace(path: &NsPath) -> Option<(String, String)> {
+    let mut c = path.components();
+    if c.next()? != "workspaces" {
+        return None;
+    }
+    let ws = c.next()?.to_string();
+    let rel: Vec<&str> = c.collect();
+    if rel.is_empty() {
+        return None;
+    }
+    let rel = rel.join("/");
+    // ClawFS's own files in a workspace are never indexed.
+    (!crate::search::workspace::is_managed(&rel) && !Path::new(&rel).is_absolute())
+        .then_some((ws, rel))
+}

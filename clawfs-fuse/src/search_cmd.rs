@@ -1,0 +1,201 @@
+//! `clawfs search` (through the mount, as the caller) and `clawfs index` (the store's indexes).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use clap::Subcommand;
+use clawfs_core::search::{EmbedderChoice, Indexer};
+use clawfs_core::store::Store;
+
+use crate::error::Failure;
+
+/// `clawfs search` arguments.
+#[derive(Debug, clap::Args)]
+pub struct SearchArgs {
+    /// The workspace.
+    pub workspace: String,
+    /// What to look for.
+    pub query: String,
+    /// hybrid (meaning and words), vector (meaning) or text (every word; BM25).
+    #[arg(long, default_value = "hybrid", value_parser = ["text", "vector", "hybrid"])]
+    pub mode: String,
+    /// How many hits.
+    #[arg(long, short = 'n', default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub limit: u16,
+    /// Only paths matching this glob.
+    #[arg(long, value_name = "GLOB")]
+    pub path: Option<String>,
+    /// Where ClawFS is mounted.
+    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
+    pub mount: PathBuf,
+    /// Print JSON Lines: one object per hit.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `clawfs index` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum IndexCommand {
+    /// Re-index a workspace from its files (changes made in the store behind ClawFS's back).
+    Rebuild {
+        /// The workspace (default: every workspace).
+        workspace: Option<String>,
+    },
+    /// Files, chunks and vectors indexed per workspace.
+    Status {
+        /// Print JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `clawfs search`: runs the `semantic_search` tool through the mount, so the query runs as
+/// the caller and shows only what the caller may read.
+pub fn search(a: &SearchArgs) -> Result<(), Failure> {
+    let call = a.mount.join("tools/call/semantic_search");
+    let mut request = serde_json::json!({
+        "workspace": a.workspace,
+        "query": a.query,
+        "mode": a.mode,
+        "limit": a.limit,
+    });
+    if let Some(p) = &a.path {
+        request["path"] = p.clone().into();
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&call)
+        .with_context(|| {
+            format!(
+                "{}: is ClawFS mounted at {}?",
+                call.display(),
+                a.mount.display()
+            )
+        })?;
+    f.write_all(request.to_string().as_bytes())
+        .context("sending the query")?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out).context("reading the answer")?;
+    let v: serde_json::Value = serde_json::from_slice(&out).context("the answer is not JSON")?;
+    if v["ok"] != serde_json::Value::Bool(true) {
+        return Err(anyhow!(
+            "{}: {}",
+            v["error"]["code"].as_str().unwrap_or("error"),
+            v["error"]["message"].as_str().unwrap_or("search failed")
+        )
+        .into());
+    }
+    let hits = v["hits"].as_array().cloned().unwrap_or_default();
+    for h in &hits {
+        if a.json {
+            crate::output::print_json(h).context("writing to stdout")?;
+            continue;
+        }
+        println!(
+            "{:.3}  {}:{}-{}{}",
+            h["score"].as_f64().unwrap_or(0.0),
+            h["path"].as_str().unwrap_or("?"),
+            h["line_start"],
+            h["line_end"],
+            match h["heading"].as_str() {
+                Some(s) if !s.is_empty() => format!("  ({s})"),
+                _ => String::new(),
+            }
+        );
+        println!("       {}", h["snippet"].as_str().unwrap_or(""));
+    }
+    if hits.is_empty() && !a.json {
+        eprintln!("no matches");
+    }
+    Ok(())
+}
+
+/// `clawfs index`.
+pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
+    let store = Store::open(store_root)?;
+    if let IndexCommand::Rebuild { workspace } = cmd {
+        if let Some(d) = store.daemon_info() {
+            // The serving daemon owns the indexes: it rescans (SIGUSR1), in the background.
+            rustix::process::kill_process(
+                rustix::process::Pid::from_raw(d.pid as i32).ok_or_else(|| anyhow!("bad pid"))?,
+                rustix::process::Signal::USR1,
+            )
+            .with_context(|| format!("signalling the daemon (pid {})", d.pid))?;
+            println!(
+                "the daemon serving {} (pid {}) is re-indexing every workspace in the background",
+                d.mountpoint.display(),
+                d.pid
+            );
+            return Ok(());
+        }
+        let _lock = store.lock()?;
+        let indexer = Indexer::new(store_root, EmbedderChoice::builtin_or_text_only(), false)
+            .map_err(|e| anyhow!(e))?;
+        let names = match workspace {
+            Some(w) => vec![w.clone()],
+            None => indexer.workspace_names().map_err(|e| anyhow!(e))?,
+        };
+        for ws in names {
+            let bar = indicatif::ProgressBar::new(0).with_message(ws.clone());
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:12} {bar:40} {pos}/{len} files {elapsed}",
+                )
+                .expect("a valid template"),
+            );
+            let r = indexer
+                .rebuild(&ws, &mut |done, total| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                })
+                .map_err(|e| anyhow!("{ws}: {e}"))?;
+            bar.finish();
+            println!(
+                "{ws}: {} indexed, {} unchanged, {} removed, {} unreadable",
+                r.updated, r.unchanged, r.removed, r.failed
+            );
+        }
+        indexer.stop();
+        return Ok(());
+    }
+    let IndexCommand::Status { json } = cmd else {
+        unreachable!("rebuild handled above")
+    };
+    let indexer = Indexer::new(store_root, EmbedderChoice::None, false).map_err(|e| anyhow!(e))?;
+    for ws in indexer.workspace_names().map_err(|e| anyhow!(e))? {
+        let dir = store.private_dir().join("index").join(&ws);
+        let report = match dir.join("index.db").exists() {
+            false => serde_json::json!({"workspace": ws, "indexed": false}),
+            true => {
+                let db = clawfs_core::search::index::IndexDb::open(&dir.join("index.db"), &ws)
+                    .map_err(|e| anyhow!("{ws}: {e}"))?;
+                let (chunks, files) = db.counts().map_err(|e| anyhow!(e))?;
+                serde_json::json!({
+                    "workspace": ws,
+                    "indexed": true,
+                    "files": files,
+                    "chunks": chunks,
+                    "embedder": db.meta("embedder").ok().flatten(),
+                    "dimension": db.meta("dimension").ok().flatten().and_then(|d| d.parse::<u64>().ok()),
+                })
+            }
+        };
+        if *json {
+            crate::output::print_json(&report).context("writing to stdout")?;
+        } else {
+            println!(
+                "{}: {} files, {} chunks, embedder {}",
+                ws,
+                report["files"].as_u64().unwrap_or(0),
+                report["chunks"].as_u64().unwrap_or(0),
+                report["embedder"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("none (text only)")
+            );
+        }
+    }
+    Ok(())
+}

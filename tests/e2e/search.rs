@@ -1,0 +1,196 @@
+//! Workspace search end to end: files written through the mount are found by text, meaning and
+//! both, with their line ranges; the index follows edits, renames and deletes; a caller never sees
+//! a hit in a file it may not read; the dimension changes with setfattr; the CLI works.
+
+use std::ffi::OsStr;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{clawfs, sh_as_nobody, tool_call, Mounted};
+
+/// The hits of a `semantic_search` call (as root).
+fn hits(m: &Mounted, query: &str, mode: &str) -> Vec<Value> {
+    let r = tool_call(m, "semantic_search", &json!({"query": query, "mode": mode}));
+    assert_eq!(r["ok"], true, "{r}");
+    r["hits"].as_array().unwrap().clone()
+}
+
+/// Polls until `cond` holds on the hits (the index follows in the background).
+fn until(m: &Mounted, query: &str, mode: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let h = hits(m, query, mode);
+        if cond(&h) || Instant::now() > deadline {
+            return h;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn paths(h: &[Value]) -> Vec<&str> {
+    h.iter().map(|h| h["path"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn the_index_follows_writes_renames_and_deletes() {
+    let m = Mounted::new();
+    let ws = m.ws();
+    std::fs::create_dir(ws.join("notes")).unwrap();
+    std::fs::write(
+        ws.join("notes/pets.md"),
+        "# Pets\n\n## Cats\nThe kitten sleeps on the sofa all afternoon.\n\n## Dogs\nThe puppy chews shoes.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("budget.txt"),
+        "quarterly revenue grew\noperating costs fell\n",
+    )
+    .unwrap();
+
+    let h = until(&m, "operating costs", "text", |h| !h.is_empty());
+    assert_eq!(paths(&h), ["budget.txt"], "{h:?}");
+    assert_eq!(
+        (h[0]["line_start"].as_u64(), h[0]["line_end"].as_u64()),
+        (Some(1), Some(2))
+    );
+    // Meaning alone: no word of the query is in the file.
+    let h = until(&m, "small feline napping", "vector", |h| !h.is_empty());
+    assert_eq!(h[0]["path"], "notes/pets.md", "{h:?}");
+    assert_eq!(h[0]["heading"], "Pets > Cats");
+    assert_eq!(h[0]["line_start"], 3, "the chunk starts at its heading");
+
+    // An edit replaces what the index holds.
+    std::fs::write(ws.join("budget.txt"), "the zebra herd migrates\n").unwrap();
+    let h = until(&m, "zebra", "text", |h| !h.is_empty());
+    assert_eq!(paths(&h), ["budget.txt"]);
+    assert!(until(&m, "operating costs", "text", |h| h.is_empty()).is_empty());
+    // A rename moves it; a delete forgets it.
+    std::fs::rename(ws.join("budget.txt"), ws.join("notes/zebras.txt")).unwrap();
+    let h = until(&m, "zebra", "text", |h| paths(h) == ["notes/zebras.txt"]);
+    assert_eq!(paths(&h), ["notes/zebras.txt"]);
+    std::fs::remove_file(ws.join("notes/zebras.txt")).unwrap();
+    assert!(until(&m, "zebra", "text", |h| h.is_empty()).is_empty());
+    // A folder renamed: everything below it moves.
+    std::fs::rename(ws.join("notes"), ws.join("animals")).unwrap();
+    let h = until(&m, "puppy", "text", |h| paths(h) == ["animals/pets.md"]);
+    assert_eq!(paths(&h), ["animals/pets.md"]);
+    // A file written by a tool call is indexed too.
+    let r = tool_call(
+        &m,
+        "write_file",
+        &json!({"path": "tool.md", "content": "# T\n\nwritten by the otter tool\n"}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let h = until(&m, "otter", "text", |h| !h.is_empty());
+    assert_eq!(paths(&h), ["tool.md"]);
+}
+
+#[test]
+fn a_caller_never_sees_hits_it_may_not_read() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let ws = m.ws();
+    std::fs::write(
+        ws.join("public.md"),
+        "# Public\n\nthe launch plan for the rocket\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("secret.md"),
+        "# Secret\n\nthe launch codes for the rocket\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        ws.join("secret.md"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let h = until(&m, "rocket launch", "text", |h| h.len() == 2);
+    assert_eq!(h.len(), 2, "root sees both: {h:?}");
+    let call = m.path("tools/call/semantic_search");
+    for mode in ["text", "vector", "hybrid"] {
+        let out = sh_as_nobody(&format!(
+            r#"exec 3<>{}; printf '%s' '{{"query":"rocket launch","mode":"{mode}"}}' >&3; cat <&3"#,
+            call.display()
+        ));
+        let r: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(r["ok"], true, "{r}");
+        let seen: Vec<&str> = r["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(seen, ["public.md"], "{mode}: nobody must not see secret.md");
+    }
+}
+
+#[test]
+fn the_dimension_changes_with_setfattr_and_the_cli_searches() {
+    let m = Mounted::new();
+    std::fs::write(
+        m.ws().join("a.md"),
+        "# Alpha\n\nhydroelectric dam turbines\n",
+    )
+    .unwrap();
+    until(&m, "turbines", "text", |h| !h.is_empty());
+    let status = |m: &Mounted| -> Value {
+        let out = clawfs([
+            OsStr::new("index"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+            OsStr::new("status"),
+            OsStr::new("--json"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(status(&m)["dimension"], 1536);
+    let ws = m.ws();
+    let set = |v: &str| {
+        std::process::Command::new("setfattr")
+            .args(["-n", "user.clawfs.vector_dimension", "-v", v])
+            .arg(&ws)
+            .output()
+            .unwrap()
+    };
+    let bad = set("100");
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("Invalid argument"),
+        "{bad:?}"
+    );
+    assert!(set("512").status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while status(&m)["dimension"] != 512 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = status(&m);
+    assert_eq!(s["dimension"], 512, "{s}");
+    assert_eq!(s["embedder"], "model2vec:potion-base-8M:512");
+    let h = until(&m, "water power plant", "vector", |h| !h.is_empty());
+    assert_eq!(h[0]["path"], "a.md");
+    // The CLI, through the mount, as the caller.
+    let out = clawfs([
+        OsStr::new("search"),
+        OsStr::new("default"),
+        OsStr::new("turbines"),
+        OsStr::new("--mount"),
+        m.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(first["path"], "a.md");
+}
