@@ -82,8 +82,8 @@ pub fn search(a: &SearchArgs) -> Result<(), Failure> {
     if v["ok"] != serde_json::Value::Bool(true) {
         return Err(anyhow!(
             "{}: {}",
-            v["error"]["code"].as_str().unwrap_or("error"),
-            v["error"]["message"].as_str().unwrap_or("search failed")
+            v["error"].as_str().unwrap_or("error"),
+            v["message"].as_str().unwrap_or("search failed")
         )
         .into());
     }

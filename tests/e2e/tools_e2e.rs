@@ -512,6 +512,22 @@ fn every_tool(iface: Iface) {
         "not_a_directory",
     );
 
+    // semantic_search (the index follows in the background: the call succeeds either way)
+    let r = s.ok(
+        &m,
+        iface,
+        "semantic_search",
+        json!({"query": "notes", "mode": "text"}),
+    );
+    assert!(r["hits"].is_array(), "{r}");
+    s.fails(
+        &m,
+        iface,
+        "semantic_search",
+        json!({"query": "x", "mode": "fuzzy"}),
+        "invalid_args",
+    );
+
     // list_allowed
     let r = s.ok(&m, iface, "list_allowed", json!({}));
     assert!(r["protected"].to_string().contains(".git"), "{r}");

@@ -115,7 +115,12 @@ impl Indexer {
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
-        .map_err(|e| SearchError::io(format!("opening the store {}", store_root.display()), e.into()))?;
+        .map_err(|e| {
+            SearchError::io(
+                format!("opening the store {}", store_root.display()),
+                e.into(),
+            )
+        })?;
         let workspaces = crate::beneath::open(
             root.as_fd(),
             Path::new(crate::area::Area::Workspaces.dir_name()),
