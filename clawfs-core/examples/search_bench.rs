@@ -14,14 +14,51 @@ use clawfs_core::search::{Mode, Query, WorkspaceIndex};
 
 /// Words the synthetic documents are made of: topics, so that queries have real neighbours.
 const TOPICS: &[&[&str]] = &[
-    &["cat", "kitten", "purr", "whiskers", "feline", "sofa", "nap", "mouse"],
-    &["revenue", "budget", "quarterly", "profit", "costs", "invoice", "forecast", "margin"],
-    &["server", "socket", "network", "latency", "packet", "router", "bandwidth", "tcp"],
-    &["garden", "tomato", "soil", "seeds", "harvest", "compost", "watering", "sunlight"],
-    &["rocket", "orbit", "launch", "thrust", "satellite", "fuel", "gravity", "mission"],
-    &["recipe", "flour", "oven", "butter", "bake", "sugar", "dough", "cinnamon"],
-    &["river", "bridge", "flood", "rain", "dam", "turbine", "current", "valley"],
-    &["guitar", "melody", "chord", "drum", "concert", "rhythm", "song", "stage"],
+    &[
+        "cat", "kitten", "purr", "whiskers", "feline", "sofa", "nap", "mouse",
+    ],
+    &[
+        "revenue",
+        "budget",
+        "quarterly",
+        "profit",
+        "costs",
+        "invoice",
+        "forecast",
+        "margin",
+    ],
+    &[
+        "server",
+        "socket",
+        "network",
+        "latency",
+        "packet",
+        "router",
+        "bandwidth",
+        "tcp",
+    ],
+    &[
+        "garden", "tomato", "soil", "seeds", "harvest", "compost", "watering", "sunlight",
+    ],
+    &[
+        "rocket",
+        "orbit",
+        "launch",
+        "thrust",
+        "satellite",
+        "fuel",
+        "gravity",
+        "mission",
+    ],
+    &[
+        "recipe", "flour", "oven", "butter", "bake", "sugar", "dough", "cinnamon",
+    ],
+    &[
+        "river", "bridge", "flood", "rain", "dam", "turbine", "current", "valley",
+    ],
+    &[
+        "guitar", "melody", "chord", "drum", "concert", "rhythm", "song", "stage",
+    ],
 ];
 const FILLER: &[&str] = &[
     "the", "a", "we", "then", "after", "with", "about", "notes", "today", "plan", "again",
@@ -64,7 +101,10 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let docs = args.first().copied().unwrap_or(100_000);
     let queries = args.get(1).copied().unwrap_or(200);
     let model = BuiltinModel::load(&BuiltinModel::model_dir(), 256).expect("model installed");
@@ -89,13 +129,22 @@ fn main() {
     .unwrap();
     let e: Arc<dyn Embedder> = Arc::new(model.with_dimension(dim));
     let ixdir = tmp.path().join("ix");
-    let (ix, _) =
-        WorkspaceIndex::open("bench", &ixdir, dim, HnswParams::default(), Some(Arc::clone(&e)))
-            .unwrap();
+    let (ix, _) = WorkspaceIndex::open(
+        "bench",
+        &ixdir,
+        dim,
+        HnswParams::default(),
+        Some(Arc::clone(&e)),
+    )
+    .unwrap();
     let t = Instant::now();
     let r = ix.rescan(ws_fd.as_fd(), &mut |_, _| {}).unwrap();
     let full = t.elapsed().as_secs_f64();
-    println!("index a fresh workspace of {docs} files: {full:.1} s ({:.0} files/s, {} indexed)", docs as f64 / full, r.updated);
+    println!(
+        "index a fresh workspace of {docs} files: {full:.1} s ({:.0} files/s, {} indexed)",
+        docs as f64 / full,
+        r.updated
+    );
 
     // Inserts of new documents into the full index, including embedding.
     let mut ins = Vec::new();
@@ -107,7 +156,11 @@ fn main() {
         ix.update(ws_fd.as_fd(), &rel).unwrap();
         ins.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    println!("insert (one document, with embedding): p50 {:.2} ms, p99 {:.2} ms", pct(&mut ins, 0.5), pct(&mut ins, 0.99));
+    println!(
+        "insert (one document, with embedding): p50 {:.2} ms, p99 {:.2} ms",
+        pct(&mut ins, 0.5),
+        pct(&mut ins, 0.99)
+    );
 
     let all = |_: &str| true;
     let mut qtexts = Vec::new();
@@ -115,17 +168,31 @@ fn main() {
         let topic = TOPICS[i % TOPICS.len()];
         qtexts.push(format!("{} {}", rng.pick(topic), rng.pick(topic)));
     }
-    for (mode, name) in [(Mode::Text, "text"), (Mode::Vector, "vector"), (Mode::Hybrid, "hybrid")] {
+    for (mode, name) in [
+        (Mode::Text, "text"),
+        (Mode::Vector, "vector"),
+        (Mode::Hybrid, "hybrid"),
+    ] {
         let mut lat = Vec::new();
         for q in &qtexts {
             let t = Instant::now();
             let hits = ix
-                .query(&Query { text: q, mode, limit: 10, readable: &all })
+                .query(&Query {
+                    text: q,
+                    mode,
+                    limit: 10,
+                    readable: &all,
+                    workspace: ws_fd.as_fd(),
+                })
                 .unwrap();
             lat.push(t.elapsed().as_secs_f64() * 1e3);
             assert!(!hits.is_empty());
         }
-        println!("{name} search (top-10): p50 {:.2} ms, p99 {:.2} ms", pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+        println!(
+            "{name} search (top-10): p50 {:.2} ms, p99 {:.2} ms",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
     }
 
     // Recall@10 of the graph against an exact scan of every vector.
@@ -145,9 +212,17 @@ fn main() {
             .collect();
         exact.sort_by(|a, b| b.0.total_cmp(&a.0));
         let truth: std::collections::HashSet<i64> = exact.iter().take(10).map(|x| x.1).collect();
-        found += graph.search(&v, 10).unwrap().iter().filter(|(id, _)| truth.contains(id)).count();
+        found += graph
+            .search(&v, 10)
+            .unwrap()
+            .iter()
+            .filter(|(id, _)| truth.contains(id))
+            .count();
     }
-    println!("HNSW recall@10 against exact search: {:.3} ({probes} queries)", found as f64 / (probes * 10) as f64);
+    println!(
+        "HNSW recall@10 against exact search: {:.3} ({probes} queries)",
+        found as f64 / (probes * 10) as f64
+    );
     ix.save_graph().unwrap();
     let size: u64 = std::fs::read_dir(&ixdir)
         .unwrap()
@@ -155,5 +230,8 @@ fn main() {
         .map(|m| m.len())
         .sum();
     let (chunks, files, _) = ix.counts().unwrap();
-    println!("index size: {:.1} MB for {files} files, {chunks} chunks ({dim} dimensions)", size as f64 / 1e6);
+    println!(
+        "index size: {:.1} MB for {files} files, {chunks} chunks ({dim} dimensions)",
+        size as f64 / 1e6
+    );
 }

@@ -27,12 +27,18 @@ fn everything(_: &str) -> bool {
     true
 }
 
-fn query<'a>(text: &'a str, mode: Mode, readable: &'a dyn Fn(&str) -> bool) -> Query<'a> {
+fn query<'a>(
+    ws: &'a std::os::fd::OwnedFd,
+    text: &'a str,
+    mode: Mode,
+    readable: &'a dyn Fn(&str) -> bool,
+) -> Query<'a> {
     Query {
         text,
         mode,
         limit: 5,
         readable,
+        workspace: ws.as_fd(),
     }
 }
 
@@ -101,7 +107,8 @@ fn text_vector_and_hybrid_queries_find_the_right_lines() {
     )
     .unwrap();
     assert!(fresh);
-    let r = ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    let fd = ws_fd(&ws);
+    let r = ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     assert_eq!((r.updated, r.failed), (4, 0));
     let (chunks, files, vectors) = ix.counts().unwrap();
     assert_eq!(
@@ -111,7 +118,7 @@ fn text_vector_and_hybrid_queries_find_the_right_lines() {
     );
 
     let text = ix
-        .query(&query("operating costs", Mode::Text, &everything))
+        .query(&query(&fd, "operating costs", Mode::Text, &everything))
         .unwrap();
     assert_eq!(text[0].path, "finance/budget.md");
     assert_eq!((text[0].line_start, text[0].line_end), (1, 3));
@@ -123,16 +130,26 @@ fn text_vector_and_hybrid_queries_find_the_right_lines() {
 
     // No shared word: only meaning connects "small feline napping" to the kitten.
     let vector = ix
-        .query(&query("small feline napping", Mode::Vector, &everything))
+        .query(&query(
+            &fd,
+            "small feline napping",
+            Mode::Vector,
+            &everything,
+        ))
         .unwrap();
     assert_eq!(vector[0].path, "pets/cats.md", "{vector:?}");
     assert!(ix
-        .query(&query("small feline napping", Mode::Text, &everything))
+        .query(&query(&fd, "small feline napping", Mode::Text, &everything))
         .unwrap()
         .is_empty());
 
     let hybrid = ix
-        .query(&query("TCP socket connection", Mode::Hybrid, &everything))
+        .query(&query(
+            &fd,
+            "TCP socket connection",
+            Mode::Hybrid,
+            &everything,
+        ))
         .unwrap();
     assert_eq!(hybrid[0].path, "code/net.rs", "{hybrid:?}");
     assert!(hybrid[0].text_score.is_some() && hybrid[0].vector_score.is_some());
@@ -160,7 +177,7 @@ fn updates_renames_and_removals_are_followed() {
         !ix.update(fd.as_fd(), "pets/cats.md").unwrap(),
         "unchanged: skipped"
     );
-    let q = |t| ix.query(&query(t, Mode::Text, &everything)).unwrap();
+    let q = |t| ix.query(&query(&fd, t, Mode::Text, &everything)).unwrap();
     assert!(q("kitten").is_empty());
     assert_eq!(q("zebras")[0].path, "pets/cats.md");
     std::fs::rename(ws.join("pets/cats.md"), ws.join("pets/zebras.md")).unwrap();
@@ -196,11 +213,12 @@ fn unreadable_hits_are_never_shown() {
         Some(e),
     )
     .unwrap();
-    ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     let no_private = |p: &str| !p.starts_with("private/");
     for mode in [Mode::Text, Mode::Vector, Mode::Hybrid] {
         let hits = ix
-            .query(&query("quarterly revenue", mode, &no_private))
+            .query(&query(&fd, "quarterly revenue", mode, &no_private))
             .unwrap();
         assert!(
             hits.iter().all(|h| !h.path.starts_with("private/")),
@@ -250,4 +268,86 @@ fn a_lost_or_corrupt_index_is_rebuilt() {
         WorkspaceIndex::open("ws", &ixdir, 256, HnswParams::default(), Some(e)).unwrap();
     assert!(fresh);
     assert_eq!(ix.counts().unwrap(), (0, 0, 0));
+}
+
+/// Many unreadable matches do not crowd the readable ones out of the limit, and text scores do
+/// not carry how often a word occurs in unreadable files.
+#[test]
+fn unreadable_matches_change_neither_the_hits_nor_the_scores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    for i in 0..300 {
+        write(
+            &ws,
+            &format!("hidden/h{i}.md"),
+            "mooseword mooseword in a hidden file\n",
+        );
+    }
+    write(&ws, "mine/a.md", "mooseword once\n");
+    write(&ws, "mine/probe.md", "probe xylophoneword\n");
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let (ix, _) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        128,
+        HnswParams::default(),
+        Some(e),
+    )
+    .unwrap();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    let mine = |p: &str| p.starts_with("mine/");
+    for mode in [Mode::Text, Mode::Vector, Mode::Hybrid] {
+        let mut q = query(&fd, "mooseword", mode, &mine);
+        q.limit = 1;
+        let hits = ix.query(&q).unwrap();
+        assert_eq!(hits.len(), 1, "{mode:?}: {hits:?}");
+        assert!(hits[0].path.starts_with("mine/"), "{mode:?}: {hits:?}");
+    }
+    let score = |t: &str| ix.query(&query(&fd, t, Mode::Text, &mine)).unwrap()[0].score;
+    assert_eq!(score("mooseword"), 1.0);
+    assert_eq!(score("xylophoneword"), 1.0);
+    // Punctuation only: no word to look for, no error.
+    assert!(ix
+        .query(&query(&fd, "\"*(", Mode::Text, &mine))
+        .unwrap()
+        .is_empty());
+}
+
+/// A file swapped in at an indexed path (same size, mtime set back) does not inherit the
+/// indexed file's chunks: not at query time, and not after the next update either.
+#[test]
+fn a_swapped_file_does_not_inherit_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    write(&ws, "victim.txt", "alice ibexword private\n");
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let (ix, _) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        128,
+        HnswParams::default(),
+        Some(e),
+    )
+    .unwrap();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    let meta = std::fs::metadata(ws.join("victim.txt")).unwrap();
+    std::fs::rename(ws.join("victim.txt"), ws.join("victim.orig")).unwrap();
+    std::fs::write(ws.join("victim.txt"), "z".repeat(meta.len() as usize)).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(ws.join("victim.txt"))
+        .unwrap();
+    f.set_modified(meta.modified().unwrap()).unwrap();
+    let q = || {
+        ix.query(&query(&fd, "ibexword", Mode::Text, &everything))
+            .unwrap()
+    };
+    assert!(q().is_empty(), "before the indexer saw the swap");
+    assert!(
+        ix.update(fd.as_fd(), "victim.txt").unwrap(),
+        "the swap is a change"
+    );
+    assert!(q().is_empty(), "after");
 }

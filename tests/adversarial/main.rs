@@ -19,6 +19,7 @@ mod quota;
 mod root_writes;
 mod sandbox;
 mod sandbox_network;
+mod search_leaks;
 mod store_bypass;
 mod tool_races;
 mod tool_rules;

@@ -20,13 +20,36 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::chunk::Chunk;
 use super::SearchError;
 
-/// What the index knows of a file.
+/// What the index knows of a file: enough to tell a changed or different file from the one
+/// indexed. The change time is the kernel's (a rename, chmod or write sets it; `touch` cannot
+/// set it back), so content swapped in under an old size and mtime is still seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     /// Size in bytes.
     pub size: u64,
     /// Modification time, nanoseconds since the epoch.
     pub mtime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// Change time, nanoseconds since the epoch.
+    pub ctime_ns: i64,
+}
+
+impl FileStamp {
+    /// The stamp of a file's status.
+    pub fn of(st: &rustix::fs::Stat) -> FileStamp {
+        FileStamp {
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+            ino: st.st_ino,
+            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec as i64,
+        }
+    }
+
+    /// Whether both describe the same inode unchanged since (size and mtime aside).
+    pub fn same_file(&self, other: &FileStamp) -> bool {
+        self.ino == other.ino && self.ctime_ns == other.ctime_ns
+    }
 }
 
 /// A chunk stored in the index.
@@ -52,6 +75,9 @@ pub struct IndexDb {
     workspace: String,
 }
 
+/// The schema below; a database of another version is rebuilt.
+const SCHEMA_VERSION: i64 = 1;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(
@@ -65,7 +91,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
-    skipped TEXT);
+    ino INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, skipped TEXT);
 ";
 
 impl IndexDb {
@@ -77,7 +103,26 @@ impl IndexDb {
         conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let tables: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables > 0 && version != SCHEMA_VERSION {
+            return Err(SearchError::Corrupt(format!(
+                "{}: schema version {version}, expected {SCHEMA_VERSION}",
+                path.display()
+            )));
+        }
         conn.execute_batch(SCHEMA)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        // Readable by the daemon alone, whatever its umask.
+        for ext in ["", "-wal", "-shm"] {
+            let f = std::path::PathBuf::from(format!("{}{ext}", path.display()));
+            let _ =
+                std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600));
+        }
         // A database that is not ours, or damaged, fails here rather than at the first query.
         let ok: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
         if ok != "ok" {
@@ -125,12 +170,14 @@ impl IndexDb {
         Ok(self
             .conn
             .query_row(
-                "SELECT size, mtime_ns FROM files WHERE path = ?1",
+                "SELECT size, mtime_ns, ino, ctime_ns FROM files WHERE path = ?1",
                 [path],
                 |r| {
                     Ok(FileStamp {
                         size: r.get::<_, i64>(0)? as u64,
                         mtime_ns: r.get(1)?,
+                        ino: r.get::<_, i64>(2)? as u64,
+                        ctime_ns: r.get(3)?,
                     })
                 },
             )
@@ -189,10 +236,18 @@ impl IndexDb {
             added.push(id);
         }
         tx.execute(
-            "INSERT INTO files (path, size, mtime_ns, skipped) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(path) DO UPDATE SET size = excluded.size,
-                 mtime_ns = excluded.mtime_ns, skipped = excluded.skipped",
-            params![path, stamp.size as i64, stamp.mtime_ns, skipped],
+            "INSERT INTO files (path, size, mtime_ns, ino, ctime_ns, skipped)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
+                 ino = excluded.ino, ctime_ns = excluded.ctime_ns, skipped = excluded.skipped",
+            params![
+                path,
+                stamp.size as i64,
+                stamp.mtime_ns,
+                stamp.ino as i64,
+                stamp.ctime_ns,
+                skipped
+            ],
         )?;
         bump_generation(&tx)?;
         tx.commit()?;
@@ -221,17 +276,29 @@ impl IndexDb {
         Ok(removed)
     }
 
-    /// Text search: the best `limit` chunks for an FTS5 query, with their BM25 score (higher is
-    /// better here; FTS5's own is negative).
-    pub fn text_search(&self, query: &str, limit: usize) -> Result<Vec<(i64, f64)>, SearchError> {
+    /// Text search: chunks matching every word of `query`, best BM25 first (higher is better
+    /// here; FTS5's own is negative), handed to `each` until it returns false.
+    pub fn text_search_each(
+        &self,
+        query: &str,
+        each: &mut dyn FnMut(i64, f64) -> Result<bool, SearchError>,
+    ) -> Result<(), SearchError> {
+        let fts = fts_query(query);
+        if fts.is_empty() {
+            // Only punctuation: no word to look for.
+            return Ok(());
+        }
         let mut st = self.conn.prepare_cached(
             "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
-             ORDER BY bm25(documents) LIMIT ?2",
+             ORDER BY bm25(documents)",
         )?;
-        let rows = st.query_map(params![fts_query(query), limit as i64], |r| {
-            Ok((r.get::<_, i64>(0)?, -r.get::<_, f64>(1)?))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut rows = st.query([fts])?;
+        while let Some(r) = rows.next()? {
+            if !each(r.get(0)?, -r.get::<_, f64>(1)?)? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The chunk `id`.

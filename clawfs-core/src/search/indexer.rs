@@ -204,6 +204,11 @@ impl Indexer {
         open_index(&self.shared, workspace).map(|(ix, _)| ix)
     }
 
+    /// The folder of `workspace`, by descriptor beneath the store.
+    pub fn workspace_dir(&self, workspace: &str) -> Result<OwnedFd, SearchError> {
+        workspace_fd(&self.shared, workspace)
+    }
+
     /// Rescans `workspace` now, on this thread, reporting progress.
     pub fn rebuild(
         &self,

@@ -58,7 +58,12 @@ impl SearchError {
 }
 
 /// A workspace's index as the agent tools query it (`semantic_search`).
-pub struct ToolIndex(pub std::sync::Arc<WorkspaceIndex>);
+pub struct ToolIndex {
+    /// The index.
+    pub index: std::sync::Arc<WorkspaceIndex>,
+    /// The workspace folder (by descriptor beneath the store).
+    pub workspace: std::os::fd::OwnedFd,
+}
 
 impl clawfs_agent_tools::SemanticIndex for ToolIndex {
     fn query(
@@ -70,12 +75,13 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
     ) -> Result<Vec<clawfs_agent_tools::SemanticHit>, String> {
         let mode: Mode = mode.parse()?;
         let hits = self
-            .0
+            .index
             .query(&Query {
                 text: query,
                 mode,
                 limit,
                 readable,
+                workspace: std::os::fd::AsFd::as_fd(&self.workspace),
             })
             .map_err(|e| e.to_string())?;
         Ok(hits

@@ -2,6 +2,7 @@
 
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -47,6 +48,8 @@ pub struct Query<'a> {
     pub limit: usize,
     /// Whether the caller may read a path (workspace-relative); others are never shown.
     pub readable: &'a dyn Fn(&str) -> bool,
+    /// The workspace folder, to check that a hit's file is still the one indexed.
+    pub workspace: BorrowedFd<'a>,
 }
 
 /// One result: where to read, and why it ranked.
@@ -101,8 +104,15 @@ impl WorkspaceIndex {
         params: HnswParams,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Result<(WorkspaceIndex, bool), SearchError> {
-        std::fs::create_dir_all(dir)
+        // The daemon's alone, whatever its umask (the store is 0700 too).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .map_err(|e| SearchError::io("creating the index folder", e))?;
+        for d in [dir, dir.parent().unwrap_or(dir)] {
+            let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+        }
         let db_path = dir.join("index.db");
         let (mut db, mut fresh) = match IndexDb::open(&db_path, name) {
             Ok(db) => (db, false),
@@ -205,10 +215,7 @@ impl WorkspaceIndex {
             Err(_) => return self.forget(rel, false).map(|n| n > 0),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| SearchError::io("stat", e.into()))?;
-        let stamp = FileStamp {
-            size: st.st_size as u64,
-            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
-        };
+        let stamp = FileStamp::of(&st);
         if self.db().stamp(rel)? == Some(stamp) {
             return Ok(false);
         }
@@ -303,17 +310,48 @@ impl WorkspaceIndex {
         Ok(report)
     }
 
-    /// Runs `q`. Hits the caller may not read are dropped before ranking is cut to the limit,
-    /// so they show in nothing, counts included.
+    /// Runs `q`.
+    ///
+    /// A chunk counts only if the caller may read its file (`q.readable`) *and* the file now at
+    /// its path is the one that was indexed (same inode and change time: a file swapped in by
+    /// rename, or touched back to the old size and mtime, does not inherit another's chunks).
+    /// Candidates are taken in rank order until `limit` such chunks are found, so unreadable
+    /// files change neither the hits nor their number. Text scores are BM25 normalised to the
+    /// best readable hit (1.0), so their magnitude does not reveal how often a word occurs in
+    /// files the caller cannot read.
     pub fn query(&self, q: &Query<'_>) -> Result<Vec<Hit>, SearchError> {
         let want = q.limit.clamp(1, 1000);
-        let fetch = (want * CANDIDATES_PER_HIT).max(50);
-        let mut scores: std::collections::HashMap<i64, (Option<f64>, Option<f64>)> =
-            Default::default();
-        if q.mode != Mode::Vector {
-            for (id, s) in self.db().text_search(q.text, fetch)? {
-                scores.entry(id).or_default().0 = Some(s);
+        // Hybrid ranks the union of both sides: each brings more than the limit.
+        let per_side = match q.mode {
+            Mode::Hybrid => want * 2,
+            _ => want,
+        };
+        let db = self.db();
+        let mut verdicts: std::collections::HashMap<String, bool> = Default::default();
+        let mut shown = |c: &super::index::StoredChunk| -> Result<bool, SearchError> {
+            if let Some(v) = verdicts.get(&c.path) {
+                return Ok(*v);
             }
+            let v = (q.readable)(&c.path) && same_file(q.workspace, &c.path, db.stamp(&c.path)?);
+            verdicts.insert(c.path.clone(), v);
+            Ok(v)
+        };
+        let mut found: std::collections::HashMap<
+            i64,
+            (super::index::StoredChunk, Option<f64>, Option<f64>),
+        > = Default::default();
+        if q.mode != Mode::Vector {
+            let mut taken = 0;
+            db.text_search_each(q.text, &mut |id, score| {
+                let Some(c) = db.chunk(id)? else {
+                    return Ok(true);
+                };
+                if shown(&c)? {
+                    found.entry(id).or_insert((c, None, None)).1 = Some(score);
+                    taken += 1;
+                }
+                Ok(taken < per_side)
+            })?;
         }
         if q.mode != Mode::Text {
             let embedder = self.embedder.as_ref().ok_or_else(|| {
@@ -322,46 +360,58 @@ impl WorkspaceIndex {
                 )
             })?;
             let v = embedder.embed(&[q.text])?.remove(0);
-            for (id, s) in self.graph().search(&v, fetch)? {
-                scores.entry(id).or_default().1 = Some(f64::from(s));
+            let graph = self.graph();
+            let total = graph.len();
+            let mut k = (per_side * CANDIDATES_PER_HIT).max(50);
+            let mut seen = std::collections::HashSet::new();
+            let mut taken = 0;
+            loop {
+                for (id, sim) in graph.search(&v, k.min(total))? {
+                    if taken >= per_side || !seen.insert(id) {
+                        continue;
+                    }
+                    let Some(c) = db.chunk(id)? else { continue };
+                    if shown(&c)? {
+                        found.entry(id).or_insert((c, None, None)).2 = Some(f64::from(sim));
+                        taken += 1;
+                    }
+                }
+                // Unreadable neighbours crowded the readable ones out: look further.
+                if taken >= per_side || k >= total {
+                    break;
+                }
+                k = k.saturating_mul(4);
             }
-        }
-        let db = self.db();
-        let mut hits = Vec::new();
-        for (id, (text, vector)) in scores {
-            let Some(c) = db.chunk(id)? else { continue };
-            if !(q.readable)(&c.path) {
-                continue;
-            }
-            hits.push(Hit {
-                snippet: snippet(&c.content, q.text),
-                path: c.path,
-                line_start: c.line_start,
-                line_end: c.line_end,
-                heading: c.heading,
-                score: 0.0,
-                text_score: text,
-                vector_score: vector,
-            });
         }
         drop(db);
-        let best_text = hits
-            .iter()
-            .filter_map(|h| h.text_score)
+        let best_text = found
+            .values()
+            .filter_map(|(_, t, _)| *t)
             .fold(0.0f64, f64::max);
-        for h in &mut hits {
-            let bm25 = match (h.text_score, best_text > 0.0) {
-                (Some(s), true) => s / best_text,
-                _ => 0.0,
-            };
-            h.score = match q.mode {
-                Mode::Text => h.text_score.unwrap_or(0.0),
-                Mode::Vector => h.vector_score.unwrap_or(0.0),
-                Mode::Hybrid => {
-                    VECTOR_WEIGHT * h.vector_score.unwrap_or(0.0) + (1.0 - VECTOR_WEIGHT) * bm25
+        let mut hits: Vec<Hit> = found
+            .into_values()
+            .map(|(c, text, vector)| {
+                let text = text.map(|t| if best_text > 0.0 { t / best_text } else { 0.0 });
+                let score = match q.mode {
+                    Mode::Text => text.unwrap_or(0.0),
+                    Mode::Vector => vector.unwrap_or(0.0),
+                    Mode::Hybrid => {
+                        VECTOR_WEIGHT * vector.unwrap_or(0.0)
+                            + (1.0 - VECTOR_WEIGHT) * text.unwrap_or(0.0)
+                    }
+                };
+                Hit {
+                    snippet: snippet(&c.content, q.text),
+                    path: c.path,
+                    line_start: c.line_start,
+                    line_end: c.line_end,
+                    heading: c.heading,
+                    score,
+                    text_score: text,
+                    vector_score: vector,
                 }
-            };
-        }
+            })
+            .collect();
         hits.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
@@ -399,6 +449,16 @@ pub struct RescanReport {
     pub removed: u64,
     /// Files that could not be read.
     pub failed: u64,
+}
+
+/// Whether the file at `rel` is the one `stamp` describes (same inode and change time; a rename
+/// or a permission change gives a new change time, which `touch` cannot set back).
+fn same_file(ws: BorrowedFd<'_>, rel: &str, stamp: Option<FileStamp>) -> bool {
+    let Some(stamp) = stamp else { return false };
+    match rustix::fs::statat(ws, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => FileStamp::of(&st).same_file(&stamp),
+        Err(_) => false,
+    }
 }
 
 /// Names in a workspace that are ClawFS's, never indexed.

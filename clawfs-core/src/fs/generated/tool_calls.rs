@@ -171,8 +171,13 @@ impl ClawFs {
         if let Some(mp) = self.mountpoint.get() {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
-        if let Some(index) = self.indexer().and_then(|ix| ix.index(&workspace).ok()) {
-            root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex(index)));
+        if let Some(ix) = self.indexer() {
+            if let (Ok(index), Ok(dir)) = (ix.index(&workspace), ix.workspace_dir(&workspace)) {
+                root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex {
+                    index,
+                    workspace: dir,
+                }));
+            }
         }
         // An agent's byte quota: the call may add what is left of it, and is charged what it
         // added when it is done.
