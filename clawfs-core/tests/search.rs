@@ -23,6 +23,12 @@ fn ws_fd(dir: &Path) -> std::os::fd::OwnedFd {
     .unwrap()
 }
 
+/// The index of workspace `ws` in `dir`, with the hashing test double at `dim` components.
+fn hashing_index(dir: &Path, dim: usize) -> (WorkspaceIndex, bool) {
+    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(dim));
+    WorkspaceIndex::open("ws", dir, dim, HnswParams::default(), Some(e)).unwrap()
+}
+
 fn everything(_: &str) -> bool {
     true
 }
@@ -160,15 +166,7 @@ fn updates_renames_and_removals_are_followed() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     corpus(&ws);
-    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
-    let (ix, _) = WorkspaceIndex::open(
-        "ws",
-        &tmp.path().join("ix"),
-        128,
-        HnswParams::default(),
-        Some(e),
-    )
-    .unwrap();
+    let (ix, _) = hashing_index(&tmp.path().join("ix"), 128);
     let fd = ws_fd(&ws);
     ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     write(&ws, "pets/cats.md", "# Cats\n\nNow about zebras instead.\n");
@@ -204,15 +202,7 @@ fn unreadable_hits_are_never_shown() {
         "private/plan.md",
         "# Plan\n\nquarterly revenue secret plan\n",
     );
-    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
-    let (ix, _) = WorkspaceIndex::open(
-        "ws",
-        &tmp.path().join("ix"),
-        128,
-        HnswParams::default(),
-        Some(e),
-    )
-    .unwrap();
+    let (ix, _) = hashing_index(&tmp.path().join("ix"), 128);
     let fd = ws_fd(&ws);
     ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     let no_private = |p: &str| !p.starts_with("private/");
@@ -233,10 +223,7 @@ fn a_lost_or_corrupt_index_is_rebuilt() {
     let ws = tmp.path().join("ws");
     let ixdir = tmp.path().join("ix");
     corpus(&ws);
-    let open = || {
-        let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
-        WorkspaceIndex::open("ws", &ixdir, 128, HnswParams::default(), Some(e)).unwrap()
-    };
+    let open = || hashing_index(&ixdir, 128);
     let (ix, _) = open();
     ix.rescan(ws_fd(&ws).as_fd(), &mut |_, _| {}).unwrap();
     drop(ix);
@@ -263,9 +250,7 @@ fn a_lost_or_corrupt_index_is_rebuilt() {
     assert_eq!(ix.counts().unwrap().0, 3);
     // Another embedder: the old vectors are not mixed in.
     drop(ix);
-    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(256));
-    let (ix, fresh) =
-        WorkspaceIndex::open("ws", &ixdir, 256, HnswParams::default(), Some(e)).unwrap();
+    let (ix, fresh) = hashing_index(&ixdir, 256);
     assert!(fresh);
     assert_eq!(ix.counts().unwrap(), (0, 0, 0));
 }
@@ -285,15 +270,7 @@ fn unreadable_matches_change_neither_the_hits_nor_the_scores() {
     }
     write(&ws, "mine/a.md", "mooseword once\n");
     write(&ws, "mine/probe.md", "probe xylophoneword\n");
-    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
-    let (ix, _) = WorkspaceIndex::open(
-        "ws",
-        &tmp.path().join("ix"),
-        128,
-        HnswParams::default(),
-        Some(e),
-    )
-    .unwrap();
+    let (ix, _) = hashing_index(&tmp.path().join("ix"), 128);
     let fd = ws_fd(&ws);
     ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     let mine = |p: &str| p.starts_with("mine/");
@@ -321,15 +298,7 @@ fn a_swapped_file_does_not_inherit_chunks() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     write(&ws, "victim.txt", "alice ibexword private\n");
-    let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
-    let (ix, _) = WorkspaceIndex::open(
-        "ws",
-        &tmp.path().join("ix"),
-        128,
-        HnswParams::default(),
-        Some(e),
-    )
-    .unwrap();
+    let (ix, _) = hashing_index(&tmp.path().join("ix"), 128);
     let fd = ws_fd(&ws);
     ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
     let meta = std::fs::metadata(ws.join("victim.txt")).unwrap();

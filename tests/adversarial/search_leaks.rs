@@ -5,15 +5,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{tool_call, Mounted};
+use crate::common::{tool_call, tool_call_script, Mounted};
 use crate::support::TempUser;
 
 /// `semantic_search` as `user`.
 fn search_as(m: &Mounted, user: &TempUser, query: &str, mode: &str) -> Vec<String> {
-    let out = user.sh(&format!(
-        r#"exec 3<>{}; printf '%s' '{}' >&3; cat <&3"#,
-        m.path("tools/call/semantic_search").display(),
-        json!({"query": query, "mode": mode})
+    let out = user.sh(&tool_call_script(
+        m,
+        "semantic_search",
+        &json!({"query": query, "mode": mode}),
     ));
     let r: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -141,9 +141,10 @@ fn private_matches_do_not_crowd_out_readable_ones() {
         std::thread::sleep(Duration::from_millis(200));
     }
     for mode in ["text", "vector", "hybrid"] {
-        let out = bob.sh(&format!(
-            r#"exec 3<>{}; printf '%s' '{{"query":"mooseword","mode":"{mode}","limit":1}}' >&3; cat <&3"#,
-            m.path("tools/call/semantic_search").display()
+        let out = bob.sh(&tool_call_script(
+            &m,
+            "semantic_search",
+            &json!({"query": "mooseword", "mode": mode, "limit": 1}),
         ));
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         let hits = r["hits"].as_array().unwrap();

@@ -323,6 +323,20 @@ pub fn tool_call(m: &Mounted, tool: &str, request: &serde_json::Value) -> serde_
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{tool}: {e}: {out:?}"))
 }
 
+/// A shell command line making one agent-tool call on one descriptor (for callers run through
+/// `sh` as another user): the answer is on its stdout. `request` holds no single quote.
+pub fn tool_call_script(m: &Mounted, tool: &str, request: &serde_json::Value) -> String {
+    let request = request.to_string();
+    assert!(
+        !request.contains('\''),
+        "the request is quoted with ': {request}"
+    );
+    format!(
+        "exec 3<>'{}'; printf '%s' '{request}' >&3; cat <&3",
+        m.path(&format!("tools/call/{tool}")).display()
+    )
+}
+
 /// One agent-tool call through the two-file interface: write `tools/requests/<id>.json` (the
 /// request with `"tool"` added), read `tools/responses/<id>.json`, then delete the response.
 pub fn tool_request(m: &Mounted, tool: &str, request: &serde_json::Value) -> serde_json::Value {

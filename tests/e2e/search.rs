@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{clawfs, sh_as_nobody, tool_call, Mounted};
+use crate::common::{clawfs, sh_as_nobody, tool_call, tool_call_script, Mounted};
 
 /// The hits of a `semantic_search` call (as root).
 fn hits(m: &Mounted, query: &str, mode: &str) -> Vec<Value> {
@@ -108,11 +108,11 @@ fn a_caller_never_sees_hits_it_may_not_read() {
     .unwrap();
     let h = until(&m, "rocket launch", "text", |h| h.len() == 2);
     assert_eq!(h.len(), 2, "root sees both: {h:?}");
-    let call = m.path("tools/call/semantic_search");
     for mode in ["text", "vector", "hybrid"] {
-        let out = sh_as_nobody(&format!(
-            r#"exec 3<>{}; printf '%s' '{{"query":"rocket launch","mode":"{mode}"}}' >&3; cat <&3"#,
-            call.display()
+        let out = sh_as_nobody(&tool_call_script(
+            &m,
+            "semantic_search",
+            &json!({"query": "rocket launch", "mode": mode}),
         ));
         let r: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));

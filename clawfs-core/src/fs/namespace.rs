@@ -252,14 +252,14 @@ impl ClawFs {
         }
         renamed?;
         self.paths_changed();
-        let folder = rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
-        match mode.exchange {
-            true => {
-                self.index_moved(&from, &to, folder);
-                self.index_moved(&to, &from, folder);
-            }
-            false => self.index_moved(&from, &to, folder),
+        let is_folder = |dir: &OwnedFd, name: &OsStr| {
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        };
+        self.index_moved(&from, &to, || is_folder(&newdir, newname));
+        if mode.exchange {
+            // What was at `to` is now at `from`.
+            self.index_moved(&to, &from, || is_folder(&dir, name));
         }
         if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
             self.release_space(self.inodes.mount_ino(st.st_ino));

@@ -1,7 +1,6 @@
 //! Telling the indexer what changed through the mount. Every hook only queues a change (the
 //! indexer works in the background), so no write waits for indexing.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use super::ClawFs;
@@ -33,10 +32,14 @@ impl ClawFs {
         }
     }
 
-    /// `from` was renamed to `to`; `folder`: a folder moved, so everything below it did.
-    pub(super) fn index_moved(&self, from: &NsPath, to: &NsPath, folder: bool) {
+    /// `from` was renamed to `to`; `is_folder` says whether a folder moved (then everything
+    /// below it did), asked only when search is on and a workspace is involved.
+    pub(super) fn index_moved(&self, from: &NsPath, to: &NsPath, is_folder: impl FnOnce() -> bool) {
         let Some(ix) = self.indexer.get() else { return };
-        if folder {
+        if in_workspace(from).is_none() && in_workspace(to).is_none() {
+            return;
+        }
+        if is_folder() {
             if let Some((workspace, rel)) = in_workspace(from) {
                 ix.notify(Change::Tree { workspace, rel });
             }
@@ -106,6 +109,5 @@ fn in_workspace(path: &NsPath) -> Option<(String, String)> {
     }
     let rel = rel.join("/");
     // ClawFS's own files in a workspace are never indexed.
-    (!crate::search::workspace::is_managed(&rel) && !Path::new(&rel).is_absolute())
-        .then_some((ws, rel))
+    (!crate::search::workspace::is_managed(&rel)).then_some((ws, rel))
 }

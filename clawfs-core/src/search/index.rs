@@ -341,13 +341,6 @@ impl IndexDb {
             .query_row("SELECT count(*) FROM files", [], |r| r.get(0))?;
         Ok((chunks as u64, files as u64))
     }
-
-    /// Writes a consistent copy of the database to `dest` (SQLite's `VACUUM INTO`).
-    pub fn copy_to(&self, dest: &Path) -> Result<(), SearchError> {
-        self.conn
-            .execute("VACUUM INTO ?1", [dest.to_string_lossy().as_ref()])?;
-        Ok(())
-    }
 }
 
 /// Counts changes: the graph saved beside the database is good only for the generation it was

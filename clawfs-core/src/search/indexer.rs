@@ -8,7 +8,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -92,8 +91,6 @@ struct Shared {
     index_root: PathBuf,
     embedder: EmbedderChoice,
     open: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
-    /// Changes queued and not yet indexed.
-    pending: AtomicU64,
 }
 
 /// Every workspace's index and the thread that keeps them current.
@@ -133,7 +130,6 @@ impl Indexer {
             index_root: store_root.join(crate::store::PRIVATE_DIR).join("index"),
             embedder,
             open: Mutex::default(),
-            pending: AtomicU64::new(0),
         });
         let indexer = Arc::new(Indexer {
             shared: Arc::clone(&shared),
@@ -163,10 +159,7 @@ impl Indexer {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            self.shared.pending.fetch_add(1, Ordering::AcqRel);
-            if tx.send(change).is_err() {
-                self.shared.pending.fetch_sub(1, Ordering::AcqRel);
-            }
+            let _ = tx.send(change);
         }
     }
 
@@ -218,23 +211,6 @@ impl Indexer {
         let ix = self.index(workspace)?;
         let ws = workspace_fd(&self.shared, workspace)?;
         ix.rescan(ws.as_fd(), progress)
-    }
-
-    /// Changes queued and not yet indexed.
-    pub fn pending(&self) -> u64 {
-        self.shared.pending.load(Ordering::Acquire)
-    }
-
-    /// Waits (up to `timeout`) until every change queued so far is indexed; false on timeout.
-    pub fn settle(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while self.pending() > 0 {
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
     }
 
     /// Stops the thread after the changes queued so far, and saves every graph.
@@ -335,13 +311,11 @@ fn open_index(
 fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
     while let Ok(first) = rx.recv() {
         let mut batch = BTreeSet::from([first]);
-        let mut received = 1;
         let started = Instant::now();
         loop {
             match rx.recv_timeout(QUIET) {
                 Ok(c) => {
                     batch.insert(c);
-                    received += 1;
                 }
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -363,7 +337,6 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 }
             }
         }
-        shared.pending.fetch_sub(received, Ordering::AcqRel);
     }
 }
 

@@ -74,8 +74,7 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
         readable: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<clawfs_agent_tools::SemanticHit>, String> {
         let mode: Mode = mode.parse()?;
-        let hits = self
-            .index
+        self.index
             .query(&Query {
                 text: query,
                 mode,
@@ -83,19 +82,6 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
                 readable,
                 workspace: std::os::fd::AsFd::as_fd(&self.workspace),
             })
-            .map_err(|e| e.to_string())?;
-        Ok(hits
-            .into_iter()
-            .map(|h| clawfs_agent_tools::SemanticHit {
-                path: h.path,
-                line_start: h.line_start,
-                line_end: h.line_end,
-                heading: h.heading,
-                snippet: h.snippet,
-                score: h.score,
-                text_score: h.text_score,
-                vector_score: h.vector_score,
-            })
-            .collect())
+            .map_err(|e| e.to_string())
     }
 }

@@ -52,26 +52,9 @@ pub struct Query<'a> {
     pub workspace: BorrowedFd<'a>,
 }
 
-/// One result: where to read, and why it ranked.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Hit {
-    /// Path in the workspace.
-    pub path: String,
-    /// First line of the chunk.
-    pub line_start: u32,
-    /// Last line of the chunk.
-    pub line_end: u32,
-    /// Headings above it.
-    pub heading: String,
-    /// The start of the chunk's text.
-    pub snippet: String,
-    /// The rank score (mode-dependent; higher is better).
-    pub score: f64,
-    /// BM25 (higher is better), if the words matched.
-    pub text_score: Option<f64>,
-    /// Cosine similarity, if the vector search found it.
-    pub vector_score: Option<f64>,
-}
+/// One result: where to read, and why it ranked (the agent tools' own hit type, so the
+/// tool and the core cannot disagree on it).
+pub use clawfs_agent_tools::SemanticHit as Hit;
 
 /// Weight of the vector score in a hybrid rank (P1.4 §4.5).
 const VECTOR_WEIGHT: f64 = 0.7;
@@ -89,7 +72,6 @@ pub struct WorkspaceIndex {
     db: Mutex<IndexDb>,
     graph: Mutex<Hnsw>,
     embedder: Option<Arc<dyn Embedder>>,
-    dim: usize,
 }
 
 impl WorkspaceIndex {
@@ -148,7 +130,6 @@ impl WorkspaceIndex {
             db: Mutex::new(db),
             graph: Mutex::new(graph),
             embedder,
-            dim,
         };
         Ok((index, fresh))
     }
@@ -205,13 +186,7 @@ impl WorkspaceIndex {
     pub fn update(&self, ws: BorrowedFd<'_>, rel: &str) -> Result<bool, SearchError> {
         let fd = match crate::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY) {
             Ok(fd) => fd,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
-            {
-                return self.forget(rel, false).map(|n| n > 0)
-            }
-            // A folder, a symlink or a special file: not indexed.
+            // Gone, or a folder, a symlink or a special file: not indexed.
             Err(_) => return self.forget(rel, false).map(|n| n > 0),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| SearchError::io("stat", e.into()))?;
@@ -425,16 +400,6 @@ impl WorkspaceIndex {
     pub fn counts(&self) -> Result<(u64, u64, usize), SearchError> {
         let (chunks, files) = self.db().counts()?;
         Ok((chunks, files, self.graph().len()))
-    }
-
-    /// The vector dimension.
-    pub fn dimension(&self) -> usize {
-        self.dim
-    }
-
-    /// A consistent copy of the database at `dest`.
-    pub fn copy_db(&self, dest: &Path) -> Result<(), SearchError> {
-        self.db().copy_to(dest)
     }
 }
 
