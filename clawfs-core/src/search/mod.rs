@@ -57,12 +57,13 @@ impl SearchError {
     }
 }
 
-/// A workspace's index as the agent tools query it (`semantic_search`).
+/// A workspace's index as the agent tools query it (`semantic_search`), opened only when a call
+/// queries it.
 pub struct ToolIndex {
-    /// The index.
-    pub index: std::sync::Arc<WorkspaceIndex>,
-    /// The workspace folder (by descriptor beneath the store).
-    pub workspace: std::os::fd::OwnedFd,
+    /// The indexer owning the index.
+    pub indexer: std::sync::Arc<Indexer>,
+    /// The workspace.
+    pub workspace: String,
 }
 
 impl clawfs_agent_tools::SemanticIndex for ToolIndex {
@@ -74,13 +75,21 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
         readable: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<clawfs_agent_tools::SemanticHit>, String> {
         let mode: Mode = mode.parse()?;
-        self.index
+        let index = self
+            .indexer
+            .index(&self.workspace)
+            .map_err(|e| e.to_string())?;
+        let dir = self
+            .indexer
+            .workspace_dir(&self.workspace)
+            .map_err(|e| e.to_string())?;
+        index
             .query(&Query {
                 text: query,
                 mode,
                 limit,
                 readable,
-                workspace: std::os::fd::AsFd::as_fd(&self.workspace),
+                workspace: std::os::fd::AsFd::as_fd(&dir),
             })
             .map_err(|e| e.to_string())
     }

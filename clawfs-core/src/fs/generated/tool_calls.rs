@@ -172,12 +172,10 @@ impl ClawFs {
             root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
         }
         if let Some(ix) = self.indexer() {
-            if let (Ok(index), Ok(dir)) = (ix.index(&workspace), ix.workspace_dir(&workspace)) {
-                root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex {
-                    index,
-                    workspace: dir,
-                }));
-            }
+            root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex {
+                indexer: std::sync::Arc::clone(ix),
+                workspace: workspace.clone(),
+            }));
         }
         // An agent's byte quota: the call may add what is left of it, and is charged what it
         // added when it is done.
