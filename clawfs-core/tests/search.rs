@@ -320,3 +320,47 @@ fn a_swapped_file_does_not_inherit_chunks() {
     );
     assert!(q().is_empty(), "after");
 }
+
+/// The built-in model finds notes by meaning where words alone cannot: over the queries of the
+/// retrieval set that share few words with their note, vector and hybrid search rank it in the
+/// top three far more often than text search. (The figures, per mode, are in
+/// docs/benchmarks.md; `cargo run --release --example retrieval_quality` prints them.)
+#[test]
+fn vector_and_hybrid_find_notes_by_meaning_where_text_cannot() {
+    use clawfs_core::search::quality::RetrievalSet;
+    let set = RetrievalSet::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    set.write_to(&ws).unwrap();
+    let embedder: Arc<dyn Embedder> = Arc::new(model());
+    let (ix, _) = WorkspaceIndex::open(
+        "ws",
+        &tmp.path().join("ix"),
+        256,
+        HnswParams::default(),
+        Some(embedder),
+    )
+    .unwrap();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    let score = |mode| {
+        set.evaluate(&ix, fd.as_fd(), mode, Some("meaning"))
+            .unwrap()
+    };
+    let (text, vector, hybrid) = (score(Mode::Text), score(Mode::Vector), score(Mode::Hybrid));
+    eprintln!("text {text:?}\nvector {vector:?}\nhybrid {hybrid:?}");
+    assert!(
+        text.hit_at_3 < 0.35,
+        "text finds meaning-only queries: {text:?}"
+    );
+    assert!(vector.hit_at_3 >= 0.6, "{vector:?}");
+    assert!(hybrid.hit_at_3 >= 0.6, "{hybrid:?}");
+    assert!(vector.mrr > text.mrr + 0.3 && hybrid.mrr > text.mrr + 0.3);
+    // On a note's own rare words, text search is right, and hybrid keeps it.
+    let keyword = |mode| {
+        set.evaluate(&ix, fd.as_fd(), mode, Some("keyword"))
+            .unwrap()
+    };
+    assert_eq!(keyword(Mode::Text).hit_at_1, 1.0);
+    assert!(keyword(Mode::Hybrid).hit_at_1 >= 0.8);
+}
