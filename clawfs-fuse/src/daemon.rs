@@ -104,6 +104,8 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
     let mut log = OpenOptions::new()
         .create(true)
         .append(true)
+        // Read back for the daemon's last words if it fails to start.
+        .read(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let log_start = log.seek(SeekFrom::End(0)).unwrap_or(0);
@@ -199,6 +201,12 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             .context("opening the audit trail")?;
         fs.set_audit(Arc::new(audit));
     }
+    // A wrong search.toml stops the mount before it happens: indexing with another embedder
+    // than the one asked for would re-embed every workspace.
+    let embedder = (!args.no_search)
+        .then(|| clawfs_core::search::EmbedderChoice::for_store(&store_root))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let adapter = Adapter::new(
         Arc::clone(&fs),
         AdapterConfig {
@@ -235,18 +243,14 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .then(|| crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp))
         .flatten()
         .map(Arc::new);
-    let indexer = match args.no_search {
-        true => {
+    let indexer = match embedder {
+        None => {
             warn!("workspace indexing is off (--no-search)");
             None
         }
-        false => {
-            let ix = clawfs_core::search::Indexer::new(
-                &store_root,
-                clawfs_core::search::EmbedderChoice::builtin_or_text_only(),
-                true,
-            )
-            .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
+        Some(embedder) => {
+            let ix = clawfs_core::search::Indexer::new(&store_root, embedder, true)
+                .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
             // Changes made while unmounted, or behind the daemon's back.
             if let Err(e) = ix.rescan_all() {
                 warn!(error = %e, "queueing the workspaces for indexing");

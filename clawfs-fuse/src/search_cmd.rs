@@ -87,6 +87,9 @@ pub fn search(a: &SearchArgs) -> Result<(), Failure> {
         )
         .into());
     }
+    if let Some(note) = v["note"].as_str() {
+        eprintln!("clawfs search: warning: {note}");
+    }
     let hits = v["hits"].as_array().cloned().unwrap_or_default();
     for h in &hits {
         if a.json {
@@ -131,8 +134,8 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
             return Ok(());
         }
         let _lock = store.lock()?;
-        let indexer = Indexer::new(store_root, EmbedderChoice::builtin_or_text_only(), false)
-            .map_err(|e| anyhow!(e))?;
+        let embedder = EmbedderChoice::for_store(store_root).map_err(|e| anyhow!(e))?;
+        let indexer = Indexer::new(store_root, embedder, false).map_err(|e| anyhow!(e))?;
         let names = match workspace {
             Some(w) => vec![w.clone()],
             None => indexer.workspace_names().map_err(|e| anyhow!(e))?,

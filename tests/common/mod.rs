@@ -3,6 +3,8 @@
 //! tests run in parallel.
 #![allow(dead_code)]
 
+pub mod embed_server;
+
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -12,6 +12,7 @@ mod namespace;
 mod posix;
 mod refusals;
 mod search;
+mod search_remote;
 mod tools_call;
 mod tools_consistency;
 mod tools_e2e;

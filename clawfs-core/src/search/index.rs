@@ -75,6 +75,10 @@ pub struct IndexDb {
     workspace: String,
 }
 
+/// `files.skipped` of a file whose chunks are indexed for text but have no vectors yet (the
+/// embedder was unavailable); the others say why a file has no chunks (`binary`, `too_large`).
+pub const UNEMBEDDED: &str = "unembedded";
+
 /// The schema below; a database of another version is rebuilt.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -182,6 +186,30 @@ impl IndexDb {
                 },
             )
             .optional()?)
+    }
+
+    /// Whether `path` is indexed as `stamp` says and completely: a file indexed while the
+    /// embedder was unavailable has chunks but no vectors yet, and is not.
+    pub fn is_current(&self, path: &str, stamp: &FileStamp) -> Result<bool, SearchError> {
+        let status: Option<Option<String>> = self
+            .conn
+            .query_row("SELECT skipped FROM files WHERE path = ?1", [path], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        Ok(match status {
+            Some(s) => s.as_deref() != Some(UNEMBEDDED) && self.stamp(path)? == Some(*stamp),
+            None => false,
+        })
+    }
+
+    /// How many files wait for their vectors (indexed while the embedder was unavailable).
+    pub fn unembedded(&self) -> Result<u64, SearchError> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM files WHERE skipped = ?1",
+            [UNEMBEDDED],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
     }
 
     /// Every indexed path.

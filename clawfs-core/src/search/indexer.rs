@@ -12,7 +12,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::embed::{BuiltinModel, Embedder, HashingEmbedder};
+use super::config::{EmbedderConfig, SearchConfig};
+use super::embed::{BuiltinModel, Embedder, HashingEmbedder, RemoteClient};
 use super::hnsw::HnswParams;
 use super::workspace::{is_managed, WorkspaceIndex};
 use super::SearchError;
@@ -21,6 +22,8 @@ use super::SearchError;
 pub const QUIET: Duration = Duration::from_millis(150);
 /// The longest a change waits in a busy queue.
 pub const MAX_WAIT: Duration = Duration::from_secs(2);
+/// How often an idle indexer retries files indexed without vectors.
+pub const RETRY_UNEMBEDDED: Duration = Duration::from_secs(60);
 
 /// A change to index.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,6 +59,8 @@ pub enum Change {
 pub enum EmbedderChoice {
     /// The built-in model (the default).
     Builtin(BuiltinModel),
+    /// An OpenAI-compatible endpoint (`system/search.toml`).
+    Remote(Arc<RemoteClient>),
     /// Feature hashing: a test double, never the default.
     Hashing,
     /// None: text search only (the model is not installed).
@@ -63,6 +68,24 @@ pub enum EmbedderChoice {
 }
 
 impl EmbedderChoice {
+    /// The embedder `system/search.toml` of the store at `store_root` names: the built-in model
+    /// when the file is absent (or text only if the model is not installed); an error when the
+    /// file is wrong.
+    pub fn for_store(store_root: &Path) -> Result<EmbedderChoice, SearchError> {
+        match SearchConfig::load(store_root)?.embedder {
+            EmbedderConfig::Builtin => Ok(EmbedderChoice::builtin_or_text_only()),
+            EmbedderConfig::OpenaiCompatible(config) => {
+                let url = config.base_url.clone();
+                let client = RemoteClient::new(config, super::config::vault_keys(store_root))
+                    .map_err(|e| {
+                        SearchError::Config(format!("{}: {e}", super::config::CONFIG_FILE))
+                    })?;
+                tracing::info!(endpoint = %url, "embedding with an OpenAI-compatible endpoint");
+                Ok(EmbedderChoice::Remote(client))
+            }
+        }
+    }
+
     /// The built-in model from its directory, or `None` with a warning when it is not installed.
     pub fn builtin_or_text_only() -> EmbedderChoice {
         let dir = BuiltinModel::model_dir();
@@ -78,6 +101,7 @@ impl EmbedderChoice {
     fn for_dimension(&self, dim: usize) -> Option<Arc<dyn Embedder>> {
         match self {
             EmbedderChoice::Builtin(m) => Some(Arc::new(m.with_dimension(dim))),
+            EmbedderChoice::Remote(c) => Some(Arc::new(c.embedder(dim))),
             EmbedderChoice::Hashing => Some(Arc::new(HashingEmbedder::new(dim))),
             EmbedderChoice::None => None,
         }
@@ -309,7 +333,15 @@ fn open_index(
 }
 
 fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.recv_timeout(RETRY_UNEMBEDDED) {
+            Ok(c) => c,
+            Err(RecvTimeoutError::Timeout) => {
+                retry_unembedded(shared);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let mut batch = BTreeSet::from([first]);
         let started = Instant::now();
         loop {
@@ -336,6 +368,34 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                     tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
                 }
             }
+        }
+    }
+}
+
+/// Gives the files indexed without vectors (the embedder was unavailable) another try, in
+/// every open index that has some.
+fn retry_unembedded(shared: &Shared) {
+    let open: Vec<Arc<WorkspaceIndex>> = shared
+        .open
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .values()
+        .cloned()
+        .collect();
+    for ix in open {
+        if ix.unembedded().unwrap_or(0) == 0 || !ix.embedder_answers() {
+            continue;
+        }
+        let Ok(ws) = workspace_fd(shared, ix.name()) else {
+            continue;
+        };
+        match ix.rescan(ws.as_fd(), &mut |_, _| {}) {
+            Ok(r) => tracing::info!(
+                workspace = ix.name(),
+                updated = r.updated,
+                "files waiting for vectors indexed again"
+            ),
+            Err(e) => tracing::warn!(workspace = ix.name(), error = %e, "indexing again"),
         }
     }
 }

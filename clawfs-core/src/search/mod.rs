@@ -4,13 +4,16 @@
 //! normalised BM25, P1.4 §4.5).
 //!
 //! - [`chunk`]: files into chunks with line ranges.
-//! - [`embed`]: the embedders (the built-in model; a hashing test double).
+//! - [`config`]: `system/search.toml`, the store's choice of embedder.
+//! - [`embed`]: the embedders (the built-in model, an OpenAI-compatible endpoint; a hashing
+//!   test double).
 //! - [`index`]: the SQLite half (the truth); [`hnsw`]: the graph (rebuilt from it when needed).
 //! - [`workspace`]: one workspace's index: update, rescan, query.
 //! - [`indexer`]: the background thread that follows changes.
 //! - [`quality`]: retrieval quality (hit@1, hit@3, MRR) over the project's own set.
 
 pub mod chunk;
+pub mod config;
 pub mod embed;
 pub mod hnsw;
 pub mod index;
@@ -19,7 +22,7 @@ pub mod quality;
 pub mod workspace;
 
 pub use indexer::{Change, EmbedderChoice, Indexer};
-pub use workspace::{Hit, Mode, Query, WorkspaceIndex};
+pub use workspace::{Answer, Hit, Mode, Query, WorkspaceIndex};
 
 /// Why the index could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +50,9 @@ pub enum SearchError {
     /// The query cannot be run (e.g. a vector query with no embedder).
     #[error("{0}")]
     Unavailable(String),
+    /// `system/search.toml` is wrong.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl SearchError {
@@ -75,7 +81,7 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
         mode: &str,
         limit: usize,
         readable: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<clawfs_agent_tools::SemanticHit>, String> {
+    ) -> Result<clawfs_agent_tools::SemanticAnswer, String> {
         let mode: Mode = mode.parse()?;
         let index = self
             .indexer
@@ -85,14 +91,19 @@ impl clawfs_agent_tools::SemanticIndex for ToolIndex {
             .indexer
             .workspace_dir(&self.workspace)
             .map_err(|e| e.to_string())?;
-        index
-            .query(&Query {
+        let answer = index
+            .search(&Query {
                 text: query,
                 mode,
                 limit,
                 readable,
                 workspace: std::os::fd::AsFd::as_fd(&dir),
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(clawfs_agent_tools::SemanticAnswer {
+            hits: answer.hits,
+            mode: answer.mode.as_str().to_string(),
+            note: answer.note,
+        })
     }
 }

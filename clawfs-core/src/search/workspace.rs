@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rustix::fs::OFlags;
 
 use super::chunk::{self, Skip};
-use super::embed::Embedder;
+use super::embed::{EmbedError, Embedder};
 use super::hnsw::{Hnsw, HnswParams};
-use super::index::{FileStamp, IndexDb};
+use super::index::{FileStamp, IndexDb, UNEMBEDDED};
 use super::SearchError;
 
 /// How a query ranks.
@@ -24,6 +24,17 @@ pub enum Mode {
     Vector,
     /// 0.7 · vector + 0.3 · BM25 normalised to the best text hit.
     Hybrid,
+}
+
+impl Mode {
+    /// Its name: `text`, `vector` or `hybrid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Text => "text",
+            Mode::Vector => "vector",
+            Mode::Hybrid => "hybrid",
+        }
+    }
 }
 
 impl std::str::FromStr for Mode {
@@ -39,6 +50,7 @@ impl std::str::FromStr for Mode {
 }
 
 /// A query.
+#[derive(Clone, Copy)]
 pub struct Query<'a> {
     /// The words.
     pub text: &'a str,
@@ -50,6 +62,17 @@ pub struct Query<'a> {
     pub readable: &'a dyn Fn(&str) -> bool,
     /// The workspace folder, to check that a hit's file is still the one indexed.
     pub workspace: BorrowedFd<'a>,
+}
+
+/// The hits of a query, and how they were found.
+#[derive(Debug)]
+pub struct Answer {
+    /// Best first.
+    pub hits: Vec<Hit>,
+    /// The mode used: text when the embedder was unavailable.
+    pub mode: Mode,
+    /// Why the mode used is not the one asked for.
+    pub note: Option<String>,
 }
 
 /// One result: where to read, and why it ranked (the agent tools' own hit type, so the
@@ -191,7 +214,7 @@ impl WorkspaceIndex {
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| SearchError::io("stat", e.into()))?;
         let stamp = FileStamp::of(&st);
-        if self.db().stamp(rel)? == Some(stamp) {
+        if self.db().is_current(rel, &stamp)? {
             return Ok(false);
         }
         let mut bytes = Vec::new();
@@ -199,28 +222,20 @@ impl WorkspaceIndex {
             .take(chunk::MAX_FILE_BYTES + 1)
             .read_to_end(&mut bytes);
         read.map_err(|e| SearchError::io(format!("reading {rel}"), e))?;
-        let (chunks, skipped) = match chunk::chunk_file(rel, &bytes) {
+        let (chunks, mut skipped) = match chunk::chunk_file(rel, &bytes) {
             Ok(c) => (c, None),
             Err(Skip::TooLarge) => (Vec::new(), Some("too_large")),
             Err(Skip::Binary) => (Vec::new(), Some("binary")),
         };
-        let vectors = match &self.embedder {
-            Some(e) => {
-                let texts: Vec<String> = chunks
-                    .iter()
-                    .map(|c| match c.heading.is_empty() {
-                        true => c.text.clone(),
-                        false => format!("{}\n{}", c.heading, c.text),
-                    })
-                    .collect();
-                let mut out = Vec::with_capacity(texts.len());
-                for batch in texts.chunks(EMBED_BATCH) {
-                    let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-                    out.extend(e.embed(&refs)?);
-                }
-                out
+        let vectors = match self.embed_chunks(&chunks) {
+            Ok(v) => v,
+            // Found by text now, and embedded when the embedder is back (is_current is false).
+            Err(EmbedError::Unavailable(why)) => {
+                tracing::debug!(workspace = %self.name, path = %rel, error = %why, "indexed without vectors");
+                skipped = Some(UNEMBEDDED);
+                Vec::new()
             }
-            None => Vec::new(),
+            Err(e) => return Err(e.into()),
         };
         let model = self
             .embedder
@@ -240,6 +255,38 @@ impl WorkspaceIndex {
             }
         }
         Ok(true)
+    }
+
+    /// The vectors of `chunks` (none without an embedder).
+    fn embed_chunks(&self, chunks: &[chunk::Chunk]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let Some(e) = &self.embedder else {
+            return Ok(Vec::new());
+        };
+        let texts: Vec<String> = chunks
+            .iter()
+            .map(|c| match c.heading.is_empty() {
+                true => c.text.clone(),
+                false => format!("{}\n{}", c.heading, c.text),
+            })
+            .collect();
+        let mut out = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(EMBED_BATCH) {
+            let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+            out.extend(e.embed(&refs)?);
+        }
+        Ok(out)
+    }
+
+    /// Whether the embedder embeds now (one short text).
+    pub fn embedder_answers(&self) -> bool {
+        self.embedder
+            .as_ref()
+            .is_some_and(|e| e.embed(&["ClawFS"]).is_ok())
+    }
+
+    /// How many files wait for vectors because the embedder was unavailable.
+    pub fn unembedded(&self) -> Result<u64, SearchError> {
+        self.db().unembedded()
     }
 
     /// Forgets `rel` (and with `prefix`, everything below it); returns how many chunks went.
@@ -301,6 +348,20 @@ impl WorkspaceIndex {
             Mode::Hybrid => want * 2,
             _ => want,
         };
+        // The query's vector before the index is locked: an endpoint may take its timeout,
+        // and indexing must not wait for it.
+        let query_vector = match q.mode {
+            Mode::Text => None,
+            _ => {
+                let embedder = self.embedder.as_ref().ok_or_else(|| {
+                    EmbedError::Unavailable(
+                        "no embedding model is installed (scripts/fetch-model.sh installs it)"
+                            .into(),
+                    )
+                })?;
+                Some(embedder.embed(&[q.text])?.remove(0))
+            }
+        };
         let db = self.db();
         let mut verdicts: std::collections::HashMap<String, bool> = Default::default();
         let mut shown = |c: &super::index::StoredChunk| -> Result<bool, SearchError> {
@@ -328,13 +389,7 @@ impl WorkspaceIndex {
                 Ok(taken < per_side)
             })?;
         }
-        if q.mode != Mode::Text {
-            let embedder = self.embedder.as_ref().ok_or_else(|| {
-                SearchError::Unavailable(
-                    "no embedding model is installed, so only text search works (install it with scripts/fetch-model.sh)".into(),
-                )
-            })?;
-            let v = embedder.embed(&[q.text])?.remove(0);
+        if let Some(v) = query_vector {
             let graph = self.graph();
             let total = graph.len();
             let mut k = (per_side * CANDIDATES_PER_HIT).max(50);
@@ -394,6 +449,30 @@ impl WorkspaceIndex {
         });
         hits.truncate(want);
         Ok(hits)
+    }
+
+    /// [`WorkspaceIndex::query`] as a caller should see it: when the embedder is unavailable
+    /// (no model, an endpoint down, its key unreadable), a vector or hybrid query is answered by
+    /// text, and the answer says so.
+    pub fn search(&self, q: &Query<'_>) -> Result<Answer, SearchError> {
+        match self.query(q) {
+            Err(SearchError::Embed(EmbedError::Unavailable(why))) if q.mode != Mode::Text => {
+                let hits = self.query(&Query {
+                    mode: Mode::Text,
+                    ..*q
+                })?;
+                Ok(Answer {
+                    hits,
+                    mode: Mode::Text,
+                    note: Some(format!("{why}: these are text search results")),
+                })
+            }
+            r => r.map(|hits| Answer {
+                hits,
+                mode: q.mode,
+                note: None,
+            }),
+        }
     }
 
     /// Chunks and files indexed, and vectors in the graph.

@@ -36,7 +36,7 @@ pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
 pub use limits::Limits;
 pub use registry::{definition, registry};
-pub use semantic::{SemanticHit, SemanticIndex};
+pub use semantic::{SemanticAnswer, SemanticHit, SemanticIndex};
 pub use tools::TOOL_NAMES;
 
 /// One workspace as the tools see it: the directory on disk, where soft-deleted items and backups

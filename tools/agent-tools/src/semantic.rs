@@ -25,16 +25,27 @@ pub struct SemanticHit {
     pub vector_score: Option<f64>,
 }
 
+/// What a query found.
+#[derive(Debug, Clone)]
+pub struct SemanticAnswer {
+    /// Best first.
+    pub hits: Vec<SemanticHit>,
+    /// The mode used (`text` when the embedder was unavailable for a vector or hybrid query).
+    pub mode: String,
+    /// Why the mode used differs from the one asked for.
+    pub note: Option<String>,
+}
+
 /// A workspace's index, queried as the caller.
 pub trait SemanticIndex: Send + Sync {
     /// The best `limit` chunks for `query` ranked by `mode` (`text`, `vector` or `hybrid`),
-    /// counting only chunks of paths for which `readable(path)` holds. An error is a sentence
-    /// for the caller.
+    /// counting only chunks of paths for which `readable(path)` holds; by text, with a note,
+    /// when the embedder is unavailable. An error is a sentence for the caller.
     fn query(
         &self,
         query: &str,
         mode: &str,
         limit: usize,
         readable: &dyn Fn(&str) -> bool,
-    ) -> Result<Vec<SemanticHit>, String>;
+    ) -> Result<SemanticAnswer, String>;
 }

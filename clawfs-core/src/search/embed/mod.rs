@@ -11,9 +11,11 @@
 
 mod hashing;
 mod model2vec;
+pub mod remote;
 
 pub use hashing::HashingEmbedder;
 pub use model2vec::{BuiltinModel, MODEL_DIR_ENV};
+pub use remote::{RemoteClient, RemoteConfig};
 
 /// Why texts could not be embedded.
 #[derive(Debug, thiserror::Error)]
@@ -26,9 +28,13 @@ pub enum EmbedError {
         /// What went wrong.
         reason: String,
     },
-    /// The model failed on this input.
+    /// The model failed on this input, or the endpoint's answer was wrong.
     #[error("embedding failed: {0}")]
     Failed(String),
+    /// The embedder cannot be used now (endpoint unreachable, API key unreadable): search by
+    /// text until it can.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Turns texts into vectors of one dimension.

@@ -32,11 +32,11 @@ pub struct SemanticArgs {
 /// Result of `semantic_search`.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct SemanticResult {
-    /// The mode used.
+    /// The mode used: `text` when a vector or hybrid query could not be embedded (see `note`).
     pub mode: String,
     /// Best first; read a hit with read_range path/line_start/line_end.
     pub hits: Vec<SemanticHit>,
-    /// When the hits may be incomplete (the index is still catching up).
+    /// Why the mode used is not the one asked for (e.g. the embedding endpoint is down).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -72,12 +72,12 @@ pub(crate) fn semantic_search(root: &ToolRoot, a: SemanticArgs) -> ToolResult<Se
             && root.check(rel, Access::Read).is_ok()
             && root.caller_may_read(rel)
     };
-    let hits = index
+    let answer = index
         .query(&a.query, &mode, limit, &readable)
         .map_err(ToolError::NotFound)?;
     Ok(SemanticResult {
-        mode,
-        hits,
-        note: None,
+        mode: answer.mode,
+        hits: answer.hits,
+        note: answer.note,
     })
 }
