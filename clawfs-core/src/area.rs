@@ -81,6 +81,9 @@ pub enum Place {
     WorkspaceRoot,
     /// `workspaces/<name>/snapshots/`.
     SnapshotsDir,
+    /// Anything in a snapshots folder: read-only through the mount (`clawfs snapshot` makes,
+    /// restores and removes snapshots).
+    Snapshot,
     /// `agents/<name>/`.
     AgentRoot,
     /// Anything else inside an area.
@@ -100,7 +103,7 @@ impl Place {
         match self {
             Place::MountRoot => Area::Root,
             Place::AreaRoot(a) | Place::Inside(a) => a,
-            Place::WorkspaceRoot | Place::SnapshotsDir => Area::Workspaces,
+            Place::WorkspaceRoot | Place::SnapshotsDir | Place::Snapshot => Area::Workspaces,
             Place::AgentRoot => Area::Agents,
         }
     }
@@ -112,8 +115,14 @@ impl Place {
             Place::AreaRoot(Area::Workspaces) => Place::WorkspaceRoot,
             Place::AreaRoot(Area::Agents) => Place::AgentRoot,
             Place::WorkspaceRoot if name == "snapshots" => Place::SnapshotsDir,
+            Place::SnapshotsDir | Place::Snapshot => Place::Snapshot,
             other => Place::Inside(other.area()),
         })
+    }
+
+    /// Whether nothing here may change through the mount: the read-only areas, and snapshots.
+    pub fn is_read_only(self) -> bool {
+        self.area().is_read_only() || matches!(self, Place::SnapshotsDir | Place::Snapshot)
     }
 
     /// Whether `name` inside a directory at `self` is managed by ClawFS (not renamed or removed).
@@ -144,6 +153,10 @@ mod tests {
             def.child(OsStr::new("notes")),
             Some(Place::Inside(Area::Workspaces))
         );
+        let snaps = def.child(OsStr::new("snapshots")).unwrap();
+        assert_eq!(snaps.child(OsStr::new("s.db")), Some(Place::Snapshot));
+        assert!(snaps.is_read_only() && Place::Snapshot.is_read_only());
+        assert!(!def.is_read_only());
         assert_eq!(Place::MountRoot.child(OsStr::new(".clawfs")), None);
         assert!(def.is_managed_child(OsStr::new("metadata.json")));
         assert!(!def.is_managed_child(OsStr::new("notes.md")));

@@ -34,6 +34,9 @@ pub enum FsError {
     /// A mutating call on `system/` or `specs/`.
     #[error("{0} is read-only")]
     ReadOnly(Area),
+    /// A mutating call on a workspace's snapshots.
+    #[error("snapshots are read-only through the mount (make, restore and remove them with `clawfs snapshot`)")]
+    SnapshotReadOnly,
     /// The mount root holds exactly the six areas; nothing is added, removed or changed there.
     #[error("the namespace root is fixed")]
     FixedRoot,
@@ -115,7 +118,7 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         match self {
             FsError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-            FsError::ReadOnly(_) => libc::EROFS,
+            FsError::ReadOnly(_) | FsError::SnapshotReadOnly => libc::EROFS,
             FsError::FixedRoot => libc::EPERM,
             FsError::InvalidName { .. } => libc::EINVAL,
             FsError::Managed(_) => libc::EPERM,

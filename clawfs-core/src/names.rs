@@ -65,17 +65,26 @@ pub fn check_workspace_name(name: &OsStr) -> Result<&str, FsError> {
     Ok(s)
 }
 
-/// Checks a snapshot file name: `snapshot-YYYY-MM-DD.db` with a real date (P1.4 §2.5).
+/// Checks a snapshot file name: `snapshot-YYYY-MM-DD.db` with a real date (P1.4 §2.5), or
+/// `snapshot-YYYY-MM-DD-N.db` (N from 2) for the day's later snapshots.
 pub fn check_snapshot_name(name: &OsStr) -> Result<&str, FsError> {
-    const RULE: &str = "snapshots are named snapshot-YYYY-MM-DD.db";
+    const RULE: &str = "snapshots are named snapshot-YYYY-MM-DD.db or snapshot-YYYY-MM-DD-N.db";
     let s = name.to_str().ok_or_else(|| invalid(name, RULE))?;
-    let date = s
+    let stem = s
         .strip_prefix("snapshot-")
         .and_then(|r| r.strip_suffix(".db"))
         .ok_or_else(|| invalid(name, RULE))?;
+    let (date, n) = match stem.get(10..) {
+        Some("") => (stem, None),
+        Some(rest) => (&stem[..10], Some(rest.strip_prefix('-').unwrap_or("x"))),
+        None => return Err(invalid(name, RULE)),
+    };
+    let n_ok = n.is_none_or(|n| {
+        !n.starts_with('0') && n.len() <= 6 && n.parse::<u32>().is_ok_and(|n| n >= 2)
+    });
     chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
         .ok()
-        .filter(|_| date.len() == 10)
+        .filter(|_| n_ok && date.is_ascii())
         .ok_or_else(|| invalid(name, RULE))?;
     Ok(s)
 }
@@ -110,7 +119,14 @@ mod tests {
     #[test]
     fn snapshot_names() {
         assert!(ok(check_snapshot_name, "snapshot-2024-02-24.db"));
+        assert!(ok(check_snapshot_name, "snapshot-2024-02-24-2.db"));
+        assert!(ok(check_snapshot_name, "snapshot-2024-02-24-17.db"));
         for bad in [
+            "snapshot-2024-02-24-1.db",
+            "snapshot-2024-02-24-02.db",
+            "snapshot-2024-02-24-.db",
+            "snapshot-2024-02-24-x.db",
+            "snapshot-2024-02-2499.db",
             "snapshot-2024-13-01.db",
             "snapshot-2024-2-24.db",
             "snap-2024-02-24.db",

@@ -96,6 +96,22 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::search_cmd::IndexCommand,
     },
+    /// Snapshots of a workspace: create, list, restore, rm.
+    Snapshot {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::snapshot_cmd::SnapshotCommand,
+    },
+    /// Workspaces: fork one into a new one.
+    Workspace {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::snapshot_cmd::WorkspaceCommand,
+    },
     /// Run a command as an agent: in a cgroup of its own that identifies it to the daemon, inside
     /// the kernel sandbox.
     Run(crate::run::RunArgs),

@@ -290,6 +290,38 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Written in the store's private folder each time the daemon has taken SIGUSR1 in
+/// (`pid count`): [`refresh_daemon`] waits for it to change.
+pub const REFRESHED_FILE: &str = "refreshed";
+
+/// Tells the daemon serving `store`, if any, that workspaces changed in the store behind its
+/// back (SIGUSR1): it drops the kernel's cached entries of every workspace folder and compares
+/// every workspace with its index. Returns once it has (at most 5 s), with the daemon's pid.
+pub fn refresh_daemon(store: &Store) -> Result<Option<u32>, Failure> {
+    let Some(d) = store.daemon_info() else {
+        return Ok(None);
+    };
+    let ack = store.private_dir().join(REFRESHED_FILE);
+    let before = std::fs::read_to_string(&ack).ok();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(d.pid as i32).ok_or_else(|| anyhow::anyhow!("bad pid"))?,
+        rustix::process::Signal::USR1,
+    )
+    .with_context(|| format!("signalling the daemon (pid {})", d.pid))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&ack).ok() == before {
+        if Instant::now() > deadline {
+            warn!(
+                pid = d.pid,
+                "the daemon did not acknowledge SIGUSR1 within 5 s"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(Some(d.pid))
+}
+
 /// SIGTERM and SIGINT unmount cleanly, which ends the session loop; SIGHUP reloads the policy
 /// (an invalid one is refused and the old one stays) and reports in `.clawfs/policy-status.json`.
 fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Result<(), Failure> {
@@ -299,16 +331,30 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            let mut refreshed = 0u64;
             for sig in signals.forever() {
                 if sig == SIGHUP {
                     reload_policy(&fs, &private);
                     continue;
                 }
                 if sig == SIGUSR1 {
-                    // `clawfs index rebuild`: compare every workspace with its index.
+                    // `clawfs index rebuild`, `snapshot restore`, `workspace fork`: workspaces
+                    // changed in the store; forget their cached entries and compare every one
+                    // with its index.
+                    fs.workspaces_replaced();
                     if let Some(ix) = fs.indexer() {
                         info!("re-indexing every workspace (SIGUSR1)");
                         let _ = ix.rescan_all();
+                    }
+                    refreshed += 1;
+                    // The sender waits for this: the mount shows the new folders from now on.
+                    if let Err(e) = clawfs_core::store::atomic_write(
+                        &private,
+                        REFRESHED_FILE,
+                        format!("{} {refreshed}\n", std::process::id()).as_bytes(),
+                        0o600,
+                    ) {
+                        warn!(error = %e, "acknowledging SIGUSR1");
                     }
                     continue;
                 }

@@ -18,6 +18,7 @@ pub mod run;
 pub mod sandbox;
 pub mod sandbox_cmd;
 pub mod search_cmd;
+pub mod snapshot_cmd;
 pub mod spawn;
 pub mod vault_cmd;
 
@@ -61,6 +62,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Search(args) => search_cmd::search(args),
         Command::Index { store, command } => {
             search_cmd::index(&daemon::store_path(&store.store), command)
+        }
+        Command::Snapshot { store, command } => {
+            snapshot_cmd::snapshot(&daemon::store_path(&store.store), command)
+        }
+        Command::Workspace { store, command } => {
+            snapshot_cmd::workspace(&daemon::store_path(&store.store), command)
         }
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),

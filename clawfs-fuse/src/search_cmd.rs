@@ -121,11 +121,7 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
     if let IndexCommand::Rebuild { workspace } = cmd {
         if let Some(d) = store.daemon_info() {
             // The serving daemon owns the indexes: it rescans (SIGUSR1), in the background.
-            rustix::process::kill_process(
-                rustix::process::Pid::from_raw(d.pid as i32).ok_or_else(|| anyhow!("bad pid"))?,
-                rustix::process::Signal::USR1,
-            )
-            .with_context(|| format!("signalling the daemon (pid {})", d.pid))?;
+            crate::daemon::refresh_daemon(&store)?;
             println!(
                 "the daemon serving {} (pid {}) is re-indexing every workspace in the background",
                 d.mountpoint.display(),

@@ -20,6 +20,7 @@ mod root_writes;
 mod sandbox;
 mod sandbox_network;
 mod search_leaks;
+mod snapshot_files;
 mod store_bypass;
 mod tool_races;
 mod tool_rules;

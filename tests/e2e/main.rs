@@ -13,6 +13,7 @@ mod posix;
 mod refusals;
 mod search;
 mod search_remote;
+mod snapshots;
 mod tools_call;
 mod tools_consistency;
 mod tools_e2e;

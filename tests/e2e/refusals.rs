@@ -111,18 +111,22 @@ fn workspace_and_agent_names_follow_the_rules() {
     refused(&m, "agent name", libc::EINVAL, || {
         fs::create_dir(m.path("agents/Agent_1"))
     });
-    refused(&m, "snapshot name", libc::EINVAL, || {
-        fs::write(m.path("workspaces/default/snapshots/latest.db"), b"x")
-    });
-    fs::write(
-        m.path("workspaces/default/snapshots/snapshot-2026-11-22.db"),
-        b"x",
-    )
-    .unwrap();
+    // Snapshots are made by `clawfs snapshot`, never written through the mount.
+    for name in ["latest.db", "snapshot-2026-11-22.db"] {
+        refused(&m, name, libc::EROFS, || {
+            fs::write(
+                m.path(&format!("workspaces/default/snapshots/{name}")),
+                b"x",
+            )
+        });
+    }
     // The reason is in the log.
     let log = m.log();
     assert!(log.contains("is a reserved workspace name"), "{log}");
-    assert!(log.contains("snapshots are named snapshot-YYYY-MM-DD.db"));
+    assert!(
+        log.contains("snapshots are read-only through the mount"),
+        "{log}"
+    );
 }
 
 #[test]

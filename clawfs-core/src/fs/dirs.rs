@@ -140,7 +140,7 @@ impl ClawFs {
     /// write access to read-only areas.
     pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
         let node = self.node(ino)?;
-        if mask & libc::W_OK != 0 && node.place.area().is_read_only() {
+        if mask & libc::W_OK != 0 && node.place.is_read_only() {
             return Err(FsError::ReadOnly(node.place.area()));
         }
         Ok(())

@@ -19,8 +19,8 @@ impl ClawFs {
             // a running program. Write opens are refused by the kernel before they get here.
             return Err(errno(libc::ETXTBSY));
         }
-        if writes && node.place.area().is_read_only() {
-            let e = FsError::ReadOnly(node.place.area());
+        if writes && node.place.is_read_only() {
+            let e = super::read_only(node.place);
             return Err(self.rule_refusal(caller, "open", &node, None, e));
         }
         // With passthrough the inode's shared descriptor (open already, or opened now) also
@@ -173,7 +173,7 @@ impl ClawFs {
     /// per request. Read-only areas, and files that cannot be opened for writing, get a
     /// read-only one.
     pub(super) fn passthrough_file(&self, node: &Node) -> FsResult<File> {
-        let rw = if node.place.area().is_read_only() {
+        let rw = if node.place.is_read_only() {
             Err(errno(libc::EROFS))
         } else {
             node.handle

@@ -369,6 +369,16 @@ impl ClawFs {
         }
     }
 
+    /// Drops the kernel's cached entries of every workspace folder: `clawfs snapshot restore`
+    /// swaps a workspace's folder for another behind the daemon's back.
+    pub fn workspaces_replaced(&self) {
+        let dir = self.store.root().join(Area::Workspaces.dir_name());
+        let paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+            .map(|it| it.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        self.invalidate_paths(&paths);
+    }
+
     /// Records where the store is mounted (tool requests may use absolute paths under it).
     pub fn set_mountpoint(&self, mountpoint: std::path::PathBuf) {
         let _ = self.mountpoint.set(mountpoint);
@@ -510,7 +520,7 @@ impl ClawFs {
         }
         match parent.place {
             Place::MountRoot => return Err(FsError::FixedRoot),
-            p if p.area().is_read_only() => return Err(FsError::ReadOnly(p.area())),
+            p if p.is_read_only() => return Err(read_only(p)),
             Place::AreaRoot(area @ (Area::Workspaces | Area::Agents)) => {
                 if kind != FileKind::Dir {
                     return Err(FsError::NotADirectoryArea(area));
@@ -520,9 +530,6 @@ impl ClawFs {
                 } else {
                     names::check_system_name(name)?;
                 }
-            }
-            Place::SnapshotsDir => {
-                names::check_snapshot_name(name)?;
             }
             p if p.is_managed_child(name) => {
                 return Err(FsError::Managed(name.to_string_lossy().into_owned()))
@@ -539,7 +546,7 @@ impl ClawFs {
         }
         match parent.place {
             Place::MountRoot => Err(FsError::FixedRoot),
-            p if p.area().is_read_only() => Err(FsError::ReadOnly(p.area())),
+            p if p.is_read_only() => Err(read_only(p)),
             p if p.is_managed_child(name) => {
                 Err(FsError::Managed(name.to_string_lossy().into_owned()))
             }
@@ -551,7 +558,7 @@ impl ClawFs {
     fn check_modify(&self, node: &Node) -> FsResult<()> {
         match node.place {
             Place::MountRoot => Err(FsError::FixedRoot),
-            p if p.area().is_read_only() => Err(FsError::ReadOnly(p.area())),
+            p if p.is_read_only() => Err(read_only(p)),
             Place::AreaRoot(Area::Vault) => Err(FsError::Managed("vault/".into())),
             _ => Ok(()),
         }
@@ -562,4 +569,12 @@ impl ClawFs {
 /// like the store's own private area.
 fn is_private(place: Place, name: &OsStr) -> bool {
     place == Place::WorkspaceRoot && name == crate::store::PRIVATE_DIR
+}
+
+/// The refusal of a change at a read-only `place`.
+pub(crate) fn read_only(place: Place) -> FsError {
+    match place {
+        Place::SnapshotsDir | Place::Snapshot => FsError::SnapshotReadOnly,
+        p => FsError::ReadOnly(p.area()),
+    }
 }

@@ -210,12 +210,6 @@ impl ClawFs {
                 return Err(FsError::Managed(format!("{area}{}", n.to_string_lossy())));
             }
         }
-        if npnode.place == Place::SnapshotsDir {
-            names::check_snapshot_name(newname)?;
-        }
-        if mode.exchange && pnode.place == Place::SnapshotsDir {
-            names::check_snapshot_name(name)?;
-        }
         let flags = match (mode.noreplace, mode.exchange) {
             (_, true) => RenameFlags::EXCHANGE,
             (true, false) => RenameFlags::NOREPLACE,

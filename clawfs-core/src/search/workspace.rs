@@ -1,7 +1,7 @@
 //! One workspace's index: keeping it in step with the files, and answering queries.
 
 use std::io::Read;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -513,42 +513,13 @@ pub fn is_managed(rel: &str) -> bool {
 
 /// Every regular file below `ws`, workspace-relative, without following symlinks.
 fn list_files(ws: BorrowedFd<'_>) -> Result<Vec<String>, SearchError> {
-    let mut out = Vec::new();
-    let mut stack = vec![String::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = match crate::beneath::open_dir(
-            ws,
-            Path::new(if rel.is_empty() { "." } else { &rel }),
-        ) {
-            Ok(d) => d,
-            Err(_) => continue,
-        };
-        let mut entries = rustix::fs::Dir::read_from(dir.as_fd())
-            .map_err(|e| SearchError::io(format!("listing {rel}"), e.into()))?;
-        while let Some(ent) = entries.read() {
-            let ent = ent.map_err(|e| SearchError::io(format!("listing {rel}"), e.into()))?;
-            let Ok(name) = ent.file_name().to_str() else {
-                continue;
-            };
-            if name == "." || name == ".." {
-                continue;
-            }
-            let path = match rel.is_empty() {
-                true => name.to_string(),
-                false => format!("{rel}/{name}"),
-            };
-            if is_managed(&path) {
-                continue;
-            }
-            match ent.file_type() {
-                rustix::fs::FileType::Directory => stack.push(path),
-                rustix::fs::FileType::RegularFile => out.push(path),
-                _ => {}
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
+    let entries = crate::tree::walk(ws, &is_managed)
+        .map_err(|e| SearchError::io("listing the workspace", e))?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
+        .map(|e| e.rel)
+        .collect())
 }
 
 /// Up to [`SNIPPET_CHARS`] of `content`, starting near the first word of `query` found in it.

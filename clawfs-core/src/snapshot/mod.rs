@@ -1,0 +1,797 @@
+//! Snapshots and forks of workspaces.
+//!
+//! A snapshot is `workspaces/<ws>/snapshots/snapshot-YYYY-MM-DD[-N].db`: one self-contained
+//! SQLite file holding every file of the workspace in the SQLite Archive layout (so
+//! `sqlite3 -A` lists and extracts it), each entry's owner, and a copy of the search index
+//! ([`archive`]). Snapshots are read-only through the mount and readable by root alone (they
+//! hold every file of the workspace, whoever may read each).
+//!
+//! - **Consistent.** A file is archived only if its status (size, modification and change
+//!   times, inode) is the same before and after it is read, so a file is never archived half
+//!   old and half new while agents write; one that keeps changing is read again, and after
+//!   [`STABLE_ATTEMPTS`] the snapshot fails naming it. The index is copied in one read
+//!   transaction.
+//! - **Atomic restore.** The snapshot is extracted into a folder of the store's private area,
+//!   which is exchanged with the workspace's in one `renameat2(RENAME_EXCHANGE)`: a reader sees
+//!   the old tree or the new one, never a mix. What it replaces is snapshotted first.
+//! - **Cheap forks.** A fork copies each file as a reflink where the backing filesystem has them
+//!   (btrfs, XFS: blocks shared until written) and with `copy_file_range` elsewhere. Hard links
+//!   are never used: a write through one name would change the other workspace's file.
+//!
+//! Everything is reached by descriptor beneath the store; symlinks in a workspace are archived
+//! and restored as symlinks, never followed.
+
+pub mod archive;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+
+use archive::{Content, Item, Reader, Writer};
+
+/// Reads of a changing file before a snapshot gives up on it.
+pub const STABLE_ATTEMPTS: u32 = 20;
+/// The largest file a snapshot holds (SQLite's blob limit).
+pub const MAX_FILE_BYTES: u64 = 1_000_000_000;
+
+/// Why a snapshot, restore or fork failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// No such workspace.
+    #[error("there is no workspace {0:?}")]
+    NoWorkspace(String),
+    /// No such snapshot.
+    #[error("workspace {workspace:?} has no snapshot {name:?}")]
+    NoSnapshot {
+        /// The workspace.
+        workspace: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// A name breaks the naming rules.
+    #[error(transparent)]
+    BadName(#[from] crate::error::FsError),
+    /// The target exists.
+    #[error("workspace {0:?} exists already")]
+    Exists(String),
+    /// A file kept changing while it was read.
+    #[error("{0} kept changing while it was read ({STABLE_ATTEMPTS} attempts): try again when it is quiet")]
+    Busy(String),
+    /// A file is larger than a snapshot holds.
+    #[error("{0} is larger than a snapshot holds (1 GB)")]
+    TooLarge(String),
+    /// The file is not a ClawFS snapshot.
+    #[error("{0} is not a ClawFS snapshot")]
+    NotASnapshot(String),
+    /// The snapshot is damaged.
+    #[error("the snapshot is damaged: {0}")]
+    Corrupt(String),
+    /// SQLite failed.
+    #[error("snapshot database: {0}")]
+    Db(#[from] rusqlite::Error),
+    /// A file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl SnapshotError {
+    /// An I/O error while doing `what`.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> SnapshotError {
+        SnapshotError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+fn io<E: Into<std::io::Error>>(what: impl Into<String>) -> impl FnOnce(E) -> SnapshotError {
+    let what = what.into();
+    move |e| SnapshotError::io(what, e.into())
+}
+
+/// A snapshot, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotInfo {
+    /// File name in `snapshots/`.
+    pub name: String,
+    /// When it was taken (RFC 3339).
+    pub created_at: String,
+    /// Regular files in it.
+    pub files: u64,
+    /// Their total size.
+    pub bytes: u64,
+    /// The snapshot file's size.
+    pub size: u64,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Restored {
+    /// The snapshot restored.
+    pub snapshot: String,
+    /// The snapshot of what it replaced.
+    pub saved_as: String,
+    /// Regular files restored.
+    pub files: u64,
+}
+
+/// What a fork did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Forked {
+    /// The new workspace.
+    pub workspace: String,
+    /// Regular files in it.
+    pub files: u64,
+    /// Of those, how many share their blocks with the source (reflinks).
+    pub reflinked: u64,
+}
+
+/// The workspaces of one store, for snapshots and forks (run as root, beside or without the
+/// daemon).
+pub struct Workspaces {
+    workspaces: OwnedFd,
+    /// `.clawfs/`, where trees are built before they are swapped in.
+    private: OwnedFd,
+}
+
+impl Workspaces {
+    /// The workspaces of the store at `store_root`.
+    pub fn open(store_root: &Path) -> Result<Workspaces, SnapshotError> {
+        let root = rustix::fs::open(
+            store_root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io(format!("opening the store {}", store_root.display())))?;
+        let workspaces = crate::beneath::open_dir(
+            root.as_fd(),
+            Path::new(crate::area::Area::Workspaces.dir_name()),
+        )
+        .map_err(io("opening workspaces/"))?;
+        let private = crate::beneath::open_dir(root.as_fd(), Path::new(crate::store::PRIVATE_DIR))
+            .map_err(io("opening the store's private folder"))?;
+        Ok(Workspaces {
+            workspaces,
+            private,
+        })
+    }
+
+    fn workspace(&self, ws: &str) -> Result<OwnedFd, SnapshotError> {
+        crate::names::check_system_name(std::ffi::OsStr::new(ws))?;
+        crate::beneath::open_dir(self.workspaces.as_fd(), Path::new(ws)).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => SnapshotError::NoWorkspace(ws.into()),
+                _ => SnapshotError::io(format!("opening workspace {ws}"), e),
+            }
+        })
+    }
+
+    /// The workspace's `snapshots/` (made, root's alone, if missing).
+    fn snapshots_dir(&self, ws_fd: BorrowedFd<'_>) -> Result<OwnedFd, SnapshotError> {
+        match rustix::fs::mkdirat(ws_fd, "snapshots", Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(SnapshotError::io("making snapshots/", e.into())),
+        }
+        crate::beneath::open_dir(ws_fd, Path::new("snapshots")).map_err(io("opening snapshots/"))
+    }
+
+    /// Takes a snapshot of `ws` (and its index, from `index_db` when given).
+    pub fn create(&self, ws: &str, index_db: Option<&Path>) -> Result<SnapshotInfo, SnapshotError> {
+        let ws_fd = self.workspace(ws)?;
+        let snaps = self.snapshots_dir(ws_fd.as_fd())?;
+        let tmp = format!(".tmp-{}.db", random_hex());
+        drop(
+            rustix::fs::openat(
+                &snaps,
+                tmp.as_str(),
+                OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(io("creating the snapshot file"))?,
+        );
+        let result = self.write_snapshot(ws, ws_fd.as_fd(), &fd_path(&snaps, &tmp), index_db);
+        let done = result.and_then(|()| {
+            let name = self.publish(snaps.as_fd(), &tmp)?;
+            self.info(snaps.as_fd(), &name)
+        });
+        if done.is_err() {
+            let _ = rustix::fs::unlinkat(&snaps, tmp.as_str(), AtFlags::empty());
+        }
+        done
+    }
+
+    fn write_snapshot(
+        &self,
+        ws: &str,
+        ws_fd: BorrowedFd<'_>,
+        path: &str,
+        index_db: Option<&Path>,
+    ) -> Result<(), SnapshotError> {
+        let w = Writer::create(path)?;
+        w.set_info("format", archive::FORMAT)?;
+        w.set_info("workspace", ws)?;
+        w.set_info("created_at", &crate::seed::now_rfc3339())?;
+        for e in crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
+            .map_err(io(format!("listing workspace {ws}")))?
+        {
+            let item = match e.kind {
+                FileType::Directory => {
+                    let st = rustix::fs::statat(ws_fd, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(io(e.rel.clone()))?;
+                    item_of(&e.rel, &st, Content::Dir)
+                }
+                FileType::Symlink => {
+                    let st = rustix::fs::statat(ws_fd, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(io(e.rel.clone()))?;
+                    let target = rustix::fs::readlinkat(ws_fd, e.rel.as_str(), Vec::new())
+                        .map_err(io(format!("reading the link {}", e.rel)))?;
+                    let Ok(target) = target.into_string() else {
+                        continue;
+                    };
+                    item_of(&e.rel, &st, Content::Symlink(target))
+                }
+                FileType::RegularFile => {
+                    let (bytes, st) = read_stable(ws_fd, &e.rel)?;
+                    item_of(&e.rel, &st, Content::File(bytes))
+                }
+                // FIFOs, sockets, devices: nothing to keep.
+                _ => continue,
+            };
+            w.add(&item)?;
+        }
+        if let Some(db) = index_db.filter(|p| p.exists()) {
+            w.add_index(&db.display().to_string())?;
+        }
+        w.finish()?;
+        // On disk before it gets its name.
+        let f = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(io("opening the snapshot"))?;
+        rustix::fs::fsync(&f).map_err(io("syncing the snapshot"))?;
+        Ok(())
+    }
+
+    /// Gives the finished temp file its name: the first free one of the day.
+    fn publish(&self, snaps: BorrowedFd<'_>, tmp: &str) -> Result<String, SnapshotError> {
+        let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+        for n in 1..1000 {
+            let name = match n {
+                1 => format!("snapshot-{day}.db"),
+                n => format!("snapshot-{day}-{n}.db"),
+            };
+            match rustix::fs::renameat_with(
+                snaps,
+                tmp,
+                snaps,
+                name.as_str(),
+                RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => {
+                    let _ = rustix::fs::fsync(snaps);
+                    return Ok(name);
+                }
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(SnapshotError::io("naming the snapshot", e.into())),
+            }
+        }
+        Err(SnapshotError::io(
+            "naming the snapshot",
+            std::io::Error::other("a thousand snapshots today already"),
+        ))
+    }
+
+    fn info(&self, snaps: BorrowedFd<'_>, name: &str) -> Result<SnapshotInfo, SnapshotError> {
+        let st = rustix::fs::statat(snaps, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(io(format!("snapshot {name}")))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(SnapshotError::NotASnapshot(name.into()));
+        }
+        let r = Reader::open(&fd_path(snaps, name))?;
+        let (files, bytes) = r.totals()?;
+        Ok(SnapshotInfo {
+            name: name.into(),
+            created_at: r.info("created_at")?.unwrap_or_default(),
+            files,
+            bytes,
+            size: st.st_size as u64,
+        })
+    }
+
+    /// The snapshots of `ws`, oldest first.
+    pub fn list(&self, ws: &str) -> Result<Vec<SnapshotInfo>, SnapshotError> {
+        let ws_fd = self.workspace(ws)?;
+        let snaps = match crate::beneath::open_dir(ws_fd.as_fd(), Path::new("snapshots")) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(SnapshotError::io("opening snapshots/", e)),
+        };
+        let mut out = Vec::new();
+        let mut it = rustix::fs::Dir::read_from(&snaps).map_err(io("listing snapshots/"))?;
+        while let Some(ent) = it.read() {
+            let ent = ent.map_err(io("listing snapshots/"))?;
+            let Ok(name) = ent.file_name().to_str() else {
+                continue;
+            };
+            if crate::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
+                continue;
+            }
+            match self.info(snaps.as_fd(), name) {
+                Ok(i) => out.push(i),
+                Err(e) => tracing::warn!(snapshot = name, error = %e, "not listed"),
+            }
+        }
+        // The day's later snapshots have longer names (-2, -10): order by length, then name.
+        out.sort_by(|a, b| {
+            (&a.created_at, a.name.len(), &a.name).cmp(&(&b.created_at, b.name.len(), &b.name))
+        });
+        Ok(out)
+    }
+
+    /// The snapshot `name` of `ws`, opened.
+    fn snapshot(
+        &self,
+        ws: &str,
+        ws_fd: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<(OwnedFd, Reader), SnapshotError> {
+        crate::names::check_snapshot_name(std::ffi::OsStr::new(name))?;
+        let missing = || SnapshotError::NoSnapshot {
+            workspace: ws.into(),
+            name: name.into(),
+        };
+        let snaps =
+            crate::beneath::open_dir(ws_fd, Path::new("snapshots")).map_err(|_| missing())?;
+        let st =
+            rustix::fs::statat(&snaps, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|_| missing())?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(missing());
+        }
+        let r = Reader::open(&fd_path(&snaps, name))?;
+        Ok((snaps, r))
+    }
+
+    /// Removes the snapshot `name` of `ws`.
+    pub fn remove(&self, ws: &str, name: &str) -> Result<(), SnapshotError> {
+        let ws_fd = self.workspace(ws)?;
+        let (snaps, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
+        drop(reader);
+        rustix::fs::unlinkat(&snaps, name, AtFlags::empty()).map_err(io(format!("removing {name}")))
+    }
+
+    /// Replaces the files of `ws` with those of its snapshot `name`, atomically, after taking
+    /// a snapshot of what it replaces. `metadata.json` and `snapshots/` stay as they are.
+    pub fn restore(
+        &self,
+        ws: &str,
+        name: &str,
+        index_db: Option<&Path>,
+    ) -> Result<Restored, SnapshotError> {
+        let ws_fd = self.workspace(ws)?;
+        let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
+        let saved = self.create(ws, index_db)?;
+        let (tmp_parent, tmp) = self.staging("restore")?;
+        let built = (|| {
+            let new = crate::beneath::open_dir(tmp_parent.as_fd(), Path::new(&tmp))
+                .map_err(io("opening the restore folder"))?;
+            let files = extract(&reader, new.as_fd(), &|rel| {
+                rel == "metadata.json" || rel == "snapshots" || rel.starts_with("snapshots/")
+            })?;
+            copy_file(ws_fd.as_fd(), new.as_fd(), "metadata.json")?;
+            self.keep_snapshots(ws_fd.as_fd(), new.as_fd())?;
+            copy_dir_status(ws_fd.as_fd(), new.as_fd())?;
+            Ok::<u64, SnapshotError>(files)
+        })();
+        let files = match built {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
+                return Err(e);
+            }
+        };
+        rustix::fs::renameat_with(
+            &tmp_parent,
+            tmp.as_str(),
+            &self.workspaces,
+            ws,
+            RenameFlags::EXCHANGE,
+        )
+        .map_err(io("swapping the restored workspace in"))?;
+        // The old tree, now in the private area.
+        if let Err(e) = crate::tree::remove_all(tmp_parent.as_fd(), &tmp) {
+            tracing::warn!(error = %e, "removing the replaced workspace tree");
+        }
+        Ok(Restored {
+            snapshot: name.into(),
+            saved_as: saved.name,
+            files,
+        })
+    }
+
+    /// Makes workspace `new` from the current state of `ws`, or from its snapshot `from`.
+    pub fn fork(&self, ws: &str, new: &str, from: Option<&str>) -> Result<Forked, SnapshotError> {
+        let ws_fd = self.workspace(ws)?;
+        crate::names::check_workspace_name(std::ffi::OsStr::new(new))?;
+        if rustix::fs::statat(&self.workspaces, new, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Err(SnapshotError::Exists(new.into()));
+        }
+        let (tmp_parent, tmp) = self.staging("fork")?;
+        let built = (|| {
+            let dst = crate::beneath::open_dir(tmp_parent.as_fd(), Path::new(&tmp))
+                .map_err(io("opening the fork folder"))?;
+            let skip = |rel: &str| {
+                rel == "metadata.json" || rel == "snapshots" || rel.starts_with("snapshots/")
+            };
+            let counts = match from {
+                Some(name) => {
+                    let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
+                    (extract(&reader, dst.as_fd(), &skip)?, 0)
+                }
+                None => copy_tree(ws_fd.as_fd(), dst.as_fd(), &skip)?,
+            };
+            self.fork_metadata(ws, ws_fd.as_fd(), dst.as_fd(), new, from)?;
+            let snaps_st = rustix::fs::statat(&ws_fd, "snapshots", AtFlags::SYMLINK_NOFOLLOW).ok();
+            let snaps = crate::tree::create_dir(dst.as_fd(), "snapshots", 0o700)
+                .map_err(io("making snapshots/"))?;
+            if let Some(st) = snaps_st {
+                crate::tree::set_status(snaps.as_fd(), st.st_uid, st.st_gid, st.st_mode, now_ns())
+                    .map_err(io("snapshots/"))?;
+            }
+            copy_dir_status(ws_fd.as_fd(), dst.as_fd())?;
+            Ok::<(u64, u64), SnapshotError>(counts)
+        })();
+        let (files, reflinked) = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
+                return Err(e);
+            }
+        };
+        match rustix::fs::renameat_with(
+            &tmp_parent,
+            tmp.as_str(),
+            &self.workspaces,
+            new,
+            RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => Ok(Forked {
+                workspace: new.into(),
+                files,
+                reflinked,
+            }),
+            Err(e) => {
+                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
+                Err(match e {
+                    rustix::io::Errno::EXIST => SnapshotError::Exists(new.into()),
+                    e => SnapshotError::io("naming the fork", e.into()),
+                })
+            }
+        }
+    }
+
+    /// A new, empty, root-only folder in the private area's `tmp/`, and its name there.
+    fn staging(&self, what: &str) -> Result<(OwnedFd, String), SnapshotError> {
+        match rustix::fs::mkdirat(&self.private, "tmp", Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(SnapshotError::io("making .clawfs/tmp", e.into())),
+        }
+        let parent = crate::beneath::open_dir(self.private.as_fd(), Path::new("tmp"))
+            .map_err(io("opening .clawfs/tmp"))?;
+        let name = format!("{what}-{}", random_hex());
+        rustix::fs::mkdirat(&parent, name.as_str(), Mode::from_raw_mode(0o700))
+            .map_err(io("making a staging folder"))?;
+        Ok((parent, name))
+    }
+
+    /// Hard-links every snapshot of the workspace at `from` into a new `snapshots/` of `to`
+    /// (snapshots are never written in place, so sharing them is safe).
+    fn keep_snapshots(
+        &self,
+        from: BorrowedFd<'_>,
+        to: BorrowedFd<'_>,
+    ) -> Result<(), SnapshotError> {
+        let src = self.snapshots_dir(from)?;
+        let st = rustix::fs::fstat(&src).map_err(io("snapshots/"))?;
+        let dst =
+            crate::tree::create_dir(to, "snapshots", 0o700).map_err(io("making snapshots/"))?;
+        let mut it = rustix::fs::Dir::read_from(&src).map_err(io("listing snapshots/"))?;
+        while let Some(ent) = it.read() {
+            let ent = ent.map_err(io("listing snapshots/"))?;
+            if ent.file_type() != FileType::RegularFile {
+                continue;
+            }
+            let Ok(name) = ent.file_name().to_str() else {
+                continue;
+            };
+            if crate::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
+                continue;
+            }
+            rustix::fs::linkat(&src, name, &dst, name, AtFlags::empty())
+                .map_err(io(format!("keeping snapshot {name}")))?;
+        }
+        crate::tree::set_status(dst.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
+            .map_err(io("snapshots/"))
+    }
+
+    /// The fork's `metadata.json`: the source's settings under the new name.
+    fn fork_metadata(
+        &self,
+        ws: &str,
+        ws_fd: BorrowedFd<'_>,
+        dst: BorrowedFd<'_>,
+        new: &str,
+        from: Option<&str>,
+    ) -> Result<(), SnapshotError> {
+        let src = crate::beneath::read(ws_fd, Path::new("metadata.json"), 1 << 20)
+            .map_err(io("reading metadata.json"))?;
+        let now = crate::seed::now_rfc3339();
+        let mut meta: serde_json::Value = src
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}));
+        meta["workspace_id"] = new.into();
+        meta["created_at"] = now.clone().into();
+        meta["updated_at"] = now.into();
+        meta["forked_from"] = match from {
+            Some(s) => format!("{ws}@{s}"),
+            None => ws.to_string(),
+        }
+        .into();
+        let mut text = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| SnapshotError::io("metadata.json", e.into()))?;
+        text.push(b'\n');
+        let st = rustix::fs::statat(ws_fd, "metadata.json", AtFlags::SYMLINK_NOFOLLOW).ok();
+        let f =
+            crate::tree::create_file(dst, "metadata.json", 0o600).map_err(io("metadata.json"))?;
+        std::fs::File::from(rustix::io::dup(&f).map_err(io("metadata.json"))?)
+            .write_all(&text)
+            .map_err(io("writing metadata.json"))?;
+        if let Some(st) = st {
+            crate::tree::set_status(f.as_fd(), st.st_uid, st.st_gid, st.st_mode, now_ns())
+                .map_err(io("metadata.json"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `/proc/self/fd/N/name`: a path SQLite can open that reaches `name` through the descriptor
+/// `dir` (never through the store's path again).
+fn fd_path(dir: impl AsFd, name: &str) -> String {
+    format!("/proc/self/fd/{}/{name}", dir.as_fd().as_raw_fd())
+}
+
+fn random_hex() -> String {
+    let mut b = [0u8; 12];
+    getrandom::fill(&mut b).expect("the kernel's random source");
+    hex::encode(b)
+}
+
+fn mtime_ns(st: &rustix::fs::Stat) -> i64 {
+    st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64
+}
+
+fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+}
+
+fn item_of(rel: &str, st: &rustix::fs::Stat, content: Content) -> Item {
+    Item {
+        name: rel.to_string(),
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mtime_ns: mtime_ns(st),
+        content,
+    }
+}
+
+/// A file changed this recently may still be in the middle of a `write(2)`: the kernel sets its
+/// times when a write starts, so the status alone cannot show the write going on.
+const RECENT_NS: i64 = 5_000_000_000;
+
+/// The bytes and status of the file `rel`, read while it did not change: same status before and
+/// after, and, for a file changed in the last [`RECENT_NS`], the same bytes read twice.
+fn read_stable(
+    ws: BorrowedFd<'_>,
+    rel: &str,
+) -> Result<(Vec<u8>, rustix::fs::Stat), SnapshotError> {
+    let read_all = |fd: &OwnedFd, size: usize| -> Result<Vec<u8>, SnapshotError> {
+        let mut bytes = Vec::with_capacity(size);
+        let f = std::fs::File::from(fd.try_clone().map_err(io(rel.to_string()))?);
+        std::io::Read::by_ref(&mut &f)
+            .take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io(format!("reading {rel}")))?;
+        Ok(bytes)
+    };
+    let stamp = crate::search::index::FileStamp::of;
+    for attempt in 0..STABLE_ATTEMPTS {
+        let fd = crate::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY)
+            .map_err(io(format!("opening {rel}")))?;
+        let before = rustix::fs::fstat(&fd).map_err(io(rel.to_string()))?;
+        if before.st_size as u64 > MAX_FILE_BYTES {
+            return Err(SnapshotError::TooLarge(rel.into()));
+        }
+        let bytes = read_all(&fd, before.st_size as usize)?;
+        let recent =
+            now_ns() - (before.st_ctime * 1_000_000_000 + before.st_ctime_nsec as i64) < RECENT_NS;
+        let same_again = !recent || {
+            rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0)).map_err(io(rel.to_string()))?;
+            read_all(&fd, bytes.len())? == bytes
+        };
+        let after = rustix::fs::fstat(&fd).map_err(io(rel.to_string()))?;
+        if same_again
+            && stamp(&before) == stamp(&after)
+            && bytes.len() as u64 == after.st_size as u64
+        {
+            return Ok((bytes, after));
+        }
+        std::thread::sleep(Duration::from_millis(5 * u64::from(attempt + 1)));
+    }
+    Err(SnapshotError::Busy(rel.into()))
+}
+
+/// Writes every entry of the snapshot not `skip`ped below `root`, with its owner, mode and
+/// modification time; returns how many regular files.
+fn extract(
+    reader: &Reader,
+    root: BorrowedFd<'_>,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<u64, SnapshotError> {
+    let mut files = 0;
+    // Folders get their status last: creating their entries changes their times.
+    let mut dirs: Vec<Item> = Vec::new();
+    reader.each(&mut |item| {
+        if skip(&item.name) {
+            return Ok(());
+        }
+        let at = |e: std::io::Error| SnapshotError::io(format!("restoring {}", item.name), e);
+        match &item.content {
+            Content::Dir => {
+                drop(crate::tree::create_dir(root, &item.name, 0o700).map_err(at)?);
+                dirs.push(item);
+            }
+            Content::Symlink(target) => {
+                crate::tree::create_symlink(root, &item.name, target).map_err(at)?;
+                rustix::fs::chownat(
+                    root,
+                    item.name.as_str(),
+                    Some(rustix::fs::Uid::from_raw(item.uid)),
+                    Some(rustix::fs::Gid::from_raw(item.gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(|e| at(e.into()))?;
+            }
+            Content::File(bytes) => {
+                let f = crate::tree::create_file(root, &item.name, 0o600).map_err(at)?;
+                std::fs::File::from(rustix::io::dup(&f).map_err(|e| at(e.into()))?)
+                    .write_all(bytes)
+                    .map_err(at)?;
+                crate::tree::set_status(f.as_fd(), item.uid, item.gid, item.mode, item.mtime_ns)
+                    .map_err(at)?;
+                files += 1;
+            }
+        }
+        Ok(())
+    })?;
+    for d in dirs.iter().rev() {
+        let fd = crate::beneath::open_dir(root, Path::new(&d.name)).map_err(io(d.name.clone()))?;
+        crate::tree::set_status(fd.as_fd(), d.uid, d.gid, d.mode, d.mtime_ns)
+            .map_err(io(format!("restoring {}", d.name)))?;
+    }
+    Ok(files)
+}
+
+/// Copies the tree at `src` into the empty folder `dst` (reflinks where possible); returns
+/// (regular files, of which reflinked).
+fn copy_tree(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<(u64, u64), SnapshotError> {
+    let (mut files, mut reflinked) = (0, 0);
+    let mut dirs = Vec::new();
+    for e in crate::tree::walk(src, skip).map_err(io("listing the workspace"))? {
+        let at = |err: std::io::Error| SnapshotError::io(format!("copying {}", e.rel), err);
+        let st = rustix::fs::statat(src, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|x| at(x.into()))?;
+        match e.kind {
+            FileType::Directory => {
+                drop(crate::tree::create_dir(dst, &e.rel, 0o700).map_err(at)?);
+                dirs.push((e.rel.clone(), st));
+            }
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(src, e.rel.as_str(), Vec::new())
+                    .map_err(|x| at(x.into()))?;
+                let Ok(target) = target.into_string() else {
+                    continue;
+                };
+                crate::tree::create_symlink(dst, &e.rel, &target).map_err(at)?;
+                rustix::fs::chownat(
+                    dst,
+                    e.rel.as_str(),
+                    Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                    Some(rustix::fs::Gid::from_raw(st.st_gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(|x| at(x.into()))?;
+            }
+            FileType::RegularFile => {
+                if copy_stable(src, dst, &e.rel)? {
+                    reflinked += 1;
+                }
+                files += 1;
+            }
+            _ => {}
+        }
+    }
+    for (rel, st) in dirs.iter().rev() {
+        let fd = crate::beneath::open_dir(dst, Path::new(rel)).map_err(io(rel.clone()))?;
+        crate::tree::set_status(fd.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(st))
+            .map_err(io(rel.clone()))?;
+    }
+    Ok((files, reflinked))
+}
+
+/// Copies the file `rel` while it did not change; true when it was reflinked.
+fn copy_stable(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, rel: &str) -> Result<bool, SnapshotError> {
+    let at = |e: std::io::Error| SnapshotError::io(format!("copying {rel}"), e);
+    for attempt in 0..STABLE_ATTEMPTS {
+        let from = crate::beneath::open_file(src, Path::new(rel), OFlags::RDONLY).map_err(at)?;
+        let before = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
+        let _ = crate::tree::remove_all(dst, rel);
+        let to = crate::tree::create_file(dst, rel, 0o600).map_err(at)?;
+        let reflinked = rustix::fs::ioctl_ficlone(&to, &from).is_ok();
+        if !reflinked {
+            crate::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
+        }
+        let after = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
+        let stamp = crate::search::index::FileStamp::of;
+        if stamp(&before) == stamp(&after) {
+            crate::tree::set_status(
+                to.as_fd(),
+                after.st_uid,
+                after.st_gid,
+                after.st_mode,
+                mtime_ns(&after),
+            )
+            .map_err(at)?;
+            return Ok(reflinked);
+        }
+        std::thread::sleep(Duration::from_millis(5 * u64::from(attempt + 1)));
+    }
+    Err(SnapshotError::Busy(rel.into()))
+}
+
+/// Copies the regular file `name` of `from` into `to`, with its status.
+fn copy_file(from: BorrowedFd<'_>, to: BorrowedFd<'_>, name: &str) -> Result<(), SnapshotError> {
+    match crate::beneath::open_file(from, Path::new(name), OFlags::RDONLY) {
+        Ok(_) => copy_stable(from, to, name).map(|_| ()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(SnapshotError::io(format!("opening {name}"), e)),
+    }
+}
+
+/// Gives the folder `to` the owner, mode, times and extended attributes of `from` (the
+/// workspace's own: its dimension, its tags).
+fn copy_dir_status(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), SnapshotError> {
+    let st = rustix::fs::fstat(from).map_err(io("the workspace folder"))?;
+    let src = PathBuf::from(format!("/proc/self/fd/{}", from.as_raw_fd()));
+    let dst = PathBuf::from(format!("/proc/self/fd/{}", to.as_raw_fd()));
+    if let Ok(names) = xattr::list(&src) {
+        for n in names {
+            if let Ok(Some(v)) = xattr::get(&src, &n) {
+                xattr::set(&dst, &n, &v)
+                    .map_err(io(format!("copying the attribute {}", n.to_string_lossy())))?;
+            }
+        }
+    }
+    crate::tree::set_status(to, st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
+        .map_err(io("the workspace folder"))
+}

@@ -1,0 +1,188 @@
+//! Whole directory trees in the store, reached by descriptor: listed, removed and copied without
+//! ever following a symlink or `..` (a name planted in a tree cannot lead outside it).
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// One entry of a tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Path below the tree's root, `/`-separated.
+    pub rel: String,
+    /// Directory, regular file, symlink (others are listed too; callers skip what they keep
+    /// no copy of).
+    pub kind: FileType,
+}
+
+/// Every entry below `root` (not `root` itself), each directory before what it holds, sorted
+/// by path; entries for which `skip(rel)` holds are left out with everything below them. Names
+/// that are not UTF-8 are left out (they cannot be named in an archive or a query).
+pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = match crate::beneath::open_dir(
+            root,
+            Path::new(if rel.is_empty() { "." } else { &rel }),
+        ) {
+            Ok(d) => d,
+            // Removed (or replaced) since it was listed.
+            Err(e)
+                if !rel.is_empty()
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                    ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
+        while let Some(ent) = entries.read() {
+            let ent = ent?;
+            let Ok(name) = ent.file_name().to_str() else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            let path = match rel.is_empty() {
+                true => name.to_string(),
+                false => format!("{rel}/{name}"),
+            };
+            if skip(&path) {
+                continue;
+            }
+            let kind = match ent.file_type() {
+                FileType::Unknown => rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode))?,
+                k => k,
+            };
+            if kind == FileType::Directory {
+                stack.push(path.clone());
+            }
+            out.push(Entry { rel: path, kind });
+        }
+    }
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(out)
+}
+
+/// Removes `name` in `parent` and everything below it, by descriptor.
+pub fn remove_all(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?);
+    }
+    let dir = crate::beneath::open_dir(parent, Path::new(name))?;
+    let names: Vec<String> = {
+        let mut it = rustix::fs::Dir::read_from(dir.as_fd())?;
+        let mut v = Vec::new();
+        while let Some(ent) = it.read() {
+            let ent = ent?;
+            let n = ent.file_name().to_string_lossy().into_owned();
+            if n != "." && n != ".." {
+                v.push(n);
+            }
+        }
+        v
+    };
+    for n in names {
+        remove_all(dir.as_fd(), &n)?;
+    }
+    Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?)
+}
+
+/// Creates the file `rel` below `root` (its folder must exist) with `O_EXCL`, never through a
+/// symlink, for writing.
+pub fn create_file(root: BorrowedFd<'_>, rel: &str, mode: u32) -> io::Result<OwnedFd> {
+    let (dir, name) = parent_of(root, rel)?;
+    Ok(rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode & 0o7777),
+    )?)
+}
+
+/// Creates the folder `rel` below `root` and opens it.
+pub fn create_dir(root: BorrowedFd<'_>, rel: &str, mode: u32) -> io::Result<OwnedFd> {
+    let (dir, name) = parent_of(root, rel)?;
+    rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
+    crate::beneath::open_dir(dir.as_fd(), Path::new(name))
+}
+
+/// Creates the symlink `rel` below `root`, pointing at `target` (never followed by ClawFS).
+pub fn create_symlink(root: BorrowedFd<'_>, rel: &str, target: &str) -> io::Result<()> {
+    let (dir, name) = parent_of(root, rel)?;
+    Ok(rustix::fs::symlinkat(target, &dir, name)?)
+}
+
+/// The folder holding `rel` below `root`, opened, and `rel`'s last name.
+fn parent_of<'r>(root: BorrowedFd<'_>, rel: &'r str) -> io::Result<(OwnedFd, &'r str)> {
+    let (parent, name) = match rel.rsplit_once('/') {
+        Some((p, n)) => (p, n),
+        None => (".", rel),
+    };
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{rel:?} is not a name"),
+        ));
+    }
+    Ok((crate::beneath::open_dir(root, Path::new(parent))?, name))
+}
+
+/// Copies the regular file `from` into the new file `to`: a reflink (shared blocks, copied
+/// on write) where the filesystem offers one, else an in-kernel copy.
+pub fn copy_contents(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
+    if rustix::fs::ioctl_ficlone(to, from).is_ok() {
+        return Ok(());
+    }
+    loop {
+        match rustix::fs::copy_file_range(from, None, to, None, 1 << 30) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            // Filesystems or kernels without it: an ordinary copy.
+            Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS | rustix::io::Errno::INVAL) => {
+                let mut r = std::fs::File::from(rustix::io::dup(from)?);
+                let mut w = std::fs::File::from(rustix::io::dup(to)?);
+                std::io::copy(&mut r, &mut w)?;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Gives the open `fd` the owner, mode and modification time of `st`.
+pub fn set_status(
+    fd: BorrowedFd<'_>,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    mtime_ns: i64,
+) -> io::Result<()> {
+    crate::beneath::chown_fd(fd, uid, gid)?;
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode & 0o7777))?;
+    let t = rustix::fs::Timespec {
+        tv_sec: mtime_ns.div_euclid(1_000_000_000),
+        tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _,
+    };
+    rustix::fs::futimens(
+        fd,
+        &rustix::fs::Timestamps {
+            last_access: t,
+            last_modification: t,
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! `clawfs snapshot` and `clawfs workspace fork`: snapshots of a workspace (SQLite Archive files
+//! in its `snapshots/`), restoring one atomically, and forking a workspace into a new one.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use clap::Subcommand;
+use clawfs_core::snapshot::Workspaces;
+use clawfs_core::store::Store;
+
+use crate::error::Failure;
+
+/// `clawfs snapshot` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Take a snapshot of a workspace: every file, consistent while agents write, and its search
+    /// index, in `snapshots/snapshot-YYYY-MM-DD[-N].db` (a SQLite Archive: `sqlite3 -A -t -f`
+    /// lists it).
+    Create {
+        /// The workspace.
+        workspace: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a workspace's snapshots, oldest first.
+    List {
+        /// The workspace.
+        workspace: String,
+        /// Print JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace a workspace's files with a snapshot's, atomically; what is replaced is
+    /// snapshotted first. metadata.json and snapshots/ stay.
+    Restore {
+        /// The workspace.
+        workspace: String,
+        /// The snapshot (as `clawfs snapshot list` names it).
+        snapshot: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a snapshot.
+    Rm {
+        /// The workspace.
+        workspace: String,
+        /// The snapshot.
+        snapshot: String,
+    },
+}
+
+/// `clawfs workspace` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Make a new workspace from the current state of another, or from one of its snapshots:
+    /// files keep their owners and modes; reflinks share blocks where the store's filesystem has
+    /// them.
+    Fork {
+        /// The workspace to fork.
+        workspace: String,
+        /// The new workspace's name.
+        new: String,
+        /// Fork this snapshot of it instead of its current state.
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn index_db(store: &Store, workspace: &str) -> PathBuf {
+    clawfs_core::search::index::index_dir(&store.private_dir(), workspace).join("index.db")
+}
+
+/// Lets a daemon serving the store, if any, see the changed workspaces at once.
+fn reindex(store: &Store) -> Result<(), Failure> {
+    crate::daemon::refresh_daemon(store).map(|_| ())
+}
+
+fn open(store_root: &Path) -> Result<(Store, Workspaces), Failure> {
+    let store = Store::open(store_root)?;
+    let ws = Workspaces::open(store_root).map_err(|e| anyhow!(e))?;
+    Ok((store, ws))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// `clawfs snapshot`.
+pub fn snapshot(store_root: &Path, cmd: &SnapshotCommand) -> Result<(), Failure> {
+    let (store, wss) = open(store_root)?;
+    match cmd {
+        SnapshotCommand::Create { workspace, json } => {
+            let s = wss
+                .create(workspace, Some(&index_db(&store, workspace)))
+                .map_err(|e| anyhow!(e))?;
+            match json {
+                true => crate::output::print_json(&s).context("writing to stdout")?,
+                false => println!(
+                    "snapshot {} of {workspace}: {} files, {} ({} on disk)",
+                    s.name,
+                    s.files,
+                    mib(s.bytes),
+                    mib(s.size)
+                ),
+            }
+        }
+        SnapshotCommand::List { workspace, json } => {
+            let list = wss.list(workspace).map_err(|e| anyhow!(e))?;
+            for s in &list {
+                match json {
+                    true => crate::output::print_json(s).context("writing to stdout")?,
+                    false => println!(
+                        "{:32} {:26} {:>8} files {:>12}",
+                        s.name,
+                        s.created_at,
+                        s.files,
+                        mib(s.bytes)
+                    ),
+                }
+            }
+            if list.is_empty() && !json {
+                eprintln!("workspace {workspace} has no snapshots");
+            }
+        }
+        SnapshotCommand::Restore {
+            workspace,
+            snapshot,
+            json,
+        } => {
+            let r = wss
+                .restore(workspace, snapshot, Some(&index_db(&store, workspace)))
+                .map_err(|e| anyhow!(e))?;
+            reindex(&store)?;
+            match json {
+                true => crate::output::print_json(&r).context("writing to stdout")?,
+                false => println!(
+                    "restored {workspace} from {} ({} files); what it replaced is in {}",
+                    r.snapshot, r.files, r.saved_as
+                ),
+            }
+        }
+        SnapshotCommand::Rm {
+            workspace,
+            snapshot,
+        } => {
+            wss.remove(workspace, snapshot).map_err(|e| anyhow!(e))?;
+            println!("removed snapshot {snapshot} of {workspace}");
+        }
+    }
+    Ok(())
+}
+
+/// `clawfs workspace`.
+pub fn workspace(store_root: &Path, cmd: &WorkspaceCommand) -> Result<(), Failure> {
+    let (store, wss) = open(store_root)?;
+    match cmd {
+        WorkspaceCommand::Fork {
+            workspace,
+            new,
+            from,
+            json,
+        } => {
+            let f = wss
+                .fork(workspace, new, from.as_deref())
+                .map_err(|e| anyhow!(e))?;
+            reindex(&store)?;
+            match json {
+                true => crate::output::print_json(&f).context("writing to stdout")?,
+                false => println!(
+                    "forked {workspace}{} into {new}: {} files ({} reflinked)",
+                    from.as_ref()
+                        .map(|s| format!(" at {s}"))
+                        .unwrap_or_default(),
+                    f.files,
+                    f.reflinked
+                ),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Snapshot files as an attacker would make them: names that climb out of the workspace,
+//! symlinks planted where a folder goes, files that are not snapshots at all. A restore or fork
+//! refuses them with a clear error and writes nothing anywhere; an agent can neither read a
+//! snapshot (it holds every file, whoever may read each) nor plant one through the mount.
+
+use std::fs;
+use std::path::Path;
+
+use crate::common::{clawfs, errno, sh, Mounted};
+
+fn cli(m: &Mounted, args: &[&str]) -> std::process::Output {
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.push("--store".as_ref());
+    all.push(m.store.as_os_str());
+    clawfs(all)
+}
+
+/// A snapshot file with the given sqlar rows `(name, mode, data)`, placed in the store as an
+/// attacker with access to the store's disk (or a restored backup) would.
+fn plant(m: &Mounted, name: &str, rows: &[(&str, u32, &str)]) -> String {
+    let path = m.store.join("workspaces/default/snapshots").join(name);
+    let mut sql = String::from(
+        "CREATE TABLE sqlar(name TEXT PRIMARY KEY, mode INT, mtime INT, sz INT, data BLOB);
+         CREATE TABLE clawfs_snapshot(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+         CREATE TABLE clawfs_owners(name TEXT PRIMARY KEY, uid INT, gid INT, mtime_ns INT);
+         INSERT INTO clawfs_snapshot VALUES ('format', 'clawfs-snapshot-1');",
+    );
+    for (n, mode, data) in rows {
+        sql.push_str(&format!(
+            "INSERT INTO sqlar VALUES ('{n}', {mode}, 0, {}, CAST('{data}' AS BLOB));",
+            if mode & 0o170000 == 0o120000 {
+                -1
+            } else {
+                data.len() as i64
+            }
+        ));
+    }
+    sh(&format!("sqlite3 {} \"{sql}\"", path.display()));
+    name.to_string()
+}
+
+fn tree_outside(m: &Mounted) -> Vec<(String, String)> {
+    crate::common::tree(m.dir.path())
+        .into_iter()
+        .filter(|(p, _)| {
+            !p.starts_with("store/workspaces/default/snapshots") && !p.starts_with("mnt")
+        })
+        .filter(|(p, _)| !p.starts_with("store/.clawfs"))
+        .collect()
+}
+
+#[test]
+fn crafted_snapshots_cannot_write_outside_the_workspace() {
+    let m = Mounted::new();
+    fs::write(m.ws().join("keep.txt"), "keep\n").unwrap();
+    let cases = [
+        plant(
+            &m,
+            "snapshot-2001-01-01.db",
+            &[("../../escape.txt", 0o100644, "pwned")],
+        ),
+        plant(
+            &m,
+            "snapshot-2001-01-02.db",
+            &[("/tmp/escape.txt", 0o100644, "pwned")],
+        ),
+        plant(
+            &m,
+            "snapshot-2001-01-03.db",
+            &[("a/./../../escape.txt", 0o100644, "pwned")],
+        ),
+        // A symlink to outside, then a file "through" it.
+        plant(
+            &m,
+            "snapshot-2001-01-04.db",
+            &[
+                ("evil", 0o120777, "/tmp"),
+                ("evil/escape.txt", 0o100644, "pwned"),
+            ],
+        ),
+    ];
+    let before = tree_outside(&m);
+    for name in &cases {
+        for args in [
+            vec!["snapshot", "restore", "default", name],
+            vec!["workspace", "fork", "default", "forked", "--from", name],
+        ] {
+            let out = cli(&m, &args);
+            assert!(!out.status.success(), "{args:?} succeeded");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("damaged")
+                    || err.contains("restoring")
+                    || err.contains("Too many levels"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    assert!(!Path::new("/tmp/escape.txt").exists());
+    assert!(!m.dir.path().join("escape.txt").exists());
+    assert!(!m.store.join("escape.txt").exists());
+    assert!(!m.store.join("workspaces/forked").exists());
+    // The workspace is as it was (a failed restore swaps nothing in).
+    assert_eq!(
+        fs::read_to_string(m.ws().join("keep.txt")).unwrap(),
+        "keep\n"
+    );
+    assert_eq!(tree_outside(&m), before);
+}
+
+#[test]
+fn files_that_are_not_snapshots_are_refused_by_name() {
+    let m = Mounted::new();
+    let snaps = m.store.join("workspaces/default/snapshots");
+    fs::write(
+        snaps.join("snapshot-2002-02-02.db"),
+        b"not a database at all",
+    )
+    .unwrap();
+    sh(&format!(
+        "sqlite3 {} 'CREATE TABLE t(x)'",
+        snaps.join("snapshot-2002-02-03.db").display()
+    ));
+    for name in ["snapshot-2002-02-02.db", "snapshot-2002-02-03.db"] {
+        let out = cli(&m, &["snapshot", "restore", "default", name]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("not a ClawFS snapshot") || err.contains("not a database"),
+            "{err}"
+        );
+    }
+    // Listing skips them.
+    let out = cli(&m, &["snapshot", "list", "default"]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("2002-02"));
+}
+
+#[test]
+fn an_agent_can_neither_read_nor_plant_a_snapshot() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    fs::write(m.ws().join("secret.txt"), "root only\n").unwrap();
+    let out = cli(&m, &["snapshot", "create", "default", "--json"]);
+    assert!(out.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let snap = m.ws().join("snapshots").join(s["name"].as_str().unwrap());
+    let mnt = m.mnt.display().to_string();
+    let o = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cat {snap} >/dev/null 2>&1 && echo READ; \
+             echo x > {mnt}/workspaces/default/snapshots/snapshot-2030-01-01.db 2>/dev/null && echo PLANTED; \
+             echo done",
+            snap = snap.display()
+        ),
+    );
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("done"),
+        "{said} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !said.contains("READ") && !said.contains("PLANTED"),
+        "{said}"
+    );
+    assert_eq!(
+        errno(fs::write(
+            m.ws().join("snapshots/snapshot-2030-01-01.db"),
+            b"x"
+        )),
+        libc::EROFS
+    );
+}
