@@ -26,6 +26,10 @@ pub struct SearchArgs {
     /// Only paths matching this glob.
     #[arg(long, value_name = "GLOB")]
     pub path: Option<String>,
+    /// Only files tagged TAG (in their `user.xdg.tags` or `user.tags` attribute, comma-separated);
+    /// repeat for files carrying every one.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
     /// Where ClawFS is mounted.
     #[arg(long, value_name = "DIR", default_value = "/clawfs")]
     pub mount: PathBuf,
@@ -62,6 +66,9 @@ pub fn search(a: &SearchArgs) -> Result<(), Failure> {
     });
     if let Some(p) = &a.path {
         request["path"] = p.clone().into();
+    }
+    if !a.tags.is_empty() {
+        request["tags"] = a.tags.clone().into();
     }
     let mut f = std::fs::OpenOptions::new()
         .read(true)

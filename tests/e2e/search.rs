@@ -194,3 +194,75 @@ fn the_dimension_changes_with_setfattr_and_the_cli_searches() {
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(first["path"], "a.md");
 }
+
+/// Tags are the comma-separated values of `user.xdg.tags` (or `user.tags`), set with setfattr
+/// through the mount; a query asking for tags finds only files carrying all of them, and
+/// follows the attributes as they change (no re-index needed).
+#[test]
+fn queries_filter_by_tags_from_user_xattrs() {
+    let m = Mounted::new();
+    let ws = m.ws();
+    for f in ["a.md", "b.md", "c.md"] {
+        std::fs::write(ws.join(f), "# Otters\n\nThe river otter hunts at dusk.\n").unwrap();
+    }
+    xattr::set(ws.join("a.md"), "user.xdg.tags", b"Draft, q3").unwrap();
+    xattr::set(ws.join("b.md"), "user.tags", b"q3").unwrap();
+    assert_eq!(until(&m, "river otter", "text", |h| h.len() == 3).len(), 3);
+    let tagged = |tags: &[&str]| -> Vec<String> {
+        let r = tool_call(
+            &m,
+            "semantic_search",
+            &json!({"query": "river otter", "mode": "text", "tags": tags}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        let mut p: Vec<String> = r["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["path"].as_str().unwrap().to_string())
+            .collect();
+        p.sort();
+        p
+    };
+    assert_eq!(tagged(&["draft"]), ["a.md"]);
+    assert_eq!(tagged(&["q3"]), ["a.md", "b.md"]);
+    assert_eq!(tagged(&["Q3", "draft"]), ["a.md"]);
+    assert_eq!(tagged(&["final"]), Vec::<String>::new());
+    // The attribute changes, the answer follows (once the file, whose change time moved, is
+    // indexed again).
+    xattr::set(ws.join("c.md"), "user.xdg.tags", b"final").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while tagged(&["final"]) != ["c.md"] {
+        assert!(Instant::now() < deadline, "{:?}", tagged(&["final"]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A chmod does not lose a file from search either.
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o640);
+    std::fs::set_permissions(ws.join("b.md"), mode).unwrap();
+    assert_eq!(until(&m, "river otter", "text", |h| h.len() == 3).len(), 3);
+    // The CLI's --tag.
+    let out = clawfs([
+        OsStr::new("search"),
+        OsStr::new("default"),
+        OsStr::new("river otter"),
+        OsStr::new("--mode"),
+        OsStr::new("text"),
+        OsStr::new("--tag"),
+        OsStr::new("draft"),
+        OsStr::new("--json"),
+        OsStr::new("--mount"),
+        m.mnt.as_os_str(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.lines().count() == 1 && said.contains("a.md"),
+        "{said}"
+    );
+    // Bad tag lists are refused with a reason.
+    let r = tool_call(
+        &m,
+        "semantic_search",
+        &json!({"query": "otter", "tags": ["a,b"]}),
+    );
+    assert_eq!(r["ok"], false, "{r}");
+}

@@ -127,9 +127,9 @@ impl ClawFs {
                 rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
             }
         }
-        if change.size.is_some() {
-            self.index_file(&ns);
-        }
+        // Any change of status changes the file's change time, which the index checks (a hit
+        // is shown only for the file it was made from): index it again.
+        self.index_file(&ns);
         self.attr_of(&fd)
     }
 

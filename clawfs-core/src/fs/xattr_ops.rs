@@ -93,6 +93,9 @@ impl ClawFs {
             }
             drop(_as);
             self.index_reconfigured(&self.ns_path(&fd)?);
+        } else {
+            // Its change time moved (and its tags may have): index it again.
+            self.index_file(&self.ns_path(&fd)?);
         }
         Ok(())
     }
@@ -113,6 +116,8 @@ impl ClawFs {
         let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
         let _as = AsCaller::enter(caller)?;
         rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
+        drop(_as);
+        self.index_file(&self.ns_path(&fd)?);
         Ok(())
     }
 

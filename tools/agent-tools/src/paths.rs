@@ -410,6 +410,31 @@ impl ToolRoot {
         .is_ok()
     }
 
+    /// The tags of `rel`: the comma-separated values of its `user.xdg.tags` (the
+    /// freedesktop.org convention) and `user.tags` attributes, trimmed and lower-cased. None for
+    /// a file that cannot be opened (or is not a regular file).
+    pub(crate) fn tags_of(&self, rel: &str) -> Option<Vec<String>> {
+        let file = crate::beneath::open(
+            &self.root_fd,
+            rel,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
+        )
+        .ok()?;
+        let mut tags = Vec::new();
+        for attr in ["user.xdg.tags", "user.tags"] {
+            let mut buf = vec![0u8; 4096];
+            if let Ok(n) = rustix::fs::fgetxattr(&file, attr, &mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                tags.extend(
+                    text.split(',')
+                        .map(|t| t.trim().to_lowercase())
+                        .filter(|t| !t.is_empty()),
+                );
+            }
+        }
+        Some(tags)
+    }
+
     /// Protected names, then the caller's policy.
     pub(crate) fn check(&self, rel: &str, access: Access) -> ToolResult<()> {
         check_protected(rel)?;

@@ -27,6 +27,10 @@ pub struct SemanticArgs {
     /// Only paths matching this glob (e.g. "notes/**/*.md", or "*.rs" at any depth).
     #[serde(default)]
     pub path: Option<String>,
+    /// Only files carrying every one of these tags (set with `setfattr -n user.xdg.tags -v
+    /// "draft,q3"`, or `user.tags`; compared without case).
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
 }
 
 /// Result of `semantic_search`.
@@ -67,10 +71,26 @@ pub(crate) fn semantic_search(root: &ToolRoot, a: SemanticArgs) -> ToolResult<Se
     })?;
     // Exactly what the caller could read directly: the protected names and the policy, then
     // the file's own permissions, checked as the caller.
+    let tags: Vec<String> = a
+        .tags
+        .unwrap_or_default()
+        .iter()
+        .map(|t| t.trim().to_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tags.len() > 32 || tags.iter().any(|t| t.len() > 256 || t.contains(',')) {
+        return Err(ToolError::InvalidArgs(
+            "tags: at most 32, each at most 256 bytes and without commas".into(),
+        ));
+    }
     let readable = |rel: &str| -> bool {
         glob.as_ref().is_none_or(|g| g.matches_path(rel))
             && root.check(rel, Access::Read).is_ok()
             && root.caller_may_read(rel)
+            && (tags.is_empty()
+                || root
+                    .tags_of(rel)
+                    .is_some_and(|have| tags.iter().all(|t| have.contains(t))))
     };
     let answer = index
         .query(&a.query, &mode, limit, &readable)
