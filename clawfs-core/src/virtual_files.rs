@@ -46,7 +46,30 @@ pub enum VirtualNode {
         /// The id from the file name.
         id: String,
     },
+    /// `workspaces/<ws>/.search/`: a query is looked up by name (nothing is listed).
+    SearchDir(String),
+    /// `workspaces/<ws>/.search/<query>/`: the best matches for the caller, ranked.
+    SearchResults {
+        /// The workspace.
+        workspace: String,
+        /// The query (the folder's name).
+        query: String,
+    },
+    /// One match: `NN-<file name>`, a symlink to the file (`../../<path>`).
+    SearchHit {
+        /// The workspace.
+        workspace: String,
+        /// The query.
+        query: String,
+        /// Its name in the results folder.
+        name: String,
+        /// Where it points.
+        target: String,
+    },
 }
+
+/// The name of the search folder in every workspace (looked up, never listed).
+pub const SEARCH_DIR: &str = ".search";
 
 /// The largest number of responses kept per caller; the oldest go first.
 pub const MAX_RESPONSES_PER_CALLER: usize = 256;
@@ -72,7 +95,18 @@ impl VirtualNode {
                 | VirtualNode::RequestsDir
                 | VirtualNode::ResponsesDir
                 | VirtualNode::SecretsDir
+                | VirtualNode::SearchDir(_)
+                | VirtualNode::SearchResults { .. }
         )
+    }
+
+    /// What kind of file it is.
+    pub fn kind(&self) -> crate::attr::FileKind {
+        match self {
+            n if n.is_dir() => crate::attr::FileKind::Dir,
+            VirtualNode::SearchHit { .. } => crate::attr::FileKind::Symlink,
+            _ => crate::attr::FileKind::File,
+        }
     }
 
     /// The place of a virtual directory, for its children's rules.
@@ -80,6 +114,9 @@ impl VirtualNode {
         match self {
             VirtualNode::SelfInfo => Place::Inside(Area::Agents),
             VirtualNode::SecretsDir | VirtualNode::Secret(_) => Place::Inside(Area::Vault),
+            VirtualNode::SearchDir(_)
+            | VirtualNode::SearchResults { .. }
+            | VirtualNode::SearchHit { .. } => Place::Inside(Area::Workspaces),
             _ => Place::Inside(Area::Tools),
         }
     }
@@ -89,7 +126,10 @@ impl VirtualNode {
     pub fn perm(&self) -> u16 {
         match self {
             VirtualNode::SelfInfo | VirtualNode::Response { .. } => 0o444,
-            VirtualNode::CallDir => 0o555,
+            VirtualNode::CallDir
+            | VirtualNode::SearchDir(_)
+            | VirtualNode::SearchResults { .. } => 0o555,
+            VirtualNode::SearchHit { .. } => 0o777,
             // Listing is filtered per caller; reading needs a grant; writing is the admin's.
             VirtualNode::SecretsDir => 0o755,
             // Readable by mode only to root and the agents' group (the daemon still decides
@@ -148,10 +188,19 @@ pub fn children_of_virtual(dir: &VirtualNode) -> Vec<VirtualNode> {
     }
 }
 
-/// Interns virtual nodes: one stable inode number per node for the life of the mount.
+/// Interns virtual nodes: one stable inode number per node while the kernel knows it. Numbers
+/// are never reused; search results (one node per query and hit, named by callers) are dropped
+/// when the kernel forgets them, so they do not pile up.
 #[derive(Default)]
 pub struct VirtualInodes {
-    maps: Mutex<(HashMap<VirtualNode, u64>, HashMap<u64, VirtualNode>)>,
+    maps: Mutex<Interned>,
+}
+
+#[derive(Default)]
+struct Interned {
+    by_node: HashMap<VirtualNode, u64>,
+    by_ino: HashMap<u64, VirtualNode>,
+    allocated: u64,
 }
 
 impl VirtualInodes {
@@ -160,22 +209,40 @@ impl VirtualInodes {
         ino >= VIRTUAL_INO_BASE
     }
 
+    fn maps(&self) -> std::sync::MutexGuard<'_, Interned> {
+        self.maps.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The inode number of `node`.
     pub fn ino(&self, node: &VirtualNode) -> u64 {
-        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(&ino) = maps.0.get(node) {
+        let mut maps = self.maps();
+        if let Some(&ino) = maps.by_node.get(node) {
             return ino;
         }
-        let ino = VIRTUAL_INO_BASE + maps.0.len() as u64 + 1;
-        maps.0.insert(node.clone(), ino);
-        maps.1.insert(ino, node.clone());
+        maps.allocated += 1;
+        let ino = VIRTUAL_INO_BASE + maps.allocated;
+        maps.by_node.insert(node.clone(), ino);
+        maps.by_ino.insert(ino, node.clone());
         ino
     }
 
     /// The node of a virtual inode number.
     pub fn node(&self, ino: u64) -> Option<VirtualNode> {
-        let maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
-        maps.1.get(&ino).cloned()
+        self.maps().by_ino.get(&ino).cloned()
+    }
+
+    /// The kernel forgot `ino`: a search node is dropped (the fixed nodes stay).
+    pub fn forget(&self, ino: u64) {
+        let mut maps = self.maps();
+        let transient = matches!(
+            maps.by_ino.get(&ino),
+            Some(VirtualNode::SearchResults { .. } | VirtualNode::SearchHit { .. })
+        );
+        if transient {
+            if let Some(node) = maps.by_ino.remove(&ino) {
+                maps.by_node.remove(&node);
+            }
+        }
     }
 }
 

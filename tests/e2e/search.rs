@@ -266,3 +266,66 @@ fn queries_filter_by_tags_from_user_xattrs() {
     );
     assert_eq!(r["ok"], false, "{r}");
 }
+
+/// `ls .search/<query>` lists the best files, ranked, as symlinks into the workspace, for the
+/// caller: a file the caller may not read is not there; `.search` cannot be created, written or
+/// shadowed.
+#[test]
+fn a_query_is_a_folder_of_symlinks_to_the_best_files() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let ws = m.ws();
+    std::fs::create_dir(ws.join("health")).unwrap();
+    std::fs::write(
+        ws.join("health/sleep.md"),
+        "# Sleep hygiene\n\nKeep a regular bedtime and avoid caffeine after noon.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("diary.md"),
+        "# Diary\n\nI slept badly again, bedtime caffeine.\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        ws.join("diary.md"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    until(&m, "bedtime caffeine", "text", |h| h.len() == 2);
+    let dir = ws.join(".search/bedtime caffeine");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names[0].starts_with("01-") && names[1].starts_with("02-"));
+    let sleep = names.iter().find(|n| n.ends_with("sleep.md")).unwrap();
+    assert_eq!(
+        std::fs::read_link(dir.join(sleep)).unwrap(),
+        std::path::Path::new("../../health/sleep.md")
+    );
+    assert!(std::fs::read_to_string(dir.join(sleep))
+        .unwrap()
+        .contains("regular bedtime"));
+    // Another user sees only what it may read: the root-only diary is not listed.
+    let out = sh_as_nobody(&format!("ls '{}'", dir.display()));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(
+        listed.contains("sleep.md") && !listed.contains("diary"),
+        "{listed}"
+    );
+    // Not listed in the workspace; cannot be made or written.
+    assert!(!std::fs::read_dir(&ws)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == ".search"));
+    assert!(std::fs::create_dir(ws.join(".search")).is_err());
+    assert!(std::fs::write(dir.join("x"), "x").is_err());
+    assert!(std::fs::write(ws.join(".search/x"), "x").is_err());
+}

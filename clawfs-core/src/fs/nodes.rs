@@ -18,6 +18,14 @@ impl ClawFs {
         if let Some(child) = crate::virtual_files::child_of_place(pnode.place, name) {
             return Ok(self.entry_of_virtual(&child));
         }
+        if pnode.place == Place::WorkspaceRoot
+            && name == crate::virtual_files::SEARCH_DIR
+            && self.indexer().is_some()
+        {
+            let ns = self.ns_path(self.open_path(&pnode)?.as_fd())?;
+            let ws = ns.components().nth(1).ok_or_else(not_found)?.to_string();
+            return Ok(self.entry_of_virtual(&crate::virtual_files::VirtualNode::SearchDir(ws)));
+        }
         if is_private(pnode.place, name) {
             return Err(not_found());
         }
@@ -28,6 +36,10 @@ impl ClawFs {
 
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
+        if VirtualInodes::is_virtual(ino) {
+            self.generated.forget(ino);
+            return;
+        }
         let node = self.inodes.get(ino);
         if self.inodes.forget(ino, n) {
             if let Some(node) = node {
@@ -135,6 +147,14 @@ impl ClawFs {
 
     /// The target of a symlink.
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        if let Route::Generated(node) = self.route(ino)? {
+            return match node {
+                crate::virtual_files::VirtualNode::SearchHit { target, .. } => {
+                    Ok(target.into_bytes())
+                }
+                _ => Err(errno(libc::EINVAL)),
+            };
+        }
         let node = self.node(ino)?;
         let fd = self.open_path(&node)?;
         Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())

@@ -2,6 +2,7 @@
 //! `tools/requests/`, `tools/responses/`, `vault/secrets/`; see [`crate::virtual_files`]): their
 //! state, and [`Route`], the one place that tells a generated inode from a stored one.
 
+mod search_dir;
 mod serve;
 mod tool_calls;
 
@@ -10,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use super::ClawFs;
-use crate::attr::{Attr, FileKind};
+use crate::attr::Attr;
 use crate::error::{FsError, FsResult};
 use crate::open_files::HandleTable;
 use crate::virtual_files::{VirtualHandle, VirtualInodes, VirtualNode, MAX_RESPONSES_PER_CALLER};
@@ -63,6 +64,11 @@ impl Generated {
     /// The node of a generated inode number.
     fn node(&self, ino: u64) -> FsResult<VirtualNode> {
         self.inodes.node(ino).ok_or(FsError::UnknownInode(ino))
+    }
+
+    /// The kernel forgot the generated inode `ino`.
+    pub(super) fn forget(&self, ino: u64) {
+        self.inodes.forget(ino);
     }
 
     /// The inode number of `node` (allocated on first use).
@@ -122,6 +128,7 @@ impl Generated {
             VirtualNode::Response { owner, id } => {
                 self.response(owner, id).map_or(0, |r| r.len() as u64)
             }
+            VirtualNode::SearchHit { target, .. } => target.len() as u64,
             _ => 0,
         };
         Attr {
@@ -133,11 +140,7 @@ impl Generated {
             atime: self.started,
             mtime: self.started,
             ctime: self.started,
-            kind: if node.is_dir() {
-                FileKind::Dir
-            } else {
-                FileKind::File
-            },
+            kind: node.kind(),
             perm: node.perm(),
             nlink: if node.is_dir() { 2 } else { 1 },
             uid: 0,

@@ -46,6 +46,24 @@ impl ClawFs {
                 .filter(|n| crate::names::check_system_name(OsStr::new(n)).is_ok())
                 .filter(|n| self.secret_exists(n))
                 .map(|n| VirtualNode::Secret(n.to_string())),
+            VirtualNode::SearchDir(workspace) => name
+                .to_str()
+                .filter(|q| !q.trim().is_empty())
+                .map(|q| VirtualNode::SearchResults {
+                    workspace,
+                    query: q.to_string(),
+                }),
+            VirtualNode::SearchResults { workspace, query } => {
+                let hits = self.search_links(caller, &workspace, &query)?;
+                hits.into_iter()
+                    .find(|(n, _)| OsStr::new(n) == name)
+                    .map(|(name, target)| VirtualNode::SearchHit {
+                        workspace,
+                        query,
+                        name,
+                        target,
+                    })
+            }
             dir => virtual_files::child_of_virtual(&dir, name),
         };
         let child = child.ok_or_else(|| errno(libc::ENOENT))?;
@@ -119,7 +137,11 @@ impl ClawFs {
             VirtualNode::CallDir
             | VirtualNode::RequestsDir
             | VirtualNode::ResponsesDir
-            | VirtualNode::SecretsDir => return Err(errno(libc::EISDIR)),
+            | VirtualNode::SecretsDir
+            | VirtualNode::SearchDir(_)
+            | VirtualNode::SearchResults { .. } => return Err(errno(libc::EISDIR)),
+            // A symlink is never opened itself (the kernel follows it, or O_NOFOLLOW fails).
+            VirtualNode::SearchHit { .. } => return Err(errno(libc::ELOOP)),
             // Reopening a request being written is not possible: each request is one file.
             VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
             VirtualNode::Call(_) => {}
@@ -286,14 +308,38 @@ impl ClawFs {
         dir: VirtualNode,
     ) -> FsResult<Vec<DirEntry>> {
         let ino = self.generated.ino(&dir);
-        let parent_area = match dir {
-            VirtualNode::SecretsDir => crate::area::Area::Vault,
-            _ => crate::area::Area::Tools,
+        let parent_dir = match &dir {
+            VirtualNode::SecretsDir => Some(crate::area::Area::Vault.dir_name().to_string()),
+            VirtualNode::SearchDir(ws) => Some(format!("workspaces/{ws}")),
+            VirtualNode::SearchResults { .. } => None,
+            _ => Some(crate::area::Area::Tools.dir_name().to_string()),
         };
-        let parent = self
-            .inodes
-            .mount_ino(rustix::fs::stat(self.store.root().join(parent_area.dir_name()))?.st_ino);
+        let parent = match (&dir, parent_dir) {
+            (_, Some(d)) => self
+                .inodes
+                .mount_ino(rustix::fs::stat(self.store.root().join(d))?.st_ino),
+            (VirtualNode::SearchResults { workspace, .. }, None) => self
+                .generated
+                .ino(&VirtualNode::SearchDir(workspace.clone())),
+            _ => ino,
+        };
         let mut out = DirEntry::dots(ino, parent);
+        if let VirtualNode::SearchResults { workspace, query } = &dir {
+            for (name, target) in self.search_links(caller, workspace, query)? {
+                let hit = VirtualNode::SearchHit {
+                    workspace: workspace.clone(),
+                    query: query.clone(),
+                    name: name.clone(),
+                    target,
+                };
+                out.push(DirEntry {
+                    ino: self.generated.ino(&hit),
+                    kind: FileKind::Symlink,
+                    name: OsString::from(name),
+                });
+            }
+            return Ok(out);
+        }
         let children = match dir {
             VirtualNode::ResponsesDir => {
                 let owner = self.owner_key(caller);
@@ -323,11 +369,7 @@ impl ClawFs {
             };
             out.push(DirEntry {
                 ino: self.generated.ino(&child),
-                kind: if child.is_dir() {
-                    FileKind::Dir
-                } else {
-                    FileKind::File
-                },
+                kind: child.kind(),
                 name,
             });
         }

@@ -46,7 +46,7 @@ impl ClawFs {
 
     /// Records a tool call with its result code: ok, denied (with the agent's denials file
     /// told), or failed with an errno that says what kind of failure it was.
-    fn record_tool(
+    pub(super) fn record_tool(
         &self,
         caller: &Caller,
         who: &crate::policy::Identity,
@@ -101,7 +101,7 @@ impl ClawFs {
 
     /// Runs a tool with the caller's credentials; returns the workspace it ran in (if it got
     /// that far) and the response.
-    fn call_tool(
+    pub(super) fn call_tool(
         &self,
         creds: &crate::creds::Credentials,
         who: &crate::policy::Identity,
@@ -271,7 +271,7 @@ impl RequestHead {
 }
 
 /// The errno a failed tool call is recorded with, by its error code.
-fn tool_errno(code: &str) -> i32 {
+pub(super) fn tool_errno(code: &str) -> i32 {
     match code {
         "not_found" => libc::ENOENT,
         "too_large" => libc::EFBIG,
