@@ -126,6 +126,34 @@ pub fn create_symlink(root: BorrowedFd<'_>, rel: &str, target: &str) -> io::Resu
     Ok(rustix::fs::symlinkat(target, &dir, name)?)
 }
 
+/// The status of `rel` below `root`, reached without following any symlink (the last name
+/// included).
+pub fn stat(root: BorrowedFd<'_>, rel: &str) -> io::Result<rustix::fs::Stat> {
+    let (dir, name) = parent_of(root, rel)?;
+    Ok(rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?)
+}
+
+/// The target of the symlink `rel` below `root` (no symlink followed on the way); None when it
+/// is not UTF-8.
+pub fn read_link(root: BorrowedFd<'_>, rel: &str) -> io::Result<Option<String>> {
+    let (dir, name) = parent_of(root, rel)?;
+    Ok(rustix::fs::readlinkat(&dir, name, Vec::new())?
+        .into_string()
+        .ok())
+}
+
+/// Gives the symlink `rel` below `root` an owner and group (the link itself).
+pub fn chown_link(root: BorrowedFd<'_>, rel: &str, uid: u32, gid: u32) -> io::Result<()> {
+    let (dir, name) = parent_of(root, rel)?;
+    Ok(rustix::fs::chownat(
+        &dir,
+        name,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
 /// The folder holding `rel` below `root`, opened, and `rel`'s last name.
 fn parent_of<'r>(root: BorrowedFd<'_>, rel: &'r str) -> io::Result<(OwnedFd, &'r str)> {
     let (parent, name) = match rel.rsplit_once('/') {

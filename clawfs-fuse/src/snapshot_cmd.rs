@@ -98,6 +98,11 @@ pub fn snapshot(store_root: &Path, cmd: &SnapshotCommand) -> Result<(), Failure>
             let s = wss
                 .create(workspace, Some(&index_db(&store, workspace)))
                 .map_err(|e| anyhow!(e))?;
+            if !json {
+                for why in &s.skipped {
+                    eprintln!("clawfs snapshot: warning: left out {why}");
+                }
+            }
             match json {
                 true => crate::output::print_json(&s).context("writing to stdout")?,
                 false => println!(

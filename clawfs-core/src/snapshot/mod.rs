@@ -9,8 +9,9 @@
 //! - **Consistent.** A file is archived only if its status (size, modification and change
 //!   times, inode) is the same before and after it is read, so a file is never archived half
 //!   old and half new while agents write; one that keeps changing is read again, and after
-//!   [`STABLE_ATTEMPTS`] the snapshot fails naming it. The index is copied in one read
-//!   transaction.
+//!   [`STABLE_ATTEMPTS`] it is left out and named in the snapshot's `skipped` list (as are
+//!   files over [`MAX_FILE_BYTES`] and files removed meanwhile: what an agent does to one file
+//!   must not stop the whole snapshot). The index is copied in one read transaction.
 //! - **Atomic restore.** The snapshot is extracted into a folder of the store's private area,
 //!   which is exchanged with the workspace's in one `renameat2(RENAME_EXCHANGE)`: a reader sees
 //!   the old tree or the new one, never a mix. What it replaces is snapshotted first.
@@ -110,6 +111,8 @@ pub struct SnapshotInfo {
     pub bytes: u64,
     /// The snapshot file's size.
     pub size: u64,
+    /// Files left out, each with why (larger than 1 GB, never stopped changing, gone).
+    pub skipped: Vec<String>,
 }
 
 /// What a restore did.
@@ -219,34 +222,39 @@ impl Workspaces {
         w.set_info("format", archive::FORMAT)?;
         w.set_info("workspace", ws)?;
         w.set_info("created_at", &crate::seed::now_rfc3339())?;
+        let mut skipped = Vec::new();
         for e in crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
             .map_err(io(format!("listing workspace {ws}")))?
         {
-            let item = match e.kind {
-                FileType::Directory => {
-                    let st = rustix::fs::statat(ws_fd, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(io(e.rel.clone()))?;
-                    item_of(&e.rel, &st, Content::Dir)
+            let item = match archived(ws_fd, &e) {
+                Ok(Some(item)) => item,
+                Ok(None) => continue,
+                // What an agent can do to one file (grow it past the limit, never stop writing
+                // it, swap it for something else) costs that file, not the snapshot.
+                Err(why @ (SnapshotError::TooLarge(_) | SnapshotError::Busy(_))) => {
+                    skipped.push(why.to_string());
+                    continue;
                 }
-                FileType::Symlink => {
-                    let st = rustix::fs::statat(ws_fd, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(io(e.rel.clone()))?;
-                    let target = rustix::fs::readlinkat(ws_fd, e.rel.as_str(), Vec::new())
-                        .map_err(io(format!("reading the link {}", e.rel)))?;
-                    let Ok(target) = target.into_string() else {
-                        continue;
-                    };
-                    item_of(&e.rel, &st, Content::Symlink(target))
+                Err(SnapshotError::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::ENXIO)
+                    ) =>
+                {
+                    skipped.push(format!(
+                        "{}: gone or replaced while the snapshot was taken",
+                        e.rel
+                    ));
+                    continue;
                 }
-                FileType::RegularFile => {
-                    let (bytes, st) = read_stable(ws_fd, &e.rel)?;
-                    item_of(&e.rel, &st, Content::File(bytes))
-                }
-                // FIFOs, sockets, devices: nothing to keep.
-                _ => continue,
+                Err(e) => return Err(e),
             };
             w.add(&item)?;
         }
+        w.set_info(
+            "skipped",
+            &serde_json::to_string(&skipped).unwrap_or_default(),
+        )?;
         if let Some(db) = index_db.filter(|p| p.exists()) {
             w.add_index(&db.display().to_string())?;
         }
@@ -301,6 +309,10 @@ impl Workspaces {
             files,
             bytes,
             size: st.st_size as u64,
+            skipped: r
+                .info("skipped")?
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or_default(),
         })
     }
 
@@ -560,6 +572,30 @@ impl Workspaces {
     }
 }
 
+/// The archive entry of `e` below `ws` (None for kinds a snapshot does not keep).
+fn archived(ws: BorrowedFd<'_>, e: &crate::tree::Entry) -> Result<Option<Item>, SnapshotError> {
+    let at = |err: std::io::Error| SnapshotError::io(e.rel.clone(), err);
+    Ok(Some(match e.kind {
+        FileType::Directory => {
+            let st = crate::tree::stat(ws, &e.rel).map_err(at)?;
+            item_of(&e.rel, &st, Content::Dir)
+        }
+        FileType::Symlink => {
+            let st = crate::tree::stat(ws, &e.rel).map_err(at)?;
+            let Some(target) = crate::tree::read_link(ws, &e.rel).map_err(at)? else {
+                return Ok(None);
+            };
+            item_of(&e.rel, &st, Content::Symlink(target))
+        }
+        FileType::RegularFile => {
+            let (bytes, st) = read_stable(ws, &e.rel)?;
+            item_of(&e.rel, &st, Content::File(bytes))
+        }
+        // FIFOs, sockets, devices: nothing to keep.
+        _ => return Ok(None),
+    }))
+}
+
 /// `/proc/self/fd/N/name`: a path SQLite can open that reaches `name` through the descriptor
 /// `dir` (never through the store's path again).
 fn fd_path(dir: impl AsFd, name: &str) -> String {
@@ -659,14 +695,7 @@ fn extract(
             }
             Content::Symlink(target) => {
                 crate::tree::create_symlink(root, &item.name, target).map_err(at)?;
-                rustix::fs::chownat(
-                    root,
-                    item.name.as_str(),
-                    Some(rustix::fs::Uid::from_raw(item.uid)),
-                    Some(rustix::fs::Gid::from_raw(item.gid)),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| at(e.into()))?;
+                crate::tree::chown_link(root, &item.name, item.uid, item.gid).map_err(at)?;
             }
             Content::File(bytes) => {
                 let f = crate::tree::create_file(root, &item.name, 0o600).map_err(at)?;
@@ -699,28 +728,18 @@ fn copy_tree(
     let mut dirs = Vec::new();
     for e in crate::tree::walk(src, skip).map_err(io("listing the workspace"))? {
         let at = |err: std::io::Error| SnapshotError::io(format!("copying {}", e.rel), err);
-        let st = rustix::fs::statat(src, e.rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|x| at(x.into()))?;
+        let st = crate::tree::stat(src, &e.rel).map_err(at)?;
         match e.kind {
             FileType::Directory => {
                 drop(crate::tree::create_dir(dst, &e.rel, 0o700).map_err(at)?);
                 dirs.push((e.rel.clone(), st));
             }
             FileType::Symlink => {
-                let target = rustix::fs::readlinkat(src, e.rel.as_str(), Vec::new())
-                    .map_err(|x| at(x.into()))?;
-                let Ok(target) = target.into_string() else {
+                let Some(target) = crate::tree::read_link(src, &e.rel).map_err(at)? else {
                     continue;
                 };
                 crate::tree::create_symlink(dst, &e.rel, &target).map_err(at)?;
-                rustix::fs::chownat(
-                    dst,
-                    e.rel.as_str(),
-                    Some(rustix::fs::Uid::from_raw(st.st_uid)),
-                    Some(rustix::fs::Gid::from_raw(st.st_gid)),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(|x| at(x.into()))?;
+                crate::tree::chown_link(dst, &e.rel, st.st_uid, st.st_gid).map_err(at)?;
             }
             FileType::RegularFile => {
                 if copy_stable(src, dst, &e.rel)? {
