@@ -17,11 +17,25 @@ pub struct Entry {
     pub kind: FileType,
 }
 
-/// Every entry below `root` (not `root` itself), each directory before what it holds, sorted
-/// by path; entries for which `skip(rel)` holds are left out with everything below them. Names
-/// that are not UTF-8 are left out (they cannot be named in an archive or a query).
-pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Vec<Entry>> {
-    let mut out = Vec::new();
+/// The longest path below a root that is listed: every listed entry can then be opened by
+/// its path (the kernel's limit is 4,096 bytes with the terminating NUL).
+pub const MAX_PATH: usize = 4095;
+
+/// A tree's entries, and what could not be listed.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Every entry, each directory before what it holds, sorted by path.
+    pub entries: Vec<Entry>,
+    /// What was left out and why: names that are not UTF-8 (they cannot be named in an
+    /// archive or a query) and folders whose paths are too long to open, with everything
+    /// below them.
+    pub unlisted: Vec<String>,
+}
+
+/// Every entry below `root` (not `root` itself); entries for which `skip(rel)` holds are left
+/// out with everything below them.
+pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Listing> {
+    let mut out = Listing::default();
     let mut stack = vec![String::new()];
     while let Some(rel) = stack.pop() {
         let dir = match crate::beneath::open_dir(
@@ -39,12 +53,24 @@ pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Vec
             {
                 continue
             }
+            Err(e) if !rel.is_empty() && e.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+                out.unlisted.push(format!(
+                    "{rel}/: the path is too long to open (everything below it)"
+                ));
+                continue;
+            }
             Err(e) => return Err(e),
         };
         let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
         while let Some(ent) = entries.read() {
             let ent = ent?;
             let Ok(name) = ent.file_name().to_str() else {
+                let lossy = ent.file_name().to_string_lossy();
+                let shown = match rel.is_empty() {
+                    true => lossy.into_owned(),
+                    false => format!("{rel}/{lossy}"),
+                };
+                out.unlisted.push(format!("{shown}: the name is not UTF-8"));
                 continue;
             };
             if name == "." || name == ".." {
@@ -57,6 +83,13 @@ pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Vec
             if skip(&path) {
                 continue;
             }
+            if path.len() >= MAX_PATH {
+                let start: String = rel.chars().take(100).collect();
+                out.unlisted.push(format!(
+                    "{start}…: the path is too long to open (everything below it)"
+                ));
+                continue;
+            }
             let kind = match ent.file_type() {
                 FileType::Unknown => rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
                     .map(|st| FileType::from_raw_mode(st.st_mode))?,
@@ -65,15 +98,22 @@ pub fn walk(root: BorrowedFd<'_>, skip: &dyn Fn(&str) -> bool) -> io::Result<Vec
             if kind == FileType::Directory {
                 stack.push(path.clone());
             }
-            out.push(Entry { rel: path, kind });
+            out.entries.push(Entry { rel: path, kind });
         }
     }
-    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    out.entries.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(out)
 }
 
-/// Removes `name` in `parent` and everything below it, by descriptor.
+/// Removes `name` in `parent` and everything below it, by descriptor (names that are not
+/// UTF-8 included).
 pub fn remove_all(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    let name = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    remove_entry(parent, &name)
+}
+
+fn remove_entry(parent: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<()> {
     let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(rustix::io::Errno::NOENT) => return Ok(()),
@@ -82,21 +122,26 @@ pub fn remove_all(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?);
     }
-    let dir = crate::beneath::open_dir(parent, Path::new(name))?;
-    let names: Vec<String> = {
-        let mut it = rustix::fs::Dir::read_from(dir.as_fd())?;
+    let dir = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let names: Vec<std::ffi::CString> = {
+        let mut it = rustix::fs::Dir::read_from(&dir)?;
         let mut v = Vec::new();
         while let Some(ent) = it.read() {
             let ent = ent?;
-            let n = ent.file_name().to_string_lossy().into_owned();
-            if n != "." && n != ".." {
-                v.push(n);
+            let n = ent.file_name();
+            if n.to_bytes() != b"." && n.to_bytes() != b".." {
+                v.push(n.to_owned());
             }
         }
         v
     };
     for n in names {
-        remove_all(dir.as_fd(), &n)?;
+        remove_entry(dir.as_fd(), &n)?;
     }
     Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?)
 }
@@ -170,25 +215,36 @@ fn parent_of<'r>(root: BorrowedFd<'_>, rel: &'r str) -> io::Result<(OwnedFd, &'r
 }
 
 /// Copies the regular file `from` into the new file `to`: a reflink (shared blocks, copied
-/// on write) where the filesystem offers one, else an in-kernel copy.
+/// on write) where the filesystem offers one, else an in-kernel copy of its data ranges only,
+/// so holes stay holes (a sparse file costs no more in the copy than in the original).
 pub fn copy_contents(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
     if rustix::fs::ioctl_ficlone(to, from).is_ok() {
         return Ok(());
     }
-    loop {
-        match rustix::fs::copy_file_range(from, None, to, None, 1 << 30) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            // Filesystems or kernels without it: an ordinary copy.
-            Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS | rustix::io::Errno::INVAL) => {
-                let mut r = std::fs::File::from(rustix::io::dup(from)?);
-                let mut w = std::fs::File::from(rustix::io::dup(to)?);
-                std::io::copy(&mut r, &mut w)?;
-                return Ok(());
-            }
+    let size = rustix::fs::fstat(from)?.st_size as u64;
+    let mut pos = 0u64;
+    while pos < size {
+        let start = match rustix::fs::seek(from, rustix::fs::SeekFrom::Data(pos)) {
+            Ok(p) => p,
+            // No data past pos: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
             Err(e) => return Err(e.into()),
+        };
+        let end = rustix::fs::seek(from, rustix::fs::SeekFrom::Hole(start))?.min(size);
+        let (mut off_in, mut off_out) = (start, start);
+        while off_in < end {
+            let len = (end - off_in) as usize;
+            let n =
+                rustix::fs::copy_file_range(from, Some(&mut off_in), to, Some(&mut off_out), len)?;
+            if n == 0 {
+                break;
+            }
         }
+        pos = end;
     }
+    // Trailing hole (or a file that was all hole).
+    rustix::fs::ftruncate(to, size)?;
+    Ok(())
 }
 
 /// Gives the open `fd` the owner, mode and modification time of `st`.

@@ -141,6 +141,12 @@ pub fn snapshot(store_root: &Path, cmd: &SnapshotCommand) -> Result<(), Failure>
                 .restore(workspace, snapshot, Some(&index_db(&store, workspace)))
                 .map_err(|e| anyhow!(e))?;
             reindex(&store)?;
+            if let (Some(kept), false) = (&r.kept_at, json) {
+                eprintln!(
+                    "clawfs snapshot: warning: the snapshot of what was replaced left files out; the replaced tree is kept whole in {}/{kept}",
+                    store.root().display()
+                );
+            }
             match json {
                 true => crate::output::print_json(&r).context("writing to stdout")?,
                 false => println!(
@@ -174,6 +180,11 @@ pub fn workspace(store_root: &Path, cmd: &WorkspaceCommand) -> Result<(), Failur
                 .fork(workspace, new, from.as_deref())
                 .map_err(|e| anyhow!(e))?;
             reindex(&store)?;
+            if !json {
+                for why in &f.skipped {
+                    eprintln!("clawfs workspace: warning: left out {why}");
+                }
+            }
             match json {
                 true => crate::output::print_json(&f).context("writing to stdout")?,
                 false => println!(

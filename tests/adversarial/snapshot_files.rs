@@ -173,3 +173,112 @@ fn an_agent_can_neither_read_nor_plant_a_snapshot() {
         libc::EROFS
     );
 }
+
+/// What an agent can make in its workspace — a path too long to open, a sparse file past the
+/// snapshot limit, names that are not UTF-8 — never stops a snapshot, a restore or a fork, and
+/// a restore never loses what its safety snapshot could not hold. Forks keep holes.
+#[test]
+fn agent_made_oddities_cannot_block_or_defeat_snapshots() {
+    use std::os::unix::ffi::OsStrExt;
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let long = "x".repeat(250);
+    let mnt = m.mnt.display().to_string();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {mnt}/workspaces/default && mkdir deep && cd deep && \
+             for i in $(seq 17); do mkdir {long} && cd {long}; done; echo hi > f.txt; \
+             cd {mnt}/workspaces/default && truncate -s 1000000001 big.bin && \
+             printf keep > \"$(printf 'bad\\377name')\" && echo ok"
+        ),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::write(m.ws().join("plain.txt"), "plain\n").unwrap();
+    let out = cli(&m, &["snapshot", "create", "default", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = s["skipped"].to_string();
+    assert!(skipped.contains("too long"), "{skipped}");
+    assert!(
+        skipped.contains("big.bin") && skipped.contains("larger"),
+        "{skipped}"
+    );
+    assert!(skipped.contains("not UTF-8"), "{skipped}");
+
+    // A restore swaps the snapshot in, and keeps the replaced tree whole (its safety snapshot
+    // could not hold everything).
+    let out = cli(
+        &m,
+        &[
+            "snapshot",
+            "restore",
+            "default",
+            s["name"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kept = m
+        .store
+        .join(r["kept_at"].as_str().expect("the replaced tree is kept"));
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xffname");
+    assert_eq!(fs::read(kept.join(bad)).unwrap(), b"keep");
+    assert_eq!(
+        fs::read_to_string(m.ws().join("plain.txt")).unwrap(),
+        "plain\n"
+    );
+
+    // A fork of the kept state: the sparse file stays sparse.
+    fs::write(m.ws().join("sparse.bin"), b"").unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.ws().join("sparse.bin"))
+        .unwrap()
+        .set_len(500_000_000)
+        .unwrap();
+    let out = cli(&m, &["workspace", "fork", "default", "copy"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = fs::metadata(m.store.join("workspaces/copy/sparse.bin")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(st.len(), 500_000_000);
+    assert!(
+        st.blocks() * 512 < 1 << 20,
+        "{} bytes allocated",
+        st.blocks() * 512
+    );
+}
+
+#[test]
+fn a_snapshot_cannot_be_linked_out_through_the_mount_by_root_either() {
+    let m = Mounted::new();
+    let out = cli(&m, &["snapshot", "create", "default", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let snap = m.ws().join("snapshots").join(s["name"].as_str().unwrap());
+    assert_eq!(
+        errno(fs::hard_link(&snap, m.ws().join("copy.db"))),
+        libc::EROFS
+    );
+    assert!(!m.ws().join("copy.db").exists());
+    // snapshots/ is root's alone once it holds snapshots.
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(m.ws().join("snapshots")).unwrap();
+    assert_eq!((md.mode() & 0o777, md.uid()), (0o700, 0));
+}

@@ -19,6 +19,9 @@ pub enum Reply {
     Delay(Duration),
     /// Answers 200 with a body that is not an embeddings list.
     Garbage,
+    /// Answers this status with a body that repeats the request's Authorization header (as
+    /// some proxies do).
+    Echo(u16),
 }
 
 /// One request the server received.
@@ -149,6 +152,13 @@ fn serve(mut req: tiny_http::Request, seen: &Mutex<Vec<Seen>>, script: &Mutex<Ve
             );
         }
         Some(Reply::Garbage) => respond(200, "<html>not an API</html>".into()),
+        Some(Reply::Echo(code)) => {
+            let auth = seen.lock().unwrap().last().and_then(|s| s.auth.clone());
+            respond(
+                code,
+                format!(r#"{{"error":"you sent {}"}}"#, auth.unwrap_or_default()),
+            );
+        }
         Some(Reply::Delay(d)) => {
             std::thread::sleep(d);
             respond(200, answer(&inputs));

@@ -158,8 +158,29 @@ fn wrong_answers_and_refused_keys_are_errors_that_say_so() {
         .embedder(128)
         .embed(&["x"])
         .unwrap_err();
+    // Named, with the likely cause; the vault's own error (paths) goes to the log only.
     assert!(err.to_string().contains("\"embed-key\""), "{err}");
-    assert!(err.to_string().contains("the vault is locked"), "{err}");
+    assert!(err.to_string().contains("is the vault unlocked"), "{err}");
+}
+
+/// An error body that repeats the request's key never reaches a message, so neither a log
+/// nor an agent's answer.
+#[test]
+fn error_bodies_that_echo_the_key_are_never_repeated() {
+    for (code, replies) in [(400, 1), (401, 2), (500, 3)] {
+        let server = EmbedServer::start();
+        let e = RemoteClient::new(config(&server.url), keys("sk-echoed").0)
+            .unwrap()
+            .embedder(128);
+        server.script(std::iter::repeat_n(Reply::Echo(code), replies));
+        let err = e.embed(&["x"]).unwrap_err().to_string();
+        assert!(!err.contains("sk-echoed"), "{err}");
+        assert!(
+            err.contains(&format!("HTTP {code}")) || err.contains("refused the API key"),
+            "{err}"
+        );
+        assert_eq!(server.seen().len(), replies);
+    }
 }
 
 #[test]

@@ -157,6 +157,11 @@ impl ClawFs {
             let e = FsError::CrossArea { from, to };
             return Err(self.rule_refusal(caller, "link", &pnode, Some(newname), e));
         }
+        if node.place.is_read_only() {
+            // A second name outside snapshots/ would be a writable way into a snapshot.
+            let e = super::read_only(node.place);
+            return Err(self.rule_refusal(caller, "link", &node, None, e));
+        }
         let place = self
             .check_create(&pnode, newname, FileKind::File)
             .map_err(|e| self.rule_refusal(caller, "link", &pnode, Some(newname), e))?;

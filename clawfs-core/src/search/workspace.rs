@@ -451,12 +451,15 @@ impl WorkspaceIndex {
         Ok(hits)
     }
 
-    /// [`WorkspaceIndex::query`] as a caller should see it: when the embedder is unavailable
-    /// (no model, an endpoint down, its key unreadable), a vector or hybrid query is answered by
-    /// text, and the answer says so.
+    /// [`WorkspaceIndex::query`] as a caller should see it: when the query cannot be embedded
+    /// (no model, an endpoint down or answering nonsense, its key unreadable), a vector or
+    /// hybrid query is answered by text, and the answer says so.
     pub fn search(&self, q: &Query<'_>) -> Result<Answer, SearchError> {
         match self.query(q) {
-            Err(SearchError::Embed(EmbedError::Unavailable(why))) if q.mode != Mode::Text => {
+            Err(SearchError::Embed(e @ (EmbedError::Unavailable(_) | EmbedError::Failed(_))))
+                if q.mode != Mode::Text =>
+            {
+                let why = e.to_string();
                 let hits = self.query(&Query {
                     mode: Mode::Text,
                     ..*q
@@ -516,6 +519,7 @@ fn list_files(ws: BorrowedFd<'_>) -> Result<Vec<String>, SearchError> {
     let entries = crate::tree::walk(ws, &is_managed)
         .map_err(|e| SearchError::io("listing the workspace", e))?;
     Ok(entries
+        .entries
         .into_iter()
         .filter(|e| e.kind == rustix::fs::FileType::RegularFile)
         .map(|e| e.rel)

@@ -124,6 +124,9 @@ pub struct Restored {
     pub saved_as: String,
     /// Regular files restored.
     pub files: u64,
+    /// Where the replaced tree was kept (relative to the store) because its snapshot left
+    /// something out; None when it was removed.
+    pub kept_at: Option<String>,
 }
 
 /// What a fork did.
@@ -135,6 +138,8 @@ pub struct Forked {
     pub files: u64,
     /// Of those, how many share their blocks with the source (reflinks).
     pub reflinked: u64,
+    /// Files left out, each with why.
+    pub skipped: Vec<String>,
 }
 
 /// The workspaces of one store, for snapshots and forks (run as root, beside or without the
@@ -177,13 +182,18 @@ impl Workspaces {
         })
     }
 
-    /// The workspace's `snapshots/` (made, root's alone, if missing).
+    /// The workspace's `snapshots/`, made root's alone (0700): snapshots hold every file of the
+    /// workspace, so not even their names, sizes and times are for agents.
     fn snapshots_dir(&self, ws_fd: BorrowedFd<'_>) -> Result<OwnedFd, SnapshotError> {
         match rustix::fs::mkdirat(ws_fd, "snapshots", Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(SnapshotError::io("making snapshots/", e.into())),
         }
-        crate::beneath::open_dir(ws_fd, Path::new("snapshots")).map_err(io("opening snapshots/"))
+        let dir = crate::beneath::open_dir(ws_fd, Path::new("snapshots"))
+            .map_err(io("opening snapshots/"))?;
+        crate::beneath::chown_fd(&dir, 0, 0).map_err(io("snapshots/"))?;
+        rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700)).map_err(io("snapshots/"))?;
+        Ok(dir)
     }
 
     /// Takes a snapshot of `ws` (and its index, from `index_db` when given).
@@ -222,10 +232,10 @@ impl Workspaces {
         w.set_info("format", archive::FORMAT)?;
         w.set_info("workspace", ws)?;
         w.set_info("created_at", &crate::seed::now_rfc3339())?;
-        let mut skipped = Vec::new();
-        for e in crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
-            .map_err(io(format!("listing workspace {ws}")))?
-        {
+        let listing = crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
+            .map_err(io(format!("listing workspace {ws}")))?;
+        let mut skipped = listing.unlisted;
+        for e in listing.entries {
             let item = match archived(ws_fd, &e) {
                 Ok(Some(item)) => item,
                 Ok(None) => continue,
@@ -235,16 +245,8 @@ impl Workspaces {
                     skipped.push(why.to_string());
                     continue;
                 }
-                Err(SnapshotError::Io { source, .. })
-                    if matches!(
-                        source.raw_os_error(),
-                        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::ENXIO)
-                    ) =>
-                {
-                    skipped.push(format!(
-                        "{}: gone or replaced while the snapshot was taken",
-                        e.rel
-                    ));
+                Err(SnapshotError::Io { source, .. }) if left_out(&source).is_some() => {
+                    skipped.push(format!("{}: {}", e.rel, left_out(&source).unwrap_or("")));
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -415,14 +417,23 @@ impl Workspaces {
             RenameFlags::EXCHANGE,
         )
         .map_err(io("swapping the restored workspace in"))?;
-        // The old tree, now in the private area.
-        if let Err(e) = crate::tree::remove_all(tmp_parent.as_fd(), &tmp) {
-            tracing::warn!(error = %e, "removing the replaced workspace tree");
-        }
+        // The old tree, now in the private area. If the snapshot of it left something out
+        // (a name that is not UTF-8, a path too long, a file over 1 GB), the tree is kept,
+        // root's alone, rather than lose what no snapshot holds.
+        let kept_at = match saved.skipped.is_empty() {
+            true => {
+                if let Err(e) = crate::tree::remove_all(tmp_parent.as_fd(), &tmp) {
+                    tracing::warn!(error = %e, "removing the replaced workspace tree");
+                }
+                None
+            }
+            false => Some(self.keep_replaced(tmp_parent.as_fd(), &tmp, ws)?),
+        };
         Ok(Restored {
             snapshot: name.into(),
             saved_as: saved.name,
             files,
+            kept_at,
         })
     }
 
@@ -434,6 +445,7 @@ impl Workspaces {
             return Err(SnapshotError::Exists(new.into()));
         }
         let (tmp_parent, tmp) = self.staging("fork")?;
+        let mut skipped = Vec::new();
         let built = (|| {
             let dst = crate::beneath::open_dir(tmp_parent.as_fd(), Path::new(&tmp))
                 .map_err(io("opening the fork folder"))?;
@@ -445,16 +457,14 @@ impl Workspaces {
                     let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
                     (extract(&reader, dst.as_fd(), &skip)?, 0)
                 }
-                None => copy_tree(ws_fd.as_fd(), dst.as_fd(), &skip)?,
+                None => copy_tree(ws_fd.as_fd(), dst.as_fd(), &skip, &mut skipped)?,
             };
             self.fork_metadata(ws, ws_fd.as_fd(), dst.as_fd(), new, from)?;
-            let snaps_st = rustix::fs::statat(&ws_fd, "snapshots", AtFlags::SYMLINK_NOFOLLOW).ok();
-            let snaps = crate::tree::create_dir(dst.as_fd(), "snapshots", 0o700)
-                .map_err(io("making snapshots/"))?;
-            if let Some(st) = snaps_st {
-                crate::tree::set_status(snaps.as_fd(), st.st_uid, st.st_gid, st.st_mode, now_ns())
-                    .map_err(io("snapshots/"))?;
-            }
+            // Root's alone, like every snapshots/ that holds snapshots.
+            drop(
+                crate::tree::create_dir(dst.as_fd(), "snapshots", 0o700)
+                    .map_err(io("making snapshots/"))?,
+            );
             copy_dir_status(ws_fd.as_fd(), dst.as_fd())?;
             Ok::<(u64, u64), SnapshotError>(counts)
         })();
@@ -476,6 +486,7 @@ impl Workspaces {
                 workspace: new.into(),
                 files,
                 reflinked,
+                skipped,
             }),
             Err(e) => {
                 let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
@@ -485,6 +496,30 @@ impl Workspaces {
                 })
             }
         }
+    }
+
+    /// Moves the replaced tree `name` of `parent` to `.clawfs/replaced/<ws>-<time>`; returns
+    /// that path relative to the store.
+    fn keep_replaced(
+        &self,
+        parent: BorrowedFd<'_>,
+        name: &str,
+        ws: &str,
+    ) -> Result<String, SnapshotError> {
+        match rustix::fs::mkdirat(&self.private, "replaced", Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(SnapshotError::io("making .clawfs/replaced", e.into())),
+        }
+        let dir = crate::beneath::open_dir(self.private.as_fd(), Path::new("replaced"))
+            .map_err(io("opening .clawfs/replaced"))?;
+        let kept = format!(
+            "{ws}-{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S"),
+            &random_hex()[..8]
+        );
+        rustix::fs::renameat_with(parent, name, &dir, kept.as_str(), RenameFlags::NOREPLACE)
+            .map_err(io("keeping the replaced tree"))?;
+        Ok(format!("{}/replaced/{kept}", crate::store::PRIVATE_DIR))
     }
 
     /// A new, empty, root-only folder in the private area's `tmp/`, and its name there.
@@ -569,6 +604,18 @@ impl Workspaces {
                 .map_err(io("metadata.json"))?;
         }
         Ok(())
+    }
+}
+
+/// Why a failure to read one entry leaves that entry out instead of failing the whole copy:
+/// the things an agent can do to its own files.
+fn left_out(e: &std::io::Error) -> Option<&'static str> {
+    match e.raw_os_error()? {
+        libc::ENOENT | libc::ELOOP | libc::ENOTDIR | libc::ENXIO => {
+            Some("gone or replaced while it was copied")
+        }
+        libc::ENAMETOOLONG => Some("the path is too long to open"),
+        _ => None,
     }
 }
 
@@ -723,12 +770,22 @@ fn copy_tree(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
     skip: &dyn Fn(&str) -> bool,
+    skipped: &mut Vec<String>,
 ) -> Result<(u64, u64), SnapshotError> {
     let (mut files, mut reflinked) = (0, 0);
     let mut dirs = Vec::new();
-    for e in crate::tree::walk(src, skip).map_err(io("listing the workspace"))? {
+    let listing = crate::tree::walk(src, skip).map_err(io("listing the workspace"))?;
+    skipped.extend(listing.unlisted);
+    for e in listing.entries {
         let at = |err: std::io::Error| SnapshotError::io(format!("copying {}", e.rel), err);
-        let st = crate::tree::stat(src, &e.rel).map_err(at)?;
+        let st = match crate::tree::stat(src, &e.rel) {
+            Ok(st) => st,
+            Err(err) if left_out(&err).is_some() => {
+                skipped.push(format!("{}: {}", e.rel, left_out(&err).unwrap_or("")));
+                continue;
+            }
+            Err(err) => return Err(at(err)),
+        };
         match e.kind {
             FileType::Directory => {
                 drop(crate::tree::create_dir(dst, &e.rel, 0o700).map_err(at)?);
@@ -741,12 +798,17 @@ fn copy_tree(
                 crate::tree::create_symlink(dst, &e.rel, &target).map_err(at)?;
                 crate::tree::chown_link(dst, &e.rel, st.st_uid, st.st_gid).map_err(at)?;
             }
-            FileType::RegularFile => {
-                if copy_stable(src, dst, &e.rel)? {
-                    reflinked += 1;
+            FileType::RegularFile => match copy_stable(src, dst, &e.rel) {
+                Ok(r) => {
+                    reflinked += u64::from(r);
+                    files += 1;
                 }
-                files += 1;
-            }
+                Err(SnapshotError::Busy(f)) => skipped.push(format!("{f}: kept changing")),
+                Err(SnapshotError::Io { source, .. }) if left_out(&source).is_some() => {
+                    skipped.push(format!("{}: {}", e.rel, left_out(&source).unwrap_or("")));
+                }
+                Err(err) => return Err(err),
+            },
             _ => {}
         }
     }

@@ -165,9 +165,17 @@ impl RemoteClient {
         };
         let mut key = self.key.lock().unwrap_or_else(PoisonError::into_inner);
         if key.is_none() {
-            let k = (self.key_source)(name).map_err(|e| {
+            // On a thread of its own: the caller's thread may be acting with an agent's
+            // credentials (a query), and the vault is the daemon's to read.
+            let read = std::thread::scope(|s| {
+                s.spawn(|| (self.key_source)(name))
+                    .join()
+                    .unwrap_or_else(|_| Err("reading it panicked".into()))
+            });
+            let k = read.map_err(|e| {
+                tracing::warn!(secret = name, error = %e, "the embedding API key cannot be read");
                 EmbedError::Unavailable(format!(
-                    "the API key (vault secret {name:?}) cannot be read: {e}"
+                    "the API key (vault secret {name:?}) cannot be read (is the vault unlocked?)"
                 ))
             })?;
             *key = Some(k);
@@ -278,23 +286,14 @@ impl RemoteClient {
                 "the embedding endpoint {} refused the API key (HTTP {status})",
                 self.url
             ))),
-            429 | 500..=599 => Err(Attempt::Transient(format!(
-                "HTTP {status}: {}",
-                excerpt(&bytes)
-            ))),
+            // The status only: an error body may echo the request, key included.
+            429 | 500..=599 => Err(Attempt::Transient(format!("HTTP {status}"))),
             _ => Err(Attempt::Fatal(format!(
-                "the embedding endpoint {} answered HTTP {status}: {}",
-                self.url,
-                excerpt(&bytes)
+                "the embedding endpoint {} answered HTTP {status}",
+                self.url
             ))),
         }
     }
-}
-
-/// The start of an error body, for a message (never more than a line of it).
-fn excerpt(bytes: &[u8]) -> String {
-    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
-    s.lines().next().unwrap_or("").to_string()
 }
 
 /// The vectors of an answer `{"data": [{"index": i, "embedding": [...]}, ...]}`, in input order.
