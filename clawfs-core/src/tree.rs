@@ -217,9 +217,10 @@ fn parent_of<'r>(root: BorrowedFd<'_>, rel: &'r str) -> io::Result<(OwnedFd, &'r
 /// Copies the regular file `from` into the new file `to`: a reflink (shared blocks, copied
 /// on write) where the filesystem offers one, else an in-kernel copy of its data ranges only,
 /// so holes stay holes (a sparse file costs no more in the copy than in the original).
-pub fn copy_contents(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
+/// Returns whether it was a reflink.
+pub fn copy_contents(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<bool> {
     if rustix::fs::ioctl_ficlone(to, from).is_ok() {
-        return Ok(());
+        return Ok(true);
     }
     let size = rustix::fs::fstat(from)?.st_size as u64;
     let mut pos = 0u64;
@@ -244,7 +245,7 @@ pub fn copy_contents(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()>
     }
     // Trailing hole (or a file that was all hole).
     rustix::fs::ftruncate(to, size)?;
-    Ok(())
+    Ok(false)
 }
 
 /// Gives the open `fd` the owner, mode and modification time of `st`.

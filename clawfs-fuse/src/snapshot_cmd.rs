@@ -75,11 +75,6 @@ fn index_db(store: &Store, workspace: &str) -> PathBuf {
     clawfs_core::search::index::index_dir(&store.private_dir(), workspace).join("index.db")
 }
 
-/// Lets a daemon serving the store, if any, see the changed workspaces at once.
-fn reindex(store: &Store) -> Result<(), Failure> {
-    crate::daemon::refresh_daemon(store).map(|_| ())
-}
-
 fn open(store_root: &Path) -> Result<(Store, Workspaces), Failure> {
     let store = Store::open(store_root)?;
     let ws = Workspaces::open(store_root).map_err(|e| anyhow!(e))?;
@@ -140,7 +135,8 @@ pub fn snapshot(store_root: &Path, cmd: &SnapshotCommand) -> Result<(), Failure>
             let r = wss
                 .restore(workspace, snapshot, Some(&index_db(&store, workspace)))
                 .map_err(|e| anyhow!(e))?;
-            reindex(&store)?;
+            // A daemon serving the store shows the change before this returns.
+            crate::daemon::refresh_daemon(&store)?;
             if let (Some(kept), false) = (&r.kept_at, json) {
                 eprintln!(
                     "clawfs snapshot: warning: the snapshot of what was replaced left files out; the replaced tree is kept whole in {}/{kept}",
@@ -179,7 +175,8 @@ pub fn workspace(store_root: &Path, cmd: &WorkspaceCommand) -> Result<(), Failur
             let f = wss
                 .fork(workspace, new, from.as_deref())
                 .map_err(|e| anyhow!(e))?;
-            reindex(&store)?;
+            // A daemon serving the store shows the change before this returns.
+            crate::daemon::refresh_daemon(&store)?;
             if !json {
                 for why in &f.skipped {
                     eprintln!("clawfs workspace: warning: left out {why}");

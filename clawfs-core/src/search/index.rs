@@ -171,18 +171,24 @@ impl IndexDb {
 
     /// What was indexed of `path`.
     pub fn stamp(&self, path: &str) -> Result<Option<FileStamp>, SearchError> {
+        Ok(self.indexed(path)?.map(|(stamp, _)| stamp))
+    }
+
+    /// What was indexed of `path`, and why it has no chunks or vectors (`files.skipped`).
+    fn indexed(&self, path: &str) -> Result<Option<(FileStamp, Option<String>)>, SearchError> {
         Ok(self
             .conn
             .query_row(
-                "SELECT size, mtime_ns, ino, ctime_ns FROM files WHERE path = ?1",
+                "SELECT size, mtime_ns, ino, ctime_ns, skipped FROM files WHERE path = ?1",
                 [path],
                 |r| {
-                    Ok(FileStamp {
+                    let stamp = FileStamp {
                         size: r.get::<_, i64>(0)? as u64,
                         mtime_ns: r.get(1)?,
                         ino: r.get::<_, i64>(2)? as u64,
                         ctime_ns: r.get(3)?,
-                    })
+                    };
+                    Ok((stamp, r.get(4)?))
                 },
             )
             .optional()?)
@@ -191,16 +197,9 @@ impl IndexDb {
     /// Whether `path` is indexed as `stamp` says and completely: a file indexed while the
     /// embedder was unavailable has chunks but no vectors yet, and is not.
     pub fn is_current(&self, path: &str, stamp: &FileStamp) -> Result<bool, SearchError> {
-        let status: Option<Option<String>> = self
-            .conn
-            .query_row("SELECT skipped FROM files WHERE path = ?1", [path], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        Ok(match status {
-            Some(s) => s.as_deref() != Some(UNEMBEDDED) && self.stamp(path)? == Some(*stamp),
-            None => false,
-        })
+        Ok(self
+            .indexed(path)?
+            .is_some_and(|(s, skipped)| s == *stamp && skipped.as_deref() != Some(UNEMBEDDED)))
     }
 
     /// How many files wait for their vectors (indexed while the embedder was unavailable).
@@ -396,8 +395,9 @@ fn remove_in(tx: &rusqlite::Transaction<'_>, path: &str) -> Result<Vec<i64>, Sea
     Ok(ids)
 }
 
-/// What FTS5 indexes of a chunk: its headings (so a section is found by its title) and text.
-fn indexed_text(c: &Chunk) -> String {
+/// What is indexed of a chunk, by FTS5 and the embedder alike: its headings (so a section is
+/// found by its title) and text.
+pub(super) fn indexed_text(c: &Chunk) -> String {
     match c.heading.is_empty() {
         true => c.text.clone(),
         false => format!("{}\n{}", c.heading, c.text),

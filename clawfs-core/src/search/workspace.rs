@@ -262,13 +262,7 @@ impl WorkspaceIndex {
         let Some(e) = &self.embedder else {
             return Ok(Vec::new());
         };
-        let texts: Vec<String> = chunks
-            .iter()
-            .map(|c| match c.heading.is_empty() {
-                true => c.text.clone(),
-                false => format!("{}\n{}", c.heading, c.text),
-            })
-            .collect();
+        let texts: Vec<String> = chunks.iter().map(super::index::indexed_text).collect();
         let mut out = Vec::with_capacity(texts.len());
         for batch in texts.chunks(EMBED_BATCH) {
             let refs: Vec<&str> = batch.iter().map(String::as_str).collect();

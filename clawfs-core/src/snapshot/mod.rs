@@ -239,17 +239,10 @@ impl Workspaces {
             let item = match archived(ws_fd, &e) {
                 Ok(Some(item)) => item,
                 Ok(None) => continue,
-                // What an agent can do to one file (grow it past the limit, never stop writing
-                // it, swap it for something else) costs that file, not the snapshot.
-                Err(why @ (SnapshotError::TooLarge(_) | SnapshotError::Busy(_))) => {
-                    skipped.push(why.to_string());
+                Err(err) => {
+                    leave_out(&e.rel, err, &mut skipped)?;
                     continue;
                 }
-                Err(SnapshotError::Io { source, .. }) if left_out(&source).is_some() => {
-                    skipped.push(format!("{}: {}", e.rel, left_out(&source).unwrap_or("")));
-                    continue;
-                }
-                Err(e) => return Err(e),
             };
             w.add(&item)?;
         }
@@ -390,33 +383,19 @@ impl Workspaces {
         let ws_fd = self.workspace(ws)?;
         let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
         let saved = self.create(ws, index_db)?;
-        let (tmp_parent, tmp) = self.staging("restore")?;
-        let built = (|| {
-            let new = crate::beneath::open_dir(tmp_parent.as_fd(), Path::new(&tmp))
-                .map_err(io("opening the restore folder"))?;
-            let files = extract(&reader, new.as_fd(), &|rel| {
-                rel == "metadata.json" || rel == "snapshots" || rel.starts_with("snapshots/")
-            })?;
-            copy_file(ws_fd.as_fd(), new.as_fd(), "metadata.json")?;
-            self.keep_snapshots(ws_fd.as_fd(), new.as_fd())?;
-            copy_dir_status(ws_fd.as_fd(), new.as_fd())?;
-            Ok::<u64, SnapshotError>(files)
-        })();
-        let files = match built {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
-                return Err(e);
-            }
-        };
-        rustix::fs::renameat_with(
-            &tmp_parent,
-            tmp.as_str(),
-            &self.workspaces,
+        let (files, (tmp_parent, tmp)) = self.staged(
+            "restore",
             ws,
             RenameFlags::EXCHANGE,
-        )
-        .map_err(io("swapping the restored workspace in"))?;
+            |e| SnapshotError::io("swapping the restored workspace in", e.into()),
+            |new| {
+                let files = extract(&reader, new, &not_copied)?;
+                copy_file(ws_fd.as_fd(), new, "metadata.json")?;
+                self.keep_snapshots(ws_fd.as_fd(), new)?;
+                copy_dir_status(ws_fd.as_fd(), new)?;
+                Ok(files)
+            },
+        )?;
         // The old tree, now in the private area. If the snapshot of it left something out
         // (a name that is not UTF-8, a path too long, a file over 1 GB), the tree is kept,
         // root's alone, rather than lose what no snapshot holds.
@@ -444,58 +423,39 @@ impl Workspaces {
         if rustix::fs::statat(&self.workspaces, new, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
             return Err(SnapshotError::Exists(new.into()));
         }
-        let (tmp_parent, tmp) = self.staging("fork")?;
         let mut skipped = Vec::new();
-        let built = (|| {
-            let dst = crate::beneath::open_dir(tmp_parent.as_fd(), Path::new(&tmp))
-                .map_err(io("opening the fork folder"))?;
-            let skip = |rel: &str| {
-                rel == "metadata.json" || rel == "snapshots" || rel.starts_with("snapshots/")
-            };
-            let counts = match from {
-                Some(name) => {
-                    let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
-                    (extract(&reader, dst.as_fd(), &skip)?, 0)
-                }
-                None => copy_tree(ws_fd.as_fd(), dst.as_fd(), &skip, &mut skipped)?,
-            };
-            self.fork_metadata(ws, ws_fd.as_fd(), dst.as_fd(), new, from)?;
-            // Root's alone, like every snapshots/ that holds snapshots.
-            drop(
-                crate::tree::create_dir(dst.as_fd(), "snapshots", 0o700)
-                    .map_err(io("making snapshots/"))?,
-            );
-            copy_dir_status(ws_fd.as_fd(), dst.as_fd())?;
-            Ok::<(u64, u64), SnapshotError>(counts)
-        })();
-        let (files, reflinked) = match built {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
-                return Err(e);
-            }
-        };
-        match rustix::fs::renameat_with(
-            &tmp_parent,
-            tmp.as_str(),
-            &self.workspaces,
+        let ((files, reflinked), _) = self.staged(
+            "fork",
             new,
             RenameFlags::NOREPLACE,
-        ) {
-            Ok(()) => Ok(Forked {
-                workspace: new.into(),
-                files,
-                reflinked,
-                skipped,
-            }),
-            Err(e) => {
-                let _ = crate::tree::remove_all(tmp_parent.as_fd(), &tmp);
-                Err(match e {
-                    rustix::io::Errno::EXIST => SnapshotError::Exists(new.into()),
-                    e => SnapshotError::io("naming the fork", e.into()),
-                })
-            }
-        }
+            |e| match e {
+                rustix::io::Errno::EXIST => SnapshotError::Exists(new.into()),
+                e => SnapshotError::io("naming the fork", e.into()),
+            },
+            |dst| {
+                let counts = match from {
+                    Some(name) => {
+                        let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
+                        (extract(&reader, dst, &not_copied)?, 0)
+                    }
+                    None => copy_tree(ws_fd.as_fd(), dst, &not_copied, &mut skipped)?,
+                };
+                self.fork_metadata(ws, ws_fd.as_fd(), dst, new, from)?;
+                // Root's alone, like every snapshots/ that holds snapshots.
+                drop(
+                    crate::tree::create_dir(dst, "snapshots", 0o700)
+                        .map_err(io("making snapshots/"))?,
+                );
+                copy_dir_status(ws_fd.as_fd(), dst)?;
+                Ok(counts)
+            },
+        )?;
+        Ok(Forked {
+            workspace: new.into(),
+            files,
+            reflinked,
+            skipped,
+        })
     }
 
     /// Moves the replaced tree `name` of `parent` to `.clawfs/replaced/<ws>-<time>`; returns
@@ -534,6 +494,36 @@ impl Workspaces {
         rustix::fs::mkdirat(&parent, name.as_str(), Mode::from_raw_mode(0o700))
             .map_err(io("making a staging folder"))?;
         Ok((parent, name))
+    }
+
+    /// Builds a tree with `build` in a new staging folder, then renames it to
+    /// `workspaces/<target>` with `flags` (`rename_failed` says why when that fails). On any
+    /// failure the staging folder is removed. Returns `build`'s value and the staging folder
+    /// (parent, name): after an exchange, where the replaced tree now is.
+    fn staged<T>(
+        &self,
+        what: &str,
+        target: &str,
+        flags: RenameFlags,
+        rename_failed: impl FnOnce(rustix::io::Errno) -> SnapshotError,
+        build: impl FnOnce(BorrowedFd<'_>) -> Result<T, SnapshotError>,
+    ) -> Result<(T, (OwnedFd, String)), SnapshotError> {
+        let (parent, name) = self.staging(what)?;
+        let built = crate::beneath::open_dir(parent.as_fd(), Path::new(&name))
+            .map_err(io(format!("opening the {what} folder")))
+            .and_then(|dir| build(dir.as_fd()))
+            .and_then(|value| {
+                rustix::fs::renameat_with(&parent, name.as_str(), &self.workspaces, target, flags)
+                    .map_err(rename_failed)
+                    .map(|()| value)
+            });
+        match built {
+            Ok(value) => Ok((value, (parent, name))),
+            Err(e) => {
+                let _ = crate::tree::remove_all(parent.as_fd(), &name);
+                Err(e)
+            }
+        }
     }
 
     /// Hard-links every snapshot of the workspace at `from` into a new `snapshots/` of `to`
@@ -619,6 +609,21 @@ fn left_out(e: &std::io::Error) -> Option<&'static str> {
     }
 }
 
+/// Records in `skipped` why `rel` is left out when `e` is something an agent can do to one of
+/// its files (grow it past the limit, never stop writing it, remove it or swap it for a link,
+/// bury it too deep): that costs the file, not the whole copy. Any other error is returned.
+fn leave_out(rel: &str, e: SnapshotError, skipped: &mut Vec<String>) -> Result<(), SnapshotError> {
+    match e {
+        e @ (SnapshotError::TooLarge(_) | SnapshotError::Busy(_)) => skipped.push(e.to_string()),
+        SnapshotError::Io { what, source } => match left_out(&source) {
+            Some(why) => skipped.push(format!("{rel}: {why}")),
+            None => return Err(SnapshotError::Io { what, source }),
+        },
+        e => return Err(e),
+    }
+    Ok(())
+}
+
 /// The archive entry of `e` below `ws` (None for kinds a snapshot does not keep).
 fn archived(ws: BorrowedFd<'_>, e: &crate::tree::Entry) -> Result<Option<Item>, SnapshotError> {
     let at = |err: std::io::Error| SnapshotError::io(e.rel.clone(), err);
@@ -641,6 +646,12 @@ fn archived(ws: BorrowedFd<'_>, e: &crate::tree::Entry) -> Result<Option<Item>, 
         // FIFOs, sockets, devices: nothing to keep.
         _ => return Ok(None),
     }))
+}
+
+/// What a restore or fork does not take from its source: the workspace's own settings
+/// (`metadata.json`) and its snapshots.
+fn not_copied(rel: &str) -> bool {
+    rel == "metadata.json" || rel == "snapshots" || rel.starts_with("snapshots/")
 }
 
 /// `/proc/self/fd/N/name`: a path SQLite can open that reaches `name` through the descriptor
@@ -780,11 +791,10 @@ fn copy_tree(
         let at = |err: std::io::Error| SnapshotError::io(format!("copying {}", e.rel), err);
         let st = match crate::tree::stat(src, &e.rel) {
             Ok(st) => st,
-            Err(err) if left_out(&err).is_some() => {
-                skipped.push(format!("{}: {}", e.rel, left_out(&err).unwrap_or("")));
+            Err(err) => {
+                leave_out(&e.rel, at(err), skipped)?;
                 continue;
             }
-            Err(err) => return Err(at(err)),
         };
         match e.kind {
             FileType::Directory => {
@@ -803,11 +813,7 @@ fn copy_tree(
                     reflinked += u64::from(r);
                     files += 1;
                 }
-                Err(SnapshotError::Busy(f)) => skipped.push(format!("{f}: kept changing")),
-                Err(SnapshotError::Io { source, .. }) if left_out(&source).is_some() => {
-                    skipped.push(format!("{}: {}", e.rel, left_out(&source).unwrap_or("")));
-                }
-                Err(err) => return Err(err),
+                Err(err) => leave_out(&e.rel, err, skipped)?,
             },
             _ => {}
         }
@@ -828,10 +834,7 @@ fn copy_stable(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, rel: &str) -> Result<bo
         let before = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
         let _ = crate::tree::remove_all(dst, rel);
         let to = crate::tree::create_file(dst, rel, 0o600).map_err(at)?;
-        let reflinked = rustix::fs::ioctl_ficlone(&to, &from).is_ok();
-        if !reflinked {
-            crate::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
-        }
+        let reflinked = crate::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
         let after = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
         let stamp = crate::search::index::FileStamp::of;
         if stamp(&before) == stamp(&after) {

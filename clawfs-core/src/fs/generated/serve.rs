@@ -308,20 +308,18 @@ impl ClawFs {
         dir: VirtualNode,
     ) -> FsResult<Vec<DirEntry>> {
         let ino = self.generated.ino(&dir);
-        let parent_dir = match &dir {
-            VirtualNode::SecretsDir => Some(crate::area::Area::Vault.dir_name().to_string()),
-            VirtualNode::SearchDir(ws) => Some(format!("workspaces/{ws}")),
-            VirtualNode::SearchResults { .. } => None,
-            _ => Some(crate::area::Area::Tools.dir_name().to_string()),
+        // The folder above: a stored one (an area's root, the workspace), or a generated one.
+        let stored_parent = |rel: &str| -> FsResult<u64> {
+            let st = rustix::fs::stat(self.store.root().join(rel))?;
+            Ok(self.inodes.mount_ino(st.st_ino))
         };
-        let parent = match (&dir, parent_dir) {
-            (_, Some(d)) => self
-                .inodes
-                .mount_ino(rustix::fs::stat(self.store.root().join(d))?.st_ino),
-            (VirtualNode::SearchResults { workspace, .. }, None) => self
+        let parent = match &dir {
+            VirtualNode::SecretsDir => stored_parent(crate::area::Area::Vault.dir_name())?,
+            VirtualNode::SearchDir(ws) => stored_parent(&format!("workspaces/{ws}"))?,
+            VirtualNode::SearchResults { workspace, .. } => self
                 .generated
                 .ino(&VirtualNode::SearchDir(workspace.clone())),
-            _ => ino,
+            _ => stored_parent(crate::area::Area::Tools.dir_name())?,
         };
         let mut out = DirEntry::dots(ino, parent);
         if let VirtualNode::SearchResults { workspace, query } = &dir {

@@ -231,12 +231,11 @@ impl RemoteClient {
                     return Ok(v);
                 }
                 Err(Attempt::Fatal(why)) => return Err(EmbedError::Failed(why)),
-                Err(Attempt::Refused(why)) if !refreshed_key && key.is_some() => {
+                Err(Attempt::Refused(_)) if !refreshed_key && key.is_some() => {
                     // The secret may have been rotated since it was read.
                     tracing::info!(endpoint = %self.url, "the endpoint refused the API key: reading it again");
                     self.forget_key();
                     refreshed_key = true;
-                    let _ = why;
                 }
                 Err(Attempt::Refused(why)) => {
                     self.forget_key();
