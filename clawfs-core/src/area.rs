@@ -90,8 +90,15 @@ pub enum Place {
     Inside(Area),
 }
 
-/// Names inside a workspace root that ClawFS manages and nobody renames or removes.
-pub const WORKSPACE_MANAGED: [&str; 2] = ["metadata.json", "snapshots"];
+/// Names inside a workspace root that ClawFS manages and nobody creates, renames or removes:
+/// the metadata and snapshots it keeps there, and the names of its generated search folder
+/// and index view.
+pub const WORKSPACE_MANAGED: [&str; 4] = [
+    "metadata.json",
+    "snapshots",
+    crate::virtual_files::SEARCH_DIR,
+    crate::virtual_files::INDEX_VIEW,
+];
 
 /// Names inside an agent's directory that ClawFS manages: `identity.json` changes only whole and
 /// validated (a staged write), never by removing it and creating another file in its place.

@@ -102,6 +102,9 @@ pub enum FsError {
     /// A backing name that no namespace path can hold.
     #[error(transparent)]
     Path(#[from] crate::policy::NsPathError),
+    /// The search index failed (serving `workspace.db`).
+    #[error(transparent)]
+    Search(#[from] crate::search::SearchError),
     /// A ClawFS-managed JSON file in the store could not be read or written.
     #[error("{path}: {reason}")]
     Corrupt {
@@ -136,6 +139,7 @@ impl FsError {
             FsError::Vault(e) => vault_errno(e),
             // A name the backing store holds but the namespace cannot: an I/O error to the caller.
             FsError::Path(_) => libc::EIO,
+            FsError::Search(e) => search_errno(e),
         }
     }
 
@@ -153,6 +157,16 @@ impl From<rustix::io::Errno> for FsError {
 
 /// The errno of a vault error read through the mount (`vault/secrets/<name>`): every variant
 /// matched, so a new one picks its errno on purpose.
+fn search_errno(e: &crate::search::SearchError) -> i32 {
+    use crate::search::SearchError as S;
+    match e {
+        S::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        S::Db(_) | S::Corrupt(_) | S::Hnsw(_) | S::Embed(_) | S::Config(_) => libc::EIO,
+        // Search is off in this daemon, or not ready for this query.
+        S::Unavailable(_) => libc::ENOENT,
+    }
+}
+
 fn vault_errno(e: &crate::vault::VaultError) -> i32 {
     use crate::vault::VaultError as V;
     match e {

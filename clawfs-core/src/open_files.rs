@@ -161,6 +161,15 @@ impl<T> HandleTable<T> {
         self.lock().remove(&fh)
     }
 
+    /// The most recently opened handle for which `pred` holds.
+    pub fn newest(&self, pred: impl Fn(&T) -> bool) -> Option<Arc<T>> {
+        self.lock()
+            .iter()
+            .filter(|(_, v)| pred(v))
+            .max_by_key(|(fh, _)| **fh)
+            .map(|(_, v)| Arc::clone(v))
+    }
+
     /// Number of open handles.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -55,6 +55,9 @@ pub enum VirtualNode {
         /// The query (the folder's name).
         query: String,
     },
+    /// `workspaces/<ws>/workspace.db`: a copy of the workspace's search index holding only the
+    /// files the caller may read, made when it is opened.
+    IndexView(String),
     /// One match: `NN-<file name>`, a symlink to the file (`../../<path>`).
     SearchHit {
         /// The workspace.
@@ -70,6 +73,18 @@ pub enum VirtualNode {
 
 /// The name of the search folder in every workspace (looked up, never listed).
 pub const SEARCH_DIR: &str = ".search";
+
+/// The name of the index view in every workspace (listed).
+pub const INDEX_VIEW: &str = "workspace.db";
+
+/// The generated child `name` of workspace `ws`'s folder, when the daemon indexes workspaces.
+pub fn child_of_workspace(ws: &str, name: &OsStr) -> Option<VirtualNode> {
+    match name.to_str()? {
+        SEARCH_DIR => Some(VirtualNode::SearchDir(ws.to_string())),
+        INDEX_VIEW => Some(VirtualNode::IndexView(ws.to_string())),
+        _ => None,
+    }
+}
 
 /// The largest number of responses kept per caller; the oldest go first.
 pub const MAX_RESPONSES_PER_CALLER: usize = 256;
@@ -116,7 +131,8 @@ impl VirtualNode {
             VirtualNode::SecretsDir | VirtualNode::Secret(_) => Place::Inside(Area::Vault),
             VirtualNode::SearchDir(_)
             | VirtualNode::SearchResults { .. }
-            | VirtualNode::SearchHit { .. } => Place::Inside(Area::Workspaces),
+            | VirtualNode::SearchHit { .. }
+            | VirtualNode::IndexView(_) => Place::Inside(Area::Workspaces),
             _ => Place::Inside(Area::Tools),
         }
     }
@@ -125,7 +141,9 @@ impl VirtualNode {
     /// with exactly the caller's access), `self` is read-only.
     pub fn perm(&self) -> u16 {
         match self {
-            VirtualNode::SelfInfo | VirtualNode::Response { .. } => 0o444,
+            VirtualNode::SelfInfo | VirtualNode::Response { .. } | VirtualNode::IndexView(_) => {
+                0o444
+            }
             VirtualNode::CallDir
             | VirtualNode::SearchDir(_)
             | VirtualNode::SearchResults { .. } => 0o555,
@@ -258,6 +276,8 @@ pub struct VirtualHandle {
     pub opener: (crate::policy::Identity, crate::creds::Credentials),
     /// State of the exchange.
     pub state: Mutex<Exchange>,
+    /// A file served as it is, read at the caller's offsets (the index view).
+    pub content: Option<std::fs::File>,
 }
 
 /// The request/response exchange of one open virtual file.

@@ -69,9 +69,9 @@ fn lookups_are_counted_and_forget_drops_the_inode_at_zero() {
     );
     // Two lookups: one forget leaves the inode known, the second drops it.
     fs.forget(ws, 1);
-    assert!(fs.getattr(ws, None).is_ok());
+    assert!(fs.getattr(&ADMIN, ws, None).is_ok());
     fs.forget(ws, 1);
-    let e = fs.getattr(ws, None).unwrap_err();
+    let e = fs.getattr(&ADMIN, ws, None).unwrap_err();
     assert!(matches!(e, FsError::UnknownInode(_)), "{e:?}");
     // A missing name is ENOENT, and looking it up leaves nothing behind.
     let e = fs
@@ -106,7 +106,7 @@ fn a_created_file_is_written_read_and_released_through_its_handle() {
         fs.release(ino, fh).unwrap_err(),
         FsError::UnknownHandle(_)
     ));
-    assert_eq!(fs.getattr(ino, None).unwrap().size, 6);
+    assert_eq!(fs.getattr(&ADMIN, ino, None).unwrap().size, 6);
     // The store holds the real file.
     let on_disk = fs.store().root().join("workspaces/default/notes.md");
     assert_eq!(std::fs::read(on_disk).unwrap(), b"hello\n");
@@ -246,11 +246,11 @@ fn readdirplus_takes_a_reference_per_entry_it_answers_and_gives_back_what_did_no
     // The kept entry holds one reference (the kernel's), the refused one none.
     fs.forget(kept, 1);
     assert!(matches!(
-        fs.getattr(kept, None),
+        fs.getattr(&ADMIN, kept, None),
         Err(FsError::UnknownInode(_))
     ));
     assert!(matches!(
-        fs.getattr(refused, None),
+        fs.getattr(&ADMIN, refused, None),
         Err(FsError::UnknownInode(_))
     ));
     // A missing name is a negative entry the kernel may keep; a generated folder's is not.

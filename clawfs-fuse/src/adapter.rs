@@ -266,9 +266,13 @@ impl Filesystem for Adapter {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _s = tracing::debug_span!("getattr", ino = ino.0).entered();
-        self.reply_attr("getattr", self.fs.getattr(ino.0, fh.map(|f| f.0)), reply);
+        self.reply_attr(
+            "getattr",
+            self.fs.getattr(&caller(req), ino.0, fh.map(|f| f.0)),
+            reply,
+        );
     }
 
     fn setattr(

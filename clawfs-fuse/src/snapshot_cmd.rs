@@ -72,7 +72,8 @@ pub enum WorkspaceCommand {
 }
 
 fn index_db(store: &Store, workspace: &str) -> PathBuf {
-    clawfs_core::search::index::index_dir(&store.private_dir(), workspace).join("index.db")
+    clawfs_core::search::index::index_dir(&store.private_dir(), workspace)
+        .join(clawfs_core::search::index::DB_FILE)
 }
 
 fn open(store_root: &Path) -> Result<(Store, Workspaces), Failure> {

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+pub use crate::common::audit_until;
 use crate::common::{clawfs, Mounted};
 
 /// Stdout and stderr of a finished command, together.
@@ -63,30 +64,6 @@ pub fn agent_policy(m: &Mounted, agent: &str, line: &str) {
         let head = format!("[agents.{agent}]\n");
         p.replacen(&head, &format!("{head}{line}\n"), 1)
     });
-}
-
-/// Every audit record of the store so far (the daemon syncs within about a second, so this
-/// waits until `until` holds or 5 s passed).
-pub fn audit_until(m: &Mounted, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let out = clawfs([
-            OsStr::new("audit"),
-            OsStr::new("--store"),
-            m.store.as_os_str(),
-            OsStr::new("search"),
-            OsStr::new("--json"),
-        ]);
-        assert!(out.status.success(), "audit search: {}", text(&out));
-        let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        if until(&records) || std::time::Instant::now() > deadline {
-            return records;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }
 
 /// The records whose operation is `op` and whose path ends with `path_end`.

@@ -10,6 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use serde_json::Value;
+
 /// The `clawfs` binary under test: the one beside the test executable's `deps/` directory,
 /// brought up to date with `cargo build -p clawfs-fuse --bin clawfs --features fault-injection`
 /// once per test process when
@@ -389,4 +391,32 @@ pub fn workspace_bin(name: &str, package: &str) -> PathBuf {
 /// the mount as soon as the call has answered (the daemon drops the kernel's stale entries).
 pub fn at_once(what: &str, cond: impl FnOnce() -> bool) {
     assert!(cond(), "not visible at once: {what}");
+}
+
+/// Every audit record of the store so far (the daemon syncs within about a second, so this
+/// waits until `until` holds or 5 s passed).
+pub fn audit_until(m: &Mounted, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = clawfs([
+            OsStr::new("audit"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+            OsStr::new("search"),
+            OsStr::new("--json"),
+        ]);
+        assert!(
+            out.status.success(),
+            "audit search: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if until(&records) || std::time::Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

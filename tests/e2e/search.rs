@@ -329,3 +329,141 @@ fn a_query_is_a_folder_of_symlinks_to_the_best_files() {
     assert!(std::fs::write(dir.join("x"), "x").is_err());
     assert!(std::fs::write(ws.join(".search/x"), "x").is_err());
 }
+
+/// `sqlite3` on the workspace's `workspace.db` as `who` (`root` or `nobody`).
+fn sqlite(who: &str, db: &std::path::Path, sql: &str) -> String {
+    let cmd = format!("sqlite3 -readonly '{}' \"{sql}\"", db.display());
+    let out = match who {
+        "root" => std::process::Command::new("sh")
+            .args(["-c", &cmd])
+            .output()
+            .unwrap(),
+        _ => sh_as_nobody(&cmd),
+    };
+    assert!(
+        out.status.success(),
+        "{who}: {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn workspace_db_is_the_index_as_the_caller_may_read_it() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let ws = m.ws();
+    std::fs::write(
+        ws.join("public.md"),
+        "# Public\n\nthe launch plan for the rocket\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("secret.md"),
+        "# Secret\n\nthe rocket zanzibarite codes\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        ws.join("secret.md"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    until(&m, "rocket", "text", |h| h.len() == 2);
+    let db = ws.join("workspace.db");
+    assert!(std::fs::read_dir(&ws)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == "workspace.db"));
+
+    // Root reads the whole index with sqlite3: files, chunks with line ranges, FTS5.
+    let files = sqlite("root", &db, "SELECT path FROM files ORDER BY path");
+    assert_eq!(files, "public.md\nsecret.md\n");
+    let found = sqlite(
+        "root",
+        &db,
+        "SELECT c.path, c.line_start FROM documents d JOIN chunks c ON c.id = d.rowid WHERE documents MATCH 'zanzibarite'",
+    );
+    assert_eq!(found.trim(), "secret.md|1");
+
+    // Another user's copy holds nothing of the file it may not read, not even a word.
+    assert_eq!(
+        sqlite("nobody", &db, "SELECT path FROM files"),
+        "public.md\n"
+    );
+    assert_eq!(
+        sqlite(
+            "nobody",
+            &db,
+            "SELECT count(*) FROM documents WHERE documents MATCH 'zanzibarite'"
+        ),
+        "0\n"
+    );
+    let out = sh_as_nobody(&format!("cat '{}'", db.display()));
+    assert!(out.status.success());
+    assert!(out.stdout.starts_with(b"SQLite format 3\0"));
+    assert!(
+        !out.stdout.windows(11).any(|w| w == b"zanzibarite"),
+        "the word of the unreadable file is in nobody's copy"
+    );
+
+    // Read-only: not written, replaced, removed or shadowed, for root either.
+    assert_eq!(
+        crate::common::errno(std::fs::OpenOptions::new().write(true).open(&db)),
+        libc::EACCES
+    );
+    assert_eq!(crate::common::errno(std::fs::remove_file(&db)), libc::EPERM);
+    assert_eq!(
+        crate::common::errno(std::fs::rename(ws.join("public.md"), &db)),
+        libc::EPERM
+    );
+    for (tool, args) in [
+        (
+            "write_file",
+            json!({"path": "workspace.db", "content": "x"}),
+        ),
+        (
+            "write_file",
+            json!({"path": ".search/x.md", "content": "x"}),
+        ),
+        ("move", json!({"from": "public.md", "to": "workspace.db"})),
+    ] {
+        let r = tool_call(&m, tool, &args);
+        assert_eq!(r["error"], "denied", "{tool} {args}: {r}");
+    }
+    assert!(ws.join("public.md").exists());
+    assert!(!m.backing("workspaces/default/workspace.db").exists());
+    assert!(!m.backing("workspaces/default/.search").exists());
+    assert_eq!(sqlite("root", &db, "SELECT count(*) FROM files"), "2\n");
+
+    // An agent reads its own copy; in a workspace it has no grant to, it is refused, and the
+    // refusal is on the trail.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "sqlite3 -readonly '{}' 'SELECT path FROM files'",
+            db.display()
+        ),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "public.md\n");
+    let private = m.path("workspaces/private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = m.run_agent(
+        "fs-engine",
+        &format!("cat '{}/workspace.db' > /dev/null", private.display()),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+    let denied = |r: &Value| {
+        r["agent"] == "fs-engine"
+            && r["path"] == "/workspaces/private/workspace.db"
+            && r["errno"] == libc::EACCES
+    };
+    let trail = crate::common::audit_until(&m, |all| all.iter().any(denied));
+    assert!(trail.iter().any(denied), "{trail:?}");
+}

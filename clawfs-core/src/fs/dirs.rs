@@ -61,6 +61,11 @@ impl ClawFs {
             self.inodes.mount_ino(st.st_ino)
         };
         let mut out = DirEntry::dots(ino, parent_ino);
+        // A workspace's generated names shadow stored ones, as its lookups do.
+        let workspace = match node.place == Place::WorkspaceRoot && self.indexer().is_some() {
+            true => Some(self.workspace_of(&node)?),
+            false => None,
+        };
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         while let Some(ent) = dir.read() {
             let ent = ent?;
@@ -73,6 +78,9 @@ impl ClawFs {
             }
             if is_private(node.place, name)
                 || crate::virtual_files::child_of_place(node.place, name).is_some()
+                || workspace
+                    .as_ref()
+                    .is_some_and(|ws| crate::virtual_files::child_of_workspace(ws, name).is_some())
             {
                 continue; // hidden, or shadowed by a generated file
             }
@@ -100,6 +108,15 @@ impl ClawFs {
                     FileKind::File
                 },
                 name: OsString::from(name),
+            });
+        }
+        if let Some(ws) = workspace {
+            out.push(DirEntry {
+                ino: self
+                    .generated
+                    .ino(&crate::virtual_files::VirtualNode::IndexView(ws)),
+                kind: FileKind::File,
+                name: OsString::from(crate::virtual_files::INDEX_VIEW),
             });
         }
         Ok(out)

@@ -88,7 +88,7 @@ impl ClawFs {
         mut add: impl FnMut(PlusEntry<'_>) -> bool,
     ) -> FsResult<()> {
         let entries = self.readdir(fh, offset)?;
-        let dir_attr = self.getattr(ino, None)?;
+        let dir_attr = self.getattr(caller, ino, None)?;
         let ttl = self.ttl(ino);
         // `.` and `..` are the first two entries of every listing.
         let large = offset == 0 && entries.len() > READDIRPLUS_BATCH + 2;

@@ -515,7 +515,6 @@ impl ClawFs {
     fn check_create(&self, parent: &Node, name: &OsStr, kind: FileKind) -> FsResult<Place> {
         if crate::virtual_files::child_of_place(parent.place, name).is_some()
             || is_private(parent.place, name)
-            || (parent.place == Place::WorkspaceRoot && name == crate::virtual_files::SEARCH_DIR)
         {
             return Err(FsError::Managed(name.to_string_lossy().into_owned()));
         }

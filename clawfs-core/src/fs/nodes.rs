@@ -18,13 +18,11 @@ impl ClawFs {
         if let Some(child) = crate::virtual_files::child_of_place(pnode.place, name) {
             return Ok(self.entry_of_virtual(&child));
         }
-        if pnode.place == Place::WorkspaceRoot
-            && name == crate::virtual_files::SEARCH_DIR
-            && self.indexer().is_some()
-        {
-            let ns = self.ns_path(self.open_path(&pnode)?.as_fd())?;
-            let ws = ns.components().nth(1).ok_or_else(not_found)?.to_string();
-            return Ok(self.entry_of_virtual(&crate::virtual_files::VirtualNode::SearchDir(ws)));
+        if pnode.place == Place::WorkspaceRoot && self.indexer().is_some() {
+            let ws = self.workspace_of(&pnode)?;
+            if let Some(child) = crate::virtual_files::child_of_workspace(&ws, name) {
+                return Ok(self.entry_of_virtual(&child));
+            }
         }
         if is_private(pnode.place, name) {
             return Err(not_found());
@@ -32,6 +30,13 @@ impl ClawFs {
         let place = pnode.place.child(name).ok_or_else(not_found)?;
         let dir = self.open_path(&pnode)?;
         self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// The name of the workspace whose root `node` is.
+    pub(super) fn workspace_of(&self, node: &Node) -> FsResult<String> {
+        let ns = self.ns_path(self.open_path(node)?.as_fd())?;
+        let ws = ns.components().nth(1).ok_or_else(not_found)?.to_string();
+        Ok(ws)
     }
 
     /// Drops `n` kernel references to `ino`.
@@ -56,9 +61,9 @@ impl ClawFs {
     }
 
     /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+    pub fn getattr(&self, caller: &Caller, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
         if let Route::Generated(node) = self.route(ino)? {
-            return Ok(self.attr_of_virtual(&node));
+            return Ok(self.attr_of_open_virtual(caller, &node, fh));
         }
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
             return self.attr_of(&file.backing.file);

@@ -10,6 +10,9 @@ use crate::search::{Change, Indexer};
 impl ClawFs {
     /// Starts following changes with `indexer`.
     pub fn set_indexer(&self, indexer: Arc<Indexer>) {
+        // Views left by a daemon that stopped while callers had them open.
+        let views = self.store.private_dir().join(super::generated::VIEWS_DIR);
+        let _ = std::fs::remove_dir_all(views);
         let _ = self.indexer.set(indexer);
     }
 

@@ -82,21 +82,103 @@ pub const UNEMBEDDED: &str = "unembedded";
 /// The schema below; a database of another version is rebuilt.
 const SCHEMA_VERSION: i64 = 1;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(
+/// The index's tables (P1.4 §4.2), their names prefixed by `p`: the index itself uses none, a
+/// snapshot's copy `index_`.
+fn schema(p: &str) -> String {
+    format!(
+        "
+CREATE TABLE IF NOT EXISTS {p}metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS {p}documents USING fts5(
     workspace_id UNINDEXED, content, metadata UNINDEXED, tokenize = 'porter unicode61');
-CREATE TABLE IF NOT EXISTS vectors (
+CREATE TABLE IF NOT EXISTS {p}vectors (
     id INTEGER PRIMARY KEY, document_id INTEGER NOT NULL, embedding BLOB NOT NULL,
     created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks (
+CREATE TABLE IF NOT EXISTS {p}chunks (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, line_start INTEGER NOT NULL,
     line_end INTEGER NOT NULL, heading TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
-CREATE TABLE IF NOT EXISTS files (
+CREATE INDEX IF NOT EXISTS {p}chunks_by_path ON {p}chunks(path);
+CREATE TABLE IF NOT EXISTS {p}files (
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
     ino INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, skipped TEXT);
-";
+"
+    )
+}
+
+/// The file of a workspace's index database in its index folder.
+pub const DB_FILE: &str = "index.db";
+
+/// Copies the index database at `src` into `conn`'s tables prefixed by `prefix` (created), in
+/// one read transaction of `src`, so the copy is the index at one moment while the indexer
+/// goes on. With `keep`, only those files' rows are copied, and the full-text index is built
+/// from their text alone: nothing of another file is left in it, not even a word.
+///
+/// `conn` must be inside a transaction; it is committed after the copy and a new one begun
+/// (detaching `src` needs the transaction done).
+pub fn copy_index(
+    conn: &Connection,
+    src: &Path,
+    prefix: &str,
+    keep: Option<&[String]>,
+) -> Result<(), SearchError> {
+    let src = src
+        .to_str()
+        .ok_or_else(|| SearchError::Corrupt(format!("{}: not UTF-8", src.display())))?;
+    // A URI, so the source is opened read-only; '?' and '#' in a path would end it.
+    let uri = format!(
+        "file:{}?mode=ro",
+        src.replace('%', "%25")
+            .replace('?', "%3f")
+            .replace('#', "%23")
+    );
+    conn.execute("ATTACH DATABASE ?1 AS idx", [uri])?;
+    let p = prefix;
+    let copy = || -> Result<(), SearchError> {
+        conn.execute_batch(&schema(p))?;
+        let only = match keep {
+            None => "",
+            Some(paths) => {
+                conn.execute_batch("CREATE TEMP TABLE keep (path TEXT PRIMARY KEY);")?;
+                let mut st = conn.prepare("INSERT OR IGNORE INTO temp.keep (path) VALUES (?1)")?;
+                for path in paths {
+                    st.execute([path])?;
+                }
+                "WHERE path IN (SELECT path FROM temp.keep)"
+            }
+        };
+        conn.execute_batch(&format!(
+            "INSERT INTO {p}metadata SELECT * FROM idx.metadata;
+             INSERT INTO {p}files SELECT * FROM idx.files {only};
+             INSERT INTO {p}chunks SELECT * FROM idx.chunks {only};
+             INSERT INTO {p}vectors
+                 SELECT * FROM idx.vectors WHERE id IN (SELECT id FROM {p}chunks);
+             INSERT INTO {p}documents (rowid, workspace_id, content, metadata)
+                 SELECT rowid, workspace_id, content, metadata FROM idx.documents
+                 WHERE rowid IN (SELECT id FROM {p}chunks);"
+        ))?;
+        if keep.is_some() {
+            conn.execute_batch("DROP TABLE temp.keep;")?;
+        }
+        Ok(())
+    };
+    let copied = copy();
+    conn.execute_batch("COMMIT; DETACH DATABASE idx; BEGIN;")?;
+    copied
+}
+
+/// Writes a self-contained copy of the index database at `src` to the new file `dest`,
+/// holding only the files in `keep`: what a caller may read of the index, for `sqlite3`.
+pub fn write_view(src: &Path, dest: &Path, keep: &[String]) -> Result<(), SearchError> {
+    let conn = Connection::open(dest)?;
+    // Nothing to recover if this fails half way: the file is thrown away.
+    conn.pragma_update(None, "journal_mode", "OFF")?;
+    conn.pragma_update(None, "synchronous", "OFF")?;
+    conn.execute_batch("BEGIN;")?;
+    copy_index(&conn, src, "", Some(keep))?;
+    conn.execute_batch("COMMIT;")?;
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    conn.close().map_err(|(_, e)| SearchError::Db(e))?;
+    Ok(())
+}
 
 impl IndexDb {
     /// Opens (creating) the database at `path` for `workspace`, with the P1.4 §9.1 pragmas.
@@ -119,7 +201,7 @@ impl IndexDb {
                 path.display()
             )));
         }
-        conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(&schema(""))?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         // Readable by the daemon alone, whatever its umask.
         for ext in ["", "-wal", "-shm"] {

@@ -118,14 +118,17 @@ impl WorkspaceIndex {
         for d in [dir, dir.parent().unwrap_or(dir)] {
             let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
         }
-        let db_path = dir.join("index.db");
+        let db_path = dir.join(super::index::DB_FILE);
         let (mut db, mut fresh) = match IndexDb::open(&db_path, name) {
             Ok(db) => (db, false),
             Err(e @ (SearchError::Corrupt(_) | SearchError::Db(_))) => {
                 tracing::warn!(workspace = name, error = %e, "index database unusable: rebuilding it");
                 for ext in ["", "-wal", "-shm"] {
-                    let p = dir.join(format!("index.db{ext}"));
-                    let _ = std::fs::rename(&p, dir.join(format!("index.db{ext}.corrupt")));
+                    let p = dir.join(format!("{}{ext}", super::index::DB_FILE));
+                    let _ = std::fs::rename(
+                        &p,
+                        dir.join(format!("{}{ext}.corrupt", super::index::DB_FILE)),
+                    );
                 }
                 (IndexDb::open(&db_path, name)?, true)
             }
@@ -184,6 +187,17 @@ impl WorkspaceIndex {
     /// The workspace's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Every indexed file.
+    pub fn indexed_paths(&self) -> Result<Vec<String>, SearchError> {
+        self.db().paths()
+    }
+
+    /// Writes to the new file `dest` a copy of the index holding only the files `keep` (see
+    /// [`super::index::write_view`]).
+    pub fn write_view(&self, dest: &Path, keep: &[String]) -> Result<(), SearchError> {
+        super::index::write_view(&self.dir.join(super::index::DB_FILE), dest, keep)
     }
 
     fn db(&self) -> std::sync::MutexGuard<'_, IndexDb> {

@@ -3,6 +3,7 @@
 //! and exact modification time, and a copy of the workspace's search index.
 
 use std::io::{Read, Write};
+use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -117,27 +118,10 @@ impl Writer {
 
     /// Copies the workspace's search index (the database at `index_db`, read in one
     /// transaction) into `index_*` tables; the text stays searchable with FTS5.
-    pub fn add_index(&self, index_db: &str) -> Result<(), SnapshotError> {
-        self.conn.execute(
-            "ATTACH DATABASE ?1 AS idx",
-            [format!("file:{index_db}?mode=ro")],
-        )?;
-        let copied = self.conn.execute_batch(
-            "CREATE TABLE index_metadata AS SELECT * FROM idx.metadata;
-             CREATE TABLE index_chunks AS SELECT * FROM idx.chunks;
-             CREATE TABLE index_files AS SELECT * FROM idx.files;
-             CREATE TABLE index_vectors AS SELECT * FROM idx.vectors;
-             CREATE VIRTUAL TABLE index_documents USING fts5(
-                 workspace_id UNINDEXED, content, metadata UNINDEXED,
-                 tokenize = 'porter unicode61');
-             INSERT INTO index_documents (rowid, workspace_id, content, metadata)
-                 SELECT rowid, workspace_id, content, metadata FROM idx.documents;",
-        );
-        // Detaching needs the transaction's statements done; commit first.
-        self.conn
-            .execute_batch("COMMIT; DETACH DATABASE idx; BEGIN;")?;
-        copied?;
-        Ok(())
+    pub fn add_index(&self, index_db: &Path) -> Result<(), SnapshotError> {
+        Ok(crate::search::index::copy_index(
+            &self.conn, index_db, "index_", None,
+        )?)
     }
 
     /// Commits and closes the file.

@@ -73,6 +73,9 @@ pub enum SnapshotError {
     /// SQLite failed.
     #[error("snapshot database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// Copying the search index failed.
+    #[error("copying the search index: {0}")]
+    Index(#[from] crate::search::SearchError),
     /// A file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -251,7 +254,7 @@ impl Workspaces {
             &serde_json::to_string(&skipped).unwrap_or_default(),
         )?;
         if let Some(db) = index_db.filter(|p| p.exists()) {
-            w.add_index(&db.display().to_string())?;
+            w.add_index(db)?;
         }
         w.finish()?;
         // On disk before it gets its name.

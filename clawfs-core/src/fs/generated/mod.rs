@@ -2,6 +2,8 @@
 //! `tools/requests/`, `tools/responses/`, `vault/secrets/`; see [`crate::virtual_files`]): their
 //! state, and [`Route`], the one place that tells a generated inode from a stored one.
 
+mod index_view;
+pub(super) use index_view::VIEWS_DIR;
 mod search_dir;
 mod serve;
 mod tool_calls;

@@ -83,6 +83,39 @@ impl ClawFs {
         self.generated.attr(node)
     }
 
+    /// The attributes of a generated node as `caller` sees it: an index view has the size of
+    /// the copy open on `fh`, or else of the caller's latest open copy (the kernel asks without
+    /// a handle for `fstat`, and `sqlite3` believes the size it gets).
+    pub(in crate::fs) fn attr_of_open_virtual(
+        &self,
+        caller: &Caller,
+        node: &VirtualNode,
+        fh: Option<u64>,
+    ) -> Attr {
+        let mut attr = self.attr_of_virtual(node);
+        if let VirtualNode::IndexView(_) = node {
+            let owner = self.owner_key(caller);
+            let open = fh
+                .and_then(|fh| self.generated.handles.get(fh).ok())
+                .filter(|h| h.node == *node)
+                .or_else(|| {
+                    self.generated
+                        .handles
+                        .newest(|h| h.node == *node && self.owner_key(&h.caller) == owner)
+                });
+            if let Some(size) = open
+                .as_ref()
+                .and_then(|h| h.content.as_ref())
+                .and_then(|f| f.metadata().ok())
+                .map(|m| m.len())
+            {
+                attr.size = size;
+                attr.blocks = size.div_ceil(512);
+            }
+        }
+        attr
+    }
+
     /// Only truncation to zero (a shell's `>`) is accepted: it clears the request.
     pub(in crate::fs) fn virtual_setattr(
         &self,
@@ -120,6 +153,11 @@ impl ClawFs {
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mut exchange = Exchange::default();
         match &node {
+            VirtualNode::IndexView(_) if writes => return Err(read_only_generated()),
+            VirtualNode::IndexView(ws) => {
+                let view = self.open_index_view(caller, ws)?;
+                return Ok(self.insert_virtual(caller, node, exchange, Some(view)));
+            }
             VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
             VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
             VirtualNode::Response { .. } if writes => return Err(read_only_generated()),
@@ -146,7 +184,7 @@ impl ClawFs {
             VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
             VirtualNode::Call(_) => {}
         }
-        Ok(self.insert_virtual(caller, node, exchange))
+        Ok(self.insert_virtual(caller, node, exchange, None))
     }
 
     pub(in crate::fs) fn write_virtual(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
@@ -162,6 +200,12 @@ impl ClawFs {
 
     pub(in crate::fs) fn read_virtual(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let handle = self.generated.handles.get(fh)?;
+        if let Some(file) = &handle.content {
+            let mut buf = vec![0; size as usize];
+            let n = std::os::unix::fs::FileExt::read_at(file, &mut buf, offset)?;
+            buf.truncate(n);
+            return Ok(buf);
+        }
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.response.is_none() {
             if let VirtualNode::Call(tool) = &handle.node {
@@ -173,13 +217,21 @@ impl ClawFs {
         Ok(state.read(offset, size as usize).to_vec())
     }
 
-    /// Registers `caller`'s open of the generated file `node`; returns its handle.
-    fn insert_virtual(&self, caller: &Caller, node: VirtualNode, exchange: Exchange) -> u64 {
+    /// Registers `caller`'s open of the generated file `node` (served from `content` when
+    /// given); returns its handle.
+    fn insert_virtual(
+        &self,
+        caller: &Caller,
+        node: VirtualNode,
+        exchange: Exchange,
+        content: Option<std::fs::File>,
+    ) -> u64 {
         let (fh, _) = self.generated.handles.insert(VirtualHandle {
             node,
             caller: *caller,
             opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
             state: std::sync::Mutex::new(exchange),
+            content,
         });
         fh
     }
@@ -195,7 +247,7 @@ impl ClawFs {
             attr: self.attr_of_virtual(&node),
             generation: 0,
         };
-        let fh = self.insert_virtual(caller, node, exchange);
+        let fh = self.insert_virtual(caller, node, exchange, None);
         (entry, Opened::Virtual(fh))
     }
 

@@ -325,12 +325,14 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         clawfs_agent_tools::access::check_protected(rel)?;
         let top = rel.split('/').find(|c| !c.is_empty());
         if access == clawfs_agent_tools::Access::Write
-            && (top == Some("snapshots") || rel.trim_matches('/') == "metadata.json")
+            && top
+                .is_some_and(|t| crate::area::Place::WorkspaceRoot.is_managed_child(OsStr::new(t)))
         {
-            // The workspace's metadata and snapshots are ClawFS's: the mount refuses to remove
-            // or rename them, and so do the tools, which cannot tell a write from a removal.
+            // The workspace's metadata, snapshots and generated names are ClawFS's: the mount
+            // refuses to make, remove or rename them, and so do the tools, which cannot tell a
+            // write from a removal.
             return Err(clawfs_agent_tools::ToolError::Denied(format!(
-                "{rel} is managed by ClawFS (the workspace's metadata.json and snapshots/); set user.clawfs.* attributes on the workspace instead"
+                "{rel} is managed by ClawFS (the workspace's metadata.json, snapshots/, .search/ and workspace.db); set user.clawfs.* attributes on the workspace instead"
             )));
         }
         let path = self.ns(rel).ok_or_else(|| {

@@ -1,0 +1,74 @@
+//! `workspaces/<ws>/workspace.db`: the workspace's search index as a SQLite file a caller can
+//! open with `sqlite3`. Each open gets its own copy, made from one consistent moment of the
+//! index and holding only the files the caller may read (the policy, then the file's own
+//! permissions, checked as the caller): the same rule as every search answer. The copy is
+//! made in the store's private area, unlinked once open, and gone when the caller closes it.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::DirBuilderExt;
+
+use super::super::ClawFs;
+use crate::creds::{AsCaller, Caller, Credentials};
+use crate::error::FsResult;
+use crate::policy::{Access, NsPath};
+
+/// The folder of the store's private area where views are made (emptied when search starts).
+pub const VIEWS_DIR: &str = "views";
+
+impl ClawFs {
+    /// A read-only descriptor of a fresh view of `ws`'s index for `caller`.
+    pub(in crate::fs) fn open_index_view(
+        &self,
+        caller: &Caller,
+        ws: &str,
+    ) -> FsResult<std::fs::File> {
+        let ws_path = NsPath::parse(&format!("/workspaces/{ws}"))?;
+        let who = self.decide(
+            caller,
+            "open",
+            Access::Read,
+            &ws_path.join(crate::virtual_files::INDEX_VIEW)?,
+        )?;
+        let indexer = self.indexer().ok_or_else(|| {
+            crate::search::SearchError::Unavailable("search is off in this daemon".into())
+        })?;
+        let index = indexer.index(ws)?;
+        let ws_fd = indexer.workspace_dir(ws)?;
+        let policy = self.policy();
+        let creds = Credentials::of(caller);
+        let readable = |rel: &str| -> bool {
+            let allowed = rel
+                .split('/')
+                .try_fold(ws_path.clone(), |p, c| p.join(c))
+                .is_ok_and(|p| policy.check(&who, Access::Read, &p).is_ok());
+            allowed
+                && rustix::fs::accessat(
+                    ws_fd.as_fd(),
+                    rel,
+                    rustix::fs::Access::READ_OK,
+                    rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .is_ok()
+        };
+        let dir = self.store.private_dir().join(VIEWS_DIR);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        // An unpredictable new name (O_EXCL) in a folder only root can enter.
+        let tmp = tempfile::Builder::new()
+            .prefix("view-")
+            .suffix(".db")
+            .tempfile_in(&dir)?;
+        let indexed = index.indexed_paths()?;
+        // The permission checks run as the caller; the copy is written as the daemon.
+        let keep: Vec<String> = {
+            let _as = AsCaller::enter_with(&creds)?;
+            indexed.into_iter().filter(|p| readable(p)).collect()
+        };
+        index.write_view(tmp.path(), &keep)?;
+        let view = std::fs::File::open(tmp.path())?;
+        drop(tmp);
+        Ok(view)
+    }
+}
