@@ -128,6 +128,55 @@ impl AsCaller {
     }
 }
 
+/// Inside an [`AsCaller`] scope, while alive, the current thread acts with the daemon's own
+/// filesystem credentials again; dropping it returns to the caller's. For the few steps the
+/// daemon takes itself on a caller's behalf (a backup given the file's own owner).
+pub struct AsDaemon<'a> {
+    caller: Option<&'a Credentials>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl<'a> AsDaemon<'a> {
+    /// Switches back to the daemon's credentials from `creds`' (as [`AsCaller::enter_with`]
+    /// set them).
+    pub fn enter(creds: &'a Credentials) -> io::Result<Self> {
+        let c = &creds.caller;
+        if (c.uid == 0 && c.gid == 0) || !daemon_is_root() {
+            return Ok(Self {
+                caller: None,
+                _not_send: std::marker::PhantomData,
+            });
+        }
+        // SAFETY: as in `AsCaller`: per-thread credentials, restored by `Drop`.
+        unsafe {
+            libc::setfsuid(0);
+            libc::setfsgid(0);
+        }
+        set_thread_groups(&[0])?;
+        Ok(Self {
+            caller: Some(creds),
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for AsDaemon<'_> {
+    fn drop(&mut self) {
+        let Some(creds) = self.caller else { return };
+        // Back to the caller's: the rest of the call must not keep the daemon's rights.
+        if let Err(e) = set_thread_groups(&creds.groups) {
+            tracing::error!(error = %e, "could not return to the caller's groups");
+            // Fail closed: no groups rather than root's.
+            let _ = set_thread_groups(&[]);
+        }
+        // SAFETY: see `AsCaller::enter_with`.
+        unsafe {
+            libc::setfsgid(creds.caller.gid);
+            libc::setfsuid(creds.caller.uid);
+        }
+    }
+}
+
 impl Drop for AsCaller {
     fn drop(&mut self) {
         if !self.switched {

@@ -972,3 +972,116 @@ fn trash_and_restore_round_trip() {
         fs::write(ws.join("a/dup.md"), "# Dup A\n").unwrap();
     }
 }
+
+/// Runs one tool call as `uid` with primary group `uid` and the supplementary `groups`.
+fn tool_as(m: &Mounted, uid: u32, groups: &str, tool: &str, req: &serde_json::Value) -> Value {
+    let out = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            &format!("--groups={groups}"),
+            "sh",
+            "-c",
+            &crate::common::tool_call_script(m, tool, req),
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn two_users_share_a_folder_and_edits_keep_what_the_file_is() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (alice, bob, carol, team) = (61101, 61102, 61103, 61200);
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let ws = m.ws();
+    // A folder of the team's, setgid, and a note alice owns and the team may write.
+    let dir = ws.join("Projects");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(alice), Some(team)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o2775)).unwrap();
+    let note = dir.join("plan.md");
+    fs::write(&note, "# Plan\n\nstep one\n").unwrap();
+    std::os::unix::fs::chown(&note, Some(alice), Some(team)).unwrap();
+    fs::set_permissions(&note, fs::Permissions::from_mode(0o660)).unwrap();
+    xattr::set(&note, "user.xdg.tags", b"work").unwrap();
+    let info = |who: u32| {
+        let r = tool_as(
+            &m,
+            who,
+            "61200",
+            "get_file_info",
+            &json!({"path": "Projects/plan.md"}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        r
+    };
+    let born = info(alice)["created"].clone();
+    assert!(born.is_string(), "the filesystem records creation times");
+
+    let edit = |who: u32, old: &str, new: &str| {
+        let r = tool_as(
+            &m,
+            who,
+            "61200",
+            "edit_exact",
+            &json!({"path": "Projects/plan.md", "old": old, "new": new}),
+        );
+        assert_eq!(r["ok"], true, "{who}: {r}");
+    };
+    // alice edits (a replacement: she owns the file and the folder gives the team's group),
+    // then bob, then alice again: each edit works, and the file stays what it was.
+    edit(alice, "step one", "step one by alice");
+    edit(bob, "by alice", "by alice and bob");
+    edit(alice, "and bob", "and bob, checked");
+    assert_eq!(
+        fs::read_to_string(&note).unwrap(),
+        "# Plan\n\nstep one by alice and bob, checked\n"
+    );
+    let md = fs::metadata(&note).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.mode() & 0o7777),
+        (alice, team, 0o660)
+    );
+    assert_eq!(
+        xattr::get(&note, "user.xdg.tags").unwrap().unwrap(),
+        b"work"
+    );
+    let now = info(bob);
+    assert_eq!(now["created"], born, "the creation time survives edits");
+    assert_eq!(now["permissions"], "0660");
+    assert_eq!(
+        (now["uid"].as_u64(), now["gid"].as_u64()),
+        (Some(61101), Some(61200))
+    );
+
+    // Three backups, each readable by exactly who could read the note: alice and the team.
+    let backups = m.backing("workspaces/default/.clawfs/backups");
+    let bmd = fs::metadata(&backups).unwrap();
+    assert_eq!((bmd.uid(), bmd.mode() & 0o7777), (0, 0o711));
+    let folder = fs::metadata(backups.join("Projects")).unwrap();
+    assert_eq!(
+        (folder.uid(), folder.gid(), folder.mode() & 0o777),
+        (alice, team, 0o775)
+    );
+    let kept: Vec<fs::Metadata> = fs::read_dir(backups.join("Projects"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect();
+    assert_eq!(kept.len(), 3);
+    for b in &kept {
+        assert_eq!((b.uid(), b.gid(), b.mode() & 0o7777), (alice, team, 0o660));
+    }
+    // carol, outside the team, can neither edit the note nor read it.
+    let r = tool_as(
+        &m,
+        carol,
+        "61300",
+        "edit_exact",
+        &json!({"path": "Projects/plan.md", "old": "checked", "new": "carol was here"}),
+    );
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(fs::read_to_string(&note).unwrap().contains("checked"));
+}

@@ -144,9 +144,22 @@ impl FileMode {
 /// temp file is removed and the old content stays. The one atomic write of ClawFS: the daemon's
 /// files in the store and the tools' edits both go through it.
 pub fn write_atomic(dir: impl AsFd, name: &str, bytes: &[u8], how: FileMode) -> io::Result<()> {
+    write_atomic_with(dir, name, bytes, how, |_| Ok(()))
+}
+
+/// [`write_atomic`], with `prepare` run on the new file before it takes the name (to give it
+/// the attributes of the file it replaces).
+pub fn write_atomic_with(
+    dir: impl AsFd,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+    prepare: impl FnOnce(&File) -> io::Result<()>,
+) -> io::Result<()> {
     single(name)?;
     let (tmp, mut f) = create_temp(&dir, how.mode & 0o600)?;
     let written = (|| {
+        prepare(&f)?;
         rustix::fs::fchmod(&f, Mode::from_raw_mode(how.mode))?;
         if let Some((uid, gid)) = how.owner {
             rustix::fs::fchown(

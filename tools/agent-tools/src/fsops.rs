@@ -72,38 +72,111 @@ pub(crate) fn stream_info(mut f: &File, rel: &str) -> ToolResult<(u64, u64, Stri
     Ok((bytes, lines, hex::encode(h.finalize())))
 }
 
+/// The extended attribute keeping a file's creation time across the replacements of tool
+/// edits (nanoseconds since the epoch, decimal): each edit makes a new file, which keeps the
+/// old one's attributes.
+pub(crate) const CREATED_XATTR: &str = "user.clawfs.created";
+
 /// Replaces (or creates) `slot` (the path `rel`, `abs`) with `bytes` atomically: a reader sees
-/// the old or the new content, never a mix, and after return the new content is durable. Keeps
-/// the old file's permissions. The temporary file has an unpredictable name and is created
-/// exclusively, so nobody can plant a file or link under it.
+/// the old or the new content, never a mix, and after return the new content is durable. The
+/// temporary file has an unpredictable name and is created exclusively, so nobody can plant a
+/// file or link under it. A replaced file (`old`: its status, and the file opened for reading
+/// when the caller may) keeps its owner, group, mode, extended attributes, ACL and creation
+/// time.
 pub(crate) fn atomic_write(
     root: &ToolRoot,
     slot: &Slot,
     rel: &str,
     abs: &Path,
     bytes: &[u8],
-    old: Option<&Metadata>,
+    old: Option<(&Metadata, Option<&File>)>,
 ) -> ToolResult<()> {
-    root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, Metadata::len)))?;
+    root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, |(m, _)| m.len())))?;
     let ctx = |e| ToolError::io(format!("writing '{}'", show(rel)), e);
     match old {
+        None => beneath::write_atomic(
+            &slot.dir,
+            &slot.name,
+            bytes,
+            beneath::FileMode::mode(root.file_mode()),
+        )
+        .map_err(ctx)?,
+        Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
+            let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+            beneath::write_atomic_with(
+                &slot.dir,
+                &slot.name,
+                bytes,
+                beneath::FileMode::mode(mode),
+                |new| carry_attributes(f, m, new),
+            )
+            .map_err(ctx)?
+        }
         // A replacement would belong to the caller: a file someone else owns (or whose group
-        // differs) is rewritten in place instead, which needs write permission on the file
-        // itself and keeps its owner, group, mode and attributes, as an editor saving it would.
-        Some(m) if !owned_by_caller(&slot.dir, m).map_err(ctx)? => {
-            write_in_place(slot, bytes).map_err(ctx)?
-        }
-        _ => {
-            let mode = match old {
-                Some(m) => std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
-                None => root.file_mode(),
-            };
-            beneath::write_atomic(&slot.dir, &slot.name, bytes, beneath::FileMode::mode(mode))
-                .map_err(ctx)?
-        }
+        // differs), or one whose attributes the caller cannot read to copy, is rewritten in
+        // place instead, which needs write permission on the file itself and keeps everything
+        // about it, as an editor saving it would.
+        Some(_) => write_in_place(slot, bytes).map_err(ctx)?,
     }
     root.changed(abs);
     Ok(())
+}
+
+/// Copies to `new` what a replacement must keep of `old` (status `m`): its `user.` attributes
+/// and ACL, and its creation time (in [`CREATED_XATTR`], unless it has one already).
+fn carry_attributes(old: &File, m: &Metadata, new: &File) -> std::io::Result<()> {
+    use xattr::FileExt;
+    let unsupported = |e: &std::io::Error| e.raw_os_error() == Some(libc_enotsup());
+    let names = match old.list_xattr() {
+        Ok(names) => names.collect::<Vec<_>>(),
+        Err(e) if unsupported(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut had_created = false;
+    for name in names {
+        let text = name.to_string_lossy();
+        if !(text.starts_with("user.") || text == "system.posix_acl_access") {
+            continue;
+        }
+        had_created |= text == CREATED_XATTR;
+        if let Some(value) = old.get_xattr(&name)? {
+            new.set_xattr(&name, &value)?;
+        }
+    }
+    if !had_created {
+        if let Ok(born) = m.created() {
+            let ns = born
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            match new.set_xattr(CREATED_XATTR, ns.to_string().as_bytes()) {
+                Err(e) if unsupported(&e) => {}
+                r => r?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn libc_enotsup() -> i32 {
+    rustix::io::Errno::NOTSUP.raw_os_error()
+}
+
+/// When the file `f` (status `m`) was created: kept across tool edits in [`CREATED_XATTR`],
+/// else the filesystem's birth time.
+pub(crate) fn created_time(f: &File, m: &Metadata) -> Option<SystemTime> {
+    use xattr::FileExt;
+    f.get_xattr(CREATED_XATTR)
+        .ok()
+        .flatten()
+        .and_then(|v| String::from_utf8(v).ok()?.trim().parse::<u128>().ok())
+        .and_then(|ns| {
+            let d = std::time::Duration::new(
+                u64::try_from(ns / 1_000_000_000).ok()?,
+                (ns % 1_000_000_000) as u32,
+            );
+            SystemTime::UNIX_EPOCH.checked_add(d)
+        })
+        .or_else(|| m.created().ok())
 }
 
 /// Whether a file the caller creates in `dir` gets the owner and group of `m` (a replacement
@@ -173,16 +246,58 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
     }
 }
 
-/// Writes a timestamped copy of `bytes` (the file's content before an edit) into the backup
-/// directory, mirroring the file's workspace path. Returns the backup's shown path.
-pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<String> {
+/// Writes a timestamped copy of `bytes` (the content of the file `rel`, whose status is
+/// `like`, before an edit) into the backup directory, mirroring the file's workspace path.
+/// Returns the backup's shown path.
+///
+/// With an elevation (the daemon), the backup takes the file's owner, group and mode, and each
+/// folder it makes takes those of the file's folder at that place: whoever could read the file
+/// can read its backup, and nobody else. Without, it is the caller's, 0600 in 0700 folders.
+pub(crate) fn backup(
+    root: &ToolRoot,
+    rel: &str,
+    bytes: &[u8],
+    like: &Metadata,
+) -> ToolResult<String> {
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
     // A backup is bytes the caller makes the store keep: charged like a write.
     root.charge(bytes.len() as u64)?;
-    let base = root.store_dir(&root.backup_dir, Some(0o700)).map_err(ctx)?;
     let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
     let name = comps.pop().unwrap_or("file");
-    let (dir, _) = beneath::mkdirs(&base, &comps, 0o700, beneath::DIR_PATH).map_err(ctx)?;
+    let cand = root
+        .elevated(|mirror| write_backup(root, &comps, name, bytes, mirror.then_some(like)))
+        .map_err(ctx)?;
+    let shown = root.backup_dir.join(comps.join("/")).join(cand);
+    Ok(show_store_path(root, &root.backup_dir, &shown, "backups"))
+}
+
+/// [`backup`]'s writing: the folders, then a new file under a free timestamped name. `like`
+/// (mirroring) gives the file's status; its folders' are read beneath the root.
+fn write_backup(
+    root: &ToolRoot,
+    comps: &[&str],
+    name: &str,
+    bytes: &[u8],
+    like: Option<&Metadata>,
+) -> std::io::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let private = 0o700;
+    let mut dir = root.store_dir(&root.backup_dir, Some(private))?;
+    for (i, c) in comps.iter().enumerate() {
+        let made = match beneath::mkdir(&dir, c, private) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(e),
+        };
+        let next = beneath::open(&dir, c, beneath::DIR_READ)?;
+        if let (true, Some(_)) = (made, like) {
+            // The file's folder at this place: its owner, group and mode.
+            let orig = beneath::open(&root.root_fd, &comps[..=i].join("/"), beneath::DIR_PATH)?
+                .metadata()?;
+            take_status(&next, orig.uid(), orig.gid(), orig.mode())?;
+        }
+        dir = next;
+    }
     let stamped = format!("{name}.bak.{}", stamp());
     let mut n = 1;
     loop {
@@ -193,13 +308,26 @@ pub(crate) fn backup(root: &ToolRoot, rel: &str, bytes: &[u8]) -> ToolResult<Str
         };
         match beneath::create(&dir, &cand, 0o600) {
             Ok(mut f) => {
-                f.write_all(bytes).map_err(ctx)?;
-                f.sync_all().map_err(ctx)?;
-                let shown = root.backup_dir.join(comps.join("/")).join(&cand);
-                return Ok(show_store_path(root, &root.backup_dir, &shown, "backups"));
+                f.write_all(bytes)?;
+                if let Some(m) = like {
+                    take_status(&f, m.uid(), m.gid(), m.mode())?;
+                }
+                f.sync_all()?;
+                return Ok(cand);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
-            Err(e) => return Err(ctx(e)),
+            Err(e) => return Err(e),
         }
     }
+}
+
+/// Gives the open `f` an owner, group and permission bits (set-id bits dropped).
+fn take_status(f: &File, uid: u32, gid: u32, mode: u32) -> std::io::Result<()> {
+    rustix::fs::fchown(
+        f,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )?;
+    rustix::fs::fchmod(f, rustix::fs::Mode::from_raw_mode(mode & 0o1777))?;
+    Ok(())
 }

@@ -66,7 +66,13 @@ pub struct ToolRoot {
     meter: Option<Meter>,
     /// The workspace's index, for `semantic_search`.
     semantic: Option<Arc<dyn SemanticIndex>>,
+    /// Runs a closure with the daemon's own credentials (see [`ToolRoot::with_elevation`]).
+    elevation: Option<Elevation>,
 }
+
+/// Runs the closure it is given with the daemon's own credentials, then returns to the
+/// caller's (see [`ToolRoot::with_elevation`]).
+pub type Elevation = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
 /// A callback asked before each write with the bytes it adds (see [`ToolRoot::with_meter`]).
 pub type Meter = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
@@ -116,6 +122,7 @@ impl ToolRoot {
             observer: None,
             meter: None,
             semantic: None,
+            elevation: None,
         })
     }
 
@@ -129,6 +136,35 @@ impl ToolRoot {
     pub fn with_backup_dir(mut self, dir: impl Into<PathBuf>) -> ToolRoot {
         self.backup_dir = dir.into();
         self
+    }
+
+    /// Backups are written through `elevation`, with the daemon's own credentials, so that each
+    /// takes the owner, group and mode of the file it keeps and its folders those of the file's
+    /// folders: readable by exactly who could read the file, in a workspace several users
+    /// share. Without it, backups belong to the caller and are private to it.
+    pub fn with_elevation(mut self, elevation: Elevation) -> ToolRoot {
+        self.elevation = Some(elevation);
+        self
+    }
+
+    /// Runs `f` with the daemon's credentials when an elevation was given; else as the caller.
+    /// Returns whether it was elevated, and `f`'s result.
+    pub(crate) fn elevated<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        let Some(elevate) = &self.elevation else {
+            return f(false);
+        };
+        let mut f = Some(f);
+        let mut out = None;
+        elevate(&mut || {
+            if let Some(f) = f.take() {
+                out = Some(f(true));
+            }
+        });
+        match out {
+            Some(out) => out,
+            // An elevation that did not call back: run as the caller rather than not at all.
+            None => f.take().map(|f| f(false)).expect("not called yet"),
+        }
     }
 
     /// The workspace's index, queried by `semantic_search`.
@@ -149,7 +185,8 @@ impl ToolRoot {
     }
 
     /// The caller's umask: new files get `0666 & !umask`, new folders `0777 & !umask`
-    /// (default 022). Backups and trash entries are private to the caller (0600/0700).
+    /// (default 022). Trash entries are private to the caller (0600/0700), and so are backups
+    /// unless an elevation is given.
     pub fn with_umask(mut self, umask: u32) -> ToolRoot {
         self.umask = umask & 0o777;
         self

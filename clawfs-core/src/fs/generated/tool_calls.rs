@@ -201,6 +201,14 @@ impl ClawFs {
                 ))
             }));
         }
+        // Backups take the file's owner, group and mode, which only the daemon may give.
+        let backup_creds = creds.clone();
+        root = root.with_elevation(std::sync::Arc::new(move |f: &mut dyn FnMut()| {
+            match crate::creds::AsDaemon::enter(&backup_creds) {
+                Ok(_daemon) => f(),
+                Err(e) => tracing::warn!(error = %e, "backup written as the caller"),
+            }
+        }));
         let changed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         root = root
             .with_umask(creds.umask)
@@ -233,19 +241,34 @@ impl ClawFs {
         (Some(workspace), out)
     }
 
-    /// The workspace's private trash and backup folders, shared by all its users like /tmp.
+    /// The workspace's private trash, shared by all its users like /tmp, and its backups,
+    /// which only the daemon writes (each backup with the owner, group and mode of its file).
     fn prepare_tool_dirs(&self, ws_dir: &std::path::Path) -> std::io::Result<()> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
         let private = ws_dir.join(crate::store::PRIVATE_DIR);
-        for dir in [
-            private.clone(),
-            private.join("trash"),
-            private.join("backups"),
+        for (dir, mode) in [
+            (private.clone(), 0o1777),
+            (private.join("trash"), 0o1777),
+            (private.join("backups"), 0o711),
         ] {
-            match std::fs::DirBuilder::new().mode(0o1777).create(&dir) {
-                Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?,
+            match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+                Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
+            }
+            // Made earlier with other rights (backups were once shared like the trash).
+            let m = std::fs::symlink_metadata(&dir)?;
+            if !m.is_dir() {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a folder",
+                    dir.display()
+                )));
+            }
+            if m.uid() != 0 && rustix::process::geteuid().is_root() {
+                std::os::unix::fs::lchown(&dir, Some(0), Some(0))?;
+            }
+            if m.mode() & 0o7777 != mode {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
             }
         }
         Ok(())

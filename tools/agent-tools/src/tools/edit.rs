@@ -91,8 +91,15 @@ fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
             show(rel)
         ))
     })?;
-    let b = backup(root, rel, &l.bytes)?;
-    atomic_write(root, &slot, rel, &l.f.abs, new.as_bytes(), Some(&l.f.meta))?;
+    let b = backup(root, rel, &l.bytes, &l.f.meta)?;
+    atomic_write(
+        root,
+        &slot,
+        rel,
+        &l.f.abs,
+        new.as_bytes(),
+        Some((&l.f.meta, Some(&l.f.file))),
+    )?;
     Ok(b)
 }
 
@@ -458,16 +465,39 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
                 show(&rel)
             )))
         }
-        // A file over the text-file limit is replaced without a backup.
-        Some(m) if m.len() <= root.limits().max_text_file_bytes => {
-            let f = beneath::open(&slot.dir, &slot.name, FILE_READ)
-                .map_err(|e| ToolError::io(format!("opening '{}'", show(&rel)), e))?;
-            let old = read_limited(&f, &rel, root.limits().max_text_file_bytes)?;
-            backup_path = Some(backup(root, &rel, &old)?);
-        }
-        Some(_) | None => {}
+        _ => {}
     }
-    atomic_write(root, &slot, &rel, &abs, a.content.as_bytes(), meta.as_ref())?;
+    // The file replaced, opened for its content (backed up unless over the text-file limit)
+    // and its attributes (kept).
+    let old = match &meta {
+        Some(m) => {
+            let max = root.limits().max_text_file_bytes;
+            let f = match (
+                beneath::open(&slot.dir, &slot.name, FILE_READ),
+                m.len() <= max,
+            ) {
+                (Ok(f), true) => {
+                    let bytes = read_limited(&f, &rel, max)?;
+                    backup_path = Some(backup(root, &rel, &bytes, m)?);
+                    Some(f)
+                }
+                (Err(e), true) => {
+                    return Err(ToolError::io(format!("opening '{}'", show(&rel)), e))
+                }
+                (f, false) => f.ok(),
+            };
+            Some((m, f))
+        }
+        None => None,
+    };
+    atomic_write(
+        root,
+        &slot,
+        &rel,
+        &abs,
+        a.content.as_bytes(),
+        old.as_ref().map(|(m, f)| (*m, f.as_ref())),
+    )?;
     Ok(WriteFileResult {
         path: rel,
         bytes: a.content.len(),

@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use schemars::JsonSchema;
@@ -395,6 +396,14 @@ pub struct FileInfoResult {
     pub created: Option<String>,
     /// Modification time, RFC 3339 UTC.
     pub modified: String,
+    /// Last access time, RFC 3339 UTC (as the filesystem keeps it: often relatime).
+    pub accessed: String,
+    /// Permission bits, octal (e.g. `"0644"`).
+    pub permissions: String,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
     /// For folders: entries directly inside.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub children: Option<usize>,
@@ -421,12 +430,23 @@ pub(crate) fn get_file_info(root: &ToolRoot, a: PathArgs) -> ToolResult<FileInfo
     } else {
         (f.meta.len(), None, None)
     };
+    // Kept across tool edits in an attribute, read from the file itself when the caller may.
+    let created = match f.meta.is_file() {
+        true => beneath::open(&root.root_fd, &f.rel, beneath::FILE_READ)
+            .ok()
+            .and_then(|file| crate::fsops::created_time(&file, &f.meta)),
+        false => f.meta.created().ok(),
+    };
     Ok(FileInfoResult {
         path: show(&f.rel),
         kind,
         size,
-        created: f.meta.created().ok().map(rfc3339),
+        created: created.map(rfc3339),
         modified: rfc3339(f.meta.modified().unwrap_or(std::time::UNIX_EPOCH)),
+        accessed: rfc3339(f.meta.accessed().unwrap_or(std::time::UNIX_EPOCH)),
+        permissions: format!("{:04o}", f.meta.mode() & 0o7777),
+        uid: f.meta.uid(),
+        gid: f.meta.gid(),
         children,
         size_incomplete: incomplete,
     })
