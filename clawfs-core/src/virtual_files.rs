@@ -317,6 +317,18 @@ impl Exchange {
         Ok(data.len())
     }
 
+    /// Whether the request went past [`MAX_CALL_REQUEST`]: a write was refused, or the body
+    /// reaches into the last (largest) FUSE write below the limit and ends in the middle of its
+    /// JSON, its rest refused by a write the kernel delivered after the close. Either way it is
+    /// answered `too_large` and never run, whatever order the writes and the close came in.
+    pub fn is_cut(&self) -> bool {
+        const LARGEST_FUSE_WRITE: usize = 1 << 20;
+        self.oversized
+            || (self.request.len() > MAX_CALL_REQUEST - LARGEST_FUSE_WRITE
+                && serde_json::from_slice::<serde::de::IgnoredAny>(&self.request)
+                    .is_err_and(|e| e.is_eof()))
+    }
+
     /// The response bytes a read at `offset` of `size` returns.
     pub fn read(&mut self, offset: u64, size: usize) -> &[u8] {
         let base = *self.read_base.get_or_insert(offset);
@@ -330,6 +342,24 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_cut_at_the_limit_is_too_large() {
+        let mut cut = Exchange::default();
+        let body = format!("{{\"content\": \"{}", "x".repeat(MAX_CALL_REQUEST - 100));
+        cut.write(0, body.as_bytes()).unwrap();
+        assert!(cut.is_cut(), "ends mid-JSON next to the limit");
+        let mut bad = Exchange::default();
+        bad.write(0, b"{\"content\": ").unwrap();
+        assert!(
+            !bad.is_cut(),
+            "short and broken: invalid_json, not too_large"
+        );
+        let mut whole = Exchange::default();
+        let body = format!("{{\"c\": \"{}\"}}", "x".repeat(MAX_CALL_REQUEST - 100));
+        whole.write(0, body.as_bytes()).unwrap();
+        assert!(!whole.is_cut(), "complete JSON just under the limit runs");
+    }
 
     #[test]
     fn request_ids() {

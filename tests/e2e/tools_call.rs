@@ -231,3 +231,69 @@ fn each_caller_sees_only_its_own_responses() {
         "root does not see nobody's"
     );
 }
+
+#[test]
+fn callers_delete_their_own_responses_and_only_theirs() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let (req, resp) = (m.path("tools/requests"), m.path("tools/responses"));
+    // An agent and an ordinary user each ask, read their answer, and delete it.
+    let script = format!(
+        "printf '{{\"tool\":\"list_allowed\"}}' > {r}/job.json && cat {s}/job.json > /dev/null \
+         && stat -c %u {s}/job.json && rm {s}/job.json && ls {s}",
+        r = req.display(),
+        s = resp.display()
+    );
+    let out = m.run_agent("fs-engine", &script);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "61006",
+        "the agent's own file"
+    );
+    let out = crate::common::sh_as_nobody(&script);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "65534");
+    // Root's response is not another caller's to delete (nor to see).
+    fs::write(req.join("roots.json"), br#"{"tool":"list_allowed"}"#).unwrap();
+    let out = crate::common::sh_as_nobody(&format!("rm {}/roots.json", resp.display()));
+    assert!(!out.status.success());
+    assert!(resp.join("roots.json").exists());
+}
+
+#[test]
+fn a_request_past_the_limit_is_too_large_and_never_run() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    // 5 MiB of a write_file request, whichever way it is written: never run, only too_large.
+    let body =
+        json!({"tool": "write_file", "path": "big.md", "content": "x".repeat(5 << 20)}).to_string();
+    for (i, chunk) in [body.len(), 128 << 10, 4096].into_iter().enumerate() {
+        let path = m.path(&format!("tools/requests/big-{i}.json"));
+        let mut f = fs::File::create(&path).unwrap();
+        let mut refused = false;
+        for part in body.as_bytes().chunks(chunk) {
+            if let Err(e) = f.write_all(part) {
+                assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "a write past 4 MiB fails with EFBIG");
+        drop(f);
+        let r: Value = serde_json::from_slice(
+            &fs::read(m.path(&format!("tools/responses/big-{i}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(r["error"], "too_large", "{r}");
+    }
+    assert!(!m.ws().join("big.md").exists());
+}

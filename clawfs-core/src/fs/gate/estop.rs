@@ -163,6 +163,7 @@ impl ClawFs {
         // A two-file request: its answer is kept for tools/responses/<id>.json.
         state.response = Some(Vec::new());
         drop(state);
-        self.generated.keep_response(owner, id, out);
+        self.generated
+            .keep_response(owner, id, out, &handle.opener.1.caller);
     }
 }

@@ -37,8 +37,18 @@ impl ClawFs {
     }
 }
 
-/// Kept tool responses: owner → (id, response), oldest first.
-type ResponsesByOwner = HashMap<String, VecDeque<(String, Vec<u8>)>>;
+/// Kept tool responses by owner, oldest first.
+type ResponsesByOwner = HashMap<String, VecDeque<Kept>>;
+
+/// A tool response kept for `tools/responses/<id>.json`.
+struct Kept {
+    id: String,
+    response: Vec<u8>,
+    /// The asker's uid and gid: the file is theirs, so they may delete it from the sticky
+    /// folder.
+    uid: u32,
+    gid: u32,
+}
 
 /// The generated files' own state. Every lock here is a leaf: nothing else is taken while one
 /// is held.
@@ -86,30 +96,52 @@ impl Generated {
 
     /// The kept response `id` of `owner`.
     fn response(&self, owner: &str, id: &str) -> Option<Vec<u8>> {
+        self.kept(owner, id, |k| k.response.clone())
+    }
+
+    /// `what` of the kept response `id` of `owner`.
+    fn kept<T>(&self, owner: &str, id: &str, what: impl FnOnce(&Kept) -> T) -> Option<T> {
         self.responses()
             .get(owner)?
             .iter()
-            .find(|(i, _)| i == id)
-            .map(|(_, r)| r.clone())
+            .find(|k| k.id == id)
+            .map(what)
     }
 
     /// The ids of `owner`'s kept responses, oldest first.
     fn response_ids(&self, owner: &str) -> Vec<String> {
         self.responses()
             .get(owner)
-            .map(|mine| mine.iter().map(|(id, _)| id.clone()).collect())
+            .map(|mine| mine.iter().map(|k| k.id.clone()).collect())
             .unwrap_or_default()
     }
 
-    /// Keeps `response` as `owner`'s `id` (replacing one of that id); beyond
-    /// [`MAX_RESPONSES_PER_CALLER`] the oldest goes.
-    pub(super) fn keep_response(&self, owner: String, id: String, response: Vec<u8>) {
+    /// Keeps `response` as `owner`'s `id` (replacing one of that id), as a file of `asker`'s;
+    /// beyond [`MAX_RESPONSES_PER_CALLER`] the oldest goes, and the log says so.
+    pub(super) fn keep_response(
+        &self,
+        owner: String,
+        id: String,
+        response: Vec<u8>,
+        asker: &crate::creds::Caller,
+    ) {
         let mut all = self.responses();
         let mine = all.entry(owner).or_default();
-        mine.retain(|(i, _)| *i != id);
-        mine.push_back((id, response));
+        mine.retain(|k| k.id != id);
+        mine.push_back(Kept {
+            id,
+            response,
+            uid: asker.uid,
+            gid: asker.gid,
+        });
         while mine.len() > MAX_RESPONSES_PER_CALLER {
-            mine.pop_front();
+            if let Some(old) = mine.pop_front() {
+                tracing::info!(
+                    uid = asker.uid,
+                    dropped = old.id,
+                    "{MAX_RESPONSES_PER_CALLER} tool responses kept: the oldest is forgotten"
+                );
+            }
         }
     }
 
@@ -120,7 +152,7 @@ impl Generated {
             return false;
         };
         let before = mine.len();
-        mine.retain(|(i, _)| i != id);
+        mine.retain(|k| k.id != id);
         mine.len() != before
     }
 
@@ -132,6 +164,13 @@ impl Generated {
             }
             VirtualNode::SearchHit { target, .. } => target.len() as u64,
             _ => 0,
+        };
+        let (uid, gid) = match node {
+            VirtualNode::Response { owner, id } => {
+                self.kept(owner, id, |k| (k.uid, k.gid)).unwrap_or((0, 0))
+            }
+            VirtualNode::Secret(_) => (0, crate::seed::agents_group().unwrap_or(0)),
+            _ => (0, 0),
         };
         Attr {
             ino: self.ino(node),
@@ -145,11 +184,8 @@ impl Generated {
             kind: node.kind(),
             perm: node.perm(),
             nlink: if node.is_dir() { 2 } else { 1 },
-            uid: 0,
-            gid: match node {
-                VirtualNode::Secret(_) => crate::seed::agents_group().unwrap_or(0),
-                _ => 0,
-            },
+            uid,
+            gid,
             rdev: 0,
             blksize: 4096,
         }

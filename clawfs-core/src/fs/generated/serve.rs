@@ -326,7 +326,7 @@ impl ClawFs {
         state.response = Some(Vec::new());
         drop(state);
         self.generated
-            .keep_response(owner.clone(), id.clone(), response);
+            .keep_response(owner.clone(), id.clone(), response, &handle.opener.1.caller);
     }
 
     /// Deleting a response in `tools/responses/` forgets it.

@@ -26,7 +26,7 @@ impl ClawFs {
             .or(RequestHead::text(head.tool))
             .unwrap_or_else(|| "?".into());
         let target = RequestHead::text(head.path).or(RequestHead::text(head.from));
-        let (workspace, result) = if exchange.oversized {
+        let (workspace, result) = if exchange.is_cut() {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
                 virtual_files::MAX_CALL_REQUEST
