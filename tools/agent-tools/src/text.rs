@@ -104,6 +104,90 @@ pub(crate) fn eol_of(text: &str) -> &'static str {
     }
 }
 
+/// `piece` with the line endings `eol` ("\n" or "\r\n").
+pub(crate) fn with_eol(piece: &str, eol: &str) -> String {
+    let lf = piece.replace("\r\n", "\n");
+    match eol {
+        "\r\n" => lf.replace('\n', "\r\n"),
+        _ => lf,
+    }
+}
+
+/// `piece` without the line-number prefixes `read_file` shows (`     12<TAB>`, as `cat -n`),
+/// when every line has one: text pasted from a numbered read. None when some line has none.
+pub(crate) fn without_line_numbers(piece: &str) -> Option<String> {
+    let mut out = String::with_capacity(piece.len());
+    for line in piece.split_inclusive('\n') {
+        let rest = line.trim_start_matches(' ');
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let body = rest[digits..].strip_prefix('\t').filter(|_| digits > 0)?;
+        out.push_str(body);
+    }
+    Some(out)
+}
+
+/// How the text an agent gave (`old`, to replace by `new`) occurs in `text`: as given; else in
+/// the file's line endings (an agent writes `\n`, a CRLF file has `\r\n`); else without pasted
+/// `read_file` line numbers. Returns what to find, what to put in its place (in the file's
+/// line endings), and a note when it was not found as given.
+pub(crate) fn as_in_file(
+    text: &str,
+    old: &str,
+    new: &str,
+) -> (String, String, Option<&'static str>) {
+    let eol = eol_of(text);
+    if text.contains(old) {
+        let new = match old.contains('\n') || new.contains('\n') {
+            true => with_eol(new, eol),
+            false => new.to_string(),
+        };
+        return (old.to_string(), new, None);
+    }
+    let converted = with_eol(old, eol);
+    if converted != old && text.contains(&converted) {
+        return (
+            converted,
+            with_eol(new, eol),
+            Some("matched in the file's own line endings"),
+        );
+    }
+    if let Some(bare) = without_line_numbers(old).map(|o| with_eol(&o, eol)) {
+        if !bare.is_empty() && text.contains(&bare) {
+            let new = without_line_numbers(new).unwrap_or_else(|| new.to_string());
+            return (
+                bare,
+                with_eol(&new, eol),
+                Some("the line numbers pasted from read_file were left out"),
+            );
+        }
+    }
+    (old.to_string(), with_eol(new, eol), None)
+}
+
+/// The line of `text` most like the first non-blank line of `wanted`: `(line number, line)`,
+/// for a "not found" answer. Files of more than 50,000 lines are not searched.
+pub(crate) fn nearest_line(text: &str, wanted: &str) -> Option<(usize, String)> {
+    let probe = wanted
+        .lines()
+        .map(|l| without_line_numbers(l).unwrap_or_else(|| l.to_string()))
+        .find(|l| !l.trim().is_empty())?;
+    let probe = probe.trim();
+    let ls = lines(text);
+    if ls.len() > 50_000 {
+        return None;
+    }
+    ls.iter()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let r = similar::TextDiff::from_chars(probe, l.trim()).ratio();
+            (r, i)
+        })
+        .filter(|(r, _)| *r >= 0.5)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, i)| (i + 1, show_line(ls[i])))
+}
+
 /// Lines `start..=end` (1-based, already clamped) of `lines`, joined with `\n`, ending with `\n`
 /// when not empty, at most `max_chars` characters of whole lines (a first line longer than that
 /// is cut). Returns the text and the last line included. `lines[0]` is shown as line `base + 1`.

@@ -1183,3 +1183,76 @@ fn registry_describes_every_tool() {
         .unwrap()
         .contains(&json!("hash_mismatch")));
 }
+
+#[test]
+fn edits_match_across_line_endings_and_keep_the_files_own() {
+    let w = ws();
+    w.put(
+        "win.md",
+        "# Title\r\n\r\nfirst line\r\nsecond line\r\nthird\r\n",
+    );
+    // The agent read LF (read_file shows lines) and edits across two lines.
+    let r = w.ok(
+        "edit_file",
+        json!({"path": "win.md", "edits": [{"old": "first line\nsecond line\n", "new": "one\ntwo\nthree\n"}]}),
+    );
+    assert!(
+        r["notes"][0].as_str().unwrap().contains("line endings"),
+        "{r}"
+    );
+    assert_eq!(
+        w.get("win.md"),
+        "# Title\r\n\r\none\r\ntwo\r\nthree\r\nthird\r\n"
+    );
+    w.ok(
+        "edit_exact",
+        json!({"path": "win.md", "old": "two\nthree", "new": "2\n3"}),
+    );
+    assert_eq!(w.get("win.md"), "# Title\r\n\r\none\r\n2\r\n3\r\nthird\r\n");
+    // A CRLF edit of an LF file is written in LF.
+    w.put("unix.md", "a\nb\nc\n");
+    w.ok(
+        "edit_exact",
+        json!({"path": "unix.md", "old": "a\r\nb", "new": "x\r\ny"}),
+    );
+    assert_eq!(w.get("unix.md"), "x\ny\nc\n");
+}
+
+#[test]
+fn pasted_line_numbers_are_recognised_and_misses_show_the_nearest_line() {
+    let w = ws();
+    w.put("n.md", "alpha\nbeta gamma\ndelta\n");
+    let numbered = w.ok("read_file", json!({"path": "n.md"}))["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(numbered.contains("     2\tbeta gamma"), "{numbered}");
+    let pasted: String = numbered
+        .lines()
+        .skip(1)
+        .take(2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let r = w.ok(
+        "edit_file",
+        json!({"path": "n.md", "edits": [{"old": pasted, "new": "BETA\nDELTA\n"}]}),
+    );
+    assert!(
+        r["notes"][0].as_str().unwrap().contains("line numbers"),
+        "{r}"
+    );
+    assert_eq!(w.get("n.md"), "alpha\nBETA\nDELTA\n");
+    let r = w.err(
+        "edit_exact",
+        json!({"path": "n.md", "old": "alpah", "new": "x"}),
+        "not_found",
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("closest line is 1: \"alpha\""),
+        "{r}"
+    );
+    assert_eq!(w.get("n.md"), "alpha\nBETA\nDELTA\n");
+}

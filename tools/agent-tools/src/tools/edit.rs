@@ -13,7 +13,7 @@ use crate::fsops::{atomic_write, backup, read_limited, sha256_hex};
 use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
-use crate::text::{decode, eol_of, lines, show_line};
+use crate::text::{as_in_file, decode, eol_of, lines, nearest_line, show_line};
 use crate::ToolRoot;
 
 /// `apply_patch` arguments.
@@ -166,6 +166,9 @@ pub struct EditExactResult {
     pub sha256: String,
     /// Where the previous content was saved.
     pub backup: String,
+    /// How the text was matched when not as given (line endings, pasted line numbers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The 1-based line numbers and lines where `needle` starts in `text`.
@@ -178,6 +181,14 @@ fn occurrences(text: &str, needle: &str) -> Vec<serde_json::Value> {
             json!({"line": line, "text": ls.get(line - 1).map(|l| show_line(l)).unwrap_or_default()})
         })
         .collect()
+}
+
+/// " The closest line is N: `…`." for a text that was not found, or nothing.
+fn nearest(text: &str, wanted: &str) -> String {
+    match nearest_line(text, wanted) {
+        Some((n, line)) => format!(" The closest line is {n}: {line:?}."),
+        None => String::new(),
+    }
 }
 
 pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditExactResult> {
@@ -197,11 +208,13 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
         check_hash(&l.f.rel, base, &l.sha256)?;
     }
     let text = decode(&l.bytes, &l.f.rel)?;
-    let n = text.matches(a.old.as_str()).count();
+    let (old, replacement, note) = as_in_file(text, &a.old, &a.new);
+    let n = text.matches(old.as_str()).count();
     if n == 0 {
         return Err(ToolError::NotFound(format!(
-            "the text of old does not occur in '{}'; nothing changed. Copy it exactly from read_range or search (whitespace and line breaks matter).",
-            show(&l.f.rel)
+            "the text of old does not occur in '{}'; nothing changed.{} Copy it exactly from read_range or search (whitespace matters; line endings and pasted line numbers are taken care of).",
+            show(&l.f.rel),
+            nearest(text, &a.old)
         )));
     }
     if n > count {
@@ -210,10 +223,10 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
                 "the text of old occurs {n} times in '{}', more than count={count}; nothing changed. Include more surrounding text to make it unique, or set count to {n} to replace all.",
                 show(&l.f.rel)
             ),
-            candidates: occurrences(text, &a.old),
+            candidates: occurrences(text, &old),
         });
     }
-    let new = text.replace(a.old.as_str(), &a.new);
+    let new = text.replace(old.as_str(), &replacement);
     let sha256 = sha256_hex(new.as_bytes());
     let backup = commit(root, &l, &new)?;
     Ok(EditExactResult {
@@ -221,6 +234,7 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
         replacements: n,
         sha256,
         backup,
+        notes: note.map(str::to_string).into_iter().collect(),
     })
 }
 
@@ -286,6 +300,9 @@ pub struct EditFileResult {
     pub backup: Option<String>,
     /// Whether nothing was written.
     pub dry_run: bool,
+    /// How edits were matched when not as given (line endings, pasted line numbers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A unified diff of two texts, cut to [`MAX_DIFF_CHARS`].
@@ -355,17 +372,23 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
         Some(ins) => insert_at(old, ins, &rel)?,
         None => old.to_string(),
     };
+    let mut notes = Vec::new();
     for (k, e) in a.edits.iter().enumerate() {
         if e.old.is_empty() {
             return Err(ToolError::InvalidArgs(format!(
                 "edits[{k}].old is empty; give the exact text to replace."
             )));
         }
-        let n = text.matches(e.old.as_str()).count();
+        let (find, replacement, note) = as_in_file(&text, &e.old, &e.new);
+        if let Some(note) = note {
+            notes.push(format!("edits[{k}]: {note}"));
+        }
+        let n = text.matches(find.as_str()).count();
         if n == 0 {
             return Err(ToolError::NotFound(format!(
-                "edits[{k}].old does not occur in '{}' (after the earlier edits); nothing changed. Copy the text exactly from read_file.",
-                show(&rel)
+                "edits[{k}].old does not occur in '{}' (after the earlier edits); nothing changed.{} Copy the text exactly from read_file (whitespace matters; line endings and pasted line numbers are taken care of).",
+                show(&rel),
+                nearest(&text, &e.old)
             )));
         }
         if n > 1 && !e.replace_all {
@@ -374,10 +397,10 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
                     "edits[{k}].old occurs {n} times in '{}'; nothing changed. Add surrounding text to make it unique, or set replace_all=true.",
                     show(&rel)
                 ),
-                candidates: occurrences(&text, &e.old),
+                candidates: occurrences(&text, &find),
             });
         }
-        text = text.replace(e.old.as_str(), &e.new);
+        text = text.replace(find.as_str(), &replacement);
     }
     let (diff, diff_truncated) = unified_diff(&rel, old, &text);
     let changed = text != old;
@@ -395,6 +418,7 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
         sha256,
         backup,
         dry_run: a.dry_run,
+        notes,
     })
 }
 
