@@ -72,6 +72,19 @@ pub(crate) enum Walk {
     Missing { rel: String },
 }
 
+/// Where a creating tool writes (see [`ToolRoot::target`]).
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// The real workspace-relative path.
+    pub rel: String,
+    /// `root/rel`, for locks and the observer.
+    pub abs: PathBuf,
+    /// The entry there now, if any.
+    pub meta: Option<Metadata>,
+    /// Set when existing names differing in case were used for the ones asked.
+    pub reused: Option<String>,
+}
+
 /// A folder opened beneath the root and one name in it: where entries are created, replaced,
 /// moved and removed.
 #[derive(Debug)]
@@ -335,16 +348,30 @@ impl ToolRoot {
         })
     }
 
-    /// A path to create or overwrite: `(rel, abs, existing metadata)`. Names are matched exactly.
-    /// Act on it through [`ToolRoot::slot`].
-    pub(crate) fn target(
-        &self,
-        input: &str,
-        access: Access,
-    ) -> ToolResult<(String, PathBuf, Option<Metadata>)> {
+    /// A path to create or overwrite. Its folders are matched ignoring case when the exact
+    /// names do not exist, so a write never makes a second folder beside one that differs only
+    /// in case; the final name is matched exactly (a case-only rename stays possible). Act on
+    /// it through [`ToolRoot::slot`].
+    pub(crate) fn target(&self, input: &str, access: Access) -> ToolResult<Target> {
         let (rel, meta) = match self.walk(input, Lookup::EXACT)? {
             Walk::Found { rel, meta } => (rel, Some(meta)),
-            Walk::Missing { rel } => (rel, None),
+            Walk::Missing { rel } => {
+                let comps = self.normalize(input)?;
+                match comps.split_last() {
+                    Some((name, parents)) if !parents.is_empty() => {
+                        match self.walk(&parents.join("/"), Lookup::READ)? {
+                            Walk::Found { rel: dir, .. } => {
+                                match self.walk(&join_rel(&dir, name), Lookup::EXACT)? {
+                                    Walk::Found { rel, meta } => (rel, Some(meta)),
+                                    Walk::Missing { rel } => (rel, None),
+                                }
+                            }
+                            Walk::Missing { rel: dirs } => (join_rel(&dirs, name), None),
+                        }
+                    }
+                    _ => (rel, None),
+                }
+            }
         };
         if rel.is_empty() {
             return Err(ToolError::InvalidArgs(
@@ -353,7 +380,18 @@ impl ToolRoot {
             ));
         }
         self.check(&rel, access)?;
-        Ok((rel.clone(), self.abs_of(&rel), meta))
+        let asked = self.normalize(input)?.join("/");
+        let reused = (asked != rel && asked.to_lowercase() == rel.to_lowercase()).then(|| {
+            format!(
+                "'{asked}' is '{rel}': names that exist in another case are used, not duplicated"
+            )
+        });
+        Ok(Target {
+            abs: self.abs_of(&rel),
+            rel,
+            meta,
+            reused,
+        })
     }
 
     /// The folder holding `rel` (real, already checked, not the root), opened beneath the root,

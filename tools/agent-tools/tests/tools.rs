@@ -1256,3 +1256,67 @@ fn pasted_line_numbers_are_recognised_and_misses_show_the_nearest_line() {
     );
     assert_eq!(w.get("n.md"), "alpha\nBETA\nDELTA\n");
 }
+
+#[test]
+fn writes_reuse_folders_that_differ_only_in_case() {
+    let w = ws();
+    w.put("New Folder/sub/a.md", "a\n");
+    w.put("Areas/Travel/plan.md", "p\n");
+    let r = w.ok(
+        "write_file",
+        json!({"path": "new folder/sub/x.md", "content": "x\n"}),
+    );
+    assert_eq!(r["path"], "New Folder/sub/x.md", "{r}");
+    assert!(r["note"].as_str().unwrap().contains("another case"), "{r}");
+    assert_eq!(w.get("New Folder/sub/x.md"), "x\n");
+    assert!(!w.dir.join("new folder").exists());
+    let r = w.ok("create_folder", json!({"path": "areas/travel"}));
+    assert_eq!(
+        (r["path"].as_str(), r["created"].as_bool()),
+        (Some("Areas/Travel"), Some(false)),
+        "{r}"
+    );
+    let r = w.ok("create_folder", json!({"path": "areas/travel/2027"}));
+    assert_eq!(
+        (r["path"].as_str(), r["created"].as_bool()),
+        (Some("Areas/Travel/2027"), Some(true)),
+        "{r}"
+    );
+    // Reads afterwards are not ambiguous; a case-only rename of a file still works.
+    w.ok("read_file", json!({"path": "new folder/sub/x.md"}));
+    let r = w.ok(
+        "move",
+        json!({"from": "Areas/Travel/plan.md", "to": "Areas/Travel/Plan.md"}),
+    );
+    assert_eq!(r["to"], "Areas/Travel/Plan.md", "{r}");
+}
+
+#[test]
+fn a_title_matching_several_files_in_any_case_is_ambiguous() {
+    let w = ws();
+    w.put("Archive/2023/weekly sync.md", "old\n");
+    w.put("Meetings/Weekly Sync.md", "new\n");
+    let r = w.err(
+        "resolve",
+        json!({"title": "weekly sync"}),
+        "multiple_matches",
+    );
+    let c: Vec<&str> = r["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        c,
+        ["Archive/2023/weekly sync.md", "Meetings/Weekly Sync.md"],
+        "{r}"
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("matches its case exactly"),
+        "{r}"
+    );
+}

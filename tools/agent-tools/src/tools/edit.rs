@@ -452,10 +452,15 @@ pub struct WriteFileResult {
     /// Where the overwritten content was saved, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
+    /// Set when existing names that differ only in case were used for the ones asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteFileResult> {
-    let (rel, abs, _) = root.target(&a.path, Access::Write)?;
+    let crate::paths::Target {
+        rel, abs, reused, ..
+    } = root.target(&a.path, Access::Write)?;
     let _guard = root.locks.lock(&[&abs]);
     let Some(slot) = root.slot(&rel, a.create_parents != Some(false))? else {
         return Err(ToolError::NotFound(format!(
@@ -528,6 +533,7 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
         created: meta.is_none(),
         sha256: sha256_hex(a.content.as_bytes()),
         backup: backup_path,
+        note: reused,
     })
 }
 

@@ -62,6 +62,9 @@ pub struct MoveResult {
     /// What was moved.
     #[serde(rename = "type")]
     pub kind: EntryType,
+    /// Set when existing names that differ only in case were used for the ones asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult> {
@@ -71,7 +74,12 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
             "the workspace root cannot be moved.".into(),
         ));
     }
-    let (to_rel, to_abs, to_meta) = root.target(&a.to, Access::Write)?;
+    let crate::paths::Target {
+        rel: to_rel,
+        abs: to_abs,
+        meta: to_meta,
+        reused,
+    } = root.target(&a.to, Access::Write)?;
     if to_rel == src.rel {
         return Err(ToolError::InvalidArgs(format!(
             "from and to are the same path '{to_rel}'."
@@ -109,6 +117,7 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
         from: src.rel,
         to: to_rel,
         kind: EntryType::of(&src.meta),
+        note: reused,
     })
 }
 
@@ -227,6 +236,9 @@ pub struct RestoreResult {
     /// What it is.
     #[serde(rename = "type")]
     pub kind: EntryType,
+    /// Set when existing names that differ only in case were used for the ones asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Removes a trash entry's folder once its item is gone (restored, or never moved in).
@@ -285,7 +297,12 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     // The caller must be allowed to see the original, even when restoring elsewhere.
     root.check(&item.path, Access::Read)?;
     let dest = a.to.clone().unwrap_or_else(|| item.path.clone());
-    let (rel, abs, meta) = root.target(&dest, Access::Write)?;
+    let crate::paths::Target {
+        rel,
+        abs,
+        meta,
+        reused,
+    } = root.target(&dest, Access::Write)?;
     if meta.is_some() {
         return Err(ToolError::Exists(format!(
             "'{rel}' exists now; restore with \"to\": another path, or move the existing one away first."
@@ -302,6 +319,7 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
         trash_id: a.trash_id,
         path: rel,
         kind: item.kind,
+        note: reused,
     })
 }
 
@@ -359,14 +377,37 @@ pub struct CreateFolderResult {
     pub path: String,
     /// false if it already existed.
     pub created: bool,
+    /// Set when an existing folder whose name differs only in case was taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 pub(crate) fn create_folder(root: &ToolRoot, a: PathArgs) -> ToolResult<CreateFolderResult> {
-    let (rel, _, meta) = root.target(&a.path, Access::Write)?;
+    let crate::paths::Target {
+        mut rel,
+        mut meta,
+        mut reused,
+        ..
+    } = root.target(&a.path, Access::Write)?;
+    if meta.is_none() {
+        // The folder itself may exist in another case too.
+        if let crate::paths::Walk::Found { rel: real, meta: m } =
+            root.walk(&a.path, Lookup::READ)?
+        {
+            if m.is_dir() && real.to_lowercase() == rel.to_lowercase() {
+                reused = Some(format!(
+                    "'{}' is '{real}': names that exist in another case are used, not duplicated",
+                    a.path.trim_matches('/')
+                ));
+                (rel, meta) = (real, Some(m));
+            }
+        }
+    }
     match meta {
         Some(m) if m.is_dir() => Ok(CreateFolderResult {
             path: rel,
             created: false,
+            note: reused,
         }),
         Some(_) => Err(ToolError::Exists(format!(
             "'{rel}' already exists and is a file, not a folder."
@@ -376,6 +417,7 @@ pub(crate) fn create_folder(root: &ToolRoot, a: PathArgs) -> ToolResult<CreateFo
             Ok(CreateFolderResult {
                 path: rel,
                 created: true,
+                note: reused,
             })
         }
     }

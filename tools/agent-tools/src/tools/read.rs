@@ -89,7 +89,11 @@ fn resolve_title(root: &ToolRoot, title: &str) -> ToolResult<ResolveResult> {
         }
         Step::Continue
     })?;
-    let hits = if exact.is_empty() { loose } else { exact };
+    // Every file the title names in any case: one that matches case exactly does not make the
+    // others go away, and the caller must hear of them.
+    let exactly = exact.len() == 1;
+    let mut hits = exact;
+    hits.extend(loose);
     match hits.len() {
         0 => Err(ToolError::NotFound(format!(
             "no file named '{title}' or '{title}.md' in the workspace. Try search_files or list_files with a glob such as \"*{title}*\"."
@@ -100,9 +104,15 @@ fn resolve_title(root: &ToolRoot, title: &str) -> ToolResult<ResolveResult> {
             matched_by: "title".into(),
         }),
         n => Err(ToolError::MultipleMatches {
-            message: format!(
-                "{n} files are named '{title}'; pick one of the candidates and call again with its path."
-            ),
+            message: match exactly {
+                true => format!(
+                    "{n} files are named '{title}' ignoring case ('{}' matches its case exactly); pick one of the candidates and call again with its path.",
+                    hits[0]
+                ),
+                false => format!(
+                    "{n} files are named '{title}'; pick one of the candidates and call again with its path."
+                ),
+            },
             candidates: hits
                 .into_iter()
                 .take(MAX_CANDIDATES)
