@@ -65,7 +65,7 @@ pub(crate) fn stream_info(mut f: &File, rel: &str) -> ToolResult<(u64, u64, Stri
         };
         h.update(&buf[..n]);
         bytes += n as u64;
-        newlines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        newlines += crate::stream::count_newlines(&buf[..n]) as u64;
         last = buf[n - 1];
     }
     let lines = newlines + u64::from(bytes > 0 && last != b'\n');

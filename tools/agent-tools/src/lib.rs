@@ -22,6 +22,7 @@ mod patch;
 mod paths;
 mod registry;
 pub mod semantic;
+mod stream;
 mod text;
 mod tools;
 

@@ -8,8 +8,9 @@ use serde::Serialize;
 pub struct Limits {
     /// Largest request accepted (bytes). Larger → `too_large`. Default 4 MiB.
     pub max_request_bytes: usize,
-    /// Largest file a text tool loads whole (bytes). Larger → `too_large` (use `info`, `read_range`
-    /// still work on it up to this size; `info` streams and has no limit). Default 32 MiB.
+    /// Largest file an editing tool loads whole (bytes); larger → `too_large`. The reading
+    /// tools (`read_file`, `read_range`, `head`, `tail`, `search`, `outline`, `info`) stream and
+    /// work on files of any size. Default 32 MiB.
     pub max_text_file_bytes: u64,
 }
 

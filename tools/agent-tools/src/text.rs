@@ -26,48 +26,6 @@ pub(crate) fn decode<'a>(bytes: &'a [u8], rel: &str) -> ToolResult<&'a str> {
     })
 }
 
-/// Like [`decode`], taking ownership so the text is not copied.
-pub(crate) fn decode_owned(bytes: Vec<u8>, rel: &str) -> ToolResult<String> {
-    if looks_binary(&bytes) {
-        decode(&bytes, rel)?;
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        ToolError::NotText(format!(
-            "'{}' is not UTF-8 text (invalid byte at offset {}); text tools cannot work on it.",
-            show(rel),
-            e.utf8_error().valid_up_to()
-        ))
-    })
-}
-
-/// Number of lines (see the module doc), without splitting.
-pub(crate) fn count_lines(text: &str) -> usize {
-    // Summing booleans over fixed chunks lets the compiler vectorize the count.
-    let n: usize = text
-        .as_bytes()
-        .chunks(4096)
-        .map(|c| {
-            c.iter()
-                .map(|&b| u16::from(b == b'\n'))
-                .fold(0u16, u16::wrapping_add) as usize
-        })
-        .sum();
-    n + usize::from(!text.is_empty() && !text.ends_with('\n'))
-}
-
-/// Lines `start..=end` (1-based) without indexing the whole file.
-pub(crate) fn line_window(text: &str, start: usize, end: usize) -> Vec<&str> {
-    if text.is_empty() || start == 0 || end < start {
-        return Vec::new();
-    }
-    text.strip_suffix('\n')
-        .unwrap_or(text)
-        .split('\n')
-        .skip(start - 1)
-        .take(end + 1 - start)
-        .collect()
-}
-
 /// Whether bytes look binary (a NUL in the first few KiB).
 pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
     bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0)
@@ -188,48 +146,6 @@ pub(crate) fn nearest_line(text: &str, wanted: &str) -> Option<(usize, String)> 
         .map(|(_, i)| (i + 1, show_line(ls[i])))
 }
 
-/// Lines `start..=end` (1-based, already clamped) of `lines`, joined with `\n`, ending with `\n`
-/// when not empty, at most `max_chars` characters of whole lines (a first line longer than that
-/// is cut). Returns the text and the last line included. `lines[0]` is shown as line `base + 1`.
-pub(crate) fn slice_lines(
-    lines: &[&str],
-    start: usize,
-    end: usize,
-    max_chars: usize,
-    numbers: bool,
-    base: usize,
-) -> (String, usize) {
-    let mut out = String::new();
-    let mut chars = 0usize;
-    let mut last = start.saturating_sub(1);
-    for (i, l) in lines
-        .iter()
-        .enumerate()
-        .take(end)
-        .skip(start.saturating_sub(1))
-    {
-        let l = l.strip_suffix('\r').unwrap_or(l);
-        let piece = if numbers {
-            format!("{:>6}\t{l}\n", base + i + 1)
-        } else {
-            format!("{l}\n")
-        };
-        let n = piece.chars().count();
-        if chars + n > max_chars {
-            if out.is_empty() {
-                out = cut(&piece, max_chars);
-                out.push('\n');
-                last = i + 1;
-            }
-            break;
-        }
-        chars += n;
-        out.push_str(&piece);
-        last = i + 1;
-    }
-    (out, last)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,28 +159,6 @@ mod tests {
         assert_eq!(lines("a\r\nb"), vec!["a\r", "b"]);
         assert_eq!(eol_of("a\r\nb"), "\r\n");
         assert_eq!(eol_of("a\nb"), "\n");
-        for t in ["", "a", "a\n", "a\n\n", "a\nb", "\n"] {
-            assert_eq!(count_lines(t), lines(t).len(), "{t:?}");
-        }
-        assert_eq!(line_window("a\nb\nc\n", 2, 3), vec!["b", "c"]);
-        assert_eq!(line_window("a\nb\nc", 3, 9), vec!["c"]);
-    }
-
-    #[test]
-    fn slicing_respects_char_budget() {
-        let l = vec!["one", "two", "three"];
-        assert_eq!(
-            slice_lines(&l, 1, 3, 100, false, 0),
-            ("one\ntwo\nthree\n".into(), 3)
-        );
-        assert_eq!(slice_lines(&l, 2, 3, 5, false, 0), ("two\n".into(), 2));
-        let (t, last) = slice_lines(&l, 3, 3, 2, false, 0);
-        assert_eq!(last, 3);
-        assert!(t.starts_with("th"));
-        assert_eq!(
-            slice_lines(&l, 1, 1, 100, true, 9).0,
-            "    10\tone\n".to_string()
-        );
     }
 
     #[test]

@@ -1320,3 +1320,82 @@ fn a_title_matching_several_files_in_any_case_is_ambiguous() {
         "{r}"
     );
 }
+
+#[test]
+fn reading_tools_work_on_a_50_mb_file() {
+    let w = ws();
+    let mut text = String::from("# Log\n\n");
+    let mut n = 2;
+    while text.len() < 50 << 20 {
+        n += 1;
+        if n % 100_000 == 0 {
+            text.push_str(&format!("## Part {n}\n"));
+        } else {
+            text.push_str(&format!("line {n} of the big log, nothing to see here\n"));
+        }
+    }
+    text.push_str("the needle at the end\n");
+    let total = n + 1;
+    w.put("big.log", &text);
+    let r = w.ok(
+        "read_range",
+        json!({"path": "big.log", "start": total - 99, "end": total}),
+    );
+    assert_eq!(
+        (r["start"].as_u64(), r["end"].as_u64()),
+        (Some(total as u64 - 99), Some(total as u64))
+    );
+    assert!(r["text"]
+        .as_str()
+        .unwrap()
+        .ends_with("the needle at the end\n"));
+    let r = w.ok("tail", json!({"path": "big.log", "lines": 1}));
+    assert_eq!(r["text"], "the needle at the end\n");
+    let r = w.ok("head", json!({"path": "big.log", "lines": 1}));
+    assert_eq!(r["text"], "# Log\n");
+    let r = w.ok("search", json!({"path": "big.log", "pattern": "needle"}));
+    assert_eq!(r["matches"][0]["line"], total);
+    let r = w.ok("outline", json!({"path": "big.log"}));
+    assert_eq!(r["headings"][0]["text"], "Log");
+    assert!(r["total"].as_u64().unwrap() > 5, "{}", r["total"]);
+    assert_eq!(r["total_lines"], total);
+    // A whole-file read is cut with a note, not refused.
+    let r = w.ok("read_file", json!({"path": "big.log"}));
+    assert_eq!(r["truncated"], true);
+    assert!(r["note"].as_str().unwrap().contains("To read on"), "{r}");
+    assert!(r["content"].as_str().unwrap().len() <= 20_000 + 200);
+}
+
+#[test]
+fn text_answers_keep_to_max_chars_and_say_how_to_get_the_rest() {
+    let w = ws();
+    let text: String = (1..=2000)
+        .map(|i| format!("{i:04} {}\n", "word ".repeat(10)))
+        .collect();
+    w.put("long.md", &text);
+    let r = w.ok(
+        "read_range",
+        json!({"path": "long.md", "start": 1, "end": 2000}),
+    );
+    let got = r["text"].as_str().unwrap().chars().count();
+    assert!(got <= 20_000, "{got}");
+    assert!(r["note"].as_str().unwrap().contains("\"start\""), "{r}");
+    let next = r["next_start"].as_u64().unwrap();
+    let r = w.ok(
+        "read_range",
+        json!({"path": "long.md", "start": next, "max_chars": 500}),
+    );
+    assert!(r["text"].as_str().unwrap().chars().count() <= 500);
+    let r = w.ok(
+        "search",
+        json!({"path": "long.md", "pattern": "word", "context": 30, "max_hits": 500}),
+    );
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("context is at most"), "{notes}");
+    assert!(notes.contains("left out"), "{notes}");
+    assert!(
+        r.to_string().chars().count() < 40_000,
+        "{}",
+        r.to_string().len()
+    );
+}

@@ -11,10 +11,11 @@ use super::EntryType;
 use crate::access::Access;
 use crate::beneath::DIR_PATH;
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{read_limited, rfc3339, stream_info, unix_secs};
+use crate::fsops::{rfc3339, stream_info, unix_secs};
 use crate::limits::*;
 use crate::paths::{show, Lookup, Walk};
-use crate::text::{count_lines, decode_owned, line_window, lines, show_line, slice_lines};
+use crate::stream::{self, Lines};
+use crate::text::show_line;
 use crate::ToolRoot;
 
 /// Arguments naming one path.
@@ -153,14 +154,6 @@ pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
     })
 }
 
-/// Loads a readable text file: `(resolved path, text)`.
-pub(crate) fn load_text(root: &ToolRoot, path: &str) -> ToolResult<(String, String)> {
-    let f = root.existing_file(path, Access::Read)?;
-    let bytes = read_limited(&f.file, &f.rel, root.limits().max_text_file_bytes)?;
-    let text = decode_owned(bytes, &f.rel)?;
-    Ok((f.rel, text))
-}
-
 /// `outline` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -222,52 +215,88 @@ fn heading(line: &str) -> Option<(usize, String)> {
     Some((level, t.to_string()))
 }
 
-pub(crate) fn outline(root: &ToolRoot, a: OutlineArgs) -> ToolResult<OutlineResult> {
-    let max = a.max_headings.unwrap_or(OUTLINE_DEFAULT).min(OUTLINE_MAX);
-    let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
-    let mut headings = Vec::new();
-    let mut total = 0;
-    let mut fence: Option<&str> = None;
-    let mut i = 0;
-    // YAML front matter: its '#' lines are comments, not headings.
-    if ls.first().map(|l| l.trim_end()) == Some("---") {
-        if let Some(end) = ls.iter().skip(1).position(|l| {
-            let t = l.trim_end();
-            t == "---" || t == "..."
-        }) {
-            i = end + 2;
-        }
-    }
-    while i < ls.len() {
-        let l = ls[i];
+/// Headings found so far by [`outline`], outside code fences.
+struct Outliner {
+    headings: Vec<Heading>,
+    total: usize,
+    max: usize,
+    fence: Option<&'static str>,
+}
+
+impl Outliner {
+    fn visit(&mut self, n: usize, l: &str) {
         let t = l.trim_start_matches(' ');
-        if let Some(f) = fence {
+        if let Some(f) = self.fence {
             if t.starts_with(f) {
-                fence = None;
+                self.fence = None;
             }
         } else if t.starts_with("```") {
-            fence = Some("```");
+            self.fence = Some("```");
         } else if t.starts_with("~~~") {
-            fence = Some("~~~");
+            self.fence = Some("~~~");
         } else if let Some((level, text)) = heading(l) {
-            total += 1;
-            if headings.len() < max {
-                headings.push(Heading {
-                    line: i + 1,
+            self.total += 1;
+            if self.headings.len() < self.max {
+                self.headings.push(Heading {
+                    line: n,
                     level,
                     text: crate::text::cut(&text, MAX_LINE_CHARS),
                 });
             }
         }
-        i += 1;
     }
+}
+
+/// Lines of YAML front matter held back while looking for its end; a longer "front matter"
+/// is taken as ordinary lines.
+const FRONT_MATTER_LINES: usize = 1_000;
+
+pub(crate) fn outline(root: &ToolRoot, a: OutlineArgs) -> ToolResult<OutlineResult> {
+    let max = a.max_headings.unwrap_or(OUTLINE_DEFAULT).min(OUTLINE_MAX);
+    let mut lines = stream::open(root, &a.path)?;
+    let mut o = Outliner {
+        headings: Vec::new(),
+        total: 0,
+        max,
+        fence: None,
+    };
+    // YAML front matter (`---` on the first line, up to `---` or `...`): its '#' lines are
+    // comments, not headings. Held back until its end is seen.
+    let mut front: Option<Vec<(usize, String)>> = None;
+    while let Some((n, l)) = lines.next_line()? {
+        if n == 1 && l.trim_end() == "---" {
+            front = Some(vec![(n, l.to_string())]);
+            continue;
+        }
+        if let Some(held) = &mut front {
+            let t = l.trim_end();
+            if t == "---" || t == "..." {
+                front = None;
+                continue;
+            }
+            held.push((n, l.to_string()));
+            if held.len() <= FRONT_MATTER_LINES {
+                continue;
+            }
+            for (hn, hl) in front.take().unwrap_or_default() {
+                o.visit(hn, &hl);
+            }
+            continue;
+        }
+        o.visit(n, l);
+    }
+    // Never closed: not front matter after all.
+    for (hn, hl) in front.take().unwrap_or_default() {
+        o.visit(hn, &hl);
+    }
+    let rel = lines.rel().to_string();
+    let total_lines = lines.count_rest()?;
     Ok(OutlineResult {
         path: rel,
-        truncated: total > headings.len(),
-        headings,
-        total,
-        total_lines: ls.len(),
+        truncated: o.total > o.headings.len(),
+        headings: o.headings,
+        total: o.total,
+        total_lines,
     })
 }
 
@@ -285,12 +314,16 @@ pub struct SearchArgs {
     /// Ignore case. Default false.
     #[serde(default)]
     pub case_insensitive: bool,
-    /// Lines of context before and after each hit (default 0, at most 10).
+    /// Lines of context before and after each hit (default 0, at most 10; more is capped,
+    /// and the answer says so).
     #[serde(default)]
     pub context: Option<usize>,
     /// Most hits to return (default 20, at most 500).
     #[serde(default)]
     pub max_hits: Option<usize>,
+    /// Most characters of hits and context to return (default 20000, at most 100000).
+    #[serde(default)]
+    pub max_chars: Option<usize>,
 }
 
 /// One matching line.
@@ -317,6 +350,9 @@ pub struct SearchResult {
     pub total_hits: usize,
     /// Whether hits were left out (raise max_hits or narrow the pattern).
     pub truncated: bool,
+    /// What was capped, and how to get the rest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Builds the matcher for a search pattern, bounded in size.
@@ -358,34 +394,71 @@ pub(crate) fn context_of(ls: &[&str], i: usize, ctx: usize) -> (Vec<String>, Vec
 
 pub(crate) fn search(root: &ToolRoot, a: SearchArgs) -> ToolResult<SearchResult> {
     let re = matcher(&a.pattern, a.regex, a.case_insensitive)?;
-    let ctx = a.context.unwrap_or(0).min(MAX_CONTEXT);
+    let asked = a.context.unwrap_or(0);
+    let ctx = asked.min(MAX_CONTEXT);
     let max = a
         .max_hits
         .unwrap_or(SEARCH_DEFAULT_HITS)
         .min(SEARCH_MAX_HITS);
-    let (rel, text) = load_text(root, &a.path)?;
-    let ls = lines(&text);
-    let mut matches = Vec::new();
-    let mut total = 0;
-    for (i, l) in ls.iter().enumerate() {
+    let max_chars = budget(a.max_chars);
+    let mut notes = Vec::new();
+    if asked > ctx {
+        notes.push(format!(
+            "context is at most {MAX_CONTEXT} lines; {asked} was asked (read the lines around a hit with read_range)"
+        ));
+    }
+    let mut lines = stream::open(root, &a.path)?;
+    let mut matches: Vec<LineMatch> = Vec::new();
+    // The lines before the current one, and the hits still taking lines after them.
+    let mut before: std::collections::VecDeque<String> = Default::default();
+    let mut after: Vec<(usize, usize)> = Vec::new();
+    let (mut total, mut chars, mut cut) = (0usize, 0usize, false);
+    while let Some((n, l)) = lines.next_line()? {
+        let shown = show_line(l);
+        for (i, left) in after.iter_mut() {
+            matches[*i].context_after.push(shown.clone());
+            chars += shown.chars().count();
+            *left -= 1;
+        }
+        after.retain(|(_, left)| *left > 0);
         if re.is_match(l.strip_suffix('\r').unwrap_or(l)) {
             total += 1;
-            if matches.len() < max {
-                let (context_before, context_after) = context_of(&ls, i, ctx);
+            let size: usize =
+                shown.chars().count() + before.iter().map(|b| b.chars().count()).sum::<usize>();
+            if matches.len() < max && !cut && chars + size <= max_chars {
+                chars += size;
                 matches.push(LineMatch {
-                    line: i + 1,
-                    text: show_line(l),
-                    context_before,
-                    context_after,
+                    line: n,
+                    text: shown.clone(),
+                    context_before: before.iter().cloned().collect(),
+                    context_after: Vec::new(),
                 });
+                if ctx > 0 {
+                    after.push((matches.len() - 1, ctx));
+                }
+            } else if matches.len() < max {
+                cut = true;
+            }
+        }
+        if ctx > 0 {
+            before.push_back(shown);
+            if before.len() > ctx {
+                before.pop_front();
             }
         }
     }
+    if cut {
+        notes.push(format!(
+            "hits after line {} were left out to keep the answer under {max_chars} characters; search again from there with read_range, lower context, or raise max_chars",
+            matches.last().map_or(0, |m| m.line)
+        ));
+    }
     Ok(SearchResult {
-        path: rel,
+        path: lines.rel().to_string(),
         truncated: total > matches.len(),
         matches,
         total_hits: total,
+        notes,
     })
 }
 
@@ -403,6 +476,9 @@ pub struct RangeArgs {
     /// Prefix each line with its number and a tab. Default false.
     #[serde(default)]
     pub line_numbers: bool,
+    /// Most characters to return (default 20000, at most 100000); the cut falls on a line boundary.
+    #[serde(default)]
+    pub max_chars: Option<usize>,
 }
 
 /// `head` / `tail` arguments.
@@ -417,6 +493,9 @@ pub struct HeadArgs {
     /// Prefix each line with its number and a tab. Default false.
     #[serde(default)]
     pub line_numbers: bool,
+    /// Most characters to return (default 20000, at most 100000); the cut falls on a line boundary.
+    #[serde(default)]
+    pub max_chars: Option<usize>,
 }
 
 /// A range of lines.
@@ -437,16 +516,27 @@ pub struct RangeResult {
     /// Where to continue reading, when lines remain after end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_start: Option<usize>,
+    /// How to read on, when the character budget cut the range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
+/// The character budget of a call: `max_chars`, default [`READ_FILE_DEFAULT_CHARS`], at
+/// most [`READ_MAX_CHARS`].
+fn budget(max_chars: Option<usize>) -> usize {
+    max_chars
+        .unwrap_or(READ_FILE_DEFAULT_CHARS)
+        .clamp(1, READ_MAX_CHARS)
+}
+
+/// Lines `start..=want_end` of `lines` (at most [`READ_MAX_LINES`]) as a [`RangeResult`].
 fn range(
-    rel: String,
-    text: &str,
+    lines: Lines,
     start: usize,
     want_end: usize,
     numbers: bool,
+    max_chars: usize,
 ) -> ToolResult<RangeResult> {
-    let total = count_lines(text);
     if start == 0 {
         return Err(ToolError::InvalidArgs(
             "start is 1-based: the first line is 1.".into(),
@@ -457,31 +547,44 @@ fn range(
             "end ({want_end}) is before start ({start})."
         )));
     }
-    if start > total {
+    let capped_end = want_end.min(start + READ_MAX_LINES - 1);
+    let w = stream::window(lines, start, capped_end, numbers, max_chars)?;
+    if w.total == 0 {
+        return Ok(empty_range(w.rel));
+    }
+    if start > w.total {
         return Err(ToolError::InvalidArgs(format!(
-            "start ({start}) is past the end: '{}' has {total} lines.",
-            show(&rel)
+            "start ({start}) is past the end: '{}' has {} lines.",
+            show(&w.rel),
+            w.total
         )));
     }
-    let capped_end = want_end.min(total).min(start + READ_MAX_LINES - 1);
-    let window = line_window(text, start, capped_end);
-    let (text, last) = slice_lines(&window, 1, window.len(), READ_MAX_CHARS, numbers, start - 1);
-    let end = start - 1 + last;
+    let wanted = want_end.min(w.total);
+    let cut = w.end < capped_end.min(w.total);
+    let note = cut.then(|| {
+        format!(
+            "cut at {max_chars} characters after line {}; read on with read_range {{\"path\": \"{}\", \"start\": {}}} (or raise max_chars)",
+            w.end,
+            w.rel,
+            w.end + 1
+        )
+    });
     Ok(RangeResult {
-        path: rel,
+        path: w.rel,
         start,
-        end,
-        total_lines: total,
-        text,
-        truncated: end < want_end.min(total),
-        next_start: (end < total).then_some(end + 1),
+        end: w.end,
+        total_lines: w.total,
+        text: w.text,
+        truncated: w.end < wanted,
+        next_start: (w.end < w.total).then_some(w.end + 1),
+        note,
     })
 }
 
 pub(crate) fn read_range(root: &ToolRoot, a: RangeArgs) -> ToolResult<RangeResult> {
-    let (rel, text) = load_text(root, &a.path)?;
+    let lines = stream::open(root, &a.path)?;
     let end = a.end.unwrap_or(a.start.saturating_add(READ_MAX_LINES - 1));
-    range(rel, &text, a.start, end, a.line_numbers)
+    range(lines, a.start, end, a.line_numbers, budget(a.max_chars))
 }
 
 fn empty_range(rel: String) -> RangeResult {
@@ -493,33 +596,33 @@ fn empty_range(rel: String) -> RangeResult {
         text: String::new(),
         truncated: false,
         next_start: None,
+        note: None,
     }
 }
 
 pub(crate) fn head(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
-    let (rel, text) = load_text(root, &a.path)?;
+    let lines = stream::open(root, &a.path)?;
     let n = a
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    if text.is_empty() {
-        return Ok(empty_range(rel));
-    }
-    range(rel, &text, 1, n, a.line_numbers)
+    range(lines, 1, n, a.line_numbers, budget(a.max_chars))
 }
 
 pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
-    let (rel, text) = load_text(root, &a.path)?;
+    let (total, lines) = stream::open(root, &a.path)?.counted()?;
     let n = a
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    if text.is_empty() {
-        return Ok(empty_range(rel));
-    }
-    let total = count_lines(&text);
     let start = total.saturating_sub(n) + 1;
-    range(rel, &text, start, total, a.line_numbers)
+    range(
+        lines,
+        start,
+        total.max(1),
+        a.line_numbers,
+        budget(a.max_chars),
+    )
 }
 
 /// `read_file` arguments.
@@ -567,14 +670,27 @@ pub(crate) fn read_file_budget(
     a: &ReadFileArgs,
     max_chars: usize,
 ) -> ToolResult<ReadFileResult> {
-    let (rel, text) = load_text(root, &a.path)?;
-    let total = count_lines(&text);
     let start = a.start.unwrap_or(1);
     if start == 0 {
         return Err(ToolError::InvalidArgs(
             "start is 1-based: the first line is 1.".into(),
         ));
     }
+    if a.end.is_some_and(|e| e < start) {
+        return Err(ToolError::InvalidArgs(format!(
+            "end ({}) is before start ({start}).",
+            a.end.unwrap_or_default()
+        )));
+    }
+    let lines = stream::open(root, &a.path)?;
+    let w = stream::window(
+        lines,
+        start,
+        a.end.unwrap_or(usize::MAX),
+        a.line_numbers.unwrap_or(true),
+        max_chars,
+    )?;
+    let (rel, total) = (w.rel, w.total);
     if total == 0 {
         return Ok(ReadFileResult {
             path: rel,
@@ -593,21 +709,7 @@ pub(crate) fn read_file_budget(
         )));
     }
     let want_end = a.end.unwrap_or(total).min(total);
-    if want_end < start {
-        return Err(ToolError::InvalidArgs(format!(
-            "end ({want_end}) is before start ({start})."
-        )));
-    }
-    let window = line_window(&text, start, want_end);
-    let (content, last) = slice_lines(
-        &window,
-        1,
-        window.len(),
-        max_chars,
-        a.line_numbers.unwrap_or(true),
-        start - 1,
-    );
-    let end = start - 1 + last;
+    let end = w.end;
     let truncated = end < want_end;
     let note = truncated.then(|| {
         format!(
@@ -617,7 +719,7 @@ pub(crate) fn read_file_budget(
     });
     Ok(ReadFileResult {
         path: rel,
-        content,
+        content: w.text,
         start,
         end,
         total_lines: total,
@@ -627,11 +729,7 @@ pub(crate) fn read_file_budget(
 }
 
 pub(crate) fn read_file(root: &ToolRoot, a: ReadFileArgs) -> ToolResult<ReadFileResult> {
-    let max = a
-        .max_chars
-        .unwrap_or(READ_FILE_DEFAULT_CHARS)
-        .clamp(1, READ_MAX_CHARS);
-    read_file_budget(root, &a, max)
+    read_file_budget(root, &a, budget(a.max_chars))
 }
 
 /// `read_multiple_files` arguments.
