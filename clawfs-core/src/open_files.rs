@@ -161,13 +161,14 @@ impl<T> HandleTable<T> {
         self.lock().remove(&fh)
     }
 
-    /// The most recently opened handle for which `pred` holds.
-    pub fn newest(&self, pred: impl Fn(&T) -> bool) -> Option<Arc<T>> {
+    /// The open handles for which `pred` holds, with their numbers. `pred` runs under the
+    /// table's lock: it must take no other lock.
+    pub fn matching(&self, pred: impl Fn(&T) -> bool) -> Vec<(u64, Arc<T>)> {
         self.lock()
             .iter()
             .filter(|(_, v)| pred(v))
-            .max_by_key(|(fh, _)| **fh)
-            .map(|(_, v)| Arc::clone(v))
+            .map(|(fh, v)| (*fh, Arc::clone(v)))
+            .collect()
     }
 
     /// Number of open handles.

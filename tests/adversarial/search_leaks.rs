@@ -152,3 +152,96 @@ fn private_matches_do_not_crowd_out_readable_ones() {
         assert_eq!(hits[0]["path"], "bob.md", "{mode}: {r}");
     }
 }
+
+/// `user`'s copy of `workspace.db`, as bytes.
+fn view_as(m: &Mounted, user: &TempUser) -> Vec<u8> {
+    let out = user.sh(&format!("cat '{}/workspace.db'", m.ws().display()));
+    assert!(out.status.success(), "{out:?}");
+    out.stdout
+}
+
+fn holds(bytes: &[u8], word: &str) -> bool {
+    bytes.windows(word.len()).any(|w| w == word.as_bytes())
+}
+
+/// A shared workspace without the sticky bit, two users in it.
+fn shared(tags: [&str; 2]) -> (Mounted, TempUser, TempUser) {
+    let m = Mounted::new();
+    let (alice, bob) = (TempUser::new(tags[0]), TempUser::new(tags[1]));
+    std::fs::set_permissions(
+        m.path("workspaces"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(m.ws(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    (m, alice, bob)
+}
+
+#[test]
+fn workspace_db_shows_nothing_of_a_private_file_swapped_out_or_deleted_under_its_name() {
+    let (m, alice, bob) = shared(["va", "vb"]);
+    let ws = m.ws();
+    let out = alice.sh(&format!(
+        "umask 077; printf 'kumquat launchcode 8812\\n' > {w}/swap.md; mkdir -m 1777 {w}/sticky; printf 'guava deletedsecret 3141\\n' > {w}/sticky/gone.md",
+        w = ws.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    indexed(&m, "launchcode");
+    indexed(&m, "deletedsecret");
+    // Bob renames alice's file away and puts his own at its name; alice deletes hers in the
+    // sticky folder and bob makes a file of that name at once. Bob opens his copy right away.
+    let out = alice.sh(&format!("rm {}/sticky/gone.md", ws.display()));
+    assert!(out.status.success(), "{out:?}");
+    let out = bob.sh(&format!(
+        "cd {} && mv swap.md .aside && echo bob > swap.md && echo hi > sticky/gone.md",
+        ws.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    for when in ["at once", "later"] {
+        let view = view_as(&m, &bob);
+        for word in ["launchcode", "deletedsecret"] {
+            assert!(
+                !holds(&view, word),
+                "{when}: {word} is in bob's workspace.db"
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+#[test]
+fn workspace_db_ids_do_not_count_hidden_rows_and_copies_are_capped() {
+    let (m, alice, bob) = shared(["vc", "vd"]);
+    let ws = m.ws();
+    let out = alice.sh(&format!(
+        "umask 077; for i in 1 2 3 4 5; do printf '# Part %s\\n\\nhidden quokka words\\n\\n' $i; done > {}/a.md",
+        ws.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    indexed(&m, "quokka");
+    let out = bob.sh(&format!("echo 'zebra visible' > {}/z.md", ws.display()));
+    assert!(out.status.success(), "{out:?}");
+    indexed(&m, "zebra");
+    let out = bob.sh(&format!(
+        "sqlite3 -readonly {}/workspace.db \"SELECT min(id), max(id), count(*) FROM chunks; SELECT count(*) FROM metadata WHERE key = 'generation'\"",
+        ws.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1|1|1\n0\n",
+        "bob's copy is numbered afresh"
+    );
+    // Four copies open at once; the fifth is refused (each is a file on disk).
+    let out = bob.sh(&format!(
+        "cd {} && exec 3<workspace.db 4<workspace.db 5<workspace.db 6<workspace.db && cat workspace.db > /dev/null",
+        ws.display()
+    ));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Too many open files"),
+        "{out:?}"
+    );
+    // Closed, they are gone: the next open works.
+    assert!(!view_as(&m, &bob).is_empty());
+}

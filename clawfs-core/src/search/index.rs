@@ -118,7 +118,7 @@ pub fn copy_index(
     conn: &Connection,
     src: &Path,
     prefix: &str,
-    keep: Option<&[String]>,
+    keep: Option<&[(String, FileStamp)]>,
 ) -> Result<(), SearchError> {
     let src = src
         .to_str()
@@ -134,30 +134,48 @@ pub fn copy_index(
     let p = prefix;
     let copy = || -> Result<(), SearchError> {
         conn.execute_batch(&schema(p))?;
-        let only = match keep {
-            None => "",
-            Some(paths) => {
-                conn.execute_batch("CREATE TEMP TABLE keep (path TEXT PRIMARY KEY);")?;
-                let mut st = conn.prepare("INSERT OR IGNORE INTO temp.keep (path) VALUES (?1)")?;
-                for path in paths {
-                    st.execute([path])?;
-                }
-                "WHERE path IN (SELECT path FROM temp.keep)"
-            }
+        let Some(files) = keep else {
+            conn.execute_batch(&format!(
+                "INSERT INTO {p}metadata SELECT * FROM idx.metadata;
+                 INSERT INTO {p}files SELECT * FROM idx.files;
+                 INSERT INTO {p}chunks SELECT * FROM idx.chunks;
+                 INSERT INTO {p}vectors SELECT * FROM idx.vectors;
+                 INSERT INTO {p}documents (rowid, workspace_id, content, metadata)
+                     SELECT rowid, workspace_id, content, metadata FROM idx.documents;"
+            ))?;
+            return Ok(());
         };
-        conn.execute_batch(&format!(
-            "INSERT INTO {p}metadata SELECT * FROM idx.metadata;
-             INSERT INTO {p}files SELECT * FROM idx.files {only};
-             INSERT INTO {p}chunks SELECT * FROM idx.chunks {only};
-             INSERT INTO {p}vectors
-                 SELECT * FROM idx.vectors WHERE id IN (SELECT id FROM {p}chunks);
-             INSERT INTO {p}documents (rowid, workspace_id, content, metadata)
-                 SELECT rowid, workspace_id, content, metadata FROM idx.documents
-                 WHERE rowid IN (SELECT id FROM {p}chunks);"
-        ))?;
-        if keep.is_some() {
-            conn.execute_batch("DROP TABLE temp.keep;")?;
+        conn.execute_batch(
+            "CREATE TEMP TABLE keep (path TEXT PRIMARY KEY, ino INTEGER, ctime_ns INTEGER);
+             CREATE TEMP TABLE ids (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);",
+        )?;
+        {
+            let mut st = conn.prepare("INSERT OR IGNORE INTO temp.keep VALUES (?1, ?2, ?3)")?;
+            for (path, stamp) in files {
+                st.execute(params![path, stamp.ino as i64, stamp.ctime_ns])?;
+            }
         }
+        // Only the files as they were checked (a file swapped in since is not the one the
+        // caller may read), numbered afresh so that ids do not count the rows left out, and
+        // without the index's update counter.
+        conn.execute_batch(&format!(
+            "INSERT INTO {p}files SELECT f.* FROM idx.files f
+                 JOIN temp.keep k ON k.path = f.path AND k.ino = f.ino AND k.ctime_ns = f.ctime_ns;
+             INSERT INTO temp.ids (old, new)
+                 SELECT id, row_number() OVER (ORDER BY id) FROM idx.chunks
+                 WHERE path IN (SELECT path FROM {p}files);
+             INSERT INTO {p}chunks
+                 SELECT i.new, c.path, c.line_start, c.line_end, c.heading
+                 FROM idx.chunks c JOIN temp.ids i ON i.old = c.id;
+             INSERT INTO {p}vectors
+                 SELECT i.new, i.new, v.embedding, v.created_at
+                 FROM idx.vectors v JOIN temp.ids i ON i.old = v.id;
+             INSERT INTO {p}documents (rowid, workspace_id, content, metadata)
+                 SELECT i.new, d.workspace_id, d.content, d.metadata
+                 FROM idx.documents d JOIN temp.ids i ON i.old = d.rowid;
+             INSERT INTO {p}metadata SELECT * FROM idx.metadata WHERE key != 'generation';
+             DROP TABLE temp.keep; DROP TABLE temp.ids;"
+        ))?;
         Ok(())
     };
     let copied = copy();
@@ -166,8 +184,13 @@ pub fn copy_index(
 }
 
 /// Writes a self-contained copy of the index database at `src` to the new file `dest`,
-/// holding only the files in `keep`: what a caller may read of the index, for `sqlite3`.
-pub fn write_view(src: &Path, dest: &Path, keep: &[String]) -> Result<(), SearchError> {
+/// holding only the files in `keep`, as stamped: what a caller may read of the index, for
+/// `sqlite3`.
+pub fn write_view(
+    src: &Path,
+    dest: &Path,
+    keep: &[(String, FileStamp)],
+) -> Result<(), SearchError> {
     let conn = Connection::open(dest)?;
     // Nothing to recover if this fails half way: the file is thrown away.
     conn.pragma_update(None, "journal_mode", "OFF")?;
@@ -291,6 +314,25 @@ impl IndexDb {
             [UNEMBEDDED],
             |r| r.get::<_, i64>(0),
         )? as u64)
+    }
+
+    /// Every indexed file, with the stamp it was indexed at.
+    pub fn files(&self) -> Result<Vec<(String, FileStamp)>, SearchError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT path, size, mtime_ns, ino, ctime_ns FROM files")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                FileStamp {
+                    size: r.get::<_, i64>(1)? as u64,
+                    mtime_ns: r.get(2)?,
+                    ino: r.get::<_, i64>(3)? as u64,
+                    ctime_ns: r.get(4)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Every indexed path.

@@ -189,14 +189,23 @@ impl WorkspaceIndex {
         &self.name
     }
 
-    /// Every indexed file.
-    pub fn indexed_paths(&self) -> Result<Vec<String>, SearchError> {
-        self.db().paths()
+    /// The indexed files a caller is shown, with their stamps: those `readable` lets it read
+    /// and whose file at the path is still the one indexed (see [`shows`]).
+    pub fn shown_files(
+        &self,
+        ws: BorrowedFd<'_>,
+        readable: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<(String, FileStamp)>, SearchError> {
+        let files = self.db().files()?;
+        Ok(files
+            .into_iter()
+            .filter(|(path, stamp)| shows(readable, ws, path, Some(*stamp)))
+            .collect())
     }
 
-    /// Writes to the new file `dest` a copy of the index holding only the files `keep` (see
-    /// [`super::index::write_view`]).
-    pub fn write_view(&self, dest: &Path, keep: &[String]) -> Result<(), SearchError> {
+    /// Writes to the new file `dest` a copy of the index holding only the files `keep`, as
+    /// stamped (see [`super::index::write_view`]).
+    pub fn write_view(&self, dest: &Path, keep: &[(String, FileStamp)]) -> Result<(), SearchError> {
         super::index::write_view(&self.dir.join(super::index::DB_FILE), dest, keep)
     }
 
@@ -376,7 +385,7 @@ impl WorkspaceIndex {
             if let Some(v) = verdicts.get(&c.path) {
                 return Ok(*v);
             }
-            let v = (q.readable)(&c.path) && same_file(q.workspace, &c.path, db.stamp(&c.path)?);
+            let v = shows(q.readable, q.workspace, &c.path, db.stamp(&c.path)?);
             verdicts.insert(c.path.clone(), v);
             Ok(v)
         };
@@ -504,6 +513,18 @@ pub struct RescanReport {
     pub removed: u64,
     /// Files that could not be read.
     pub failed: u64,
+}
+
+/// Whether a caller is shown what the index holds of `rel`: it may read the file (`readable`),
+/// and the file now at the path is the one indexed. A file swapped in by rename, or created
+/// where another was deleted, does not inherit another's text, not even for a moment.
+fn shows(
+    readable: &dyn Fn(&str) -> bool,
+    ws: BorrowedFd<'_>,
+    rel: &str,
+    stamp: Option<FileStamp>,
+) -> bool {
+    readable(rel) && same_file(ws, rel, stamp)
 }
 
 /// Whether the file at `rel` is the one `stamp` describes (same inode and change time; a rename

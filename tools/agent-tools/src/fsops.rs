@@ -101,6 +101,11 @@ pub(crate) fn atomic_write(
             beneath::FileMode::mode(root.file_mode()),
         )
         .map_err(ctx)?,
+        // A file with other names (hard links) is rewritten in place: a replacement would
+        // leave the other names on the old content.
+        Some((m, _)) if std::os::unix::fs::MetadataExt::nlink(m) > 1 => {
+            write_in_place(slot, bytes).map_err(ctx)?
+        }
         Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
             let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
             beneath::write_atomic_with(
@@ -298,7 +303,7 @@ fn write_backup(
         }
         dir = next;
     }
-    let stamped = format!("{name}.bak.{}", stamp());
+    let stamped = backup_name(name, &stamp());
     let mut n = 1;
     loop {
         let cand = if n == 1 {
@@ -319,6 +324,21 @@ fn write_backup(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `<name>.bak.<stamp>`, within the filesystem's 255 bytes: a longer name is cut (on a
+/// character boundary) and told apart by a hash of the whole name.
+fn backup_name(name: &str, stamp: &str) -> String {
+    const ROOM: usize = 255 - ".bak.".len() - "YYYYmmdd-HHMMSS-NNNNN".len();
+    if name.len() <= ROOM {
+        return format!("{name}.bak.{stamp}");
+    }
+    let mut cut = ROOM - 9;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = &sha256_hex(name.as_bytes())[..8];
+    format!("{}~{hash}.bak.{stamp}", &name[..cut])
 }
 
 /// Gives the open `f` an owner, group and permission bits (set-id bits dropped).

@@ -1399,3 +1399,31 @@ fn text_answers_keep_to_max_chars_and_say_how_to_get_the_rest() {
         r.to_string().len()
     );
 }
+
+#[test]
+fn edits_keep_hard_links_and_long_names_are_backed_up() {
+    let w = ws();
+    w.put("k.md", "l1 l2 l3\n");
+    fs::hard_link(w.dir.join("k.md"), w.dir.join("k-link.md")).unwrap();
+    w.ok(
+        "edit_exact",
+        json!({"path": "k.md", "old": "l2", "new": "two"}),
+    );
+    w.ok(
+        "write_file",
+        json!({"path": "k.md", "content": "l1 two l3 l4\n"}),
+    );
+    assert_eq!(
+        w.get("k-link.md"),
+        "l1 two l3 l4\n",
+        "both names show the edit"
+    );
+    let long = format!("{}.md", "n".repeat(250));
+    w.put(&long, "old\n");
+    let r = w.ok(
+        "edit_exact",
+        json!({"path": long, "old": "old", "new": "new"}),
+    );
+    assert!(r["backup"].as_str().unwrap().contains(".bak."), "{r}");
+    assert_eq!(w.get(&long), "new\n");
+}

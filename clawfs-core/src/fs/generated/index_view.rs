@@ -9,11 +9,14 @@ use std::os::unix::fs::DirBuilderExt;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller, Credentials};
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 use crate::policy::{Access, NsPath};
 
 /// The folder of the store's private area where views are made (emptied when search starts).
 pub const VIEWS_DIR: &str = "views";
+
+/// Copies of `workspace.db` one caller may hold open at once (each is a file on disk).
+const MAX_OPEN_VIEWS: usize = 4;
 
 impl ClawFs {
     /// A read-only descriptor of a fresh view of `ws`'s index for `caller`.
@@ -32,6 +35,22 @@ impl ClawFs {
         let indexer = self.indexer().ok_or_else(|| {
             crate::search::SearchError::Unavailable("search is off in this daemon".into())
         })?;
+        // Each open is a copy of the index on disk: a caller holds a few at a time.
+        let owner = self.owner_key(caller);
+        let node = crate::virtual_files::VirtualNode::IndexView(ws.to_string());
+        let open = self
+            .generated
+            .handles
+            .matching(|h| h.node == node)
+            .into_iter()
+            .filter(|(_, h)| self.owner_key(&h.caller) == owner)
+            .count();
+        if open >= MAX_OPEN_VIEWS {
+            return Err(FsError::Refused {
+                errno: libc::EMFILE,
+                why: "this caller has the most copies of workspace.db open at once (4); close one first",
+            });
+        }
         let index = indexer.index(ws)?;
         let ws_fd = indexer.workspace_dir(ws)?;
         let policy = self.policy();
@@ -60,11 +79,11 @@ impl ClawFs {
             .prefix("view-")
             .suffix(".db")
             .tempfile_in(&dir)?;
-        let indexed = index.indexed_paths()?;
-        // The permission checks run as the caller; the copy is written as the daemon.
-        let keep: Vec<String> = {
+        // The checks run as the caller, on the files as they are now; the copy (written as the
+        // daemon) takes each file only if it is still the one checked.
+        let keep = {
             let _as = AsCaller::enter_with(&creds)?;
-            indexed.into_iter().filter(|p| readable(p)).collect()
+            index.shown_files(ws_fd.as_fd(), &readable)?
         };
         index.write_view(tmp.path(), &keep)?;
         let view = std::fs::File::open(tmp.path())?;

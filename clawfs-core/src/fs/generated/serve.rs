@@ -101,7 +101,11 @@ impl ClawFs {
                 .or_else(|| {
                     self.generated
                         .handles
-                        .newest(|h| h.node == *node && self.owner_key(&h.caller) == owner)
+                        .matching(|h| h.node == *node)
+                        .into_iter()
+                        .filter(|(_, h)| self.owner_key(&h.caller) == owner)
+                        .max_by_key(|(fh, _)| *fh)
+                        .map(|(_, h)| h)
                 });
             if let Some(size) = open
                 .as_ref()
