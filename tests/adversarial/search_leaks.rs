@@ -46,15 +46,8 @@ fn indexed(m: &Mounted, word: &str) {
 /// chunks stay Alice's, not the path's, before and after the indexer sees the swap.
 #[test]
 fn a_file_swapped_in_at_a_private_files_path_shows_nothing_of_it() {
-    let m = Mounted::new();
-    let (alice, bob) = (TempUser::new("sa"), TempUser::new("sb"));
     // A shared workspace without the sticky bit: anyone may rename anyone's file in it.
-    std::fs::set_permissions(
-        m.path("workspaces"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    std::fs::set_permissions(m.ws(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (m, alice, bob) = shared(["sa", "sb"]);
     let ws = m.ws();
     let out = alice.sh(&format!(
         "umask 077; printf 'alice ibexword private\\n' > {}/pers.txt",

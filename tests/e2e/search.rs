@@ -28,6 +28,22 @@ fn until(m: &Mounted, query: &str, mode: &str, cond: impl Fn(&[Value]) -> bool) 
     }
 }
 
+/// `public.md` (everyone may read it) and `secret.md` (root's alone, 0600), both about a
+/// rocket; the secret one says `secret`.
+fn public_and_secret(ws: &std::path::Path, secret: &str) {
+    std::fs::write(
+        ws.join("public.md"),
+        "# Public\n\nthe launch plan for the rocket\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("secret.md"), format!("# Secret\n\n{secret}\n")).unwrap();
+    std::fs::set_permissions(
+        ws.join("secret.md"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+}
+
 fn paths(h: &[Value]) -> Vec<&str> {
     h.iter().map(|h| h["path"].as_str().unwrap()).collect()
 }
@@ -91,21 +107,7 @@ fn a_caller_never_sees_hits_it_may_not_read() {
     let m = Mounted::new();
     m.open_workspace_to_all();
     let ws = m.ws();
-    std::fs::write(
-        ws.join("public.md"),
-        "# Public\n\nthe launch plan for the rocket\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ws.join("secret.md"),
-        "# Secret\n\nthe launch codes for the rocket\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        ws.join("secret.md"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
+    public_and_secret(&ws, "the launch codes for the rocket");
     let h = until(&m, "rocket launch", "text", |h| h.len() == 2);
     assert_eq!(h.len(), 2, "root sees both: {h:?}");
     for mode in ["text", "vector", "hybrid"] {
@@ -353,22 +355,29 @@ fn workspace_db_is_the_index_as_the_caller_may_read_it() {
     let m = Mounted::new();
     m.open_workspace_to_all();
     let ws = m.ws();
+    public_and_secret(&ws, "the rocket zanzibarite codes");
+    // A protected name's file is indexed, but no tool shows it, and neither does the view.
+    std::fs::create_dir(ws.join(".obsidian")).unwrap();
     std::fs::write(
-        ws.join("public.md"),
-        "# Public\n\nthe launch plan for the rocket\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ws.join("secret.md"),
-        "# Secret\n\nthe rocket zanzibarite codes\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        ws.join("secret.md"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        ws.join(".obsidian/cache.md"),
+        "the rocket workspace cache\n",
     )
     .unwrap();
     until(&m, "rocket", "text", |h| h.len() == 2);
+    let index = m.backing(".clawfs/index/default/index.db");
+    let indexed = (0..150).any(|_| {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&index)
+            .arg("SELECT count(*) FROM files WHERE path = '.obsidian/cache.md'")
+            .output()
+            .unwrap();
+        let found = String::from_utf8_lossy(&out.stdout).trim() == "1";
+        if !found {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        found
+    });
+    assert!(indexed, "the protected file is indexed");
     let db = ws.join("workspace.db");
     assert!(std::fs::read_dir(&ws)
         .unwrap()

@@ -179,6 +179,18 @@ pub fn write_atomic_with(
     written
 }
 
+/// Whether the calling thread may read `rel` beneath `dir` by its permissions (and search every
+/// folder on the way), without following a symlink at the end.
+pub fn may_read(dir: impl AsFd, rel: &str) -> bool {
+    rustix::fs::accessat(
+        dir,
+        rel,
+        rustix::fs::Access::READ_OK,
+        rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .is_ok()
+}
+
 /// fsyncs a folder, also through an `O_PATH` descriptor (which cannot be synced itself).
 pub fn sync_dir(dir: impl AsFd) -> io::Result<()> {
     match rustix::fs::fsync(&dir) {

@@ -439,13 +439,7 @@ impl ToolRoot {
     /// Whether the calling process may read `rel` by its permissions (and search every folder
     /// on the way), without following a symlink at the end.
     pub(crate) fn caller_may_read(&self, rel: &str) -> bool {
-        rustix::fs::accessat(
-            &self.root_fd,
-            rel,
-            rustix::fs::Access::READ_OK,
-            rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
+        beneath::may_read(&self.root_fd, rel)
     }
 
     /// The tags of `rel`: the comma-separated values of its `user.xdg.tags` (the

@@ -9,6 +9,11 @@ use crate::error::{ToolError, ToolResult};
 use crate::limits::BINARY_SNIFF_BYTES;
 use crate::paths::show;
 
+/// The error of a failed read of `rel`.
+fn read_failed(rel: &str) -> impl Fn(std::io::Error) -> ToolError + '_ {
+    move |e| ToolError::io(format!("reading '{}'", show(rel)), e)
+}
+
 /// Bytes of one line kept; the rest of a longer line is skipped.
 pub(crate) const LONGEST_LINE: usize = 1 << 20;
 
@@ -24,9 +29,7 @@ impl Lines {
     /// Reads `file` (at `rel`) from its start; refuses a binary file.
     pub(crate) fn new(file: File, rel: String) -> ToolResult<Lines> {
         let mut reader = BufReader::with_capacity(256 * 1024, file);
-        let head = reader
-            .fill_buf()
-            .map_err(|e| ToolError::io(format!("reading '{}'", show(&rel)), e))?;
+        let head = reader.fill_buf().map_err(read_failed(&rel))?;
         if head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
             return Err(ToolError::NotText(format!(
                 "'{}' is a binary file; text tools cannot show or edit it. Use get_file_info for its size and dates.",
@@ -52,11 +55,7 @@ impl Lines {
         self.line.clear();
         let mut any = false;
         loop {
-            let rel = &self.rel;
-            let buf = self
-                .reader
-                .fill_buf()
-                .map_err(|e| ToolError::io(format!("reading '{}'", show(rel)), e))?;
+            let buf = self.reader.fill_buf().map_err(read_failed(&self.rel))?;
             if buf.is_empty() {
                 break;
             }
@@ -99,11 +98,7 @@ impl Lines {
     pub(crate) fn count_rest(mut self) -> ToolResult<usize> {
         let mut open_line = false;
         loop {
-            let rel = &self.rel;
-            let buf = self
-                .reader
-                .fill_buf()
-                .map_err(|e| ToolError::io(format!("reading '{}'", show(rel)), e))?;
+            let buf = self.reader.fill_buf().map_err(read_failed(&self.rel))?;
             if buf.is_empty() {
                 break;
             }
@@ -141,16 +136,15 @@ pub(crate) fn open(root: &crate::ToolRoot, path: &str) -> ToolResult<Lines> {
 impl Lines {
     /// Counts every line (from the start), and returns this file ready to read again.
     pub(crate) fn counted(self) -> ToolResult<(usize, Lines)> {
+        use std::io::Seek;
         let rel = self.rel.clone();
         let mut file = self
             .reader
             .get_ref()
             .try_clone()
-            .map_err(|e| ToolError::io(format!("reading '{}'", show(&rel)), e))?;
+            .map_err(read_failed(&rel))?;
         let total = self.count_rest()?;
-        use std::io::Seek;
-        file.rewind()
-            .map_err(|e| ToolError::io(format!("reading '{}'", show(&rel)), e))?;
+        file.rewind().map_err(read_failed(&rel))?;
         Ok((total, Lines::new(file, rel)?))
     }
 }

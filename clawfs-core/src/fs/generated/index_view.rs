@@ -1,7 +1,7 @@
 //! `workspaces/<ws>/workspace.db`: the workspace's search index as a SQLite file a caller can
 //! open with `sqlite3`. Each open gets its own copy, made from one consistent moment of the
-//! index and holding only the files the caller may read (the policy, then the file's own
-//! permissions, checked as the caller): the same rule as every search answer. The copy is
+//! index and holding only the files the caller may read (protected names and the policy, then
+//! the file's own permissions, checked as the caller): the same rule as every search answer. The copy is
 //! made in the store's private area, unlinked once open, and gone when the caller closes it.
 
 use std::os::fd::AsFd;
@@ -36,16 +36,8 @@ impl ClawFs {
             crate::search::SearchError::Unavailable("search is off in this daemon".into())
         })?;
         // Each open is a copy of the index on disk: a caller holds a few at a time.
-        let owner = self.owner_key(caller);
         let node = crate::virtual_files::VirtualNode::IndexView(ws.to_string());
-        let open = self
-            .generated
-            .handles
-            .matching(|h| h.node == node)
-            .into_iter()
-            .filter(|(_, h)| self.owner_key(&h.caller) == owner)
-            .count();
-        if open >= MAX_OPEN_VIEWS {
+        if self.opens_of(caller, &node).len() >= MAX_OPEN_VIEWS {
             return Err(FsError::Refused {
                 errno: libc::EMFILE,
                 why: "this caller has the most copies of workspace.db open at once (4); close one first",
@@ -53,21 +45,18 @@ impl ClawFs {
         }
         let index = indexer.index(ws)?;
         let ws_fd = indexer.workspace_dir(ws)?;
-        let policy = self.policy();
         let creds = Credentials::of(caller);
+        // What a `semantic_search` call by the caller would show: the tools' access (protected
+        // names, the policy), then the file's own permissions.
+        let access = super::tool_calls::ToolAccess {
+            policy: self.policy(),
+            who,
+            workspace: ws.to_string(),
+        };
         let readable = |rel: &str| -> bool {
-            let allowed = rel
-                .split('/')
-                .try_fold(ws_path.clone(), |p, c| p.join(c))
-                .is_ok_and(|p| policy.check(&who, Access::Read, &p).is_ok());
-            allowed
-                && rustix::fs::accessat(
-                    ws_fd.as_fd(),
-                    rel,
-                    rustix::fs::Access::READ_OK,
-                    rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .is_ok()
+            use clawfs_agent_tools::AccessCheck;
+            access.check(rel, clawfs_agent_tools::Access::Read).is_ok()
+                && clawfs_agent_tools::beneath::may_read(ws_fd.as_fd(), rel)
         };
         let dir = self.store.private_dir().join(VIEWS_DIR);
         std::fs::DirBuilder::new()

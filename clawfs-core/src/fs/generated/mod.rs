@@ -158,19 +158,13 @@ impl Generated {
 
     /// The attributes of `node`.
     fn attr(&self, node: &VirtualNode) -> Attr {
-        let size = match node {
-            VirtualNode::Response { owner, id } => {
-                self.response(owner, id).map_or(0, |r| r.len() as u64)
-            }
-            VirtualNode::SearchHit { target, .. } => target.len() as u64,
-            _ => 0,
-        };
-        let (uid, gid) = match node {
-            VirtualNode::Response { owner, id } => {
-                self.kept(owner, id, |k| (k.uid, k.gid)).unwrap_or((0, 0))
-            }
-            VirtualNode::Secret(_) => (0, crate::seed::agents_group().unwrap_or(0)),
-            _ => (0, 0),
+        let (size, uid, gid) = match node {
+            VirtualNode::Response { owner, id } => self
+                .kept(owner, id, |k| (k.response.len() as u64, k.uid, k.gid))
+                .unwrap_or((0, 0, 0)),
+            VirtualNode::SearchHit { target, .. } => (target.len() as u64, 0, 0),
+            VirtualNode::Secret(_) => (0, 0, crate::seed::agents_group().unwrap_or(0)),
+            _ => (0, 0, 0),
         };
         Attr {
             ino: self.ino(node),

@@ -83,6 +83,19 @@ impl ClawFs {
         self.generated.attr(node)
     }
 
+    /// `caller`'s open handles of the generated file `node`, with their numbers.
+    pub(in crate::fs) fn opens_of(
+        &self,
+        caller: &Caller,
+        node: &VirtualNode,
+    ) -> Vec<(u64, std::sync::Arc<crate::virtual_files::VirtualHandle>)> {
+        let owner = self.owner_key(caller);
+        // The owners are worked out after the table's lock is released.
+        let mut opens = self.generated.handles.matching(|h| h.node == *node);
+        opens.retain(|(_, h)| self.owner_key(&h.caller) == owner);
+        opens
+    }
+
     /// The attributes of a generated node as `caller` sees it: an index view has the size of
     /// the copy open on `fh`, or else of the caller's latest open copy (the kernel asks without
     /// a handle for `fstat`, and `sqlite3` believes the size it gets).
@@ -94,18 +107,12 @@ impl ClawFs {
     ) -> Attr {
         let mut attr = self.attr_of_virtual(node);
         if let VirtualNode::IndexView(_) = node {
-            let owner = self.owner_key(caller);
             let open = fh
                 .and_then(|fh| self.generated.handles.get(fh).ok())
                 .filter(|h| h.node == *node)
                 .or_else(|| {
-                    self.generated
-                        .handles
-                        .matching(|h| h.node == *node)
-                        .into_iter()
-                        .filter(|(_, h)| self.owner_key(&h.caller) == owner)
-                        .max_by_key(|(fh, _)| *fh)
-                        .map(|(_, h)| h)
+                    let opens = self.opens_of(caller, node);
+                    opens.into_iter().max_by_key(|(fh, _)| *fh).map(|(_, h)| h)
                 });
             if let Some(size) = open
                 .as_ref()

@@ -323,10 +323,10 @@ fn split_workspace(request: &[u8]) -> (String, Vec<u8>) {
 }
 
 /// A tool call's access: exactly what the calling identity has by direct file access.
-struct ToolAccess {
-    policy: std::sync::Arc<Policy>,
-    who: Identity,
-    workspace: String,
+pub(super) struct ToolAccess {
+    pub(super) policy: std::sync::Arc<Policy>,
+    pub(super) who: Identity,
+    pub(super) workspace: String,
 }
 
 impl ToolAccess {

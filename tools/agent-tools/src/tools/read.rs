@@ -529,28 +529,29 @@ fn budget(max_chars: Option<usize>) -> usize {
         .clamp(1, READ_MAX_CHARS)
 }
 
-/// Lines `start..=want_end` of `lines` (at most [`READ_MAX_LINES`]) as a [`RangeResult`].
-fn range(
+/// Lines `start..=end` of `lines` within `max_chars`, after the checks every reading tool
+/// makes: `start` is 1-based, not past the end, and `end` not before it. `None` for an empty
+/// file.
+fn checked_window(
     lines: Lines,
     start: usize,
-    want_end: usize,
+    end: usize,
     numbers: bool,
     max_chars: usize,
-) -> ToolResult<RangeResult> {
+) -> ToolResult<Option<stream::Window>> {
     if start == 0 {
         return Err(ToolError::InvalidArgs(
             "start is 1-based: the first line is 1.".into(),
         ));
     }
-    if want_end < start {
+    if end < start {
         return Err(ToolError::InvalidArgs(format!(
-            "end ({want_end}) is before start ({start})."
+            "end ({end}) is before start ({start})."
         )));
     }
-    let capped_end = want_end.min(start + READ_MAX_LINES - 1);
-    let w = stream::window(lines, start, capped_end, numbers, max_chars)?;
+    let w = stream::window(lines, start, end, numbers, max_chars)?;
     if w.total == 0 {
-        return Ok(empty_range(w.rel));
+        return Ok(None);
     }
     if start > w.total {
         return Err(ToolError::InvalidArgs(format!(
@@ -559,6 +560,22 @@ fn range(
             w.total
         )));
     }
+    Ok(Some(w))
+}
+
+/// Lines `start..=want_end` of `lines` (at most [`READ_MAX_LINES`]) as a [`RangeResult`].
+fn range(
+    lines: Lines,
+    start: usize,
+    want_end: usize,
+    numbers: bool,
+    max_chars: usize,
+) -> ToolResult<RangeResult> {
+    let rel = lines.rel().to_string();
+    let capped_end = want_end.min(start.saturating_add(READ_MAX_LINES - 1));
+    let Some(w) = checked_window(lines, start, capped_end, numbers, max_chars)? else {
+        return Ok(empty_range(rel));
+    };
     let wanted = want_end.min(w.total);
     let cut = w.end < capped_end.min(w.total);
     let note = cut.then(|| {
@@ -671,27 +688,11 @@ pub(crate) fn read_file_budget(
     max_chars: usize,
 ) -> ToolResult<ReadFileResult> {
     let start = a.start.unwrap_or(1);
-    if start == 0 {
-        return Err(ToolError::InvalidArgs(
-            "start is 1-based: the first line is 1.".into(),
-        ));
-    }
-    if a.end.is_some_and(|e| e < start) {
-        return Err(ToolError::InvalidArgs(format!(
-            "end ({}) is before start ({start}).",
-            a.end.unwrap_or_default()
-        )));
-    }
     let lines = stream::open(root, &a.path)?;
-    let w = stream::window(
-        lines,
-        start,
-        a.end.unwrap_or(usize::MAX),
-        a.line_numbers.unwrap_or(true),
-        max_chars,
-    )?;
-    let (rel, total) = (w.rel, w.total);
-    if total == 0 {
+    let rel = lines.rel().to_string();
+    let numbers = a.line_numbers.unwrap_or(true);
+    let end = a.end.unwrap_or(usize::MAX);
+    let Some(w) = checked_window(lines, start, end, numbers, max_chars)? else {
         return Ok(ReadFileResult {
             path: rel,
             content: String::new(),
@@ -701,14 +702,9 @@ pub(crate) fn read_file_budget(
             truncated: false,
             note: Some("The file is empty.".into()),
         });
-    }
-    if start > total {
-        return Err(ToolError::InvalidArgs(format!(
-            "start ({start}) is past the end: '{}' has {total} lines.",
-            show(&rel)
-        )));
-    }
-    let want_end = a.end.unwrap_or(total).min(total);
+    };
+    let (rel, total) = (w.rel, w.total);
+    let want_end = end.min(total);
     let end = w.end;
     let truncated = end < want_end;
     let note = truncated.then(|| {
