@@ -424,6 +424,13 @@ fn workspace_db_is_the_index_as_the_caller_may_read_it() {
         crate::common::errno(std::fs::rename(ws.join("public.md"), &db)),
         libc::EPERM
     );
+    std::fs::create_dir(ws.join("dir")).unwrap();
+    assert_eq!(
+        crate::common::errno(std::fs::rename(ws.join("dir"), ws.join(".search"))),
+        libc::EPERM,
+        "a folder renamed onto .search would hide behind the generated one"
+    );
+    std::fs::remove_dir(ws.join("dir")).unwrap();
     for (tool, args) in [
         (
             "write_file",
