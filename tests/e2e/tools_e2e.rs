@@ -440,7 +440,7 @@ fn every_tool(iface: Iface) {
         &m,
         iface,
         "search_files",
-        json!({"pattern": "^# Dup", "include": "*.md"}),
+        json!({"pattern": "^# Dup", "regex": true, "include": "*.md"}),
     );
     let paths: Vec<&str> = r["matches"]
         .as_array()
@@ -460,7 +460,7 @@ fn every_tool(iface: Iface) {
         &m,
         iface,
         "search_files",
-        json!({"pattern": "("}),
+        json!({"pattern": "(", "regex": true}),
         "invalid_args",
     );
 

@@ -37,6 +37,10 @@ pub enum ToolError {
         /// One line per failing hunk.
         details: Vec<String>,
     },
+    /// The file already holds what the patch would make of it (a re-sent patch); nothing was
+    /// written.
+    #[error("{0}")]
+    AlreadyApplied(String),
     /// The caller's policy does not allow this access.
     #[error("{0}")]
     Denied(String),
@@ -89,6 +93,7 @@ impl ToolError {
             ToolError::MultipleMatches { .. } => "multiple_matches",
             ToolError::HashMismatch { .. } => "hash_mismatch",
             ToolError::PatchFailed { .. } => "patch_failed",
+            ToolError::AlreadyApplied(_) => "already_applied",
             ToolError::Denied(_) => "denied",
             ToolError::Protected(_) => "protected",
             ToolError::InvalidArgs(_) => "invalid_args",
@@ -158,6 +163,7 @@ impl ToolError {
                 }
             }
             ToolError::NotFound(_)
+            | ToolError::AlreadyApplied(_)
             | ToolError::Denied(_)
             | ToolError::Protected(_)
             | ToolError::InvalidArgs(_)
@@ -179,6 +185,7 @@ pub const ERROR_CODES: &[&str] = &[
     "multiple_matches",
     "hash_mismatch",
     "patch_failed",
+    "already_applied",
     "denied",
     "protected",
     "invalid_args",

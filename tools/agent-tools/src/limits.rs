@@ -73,5 +73,7 @@ pub const MAX_DIFF_CHARS: usize = 20_000;
 pub const TRASH_LIST_MAX: usize = 200;
 /// Symlinks followed while resolving one path.
 pub const MAX_SYMLINK_HOPS: usize = 40;
+/// `read_media_file`: the largest file returned (bytes; about a third more as base64).
+pub const MEDIA_MAX_BYTES: u64 = 8 << 20;
 /// Bytes inspected for NUL to call a file binary.
 pub const BINARY_SNIFF_BYTES: usize = 8_192;

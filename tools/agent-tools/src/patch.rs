@@ -24,6 +24,31 @@ pub(crate) struct Hunk {
     pub lines: Vec<HunkLine>,
     /// The header text, for messages.
     pub header: String,
+    /// `b`: the old-side line count the header states (models often miscount it).
+    pub stated_old: usize,
+    /// Trailing context lines that came from empty patch lines, kept because the header counted
+    /// them: a match may drop them, since an over-counted header makes the patch's own final
+    /// newlines look like context.
+    pub loose_tail: usize,
+}
+
+impl Hunk {
+    /// The old-side lines (context and removed).
+    fn old(&self) -> Vec<&str> {
+        old_of(&self.lines)
+    }
+
+    /// What the header says that the body does not: a miscounted old-side count.
+    fn miscount(&self) -> Option<String> {
+        let body = self.old().len();
+        (self.stated_old != body).then(|| {
+            let kind = if self.stated_old > body { "over" } else { "under" };
+            format!(
+                "its header is {kind}-counted: it states {} old lines but the body has {body} (the body is what is matched)",
+                self.stated_old
+            )
+        })
+    }
 }
 
 /// A parsed patch for one file.
@@ -151,10 +176,18 @@ pub(crate) fn parse(patch: &str) -> Result<Patch, String> {
                 "hunk '{header}' has no lines; each hunk needs context (' '), removed ('-') or added ('+') lines."
             ));
         }
+        let loose_tail = from_empty
+            .iter()
+            .rev()
+            .take_while(|&&e| e)
+            .count()
+            .min(body.len().saturating_sub(1));
         out.hunks.push(Hunk {
             old_start,
             lines: body,
             header,
+            stated_old: old_len,
+            loose_tail,
         });
     }
     if out.hunks.is_empty() {
@@ -201,6 +234,67 @@ fn explain(src: &[&str], at: usize, old: &[&str]) -> String {
     "the text matches here but overlaps an earlier hunk".into()
 }
 
+/// The old-side lines (context and removed) of hunk lines.
+fn old_of(lines: &[HunkLine]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter_map(|l| match l {
+            HunkLine::Context(t) | HunkLine::Remove(t) => Some(t.as_str()),
+            HunkLine::Add(_) => None,
+        })
+        .collect()
+}
+
+/// Where `old` occurs at or after `pos`, nearest to `expected` (an empty `old` is at `expected`).
+fn locate(src: &[&str], pos: usize, expected: usize, old: &[&str]) -> Option<usize> {
+    if old.is_empty() {
+        return Some(expected);
+    }
+    if src.len() < old.len() {
+        return None;
+    }
+    let last = src.len() - old.len();
+    let span = expected
+        .saturating_sub(pos)
+        .max(last.saturating_sub(expected));
+    (0..=span).find_map(|d| {
+        let down = expected
+            .checked_sub(d)
+            .filter(|&p| p >= pos && p <= last && matches_at(src, p, old));
+        let up = expected
+            .checked_add(d)
+            .filter(|&p| d > 0 && p >= pos && p <= last && matches_at(src, p, old));
+        down.or(up)
+    })
+}
+
+/// The patch undone: added lines become removed ones and the other way round.
+fn reversed(patch: &Patch) -> Patch {
+    let mut r = patch.clone();
+    for h in &mut r.hunks {
+        for l in &mut h.lines {
+            *l = match std::mem::replace(l, HunkLine::Context(String::new())) {
+                HunkLine::Add(t) => HunkLine::Remove(t),
+                HunkLine::Remove(t) => HunkLine::Add(t),
+                c => c,
+            };
+        }
+        h.stated_old = old_of(&h.lines).len();
+    }
+    std::mem::swap(&mut r.old_no_eol, &mut r.new_no_eol);
+    r
+}
+
+/// Whether `text` already holds what `patch` would make of it: the patch does not apply, but its
+/// reverse does, and the patch changes something (a patch of context alone proves nothing).
+pub(crate) fn already_applied(text: &str, patch: &Patch) -> bool {
+    let changes = patch
+        .hunks
+        .iter()
+        .any(|h| h.lines.iter().any(|l| !matches!(l, HunkLine::Context(_))));
+    changes && apply(text, patch).is_err() && apply(text, &reversed(patch)).is_ok()
+}
+
 /// Applies `patch` to `text`, all hunks or none. On failure returns one message per failing hunk.
 pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHunk>), Vec<String>> {
     let src = crate::text::lines(text);
@@ -212,53 +306,44 @@ pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHun
     let mut applied = Vec::new();
     let mut failures = Vec::new();
     for (k, h) in patch.hunks.iter().enumerate() {
-        let old: Vec<&str> = h
-            .lines
-            .iter()
-            .filter_map(|l| match l {
-                HunkLine::Context(t) | HunkLine::Remove(t) => Some(t.as_str()),
-                HunkLine::Add(_) => None,
-            })
-            .collect();
-        let stated = if old.is_empty() {
+        let stated = if h.old().is_empty() {
             h.old_start
         } else {
             h.old_start.saturating_sub(1)
         };
         let expected = (stated as i64 + offset).clamp(pos as i64, src.len() as i64) as usize;
-        let found = if old.is_empty() {
-            Some(expected)
-        } else if src.len() < old.len() {
-            None
-        } else {
-            let last = src.len() - old.len();
-            let span = expected
-                .saturating_sub(pos)
-                .max(last.saturating_sub(expected));
-            (0..=span).find_map(|d| {
-                let down = expected
-                    .checked_sub(d)
-                    .filter(|&p| p >= pos && p <= last && matches_at(&src, p, &old));
-                let up = expected
-                    .checked_add(d)
-                    .filter(|&p| d > 0 && p >= pos && p <= last && matches_at(&src, p, &old));
-                down.or(up)
-            })
-        };
+        // The whole body first; then without the empty lines an over-counted header kept.
+        let mut body = h.lines.as_slice();
+        let mut found = locate(&src, pos, expected, &h.old());
+        for cut in 1..=h.loose_tail {
+            if found.is_some() {
+                break;
+            }
+            let shorter = &h.lines[..h.lines.len() - cut];
+            let old: Vec<&str> = old_of(shorter);
+            found = locate(&src, pos, expected, &old);
+            if found.is_some() {
+                body = shorter;
+            }
+        }
         let Some(at) = found else {
+            let miscount = h
+                .miscount()
+                .map(|m| format!(" Also, {m}."))
+                .unwrap_or_default();
             failures.push(format!(
-                "hunk #{} ({}) does not apply: at line {}, {}; and its lines occur nowhere else after line {}.",
+                "hunk #{} ({}) does not apply: at line {}, {}; and its lines occur nowhere else after line {}.{miscount}",
                 k + 1,
                 h.header,
                 expected + 1,
-                explain(&src, expected, &old),
+                explain(&src, expected, &h.old()),
                 pos
             ));
             continue;
         };
         out.extend(src[pos..at].iter().map(|s| s.to_string()));
         let mut cursor = at;
-        for l in &h.lines {
+        for l in body {
             match l {
                 HunkLine::Context(_) => {
                     out.push(src[cursor].to_string());

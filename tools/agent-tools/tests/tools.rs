@@ -756,11 +756,35 @@ fn search_files_with_filters_and_limits() {
     assert_eq!(r["matches"].as_array().unwrap().len(), 2);
     let r = w.ok(
         "search_files",
-        json!({"pattern": "h.llo", "path": "NOTES", "max_results": 1}),
+        json!({"pattern": "h.llo", "regex": true, "path": "NOTES", "max_results": 1}),
     );
     assert_eq!(r["matches"].as_array().unwrap().len(), 1);
     assert_eq!(r["truncated"], true);
-    w.err("search_files", json!({"pattern": "["}), "invalid_args");
+    assert!(
+        r["notes"][0].as_str().unwrap().contains("max_results"),
+        "{r}"
+    );
+    // Literal by default, like search: "h.llo" is not a pattern and "[" is no error.
+    let r = w.ok("search_files", json!({"pattern": "h.llo"}));
+    assert_eq!(r["matches"], json!([]), "{r}");
+    w.ok("search_files", json!({"pattern": "["}));
+    w.err(
+        "search_files",
+        json!({"pattern": "[", "regex": true}),
+        "invalid_args",
+    );
+    // A context above the cap is said, not silently cut.
+    let r = w.ok("search_files", json!({"pattern": "second", "context": 50}));
+    assert!(
+        r["notes"][0].as_str().unwrap().contains("at most 10"),
+        "{r}"
+    );
+    // MCP's excludePatterns is exclude.
+    let r = w.ok(
+        "search_files",
+        json!({"pattern": "hello", "case_insensitive": true, "excludePatterns": ["notes"]}),
+    );
+    assert_eq!(r["matches"].as_array().unwrap().len(), 1, "{r}");
     w.err(
         "search_files",
         json!({"pattern": "x", "include": "[z"}),
@@ -1426,4 +1450,261 @@ fn edits_keep_hard_links_and_long_names_are_backed_up() {
     );
     assert!(r["backup"].as_str().unwrap().contains(".bak."), "{r}");
     assert_eq!(w.get(&long), "new\n");
+}
+
+// ---------- re-sent patches, miscounted headers, MCP argument names ----------
+
+#[test]
+fn a_resent_patch_is_already_applied_not_failed() {
+    let w = ws();
+    w.put("p.md", BASE);
+    let sha = w.sha("p.md");
+    let patch = "@@ -5,3 +5,3 @@\n ## Tasks\n-- a\n+- A\n - b\n";
+    let args = json!({"path": "p.md", "base_sha256": sha, "patch": patch});
+    w.ok("apply_patch", args.clone());
+    let after = w.get("p.md");
+    // Sent again with the old hash: recognised, not hash_mismatch, and nothing written.
+    let r = w.err("apply_patch", args, "already_applied");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was written"),
+        "{r}"
+    );
+    assert_eq!(w.get("p.md"), after);
+    // Sent again with the current hash: the same answer.
+    let r = w.err(
+        "apply_patch",
+        json!({"path": "p.md", "base_sha256": w.sha("p.md"), "patch": patch}),
+        "already_applied",
+    );
+    assert_eq!(r["error"], "already_applied");
+    // A stale hash with a patch that is not applied stays a hash_mismatch.
+    w.err(
+        "apply_patch",
+        json!({"path": "p.md", "base_sha256": sha, "patch": "@@ -3 +3 @@\n-intro\n+x\n"}),
+        "hash_mismatch",
+    );
+    // A patch of context alone proves nothing: it applies (a no-op), it is not "already applied".
+    w.ok(
+        "apply_patch",
+        json!({"path": "p.md", "base_sha256": w.sha("p.md"), "patch": "@@ -1,1 +1,1 @@\n # Plan\n"}),
+    );
+}
+
+#[test]
+fn an_over_counted_hunk_header_is_named_and_tolerated() {
+    let w = ws();
+    w.put("p.md", "one\ntwo\nthree\n");
+    let sha = w.sha("p.md");
+    // The header counts 4 old lines, the body 2, and the patch ends with blank lines: those are
+    // not context, and the hunk applies at the end of the file.
+    let patch = "@@ -2,4 +2,4 @@\n two\n-three\n+THREE\n\n\n";
+    w.ok(
+        "apply_patch",
+        json!({"path": "p.md", "base_sha256": sha, "patch": patch}),
+    );
+    assert_eq!(w.get("p.md"), "one\ntwo\nTHREE\n");
+    // A failing hunk with a miscounted header says so.
+    let r = w.err(
+        "apply_patch",
+        json!({"path": "p.md", "base_sha256": w.sha("p.md"), "patch": "@@ -1,5 +1,1 @@\n-zero\n+0\n"}),
+        "patch_failed",
+    );
+    let m = r["message"].as_str().unwrap();
+    assert!(m.contains("over-counted") && m.contains("states 5"), "{m}");
+}
+
+#[test]
+fn mcp_argument_names_are_accepted() {
+    let w = ws();
+    let text: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    w.put("n.md", &text);
+    let r = w.ok(
+        "read_file",
+        json!({"path": "n.md", "start_line": 3, "end_line": 4, "line_numbers": false}),
+    );
+    assert_eq!(r["content"], "line 3\nline 4\n");
+    let r = w.ok(
+        "read_file",
+        json!({"path": "n.md", "head": 2, "line_numbers": false}),
+    );
+    assert_eq!(r["content"], "line 1\nline 2\n");
+    let r = w.ok(
+        "read_file",
+        json!({"path": "n.md", "tail": 2, "line_numbers": false}),
+    );
+    assert_eq!(r["content"], "line 29\nline 30\n");
+    assert_eq!(
+        (r["start"].clone(), r["end"].clone()),
+        (json!(29), json!(30))
+    );
+    w.err(
+        "read_file",
+        json!({"path": "n.md", "head": 2, "tail": 2}),
+        "invalid_args",
+    );
+    w.err(
+        "read_file",
+        json!({"path": "n.md", "head": 2, "start": 1}),
+        "invalid_args",
+    );
+    w.err(
+        "read_file",
+        json!({"path": "n.md", "tail": 0}),
+        "invalid_args",
+    );
+    let r = w.ok("read_range", json!({"path": "n.md", "start_line": 30}));
+    assert_eq!(r["text"], "line 30\n");
+    let r = w.ok(
+        "edit_file",
+        json!({"path": "n.md", "edits": [{"oldText": "line 7\n", "newText": "line seven\n"}], "dryRun": true}),
+    );
+    assert_eq!(r["dry_run"], true);
+    assert_eq!(w.get("n.md"), text);
+    w.ok(
+        "move",
+        json!({"source": "n.md", "destination": "moved/n.md"}),
+    );
+    assert!(w.dir.join("moved/n.md").is_file());
+    // Unknown names are still refused, so typos surface.
+    w.err(
+        "read_file",
+        json!({"path": "moved/n.md", "startline": 3}),
+        "invalid_args",
+    );
+}
+
+// ---------- find_files, sorted listings with folder sizes, trees with exclusions ----------
+
+#[test]
+fn find_files_by_glob_or_part_of_a_name_with_exclusions() {
+    let w = ws();
+    w.put("Notes/Weekly Sync.md", "a");
+    w.put("Archive/2023/weekly sync.md", "b");
+    w.put("Archive/2023/other.txt", "c");
+    w.put(".obsidian/weekly.md", "hidden");
+    let names = |r: &Value| -> Vec<String> {
+        r["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let r = w.ok("find_files", json!({"pattern": "WEEKLY"}));
+    assert_eq!(
+        names(&r),
+        ["Archive/2023/weekly sync.md", "Notes/Weekly Sync.md"]
+    );
+    let r = w.ok(
+        "find_files",
+        json!({"pattern": "*.md", "excludePatterns": ["archive"]}),
+    );
+    assert_eq!(names(&r), ["Notes/Weekly Sync.md"]);
+    let r = w.ok("find_files", json!({"pattern": "2023"}));
+    assert_eq!(names(&r), ["Archive/2023"]);
+    assert_eq!(r["entries"][0]["type"], "folder");
+    let r = w.ok("find_files", json!({"pattern": "*", "max_results": 2}));
+    assert_eq!(r["truncated"], true);
+    // Without * or ?, brackets are part of the name.
+    w.put("a[1].md", "x");
+    let r = w.ok("find_files", json!({"pattern": "a[1"}));
+    assert_eq!(names(&r), ["a[1].md"]);
+    w.err("find_files", json!({"pattern": "  "}), "invalid_args");
+    w.err("find_files", json!({"pattern": "*[z"}), "invalid_args");
+}
+
+#[test]
+fn listings_sort_by_name_or_size_and_total_folders() {
+    let w = ws();
+    w.put("small.md", "1");
+    w.put("big.md", &"x".repeat(500));
+    w.put("Folder/a.md", &"y".repeat(300));
+    w.put("Folder/deep/b.md", &"z".repeat(400));
+    let r = w.ok("list_files", json!({"sortBy": "size"}));
+    let e = r["entries"].as_array().unwrap();
+    let order: Vec<&str> = e.iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(order, ["Folder", "big.md", "small.md"]);
+    assert_eq!(
+        e[0]["size"], 700,
+        "a folder's size is the total below it: {r}"
+    );
+    let r = w.ok("list_files", json!({"sort_by": "name", "recursive": true}));
+    let order: Vec<&str> = r["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "Folder",
+            "Folder/a.md",
+            "Folder/deep",
+            "Folder/deep/b.md",
+            "big.md",
+            "small.md"
+        ]
+    );
+    assert_eq!(r["entries"][2]["size"], 400);
+    w.err("list_files", json!({"sort_by": "colour"}), "invalid_args");
+}
+
+#[test]
+fn directory_tree_leaves_out_excluded_folders() {
+    let w = ws();
+    w.put("src/main.rs", "fn main() {}");
+    w.put("node_modules/x/index.js", "x");
+    w.put("README.md", "r");
+    let r = w.ok(
+        "directory_tree",
+        json!({"excludePatterns": ["node_modules", "*.md"]}),
+    );
+    let kids: Vec<&str> = r["tree"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids, ["src"]);
+    assert_eq!(r["entries"], 2);
+}
+
+// ---------- read_media_file ----------
+
+#[test]
+fn read_media_file_returns_base64_with_the_type_its_bytes_show() {
+    use base64::Engine as _;
+    let w = ws();
+    let png: Vec<u8> = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0".to_vec();
+    fs::write(w.dir.join("pic.jpg"), &png).unwrap();
+    let r = w.ok("read_media_file", json!({"path": "PIC.JPG"}));
+    assert_eq!(r["mime_type"], "image/png", "content decides: {r}");
+    assert_eq!(r["kind"], "image");
+    assert_eq!(r["size"], png.len());
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(r["data"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(data, png);
+    w.put("song.wav", "RIFF\0\0\0\0WAVEfmt ");
+    assert_eq!(
+        w.ok("read_media_file", json!({"path": "song.wav"}))["kind"],
+        "audio"
+    );
+    let f = fs::File::create(w.dir.join("huge.bin")).unwrap();
+    f.set_len(9 << 20).unwrap();
+    w.err("read_media_file", json!({"path": "huge.bin"}), "too_large");
+    w.err(
+        "read_media_file",
+        json!({"path": ".git/x.png"}),
+        "protected",
+    );
+    w.err(
+        "read_media_file",
+        json!({"path": "../secret.txt"}),
+        "denied",
+    );
 }

@@ -11,7 +11,7 @@ use super::walk::{globs, walk, Glob, Step};
 use super::EntryType;
 use crate::access::Allowed;
 use crate::beneath::FILE_READ;
-use crate::error::ToolResult;
+use crate::error::{ToolError, ToolResult};
 use crate::fsops::rfc3339;
 use crate::limits::*;
 use crate::paths::show;
@@ -42,22 +42,22 @@ impl Globs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchFilesArgs {
-    /// What to find: a regular expression (Rust syntax) unless regex=false.
+    /// The text to find: literal, like search, unless regex=true.
     pub pattern: String,
     /// Folder to search below (default: the whole workspace).
     #[serde(default)]
     pub path: Option<String>,
-    /// Treat pattern as a regular expression (default true).
+    /// Treat pattern as a regular expression (Rust regex syntax). Default false.
     #[serde(default)]
-    pub regex: Option<bool>,
+    pub regex: bool,
     /// Ignore case in pattern (default false).
     #[serde(default)]
     pub case_insensitive: bool,
     /// Only files matching one of these globs, e.g. "*.md" or "projects/**" (case-insensitive).
     #[serde(default)]
     pub include: Option<Globs>,
-    /// Skip files and folders matching one of these globs.
-    #[serde(default)]
+    /// Skip files and folders matching one of these globs. Also accepted as excludePatterns.
+    #[serde(default, alias = "excludePatterns")]
     pub exclude: Option<Globs>,
     /// Lines of context before and after each hit (default 0, at most 10).
     #[serde(default)]
@@ -98,6 +98,9 @@ pub struct SearchFilesResult {
     /// Whether the search stopped early (max_results or the walk limit); narrow path/include or
     /// raise max_results.
     pub truncated: bool,
+    /// What was capped or adjusted, and how to get the rest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 fn any_match(gs: &[Glob], e: &super::walk::Entry) -> bool {
@@ -105,10 +108,11 @@ fn any_match(gs: &[Glob], e: &super::walk::Entry) -> bool {
 }
 
 pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<SearchFilesResult> {
-    let re = matcher(&a.pattern, a.regex.unwrap_or(true), a.case_insensitive)?;
+    let re = matcher(&a.pattern, a.regex, a.case_insensitive)?;
     let include = globs(&Globs::list(&a.include))?;
     let exclude = globs(&Globs::list(&a.exclude))?;
-    let ctx = a.context.unwrap_or(0).min(MAX_CONTEXT);
+    let asked = a.context.unwrap_or(0);
+    let ctx = asked.min(MAX_CONTEXT);
     let max = a
         .max_results
         .unwrap_or(SEARCH_FILES_DEFAULT)
@@ -120,7 +124,13 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         files_matched: 0,
         files_skipped: 0,
         truncated: false,
+        notes: Vec::new(),
     };
+    if asked > ctx {
+        out.notes.push(format!(
+            "context is at most {MAX_CONTEXT} lines; {asked} was asked (read the lines around a hit with read_range)"
+        ));
+    }
     let stats = walk(root, &dir, usize::MAX, |e| {
         if any_match(&exclude, e) {
             return Step::Prune;
@@ -172,6 +182,76 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         Step::Continue
     })?;
     out.truncated |= stats.capped;
+    if out.truncated {
+        out.notes.push(format!(
+            "stopped after {} matching lines; narrow path or include, or raise max_results (at most {SEARCH_FILES_MAX})",
+            out.matches.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// `find_files` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FindFilesArgs {
+    /// The names to find: a glob when it holds * or ? ("*.md", "**/notes/*.txt"), else plain
+    /// text that matches every name containing it. Case-insensitive.
+    pub pattern: String,
+    /// Folder to search below (default: the whole workspace).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Skip files and folders matching one of these globs (and everything below a skipped
+    /// folder). Also accepted as excludePatterns.
+    #[serde(default, alias = "excludePatterns")]
+    pub exclude: Option<Globs>,
+    /// Most entries to return (default 200, at most 2000).
+    #[serde(default)]
+    pub max_results: Option<usize>,
+}
+
+/// `find_files` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FindFilesResult {
+    /// Matching files and folders, in path order.
+    pub entries: Vec<ListEntry>,
+    /// Whether entries were left out (raise max_results, narrow path or the pattern).
+    pub truncated: bool,
+}
+
+pub(crate) fn find_files(root: &ToolRoot, a: FindFilesArgs) -> ToolResult<FindFilesResult> {
+    let pattern = a.pattern.trim();
+    if pattern.is_empty() {
+        return Err(ToolError::InvalidArgs(
+            "pattern is empty; give a glob such as \"*.md\" or part of a name.".into(),
+        ));
+    }
+    let glob = if pattern.contains(['*', '?']) {
+        Glob::new(pattern)?
+    } else {
+        Glob::new(&format!("*{}*", globset::escape(pattern)))?
+    };
+    let exclude = globs(&Globs::list(&a.exclude))?;
+    let max = a.max_results.unwrap_or(LIST_DEFAULT).clamp(1, LIST_MAX);
+    let dir = root.existing_dir(a.path.as_deref().unwrap_or(""))?;
+    let mut out = FindFilesResult {
+        entries: Vec::new(),
+        truncated: false,
+    };
+    let stats = walk(root, &dir, usize::MAX, |e| {
+        if any_match(&exclude, e) {
+            return Step::Prune;
+        }
+        if glob.matches(e) {
+            if out.entries.len() >= max {
+                out.truncated = true;
+                return Step::Stop;
+            }
+            out.entries.push(list_entry(e, None));
+        }
+        Step::Continue
+    })?;
+    out.truncated |= stats.capped;
     Ok(out)
 }
 
@@ -192,6 +272,23 @@ pub struct ListFilesArgs {
     /// Most entries to return (default 200, at most 2000).
     #[serde(default)]
     pub max_results: Option<usize>,
+    /// Order: "modified" (newest first, the default), "name", or "size" (largest first). Also
+    /// accepted as sortBy.
+    #[serde(default, alias = "sortBy")]
+    pub sort_by: Option<SortBy>,
+}
+
+/// How `list_files` orders its entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SortBy {
+    /// Most recently modified first.
+    #[default]
+    Modified,
+    /// By path, in byte order.
+    Name,
+    /// Largest first.
+    Size,
 }
 
 /// One listed entry.
@@ -202,7 +299,7 @@ pub struct ListEntry {
     /// What it is.
     #[serde(rename = "type")]
     pub kind: EntryType,
-    /// Bytes (0 for folders).
+    /// Bytes; for a folder, the total of the files below it.
     pub size: u64,
     /// Modification time, RFC 3339 UTC.
     pub modified: String,
@@ -213,41 +310,81 @@ pub struct ListEntry {
 pub struct ListFilesResult {
     /// The folder listed.
     pub path: String,
-    /// Entries, most recently modified first.
+    /// Entries, in the order sort_by asks (most recently modified first by default).
     pub entries: Vec<ListEntry>,
     /// Entries that matched.
     pub total: usize,
     /// Whether entries were left out (raise max_results or narrow the glob).
     pub truncated: bool,
+    /// Whether folder sizes count only part of what is below them (the walk stopped at its
+    /// limit of 100000 entries).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sizes_incomplete: bool,
+}
+
+/// A listing entry for a walked entry; `size` overrides the entry's own (a folder's total).
+fn list_entry(e: &super::walk::Entry, size: Option<u64>) -> ListEntry {
+    let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+    ListEntry {
+        path: e.rel.clone(),
+        kind: EntryType::of(&e.meta),
+        size: size.unwrap_or(if e.meta.is_file() { e.meta.len() } else { 0 }),
+        modified: rfc3339(m),
+    }
 }
 
 pub(crate) fn list_files(root: &ToolRoot, a: ListFilesArgs) -> ToolResult<ListFilesResult> {
     let dir = root.existing_dir(a.path.as_deref().unwrap_or(""))?;
     let glob = a.glob.as_deref().map(Glob::new).transpose()?;
-    let recursive = a.recursive.unwrap_or(glob.is_some());
+    let depth = if a.recursive.unwrap_or(glob.is_some()) {
+        usize::MAX
+    } else {
+        1
+    };
     let max = a.max_results.unwrap_or(LIST_DEFAULT).clamp(1, LIST_MAX);
+    // Every entry within depth that the glob keeps, and the bytes of the files below each
+    // listed folder: the walk goes below the listed depth to total them.
     let mut all: Vec<(std::time::SystemTime, ListEntry)> = Vec::new();
-    let stats = walk(root, &dir, if recursive { usize::MAX } else { 1 }, |e| {
-        if glob.as_ref().is_none_or(|g| g.matches(e)) {
+    let mut folders: HashMap<String, usize> = HashMap::new();
+    let mut first_level = 0usize;
+    let stats = walk(root, &dir, usize::MAX, |e| {
+        first_level += usize::from(e.depth == 1);
+        if e.meta.is_file() {
+            let mut sub = e.sub.as_str();
+            while let Some(i) = sub.rfind('/') {
+                sub = &sub[..i];
+                if let Some(&k) = folders.get(sub) {
+                    all[k].1.size += e.meta.len();
+                }
+            }
+        }
+        if e.depth <= depth && glob.as_ref().is_none_or(|g| g.matches(e)) {
+            if e.meta.is_dir() {
+                folders.insert(e.sub.clone(), all.len());
+            }
             let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
-            all.push((
-                m,
-                ListEntry {
-                    path: e.rel.clone(),
-                    kind: EntryType::of(&e.meta),
-                    size: if e.meta.is_file() { e.meta.len() } else { 0 },
-                    modified: rfc3339(m),
-                },
-            ));
+            all.push((m, list_entry(e, None)));
         }
         Step::Continue
     })?;
-    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
+    match a.sort_by.unwrap_or_default() {
+        SortBy::Modified => all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path))),
+        SortBy::Name => all.sort_by(|a, b| a.1.path.cmp(&b.1.path)),
+        SortBy::Size => all.sort_by(|a, b| {
+            b.1.size
+                .cmp(&a.1.size)
+                .then_with(|| a.1.path.cmp(&b.1.path))
+        }),
+    }
     let total = all.len();
     let entries: Vec<ListEntry> = all.into_iter().take(max).map(|(_, e)| e).collect();
     Ok(ListFilesResult {
         path: show(&dir.rel),
-        truncated: total > entries.len() || stats.capped,
+        // The walk meets every first-level entry before going deeper, so a listing of one
+        // level misses entries only when that level alone reached the walk's limit.
+        truncated: total > entries.len()
+            || (stats.capped && (depth == usize::MAX || first_level >= MAX_WALK_ENTRIES)),
+        sizes_incomplete: stats.capped,
         entries,
         total,
     })
@@ -266,6 +403,10 @@ pub struct TreeArgs {
     /// Include files, not only folders (default true).
     #[serde(default)]
     pub include_files: Option<bool>,
+    /// Leave out files and folders matching one of these globs (and everything below a left-out
+    /// folder). Also accepted as excludePatterns.
+    #[serde(default, alias = "excludePatterns")]
+    pub exclude: Option<Globs>,
 }
 
 /// One node of the tree.
@@ -304,11 +445,15 @@ pub(crate) fn directory_tree(root: &ToolRoot, a: TreeArgs) -> ToolResult<TreeRes
         .unwrap_or(TREE_DEFAULT_DEPTH)
         .clamp(1, TREE_MAX_DEPTH);
     let files = a.include_files.unwrap_or(true);
+    let exclude = globs(&Globs::list(&a.exclude))?;
     // Entries grouped by their parent's path below the top folder ("" for the top).
     let mut kids: HashMap<String, Vec<(String, TreeNode)>> = HashMap::new();
     let mut count = 0usize;
     let mut truncated = false;
     walk(root, &dir, depth, |e| {
+        if any_match(&exclude, e) {
+            return Step::Prune;
+        }
         let is_dir = e.meta.is_dir();
         if !is_dir && !files {
             return Step::Continue;

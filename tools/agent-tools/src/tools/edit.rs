@@ -106,20 +106,41 @@ fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
 pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<ApplyPatchResult> {
     let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
     let l = load(root, f)?;
-    check_hash(&l.f.rel, &a.base_sha256, &l.sha256)?;
-    let text = decode(&l.bytes, &l.f.rel)?;
     let p = patch::parse(&a.patch).map_err(|m| ToolError::PatchFailed {
         message: format!("the patch could not be read: {m} The file is unchanged."),
         details: vec![m],
     })?;
-    let (new, hunks) = patch::apply(text, &p).map_err(|details| ToolError::PatchFailed {
-        message: format!(
-            "the patch does not apply to '{}'; the file is unchanged. {} Re-read those lines with read_range and rebuild the hunk from the exact current text.",
-            show(&l.f.rel),
-            details.join(" ")
-        ),
-        details,
-    })?;
+    let text = decode(&l.bytes, &l.f.rel);
+    // A re-sent patch is recognised before its stale base hash is: the hash answers "changed
+    // since you read it", which sends the caller to rebuild an edit that is already made.
+    let already = || {
+        ToolError::AlreadyApplied(format!(
+            "'{}' already contains this patch's changes (its added lines are there and its removed lines are not), so nothing was written. Call info for the current sha256 before the next edit.",
+            show(&l.f.rel)
+        ))
+    };
+    if let Err(e) = check_hash(&l.f.rel, &a.base_sha256, &l.sha256) {
+        let stale = matches!(e, ToolError::HashMismatch { .. });
+        if stale && text.as_ref().is_ok_and(|t| patch::already_applied(t, &p)) {
+            return Err(already());
+        }
+        return Err(e);
+    }
+    let text = text?;
+    let (new, hunks) = match patch::apply(text, &p) {
+        Ok(done) => done,
+        Err(_) if patch::already_applied(text, &p) => return Err(already()),
+        Err(details) => {
+            return Err(ToolError::PatchFailed {
+                message: format!(
+                    "the patch does not apply to '{}'; the file is unchanged. {} Re-read those lines with read_range and rebuild the hunk from the exact current text.",
+                    show(&l.f.rel),
+                    details.join(" ")
+                ),
+                details,
+            })
+        }
+    };
     let sha256 = sha256_hex(new.as_bytes());
     let backup = if a.dry_run {
         None
@@ -242,9 +263,11 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Replace {
-    /// The exact text to find.
+    /// The exact text to find. Also accepted as oldText.
+    #[serde(alias = "oldText")]
     pub old: String,
-    /// Its replacement.
+    /// Its replacement. Also accepted as newText.
+    #[serde(alias = "newText")]
     pub new: String,
     /// Replace every occurrence instead of requiring exactly one. Default false.
     #[serde(default)]
@@ -274,8 +297,8 @@ pub struct EditFileArgs {
     /// A line-based insertion.
     #[serde(default)]
     pub insert: Option<Insert>,
-    /// Return the diff without writing. Default false.
-    #[serde(default)]
+    /// Return the diff without writing. Default false. Also accepted as dryRun.
+    #[serde(default, alias = "dryRun")]
     pub dry_run: bool,
     /// If given, the file's sha256 must still be this.
     #[serde(default)]

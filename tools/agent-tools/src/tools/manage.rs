@@ -46,9 +46,12 @@ fn new_slot(root: &ToolRoot, rel: &str) -> ToolResult<Slot> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveArgs {
-    /// Workspace-relative path of the file or folder to move.
+    /// Workspace-relative path of the file or folder to move. Also accepted as source.
+    #[serde(alias = "source")]
     pub from: String,
-    /// Its new full workspace-relative path (not just the destination folder).
+    /// Its new full workspace-relative path (not just the destination folder). Also accepted
+    /// as destination.
+    #[serde(alias = "destination")]
     pub to: String,
 }
 

@@ -4,6 +4,7 @@
 mod discover;
 mod edit;
 mod manage;
+mod media;
 mod read;
 mod semantic;
 mod walk;
@@ -125,7 +126,9 @@ tool_table! {
     "edit_exact" => edit::edit_exact, edit::EditExactArgs, edit::EditExactResult,
         "Replace every occurrence of the exact text old with new. Refused when old occurs 0 times (not_found) or more than count times (multiple_matches with the lines). Optional base_sha256 guards against concurrent changes.";
     "read_file" => read::read_file, read::ReadFileArgs, read::ReadFileResult,
-        "Read a text file, optionally lines start..end, with line numbers by default. Output is cut at max_chars (default 20000, at most 100000) on a line boundary, with a note saying how to read on.";
+        "Read a text file, optionally lines start..end or only its first (head) or last (tail) lines, with line numbers by default. Output is cut at max_chars (default 20000, at most 100000) on a line boundary, with a note saying how to read on.";
+    "read_media_file" => media::read_media_file, media::MediaArgs, media::MediaResult,
+        "An image, audio or other binary file (at most 8 MiB) as base64 data with its MIME type (from the file's content, else its extension) and kind (image, audio, video, blob).";
     "read_multiple_files" => read::read_multiple_files, read::ReadMultipleArgs, read::ReadMultipleResult,
         "Read up to 20 files at once; max_chars (default 50000) is shared among them. A failing file gives an error entry, not a failed call.";
     "write_file" => edit::write_file, edit::WriteFileArgs, edit::WriteFileResult,
@@ -147,11 +150,13 @@ tool_table! {
     "semantic_search" => semantic::semantic_search, semantic::SemanticArgs, semantic::SemanticResult,
         "Search the whole workspace by meaning and words (hybrid: 0.7 · embedding similarity + 0.3 · BM25), or mode vector / text. Returns ranked chunks with path, line range, headings and snippet; read one with read_range. Only files you may read are searched. The index follows writes within a second.";
     "search_files" => discover::search_files, discover::SearchFilesArgs, discover::SearchFilesResult,
-        "Regex (or literal) search across the files under a folder, with include/exclude globs (case-insensitive), context lines and a result limit (default 50, at most 500). Binary files and files over 8 MiB are skipped.";
+        "Search the text of the files under a folder: literal like search, or a regex with regex=true; include/exclude globs (case-insensitive), context lines and a result limit (default 50, at most 500). Binary files and files over 8 MiB are skipped. To find files by name, use find_files.";
+    "find_files" => discover::find_files, discover::FindFilesArgs, discover::FindFilesResult,
+        "Find files and folders by name below a folder: a glob when the pattern holds * or ? (\"*.md\", \"projects/**/*.txt\"), else plain text contained in the name, case-insensitive; exclude globs skip entries and whole folders. Results in path order, at most 2000.";
     "list_files" => discover::list_files, discover::ListFilesArgs, discover::ListFilesResult,
-        "List a folder, newest first, with type, size and modification time. With glob (case-insensitive; a glob without '/' matches file names at any depth), lists matching entries below the folder.";
+        "List a folder, newest first (or sort_by name or size), with type, size (a folder's is the total below it) and modification time. With glob (case-insensitive; a glob without '/' matches file names at any depth), lists matching entries below the folder.";
     "directory_tree" => discover::directory_tree, discover::TreeArgs, discover::TreeResult,
-        "A folder's tree as nested JSON, to a depth (default 3, at most 10), at most 1000 entries.";
+        "A folder's tree as nested JSON, to a depth (default 3, at most 10), at most 1000 entries; exclude globs leave out entries and whole folders.";
     "list_allowed" => discover::list_allowed, discover::NoArgs, discover::AllowedResult,
         "What you may read and write in this workspace, the protected names, the tools and the limits.";
 }

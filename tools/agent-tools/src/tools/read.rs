@@ -468,10 +468,12 @@ pub(crate) fn search(root: &ToolRoot, a: SearchArgs) -> ToolResult<SearchResult>
 pub struct RangeArgs {
     /// Workspace-relative path.
     pub path: String,
-    /// First line, 1-based.
+    /// First line, 1-based. Also accepted as start_line.
+    #[serde(alias = "start_line")]
     pub start: usize,
-    /// Last line, inclusive (default: start + 1999; clamped to the file's end).
-    #[serde(default)]
+    /// Last line, inclusive (default: start + 1999; clamped to the file's end). Also accepted
+    /// as end_line.
+    #[serde(default, alias = "end_line")]
     pub end: Option<usize>,
     /// Prefix each line with its number and a tab. Default false.
     #[serde(default)]
@@ -648,12 +650,18 @@ pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
 pub struct ReadFileArgs {
     /// Workspace-relative path.
     pub path: String,
-    /// First line to read, 1-based (default 1).
-    #[serde(default)]
+    /// First line to read, 1-based (default 1). Also accepted as start_line.
+    #[serde(default, alias = "start_line")]
     pub start: Option<usize>,
-    /// Last line to read, inclusive (default: the end of the file).
-    #[serde(default)]
+    /// Last line to read, inclusive (default: the end of the file). Also accepted as end_line.
+    #[serde(default, alias = "end_line")]
     pub end: Option<usize>,
+    /// Only the first this many lines (instead of start/end).
+    #[serde(default)]
+    pub head: Option<usize>,
+    /// Only the last this many lines (instead of start/end).
+    #[serde(default)]
+    pub tail: Option<usize>,
     /// Prefix each line with its number and a tab (default true).
     #[serde(default)]
     pub line_numbers: Option<bool>,
@@ -687,11 +695,33 @@ pub(crate) fn read_file_budget(
     a: &ReadFileArgs,
     max_chars: usize,
 ) -> ToolResult<ReadFileResult> {
-    let start = a.start.unwrap_or(1);
+    let numbers = a.line_numbers.unwrap_or(true);
     let lines = stream::open(root, &a.path)?;
     let rel = lines.rel().to_string();
-    let numbers = a.line_numbers.unwrap_or(true);
-    let end = a.end.unwrap_or(usize::MAX);
+    let (start, end, lines) = match (a.head, a.tail) {
+        (Some(_), Some(_)) => {
+            return Err(ToolError::InvalidArgs(
+                "give head or tail, not both (or start and end for a range).".into(),
+            ))
+        }
+        (Some(_), _) | (_, Some(_)) if a.start.is_some() || a.end.is_some() => {
+            return Err(ToolError::InvalidArgs(
+                "head and tail cannot be combined with start or end; use one way of choosing lines."
+                    .into(),
+            ))
+        }
+        (Some(0), _) | (_, Some(0)) => {
+            return Err(ToolError::InvalidArgs(
+                "head and tail count lines: give at least 1.".into(),
+            ))
+        }
+        (Some(n), None) => (1, n, lines),
+        (None, Some(n)) => {
+            let (total, lines) = lines.counted()?;
+            (total.saturating_sub(n) + 1, total.max(1), lines)
+        }
+        (None, None) => (a.start.unwrap_or(1), a.end.unwrap_or(usize::MAX), lines),
+    };
     let Some(w) = checked_window(lines, start, end, numbers, max_chars)? else {
         return Ok(ReadFileResult {
             path: rel,
@@ -804,6 +834,8 @@ pub(crate) fn read_multiple_files(
                 path: p.clone(),
                 start: None,
                 end: None,
+                head: None,
+                tail: None,
                 line_numbers: a.line_numbers,
                 max_chars: None,
             };
