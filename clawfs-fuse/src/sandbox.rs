@@ -176,13 +176,15 @@ pub enum SandboxError {
 /// The whitelist, relative to the store.
 const WHITELIST: &str = "system/seccomp/whitelist.json";
 
-/// Prepares the sandbox of `agent` (running as `uid`:`gid`) over the mount at `mount`.
+/// Prepares the sandbox of `agent` (running as `uid`:`gid`) over the mount at `mount`;
+/// `programs` may be executed besides the system's.
 pub fn prepare(
     store: &Store,
     policy: &Policy,
     mount: &Path,
     agent: &str,
     (uid, gid): (u32, u32),
+    programs: &[PathBuf],
 ) -> Result<Layers, SandboxError> {
     let spec = AgentName::new(agent)
         .ok()
@@ -192,6 +194,10 @@ pub fn prepare(
     for path in &spec.read {
         check_read_path(store, agent, path)?;
         rules.read.push(path.clone());
+    }
+    for program in programs {
+        check_read_path(store, agent, program)?;
+        rules.read_exec.push(program.clone());
     }
     rules.tcp_connect = spec.network.tcp_connect_ports();
     let landlock_abi = clawfs_core::landlock::abi();

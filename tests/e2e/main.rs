@@ -7,6 +7,7 @@ mod common;
 
 mod agents;
 mod lifecycle;
+mod mcp;
 mod model;
 mod namespace;
 mod posix;

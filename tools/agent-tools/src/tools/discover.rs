@@ -252,6 +252,7 @@ pub(crate) fn find_files(root: &ToolRoot, a: FindFilesArgs) -> ToolResult<FindFi
         Step::Continue
     })?;
     out.truncated |= stats.capped;
+    out.entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 

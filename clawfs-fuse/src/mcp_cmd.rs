@@ -1,0 +1,271 @@
+//! `clawfs mcp --agent NAME`: the agent tools as an MCP server on standard input and output, for
+//! MCP clients (editors, agent harnesses) to use ClawFS directly.
+//!
+//! The server is the ClawFS tool set, nothing more: it runs as the agent — started like
+//! `clawfs run` (the agent's cgroup, uid and sandbox) — and answers every `tools/call` by calling
+//! the tool through the mount (`tools/call/<tool>`), so the daemon identifies, decides and audits
+//! each call exactly as it does an agent's own file calls. The server holds no privilege and sees
+//! nothing the agent could not.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+
+use crate::error::Failure;
+use crate::run::{self, RunArgs};
+
+/// Arguments of `clawfs mcp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct McpArgs {
+    /// The agent the server acts as (a directory under the store's agents/).
+    #[arg(long, value_name = "NAME")]
+    pub agent: String,
+    /// The workspace every call works in.
+    #[arg(long, value_name = "WS", default_value = "default")]
+    pub workspace: String,
+    /// Where ClawFS is mounted.
+    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
+    pub mount: PathBuf,
+    /// Run the server outside the kernel sandbox (as `clawfs run --no-sandbox`).
+    #[arg(long)]
+    pub no_sandbox: bool,
+    #[command(flatten)]
+    pub store: crate::cli::StoreArg,
+}
+
+/// Arguments of the server itself, started by `clawfs mcp` as the agent.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Where ClawFS is mounted.
+    #[arg(long, value_name = "DIR")]
+    pub mount: PathBuf,
+    /// The workspace every call works in.
+    #[arg(long, value_name = "WS")]
+    pub workspace: String,
+    /// The agent, for the server's description only (the daemon identifies the caller itself).
+    #[arg(long, value_name = "NAME")]
+    pub agent: String,
+}
+
+/// `clawfs mcp`: starts the server as the agent, with standard input and output passed through
+/// to it. Returns the server's exit code.
+pub fn mcp(args: &McpArgs) -> Result<u8, Failure> {
+    run::require_root()?;
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .context("finding the clawfs binary to run as the agent")?;
+    let arg = |s: &str| OsString::from(s);
+    let run_args = RunArgs {
+        agent: args.agent.clone(),
+        workspace: Some(args.workspace.clone()),
+        user: None,
+        mount: args.mount.clone(),
+        no_sandbox: args.no_sandbox,
+        sandbox: false,
+        store: args.store.clone(),
+        command: vec![
+            exe.clone().into_os_string(),
+            arg("mcp-serve"),
+            arg("--mount"),
+            args.mount.clone().into_os_string(),
+            arg("--workspace"),
+            arg(&args.workspace),
+            arg("--agent"),
+            arg(&args.agent),
+        ],
+    };
+    let mut spec = run::spec_from_args(&run_args)?;
+    spec.programs.push(exe);
+    run::execute(&spec)
+}
+
+/// MCP filesystem-server tool names and the ClawFS tool each one is. They are accepted in
+/// `tools/call` (their argument names are accepted by the tools) but not listed, so a model
+/// sees each tool once.
+const MCP_NAMES: &[(&str, &str)] = &[
+    ("read_text_file", "read_file"),
+    ("create_directory", "create_folder"),
+    ("list_directory", "list_files"),
+    ("list_directory_with_sizes", "list_files"),
+    ("move_file", "move"),
+    ("list_allowed_directories", "list_allowed"),
+];
+
+/// The server: the tool definitions read from the mount, and where to call them.
+struct Server {
+    call_dir: PathBuf,
+    workspace: String,
+    agent: String,
+    tools: Arc<Vec<Tool>>,
+}
+
+impl Server {
+    /// Reads the registry through the mount, as the agent.
+    fn new(args: &ServeArgs) -> anyhow::Result<Server> {
+        let tools_dir = args.mount.join("tools");
+        let path = tools_dir.join("registry.json");
+        let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let registry: Value = serde_json::from_slice(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let defs = registry["tools"]
+            .as_array()
+            .ok_or_else(|| anyhow!("{} lists no tools", path.display()))?;
+        let tools = defs.iter().filter_map(tool_of).collect();
+        Ok(Server {
+            call_dir: tools_dir.join("call"),
+            workspace: args.workspace.clone(),
+            agent: args.agent.clone(),
+            tools: Arc::new(tools),
+        })
+    }
+
+    /// The ClawFS tool a requested name is, if any.
+    fn resolve(&self, name: &str) -> Option<String> {
+        let name = MCP_NAMES
+            .iter()
+            .find(|(mcp, _)| *mcp == name)
+            .map_or(name, |(_, ours)| ours);
+        self.tools
+            .iter()
+            .any(|t| t.name == name)
+            .then(|| name.to_string())
+    }
+}
+
+/// An MCP tool from a registry definition (`name`, `description`, `input_schema`).
+fn tool_of(def: &Value) -> Option<Tool> {
+    let name = def["name"].as_str()?.to_string();
+    let description = def["description"].as_str().unwrap_or_default().to_string();
+    let schema: JsonObject = def["input_schema"].as_object()?.clone();
+    Some(Tool::new(name, description, Arc::new(schema)))
+}
+
+/// Calls `tool` through the mount: writes the request on a `tools/call/<tool>` descriptor and
+/// reads the response from it.
+fn call_through_mount(call_dir: &Path, tool: &str, request: &Value) -> std::io::Result<Value> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(call_dir.join(tool))?;
+    f.write_all(request.to_string().as_bytes())?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    serde_json::from_slice(&out).map_err(std::io::Error::other)
+}
+
+/// The MCP result of a tool's response: media as image or audio content, everything else as
+/// the response's JSON, both as text and as structured content. A refusal is a tool error
+/// (`isError`), which a model can read and act on, not a protocol error.
+fn result_of(tool: &str, response: Value) -> CallToolResult {
+    if response["ok"] != Value::Bool(true) {
+        return CallToolResult::structured_error(response);
+    }
+    if tool == "read_media_file" {
+        let data = response["data"].as_str().unwrap_or_default().to_string();
+        let mime = response["mime_type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match response["kind"].as_str() {
+            Some("image") => return CallToolResult::success(vec![ContentBlock::image(data, mime)]),
+            Some("audio") => return CallToolResult::success(vec![ContentBlock::audio(data, mime)]),
+            _ => {}
+        }
+    }
+    CallToolResult::structured(response)
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("clawfs", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "The files of ClawFS workspace '{}', as agent {}. Paths are relative to the workspace. Every call runs as the agent, under its policy, and is audited.",
+                self.workspace, self.agent
+            ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.resolve(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool '{}'; tools/list names the tools",
+                    request.name.chars().take(64).collect::<String>()
+                ),
+                None,
+            ));
+        };
+        let mut args = request.arguments.unwrap_or_default();
+        match args.get("workspace") {
+            None => {}
+            Some(Value::String(ws)) if *ws == self.workspace => {}
+            Some(_) => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "this server works in workspace '{}' only; start another (clawfs mcp --workspace WS) for another",
+                        self.workspace
+                    ),
+                    None,
+                ))
+            }
+        }
+        args.insert("workspace".into(), Value::String(self.workspace.clone()));
+        let call_dir = self.call_dir.clone();
+        let name = tool.clone();
+        let response = tokio::task::spawn_blocking(move || {
+            call_through_mount(&call_dir, &name, &Value::Object(args))
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the call did not finish: {e}"), None))?
+        .map_err(|e| {
+            ErrorData::internal_error(
+                format!("calling {tool} through the mount failed: {e}"),
+                None,
+            )
+        })?;
+        Ok(result_of(&tool, response).into())
+    }
+}
+
+/// `clawfs mcp-serve`: the server, on standard input and output, until the client closes them.
+pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let server = Server::new(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the server's runtime")?;
+    runtime.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow!("the MCP client did not initialise: {e}"))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| anyhow!("the server stopped: {e}"))?;
+        Ok(())
+    })
+}
