@@ -16,6 +16,11 @@ CLAWFS_PACKAGES=(
   sqlite3                           # inspecting workspace indexes and snapshots (sqlite3 -A)
 )
 
+# Only for the test suite (scripts/test.sh): vaultctl-ssh is tested behind a real sshd.
+CLAWFS_TEST_PACKAGES=(
+  openssh-server openssh-client
+)
+
 clawfs_install_packages() {
   local missing=()
   for p in "${CLAWFS_PACKAGES[@]}"; do

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/packages.sh
 clawfs_require_root
+CLAWFS_PACKAGES+=("${CLAWFS_TEST_PACKAGES[@]}")
 clawfs_install_packages
 clawfs_require_cargo
 clawfs_create_groups

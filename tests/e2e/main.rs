@@ -20,3 +20,4 @@ mod tools_consistency;
 mod tools_e2e;
 mod vault_mount;
 mod vaultctl;
+mod vaultctl_sshd;

@@ -23,6 +23,9 @@ pub const ALLOWED_SUBCOMMANDS: &[&str] = &[
     "edit-exact",
 ];
 
+/// vaultctl's options before the subcommand that a client may give.
+const CLIENT_GLOBAL_OPTIONS: &[&str] = &["--pretty"];
+
 /// Options only the wrapper's owner may set.
 const FORBIDDEN_OPTIONS: &[&str] = &["--mount", "--workspace", "--patch-file"];
 
@@ -50,6 +53,8 @@ pub enum Refusal {
     Subcommand(String),
     /// An option reserved to the wrapper's owner.
     ForbiddenOption(String),
+    /// An option where the subcommand must come.
+    OptionFirst(String),
 }
 
 impl fmt::Display for Refusal {
@@ -88,6 +93,11 @@ impl fmt::Display for Refusal {
             Refusal::ForbiddenOption(o) => {
                 write!(f, "option {o:?} is set by the server, not by the client")
             }
+            Refusal::OptionFirst(o) => write!(
+                f,
+                "option {o:?} comes after the subcommand: `vaultctl <subcommand> [options] ...`; subcommands: {}",
+                ALLOWED_SUBCOMMANDS.join(", ")
+            ),
         }
     }
 }
@@ -108,11 +118,8 @@ pub fn check_command(command: Option<&str>) -> Result<Vec<String>, Refusal> {
         None => return Err(Refusal::NoCommand),
     }
     let args: Vec<String> = words.collect();
-    match args.first() {
-        Some(sub) if ALLOWED_SUBCOMMANDS.contains(&sub.as_str()) => {}
-        Some(sub) => return Err(Refusal::Subcommand(sub.clone())),
-        None => return Err(Refusal::Subcommand(String::new())),
-    }
+    // Options the server fixes are named as such wherever they are, before the subcommand is
+    // looked at: `vaultctl --workspace other info x` is a forbidden option, not a subcommand.
     for a in &args {
         for opt in FORBIDDEN_OPTIONS {
             if a == opt
@@ -122,6 +129,12 @@ pub fn check_command(command: Option<&str>) -> Result<Vec<String>, Refusal> {
                 return Err(Refusal::ForbiddenOption(opt.to_string()));
             }
         }
+    }
+    match args.iter().find(|a| !CLIENT_GLOBAL_OPTIONS.contains(&a.as_str())) {
+        Some(sub) if ALLOWED_SUBCOMMANDS.contains(&sub.as_str()) => {}
+        Some(opt) if opt.starts_with('-') => return Err(Refusal::OptionFirst(opt.clone())),
+        Some(sub) => return Err(Refusal::Subcommand(sub.clone())),
+        None => return Err(Refusal::Subcommand(String::new())),
     }
     Ok(args)
 }
@@ -197,6 +210,7 @@ mod tests {
             ok("vaultctl info Projects/Plan.md"),
             ["info", "Projects/Plan.md"]
         );
+        assert_eq!(ok("vaultctl --pretty info a.md"), ["--pretty", "info", "a.md"]);
         assert_eq!(
             ok(r#"vaultctl resolve --title "Project Plan""#),
             ["resolve", "--title", "Project Plan"]
@@ -243,7 +257,7 @@ mod tests {
                 matches!(r, Refusal::Subcommand(_))
             }),
             (Some("vaultctl --help"), |r| {
-                matches!(r, Refusal::Subcommand(_))
+                matches!(r, Refusal::OptionFirst(_))
             }),
             (Some("vaultctl info a; rm -rf /"), |r| {
                 matches!(r, Refusal::Metacharacter(';', _))
@@ -279,7 +293,17 @@ mod tests {
                 matches!(r, Refusal::BadQuoting(_))
             }),
             (Some("vaultctl --mount /etc info passwd"), |r| {
-                matches!(r, Refusal::Subcommand(_))
+                matches!(r, Refusal::ForbiddenOption(o) if o == "--mount")
+            }),
+            (Some("vaultctl --workspace other info a"), |r| {
+                matches!(r, Refusal::ForbiddenOption(o) if o == "--workspace")
+                    && !r.to_string().contains("subcommand")
+            }),
+            (Some("vaultctl --json info a"), |r| {
+                matches!(r, Refusal::OptionFirst(_))
+            }),
+            (Some("vaultctl --pretty"), |r| {
+                matches!(r, Refusal::Subcommand(s) if s.is_empty())
             }),
             (Some("vaultctl info a --workspace other"), |r| {
                 matches!(r, Refusal::ForbiddenOption(_))
