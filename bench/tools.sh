@@ -175,6 +175,17 @@ outline = "".join(
     (f"# Part {n // 50}\n" if n % 50 == 0 else f"text line {n} of the long note\n") for n in range(100000)
 )
 open(f"{ws}/long.md", "w").write(outline)
+# A 50 MB note (a heading every 40 lines), for the reading tools that stream.
+with open(f"{ws}/huge.md", "w") as f:
+    hsize, hn = 0, 0
+    while hsize < 50_000_000:
+        chunk = "".join(
+            (f"## Chapter {(hn + k) // 40}\n" if (hn + k) % 40 == 0 else f"Line {hn + k}: lorem ipsum dolor sit amet, consectetur adipiscing elit.\n")
+            for k in range(4000)
+        )
+        f.write(chunk)
+        hsize += len(chunk)
+        hn += 4000
 # A 3-hunk patch of big.md and its reverse.
 n = len(lines)
 at = [n // 10, n // 2, 9 * n // 10]
@@ -199,10 +210,12 @@ write("info", {"path": "big.md"})
 mid = n // 2
 write("read_range", {"path": "big.md", "start": mid, "end": mid + 99})
 write("outline", {"path": "long.md"})
+write("huge_range", {"path": "huge.md", "start": hn - 150, "end": hn - 51})
+write("huge_outline", {"path": "huge.md"})
 write("search_files", {"workspace": "many", "pattern": "CLAWFS_NEEDLE", "max_results": 500})
 write("patch_fwd", {"path": "big.md", "base_sha256": sha0, "patch": patch(lines, patched)})
 write("patch_back", {"path": "big.md", "base_sha256": sha1, "patch": patch(patched, lines)})
-print(f"big.md: {len(big)} bytes, {n} lines; long.md: {len(outline)} bytes", file=sys.stderr)
+print(f"big.md: {len(big)} bytes, {n} lines; long.md: {len(outline)} bytes; huge.md: {hsize} bytes, {hn} lines", file=sys.stderr)
 EOF
 sync
 
@@ -246,6 +259,9 @@ measure read_range "$TH" call "$MNT" read_range "$REQ/read_range.json" "$RUNS" 2
 measure cat_long "$TH" cat "$WS/long.md" "$RUNS" 20
 measure catp_long "$TH" spawn "$RUNS" 20 cat "$WS/long.md"
 measure outline "$TH" call "$MNT" outline "$REQ/outline.json" "$RUNS" 20
+measure cat_huge "$TH" cat "$WS/huge.md" "$SLOW_RUNS" 2
+measure huge_range "$TH" call "$MNT" read_range "$REQ/huge_range.json" "$SLOW_RUNS" 2
+measure huge_outline "$TH" call "$MNT" outline "$REQ/huge_outline.json" "$SLOW_RUNS" 2
 measure grep "grep_times" "$SLOW_RUNS"
 measure search_files "$TH" call "$MNT" search_files "$REQ/search_files.json" "$SLOW_RUNS" 2
 measure apply_patch "$TH" call "$MNT" apply_patch "$REQ/patch_fwd.json" "$REQ/patch_back.json" "$PATCH_RUNS" 2
@@ -294,6 +310,8 @@ report() {
     row "list_allowed (no file: fixed cost)" list_allowed cat_big "read of the 1 MiB file" 2 catp_big
     row "outline, 100,000-line file" outline cat_long "read of that file" – catp_long
     row "apply_patch 3 hunks, 1 MiB file" apply_patch cat_big "read of that file" – catp_big
+    row "read_range 100 lines near the end, 50 MB file" huge_range cat_huge "read of that file" –
+    row "outline, 50 MB file" huge_outline cat_huge "read of that file" –
     row "search_files, $NFILES files" search_files grep "grep -rl (process)" –
     echo
     echo "| baseline | p50 | p99 |"
@@ -301,7 +319,7 @@ report() {
     echo "| \`cat\` process, 1 MiB file (posix_spawn + wait) | $(us catp_big p50) | $(us catp_big p99) |"
     echo "| \`cat\` process, 100,000-line file | $(us catp_long p50) | $(us catp_long p99) |"
     echo
-    echo "- big.md: ${BYTES[cat_big]:-?} bytes; long.md (100,000 lines): ${BYTES[cat_long]:-?} bytes;" \
+    echo "- big.md: ${BYTES[cat_big]:-?} bytes; long.md (100,000 lines): ${BYTES[cat_long]:-?} bytes; huge.md: ${BYTES[cat_huge]:-?} bytes (goal: read_range and outline on it ≤ 100 ms);" \
         "$NFILES files of 1–5 KiB in $(((NFILES + 99) / 100)) folders"
     echo "- runs: $RUNS (search_files/grep $SLOW_RUNS, apply_patch $PATCH_RUNS, alternating forth and back);" \
         "calls and cat timed in one process (open, write, read to EOF, close), warm cache"
