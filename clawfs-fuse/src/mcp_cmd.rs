@@ -31,7 +31,8 @@ pub struct McpArgs {
     /// The agent the server acts as (a directory under the store's agents/).
     #[arg(long, value_name = "NAME")]
     pub agent: String,
-    /// The workspace every call works in.
+    /// The workspace a call works in unless it names another (`"workspace"` argument), which
+    /// the agent's policy then decides.
     #[arg(long, value_name = "WS", default_value = "default")]
     pub workspace: String,
     /// Where ClawFS is mounted.
@@ -50,7 +51,7 @@ pub struct ServeArgs {
     /// Where ClawFS is mounted.
     #[arg(long, value_name = "DIR")]
     pub mount: PathBuf,
-    /// The workspace every call works in.
+    /// The workspace a call works in unless it names another.
     #[arg(long, value_name = "WS")]
     pub workspace: String,
     /// The agent, for the server's description only (the daemon identifies the caller itself).
@@ -158,7 +159,11 @@ fn call_through_mount(call_dir: &Path, tool: &str, request: &Value) -> std::io::
         .read(true)
         .write(true)
         .open(call_dir.join(tool))?;
-    f.write_all(request.to_string().as_bytes())?;
+    match f.write_all(request.to_string().as_bytes()) {
+        // Over the request limit: the daemon answers (and audits) too_large on the read.
+        Err(e) if e.raw_os_error() == Some(libc::EFBIG) => {}
+        other => other?,
+    }
     let mut out = Vec::new();
     f.read_to_end(&mut out)?;
     serde_json::from_slice(&out).map_err(std::io::Error::other)
@@ -191,7 +196,7 @@ impl ServerHandler for Server {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("clawfs", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
-                "The files of ClawFS workspace '{}', as agent {}. Paths are relative to the workspace. Every call runs as the agent, under its policy, and is audited.",
+                "The files of ClawFS workspace '{}' (another with a \"workspace\" argument), as agent {}. Paths are relative to the workspace. Every call runs as the agent, under its policy, and is audited.",
                 self.workspace, self.agent
             ))
     }
@@ -218,21 +223,11 @@ impl ServerHandler for Server {
                 None,
             ));
         };
+        // The server's workspace unless the call names one: the daemon decides (and audits)
+        // whether the agent may work there, as for any call through the mount.
         let mut args = request.arguments.unwrap_or_default();
-        match args.get("workspace") {
-            None => {}
-            Some(Value::String(ws)) if *ws == self.workspace => {}
-            Some(_) => {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "this server works in workspace '{}' only; start another (clawfs mcp --workspace WS) for another",
-                        self.workspace
-                    ),
-                    None,
-                ))
-            }
-        }
-        args.insert("workspace".into(), Value::String(self.workspace.clone()));
+        args.entry("workspace")
+            .or_insert_with(|| Value::String(self.workspace.clone()));
         let call_dir = self.call_dir.clone();
         let name = tool.clone();
         let response = tokio::task::spawn_blocking(move || {

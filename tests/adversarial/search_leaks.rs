@@ -238,3 +238,37 @@ fn workspace_db_ids_do_not_count_hidden_rows_and_copies_are_capped() {
     // Closed, they are gone: the next open works.
     assert!(!view_as(&m, &bob).is_empty());
 }
+
+/// Alice keeps a readable file in a folder others may enter but not list (0711): its name is
+/// hers to give out. Bob's search and workspace.db name neither it nor its text, while Alice's
+/// do; the tools that list folders hide it too.
+#[test]
+fn a_file_in_an_unlistable_folder_is_not_named_by_search() {
+    let (m, alice, bob) = shared(["ua", "ub"]);
+    let ws = m.ws();
+    let out = alice.sh(&format!(
+        "mkdir -m 0711 {w}/hidden && printf 'tamarind unlistedplan 2718\\n' > {w}/hidden/Secret-Plan.md && chmod 0644 {w}/hidden/Secret-Plan.md",
+        w = ws.display()
+    ));
+    assert!(out.status.success(), "{out:?}");
+    indexed(&m, "unlistedplan");
+    let alices = search_as(&m, &alice, "unlistedplan", "text");
+    assert!(
+        alices.iter().any(|h| h.contains("Secret-Plan")),
+        "{alices:?}"
+    );
+    for mode in ["text", "hybrid"] {
+        let bobs = search_as(&m, &bob, "unlistedplan tamarind", mode);
+        assert!(
+            bobs.iter()
+                .all(|h| !h.contains("Secret-Plan") && !h.contains("unlistedplan")),
+            "{mode}: {bobs:?}"
+        );
+    }
+    let view = view_as(&m, &bob);
+    assert!(!holds(&view, "Secret-Plan") && !holds(&view, "unlistedplan"));
+    assert!(holds(&view_as(&m, &alice), "unlistedplan"));
+    // Bob can still open it by its name, as POSIX allows: only its discovery is withheld.
+    let out = bob.sh(&format!("cat {}/hidden/Secret-Plan.md", ws.display()));
+    assert!(out.status.success(), "{out:?}");
+}

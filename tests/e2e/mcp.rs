@@ -83,6 +83,7 @@ fn an_mcp_client_uses_the_tools_as_the_agent_through_the_mount() {
         ["read_file", {"path": "../../vault/x"}],
         ["no_such_tool", {}],
         ["info", {"path": "plan.md", "workspace": "elsewhere"}],
+        ["write_file", {"path": "big.md", "content": "x".repeat(5 << 20)}],
     ]);
     let out = mcp_session(&m, "fs-engine", &[], calls);
     assert_eq!(out["server"], "clawfs");
@@ -126,10 +127,11 @@ fn an_mcp_client_uses_the_tools_as_the_agent_through_the_mount() {
         .as_str()
         .unwrap()
         .contains("unknown tool"));
-    assert!(r[11]["protocol_error"]
-        .as_str()
-        .unwrap()
-        .contains("workspace 'default' only"));
+    // Another workspace is the daemon's to decide, and on the trail like any call.
+    assert_eq!(r[11]["is_error"], true, "{}", r[11]);
+    assert_eq!(r[11]["structured"]["error"], "not_found", "{}", r[11]);
+    // A request over the limit is answered too_large by the daemon, not lost on the way.
+    assert_eq!(r[12]["structured"]["error"], "too_large", "{}", r[12]);
 
     // What the client did is on disk, made by the agent's uid, and in the audit trail as the
     // agent's tool calls.

@@ -203,7 +203,9 @@ fn vaultctl_over_a_real_sshd_with_a_forced_command_key() {
     );
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
-        fs::metadata(m.backing("workspaces/notes/Plan.md")).unwrap().uid(),
+        fs::metadata(m.backing("workspaces/notes/Plan.md"))
+            .unwrap()
+            .uid(),
         uid,
         "the edit was made as the bot's account"
     );
@@ -226,7 +228,8 @@ fn vaultctl_over_a_real_sshd_with_a_forced_command_key() {
     let out = sshd.ssh(Some("vaultctl --workspace default info Default.md"), "");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("option \"--workspace\" is set by the server") && !err.contains("subcommand \""),
+        err.contains("option \"--workspace\" is set by the server")
+            && !err.contains("subcommand \""),
         "{err}"
     );
 }

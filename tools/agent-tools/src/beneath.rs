@@ -179,16 +179,22 @@ pub fn write_atomic_with(
     written
 }
 
-/// Whether the calling thread may read `rel` beneath `dir` by its permissions (and search every
-/// folder on the way), without following a symlink at the end.
+/// Whether the calling thread may read `rel` beneath `dir` by its permissions, and list every
+/// folder on the way: a name in a folder the caller may enter but not list (0711) is one it
+/// could open but not find, so results that name files (search hits) leave it out. A symlink
+/// at the end is not followed.
 pub fn may_read(dir: impl AsFd, rel: &str) -> bool {
-    rustix::fs::accessat(
-        dir,
-        rel,
-        rustix::fs::Access::READ_OK,
-        rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .is_ok()
+    let readable = |path: &str| {
+        rustix::fs::accessat(
+            &dir,
+            path,
+            rustix::fs::Access::READ_OK,
+            rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+    };
+    let folders = rel.match_indices('/').map(|(i, _)| &rel[..i]);
+    readable(rel) && folders.filter(|f| !f.is_empty()).all(readable)
 }
 
 /// fsyncs a folder, also through an `O_PATH` descriptor (which cannot be synced itself).

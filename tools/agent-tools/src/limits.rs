@@ -49,6 +49,9 @@ pub const SEARCH_FILES_DEFAULT: usize = 50;
 pub const SEARCH_FILES_MAX: usize = 500;
 /// `search_files`, `list_files`, `resolve` by title: the most directory entries visited.
 pub const MAX_WALK_ENTRIES: usize = 100_000;
+/// `search_files`, `find_files`, `list_files`, `directory_tree`, `resolve` by title: the
+/// deepest level a walk goes to; deeper entries are left out and the result says it was cut.
+pub const MAX_WALK_DEPTH: usize = 64;
 /// `search_files`: files larger than this are skipped (bytes).
 pub const SEARCH_FILES_MAX_FILE_BYTES: u64 = 8 << 20;
 /// `list_files`: default and largest `max_results`.

@@ -1708,3 +1708,31 @@ fn read_media_file_returns_base64_with_the_type_its_bytes_show() {
         "denied",
     );
 }
+
+#[test]
+fn a_very_deep_tree_is_walked_to_a_bounded_depth_and_says_so() {
+    let w = ws();
+    // 300 levels: each folder is opened from its parent, and the walk stops at 64 levels.
+    let mut p = w.dir.join("deep");
+    for i in 0..300 {
+        p = p.join(format!("d{i}"));
+    }
+    fs::create_dir_all(&p).unwrap();
+    fs::write(p.join("leaf.md"), "bottom\n").unwrap();
+    fs::write(w.dir.join("deep/top-leaf.md"), "top\n").unwrap();
+    let r = w.ok("find_files", json!({"pattern": "leaf", "path": "deep"}));
+    assert_eq!(r["entries"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["entries"][0]["path"], "deep/top-leaf.md");
+    assert_eq!(r["truncated"], true, "the levels left out are said: {r}");
+    let r = w.ok("search_files", json!({"pattern": "bottom", "path": "deep"}));
+    assert_eq!(r["truncated"], true, "{r}");
+    let r = w.ok(
+        "list_files",
+        json!({"path": "deep", "recursive": true, "max_results": 2000}),
+    );
+    assert_eq!(r["truncated"], true, "{r}");
+    // A shallow listing of the same folder is complete.
+    let r = w.ok("list_files", json!({"path": "deep"}));
+    assert_eq!(r["truncated"], false, "{r}");
+    assert_eq!(r["sizes_incomplete"], true, "{r}");
+}

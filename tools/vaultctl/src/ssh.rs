@@ -130,7 +130,10 @@ pub fn check_command(command: Option<&str>) -> Result<Vec<String>, Refusal> {
             }
         }
     }
-    match args.iter().find(|a| !CLIENT_GLOBAL_OPTIONS.contains(&a.as_str())) {
+    match args
+        .iter()
+        .find(|a| !CLIENT_GLOBAL_OPTIONS.contains(&a.as_str()))
+    {
         Some(sub) if ALLOWED_SUBCOMMANDS.contains(&sub.as_str()) => {}
         Some(opt) if opt.starts_with('-') => return Err(Refusal::OptionFirst(opt.clone())),
         Some(sub) => return Err(Refusal::Subcommand(sub.clone())),
@@ -210,7 +213,10 @@ mod tests {
             ok("vaultctl info Projects/Plan.md"),
             ["info", "Projects/Plan.md"]
         );
-        assert_eq!(ok("vaultctl --pretty info a.md"), ["--pretty", "info", "a.md"]);
+        assert_eq!(
+            ok("vaultctl --pretty info a.md"),
+            ["--pretty", "info", "a.md"]
+        );
         assert_eq!(
             ok(r#"vaultctl resolve --title "Project Plan""#),
             ["resolve", "--title", "Project Plan"]
@@ -292,9 +298,10 @@ mod tests {
             (Some("vaultctl info a\\"), |r| {
                 matches!(r, Refusal::BadQuoting(_))
             }),
-            (Some("vaultctl --mount /etc info passwd"), |r| {
-                matches!(r, Refusal::ForbiddenOption(o) if o == "--mount")
-            }),
+            (
+                Some("vaultctl --mount /etc info passwd"),
+                |r| matches!(r, Refusal::ForbiddenOption(o) if o == "--mount"),
+            ),
             (Some("vaultctl --workspace other info a"), |r| {
                 matches!(r, Refusal::ForbiddenOption(o) if o == "--workspace")
                     && !r.to_string().contains("subcommand")
@@ -302,9 +309,10 @@ mod tests {
             (Some("vaultctl --json info a"), |r| {
                 matches!(r, Refusal::OptionFirst(_))
             }),
-            (Some("vaultctl --pretty"), |r| {
-                matches!(r, Refusal::Subcommand(s) if s.is_empty())
-            }),
+            (
+                Some("vaultctl --pretty"),
+                |r| matches!(r, Refusal::Subcommand(s) if s.is_empty()),
+            ),
             (Some("vaultctl info a --workspace other"), |r| {
                 matches!(r, Refusal::ForbiddenOption(_))
             }),

@@ -20,12 +20,12 @@ impl ClawFs {
         exchange: &Exchange,
     ) -> Vec<u8> {
         let caller = &creds.caller;
-        let head: RequestHead = serde_json::from_slice(&exchange.request).unwrap_or_default();
+        let mut head: RequestHead = serde_json::from_slice(&exchange.request).unwrap_or_default();
         let tool_name = tool
             .map(str::to_string)
-            .or(RequestHead::text(head.tool))
+            .or(RequestHead::text(head.tool.take()))
             .unwrap_or_else(|| "?".into());
-        let target = RequestHead::text(head.path).or(RequestHead::text(head.from));
+        let target = head.target();
         let (workspace, result) = if exchange.is_cut() {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
@@ -275,13 +275,16 @@ impl ClawFs {
     }
 }
 
-/// What the audit trail takes from a request: the tool, and the file it names. Other fields are
-/// skipped unparsed.
+/// What the audit trail takes from a request: the tool, and the file it names (both ends of a
+/// move, under either argument name the tools accept). Other fields are skipped unparsed.
 #[derive(Default, serde::Deserialize)]
 struct RequestHead {
     tool: Option<serde_json::Value>,
     path: Option<serde_json::Value>,
     from: Option<serde_json::Value>,
+    source: Option<serde_json::Value>,
+    to: Option<serde_json::Value>,
+    destination: Option<serde_json::Value>,
 }
 
 impl RequestHead {
@@ -289,6 +292,17 @@ impl RequestHead {
         match v {
             Some(serde_json::Value::String(s)) => Some(s),
             _ => None,
+        }
+    }
+
+    /// `path`, or `from -> to` for a move.
+    fn target(self) -> Option<String> {
+        let from = Self::text(self.from).or(Self::text(self.source));
+        let to = Self::text(self.to).or(Self::text(self.destination));
+        match (Self::text(self.path), from, to) {
+            (Some(path), _, _) => Some(path),
+            (None, Some(from), Some(to)) => Some(format!("{from} -> {to}")),
+            (None, from, to) => from.or(to),
         }
     }
 }

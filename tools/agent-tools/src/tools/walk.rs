@@ -2,10 +2,10 @@
 //! symlinks, skips protected names and what the caller may not read, stops after a fixed number of
 //! entries and says so.
 //!
-//! Each folder is opened beneath the walk's start folder by its path below it with symlinks refused
+//! Each folder is opened from its parent's descriptor by its one name with symlinks refused
 //! (`beneath::open`), and listed and stat'ed through that descriptor, so a folder swapped for a
-//! symlink mid-walk is skipped instead of followed. Only two descriptors are open at a time, however
-//! deep the tree.
+//! symlink mid-walk is skipped instead of followed, and a folder costs the same at any depth.
+//! The walk goes at most [`MAX_WALK_DEPTH`] levels down, holding one descriptor per level.
 
 use std::fs::{File, Metadata};
 
@@ -14,7 +14,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use crate::access::{protected_component, Access};
 use crate::beneath::{self, DIR_PATH};
 use crate::error::{ToolError, ToolResult};
-use crate::limits::MAX_WALK_ENTRIES;
+use crate::limits::{MAX_WALK_DEPTH, MAX_WALK_ENTRIES};
 use crate::paths::{join_rel, Found};
 use crate::ToolRoot;
 
@@ -55,12 +55,14 @@ pub(crate) enum Step {
 pub(crate) struct WalkStats {
     /// Entries visited.
     pub visited: usize,
-    /// Whether the walk stopped at [`MAX_WALK_ENTRIES`].
+    /// Whether entries were left unseen: the walk stopped at [`MAX_WALK_ENTRIES`], or did not
+    /// go below [`MAX_WALK_DEPTH`] levels.
     pub capped: bool,
 }
 
 /// Walks the folder `start` (existing, readable) depth-first in name order, to `max_depth`
-/// levels, calling `visit` for each readable, unprotected entry.
+/// levels (at most [`MAX_WALK_DEPTH`]), calling `visit` for each readable, unprotected entry:
+/// all the entries of a folder first, then each subfolder in turn.
 pub(crate) fn walk(
     root: &ToolRoot,
     start: &Found,
@@ -71,61 +73,108 @@ pub(crate) fn walk(
         visited: 0,
         capped: false,
     };
-    // Stack of folders still to read: (workspace rel, sub rel, depth of their children).
-    let mut stack: Vec<(String, String, usize)> = vec![(start.rel.clone(), String::new(), 1)];
-    while let Some((rel, sub, depth)) = stack.pop() {
-        let listed = beneath::open(&start.file, &sub, DIR_PATH)
-            .and_then(|dir| Ok((beneath::list(&dir)?, dir)));
-        let (mut names, dir) = match listed {
-            Ok(l) => l,
-            Err(e) if sub.is_empty() => {
-                return Err(ToolError::io(
-                    format!("listing '{}'", crate::paths::show(&rel)),
-                    e,
-                ))
-            }
-            Err(_) => continue,
-        };
+    let dir = beneath::open(&start.file, "", DIR_PATH)
+        .map_err(|e| ToolError::io(format!("listing '{}'", crate::paths::show(&start.rel)), e))?;
+    let mut w = Walk {
+        root,
+        max_depth: max_depth.min(MAX_WALK_DEPTH),
+        stats: &mut stats,
+        visit: &mut visit,
+    };
+    let at = Folder {
+        rel: &start.rel,
+        sub: "",
+        depth: 1,
+    };
+    // Stopping early is not an error: the stats say what was seen.
+    let _stopped: Go = w
+        .folder(&dir, at)
+        .map_err(|e| ToolError::io(format!("listing '{}'", crate::paths::show(&start.rel)), e))?;
+    Ok(stats)
+}
+
+/// A folder being walked: its workspace-relative path, its path below the start, and the
+/// depth of its children.
+#[derive(Clone, Copy)]
+struct Folder<'a> {
+    rel: &'a str,
+    sub: &'a str,
+    depth: usize,
+}
+
+/// The state of one walk. Each folder is opened from its parent's descriptor, one name at a
+/// time, so a folder costs the same at any depth; at most [`MAX_WALK_DEPTH`] descriptors are
+/// open at once.
+struct Walk<'w, V> {
+    root: &'w ToolRoot,
+    max_depth: usize,
+    stats: &'w mut WalkStats,
+    visit: &'w mut V,
+}
+
+/// Whether to go on after a folder.
+type Go = std::ops::ControlFlow<()>;
+
+impl<V: FnMut(&Entry) -> Step> Walk<'_, V> {
+    /// Visits the entries of `dir`, then walks its subfolders. An error listing `dir` itself is
+    /// returned (it matters only for the start); subfolders that cannot be listed are skipped.
+    fn folder(&mut self, dir: &File, at: Folder) -> std::io::Result<Go> {
+        let mut names = beneath::list(dir)?;
         names.sort();
         let mut subdirs = Vec::new();
         for name in names {
             if protected_component(&name).is_some() {
                 continue;
             }
-            let erel = join_rel(&rel, &name);
-            if root.policy().check(&erel, Access::Read).is_err() {
+            let erel = join_rel(at.rel, &name);
+            if self.root.policy().check(&erel, Access::Read).is_err() {
                 continue;
             }
-            stats.visited += 1;
-            if stats.visited > MAX_WALK_ENTRIES {
-                stats.capped = true;
-                return Ok(stats);
+            self.stats.visited += 1;
+            if self.stats.visited > MAX_WALK_ENTRIES {
+                self.stats.capped = true;
+                return Ok(Go::Break(()));
             }
-            let Ok(meta) = beneath::lstat(&dir, &name) else {
+            let Ok(meta) = beneath::lstat(dir, &name) else {
                 continue;
             };
             let entry = Entry {
-                sub: join_rel(&sub, &name),
+                sub: join_rel(at.sub, &name),
                 rel: erel,
                 name,
                 meta,
-                depth,
-                dir: &dir,
+                depth: at.depth,
+                dir,
             };
-            match visit(&entry) {
-                Step::Stop => return Ok(stats),
+            match (self.visit)(&entry) {
+                Step::Stop => return Ok(Go::Break(())),
                 Step::Prune => {}
-                Step::Continue => {
-                    if entry.meta.is_dir() && depth < max_depth {
-                        subdirs.push((entry.rel, entry.sub, depth + 1));
+                Step::Continue if entry.meta.is_dir() => {
+                    if at.depth < self.max_depth {
+                        subdirs.push((entry.name, entry.rel, entry.sub));
+                    } else if at.depth == MAX_WALK_DEPTH {
+                        self.stats.capped = true;
                     }
                 }
+                Step::Continue => {}
             }
         }
-        // Reverse so the stack pops them in name order.
-        stack.extend(subdirs.into_iter().rev());
+        for (name, rel, sub) in subdirs {
+            // A folder swapped for a symlink since it was listed is refused here, and skipped.
+            let Ok(child) = beneath::open(dir, &name, DIR_PATH) else {
+                continue;
+            };
+            let below = Folder {
+                rel: &rel,
+                sub: &sub,
+                depth: at.depth + 1,
+            };
+            if let Ok(Go::Break(())) = self.folder(&child, below) {
+                return Ok(Go::Break(()));
+            }
+        }
+        Ok(Go::Continue(()))
     }
-    Ok(stats)
 }
 
 /// A case-insensitive glob. A glob without `/` matches entry names at any depth; one with `/`
