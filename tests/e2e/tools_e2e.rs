@@ -214,15 +214,29 @@ fn every_tool(iface: Iface) {
         PLAN,
         "the backup holds the old text"
     );
-    let r = s.fails(
+    // The same patch again, with its now stale base: already applied, nothing written.
+    s.fails(
         &m,
         iface,
         "apply_patch",
         json!({"path": "Projects/Plan.md", "base_sha256": base, "patch": patch}),
+        "already_applied",
+    );
+    // Another patch against the stale base: the file changed since it was read.
+    let other = "@@ -1 +1 @@\n-# Plan\n+# The Plan\n";
+    let r = s.fails(
+        &m,
+        iface,
+        "apply_patch",
+        json!({"path": "Projects/Plan.md", "base_sha256": base, "patch": other}),
         "hash_mismatch",
     );
     assert_eq!(r["expected"], base);
     assert_eq!(r["actual"], sha256(patched.as_bytes()));
+    assert_eq!(
+        fs::read_to_string(ws.join("Projects/Plan.md")).unwrap(),
+        patched
+    );
 
     // edit_exact
     let base = sha256(patched.as_bytes());
@@ -461,6 +475,41 @@ fn every_tool(iface: Iface) {
         iface,
         "search_files",
         json!({"pattern": "(", "regex": true}),
+        "invalid_args",
+    );
+
+    // find_files, read_media_file
+    let r = s.ok(
+        &m,
+        iface,
+        "find_files",
+        json!({"pattern": "DUP", "excludePatterns": ["b"]}),
+    );
+    let found: Vec<&str> = r["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, ["a/dup.md"], "{r}");
+    fs::write(ws.join("dot.gif"), b"GIF89a\x01\x00\x01\x00").unwrap();
+    let r = s.ok(&m, iface, "read_media_file", json!({"path": "dot.gif"}));
+    assert_eq!(
+        (r["mime_type"].as_str(), r["kind"].as_str()),
+        (Some("image/gif"), Some("image"))
+    );
+    s.fails(
+        &m,
+        iface,
+        "read_media_file",
+        json!({"path": ".git/x.png"}),
+        "protected",
+    );
+    s.fails(
+        &m,
+        iface,
+        "find_files",
+        json!({"pattern": "*[z"}),
         "invalid_args",
     );
 

@@ -173,15 +173,28 @@ fn the_edit_note_loop_end_to_end() {
     let r = go(&["info", &path], "");
     assert_eq!(r.json["sha256"], new_sha.as_str());
 
-    // 6. the same patch again: hash mismatch (exit 1), then against the new base: patch_failed
-    let r = go(&["apply-patch", &path, &sha], &patch);
+    // 6. the same patch again, with its old base or the new one: already applied (exit 1);
+    // another patch against the old base: hash mismatch; one whose lines are not there:
+    // patch_failed
+    for base in [&sha, &new_sha] {
+        let r = go(&["apply-patch", &path, base], &patch);
+        assert_eq!(
+            (r.code, r.json["error"].as_str()),
+            (1, Some("already_applied"))
+        );
+    }
+    let other = "@@ -1 +1 @@\n-# Project Plan\n+# The Plan\n";
+    let r = go(&["apply-patch", &path, &sha], other);
     assert_eq!(
         (r.code, r.json["error"].as_str()),
         (1, Some("hash_mismatch"))
     );
     assert_eq!(r.json["expected"], sha.as_str());
     assert_eq!(r.json["actual"], new_sha.as_str());
-    let r = go(&["apply-patch", &path, &new_sha], &patch);
+    let r = go(
+        &["apply-patch", &path, &new_sha],
+        "@@ -1 +1 @@\n-# No Such Title\n+# X\n",
+    );
     assert_eq!(
         (r.code, r.json["error"].as_str()),
         (1, Some("patch_failed"))

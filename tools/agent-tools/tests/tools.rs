@@ -1726,6 +1726,11 @@ fn a_very_deep_tree_is_walked_to_a_bounded_depth_and_says_so() {
     assert_eq!(r["truncated"], true, "the levels left out are said: {r}");
     let r = w.ok("search_files", json!({"pattern": "bottom", "path": "deep"}));
     assert_eq!(r["truncated"], true, "{r}");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("64 levels") && !notes.contains("max_results"),
+        "{r}"
+    );
     let r = w.ok(
         "list_files",
         json!({"path": "deep", "recursive": true, "max_results": 2000}),

@@ -181,11 +181,16 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         }
         Step::Continue
     })?;
-    out.truncated |= stats.capped;
     if out.truncated {
         out.notes.push(format!(
             "stopped after {} matching lines; narrow path or include, or raise max_results (at most {SEARCH_FILES_MAX})",
             out.matches.len()
+        ));
+    }
+    if stats.capped {
+        out.truncated = true;
+        out.notes.push(format!(
+            "not every file was searched: a walk stops after {MAX_WALK_ENTRIES} entries and {MAX_WALK_DEPTH} levels down; search a folder further down with path"
         ));
     }
     Ok(out)
