@@ -220,23 +220,25 @@ pub const VAULT_PASSPHRASE: &str = "correct horse battery staple";
 
 /// `clawfs vault --store STORE ARGS`, with `stdin` as its input when given.
 pub fn vault(m: &Mounted, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
     let mut c = Command::new(clawfs_bin());
     c.arg("vault").arg("--store").arg(&m.store).args(args);
     c.env("CLAWFS_VAULT_PASSPHRASE", VAULT_PASSPHRASE);
-    let Some(input) = stdin else {
-        return c.output().expect("run clawfs vault");
-    };
-    c.stdin(std::process::Stdio::piped())
+    match stdin {
+        None => c.output().expect("run clawfs vault"),
+        Some(input) => output_with_input(&mut c, input.as_bytes()),
+    }
+}
+
+/// Runs `c` with `input` on its standard input and captures its output.
+pub fn output_with_input(c: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().expect("run clawfs vault");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {:?}: {e}", c.get_program()));
+    child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }
 

@@ -2,13 +2,12 @@
 //! package, installed by `scripts/test-venv.sh`). The server runs as the agent, sandboxed, and
 //! every call goes through the mount, so the daemon's policy and audit apply to it.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::common::{audit_until, clawfs_bin, Mounted};
+use crate::common::{audit_until, clawfs_bin, output_with_input, Mounted};
 
 /// The Python of the test venv that holds the `mcp` package.
 fn python() -> PathBuf {
@@ -25,8 +24,8 @@ fn python() -> PathBuf {
 /// (a list of `[tool, arguments]`); returns what it printed.
 fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value {
     let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/clients/mcp_client.py");
-    let mut child = Command::new(python())
-        .arg(client)
+    let mut cmd = Command::new(python());
+    cmd.arg(client)
         .arg(clawfs_bin())
         .args(["mcp", "--store"])
         .arg(&m.store)
@@ -34,19 +33,8 @@ fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value 
         .arg(&m.mnt)
         .args(["--agent", agent])
         .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .current_dir("/")
-        .spawn()
-        .expect("start the MCP client");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(calls.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .current_dir("/");
+    let out = output_with_input(&mut cmd, calls.to_string().as_bytes());
     assert!(
         out.status.success(),
         "MCP client failed: {}\n{}",

@@ -3,9 +3,8 @@
 //! binaries are found next to `clawfs` in the target directory, built first if missing.
 
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::common::Mounted;
 use serde_json::Value;
@@ -26,19 +25,7 @@ struct Run {
 }
 
 fn run(cmd: &mut Command, stdin: &str) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = crate::common::output_with_input(cmd, stdin.as_bytes());
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not JSON ({e}): {:?}; stderr {:?}",

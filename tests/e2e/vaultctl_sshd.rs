@@ -3,7 +3,6 @@
 //! up. The account is `clawfs-sshbot`, created for the test if missing.
 
 use std::fs;
-use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -138,18 +137,8 @@ impl Sshd {
                 "LogLevel=ERROR",
             ])
             .arg(format!("{BOT}@127.0.0.1"))
-            .args(command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("run ssh");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .args(command);
+        crate::common::output_with_input(&mut cmd, stdin.as_bytes())
     }
 }
 

@@ -285,14 +285,15 @@ fn reversed(patch: &Patch) -> Patch {
     r
 }
 
-/// Whether `text` already holds what `patch` would make of it: the patch does not apply, but its
-/// reverse does, and the patch changes something (a patch of context alone proves nothing).
-pub(crate) fn already_applied(text: &str, patch: &Patch) -> bool {
+/// Whether `text` holds what `patch` makes of it: the patch's reverse applies, and the patch
+/// changes something (a patch of context alone proves nothing). It means "already applied" once
+/// the patch itself did not apply.
+pub(crate) fn holds_result(text: &str, patch: &Patch) -> bool {
     let changes = patch
         .hunks
         .iter()
         .any(|h| h.lines.iter().any(|l| !matches!(l, HunkLine::Context(_))));
-    changes && apply(text, patch).is_err() && apply(text, &reversed(patch)).is_ok()
+    changes && apply(text, &reversed(patch)).is_ok()
 }
 
 /// Applies `patch` to `text`, all hunks or none. On failure returns one message per failing hunk.
@@ -306,27 +307,19 @@ pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHun
     let mut applied = Vec::new();
     let mut failures = Vec::new();
     for (k, h) in patch.hunks.iter().enumerate() {
-        let stated = if h.old().is_empty() {
+        let old = h.old();
+        let stated = if old.is_empty() {
             h.old_start
         } else {
             h.old_start.saturating_sub(1)
         };
         let expected = (stated as i64 + offset).clamp(pos as i64, src.len() as i64) as usize;
         // The whole body first; then without the empty lines an over-counted header kept.
-        let mut body = h.lines.as_slice();
-        let mut found = locate(&src, pos, expected, &h.old());
-        for cut in 1..=h.loose_tail {
-            if found.is_some() {
-                break;
-            }
-            let shorter = &h.lines[..h.lines.len() - cut];
-            let old: Vec<&str> = old_of(shorter);
-            found = locate(&src, pos, expected, &old);
-            if found.is_some() {
-                body = shorter;
-            }
-        }
-        let Some(at) = found else {
+        let found = (0..=h.loose_tail).find_map(|cut| {
+            let body = &h.lines[..h.lines.len() - cut];
+            locate(&src, pos, expected, &old_of(body)).map(|at| (at, body))
+        });
+        let Some((at, body)) = found else {
             let miscount = h
                 .miscount()
                 .map(|m| format!(" Also, {m}."))
@@ -336,7 +329,7 @@ pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHun
                 k + 1,
                 h.header,
                 expected + 1,
-                explain(&src, expected, &h.old()),
+                explain(&src, expected, &old),
                 pos
             ));
             continue;

@@ -252,7 +252,7 @@ pub(crate) fn find_files(root: &ToolRoot, a: FindFilesArgs) -> ToolResult<FindFi
                 out.truncated = true;
                 return Step::Stop;
             }
-            out.entries.push(list_entry(e, None));
+            out.entries.push(list_entry(e).1);
         }
         Step::Continue
     })?;
@@ -328,15 +328,16 @@ pub struct ListFilesResult {
     pub sizes_incomplete: bool,
 }
 
-/// A listing entry for a walked entry; `size` overrides the entry's own (a folder's total).
-fn list_entry(e: &super::walk::Entry, size: Option<u64>) -> ListEntry {
+/// A walked entry as listed (a folder's size starts at 0), with its modification time.
+fn list_entry(e: &super::walk::Entry) -> (std::time::SystemTime, ListEntry) {
     let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
-    ListEntry {
+    let entry = ListEntry {
         path: e.rel.clone(),
         kind: EntryType::of(&e.meta),
-        size: size.unwrap_or(if e.meta.is_file() { e.meta.len() } else { 0 }),
+        size: if e.meta.is_file() { e.meta.len() } else { 0 },
         modified: rfc3339(m),
-    }
+    };
+    (m, entry)
 }
 
 pub(crate) fn list_files(root: &ToolRoot, a: ListFilesArgs) -> ToolResult<ListFilesResult> {
@@ -368,8 +369,7 @@ pub(crate) fn list_files(root: &ToolRoot, a: ListFilesArgs) -> ToolResult<ListFi
             if e.meta.is_dir() {
                 folders.insert(e.sub.clone(), all.len());
             }
-            let m = e.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
-            all.push((m, list_entry(e, None)));
+            all.push(list_entry(e));
         }
         Step::Continue
     })?;

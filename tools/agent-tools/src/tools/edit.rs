@@ -121,7 +121,8 @@ pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<Appl
     };
     if let Err(e) = check_hash(&l.f.rel, &a.base_sha256, &l.sha256) {
         let stale = matches!(e, ToolError::HashMismatch { .. });
-        if stale && text.as_ref().is_ok_and(|t| patch::already_applied(t, &p)) {
+        let applied = |t: &&str| patch::apply(t, &p).is_err() && patch::holds_result(t, &p);
+        if stale && text.as_ref().is_ok_and(applied) {
             return Err(already());
         }
         return Err(e);
@@ -129,7 +130,7 @@ pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<Appl
     let text = text?;
     let (new, hunks) = match patch::apply(text, &p) {
         Ok(done) => done,
-        Err(_) if patch::already_applied(text, &p) => return Err(already()),
+        Err(_) if patch::holds_result(text, &p) => return Err(already()),
         Err(details) => {
             return Err(ToolError::PatchFailed {
                 message: format!(

@@ -628,20 +628,20 @@ pub(crate) fn head(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
     range(lines, 1, n, a.line_numbers, budget(a.max_chars))
 }
 
+/// The first and last line numbers of a file's last `n` lines (`1..=1` for an empty file), and
+/// the file ready to read from its start.
+fn last_lines(lines: Lines, n: usize) -> ToolResult<(usize, usize, Lines)> {
+    let (total, lines) = lines.counted()?;
+    Ok((total.saturating_sub(n) + 1, total.max(1), lines))
+}
+
 pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
-    let (total, lines) = stream::open(root, &a.path)?.counted()?;
     let n = a
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    let start = total.saturating_sub(n) + 1;
-    range(
-        lines,
-        start,
-        total.max(1),
-        a.line_numbers,
-        budget(a.max_chars),
-    )
+    let (start, end, lines) = last_lines(stream::open(root, &a.path)?, n)?;
+    range(lines, start, end, a.line_numbers, budget(a.max_chars))
 }
 
 /// `read_file` arguments.
@@ -716,10 +716,7 @@ pub(crate) fn read_file_budget(
             ))
         }
         (Some(n), None) => (1, n, lines),
-        (None, Some(n)) => {
-            let (total, lines) = lines.counted()?;
-            (total.saturating_sub(n) + 1, total.max(1), lines)
-        }
+        (None, Some(n)) => last_lines(lines, n)?,
         (None, None) => (a.start.unwrap_or(1), a.end.unwrap_or(usize::MAX), lines),
     };
     let Some(w) = checked_window(lines, start, end, numbers, max_chars)? else {

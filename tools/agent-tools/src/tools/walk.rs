@@ -73,8 +73,8 @@ pub(crate) fn walk(
         visited: 0,
         capped: false,
     };
-    let dir = beneath::open(&start.file, "", DIR_PATH)
-        .map_err(|e| ToolError::io(format!("listing '{}'", crate::paths::show(&start.rel)), e))?;
+    let failed = |e| ToolError::io(format!("listing '{}'", crate::paths::show(&start.rel)), e);
+    let dir = beneath::open(&start.file, "", DIR_PATH).map_err(failed)?;
     let mut w = Walk {
         root,
         max_depth: max_depth.min(MAX_WALK_DEPTH),
@@ -87,9 +87,7 @@ pub(crate) fn walk(
         depth: 1,
     };
     // Stopping early is not an error: the stats say what was seen.
-    let _stopped: Go = w
-        .folder(&dir, at)
-        .map_err(|e| ToolError::io(format!("listing '{}'", crate::paths::show(&start.rel)), e))?;
+    let _stopped: Go = w.folder(&dir, at).map_err(failed)?;
     Ok(stats)
 }
 
