@@ -10,7 +10,9 @@
 # enable_uring parameter for the run and puts it back) and a fresh ClawFS store, and times, in
 # one run, two calls on native ext4, on both floor mounts and on ClawFS:
 #   - stat of a missing name: one LOOKUP round trip on FUSE, a dentry miss natively;
-#   - open+close of a small file: an OPEN round trip (and an asynchronous RELEASE) on FUSE.
+#   - open+close of a small file: an OPEN round trip (and an asynchronous RELEASE) on FUSE;
+# and, for the LOOKUP, the one thing ClawFS must do that the floor does not: look the missing name
+# up in its store (a single-name fstatat beneath the store's open directory).
 # No FUSE file system can answer faster than the floor mount, so the floor bounds the ratio any
 # per-file workload can reach here (docs/benchmarks.md). Needs root (mounts). Cleans up on exit.
 set -euo pipefail
@@ -111,8 +113,12 @@ for probe in statmiss openclose; do
             [[ $probe == openclose ]] && target=$target/f
             RUNS[$t]+="$("$H" "$probe" "$target" "$CALLS") "
         done
+        if [[ $probe == statmiss ]]; then
+            RUNS[store]+="$("$H" statmissat "$WORK/store/workspaces/default" "$CALLS") "
+        fi
     done
-    for t in $SIDES; do
+    for t in $SIDES store; do
+        [[ -n ${RUNS[$t]:-} ]] || continue
         R[$probe,$t]=$(tr ' ' '\n' <<<"${RUNS[$t]}" | grep . | sort -n |
             awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
     done
@@ -123,14 +129,15 @@ echo "## FUSE round-trip floor — $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(un
 echo
 echo "µs per call, median of $ROUNDS interleaved runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
 echo
-echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor | store's own lookup | ClawFS − floor − store |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for probe in statmiss openclose; do
     label="stat of a missing name (1 LOOKUP)"
     [[ $probe == openclose ]] && label="open+close of a 4 KiB file (OPEN, async RELEASE)"
     awk -v l="$label" -v n="${R[$probe,native]}" -v f="${R[$probe,floor]}" -v u="${R[$probe,uring]:-}" \
-        -v c="${R[$probe,clawfs]}" 'BEGIN {
-            printf "| %s | %.2f | %.2f | %s | %.2f | %.2f |\n", l, n, f,
-                (u == "" ? "n/a" : sprintf("%.2f", u)), c, c - f }'
+        -v c="${R[$probe,clawfs]}" -v s="${R[$probe,store]:-}" 'BEGIN {
+            printf "| %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s |\n", l, n, f,
+                (u == "" ? "n/a" : sprintf("%.2f", u)), c, c - f,
+                (s == "" ? "—" : sprintf("%.2f", s)), (s == "" ? "—" : sprintf("%.2f", c - f - s)) }'
 done
 [[ -n $URING_PID ]] || echo "(io_uring floor not run: $URING_PARAM is missing or not writable)"

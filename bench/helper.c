@@ -10,6 +10,8 @@
  *   helper tree    DIR NDIRS NFILES  write a source-like tree: NDIRS dirs in two levels, NFILES files
  *   helper randread FILE SECONDS BS [direct]  random BS-sized preads for SECONDS; prints IOPS
  *   helper statmiss DIR N            stat N names that do not exist; prints µs per call
+ *   helper statmissat DIR N          the same, each one name beneath an open DIR (fstatat): what
+ *                                    a FUSE daemon's own lookup in its backing store costs
  *   helper openclose FILE N          open(O_RDONLY)+close FILE N times; prints µs per pair
  *
  * Exit status is non-zero on any error, with a message on stderr.
@@ -209,6 +211,24 @@ static int do_statmiss(const char *dir, long n)
     return 0;
 }
 
+static int do_statmissat(const char *dir, long n)
+{
+    char name[64];
+    struct stat st;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        die("open", dir);
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "missing-at-%d-%ld", (int)getpid(), i);
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+            die("fstatat (expected ENOENT)", name);
+    }
+    printf("%.2f\n", (now() - t0) * 1e6 / n);
+    close(dfd);
+    return 0;
+}
+
 static int do_openclose(const char *file, long n)
 {
     double t0 = now();
@@ -236,8 +256,10 @@ int main(int argc, char **argv)
         return do_randread(argv[2], atof(argv[3]), atol(argv[4]), argc >= 6 && !strcmp(argv[5], "direct"));
     if (argc >= 4 && !strcmp(argv[1], "statmiss"))
         return do_statmiss(argv[2], atol(argv[3]));
+    if (argc >= 4 && !strcmp(argv[1], "statmissat"))
+        return do_statmissat(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "openclose"))
         return do_openclose(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: helper create|stat|readdir|tree|randread|statmiss|openclose ...\n");
+    fprintf(stderr, "usage: helper create|stat|readdir|tree|randread|statmiss|statmissat|openclose ...\n");
     return 2;
 }

@@ -77,6 +77,13 @@ pub const SEARCH_DIR: &str = ".search";
 /// The name of the index view in every workspace (listed).
 pub const INDEX_VIEW: &str = "workspace.db";
 
+/// Whether `name` is a generated child of every workspace folder (when the daemon indexes
+/// workspaces). Tested before the workspace is named: naming it costs a system call, and
+/// almost every name looked up in a workspace is a stored one.
+pub fn is_workspace_child(name: &OsStr) -> bool {
+    name == SEARCH_DIR || name == INDEX_VIEW
+}
+
 /// The generated child `name` of workspace `ws`'s folder, when the daemon indexes workspaces.
 pub fn child_of_workspace(ws: &str, name: &OsStr) -> Option<VirtualNode> {
     match name.to_str()? {

@@ -78,9 +78,7 @@ impl ClawFs {
             }
             if is_private(node.place, name)
                 || crate::virtual_files::child_of_place(node.place, name).is_some()
-                || workspace
-                    .as_ref()
-                    .is_some_and(|ws| crate::virtual_files::child_of_workspace(ws, name).is_some())
+                || (workspace.is_some() && crate::virtual_files::is_workspace_child(name))
             {
                 continue; // hidden, or shadowed by a generated file
             }

@@ -18,7 +18,10 @@ impl ClawFs {
         if let Some(child) = crate::virtual_files::child_of_place(pnode.place, name) {
             return Ok(self.entry_of_virtual(&child));
         }
-        if pnode.place == Place::WorkspaceRoot && self.indexer().is_some() {
+        if pnode.place == Place::WorkspaceRoot
+            && crate::virtual_files::is_workspace_child(name)
+            && self.indexer().is_some()
+        {
             let ws = self.workspace_of(&pnode)?;
             if let Some(child) = crate::virtual_files::child_of_workspace(&ws, name) {
                 return Ok(self.entry_of_virtual(&child));
