@@ -78,6 +78,13 @@ impl InodeTable {
         }
     }
 
+    /// Where the node behind an inode number is, if the kernel holds a lookup on it (no copy
+    /// of the node, for the request path).
+    pub fn place_of(&self, ino: u64) -> Option<Place> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.get(&ino).map(|s| s.node.place)
+    }
+
     /// The node behind an inode number, if the kernel holds a lookup on it.
     pub fn get(&self, ino: u64) -> Option<Node> {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);

@@ -60,6 +60,9 @@ pub enum StoreError {
         /// The daemon holding it, if it said.
         by: Option<DaemonInfo>,
     },
+    /// The system manifest could not be recorded.
+    #[error("recording the system manifest: {0}")]
+    Integrity(#[from] crate::integrity::IntegrityError),
     /// An I/O error on a store path.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -146,6 +149,16 @@ impl Store {
         )
         .map_err(io_err(path))?;
         seed::lay_out(path).map_err(io_err(path))?;
+        // The manifest of system/ is recorded from what init just wrote.
+        let root = rustix::fs::open(
+            path,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| io_err(path)(e.into()))?;
+        crate::integrity::system::record_all(root.as_fd(), &seed::now_rfc3339())?;
         atomic_write(
             &path.join(PRIVATE_DIR),
             "format",

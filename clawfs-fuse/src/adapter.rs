@@ -247,15 +247,15 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
         match self.fs.lookup_entry(&caller(req), parent.0, name) {
             Ok(Some(e)) => reply.entry(
-                &self.fs.ttl(e.attr.ino),
+                &self.fs.entry_ttl(parent.0, e.attr.ino),
                 &file_attr(&e.attr),
                 Generation(e.generation),
             ),
-            // A negative entry: node id 0, kept by the kernel for the parent's ttl.
+            // A negative entry: node id 0, kept by the kernel for the ttl of names in the parent.
             Ok(None) => {
                 let mut negative = file_attr(&clawfs_core::attr::Attr::negative());
                 negative.ino = INodeNo(0);
-                reply.entry(&self.fs.ttl(parent.0), &negative, Generation(0));
+                reply.entry(&self.fs.ttl_in(parent.0), &negative, Generation(0));
             }
             Err(e) => reply.error(fail("lookup", e)),
         }

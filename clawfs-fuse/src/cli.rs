@@ -28,6 +28,8 @@ Exit status:
   3  mount point problem: missing, not a directory, not empty, already mounted, stale, busy,
      not a ClawFS mount
   4  store problem: not initialised, newer format, already served
+  5  integrity: system/ differs from its manifest (mount, system verify), a document of
+     specs/ fails verification (specs verify)
 `clawfs run` exits with the command's status (128 + N if a signal N killed it).
 
 JSON output (--json):
@@ -138,6 +140,23 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::vault_cmd::VaultCommand,
     },
+    /// Signed documents of specs/: signing keys, drafts, freezing, verification, changes
+    /// approved by two signers.
+    Specs {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::integrity_cmd::SpecsCommand,
+    },
+    /// The files of system/ against their manifest (vault/system-manifest.json): verify, update.
+    System {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::integrity_cmd::SystemCommand,
+    },
     /// Check agents' identity files: reports any whose checksum does not match its content
     /// (e.g. edited in the store behind ClawFS's back).
     Identity {
@@ -238,4 +257,8 @@ pub struct MountArgs {
     /// measuring indexing's cost).
     #[arg(long)]
     pub no_search: bool,
+    /// Serve even if system/ differs from vault/system-manifest.json (recorded on the audit
+    /// trail); without it such a store is refused (exit 5).
+    #[arg(long)]
+    pub allow_tampered_system: bool,
 }

@@ -207,10 +207,15 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
     if let Some(file) = file {
         crate::policy_cmd::check(file)?;
         let text = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let dir = target.parent().expect("policy file has a directory");
-        // system/ is read-only to everyone but root writing the store directly.
-        clawfs_core::store::atomic_write(dir, "policy.toml", &text, 0o444)
-            .with_context(|| format!("installing {}", target.display()))?;
+        // Installed with its hash recorded in the system manifest.
+        clawfs_core::integrity::system::install(
+            store.root_fd(),
+            "policy.toml",
+            &text,
+            0o444,
+            &clawfs_core::seed::now_rfc3339(),
+        )
+        .with_context(|| format!("installing {}", target.display()))?;
     } else {
         crate::policy_cmd::check(&target)?;
     }

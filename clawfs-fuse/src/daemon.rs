@@ -87,6 +87,13 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
     }
     let mp = check_mountpoint(&args.mountpoint)?;
     let store = open_store(&store_path(&args.store.store))?;
+    // Refused here, on the user's terminal, before any daemon starts.
+    if let Some(differences) = check_system(&store, args.allow_tampered_system)? {
+        eprintln!(
+            "clawfs: serving although system/ differs from {} (--allow-tampered-system): {differences}",
+            clawfs_core::integrity::system::MANIFEST
+        );
+    }
     if !args.foreground {
         crate::commands::report_repair(&store.close_to_others()?);
     }
@@ -97,6 +104,38 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
         drop(store.lock()?);
         start_background(args, &mp, &store)
     }
+}
+
+/// Compares the store's `system/` with its manifest (recording one for a store that has none).
+/// A difference refuses the mount (exit 5) unless `allow`, when it is returned for the record.
+fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
+    use clawfs_core::integrity::system::{self, Verification};
+    let verdict = system::verify(store.root_fd(), &clawfs_core::seed::now_rfc3339())
+        .map_err(|e| anyhow::anyhow!("checking system/ against its manifest: {e}"))?;
+    let differences = match verdict {
+        Verification::Intact => return Ok(None),
+        Verification::Recorded => {
+            warn!(
+                manifest = system::MANIFEST,
+                "the store had no system manifest; recorded one from system/ as it is"
+            );
+            return Ok(None);
+        }
+        Verification::Tampered(d) => d,
+    };
+    let list = differences
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if allow {
+        return Ok(Some(list));
+    }
+    Err(Failure::Tampered(format!(
+        "system/ differs from {}: {list}. Install changes with `clawfs system update`; \
+         `clawfs mount --allow-tampered-system` serves the store anyway (audited)",
+        system::MANIFEST
+    )))
 }
 
 fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
@@ -125,6 +164,9 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
     }
     if args.no_audit {
         cmd.arg("--no-audit");
+    }
+    if args.allow_tampered_system {
+        cmd.arg("--allow-tampered-system");
     }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().context("log file")?)
@@ -190,6 +232,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let store_root = store.root().to_path_buf();
     // A new build may serve new tools: their definitions are files under tools/.
     clawfs_core::seed::write_tool_registry(&store_root).context("writing the tool registry")?;
+    // Checked again by the daemon itself: a foreground mount has only this check, and the
+    // allowance is recorded on the audit trail below.
+    let tampered = check_system(&store, args.allow_tampered_system)?;
     let fs = Arc::new(ClawFs::new(store).context("opening the store root")?);
     fs.set_mountpoint(mp.to_path_buf());
     if args.no_audit {
@@ -200,6 +245,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             .open()
             .context("opening the audit trail")?;
         fs.set_audit(Arc::new(audit));
+    }
+    if let Some(differences) = tampered {
+        warn!(%differences, "serving a store whose system/ differs from its manifest (--allow-tampered-system)");
+        if let Some(log) = fs.audit_log() {
+            log.record(
+                clawfs_core::audit::AuditEvent::new("root", std::process::id(), "mount", "/system")
+                    .reason(format!("--allow-tampered-system: {differences}")),
+            );
+        }
     }
     // A wrong search.toml stops the mount before it happens: indexing with another embedder
     // than the one asked for would re-embed every workspace.

@@ -7,6 +7,7 @@
 //! | 2 | bad command line (from clap) |
 //! | 3 | mount point problem: missing, not a directory, not empty, already mounted, stale, busy, not a ClawFS mount |
 //! | 4 | store problem: not initialised, newer format, already served, unreadable |
+//! | 5 | integrity: system/ differs from its manifest, a document of specs/ fails verification |
 
 use clawfs_core::store::StoreError;
 
@@ -19,6 +20,9 @@ pub enum Failure {
     /// Store problems (exit 4).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// What must not change did (exit 5).
+    #[error("{0}")]
+    Tampered(String),
     /// Anything else (exit 1).
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -31,6 +35,7 @@ impl Failure {
             Failure::Mountpoint(_) => 3,
             Failure::Store(StoreError::Io { .. }) => 1,
             Failure::Store(_) => 4,
+            Failure::Tampered(_) => 5,
             Failure::Other(_) => 1,
         }
     }

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod errno;
 pub mod error;
 pub mod estop_cmd;
+pub mod integrity_cmd;
 pub mod logging;
 pub mod mcp_cmd;
 pub mod mount_helper;
@@ -68,6 +69,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Search(args) => search_cmd::search(args),
         Command::Index { store, command } => {
             search_cmd::index(&daemon::store_path(&store.store), command)
+        }
+        Command::Specs { store, command } => {
+            integrity_cmd::specs(&daemon::store_path(&store.store), command)
+        }
+        Command::System { store, command } => {
+            integrity_cmd::system(&daemon::store_path(&store.store), command)
         }
         Command::Snapshot { store, command } => {
             snapshot_cmd::snapshot(&daemon::store_path(&store.store), command)

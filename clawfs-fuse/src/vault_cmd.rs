@@ -372,12 +372,19 @@ fn grant(
             .context("policy metadata")?
             .permissions(),
     ) & 0o7777;
-    clawfs_core::store::atomic_write(&dir, "policy.toml", new.as_bytes(), mode)
-        .with_context(|| format!("writing {}", path.display()))?;
+    let store = clawfs_core::store::Store::open(store_root)?;
+    // Installed with its hash recorded in the system manifest.
+    clawfs_core::integrity::system::install(
+        store.root_fd(),
+        "policy.toml",
+        new.as_bytes(),
+        mode,
+        &clawfs_core::seed::now_rfc3339(),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     let verb = if add { "granted" } else { "revoked" };
     let to = if add { "to" } else { "from" };
     // What the running daemon enforces changes now, not at the next reload.
-    let store = clawfs_core::store::Store::open(store_root)?;
     let state = match crate::commands::apply_policy(&store)? {
         crate::commands::Applied::ByDaemon(pid) => {
             format!("in force now (the daemon serving the store, pid {pid}, reloaded its policy)")

@@ -6,6 +6,7 @@
 mod common;
 
 mod agents;
+mod integrity;
 mod lifecycle;
 mod mcp;
 mod model;

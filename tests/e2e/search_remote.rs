@@ -268,14 +268,13 @@ fn the_daemon_embeds_with_the_vault_key_named_by_search_toml() {
         Some("sk-from-the-vault\n"),
     ));
     assert!(m.umount().status.success());
-    std::fs::write(
-        m.store.join("system/search.toml"),
-        format!(
+    system_update(
+        &m,
+        &format!(
             "[embedder]\nkind = \"openai-compatible\"\nbase_url = \"{}\"\nmodel = \"test-embed\"\napi_key_secret = \"embed-key\"\nretries = 0\n",
             server.url
         ),
-    )
-    .unwrap();
+    );
     m.mount(&[]);
     // Agents cannot point the daemon elsewhere: system/ is read-only through the mount.
     assert!(std::fs::write(m.path("system/search.toml"), "").is_err());
@@ -310,11 +309,10 @@ fn the_daemon_embeds_with_the_vault_key_named_by_search_toml() {
 
     // A wrong search.toml stops the mount before it happens, and says which file and why.
     assert!(m.umount().status.success());
-    std::fs::write(
-        m.store.join("system/search.toml"),
+    system_update(
+        &m,
         "[embedder]\nkind = \"openai-compatible\"\nbase_url = \"ftp://x\"\nmodel = \"m\"\n",
-    )
-    .unwrap();
+    );
     let out = crate::common::clawfs([
         std::ffi::OsStr::new("mount"),
         m.mnt.as_os_str(),
@@ -328,4 +326,25 @@ fn the_daemon_embeds_with_the_vault_key_named_by_search_toml() {
         "{err}"
     );
     assert!(!m.is_mounted());
+}
+
+/// Installs `text` as the store's `system/search.toml` the way an admin does (recorded in the
+/// system manifest, which the next mount checks).
+fn system_update(m: &Mounted, text: &str) {
+    let file = m.dir.path().join("search.toml");
+    std::fs::write(&file, text).unwrap();
+    let mut arg = std::ffi::OsString::from("search.toml=");
+    arg.push(&file);
+    let out = crate::common::clawfs([
+        std::ffi::OsStr::new("system"),
+        std::ffi::OsStr::new("update"),
+        &arg,
+        std::ffi::OsStr::new("--store"),
+        m.store.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -54,6 +54,25 @@ impl ClawFs {
         }
     }
 
+    /// How long the kernel may keep names looked up in `parent`, found or missing: like
+    /// [`ClawFs::ttl`], but never in `system/` and `specs/`, which change only behind the
+    /// daemon's back (`clawfs system update`, `clawfs specs ...`) and must be seen at once.
+    pub fn ttl_in(&self, parent: u64) -> Duration {
+        match self.inodes.place_of(parent) {
+            Some(place) if place.area().is_read_only() => Duration::ZERO,
+            _ => self.ttl(parent),
+        }
+    }
+
+    /// How long the kernel may keep the entry of `ino`, found in `parent`: the shorter of
+    /// [`ClawFs::ttl`] of the child and [`ClawFs::ttl_in`] of the parent.
+    pub fn entry_ttl(&self, parent: u64, ino: u64) -> Duration {
+        match VirtualInodes::is_virtual(ino) {
+            true => Duration::ZERO,
+            false => self.ttl_in(parent),
+        }
+    }
+
     /// A lookup as the kernel wants it: `Ok(None)` is a missing name the kernel may remember
     /// (a negative entry, for [`ClawFs::ttl`] of `parent`): `git status` and the like look the
     /// same missing files up over and over. Generated folders answer per caller, so their
@@ -123,7 +142,7 @@ impl ClawFs {
                 next,
                 attr: found.attr,
                 generation: found.generation,
-                ttl: self.ttl(found.attr.ino),
+                ttl: self.entry_ttl(ino, found.attr.ino),
             };
             if add(entry) {
                 self.forget(found.attr.ino, 1);

@@ -181,7 +181,7 @@ pub struct ClawFs {
     generated: generated::Generated,
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
-    specs: crate::spec_integrity::SpecChecker,
+    specs: crate::integrity::specs::SpecChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,

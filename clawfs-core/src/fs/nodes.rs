@@ -168,14 +168,17 @@ impl ClawFs {
         Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
     }
 
-    /// Refuses a document of `specs/` that does not match its signature.
+    /// Refuses a document of `specs/` that does not match its signature; the bytes checked
+    /// are those of `fd`, the descriptor the caller will read.
     pub(super) fn check_spec(&self, fd: impl AsFd) -> FsResult<()> {
-        let real = std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))?;
-        let specs = self.store.root().join(Area::Specs.dir_name());
-        let Ok(rel) = real.strip_prefix(&specs) else {
+        let ns = self.ns_path(fd.as_fd())?;
+        let mut parts = ns.components();
+        if parts.next() != Some(Area::Specs.dir_name()) {
             return Ok(());
-        };
-        let rel = rel.to_string_lossy();
-        self.specs.check(&specs, &rel).map_err(FsError::Tampered)
+        }
+        let rel = parts.collect::<Vec<_>>().join("/");
+        self.specs
+            .check(self.store.root_fd(), &rel, fd.as_fd())
+            .map_err(FsError::Tampered)
     }
 }

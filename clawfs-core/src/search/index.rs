@@ -79,6 +79,9 @@ pub struct IndexDb {
 /// embedder was unavailable); the others say why a file has no chunks (`binary`, `too_large`).
 pub const UNEMBEDDED: &str = "unembedded";
 
+/// How many text hits the first page of a text search reads (then four times more per page).
+const FIRST_TEXT_PAGE: i64 = 64;
+
 /// The schema below; a database of another version is rebuilt.
 const SCHEMA_VERSION: i64 = 1;
 
@@ -429,6 +432,11 @@ impl IndexDb {
 
     /// Text search: chunks matching every word of `query`, best BM25 first (higher is better
     /// here; FTS5's own is negative), handed to `each` until it returns false.
+    ///
+    /// Read in pages of growing size: with a LIMIT, SQLite keeps only the best rows while FTS5
+    /// scores the matches instead of sorting all of them, and most queries end within the first
+    /// page. A later page scores the matches again, which only a caller that skips most hits
+    /// (unreadable files) pays.
     pub fn text_search_each(
         &self,
         query: &str,
@@ -441,15 +449,24 @@ impl IndexDb {
         }
         let mut st = self.conn.prepare_cached(
             "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
-             ORDER BY bm25(documents)",
+             ORDER BY bm25(documents), rowid LIMIT ?2 OFFSET ?3",
         )?;
-        let mut rows = st.query([fts])?;
-        while let Some(r) = rows.next()? {
-            if !each(r.get(0)?, -r.get::<_, f64>(1)?)? {
-                break;
+        let (mut offset, mut page) = (0i64, FIRST_TEXT_PAGE);
+        loop {
+            let mut rows = st.query(params![fts, page, offset])?;
+            let mut read = 0;
+            while let Some(r) = rows.next()? {
+                read += 1;
+                if !each(r.get(0)?, -r.get::<_, f64>(1)?)? {
+                    return Ok(());
+                }
             }
+            if read < page {
+                return Ok(());
+            }
+            offset += page;
+            page = page.saturating_mul(4);
         }
-        Ok(())
     }
 
     /// The chunk `id`.
@@ -552,4 +569,57 @@ fn from_blob(b: &[u8]) -> Vec<f32> {
 /// Where a workspace's index lives in the store.
 pub fn index_dir(store_private: &Path, workspace: &str) -> PathBuf {
     store_private.join("index").join(workspace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp() -> FileStamp {
+        FileStamp {
+            size: 1,
+            mtime_ns: 1,
+            ino: 1,
+            ctime_ns: 1,
+        }
+    }
+
+    /// A caller that skips most hits reads past the first page: every match comes exactly once,
+    /// best first.
+    #[test]
+    fn text_search_pages_through_every_match_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = IndexDb::open(&dir.path().join(DB_FILE), "ws").unwrap();
+        let total = FIRST_TEXT_PAGE as usize * 6;
+        for i in 0..total {
+            // More repeats of the word make a better match: file i has i % 7 + 1 of them.
+            let text = format!("{} filler text {i}", "harbour ".repeat(i % 7 + 1));
+            let chunk = Chunk {
+                line_start: 1,
+                line_end: 1,
+                heading: String::new(),
+                text,
+            };
+            db.replace_file(&format!("f{i}.md"), stamp(), None, &[chunk], &[], "m")
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        db.text_search_each("harbour", &mut |id, score| {
+            seen.push((id, score));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(seen.len(), total);
+        let ids: std::collections::HashSet<i64> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(ids.len(), total, "a hit came twice");
+        assert!(seen.windows(2).all(|w| w[0].1 >= w[1].1), "not best first");
+
+        let mut first = 0;
+        db.text_search_each("harbour", &mut |_, _| {
+            first += 1;
+            Ok(first < 3)
+        })
+        .unwrap();
+        assert_eq!(first, 3, "stops when the caller has enough");
+    }
 }

@@ -1,0 +1,176 @@
+//! What must not change, and proof that it has not: the documents of `specs/` (SHA-256 and
+//! Ed25519 signatures in `specs/signatures.json`), the files of `system/` (SHA-256 in
+//! `vault/system-manifest.json`) and the public keys of the people who sign
+//! (`system/signers.json`, itself one of the system files).
+//!
+//! Checking needs only public keys, so it works while the vault is locked; signing needs a
+//! signer's private key, which lives in the vault as the secret `signer-<name>`.
+//!
+//! Everything here is reached by descriptor beneath the store root (`crate::beneath`): the
+//! daemon checks what agents read, so a symlink planted in the store never redirects it.
+
+pub mod signers;
+pub mod specs;
+pub mod system;
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// An integrity check or change that failed, or was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum IntegrityError {
+    /// A file could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// Which file, relative to the store.
+        what: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A file that must be JSON of a known shape is not.
+    #[error("{what} is not valid: {source}")]
+    Json {
+        /// Which file, relative to the store.
+        what: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Content does not match what was recorded or signed.
+    #[error("{0}")]
+    Mismatch(String),
+    /// A request that the rules refuse (an unknown signer, one signer approving twice, ...).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl IntegrityError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> IntegrityError {
+        let what = what.into();
+        move |source| IntegrityError::Io { what, source }
+    }
+
+    pub(crate) fn json(
+        what: impl Into<String>,
+    ) -> impl FnOnce(serde_json::Error) -> IntegrityError {
+        let what = what.into();
+        move |source| IntegrityError::Json { what, source }
+    }
+}
+
+/// The largest file of `system/`, `specs/` or their JSON indexes read whole (bigger is refused).
+pub const MAX_FILE: u64 = 64 << 20;
+
+/// The SHA-256 of everything `fd` holds, in lower-case hex, read with positioned reads so a
+/// descriptor shared with others keeps its offset.
+pub fn sha256_fd(fd: BorrowedFd<'_>) -> io::Result<String> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    loop {
+        let n = rustix::io::pread(fd, &mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Visits everything below the folder `top` of the store whose root is `store`, by descriptor
+/// and in name order: `visit(rel, Some((dir, name)))` for a regular file (`rel` relative to
+/// `top`, `dir` its open folder), `visit(rel, None)` for anything else that is not a folder
+/// (a symlink, a FIFO, ...) and for folders deeper than `max_depth`. Nothing is followed.
+pub(crate) fn walk(
+    store: BorrowedFd<'_>,
+    top: &str,
+    max_depth: usize,
+    visit: &mut Visit<'_>,
+) -> Result<(), IntegrityError> {
+    let dir = crate::beneath::open_dir(store, Path::new(top)).map_err(IntegrityError::io(top))?;
+    walk_below(dir.as_fd(), top, "", max_depth, visit)
+}
+
+/// What [`walk`] calls for each entry.
+pub(crate) type Visit<'a> =
+    dyn FnMut(&str, Option<(BorrowedFd<'_>, &str)>) -> Result<(), IntegrityError> + 'a;
+
+fn walk_below(
+    dir: BorrowedFd<'_>,
+    top: &str,
+    prefix: &str,
+    depth_left: usize,
+    visit: &mut Visit<'_>,
+) -> Result<(), IntegrityError> {
+    use rustix::fs::{FileType, OFlags};
+    let what = |rel: &str| format!("{top}/{rel}");
+    let fail = |rel: &str| {
+        let w = what(rel);
+        move |e: rustix::io::Errno| IntegrityError::io(w)(e.into())
+    };
+    let mut names = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir).map_err(fail(prefix))? {
+        let name = e
+            .map_err(fail(prefix))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    names.sort();
+    for name in names {
+        let rel = match prefix {
+            "" => name.clone(),
+            p => format!("{p}/{name}"),
+        };
+        // Opened without following anything; what it is comes from the descriptor.
+        let fd = match crate::beneath::open(dir, Path::new(&name), OFlags::PATH, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                visit(&rel, None)?;
+                continue;
+            }
+            Err(e) => return Err(IntegrityError::io(what(&rel))(e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(fail(&rel))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => visit(&rel, Some((dir, &name)))?,
+            FileType::Directory if depth_left > 0 => {
+                let sub = crate::beneath::open_dir(dir, Path::new(&name))
+                    .map_err(IntegrityError::io(what(&rel)))?;
+                walk_below(sub.as_fd(), top, &rel, depth_left - 1, visit)?;
+            }
+            _ => visit(&rel, None)?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads the JSON file `rel` beneath the store root `store`; `None` if it is missing.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    store: BorrowedFd<'_>,
+    rel: &str,
+) -> Result<Option<T>, IntegrityError> {
+    let Some(bytes) =
+        crate::beneath::read(store, Path::new(rel), MAX_FILE).map_err(IntegrityError::io(rel))?
+    else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(IntegrityError::json(rel))
+}
+
+/// Pretty JSON with a final newline, the form every file here is written in.
+pub fn to_pretty(value: &impl serde::Serialize) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(value).expect("serialisable");
+    out.push(b'\n');
+    out
+}

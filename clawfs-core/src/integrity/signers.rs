@@ -1,0 +1,185 @@
+//! The people (admins) who sign: their public keys in `system/signers.json`, their private keys
+//! in the vault as `signer-<name>`, and the Ed25519 signing and checking itself.
+
+use std::os::fd::BorrowedFd;
+
+use base64::Engine as _;
+pub use ed25519_dalek::SigningKey;
+use ed25519_dalek::{Signature, Signer as _, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use super::IntegrityError;
+
+/// The trusted signers' public keys, relative to the store root (a file of `system/`, so the
+/// system manifest covers it).
+pub const SIGNERS_FILE: &str = "system/signers.json";
+
+/// The vault secret holding `signer`'s private key.
+pub fn vault_secret(signer: &str) -> String {
+    format!("signer-{signer}")
+}
+
+/// `system/signers.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signers {
+    /// Format version (1).
+    pub version: u32,
+    /// Every trusted signer.
+    pub signers: Vec<SignerKey>,
+}
+
+/// One trusted signer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignerKey {
+    /// Who signs (`[a-z0-9-]`, 1–64 bytes).
+    pub name: String,
+    /// The Ed25519 public key, base64 (32 bytes).
+    pub public_key: String,
+    /// When the key was added (RFC 3339).
+    pub added_at: String,
+}
+
+impl Signers {
+    /// The signers of the store whose root is `store` (none when the file is missing).
+    pub fn load(store: BorrowedFd<'_>) -> Result<Signers, IntegrityError> {
+        Ok(super::read_json(store, SIGNERS_FILE)?.unwrap_or(Signers {
+            version: 1,
+            signers: Vec::new(),
+        }))
+    }
+
+    /// Whether any signer is trusted: then every frozen document must carry a signature.
+    pub fn is_empty(&self) -> bool {
+        self.signers.is_empty()
+    }
+
+    /// `name`'s public key.
+    pub fn key(&self, name: &str) -> Result<VerifyingKey, IntegrityError> {
+        let entry = self
+            .signers
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| IntegrityError::Mismatch(format!("'{name}' is not a trusted signer")))?;
+        let bytes = b64()
+            .decode(&entry.public_key)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| {
+                IntegrityError::Mismatch(format!("{SIGNERS_FILE}: '{name}' has a malformed key"))
+            })?;
+        VerifyingKey::from_bytes(&bytes).map_err(|_| {
+            IntegrityError::Mismatch(format!("{SIGNERS_FILE}: '{name}' has an invalid key"))
+        })
+    }
+
+    /// Checks that `signature` (base64) is `signer`'s signature of `message`.
+    pub fn verify(
+        &self,
+        signer: &str,
+        message: &[u8],
+        signature: &str,
+    ) -> Result<(), IntegrityError> {
+        let key = self.key(signer)?;
+        let bad = || IntegrityError::Mismatch(format!("the signature by '{signer}' is not valid"));
+        let sig = b64()
+            .decode(signature)
+            .ok()
+            .and_then(|b| <[u8; 64]>::try_from(b).ok())
+            .ok_or_else(bad)?;
+        key.verify_strict(message, &Signature::from_bytes(&sig))
+            .map_err(|_| bad())
+    }
+
+    /// Adds `name` with `key`; refused if the name is taken.
+    pub fn add(&mut self, name: &str, key: &VerifyingKey, now: &str) -> Result<(), IntegrityError> {
+        check_signer_name(name)?;
+        if self.signers.iter().any(|s| s.name == name) {
+            return Err(IntegrityError::Refused(format!(
+                "'{name}' is already a trusted signer"
+            )));
+        }
+        self.signers.push(SignerKey {
+            name: name.to_string(),
+            public_key: b64().encode(key.as_bytes()),
+            added_at: now.to_string(),
+        });
+        Ok(())
+    }
+}
+
+/// A new signing key from the kernel's random source.
+pub fn generate() -> SigningKey {
+    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+    getrandom::fill(seed.as_mut()).expect("the kernel's random source");
+    SigningKey::from_bytes(&seed)
+}
+
+/// The signing key stored as a vault secret (its 32-byte seed).
+pub fn from_secret(signer: &str, secret: &[u8]) -> Result<SigningKey, IntegrityError> {
+    let seed: [u8; 32] = secret.try_into().map_err(|_| {
+        IntegrityError::Refused(format!(
+            "the vault secret {} is not a signing key (32 bytes)",
+            vault_secret(signer)
+        ))
+    })?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+/// `key`'s signature of `message`, base64.
+pub fn sign(key: &SigningKey, message: &[u8]) -> String {
+    b64().encode(key.sign(message).to_bytes())
+}
+
+/// Signer names: `[a-z0-9-]`, 1–64 bytes, not starting with `-`.
+pub fn check_signer_name(name: &str) -> Result<(), IntegrityError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    match ok {
+        true => Ok(()),
+        false => Err(IntegrityError::Refused(format!(
+            "'{name}' is not a signer name: use 1-64 of a-z, 0-9 and '-'"
+        ))),
+    }
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signs_and_checks() {
+        let (alice, bob) = (generate(), generate());
+        let mut signers = Signers::default();
+        signers.add("alice", &alice.verifying_key(), "now").unwrap();
+        signers.add("bob", &bob.verifying_key(), "now").unwrap();
+        assert!(signers.add("bob", &bob.verifying_key(), "now").is_err());
+        let sig = sign(&alice, b"message");
+        signers.verify("alice", b"message", &sig).unwrap();
+        // Another message, another signer's name, an unknown signer, garbage.
+        assert!(signers.verify("alice", b"messagE", &sig).is_err());
+        assert!(signers.verify("bob", b"message", &sig).is_err());
+        assert!(signers.verify("carol", b"message", &sig).is_err());
+        assert!(signers.verify("alice", b"message", "not base64!").is_err());
+        assert!(signers.verify("alice", b"message", "AAAA").is_err());
+    }
+
+    #[test]
+    fn names() {
+        for good in ["alice", "sec-1", "a"] {
+            check_signer_name(good).unwrap();
+        }
+        for bad in ["", "-x", "Alice", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_signer_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! `clawfs specs` (signed documents: keys, drafts, freezing, verification, dual-approved
+//! changes) and `clawfs system` (the manifest of `system/`: verify, update).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use clap::Subcommand;
+use clawfs_core::integrity::signers::{self, Signers, SIGNERS_FILE};
+use clawfs_core::integrity::specs::{Approved, SpecBook, Status};
+use clawfs_core::integrity::system::{self, Verification};
+use clawfs_core::integrity::IntegrityError;
+use clawfs_core::store::Store;
+use clawfs_core::vault::{Vault, VaultConfig};
+
+use crate::error::Failure;
+
+/// `clawfs specs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SpecsCommand {
+    /// Make a signing key for a new trusted signer: the private key goes into the vault (as
+    /// the secret `signer-NAME`, so the vault must be unlocked), the public key into
+    /// system/signers.json. The first signer also signs the frozen documents that have only a
+    /// hash.
+    Keygen {
+        /// The signer's name (a-z, 0-9, '-').
+        #[arg(long = "as", value_name = "SIGNER")]
+        signer: String,
+    },
+    /// Add a document as a draft (served as long as its bytes match what was added).
+    Add {
+        /// The document.
+        file: PathBuf,
+        /// Its id (e.g. P1.9-example-spec).
+        #[arg(long)]
+        id: String,
+        /// Where it goes, relative to specs/ (default: the file's name).
+        #[arg(long)]
+        path: Option<String>,
+    },
+    /// Freeze a draft: hash it and sign it as SIGNER (key from the vault).
+    Freeze {
+        /// The document's id.
+        id: String,
+        /// Who signs.
+        #[arg(long = "as", value_name = "SIGNER")]
+        signer: String,
+    },
+    /// Propose a new text for a frozen document; two different signers must approve it.
+    Propose {
+        /// The document's id.
+        id: String,
+        /// The new text.
+        file: PathBuf,
+    },
+    /// Approve the proposed change of a document as SIGNER; the second different signer's
+    /// approval freezes the new version and keeps the old one under specs/history/.
+    Approve {
+        /// The document's id.
+        id: String,
+        /// Who approves.
+        #[arg(long = "as", value_name = "SIGNER")]
+        signer: String,
+    },
+    /// Check every document: hash and signatures (public keys only, so the vault may be
+    /// locked). Exit status 5 if any fails.
+    Verify {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `clawfs system` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SystemCommand {
+    /// Compare system/ with vault/system-manifest.json. Exit status 5 if they differ.
+    Verify {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install new system files and record their hashes in the manifest (nothing else is
+    /// recorded: a change made behind ClawFS's back to another file stays a mismatch).
+    Update {
+        /// PATH=FILE: install FILE as system/PATH (e.g. cgroup/quotas.json=./quotas.json).
+        #[arg(required = true, value_name = "PATH=FILE")]
+        files: Vec<String>,
+    },
+}
+
+fn refused(e: IntegrityError) -> Failure {
+    match e {
+        IntegrityError::Mismatch(m) => Failure::Tampered(m),
+        e => Failure::Other(anyhow!(e)),
+    }
+}
+
+fn now() -> String {
+    clawfs_core::seed::now_rfc3339()
+}
+
+/// The signing key of `signer`, from the vault.
+fn signing_key(store: &Store, signer: &str) -> Result<signers::SigningKey, Failure> {
+    signers::check_signer_name(signer).map_err(refused)?;
+    let vault = Vault::open(store.root(), VaultConfig::default()).map_err(|e| anyhow!(e))?;
+    let secret = vault.get(&signers::vault_secret(signer)).map_err(|e| {
+        anyhow!(
+            "the signing key of {signer} (vault secret {}): {e}",
+            signers::vault_secret(signer)
+        )
+    })?;
+    signers::from_secret(signer, &secret).map_err(refused)
+}
+
+/// Runs one `clawfs specs` command on the store at `root`.
+pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
+    let store = Store::open(root)?;
+    let fd = store.root_fd();
+    let book = SpecBook::new(fd);
+    let mut out = std::io::stdout().lock();
+    let w = |e: std::io::Error| Failure::Other(anyhow!(e));
+    match cmd {
+        SpecsCommand::Keygen { signer } => {
+            signers::check_signer_name(signer).map_err(refused)?;
+            let mut trusted = Signers::load(fd).map_err(refused)?;
+            let first = trusted.is_empty();
+            let key = signers::generate();
+            trusted
+                .add(signer, &key.verifying_key(), &now())
+                .map_err(refused)?;
+            let vault =
+                Vault::open(store.root(), VaultConfig::default()).map_err(|e| anyhow!(e))?;
+            vault
+                .put(&signers::vault_secret(signer), key.as_bytes())
+                .map_err(|e| anyhow!("storing the private key in the vault: {e}"))?;
+            let json = clawfs_core::integrity::to_pretty(&trusted);
+            system::install(fd, SIGNERS_FILE, &json, 0o444, &now()).map_err(refused)?;
+            writeln!(
+                out,
+                "{signer} is a trusted signer (private key: vault secret {}; public key: {SIGNERS_FILE})",
+                signers::vault_secret(signer)
+            )
+            .map_err(w)?;
+            if first {
+                for id in book.sign_unsigned(signer, &key, &now()).map_err(refused)? {
+                    writeln!(out, "signed {id} (frozen before any key existed)").map_err(w)?;
+                }
+            }
+        }
+        SpecsCommand::Add { file, id, path } => {
+            let content =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let rel = match path {
+                Some(p) => p.clone(),
+                None => file
+                    .file_name()
+                    .ok_or_else(|| anyhow!("{}: not a file name", file.display()))?
+                    .to_string_lossy()
+                    .into_owned(),
+            };
+            book.add(id, &rel, &content, &now()).map_err(refused)?;
+            writeln!(out, "added {id} as a draft at specs/{rel}; freeze it with `clawfs specs freeze {id} --as SIGNER`").map_err(w)?;
+        }
+        SpecsCommand::Freeze { id, signer } => {
+            let key = signing_key(&store, signer)?;
+            let version = book.freeze(id, signer, &key, &now()).map_err(refused)?;
+            writeln!(out, "froze {id} version {version}, signed by {signer}").map_err(w)?;
+        }
+        SpecsCommand::Propose { id, file } => {
+            let content =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let version = book.propose(id, &content, &now()).map_err(refused)?;
+            writeln!(out, "proposed version {version} of {id}; two different signers must approve it (`clawfs specs approve {id} --as SIGNER`)").map_err(w)?;
+        }
+        SpecsCommand::Approve { id, signer } => {
+            let key = signing_key(&store, signer)?;
+            match book.approve(id, signer, &key, &now()).map_err(refused)? {
+                Approved::Waiting(n) => writeln!(
+                    out,
+                    "{signer} approved the change of {id}; {n} more different signer(s) needed"
+                ),
+                Approved::Frozen { version, kept_at } => writeln!(
+                    out,
+                    "froze {id} version {version}; the previous version is kept at specs/{kept_at}"
+                ),
+            }
+            .map_err(w)?;
+        }
+        SpecsCommand::Verify { json } => {
+            let reports = book.verify().map_err(refused)?;
+            let bad = reports.iter().filter(|r| r.problem.is_some()).count();
+            if *json {
+                let v = serde_json::json!({ "ok": bad == 0, "documents": reports });
+                writeln!(out, "{v}").map_err(w)?;
+            } else {
+                for r in &reports {
+                    let status = match r.status {
+                        Status::Draft => "draft",
+                        Status::Frozen => "frozen",
+                        Status::Superseded => "superseded",
+                    };
+                    let verdict = r.problem.as_deref().unwrap_or("ok");
+                    let by = match r.signed_by.is_empty() {
+                        true => "no signature".to_string(),
+                        false => format!("signed by {}", r.signed_by.join(", ")),
+                    };
+                    writeln!(
+                        out,
+                        "{}\tv{}\t{status}\t{by}\tspecs/{}\t{verdict}",
+                        r.spec_id, r.version, r.path
+                    )
+                    .map_err(w)?;
+                }
+            }
+            if bad > 0 {
+                return Err(Failure::Tampered(format!(
+                    "{bad} of {} document(s) of specs/ fail verification",
+                    reports.len()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one `clawfs system` command on the store at `root`.
+pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
+    let store = Store::open(root)?;
+    let fd = store.root_fd();
+    let mut out = std::io::stdout().lock();
+    let w = |e: std::io::Error| Failure::Other(anyhow!(e));
+    match cmd {
+        SystemCommand::Verify { json } => {
+            let verdict = system::verify(fd, &now()).map_err(refused)?;
+            let differences = match &verdict {
+                Verification::Tampered(d) => d.clone(),
+                _ => Vec::new(),
+            };
+            if *json {
+                let v = serde_json::json!({
+                    "ok": differences.is_empty(),
+                    "recorded_now": matches!(verdict, Verification::Recorded),
+                    "differences": differences,
+                });
+                writeln!(out, "{v}").map_err(w)?;
+            } else {
+                match &verdict {
+                    Verification::Intact => writeln!(out, "system/ matches {}", system::MANIFEST),
+                    Verification::Recorded => writeln!(
+                        out,
+                        "the store had no system manifest: recorded {} from what system/ holds now",
+                        system::MANIFEST
+                    ),
+                    Verification::Tampered(d) => d.iter().try_for_each(|d| writeln!(out, "{d}")),
+                }
+                .map_err(w)?;
+            }
+            if !differences.is_empty() {
+                return Err(Failure::Tampered(format!(
+                    "{} file(s) of system/ differ from {}",
+                    differences.len(),
+                    system::MANIFEST
+                )));
+            }
+        }
+        SystemCommand::Update { files } => {
+            let mut policy_changed = false;
+            for spec in files {
+                let (rel, file) = spec.split_once('=').ok_or_else(|| {
+                    anyhow!("'{spec}': give PATH=FILE (e.g. cgroup/quotas.json=./quotas.json)")
+                })?;
+                let rel = system::check_system_path(rel).map_err(refused)?;
+                let content = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+                if rel == "policy.toml" {
+                    crate::policy_cmd::check(Path::new(file))?;
+                    policy_changed = true;
+                }
+                system::install(fd, &rel, &content, 0o444, &now()).map_err(refused)?;
+                writeln!(out, "installed system/{rel} and recorded its SHA-256").map_err(w)?;
+            }
+            if policy_changed {
+                match crate::commands::apply_policy(&store)? {
+                    crate::commands::Applied::ByDaemon(pid) => {
+                        writeln!(out, "policy reloaded by pid {pid}")
+                    }
+                    crate::commands::Applied::NoDaemon => writeln!(
+                        out,
+                        "the policy takes effect at the next mount (no daemon serves this store)"
+                    ),
+                }
+                .map_err(w)?;
+            }
+        }
+    }
+    Ok(())
+}
