@@ -144,8 +144,12 @@ pub fn load_book(store: BorrowedFd<'_>) -> Result<SignatureBook, IntegrityError>
 }
 
 /// Whether the document open as `doc`, at `rel` under `specs/`, may be served.
-fn verdict(store: BorrowedFd<'_>, rel: &str, doc: BorrowedFd<'_>) -> Result<(), IntegrityError> {
-    let book = load_book(store)?;
+fn verdict(
+    book: &SignatureBook,
+    signers: &Signers,
+    rel: &str,
+    doc: BorrowedFd<'_>,
+) -> Result<(), IntegrityError> {
     let entry = book
         .signatures
         .iter()
@@ -158,24 +162,30 @@ fn verdict(store: BorrowedFd<'_>, rel: &str, doc: BorrowedFd<'_>) -> Result<(), 
             entry.sha256
         )));
     }
-    entry.check_signatures(&Signers::load(store)?)
+    entry.check_signatures(signers)
 }
 
-/// A change time: seconds and nanoseconds.
-type Changed = (i64, u64);
+/// One version of a file: inode, change time (seconds, nanoseconds) and size. A file replaced
+/// atomically is a new inode.
+type Stamp = (u64, i64, u64, i64);
 
-/// What a verdict was computed for: the document's inode, size and change time, and the change
-/// times of the signatures and signers files.
-type Version = (u64, u64, [Changed; 3]);
+fn stamp(st: &rustix::fs::Stat) -> Stamp {
+    (st.st_ino, st.st_ctime, st.st_ctime_nsec, st.st_size)
+}
 
 /// Whether a document may be served, or why not.
 type Verdict = Result<(), String>;
 
-/// Remembers verdicts per document version so a document is hashed and its signatures checked
-/// once per change of it, of `signatures.json` or of `signers.json`.
+/// The signatures and signers files as last read, with the stamps they were read at.
+type Books = ((Stamp, Stamp), std::sync::Arc<(SignatureBook, Signers)>);
+
+/// Remembers verdicts per document version, so a document is hashed and its signatures checked
+/// once per change of it, of `signatures.json` or of `signers.json`; and those two files,
+/// parsed once per change of either.
 #[derive(Default)]
 pub struct SpecChecker {
-    verdicts: Mutex<HashMap<String, (Version, Verdict)>>,
+    verdicts: Mutex<HashMap<String, ((Stamp, Stamp, Stamp), Verdict)>>,
+    books: Mutex<Option<Books>>,
 }
 
 impl SpecChecker {
@@ -185,33 +195,51 @@ impl SpecChecker {
         if rel == SIGNATURES {
             return Ok(());
         }
-        let changed = |rel: &str| -> Changed {
+        let stamp_of = |rel: &str| -> Stamp {
             beneath::open(store, Path::new(rel), OFlags::PATH, 0)
                 .and_then(|fd| Ok(rustix::fs::fstat(&fd)?))
-                .map_or((0, 0), |st| (st.st_ctime, st.st_ctime_nsec))
+                .map_or((0, 0, 0, 0), |st| stamp(&st))
         };
         let st = rustix::fs::fstat(doc).map_err(|e| format!("{rel}: {e}"))?;
-        let sigs = changed(&format!("{SPECS}/{SIGNATURES}"));
-        let keys = changed(SIGNERS_FILE);
-        let version: Version = (
-            st.st_ino,
-            st.st_size as u64,
-            [(st.st_ctime, st.st_ctime_nsec), sigs, keys],
+        let books_at = (
+            stamp_of(&format!("{SPECS}/{SIGNATURES}")),
+            stamp_of(SIGNERS_FILE),
         );
-        if let Some((seen, v)) = self.lock().get(rel) {
+        let version = (stamp(&st), books_at.0, books_at.1);
+        if let Some((seen, v)) = lock(&self.verdicts).get(rel) {
             if *seen == version {
                 return v.clone();
             }
         }
-        let verdict = verdict(store, rel, doc).map_err(|e| e.to_string());
-        self.lock()
-            .insert(rel.to_string(), (version, verdict.clone()));
+        let verdict = self
+            .books(store, books_at)
+            .and_then(|b| verdict(&b.0, &b.1, rel, doc))
+            .map_err(|e| e.to_string());
+        lock(&self.verdicts).insert(rel.to_string(), (version, verdict.clone()));
         verdict
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Version, Verdict)>> {
-        self.verdicts.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The signatures and signers files, parsed again only when either changed. Read after
+    /// their stamps were taken: a replacement in between is read under the older stamps, and
+    /// read again at the next check, whose stamps differ.
+    fn books(
+        &self,
+        store: BorrowedFd<'_>,
+        at: (Stamp, Stamp),
+    ) -> Result<std::sync::Arc<(SignatureBook, Signers)>, IntegrityError> {
+        if let Some((seen, books)) = lock(&self.books).as_ref() {
+            if *seen == at {
+                return Ok(std::sync::Arc::clone(books));
+            }
+        }
+        let books = std::sync::Arc::new((load_book(store)?, Signers::load(store)?));
+        *lock(&self.books) = Some((at, std::sync::Arc::clone(&books)));
+        Ok(books)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The outcome of checking one entry, for `clawfs specs verify`.
