@@ -173,6 +173,10 @@ fn stamp(st: &rustix::fs::Stat) -> Stamp {
     (st.st_ino, st.st_ctime, st.st_ctime_nsec, st.st_size)
 }
 
+/// What a verdict was computed for: the stamps of the document, `signatures.json` and
+/// `signers.json`.
+type DocVersion = (Stamp, Stamp, Stamp);
+
 /// Whether a document may be served, or why not.
 type Verdict = Result<(), String>;
 
@@ -184,7 +188,7 @@ type Books = ((Stamp, Stamp), std::sync::Arc<(SignatureBook, Signers)>);
 /// parsed once per change of either.
 #[derive(Default)]
 pub struct SpecChecker {
-    verdicts: Mutex<HashMap<String, ((Stamp, Stamp, Stamp), Verdict)>>,
+    verdicts: Mutex<HashMap<String, (DocVersion, Verdict)>>,
     books: Mutex<Option<Books>>,
 }
 
