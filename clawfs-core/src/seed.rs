@@ -230,7 +230,6 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     dir(&tools, 0o755, tools_owner)?;
     dir(&tools.join("definitions"), 0o755, tools_owner)?;
     dir(&tools.join("binaries"), 0o755, tools_owner)?;
-    write_tool_registry(root)?;
 
     // workspaces/ — 0750 root:clawos-users; the default workspace.
     let workspaces = root.join("workspaces");
@@ -286,34 +285,16 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `tools/registry.json` and `tools/definitions/tool-<name>.json` for the tools this
-/// build serves, where they differ from what is there (a new build may add tools). Owned like
-/// `tools/`.
-pub fn write_tool_registry(root: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let tools = root.join("tools");
-    let md = fs::metadata(&tools)?;
-    let owner = Some((md.uid(), md.gid()));
-    let defs = tools.join("definitions");
-    dir(&defs, 0o755, owner)?;
-    let mut wanted = vec![(
-        tools.join("registry.json"),
-        pretty(&clawfs_agent_tools::registry()),
-    )];
-    for tool in clawfs_agent_tools::TOOL_NAMES {
-        let def = clawfs_agent_tools::definition(tool).expect("every listed tool has a definition");
-        wanted.push((defs.join(format!("tool-{tool}.json")), pretty(&def)));
-    }
-    for (path, content) in wanted {
-        if fs::read(&path).ok().as_deref() != Some(content.as_slice()) {
-            let dir = path.parent().expect("has a parent");
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .expect("ASCII name");
-            atomic_write(dir, name, &content, 0o644)?;
-        }
-        set_mode_owner(&path, 0o644, owner)?;
-    }
-    Ok(())
+/// Writes `tools/registry.json` (keeping its published packages) and the built-in tools'
+/// definitions where they differ from what is there (a new build may add tools).
+pub fn write_tool_registry(root: &Path) -> Result<(), crate::integrity::IntegrityError> {
+    use std::os::fd::AsFd;
+    let fd = rustix::fs::open(
+        root,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| crate::integrity::IntegrityError::io(root.display().to_string())(e.into()))?;
+    let packages = crate::integrity::tools::load_packages(fd.as_fd())?;
+    crate::integrity::tools::write_registry(fd.as_fd(), &packages)
 }

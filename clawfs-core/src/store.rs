@@ -158,6 +158,7 @@ impl Store {
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| io_err(path)(e.into()))?;
+        seed::write_tool_registry(path)?;
         crate::integrity::system::record_all(root.as_fd(), &seed::now_rfc3339())?;
         atomic_write(
             &path.join(PRIVATE_DIR),

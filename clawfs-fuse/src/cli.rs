@@ -149,6 +149,14 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::integrity_cmd::SpecsCommand,
     },
+    /// Published tools: add one (definition + WebAssembly binary, signed), list them.
+    Tools {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::integrity_cmd::ToolsCommand,
+    },
     /// The files of system/ against their manifest (vault/system-manifest.json): verify, update.
     System {
         #[command(flatten)]

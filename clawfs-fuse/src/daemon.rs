@@ -106,21 +106,14 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
     }
 }
 
-/// Compares the store's `system/` with its manifest (recording one for a store that has none).
-/// A difference refuses the mount (exit 5) unless `allow`, when it is returned for the record.
+/// Compares the store's `system/` with its manifest. A difference, or no manifest, refuses the
+/// mount (exit 5) unless `allow`, when it is returned for the record.
 fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
     use clawfs_core::integrity::system::{self, Verification};
-    let verdict = system::verify(store.root_fd(), &clawfs_core::seed::now_rfc3339())
+    let verdict = system::verify(store.root_fd())
         .map_err(|e| anyhow::anyhow!("checking system/ against its manifest: {e}"))?;
     let differences = match verdict {
         Verification::Intact => return Ok(None),
-        Verification::Recorded => {
-            warn!(
-                manifest = system::MANIFEST,
-                "the store had no system manifest; recorded one from system/ as it is"
-            );
-            return Ok(None);
-        }
         Verification::Tampered(d) => d,
     };
     let list = differences
@@ -453,16 +446,20 @@ fn spawn_vault_watch(
 /// Swaps in the store's policy file, or keeps the old policy if it is invalid; either way the
 /// outcome goes to `.clawfs/policy-status.json` for `clawfs policy reload`.
 fn reload_policy(fs: &ClawFs, private: &Path) {
+    // Each reload's status differs from the last, even two within a second: `apply_policy`
+    // waits for the file to change.
+    static RELOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = RELOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let now = clawfs_core::seed::now_rfc3339();
     let status = match fs.reload_policy() {
         Ok(()) => {
             info!("policy reloaded");
-            serde_json::json!({ "ok": true, "at": now })
+            serde_json::json!({ "ok": true, "at": now, "reload": seq })
         }
         Err(errors) => {
             let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
             warn!(?errors, "policy refused; the old one stays");
-            serde_json::json!({ "ok": false, "errors": errors, "at": now })
+            serde_json::json!({ "ok": false, "errors": errors, "at": now, "reload": seq })
         }
     };
     if let Err(e) = clawfs_core::store::atomic_write(

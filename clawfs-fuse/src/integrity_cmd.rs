@@ -71,6 +71,29 @@ pub enum SpecsCommand {
     },
 }
 
+/// `clawfs tools` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Publish a tool: check its definition (P1.4 tool schema; named tool-NAME.json) and its
+    /// WebAssembly binary (named NAME-vX.Y.Z.wasm), store both read-only under tools/, and
+    /// record them in tools/registry.json signed by SIGNER. A published version never changes.
+    Add {
+        /// The definition, tool-NAME.json.
+        definition: PathBuf,
+        /// The binary, NAME-vX.Y.Z.wasm.
+        binary: Option<PathBuf>,
+        /// Who signs (key from the vault).
+        #[arg(long = "as", value_name = "SIGNER")]
+        signer: String,
+    },
+    /// List the published tools (the built-in agent tools are in tools/registry.json too).
+    List {
+        /// Print JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// `clawfs system` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum SystemCommand {
@@ -84,14 +107,22 @@ pub enum SystemCommand {
     /// recorded: a change made behind ClawFS's back to another file stays a mismatch).
     Update {
         /// PATH=FILE: install FILE as system/PATH (e.g. cgroup/quotas.json=./quotas.json).
-        #[arg(required = true, value_name = "PATH=FILE")]
+        #[arg(value_name = "PATH=FILE", required_unless_present_any = ["remove", "all"])]
         files: Vec<String>,
+        /// Remove system/PATH and its entry.
+        #[arg(long, value_name = "PATH")]
+        remove: Vec<String>,
+        /// Record every file of system/ as it is now (a store without a manifest, or changes
+        /// an admin has checked and accepts).
+        #[arg(long, conflicts_with_all = ["files", "remove"])]
+        all: bool,
     },
 }
 
 fn refused(e: IntegrityError) -> Failure {
     match e {
         IntegrityError::Mismatch(m) => Failure::Tampered(m),
+        e @ IntegrityError::Json { .. } => Failure::Tampered(e.to_string()),
         e => Failure::Other(anyhow!(e)),
     }
 }
@@ -224,6 +255,79 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Runs one `clawfs tools` command on the store at `root`.
+pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
+    use clawfs_core::integrity::tools::{self as registry, Added};
+    let store = Store::open(root)?;
+    let fd = store.root_fd();
+    let mut out = std::io::stdout().lock();
+    let w = |e: std::io::Error| Failure::Other(anyhow!(e));
+    match cmd {
+        ToolsCommand::Add {
+            definition,
+            binary,
+            signer,
+        } => {
+            let name_of = |p: &Path| -> Result<String, Failure> {
+                Ok(p.file_name()
+                    .ok_or_else(|| anyhow!("{}: not a file name", p.display()))?
+                    .to_string_lossy()
+                    .into_owned())
+            };
+            let def = std::fs::read(definition)
+                .with_context(|| format!("reading {}", definition.display()))?;
+            let def_name = name_of(definition)?;
+            let wasm = match binary {
+                Some(b) => Some((
+                    std::fs::read(b).with_context(|| format!("reading {}", b.display()))?,
+                    name_of(b)?,
+                )),
+                None => None,
+            };
+            // Checked before the vault is asked for a key.
+            registry::check_definition(&def, &def_name, wasm.as_ref().map(|w| w.1.as_str()))
+                .map_err(refused)?;
+            let key = signing_key(&store, signer)?;
+            let added = registry::add(
+                fd,
+                (&def, &def_name),
+                wasm.as_ref().map(|(b, n)| (b.as_slice(), n.as_str())),
+                (signer, &key),
+                &now(),
+            )
+            .map_err(refused)?;
+            match added {
+                Added::Published => writeln!(out, "published {def_name}, signed by {signer}"),
+                Added::AlreadyPublished => {
+                    writeln!(
+                        out,
+                        "{def_name}: this version is already published; nothing changed"
+                    )
+                }
+            }
+            .map_err(w)?;
+        }
+        ToolsCommand::List { json } => {
+            for p in registry::load_packages(fd).map_err(refused)? {
+                if *json {
+                    writeln!(out, "{}", serde_json::to_string(&p).expect("serialisable"))
+                } else {
+                    writeln!(
+                        out,
+                        "{}\t{}\t{}\tsigned by {}",
+                        p.tool_id,
+                        p.version,
+                        p.wasm_path.as_deref().unwrap_or("(no binary)"),
+                        p.signed_by
+                    )
+                }
+                .map_err(w)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs one `clawfs system` command on the store at `root`.
 pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
     let store = Store::open(root)?;
@@ -232,7 +336,7 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
     let w = |e: std::io::Error| Failure::Other(anyhow!(e));
     match cmd {
         SystemCommand::Verify { json } => {
-            let verdict = system::verify(fd, &now()).map_err(refused)?;
+            let verdict = system::verify(fd).map_err(refused)?;
             let differences = match &verdict {
                 Verification::Tampered(d) => d.clone(),
                 _ => Vec::new(),
@@ -240,18 +344,12 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
             if *json {
                 let v = serde_json::json!({
                     "ok": differences.is_empty(),
-                    "recorded_now": matches!(verdict, Verification::Recorded),
                     "differences": differences,
                 });
                 writeln!(out, "{v}").map_err(w)?;
             } else {
                 match &verdict {
                     Verification::Intact => writeln!(out, "system/ matches {}", system::MANIFEST),
-                    Verification::Recorded => writeln!(
-                        out,
-                        "the store had no system manifest: recorded {} from what system/ holds now",
-                        system::MANIFEST
-                    ),
                     Verification::Tampered(d) => d.iter().try_for_each(|d| writeln!(out, "{d}")),
                 }
                 .map_err(w)?;
@@ -264,7 +362,21 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                 )));
             }
         }
-        SystemCommand::Update { files } => {
+        SystemCommand::Update { files, remove, all } => {
+            if *all {
+                system::record_all(fd, &now()).map_err(refused)?;
+                writeln!(
+                    out,
+                    "recorded every file of system/ in {}",
+                    system::MANIFEST
+                )
+                .map_err(w)?;
+                return Ok(());
+            }
+            for rel in remove {
+                system::remove(fd, rel, &now()).map_err(refused)?;
+                writeln!(out, "removed system/{rel} and its entry").map_err(w)?;
+            }
             let mut policy_changed = false;
             for spec in files {
                 let (rel, file) = spec.split_once('=').ok_or_else(|| {
@@ -272,9 +384,20 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                 })?;
                 let rel = system::check_system_path(rel).map_err(refused)?;
                 let content = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+                if file.is_empty() {
+                    return Err(anyhow!("'{spec}': give PATH=FILE, FILE not empty").into());
+                }
                 if rel == "policy.toml" {
                     crate::policy_cmd::check(Path::new(file))?;
                     policy_changed = true;
+                }
+                if rel.ends_with(".json") {
+                    serde_json::from_slice::<serde_json::Value>(&content)
+                        .with_context(|| format!("{file}: system/{rel} must be JSON"))?;
+                }
+                if rel == "signers.json" {
+                    serde_json::from_slice::<Signers>(&content)
+                        .with_context(|| format!("{file}: not a signers file"))?;
                 }
                 system::install(fd, &rel, &content, 0o444, &now()).map_err(refused)?;
                 writeln!(out, "installed system/{rel} and recorded its SHA-256").map_err(w)?;

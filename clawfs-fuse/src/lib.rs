@@ -73,6 +73,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Specs { store, command } => {
             integrity_cmd::specs(&daemon::store_path(&store.store), command)
         }
+        Command::Tools { store, command } => {
+            integrity_cmd::tools(&daemon::store_path(&store.store), command)
+        }
         Command::System { store, command } => {
             integrity_cmd::system(&daemon::store_path(&store.store), command)
         }

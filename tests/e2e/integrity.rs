@@ -48,6 +48,17 @@ fn tamper(path: &std::path::Path, edit: impl FnOnce(Vec<u8>) -> Vec<u8>) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
+fn sha_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+fn make_fifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+}
+
 fn signatures(m: &Mounted) -> Value {
     serde_json::from_slice(&fs::read(m.backing("specs/signatures.json")).unwrap()).unwrap()
 }
@@ -85,11 +96,32 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
             "p1/R-1.md",
         ],
     ));
+    // Once the store has signers, a draft is not served until it is frozen.
+    assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    ok(admin(&m, &["specs", "freeze", "R-1", "--as", "alice"]));
     assert_eq!(
         fs::read(m.path("specs/p1/R-1.md")).unwrap(),
         b"# Rules\n\nBe kind.\n"
     );
-    ok(admin(&m, &["specs", "freeze", "R-1", "--as", "alice"]));
+    // Paths that are not plain relative names are refused (a trailing '/' once replaced a
+    // frozen document).
+    for bad in [
+        "p1/P1.4-clawfs-spec.md/",
+        "p1//x.md",
+        "dir/",
+        "../x.md",
+        "history/x.md",
+        ".x",
+    ] {
+        let d = draft.to_str().unwrap();
+        fails(
+            admin(&m, &["specs", "add", d, "--id", "X-1", "--path", bad]),
+            1,
+        );
+    }
+    assert!(fs::read(m.path("specs/p1/P1.4-clawfs-spec.md"))
+        .unwrap()
+        .starts_with(b"# P1.4"));
     fails(admin(&m, &["specs", "freeze", "R-1", "--as", "bob"]), 1);
     let verify = ok(admin(&m, &["specs", "verify", "--json"]));
     let v: Value = serde_json::from_str(verify.trim()).unwrap();
@@ -125,6 +157,18 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         1,
     );
     assert!(err.contains("mallory"), "{err}");
+    // An approval renamed in the proposal file (alice's signature as bob's) is caught.
+    let proposal = m.backing(".clawfs/spec-proposals/R-1.json");
+    let honest = fs::read(&proposal).unwrap();
+    tamper(&proposal, |b| {
+        String::from_utf8(b)
+            .unwrap()
+            .replace("\"alice\"", "\"bob\"")
+            .into_bytes()
+    });
+    let err = fails(admin(&m, &["specs", "approve", "R-1", "--as", "alice"]), 5);
+    assert!(err.contains("does not verify"), "{err}");
+    tamper(&proposal, |_| honest.clone());
     let out = ok(admin(&m, &["specs", "approve", "R-1", "--as", "bob"]));
     assert!(out.contains("version 2"), "{out}");
     assert_eq!(
@@ -149,6 +193,105 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     // Verification needs only public keys: it works with the vault locked.
     ok(vault(&m, &["lock"], None));
     ok(admin(&m, &["specs", "verify"]));
+
+    // An open descriptor keeps the bytes that were checked, whatever the store does later.
+    let mut open = fs::File::open(m.path("specs/p1/R-1.md")).unwrap();
+    let book_before = fs::read(m.backing("specs/signatures.json")).unwrap();
+    let keep = fs::read(m.backing("specs/p1/R-1.md")).unwrap();
+
+    // Rolled back: the current entry made a copy of the superseded one (same id and version).
+    tamper(&m.backing("specs/signatures.json"), |_| {
+        let mut book = signatures(&m);
+        let all = book["signatures"].as_array_mut().unwrap();
+        let old = all
+            .iter()
+            .find(|e| e["spec_id"] == "R-1" && e["version"] == 1)
+            .unwrap()
+            .clone();
+        for e in all.iter_mut() {
+            if e["spec_id"] == "R-1" && e["version"] == 2 {
+                *e = old.clone();
+                e["status"] = Value::from("FROZEN");
+                e.as_object_mut().unwrap().remove("kept_at");
+            }
+        }
+        serde_json::to_vec_pretty(&book).unwrap()
+    });
+    tamper(&m.backing("specs/p1/R-1.md"), |_| {
+        b"# Rules\n\nBe kind.\n".to_vec()
+    });
+    assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    // Demoted to a draft, unsigned: not served either.
+    tamper(&m.backing("specs/signatures.json"), |_| {
+        let mut book: Value = serde_json::from_slice(&book_before).unwrap();
+        for e in book["signatures"].as_array_mut().unwrap() {
+            if e["spec_id"] == "R-1" && e["version"] == 2 {
+                e["status"] = Value::from("DRAFT");
+                e["sha256"] = Value::from(sha_hex(b"# Rules\n\nBe kind.\n"));
+                e.as_object_mut().unwrap().remove("ed25519");
+            }
+        }
+        serde_json::to_vec_pretty(&book).unwrap()
+    });
+    assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    // Moved: another document's signed entry and bytes at this path (the path is signed).
+    tamper(&m.backing("specs/signatures.json"), |_| {
+        let mut book: Value = serde_json::from_slice(&book_before).unwrap();
+        for e in book["signatures"].as_array_mut().unwrap() {
+            if e["spec_id"] == "R-1" && e["version"] == 2 {
+                e["path"] = Value::from("p1/other.md");
+            }
+            if e["spec_id"] == "P1.4-clawfs-spec" {
+                e["path"] = Value::from("p1/R-1.md");
+            }
+        }
+        serde_json::to_vec_pretty(&book).unwrap()
+    });
+    let p14 = fs::read(m.backing("specs/p1/P1.4-clawfs-spec.md")).unwrap();
+    tamper(&m.backing("specs/p1/R-1.md"), |_| p14.clone());
+    assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    let mut first = String::new();
+    std::io::Read::read_to_string(&mut open, &mut first).unwrap();
+    assert_eq!(
+        first, "# Rules\n\nBe kind. Be brief.\n",
+        "the open descriptor changed"
+    );
+    tamper(&m.backing("specs/signatures.json"), |_| book_before.clone());
+    tamper(&m.backing("specs/p1/R-1.md"), |_| keep.clone());
+    assert!(fs::read(m.path("specs/p1/R-1.md")).is_ok());
+
+    // A key added to system/signers.json behind ClawFS's back is not trusted: nothing is
+    // served while the file differs from the system manifest.
+    let keys_before = fs::read(m.backing("system/signers.json")).unwrap();
+    tamper(&m.backing("system/signers.json"), |b| {
+        let mut v: Value = serde_json::from_slice(&b).unwrap();
+        let mut extra = v["signers"][0].clone();
+        extra["name"] = Value::from("mallory");
+        v["signers"].as_array_mut().unwrap().push(extra);
+        serde_json::to_vec_pretty(&v).unwrap()
+    });
+    assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    fails(admin(&m, &["specs", "verify"]), 5);
+    fails(admin(&m, &["system", "verify"]), 5);
+    let keys = m.dir.path().join("signers.json");
+    fs::write(&keys, &keys_before).unwrap();
+    ok(admin(
+        &m,
+        &[
+            "system",
+            "update",
+            &format!("signers.json={}", keys.display()),
+        ],
+    ));
+    assert!(fs::read(m.path("specs/p1/R-1.md")).is_ok());
+
+    // A FIFO or a symlink planted in specs/ is not served (it would bypass the checks).
+    make_fifo(&m.backing("specs/p1/fifo.md"));
+    std::os::unix::fs::symlink("/etc/hostname", m.backing("specs/p1/link.md")).unwrap();
+    assert_eq!(errno(fs::metadata(m.path("specs/p1/fifo.md"))), libc::EIO);
+    assert_eq!(errno(fs::read(m.path("specs/p1/link.md"))), libc::EIO);
+    fs::remove_file(m.backing("specs/p1/fifo.md")).unwrap();
+    fs::remove_file(m.backing("specs/p1/link.md")).unwrap();
 
     // Tampered behind the daemon's back: not served (EIO), audited, caught by verify.
     tamper(&m.backing("specs/p1/R-1.md"), |mut t| {
@@ -242,6 +385,15 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     assert_eq!(kinds, ["not_a_file", "changed"], "{v}");
     fs::remove_file(m.backing("system/cgroup/extra")).unwrap();
 
+    // A missing manifest is not rebuilt from what is there: the mount is refused.
+    let manifest = m.backing("vault/system-manifest.json");
+    let saved = fs::read(&manifest).unwrap();
+    fs::remove_file(&manifest).unwrap();
+    let err = fails(mount(&[]), 5);
+    assert!(err.contains("system-manifest.json is missing"), "{err}");
+    fails(admin(&m, &["system", "verify"]), 5);
+    fs::write(&manifest, &saved).unwrap();
+
     // Allowed on purpose: served, and the allowance is on the audit trail.
     ok(mount(&["--allow-tampered-system"]));
     assert!(m.is_mounted());
@@ -276,4 +428,186 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
         fails(admin(&m, &["system", "update", bad]), 1);
     }
     ok(admin(&m, &["system", "verify"]));
+}
+
+#[test]
+fn published_tools_are_signed_immutable_and_checked_on_read() {
+    let m = Mounted::new();
+    ok(vault(&m, &["init", "--sealer", "passphrase"], None));
+    ok(admin(&m, &["specs", "keygen", "--as", "alice"]));
+    let dir = m.dir.path();
+    let def = |version: &str| {
+        serde_json::json!({
+            "tool_id": "echo",
+            "version": version,
+            "wasm_path": format!("/clawfs/tools/binaries/echo-v{version}.wasm"),
+            "wit_interface": "clawos-channel-v1",
+            "capabilities": ["filesystem:read:/clawfs/workspaces"],
+            "memory_limit_mb": 64,
+            "cpu_quota_percent": 10,
+            "timeout_seconds": 30,
+            "author": "test",
+            "license": "MIT"
+        })
+    };
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        fs::write(&p, bytes).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let wasm = b"\0asm\x01\0\0\0".to_vec();
+    let d1 = write(
+        "tool-echo.json",
+        &serde_json::to_vec(&def("1.0.0")).unwrap(),
+    );
+    let b1 = write("echo-v1.0.0.wasm", &wasm);
+
+    // Refused before anything is written: names, schema, not WebAssembly, unknown signer.
+    let misnamed = write(
+        "tool-other.json",
+        &serde_json::to_vec(&def("1.0.0")).unwrap(),
+    );
+    let err = fails(
+        admin(&m, &["tools", "add", &misnamed, &b1, "--as", "alice"]),
+        1,
+    );
+    assert!(err.contains("tool-echo.json"), "{err}");
+    let sub = dir.join("v2");
+    fs::create_dir(&sub).unwrap();
+    let bad_version = sub.join("tool-echo.json");
+    fs::write(&bad_version, serde_json::to_vec(&def("1.0")).unwrap()).unwrap();
+    let err = fails(
+        admin(
+            &m,
+            &[
+                "tools",
+                "add",
+                bad_version.to_str().unwrap(),
+                "--as",
+                "alice",
+            ],
+        ),
+        1,
+    );
+    assert!(err.contains("X.Y.Z"), "{err}");
+    let not_wasm = write("echo-v1.0.0.wasm.txt", b"#!/bin/sh\n");
+    fs::rename(&not_wasm, sub.join("echo-v1.0.0.wasm")).unwrap();
+    let err = fails(
+        admin(
+            &m,
+            &[
+                "tools",
+                "add",
+                &d1,
+                sub.join("echo-v1.0.0.wasm").to_str().unwrap(),
+                "--as",
+                "alice",
+            ],
+        ),
+        1,
+    );
+    assert!(err.contains("WebAssembly"), "{err}");
+    fails(admin(&m, &["tools", "add", &d1, &b1, "--as", "mallory"]), 1);
+    assert!(!m.backing("tools/binaries/echo-v1.0.0.wasm").exists());
+
+    // Published: served through the mount, listed in the registry beside the built-in tools.
+    ok(admin(&m, &["tools", "add", &d1, &b1, "--as", "alice"]));
+    assert_eq!(
+        fs::read(m.path("tools/binaries/echo-v1.0.0.wasm")).unwrap(),
+        wasm
+    );
+    assert!(fs::read(m.path("tools/definitions/tool-echo.json")).is_ok());
+    let reg: Value =
+        serde_json::from_slice(&fs::read(m.path("tools/registry.json")).unwrap()).unwrap();
+    assert_eq!(reg["packages"][0]["tool_id"], "echo");
+    assert!(reg["packages"][0]["wasm_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(reg["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "read_file"));
+    // The same version again: nothing changes; a different binary under it: refused.
+    let out = ok(admin(&m, &["tools", "add", &d1, &b1, "--as", "alice"]));
+    assert!(out.contains("already published"), "{out}");
+    let mut other = wasm.clone();
+    other.push(0);
+    fs::write(sub.join("echo-v1.0.0.wasm"), &other).unwrap();
+    let err = fails(
+        admin(
+            &m,
+            &[
+                "tools",
+                "add",
+                &d1,
+                sub.join("echo-v1.0.0.wasm").to_str().unwrap(),
+                "--as",
+                "alice",
+            ],
+        ),
+        1,
+    );
+    assert!(err.contains("cannot change"), "{err}");
+    assert_eq!(
+        fs::read(m.backing("tools/binaries/echo-v1.0.0.wasm")).unwrap(),
+        wasm
+    );
+
+    // A remount keeps the published tool.
+    assert!(m.umount().status.success());
+    m.mount(&[]);
+    assert_eq!(
+        fs::read(m.path("tools/binaries/echo-v1.0.0.wasm")).unwrap(),
+        wasm
+    );
+
+    // Tampered behind the daemon's back: the binary, then the registry made to match it.
+    tamper(&m.backing("tools/binaries/echo-v1.0.0.wasm"), |mut b| {
+        b.push(1);
+        b
+    });
+    assert_eq!(
+        errno(fs::read(m.path("tools/binaries/echo-v1.0.0.wasm"))),
+        libc::EIO
+    );
+    let records = audit_until(&m, |r| {
+        r.iter()
+            .any(|e| e["path"] == "/tools/binaries/echo-v1.0.0.wasm" && e["errno"] == libc::EIO)
+    });
+    assert!(
+        records
+            .iter()
+            .any(|e| e["path"] == "/tools/binaries/echo-v1.0.0.wasm" && e["errno"] == libc::EIO),
+        "no audit record: {records:?}"
+    );
+    let sum = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(
+            fs::read(m.backing("tools/binaries/echo-v1.0.0.wasm")).unwrap(),
+        ))
+    };
+    tamper(&m.backing("tools/registry.json"), |bytes| {
+        let mut reg: Value = serde_json::from_slice(&bytes).unwrap();
+        reg["packages"][0]["wasm_hash"] = Value::from(format!("sha256:{sum}"));
+        serde_json::to_vec_pretty(&reg).unwrap()
+    });
+    assert_eq!(
+        errno(fs::read(m.path("tools/binaries/echo-v1.0.0.wasm"))),
+        libc::EIO
+    );
+    assert_eq!(errno(fs::read(m.path("tools/registry.json"))), libc::EIO);
+    // A built-in definition edited in the store is not served either.
+    tamper(
+        &m.backing("tools/definitions/tool-read_file.json"),
+        |mut b| {
+            b.insert(1, b' ');
+            b
+        },
+    );
+    assert_eq!(
+        errno(fs::read(m.path("tools/definitions/tool-read_file.json"))),
+        libc::EIO
+    );
 }

@@ -72,9 +72,18 @@ impl ClawFs {
             let fd = node.handle.open(self.mount_fd(), flags)?;
             Arc::new(BackingFile::new(File::from(fd)))
         };
-        if node.place.area() == Area::Specs {
-            self.check_spec(&backing.file)?;
-        }
+        // Signed files are served from the copy that was checked, through the daemon.
+        let verified = match matches!(node.place.area(), Area::Specs | Area::Tools) && !writes {
+            true => match self.verified_copy(&backing.file) {
+                Ok(copy) => copy,
+                Err(e) => return Err(self.rule_refusal(caller, "open", &node, None, e)),
+            },
+            false => None,
+        };
+        let (backing, verified) = match verified {
+            Some(copy) => (Arc::new(BackingFile::new(copy)), true),
+            None => (backing, false),
+        };
         if self.passthrough() && flags & libc::O_TRUNC != 0 {
             // The kernel passes O_TRUNC with the open (atomic O_TRUNC); the shared descriptor
             // was not opened with it.
@@ -101,7 +110,8 @@ impl ClawFs {
         // Writes that the daemon must see: charged to a byte quota, or clearing setuid/setgid
         // bits (a passthrough write runs with the daemon's rights and would keep them).
         let through_daemon = writer.as_ref().is_some_and(|w| w.metered)
-            || (writes && caller.uid != 0 && has_suidgid(&backing.file)?);
+            || (writes && caller.uid != 0 && has_suidgid(&backing.file)?)
+            || verified;
         let io = match through_daemon {
             true => self.count_daemon_open(&node)?,
             false => self.count_open(&node, prefer_cached, writes),

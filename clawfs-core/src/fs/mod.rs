@@ -182,6 +182,7 @@ pub struct ClawFs {
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
     specs: crate::integrity::specs::SpecChecker,
+    tool_files: crate::integrity::tools::ToolChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
@@ -311,6 +312,7 @@ impl ClawFs {
             generated: generated::Generated::new(),
             mountpoint: Default::default(),
             specs: Default::default(),
+            tool_files: Default::default(),
             passthrough: Default::default(),
             cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),
             shared: Default::default(),
@@ -453,6 +455,20 @@ impl ClawFs {
     ) -> FsResult<Entry> {
         let handle = BackingHandle::at(dir, name)?;
         let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let kind = crate::attr::FileKind::from_mode(st.st_mode);
+        if place.area().is_read_only()
+            && !matches!(
+                kind,
+                crate::attr::FileKind::File | crate::attr::FileKind::Dir
+            )
+        {
+            // system/ and specs/ hold files and folders only; a symlink or FIFO there was
+            // planted in the store and would bypass the checks on their files.
+            return Err(FsError::Tampered(format!(
+                "{} in a read-only area is a {kind:?}, not a file or folder: not served",
+                name.to_string_lossy()
+            )));
+        }
         let ino = self.inodes.mount_ino(st.st_ino);
         let generation = handle.generation();
         self.inodes

@@ -168,17 +168,32 @@ impl ClawFs {
         Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
     }
 
-    /// Refuses a document of `specs/` that does not match its signature; the bytes checked
-    /// are those of `fd`, the descriptor the caller will read.
-    pub(super) fn check_spec(&self, fd: impl AsFd) -> FsResult<()> {
+    /// A document of `specs/` or a tool file (`tools/registry.json`, `tools/definitions/`,
+    /// `tools/binaries/`) open as `fd` is served from a sealed in-memory copy whose bytes are
+    /// the ones checked: a change made in the store after the check (or while the file is
+    /// open) never reaches the reader. Refused (EIO) if the copy does not match its signature
+    /// or is not this build's. `None` for every other file.
+    pub(super) fn verified_copy(&self, fd: impl AsFd) -> FsResult<Option<File>> {
         let ns = self.ns_path(fd.as_fd())?;
         let mut parts = ns.components();
-        if parts.next() != Some(Area::Specs.dir_name()) {
-            return Ok(());
-        }
+        let area = parts.next();
         let rel = parts.collect::<Vec<_>>().join("/");
-        self.specs
-            .check(self.store.root_fd(), &rel, fd.as_fd())
-            .map_err(FsError::Tampered)
+        let specs = area == Some(Area::Specs.dir_name());
+        let tools = area == Some(Area::Tools.dir_name())
+            && (rel == crate::integrity::tools::REGISTRY
+                || rel.starts_with("definitions/")
+                || rel.starts_with("binaries/"));
+        if !specs && !tools {
+            return Ok(None);
+        }
+        let copy = crate::integrity::sealed_copy(fd.as_fd())?;
+        let verdict = match specs {
+            true => self.specs.check(self.store.root_fd(), &rel, copy.as_fd()),
+            false => self
+                .tool_files
+                .check(self.store.root_fd(), &rel, copy.as_fd()),
+        };
+        verdict.map_err(FsError::Tampered)?;
+        Ok(Some(copy))
     }
 }

@@ -12,6 +12,7 @@
 pub mod signers;
 pub mod specs;
 pub mod system;
+pub mod tools;
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -115,21 +116,24 @@ fn walk_below(
     };
     let mut names = Vec::new();
     for e in rustix::fs::Dir::read_from(dir).map_err(fail(prefix))? {
-        let name = e
-            .map_err(fail(prefix))?
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        if name != "." && name != ".." {
-            names.push(name);
+        let e = e.map_err(fail(prefix))?;
+        match e.file_name().to_str() {
+            Ok("." | "..") => {}
+            Ok(name) => names.push(Ok(name.to_string())),
+            // Reported, never opened by a lossy name that could be another file's.
+            Err(_) => names.push(Err(e.file_name().to_string_lossy().into_owned())),
         }
     }
     names.sort();
     for name in names {
-        let rel = match prefix {
-            "" => name.clone(),
-            p => format!("{p}/{name}"),
+        let name = match name {
+            Ok(name) => name,
+            Err(lossy) => {
+                visit(&join(prefix, &lossy), None)?;
+                continue;
+            }
         };
+        let rel = join(prefix, &name);
         // Opened without following anything; what it is comes from the descriptor.
         let fd = match crate::beneath::open(dir, Path::new(&name), OFlags::PATH, 0) {
             Ok(fd) => fd,
@@ -153,6 +157,43 @@ fn walk_below(
     Ok(())
 }
 
+/// A sealed in-memory copy of what `fd` holds (at most [`MAX_FILE`] bytes): no one can change
+/// it, so its bytes stay the ones checked for as long as it is open.
+pub fn sealed_copy(fd: BorrowedFd<'_>) -> io::Result<std::fs::File> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    use std::io::Write;
+    let copy = rustix::fs::memfd_create(
+        "clawfs-verified",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    let mut out = std::fs::File::from(copy);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    loop {
+        let n = rustix::io::pread(fd, &mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+        if at > MAX_FILE {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        out.write_all(&buf[..n])?;
+    }
+    rustix::fs::fcntl_add_seals(
+        &out,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    Ok(out)
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    match prefix {
+        "" => name.to_string(),
+        p => format!("{p}/{name}"),
+    }
+}
+
 /// Reads the JSON file `rel` beneath the store root `store`; `None` if it is missing.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     store: BorrowedFd<'_>,
@@ -166,6 +207,91 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(IntegrityError::json(rel))
+}
+
+/// One version of a file: inode, change time (seconds, nanoseconds) and size. A file replaced
+/// atomically is a new inode.
+pub(crate) type Stamp = (u64, i64, u64, i64);
+
+pub(crate) fn stamp(st: &rustix::fs::Stat) -> Stamp {
+    (st.st_ino, st.st_ctime, st.st_ctime_nsec, st.st_size)
+}
+
+/// The stamp of `rel` beneath the store root `store` (all zero if it cannot be reached).
+pub(crate) fn stamp_of(store: BorrowedFd<'_>, rel: &str) -> Stamp {
+    crate::beneath::open(store, Path::new(rel), rustix::fs::OFlags::PATH, 0)
+        .and_then(|fd| Ok(rustix::fs::fstat(&fd)?))
+        .map_or((0, 0, 0, 0), |st| stamp(&st))
+}
+
+/// Whether a file may be served, or why not.
+pub type Verdict = Result<(), String>;
+
+/// What a verdict was computed for: the stamps of the file and of the two index files it was
+/// checked against.
+type Versions = (Stamp, Stamp, Stamp);
+
+/// Index files as parsed, with the stamps they were read at.
+type Indexes<B> = ((Stamp, Stamp), std::sync::Arc<B>);
+
+/// Verdicts per file version, and the index files (a signatures file and the signers) parsed
+/// once per change of either: the cache the daemon's checkers share.
+pub(crate) struct Checked<B> {
+    verdicts: std::sync::Mutex<std::collections::HashMap<String, (Versions, Verdict)>>,
+    books: std::sync::Mutex<Option<Indexes<B>>>,
+}
+
+impl<B> Default for Checked<B> {
+    fn default() -> Self {
+        Self {
+            verdicts: Default::default(),
+            books: Default::default(),
+        }
+    }
+}
+
+impl<B> Checked<B> {
+    /// The verdict on `file` (at `rel`), computed by `judge` from the index files `indexes`
+    /// (relative to the store root, parsed by `load`) unless this version of all three was
+    /// judged before. The index files are read after their stamps are taken: one replaced in
+    /// between is read under the older stamps, and read again at the next check.
+    pub(crate) fn check(
+        &self,
+        store: BorrowedFd<'_>,
+        rel: &str,
+        file: BorrowedFd<'_>,
+        indexes: [&str; 2],
+        load: impl FnOnce() -> Result<B, IntegrityError>,
+        judge: impl FnOnce(&B) -> Result<(), IntegrityError>,
+    ) -> Verdict {
+        let st = rustix::fs::fstat(file).map_err(|e| format!("{rel}: {e}"))?;
+        let at = (stamp_of(store, indexes[0]), stamp_of(store, indexes[1]));
+        let version = (stamp(&st), at.0, at.1);
+        if let Some((seen, v)) = lock(&self.verdicts).get(rel) {
+            if *seen == version {
+                return v.clone();
+            }
+        }
+        let cached = lock(&self.books)
+            .as_ref()
+            .filter(|(seen, _)| *seen == at)
+            .map(|(_, b)| std::sync::Arc::clone(b));
+        let books = match cached {
+            Some(b) => Ok(b),
+            None => load().map(|b| {
+                let b = std::sync::Arc::new(b);
+                *lock(&self.books) = Some((at, std::sync::Arc::clone(&b)));
+                b
+            }),
+        };
+        let verdict = books.and_then(|b| judge(&b)).map_err(|e| e.to_string());
+        lock(&self.verdicts).insert(rel.to_string(), (version, verdict.clone()));
+        verdict
+    }
+}
+
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Pretty JSON with a final newline, the form every file here is written in.

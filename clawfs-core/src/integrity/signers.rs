@@ -42,12 +42,21 @@ pub struct SignerKey {
 }
 
 impl Signers {
-    /// The signers of the store whose root is `store` (none when the file is missing).
+    /// The signers of the store whose root is `store` (none when the file is missing). The
+    /// file must be as the system manifest records it: a key added or removed in the store
+    /// behind ClawFS's back is refused, not trusted.
     pub fn load(store: BorrowedFd<'_>) -> Result<Signers, IntegrityError> {
-        Ok(super::read_json(store, SIGNERS_FILE)?.unwrap_or(Signers {
-            version: 1,
-            signers: Vec::new(),
-        }))
+        let bytes =
+            crate::beneath::read(store, std::path::Path::new(SIGNERS_FILE), super::MAX_FILE)
+                .map_err(IntegrityError::io(SIGNERS_FILE))?;
+        super::system::check_recorded(store, "signers.json", bytes.as_deref())?;
+        match bytes {
+            None => Ok(Signers {
+                version: 1,
+                signers: Vec::new(),
+            }),
+            Some(b) => serde_json::from_slice(&b).map_err(IntegrityError::json(SIGNERS_FILE)),
+        }
     }
 
     /// Whether any signer is trusted: then every frozen document must carry a signature.

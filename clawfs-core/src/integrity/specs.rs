@@ -6,10 +6,8 @@
 //! The daemon checks through [`SpecChecker`]; the admin commands (`clawfs specs ...`) change
 //! the documents through [`SpecBook`].
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
 use base64::Engine as _;
 use ed25519_dalek::SigningKey;
@@ -17,7 +15,7 @@ use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
 use super::signers::{self, Signers, SIGNERS_FILE};
-use super::{sha256_fd, IntegrityError};
+use super::{sha256_fd, IntegrityError, Verdict};
 use crate::beneath::{self, FileMode};
 
 /// The signatures file, relative to `specs/`.
@@ -78,6 +76,19 @@ pub struct SpecEntry {
     /// The Ed25519 signatures of [`message`] for this entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ed25519: Vec<Approval>,
+    /// Where a superseded version is kept, relative to `specs/` (`history/<id>/v<N>.<ext>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_at: Option<String>,
+}
+
+impl SpecEntry {
+    /// Where the entry's bytes are, relative to `specs/`.
+    pub fn served_at(&self) -> &str {
+        match (&self.status, &self.kept_at) {
+            (Status::Superseded, Some(k)) => k,
+            _ => &self.path,
+        }
+    }
 }
 
 fn first_version() -> u32 {
@@ -95,11 +106,14 @@ pub struct Approval {
     pub signature: String,
 }
 
-/// What a signature signs: the document's id, version and SHA-256 (not its path, so an earlier
-/// version moved under `history/` keeps its signatures).
-pub fn message(spec_id: &str, version: u32, sha256: &str) -> Vec<u8> {
-    format!("clawfs-spec-signature-v1\nspec_id={spec_id}\nversion={version}\nsha256={sha256}\n")
-        .into_bytes()
+/// What a signature signs: the document's id, version, path (where it was frozen) and SHA-256.
+/// An earlier version moved under `history/` keeps its `path` and its signatures; where it is
+/// kept follows from the id and version ([`history_path`]).
+pub fn message(spec_id: &str, version: u32, path: &str, sha256: &str) -> Vec<u8> {
+    format!(
+        "clawfs-spec-signature-v2\nspec_id={spec_id}\nversion={version}\npath={path}\nsha256={sha256}\n"
+    )
+    .into_bytes()
 }
 
 impl SpecEntry {
@@ -110,7 +124,7 @@ impl SpecEntry {
         if self.status == Status::Draft {
             return Ok(());
         }
-        let msg = message(&self.spec_id, self.version, &self.sha256);
+        let msg = message(&self.spec_id, self.version, &self.path, &self.sha256);
         let mut distinct: Vec<&str> = Vec::new();
         for a in &self.ed25519 {
             signers.verify(&a.signer, &msg, &a.signature)?;
@@ -150,11 +164,22 @@ fn verdict(
     rel: &str,
     doc: BorrowedFd<'_>,
 ) -> Result<(), IntegrityError> {
-    let entry = book
-        .signatures
-        .iter()
-        .find(|e| e.path == rel)
+    let mut naming = book.signatures.iter().filter(|e| e.served_at() == rel);
+    let entry = naming
+        .next()
         .ok_or_else(|| IntegrityError::Mismatch(format!("{rel} is not signed in {SIGNATURES}")))?;
+    if naming.next().is_some() {
+        return Err(IntegrityError::Mismatch(format!(
+            "more than one entry of {SIGNATURES} names {rel}: not served"
+        )));
+    }
+    check_entry(book, entry, signers)?;
+    if !signers.is_empty() && entry.status == Status::Draft {
+        return Err(IntegrityError::Mismatch(format!(
+            "{rel} is a draft: not served until frozen (`clawfs specs freeze {}`)",
+            entry.spec_id
+        )));
+    }
     let actual = sha256_fd(doc).map_err(IntegrityError::io(format!("{SPECS}/{rel}")))?;
     if actual != entry.sha256 {
         return Err(IntegrityError::Mismatch(format!(
@@ -162,35 +187,54 @@ fn verdict(
             entry.sha256
         )));
     }
-    entry.check_signatures(signers)
+    Ok(())
 }
 
-/// One version of a file: inode, change time (seconds, nanoseconds) and size. A file replaced
-/// atomically is a new inode.
-type Stamp = (u64, i64, u64, i64);
-
-fn stamp(st: &rustix::fs::Stat) -> Stamp {
-    (st.st_ino, st.st_ctime, st.st_ctime_nsec, st.st_size)
+/// The rules an entry keeps besides its hash: its signatures hold; a superseded version is kept
+/// where its id and version say; a frozen entry is its document's latest version; no two
+/// entries of one document share a version (so an old version cannot be made current again
+/// while its record is there).
+fn check_entry(
+    book: &SignatureBook,
+    e: &SpecEntry,
+    signers: &Signers,
+) -> Result<(), IntegrityError> {
+    e.check_signatures(signers)?;
+    let same_id = || book.signatures.iter().filter(|o| o.spec_id == e.spec_id);
+    if same_id().filter(|o| o.version == e.version).count() > 1 {
+        return Err(IntegrityError::Mismatch(format!(
+            "{} has more than one entry for version {}",
+            e.spec_id, e.version
+        )));
+    }
+    match e.status {
+        Status::Superseded => {
+            let expected = history_path(&e.path, &e.spec_id, e.version);
+            if e.kept_at.as_deref() != Some(&expected) {
+                return Err(IntegrityError::Mismatch(format!(
+                    "{} version {} is superseded but not kept at specs/{expected}",
+                    e.spec_id, e.version
+                )));
+            }
+        }
+        Status::Frozen => {
+            if same_id().any(|o| o.version > e.version) {
+                return Err(IntegrityError::Mismatch(format!(
+                    "{} version {} is frozen, but a later version exists",
+                    e.spec_id, e.version
+                )));
+            }
+        }
+        Status::Draft => {}
+    }
+    Ok(())
 }
-
-/// What a verdict was computed for: the stamps of the document, `signatures.json` and
-/// `signers.json`.
-type DocVersion = (Stamp, Stamp, Stamp);
-
-/// Whether a document may be served, or why not.
-type Verdict = Result<(), String>;
-
-/// The signatures and signers files as last read, with the stamps they were read at.
-type Books = ((Stamp, Stamp), std::sync::Arc<(SignatureBook, Signers)>);
 
 /// Remembers verdicts per document version, so a document is hashed and its signatures checked
 /// once per change of it, of `signatures.json` or of `signers.json`; and those two files,
 /// parsed once per change of either.
 #[derive(Default)]
-pub struct SpecChecker {
-    verdicts: Mutex<HashMap<String, (DocVersion, Verdict)>>,
-    books: Mutex<Option<Books>>,
-}
+pub struct SpecChecker(super::Checked<(SignatureBook, Signers)>);
 
 impl SpecChecker {
     /// Whether the document open as `doc` at `rel` (relative to `specs/`) may be served;
@@ -199,51 +243,15 @@ impl SpecChecker {
         if rel == SIGNATURES {
             return Ok(());
         }
-        let stamp_of = |rel: &str| -> Stamp {
-            beneath::open(store, Path::new(rel), OFlags::PATH, 0)
-                .and_then(|fd| Ok(rustix::fs::fstat(&fd)?))
-                .map_or((0, 0, 0, 0), |st| stamp(&st))
-        };
-        let st = rustix::fs::fstat(doc).map_err(|e| format!("{rel}: {e}"))?;
-        let books_at = (
-            stamp_of(&format!("{SPECS}/{SIGNATURES}")),
-            stamp_of(SIGNERS_FILE),
-        );
-        let version = (stamp(&st), books_at.0, books_at.1);
-        if let Some((seen, v)) = lock(&self.verdicts).get(rel) {
-            if *seen == version {
-                return v.clone();
-            }
-        }
-        let verdict = self
-            .books(store, books_at)
-            .and_then(|b| verdict(&b.0, &b.1, rel, doc))
-            .map_err(|e| e.to_string());
-        lock(&self.verdicts).insert(rel.to_string(), (version, verdict.clone()));
-        verdict
+        self.0.check(
+            store,
+            rel,
+            doc,
+            [&format!("{SPECS}/{SIGNATURES}"), SIGNERS_FILE],
+            || Ok((load_book(store)?, Signers::load(store)?)),
+            |(book, signers)| verdict(book, signers, rel, doc),
+        )
     }
-
-    /// The signatures and signers files, parsed again only when either changed. Read after
-    /// their stamps were taken: a replacement in between is read under the older stamps, and
-    /// read again at the next check, whose stamps differ.
-    fn books(
-        &self,
-        store: BorrowedFd<'_>,
-        at: (Stamp, Stamp),
-    ) -> Result<std::sync::Arc<(SignatureBook, Signers)>, IntegrityError> {
-        if let Some((seen, books)) = lock(&self.books).as_ref() {
-            if *seen == at {
-                return Ok(std::sync::Arc::clone(books));
-            }
-        }
-        let books = std::sync::Arc::new((load_book(store)?, Signers::load(store)?));
-        *lock(&self.books) = Some((at, std::sync::Arc::clone(&books)));
-        Ok(books)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The outcome of checking one entry, for `clawfs specs verify`.
@@ -317,7 +325,11 @@ impl<'a> SpecBook<'a> {
                 "{spec_id} exists; a frozen document changes only by `clawfs specs propose`"
             )));
         }
-        if book.signatures.iter().any(|e| e.path == rel) {
+        if book
+            .signatures
+            .iter()
+            .any(|e| e.path == rel || e.served_at() == rel)
+        {
             return Err(IntegrityError::Refused(format!(
                 "specs/{rel} is another document's"
             )));
@@ -335,6 +347,7 @@ impl<'a> SpecBook<'a> {
             status: Status::Draft,
             version: 1,
             ed25519: Vec::new(),
+            kept_at: None,
         });
         self.save_book(&book)
     }
@@ -370,7 +383,10 @@ impl<'a> SpecBook<'a> {
         entry.ed25519 = vec![Approval {
             signer: signer.to_string(),
             signed_at: now.to_string(),
-            signature: signers::sign(key, &message(spec_id, entry.version, &entry.sha256)),
+            signature: signers::sign(
+                key,
+                &message(spec_id, entry.version, &entry.path, &entry.sha256),
+            ),
         }];
         entry.status = Status::Frozen;
         entry.signed_by = signer.to_string();
@@ -451,7 +467,18 @@ impl<'a> SpecBook<'a> {
                  {APPROVALS_FOR_CHANGE} different signers"
             )));
         }
-        let msg = message(spec_id, proposal.version, &proposal.sha256);
+        let path = current_mut(&mut load_book(self.store)?, spec_id)?
+            .path
+            .clone();
+        let msg = message(spec_id, proposal.version, &path, &proposal.sha256);
+        // Approvals already recorded must hold: the proposal file is not trusted.
+        for a in &proposal.approvals {
+            signers.verify(&a.signer, &msg, &a.signature).map_err(|e| {
+                IntegrityError::Mismatch(format!(
+                    "the proposal of {spec_id} holds an approval that does not verify ({e}): propose again"
+                ))
+            })?;
+        }
         proposal.approvals.push(Approval {
             signer: signer.to_string(),
             signed_at: now.to_string(),
@@ -497,11 +524,12 @@ impl<'a> SpecBook<'a> {
             status: Status::Frozen,
             version: proposal.version,
             ed25519: proposal.approvals.clone(),
+            kept_at: None,
         };
         let old_bytes = self.read_doc(&old.path)?;
         self.write_doc(&kept_at, &old_bytes)?;
         old.status = Status::Superseded;
-        old.path = kept_at.clone();
+        old.kept_at = Some(kept_at.clone());
         self.write_doc(&new.path, &content)?;
         book.signatures.push(new);
         self.save_book(&book)?;
@@ -518,18 +546,18 @@ impl<'a> SpecBook<'a> {
         let signers = Signers::load(self.store)?;
         let mut out = Vec::new();
         for e in &book.signatures {
-            let problem = match self.doc_sha256(&e.path) {
+            let problem = match self.doc_sha256(e.served_at()) {
                 Err(err) => Some(err.to_string()),
                 Ok(actual) if actual != e.sha256 => Some(format!(
                     "SHA-256 {actual}, but {SIGNATURES} records {}",
                     e.sha256
                 )),
-                Ok(_) => e.check_signatures(&signers).err().map(|x| x.to_string()),
+                Ok(_) => check_entry(&book, e, &signers).err().map(|x| x.to_string()),
             };
             out.push(EntryReport {
                 spec_id: e.spec_id.clone(),
                 version: e.version,
-                path: e.path.clone(),
+                path: e.served_at().to_string(),
                 status: e.status,
                 signed_by: e.ed25519.iter().map(|a| a.signer.clone()).collect(),
                 problem,
@@ -541,7 +569,7 @@ impl<'a> SpecBook<'a> {
             Ok(())
         })?;
         for f in files {
-            if f != SIGNATURES && !book.signatures.iter().any(|e| e.path == f) {
+            if f != SIGNATURES && !book.signatures.iter().any(|e| e.served_at() == f) {
                 out.push(EntryReport {
                     spec_id: String::new(),
                     version: 0,
@@ -690,17 +718,16 @@ pub fn check_spec_id(id: &str) -> Result<(), IntegrityError> {
 fn check_doc_path(rel: &str) -> Result<String, IntegrityError> {
     let refuse =
         |why: &str| IntegrityError::Refused(format!("'{rel}' cannot hold a document: {why}"));
-    let path = Path::new(rel);
-    if rel.is_empty() || path.is_absolute() {
-        return Err(refuse("give a path relative to specs/"));
+    // Split by hand: Path::components would drop an empty step or a trailing '/'.
+    let plain = rel
+        .split('/')
+        .all(|c| !c.is_empty() && !c.starts_with('.') && !c.contains('\0'));
+    if !plain {
+        return Err(refuse(
+            "give a path relative to specs/ of plain names, none empty or starting with '.'",
+        ));
     }
-    for c in path.components() {
-        match c {
-            std::path::Component::Normal(n) if !n.to_string_lossy().starts_with('.') => {}
-            _ => return Err(refuse("only plain names, none starting with '.'")),
-        }
-    }
-    if rel == SIGNATURES || path.starts_with(HISTORY) {
+    if rel == SIGNATURES || rel.split('/').next() == Some(HISTORY) {
         return Err(refuse("reserved"));
     }
     Ok(rel.to_string())

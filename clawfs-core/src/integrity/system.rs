@@ -53,11 +53,14 @@ pub enum Difference {
         /// Relative to `system/`.
         path: String,
     },
-    /// Not a regular file or folder (a symlink, a FIFO, ...), or nested too deep.
+    /// Not a regular file or folder (a symlink, a FIFO, ...), nested too deep, or named with
+    /// bytes that are not UTF-8.
     NotAFile {
         /// Relative to `system/`.
         path: String,
     },
+    /// The store has no manifest (`clawfs system update --all` records one).
+    NoManifest,
 }
 
 impl std::fmt::Display for Difference {
@@ -67,8 +70,15 @@ impl std::fmt::Display for Difference {
             Difference::Missing { path } => write!(f, "system/{path}: missing"),
             Difference::Unexpected { path } => write!(f, "system/{path}: not in the manifest"),
             Difference::NotAFile { path } => {
-                write!(f, "system/{path}: not a regular file (or nested too deep)")
+                write!(
+                    f,
+                    "system/{path}: not a regular file (or nested too deep, or not UTF-8)"
+                )
             }
+            Difference::NoManifest => write!(
+                f,
+                "{MANIFEST} is missing (`clawfs system update --all` records system/ as it is)"
+            ),
         }
     }
 }
@@ -137,6 +147,7 @@ fn path_of(d: &Difference) -> &str {
         | Difference::Missing { path }
         | Difference::Unexpected { path }
         | Difference::NotAFile { path } => path,
+        Difference::NoManifest => "",
     }
 }
 
@@ -144,19 +155,15 @@ fn path_of(d: &Difference) -> &str {
 pub enum Verification {
     /// It matches.
     Intact,
-    /// There is no manifest yet (a store made before manifests): one was recorded now from
-    /// what `system/` holds.
-    Recorded,
-    /// It differs.
+    /// It differs, or there is no manifest.
     Tampered(Vec<Difference>),
 }
 
-/// Compares `system/` with the manifest; a store without one gets one recorded from what its
-/// `system/` holds now.
-pub fn verify(store: BorrowedFd<'_>, now: &str) -> Result<Verification, IntegrityError> {
+/// Compares `system/` with the manifest. A missing manifest is a difference: recording one from
+/// what `system/` holds is an admin's decision (`clawfs system update --all`), never implied.
+pub fn verify(store: BorrowedFd<'_>) -> Result<Verification, IntegrityError> {
     let Some(manifest) = load(store)? else {
-        record_all(store, now)?;
-        return Ok(Verification::Recorded);
+        return Ok(Verification::Tampered(vec![Difference::NoManifest]));
     };
     match compare(&manifest, &scan(store)?) {
         d if d.is_empty() => Ok(Verification::Intact),
@@ -229,6 +236,47 @@ pub fn install(
     record(store, &[&rel], now)
 }
 
+/// Removes `system/<rel>` and its manifest entry.
+pub fn remove(store: BorrowedFd<'_>, rel: &str, now: &str) -> Result<(), IntegrityError> {
+    let rel = check_system_path(rel)?;
+    scan(store)?;
+    let path = Path::new(SYSTEM).join(&rel);
+    let what = format!("{SYSTEM}/{rel}");
+    let (dir, name) = (
+        path.parent().expect("under system/"),
+        path.file_name().expect("a name"),
+    );
+    let dir = beneath::open_dir(store, dir).map_err(IntegrityError::io(&what))?;
+    match rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(IntegrityError::io(what)(e.into())),
+    }
+    record(store, &[&rel], now)
+}
+
+/// Checks that `system/<rel>`, whose bytes are `bytes` (`None`: missing), is as the manifest
+/// records it, before the daemon or a command trusts it. A store without a manifest trusts
+/// nothing.
+pub fn check_recorded(
+    store: BorrowedFd<'_>,
+    rel: &str,
+    bytes: Option<&[u8]>,
+) -> Result<(), IntegrityError> {
+    use sha2::Digest;
+    let manifest = load(store)?.ok_or_else(|| {
+        IntegrityError::Mismatch(format!(
+            "{MANIFEST} is missing: system/{rel} is not trusted"
+        ))
+    })?;
+    let actual = bytes.map(|b| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b))));
+    match manifest.files.get(rel) == actual.as_ref() {
+        true => Ok(()),
+        false => Err(IntegrityError::Mismatch(format!(
+            "system/{rel} is not as {MANIFEST} records it (install it with `clawfs system update`)"
+        ))),
+    }
+}
+
 fn save(store: BorrowedFd<'_>, manifest: &Manifest) -> Result<(), IntegrityError> {
     let dir = beneath::open_dir(store, Path::new("vault")).map_err(IntegrityError::io("vault"))?;
     beneath::write_atomic(
@@ -277,20 +325,18 @@ mod tests {
     #[test]
     fn records_then_catches_every_kind_of_change() {
         let (dir, fd) = store();
-        assert!(matches!(
-            verify(fd.as_fd(), "t0").unwrap(),
-            Verification::Recorded
-        ));
-        assert!(matches!(
-            verify(fd.as_fd(), "t1").unwrap(),
-            Verification::Intact
-        ));
+        let Verification::Tampered(d) = verify(fd.as_fd()).unwrap() else {
+            panic!("a missing manifest passed")
+        };
+        assert_eq!(d, vec![Difference::NoManifest]);
+        record_all(fd.as_fd(), "t0").unwrap();
+        assert!(matches!(verify(fd.as_fd()).unwrap(), Verification::Intact));
         let root = dir.path().join("system");
         std::fs::write(root.join("a.toml"), "b").unwrap();
         std::fs::remove_file(root.join("sub/b.json")).unwrap();
         std::fs::write(root.join("new"), "x").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
-        let Verification::Tampered(d) = verify(fd.as_fd(), "t2").unwrap() else {
+        let Verification::Tampered(d) = verify(fd.as_fd()).unwrap() else {
             panic!("not caught")
         };
         assert_eq!(
@@ -313,14 +359,14 @@ mod tests {
     #[test]
     fn install_records_only_what_it_installs() {
         let (dir, fd) = store();
-        verify(fd.as_fd(), "t0").unwrap();
+        record_all(fd.as_fd(), "t0").unwrap();
         std::fs::write(dir.path().join("system/a.toml"), "tampered").unwrap();
         install(fd.as_fd(), "sub/b.json", b"[1]", 0o444, "t1").unwrap();
         assert_eq!(
             std::fs::read(dir.path().join("system/sub/b.json")).unwrap(),
             b"[1]"
         );
-        let Verification::Tampered(d) = verify(fd.as_fd(), "t2").unwrap() else {
+        let Verification::Tampered(d) = verify(fd.as_fd()).unwrap() else {
             panic!("the unrelated change was blessed")
         };
         assert_eq!(

@@ -138,14 +138,25 @@ impl ClawFs {
         // SIGHUP is also how `clawfs estop` reaches the daemon: the flag is re-read first, so
         // an invalid policy never delays a stop.
         self.refresh_estop();
-        let path = self.store.root().join(POLICY_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let refused = |message: String| {
             vec![PolicyError {
                 line: 0,
                 column: 0,
-                message: format!("{}: {e}", path.display()),
+                message,
             }]
-        })?;
+        };
+        let bytes = crate::beneath::read(self.store.root_fd(), Path::new(POLICY_FILE), 1 << 20)
+            .map_err(|e| refused(format!("{POLICY_FILE}: {e}")))?;
+        // Only a policy installed by ClawFS's commands (recorded in the system manifest) is
+        // applied: one edited in the store behind its back is refused.
+        crate::integrity::system::check_recorded(
+            self.store.root_fd(),
+            "policy.toml",
+            bytes.as_deref(),
+        )
+        .map_err(|e| refused(e.to_string()))?;
+        let text = String::from_utf8(bytes.unwrap_or_default())
+            .map_err(|_| refused(format!("{POLICY_FILE} is not UTF-8")))?;
         let policy = Policy::parse(&text)?;
         *self
             .gate

@@ -1,0 +1,459 @@
+//! `tools/`: the registry of tools (`tools/registry.json`), their definitions
+//! (`tools/definitions/tool-<name>.json`) and binaries (`tools/binaries/<name>-vX.Y.Z.wasm`).
+//!
+//! The built-in agent tools come with the build: their part of the registry and their
+//! definitions must be what this build generates. Added tools (`clawfs tools add`) are the
+//! registry's `packages`, each entry signed with Ed25519 by a trusted signer over its id,
+//! version and the SHA-256 of its definition and binary. The daemon serves a file of `tools/`
+//! only if it is one of these and matches ([`ToolChecker`]).
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use rustix::fs::OFlags;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::signers::{self, Signers, SigningKey};
+use super::{sha256_fd, IntegrityError, Verdict};
+use crate::beneath::{self, FileMode};
+
+/// `tools/`, relative to the store root.
+const TOOLS: &str = "tools";
+
+/// The registry, relative to `tools/`.
+pub const REGISTRY: &str = "registry.json";
+
+/// One added tool version: the P1.4 tool definition's identity and limits, where its files are,
+/// their hashes, and its signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    /// The tool's name (`[a-z][a-z0-9-]*`, at most 64 bytes).
+    pub tool_id: String,
+    /// Its version, `X.Y.Z`.
+    pub version: String,
+    /// The definition, relative to `tools/`: `definitions/tool-<tool_id>.json`.
+    pub definition: String,
+    /// SHA-256 of the definition, hex.
+    pub definition_sha256: String,
+    /// The binary, relative to `tools/`: `binaries/<tool_id>-v<version>.wasm`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm_path: Option<String>,
+    /// `sha256:<hex>` of the binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm_hash: Option<String>,
+    /// What the tool may do (`network:outbound:telegram`, ...).
+    pub capabilities: Vec<String>,
+    /// Memory limit, MiB.
+    pub memory_limit_mb: u64,
+    /// CPU quota, percent of one CPU.
+    pub cpu_quota_percent: u64,
+    /// Longest run, seconds.
+    pub timeout_seconds: u64,
+    /// Who signed.
+    pub signed_by: String,
+    /// When (RFC 3339).
+    pub signed_at: String,
+    /// Base64 Ed25519 signature of [`message`].
+    pub signature: String,
+}
+
+/// What a package's signature signs.
+pub fn message(p: &Package) -> Vec<u8> {
+    format!(
+        "clawfs-tool-signature-v1\ntool_id={}\nversion={}\ndefinition_sha256={}\nwasm_hash={}\n",
+        p.tool_id,
+        p.version,
+        p.definition_sha256,
+        p.wasm_hash.as_deref().unwrap_or("")
+    )
+    .into_bytes()
+}
+
+/// The registry file: the built-in tools of this build, then `packages`.
+pub fn registry_bytes(packages: &[Package]) -> Vec<u8> {
+    let mut v = clawfs_agent_tools::registry();
+    v["packages"] = serde_json::to_value(packages).expect("serialisable");
+    super::to_pretty(&v)
+}
+
+/// The definition file of the built-in tool `name`, if it is one.
+pub fn builtin_definition(name: &str) -> Option<Vec<u8>> {
+    clawfs_agent_tools::definition(name).map(|d| super::to_pretty(&d))
+}
+
+/// The packages of the registry at `bytes` (none if it has no `packages`).
+fn packages_of(bytes: &[u8]) -> Result<Vec<Package>, IntegrityError> {
+    let what = format!("{TOOLS}/{REGISTRY}");
+    let v: Value = serde_json::from_slice(bytes).map_err(IntegrityError::json(&what))?;
+    match v.get("packages") {
+        None => Ok(Vec::new()),
+        Some(p) => serde_json::from_value(p.clone()).map_err(IntegrityError::json(what)),
+    }
+}
+
+/// The packages recorded in the store's registry (none if it is missing or has none).
+pub fn load_packages(store: BorrowedFd<'_>) -> Result<Vec<Package>, IntegrityError> {
+    let rel = format!("{TOOLS}/{REGISTRY}");
+    match beneath::read(store, Path::new(&rel), super::MAX_FILE)
+        .map_err(IntegrityError::io(&rel))?
+    {
+        None => Ok(Vec::new()),
+        Some(bytes) => packages_of(&bytes),
+    }
+}
+
+/// Writes the registry (this build's tools and `packages`) and the built-in definitions where
+/// they differ from what is there, owned like `tools/`. Run at every mount (a new build may
+/// serve new tools) and by `clawfs tools add`.
+pub fn write_registry(store: BorrowedFd<'_>, packages: &[Package]) -> Result<(), IntegrityError> {
+    let tools = beneath::open_dir(store, Path::new(TOOLS)).map_err(IntegrityError::io(TOOLS))?;
+    let st = rustix::fs::fstat(&tools).map_err(|e| IntegrityError::io(TOOLS)(e.into()))?;
+    let owner = Some((st.st_uid, st.st_gid));
+    let defs = beneath::create_dir_all(tools.as_fd(), Path::new("definitions"), 0o755, owner)
+        .map_err(IntegrityError::io("tools/definitions"))?;
+    let how = FileMode { mode: 0o644, owner };
+    replace_if_changed(tools.as_fd(), REGISTRY, &registry_bytes(packages), how)?;
+    for tool in clawfs_agent_tools::TOOL_NAMES {
+        let def = builtin_definition(tool).expect("every listed tool has a definition");
+        replace_if_changed(defs.as_fd(), &format!("tool-{tool}.json"), &def, how)?;
+    }
+    Ok(())
+}
+
+fn replace_if_changed(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    content: &[u8],
+    how: FileMode,
+) -> Result<(), IntegrityError> {
+    let what = format!("{TOOLS}/{name}");
+    if beneath::read(dir, Path::new(name), super::MAX_FILE)
+        .ok()
+        .flatten()
+        .as_deref()
+        == Some(content)
+    {
+        return Ok(());
+    }
+    beneath::write_atomic(dir, name, content, how).map_err(IntegrityError::io(what))
+}
+
+/// Checks a definition (P1.4 §1.2 tool schema) and the names of its files: `def_name` must be
+/// `tool-<tool_id>.json`, `wasm_name` `<tool_id>-v<version>.wasm`. Returns the definition.
+pub fn check_definition(
+    def: &[u8],
+    def_name: &str,
+    wasm_name: Option<&str>,
+) -> Result<Value, IntegrityError> {
+    let refuse = |why: String| IntegrityError::Refused(format!("{def_name}: {why}"));
+    let v: Value = serde_json::from_slice(def).map_err(|e| refuse(format!("not JSON: {e}")))?;
+    let str_field = |k: &str| -> Result<&str, IntegrityError> {
+        v.get(k)
+            .and_then(Value::as_str)
+            .ok_or_else(|| refuse(format!("'{k}' (a string) is required")))
+    };
+    let id = str_field("tool_id")?;
+    let id_ok = !id.is_empty()
+        && id.len() <= 64
+        && id.starts_with(|c: char| c.is_ascii_lowercase())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !id_ok {
+        return Err(refuse(format!(
+            "tool_id '{id}': use a-z, 0-9 and '-', starting with a letter, at most 64"
+        )));
+    }
+    if clawfs_agent_tools::TOOL_NAMES.contains(&id) {
+        return Err(refuse(format!("'{id}' is a built-in tool")));
+    }
+    let version = str_field("version")?;
+    let parts: Vec<&str> = version.split('.').collect();
+    if parts.len() != 3
+        || !parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(refuse(format!("version '{version}': use X.Y.Z")));
+    }
+    if def_name != format!("tool-{id}.json") {
+        return Err(refuse(format!(
+            "a definition of '{id}' must be named tool-{id}.json"
+        )));
+    }
+    match v.get("capabilities").and_then(Value::as_array) {
+        Some(caps)
+            if caps
+                .iter()
+                .all(|c| c.as_str().is_some_and(|s| !s.is_empty() && s.len() <= 256)) => {}
+        _ => {
+            return Err(refuse(
+                "'capabilities' must be a list of non-empty strings".into(),
+            ))
+        }
+    }
+    for (k, max) in [
+        ("memory_limit_mb", 65_536),
+        ("cpu_quota_percent", 100),
+        ("timeout_seconds", 86_400),
+    ] {
+        match v.get(k).and_then(Value::as_u64) {
+            Some(n) if (1..=max).contains(&n) => {}
+            _ => {
+                return Err(refuse(format!(
+                    "'{k}' must be a whole number from 1 to {max}"
+                )))
+            }
+        }
+    }
+    let wasm_path = v.get("wasm_path").and_then(Value::as_str);
+    match wasm_name {
+        Some(name) => {
+            let expected = format!("{id}-v{version}.wasm");
+            if name != expected {
+                return Err(refuse(format!(
+                    "the binary of {id} {version} must be named {expected}"
+                )));
+            }
+            if wasm_path != Some(&format!("/clawfs/tools/binaries/{expected}")) {
+                return Err(refuse(format!(
+                    "'wasm_path' must be /clawfs/tools/binaries/{expected}"
+                )));
+            }
+        }
+        None if wasm_path.is_some() => {
+            return Err(refuse(
+                "'wasm_path' names a binary, but none was given".into(),
+            ))
+        }
+        None => {}
+    }
+    Ok(v)
+}
+
+/// What `clawfs tools add` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Added {
+    /// Published, signed by the signer.
+    Published,
+    /// This exact version was already published (nothing changed).
+    AlreadyPublished,
+}
+
+/// Adds (publishes) a tool version: checks the definition and binary, writes both (0444),
+/// records the entry signed by `signer`, and rewrites the registry. A published version never
+/// changes.
+pub fn add(
+    store: BorrowedFd<'_>,
+    (def, def_name): (&[u8], &str),
+    wasm: Option<(&[u8], &str)>,
+    (signer, key): (&str, &SigningKey),
+    now: &str,
+) -> Result<Added, IntegrityError> {
+    let trusted = Signers::load(store)?;
+    let public = trusted
+        .key(signer)
+        .map_err(|e| IntegrityError::Refused(e.to_string()))?;
+    if public != key.verifying_key() {
+        return Err(IntegrityError::Refused(format!(
+            "the vault's key for {signer} is not the public key system/signers.json trusts"
+        )));
+    }
+    let v = check_definition(def, def_name, wasm.map(|w| w.1))?;
+    if let Some((bytes, name)) = wasm {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(IntegrityError::Refused(format!(
+                "{name}: not a WebAssembly module (no \\0asm header)"
+            )));
+        }
+    }
+    let id = v["tool_id"].as_str().expect("checked").to_string();
+    let version = v["version"].as_str().expect("checked").to_string();
+    let mut entry = Package {
+        tool_id: id.clone(),
+        version: version.clone(),
+        definition: format!("definitions/tool-{id}.json"),
+        definition_sha256: hex_sha256(def),
+        wasm_path: wasm.map(|(_, name)| format!("binaries/{name}")),
+        wasm_hash: wasm.map(|(bytes, _)| format!("sha256:{}", hex_sha256(bytes))),
+        capabilities: v["capabilities"]
+            .as_array()
+            .expect("checked")
+            .iter()
+            .map(|c| c.as_str().expect("checked").to_string())
+            .collect(),
+        memory_limit_mb: v["memory_limit_mb"].as_u64().expect("checked"),
+        cpu_quota_percent: v["cpu_quota_percent"].as_u64().expect("checked"),
+        timeout_seconds: v["timeout_seconds"].as_u64().expect("checked"),
+        signed_by: signer.to_string(),
+        signed_at: now.to_string(),
+        signature: String::new(),
+    };
+    if let Some(hash) = v.get("wasm_hash").and_then(Value::as_str) {
+        if Some(hash) != entry.wasm_hash.as_deref() {
+            return Err(IntegrityError::Refused(format!(
+                "{def_name}: wasm_hash {hash} is not the binary's ({})",
+                entry.wasm_hash.as_deref().unwrap_or("no binary")
+            )));
+        }
+    }
+    let mut packages = load_packages(store)?;
+    if let Some(old) = packages
+        .iter()
+        .find(|p| p.tool_id == id && p.version == version)
+    {
+        let same =
+            old.definition_sha256 == entry.definition_sha256 && old.wasm_hash == entry.wasm_hash;
+        return match same {
+            true => Ok(Added::AlreadyPublished),
+            false => Err(IntegrityError::Refused(format!(
+                "{id} {version} is published and cannot change: publish a new version"
+            ))),
+        };
+    }
+    entry.signature = signers::sign(key, &message(&entry));
+    let tools = beneath::open_dir(store, Path::new(TOOLS)).map_err(IntegrityError::io(TOOLS))?;
+    let st = rustix::fs::fstat(&tools).map_err(|e| IntegrityError::io(TOOLS)(e.into()))?;
+    let owner = Some((st.st_uid, st.st_gid));
+    let how = FileMode { mode: 0o444, owner };
+    if let (Some((bytes, name)), Some(path)) = (wasm, &entry.wasm_path) {
+        let bins = beneath::create_dir_all(tools.as_fd(), Path::new("binaries"), 0o755, owner)
+            .map_err(IntegrityError::io("tools/binaries"))?;
+        if beneath::open(bins.as_fd(), Path::new(name), OFlags::PATH, 0).is_ok() {
+            return Err(IntegrityError::Refused(format!(
+                "tools/{path} exists but is not published: remove it from the store first"
+            )));
+        }
+        beneath::write_atomic(bins.as_fd(), name, bytes, how)
+            .map_err(IntegrityError::io(format!("tools/{path}")))?;
+    }
+    let defs = beneath::create_dir_all(tools.as_fd(), Path::new("definitions"), 0o755, owner)
+        .map_err(IntegrityError::io("tools/definitions"))?;
+    beneath::write_atomic(defs.as_fd(), def_name, def, how)
+        .map_err(IntegrityError::io(format!("tools/{}", entry.definition)))?;
+    packages.push(entry);
+    write_registry(store, &packages)?;
+    Ok(Added::Published)
+}
+
+/// Whether the stored file `rel` of `tools/` (its bytes open as `file`) may be served.
+fn verdict(
+    packages: &Result<Vec<Package>, String>,
+    signers: &Signers,
+    rel: &str,
+    file: BorrowedFd<'_>,
+) -> Result<(), IntegrityError> {
+    let mismatch = |why: String| IntegrityError::Mismatch(format!("tools/{rel} {why}: not served"));
+    let hash = || sha256_fd(file).map_err(IntegrityError::io(format!("{TOOLS}/{rel}")));
+    let packages = packages
+        .as_ref()
+        .map_err(|e| IntegrityError::Mismatch(e.clone()))?;
+    for p in packages {
+        signers
+            .verify(&p.signed_by, &message(p), &p.signature)
+            .map_err(|e| {
+                IntegrityError::Mismatch(format!(
+                    "{TOOLS}/{REGISTRY}: {} {}: {e}",
+                    p.tool_id, p.version
+                ))
+            })?;
+    }
+    if rel == REGISTRY {
+        let mut bytes = Vec::new();
+        read_all(file, &mut bytes)?;
+        if bytes != registry_bytes(packages) {
+            return Err(mismatch(
+                "differs from this build's tools and its signed packages".into(),
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(name) = rel
+        .strip_prefix("definitions/tool-")
+        .and_then(|n| n.strip_suffix(".json"))
+    {
+        if let Some(def) = builtin_definition(name) {
+            let mut bytes = Vec::new();
+            read_all(file, &mut bytes)?;
+            return match bytes == def {
+                true => Ok(()),
+                false => Err(mismatch(
+                    "is not this build's definition of the tool".into(),
+                )),
+            };
+        }
+        // The latest published version's definition.
+        let latest = packages
+            .iter()
+            .rev()
+            .find(|p| p.definition == rel)
+            .ok_or_else(|| mismatch("is not in the registry".into()))?;
+        return match hash()? == latest.definition_sha256 {
+            true => Ok(()),
+            false => Err(mismatch(format!(
+                "does not match the signed hash of {} {}",
+                latest.tool_id, latest.version
+            ))),
+        };
+    }
+    let p = packages
+        .iter()
+        .find(|p| p.wasm_path.as_deref() == Some(rel))
+        .ok_or_else(|| mismatch("is not in the registry".into()))?;
+    match Some(format!("sha256:{}", hash()?)) == p.wasm_hash {
+        true => Ok(()),
+        false => Err(mismatch(format!(
+            "does not match the signed hash of {} {}",
+            p.tool_id, p.version
+        ))),
+    }
+}
+
+fn read_all(fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> Result<(), IntegrityError> {
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = rustix::io::pread(fd, &mut buf, out.len() as u64)
+            .map_err(|e| IntegrityError::io(TOOLS)(e.into()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        if out.len() as u64 + n as u64 > super::MAX_FILE {
+            return Err(IntegrityError::Mismatch(format!(
+                "a file of {TOOLS}/ is larger than {} bytes",
+                super::MAX_FILE
+            )));
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Remembers verdicts per file version, and the parsed registry and signers per change.
+#[derive(Default)]
+pub struct ToolChecker(super::Checked<(Result<Vec<Package>, String>, Signers)>);
+
+impl ToolChecker {
+    /// Whether the stored file open as `file` at `rel` (relative to `tools/`) may be served;
+    /// `store` is the store root.
+    pub fn check(&self, store: BorrowedFd<'_>, rel: &str, file: BorrowedFd<'_>) -> Verdict {
+        self.0.check(
+            store,
+            rel,
+            file,
+            [&format!("{TOOLS}/{REGISTRY}"), super::signers::SIGNERS_FILE],
+            || {
+                Ok((
+                    load_packages(store).map_err(|e| e.to_string()),
+                    Signers::load(store)?,
+                ))
+            },
+            |(packages, signers)| verdict(packages, signers, rel, file),
+        )
+    }
+}
