@@ -70,35 +70,28 @@ fn main() {
         verify[0]
     );
 
-    // The daemon's check of each document on first open (cold: no verdict cached), then again
-    // (cached by version).
+    // The daemon's check of a document on open: a sealed copy of its bytes, hashed while
+    // copied, checked against the entry. The first round also parses signatures.json and
+    // signers.json; later rounds find them parsed.
     let checker = SpecChecker::default();
-    let open = |i: usize| {
-        let rel = format!("bench/D-{i:05}.md");
-        let file = clawfs_core::beneath::open_file(
-            fd,
-            &Path::new("specs").join(&rel),
-            rustix::fs::OFlags::RDONLY,
-        )
-        .unwrap();
-        (rel, file)
-    };
-    let t = Instant::now();
-    for i in 0..docs {
-        let (rel, file) = open(i);
-        checker.check(fd, &rel, file.as_fd()).unwrap();
+    let mut rounds_us = Vec::new();
+    for _ in 0..2 {
+        let t = Instant::now();
+        for i in 0..docs {
+            let rel = format!("bench/D-{i:05}.md");
+            let file = clawfs_core::beneath::open_file(
+                fd,
+                &Path::new("specs").join(&rel),
+                rustix::fs::OFlags::RDONLY,
+            )
+            .unwrap();
+            let (_copy, sha256) = clawfs_core::integrity::sealed_copy(file.as_fd()).unwrap();
+            checker.check(fd, &rel, &sha256).unwrap();
+        }
+        rounds_us.push(t.elapsed().as_secs_f64() * 1e6 / docs as f64);
     }
-    let cold = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    for i in 0..docs {
-        let (rel, file) = open(i);
-        checker.check(fd, &rel, file.as_fd()).unwrap();
-    }
-    let warm = t.elapsed().as_secs_f64();
     println!(
-        "daemon check on open: first {:.1} µs per document ({:.2} s for {docs}), then {:.1} µs (cached)",
-        cold * 1e6 / docs as f64,
-        cold,
-        warm * 1e6 / docs as f64
+        "daemon check on open (open, sealed copy, hash, entry and signature): {:.1} µs per document in the first round, {:.1} µs in the second",
+        rounds_us[0], rounds_us[1]
     );
 }

@@ -87,8 +87,13 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
     }
     let mp = check_mountpoint(&args.mountpoint)?;
     let store = open_store(&store_path(&args.store.store))?;
-    // Refused here, on the user's terminal, before any daemon starts.
-    if let Some(differences) = check_system(&store, args.allow_tampered_system)? {
+    // Refused here, on the user's terminal, before any daemon starts (a foreground mount is
+    // checked by `serve`).
+    let checked = match args.foreground {
+        true => None,
+        false => check_system(&store, args.allow_tampered_system)?,
+    };
+    if let Some(differences) = checked {
         eprintln!(
             "clawfs: serving although system/ differs from {} (--allow-tampered-system): {differences}",
             clawfs_core::integrity::system::MANIFEST

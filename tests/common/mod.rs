@@ -64,6 +64,24 @@ where
         .expect("run clawfs")
 }
 
+/// `clawfs ARGS --store STORE` for `m`'s store.
+pub fn cli(m: &Mounted, args: &[&str]) -> Output {
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.extend([OsStr::new("--store"), m.store.as_os_str()]);
+    clawfs(all)
+}
+
+/// The standard output of a command that must succeed (else its output is shown).
+pub fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// A live mount.
 pub struct Mounted {
     /// Holds the store and the mount point.
@@ -106,7 +124,12 @@ impl Mounted {
         self.mount_env(args, &[])
     }
 
-    fn mount_env(&self, args: &[&str], env: &[(&str, &str)]) {
+    /// `clawfs mount` at the same place, whatever it answers.
+    pub fn try_mount(&self, args: &[&str]) -> Output {
+        self.mount_output(args, &[])
+    }
+
+    fn mount_output(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut all: Vec<&OsStr> = vec![
             OsStr::new("mount"),
             self.mnt.as_os_str(),
@@ -114,11 +137,15 @@ impl Mounted {
             self.store.as_os_str(),
         ];
         all.extend(args.iter().map(OsStr::new));
-        let out = Command::new(clawfs_bin())
+        Command::new(clawfs_bin())
             .args(all)
             .envs(env.iter().copied())
             .output()
-            .expect("run clawfs");
+            .expect("run clawfs")
+    }
+
+    fn mount_env(&self, args: &[&str], env: &[(&str, &str)]) {
+        let out = self.mount_output(args, env);
         assert!(
             out.status.success(),
             "clawfs mount failed: {}",

@@ -2,30 +2,13 @@
 //! tampered with in the store behind the daemon's back and caught where the docs say, with the
 //! documented error and audit record.
 
-use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::{audit_until, clawfs, errno, vault, Mounted};
-
-fn admin(m: &Mounted, args: &[&str]) -> Output {
-    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-    all.extend([OsStr::new("--store"), m.store.as_os_str()]);
-    clawfs(all)
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::common::{audit_until, cli, errno, ok, vault, Mounted};
 
 /// Fails with exit status `code`; returns stderr.
 fn fails(o: Output, code: i32) -> String {
@@ -67,12 +50,12 @@ fn signatures(m: &Mounted) -> Value {
 fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     let m = Mounted::new();
     // A new store: the built-in document has its hash; no key exists yet.
-    ok(admin(&m, &["specs", "verify"]));
+    ok(cli(&m, &["specs", "verify"]));
     ok(vault(&m, &["init", "--sealer", "passphrase"], None));
-    let out = ok(admin(&m, &["specs", "keygen", "--as", "alice"]));
+    let out = ok(cli(&m, &["specs", "keygen", "--as", "alice"]));
     assert!(out.contains("signed P1.4-clawfs-spec"), "{out}");
-    ok(admin(&m, &["specs", "keygen", "--as", "bob"]));
-    fails(admin(&m, &["specs", "keygen", "--as", "bob"]), 1);
+    ok(cli(&m, &["specs", "keygen", "--as", "bob"]));
+    fails(cli(&m, &["specs", "keygen", "--as", "bob"]), 1);
     let keys: Value =
         serde_json::from_slice(&fs::read(m.backing("system/signers.json")).unwrap()).unwrap();
     assert_eq!(keys["signers"].as_array().unwrap().len(), 2);
@@ -84,7 +67,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     // A draft is served, then frozen and signed.
     let draft = m.dir.path().join("rules.md");
     fs::write(&draft, "# Rules\n\nBe kind.\n").unwrap();
-    ok(admin(
+    ok(cli(
         &m,
         &[
             "specs",
@@ -98,7 +81,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     ));
     // Once the store has signers, a draft is not served until it is frozen.
     assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
-    ok(admin(&m, &["specs", "freeze", "R-1", "--as", "alice"]));
+    ok(cli(&m, &["specs", "freeze", "R-1", "--as", "alice"]));
     assert_eq!(
         fs::read(m.path("specs/p1/R-1.md")).unwrap(),
         b"# Rules\n\nBe kind.\n"
@@ -115,15 +98,15 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     ] {
         let d = draft.to_str().unwrap();
         fails(
-            admin(&m, &["specs", "add", d, "--id", "X-1", "--path", bad]),
+            cli(&m, &["specs", "add", d, "--id", "X-1", "--path", bad]),
             1,
         );
     }
     assert!(fs::read(m.path("specs/p1/P1.4-clawfs-spec.md"))
         .unwrap()
         .starts_with(b"# P1.4"));
-    fails(admin(&m, &["specs", "freeze", "R-1", "--as", "bob"]), 1);
-    let verify = ok(admin(&m, &["specs", "verify", "--json"]));
+    fails(cli(&m, &["specs", "freeze", "R-1", "--as", "bob"]), 1);
+    let verify = ok(cli(&m, &["specs", "verify", "--json"]));
     let v: Value = serde_json::from_str(verify.trim()).unwrap();
     assert_eq!(v["ok"], true, "{v}");
     let docs = v["documents"].as_array().unwrap();
@@ -136,13 +119,10 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
     // Changing a frozen document needs two different signers (RULE-003).
     let v2 = m.dir.path().join("rules-v2.md");
     fs::write(&v2, "# Rules\n\nBe kind. Be brief.\n").unwrap();
-    ok(admin(
-        &m,
-        &["specs", "propose", "R-1", v2.to_str().unwrap()],
-    ));
-    let out = ok(admin(&m, &["specs", "approve", "R-1", "--as", "alice"]));
+    ok(cli(&m, &["specs", "propose", "R-1", v2.to_str().unwrap()]));
+    let out = ok(cli(&m, &["specs", "approve", "R-1", "--as", "alice"]));
     assert!(out.contains("1 more"), "{out}");
-    let err = fails(admin(&m, &["specs", "approve", "R-1", "--as", "alice"]), 1);
+    let err = fails(cli(&m, &["specs", "approve", "R-1", "--as", "alice"]), 1);
     assert!(
         err.contains("already approved") && err.contains("RULE-003"),
         "{err}"
@@ -152,10 +132,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         fs::read(m.path("specs/p1/R-1.md")).unwrap(),
         b"# Rules\n\nBe kind.\n"
     );
-    let err = fails(
-        admin(&m, &["specs", "approve", "R-1", "--as", "mallory"]),
-        1,
-    );
+    let err = fails(cli(&m, &["specs", "approve", "R-1", "--as", "mallory"]), 1);
     assert!(err.contains("mallory"), "{err}");
     // An approval renamed in the proposal file (alice's signature as bob's) is caught.
     let proposal = m.backing(".clawfs/spec-proposals/R-1.json");
@@ -166,10 +143,10 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
             .replace("\"alice\"", "\"bob\"")
             .into_bytes()
     });
-    let err = fails(admin(&m, &["specs", "approve", "R-1", "--as", "alice"]), 5);
+    let err = fails(cli(&m, &["specs", "approve", "R-1", "--as", "alice"]), 5);
     assert!(err.contains("does not verify"), "{err}");
     tamper(&proposal, |_| honest.clone());
-    let out = ok(admin(&m, &["specs", "approve", "R-1", "--as", "bob"]));
+    let out = ok(cli(&m, &["specs", "approve", "R-1", "--as", "bob"]));
     assert!(out.contains("version 2"), "{out}");
     assert_eq!(
         fs::read(m.path("specs/p1/R-1.md")).unwrap_or_else(|e| panic!("{e}: {}", m.log())),
@@ -192,7 +169,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
 
     // Verification needs only public keys: it works with the vault locked.
     ok(vault(&m, &["lock"], None));
-    ok(admin(&m, &["specs", "verify"]));
+    ok(cli(&m, &["specs", "verify"]));
 
     // An open descriptor keeps the bytes that were checked, whatever the store does later.
     let mut open = fs::File::open(m.path("specs/p1/R-1.md")).unwrap();
@@ -271,11 +248,11 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         serde_json::to_vec_pretty(&v).unwrap()
     });
     assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
-    fails(admin(&m, &["specs", "verify"]), 5);
-    fails(admin(&m, &["system", "verify"]), 5);
+    fails(cli(&m, &["specs", "verify"]), 5);
+    fails(cli(&m, &["system", "verify"]), 5);
     let keys = m.dir.path().join("signers.json");
     fs::write(&keys, &keys_before).unwrap();
-    ok(admin(
+    ok(cli(
         &m,
         &[
             "system",
@@ -299,6 +276,16 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         t
     });
     assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
+    // An agent reading it gets the same refusal, not the tampered text.
+    let out = m.run_agent(
+        "fs-engine",
+        &format!("cat {}", m.path("specs/p1/R-1.md").display()),
+    );
+    assert!(!out.status.success());
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("Obey"),
+        "{out:?}"
+    );
     let records = audit_until(&m, |r| {
         r.iter()
             .any(|e| e["path"] == "/specs/p1/R-1.md" && e["errno"] == libc::EIO)
@@ -311,7 +298,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         rec["reason"].as_str().unwrap().contains("not served"),
         "{rec}"
     );
-    let err = fails(admin(&m, &["specs", "verify"]), 5);
+    let err = fails(cli(&m, &["specs", "verify"]), 5);
     assert!(err.contains("fail verification"), "{err}");
 
     // Recomputing the hash in signatures.json does not help: the signatures sign the old one.
@@ -331,7 +318,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
         serde_json::to_vec_pretty(&book).unwrap()
     });
     assert_eq!(errno(fs::read(m.path("specs/p1/R-1.md"))), libc::EIO);
-    let out = admin(&m, &["specs", "verify"]);
+    let out = cli(&m, &["specs", "verify"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("not valid"),
         "{out:?}"
@@ -347,7 +334,7 @@ fn signed_specs_freeze_verify_and_change_only_with_two_signers() {
 #[test]
 fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     let m = Mounted::new();
-    ok(admin(&m, &["system", "verify"]));
+    ok(cli(&m, &["system", "verify"]));
     assert!(m.umount().status.success());
     let quotas = m.backing("system/cgroup/quotas.json");
     let original = fs::read(&quotas).unwrap();
@@ -356,24 +343,15 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
         t
     });
     // Refused, with the file named and exit status 5; nothing is mounted.
-    let mount = |extra: &[&str]| {
-        let mut args: Vec<&OsStr> = vec![
-            OsStr::new("mount"),
-            m.mnt.as_os_str(),
-            OsStr::new("--store"),
-            m.store.as_os_str(),
-        ];
-        args.extend(extra.iter().map(OsStr::new));
-        clawfs(args)
-    };
+    let mount = |extra: &[&str]| m.try_mount(extra);
     let err = fails(mount(&[]), 5);
     assert!(err.contains("system/cgroup/quotas.json: changed"), "{err}");
     assert!(!m.is_mounted());
-    let err = fails(admin(&m, &["system", "verify"]), 5);
+    let err = fails(cli(&m, &["system", "verify"]), 5);
     assert!(err.contains("1 file(s)"), "{err}");
     // A file added or a symlink planted in system/ is caught the same way.
     std::os::unix::fs::symlink("/etc/shadow", m.backing("system/cgroup/extra")).unwrap();
-    let out = admin(&m, &["system", "verify", "--json"]);
+    let out = cli(&m, &["system", "verify", "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], false);
     let kinds: Vec<&str> = v["differences"]
@@ -391,7 +369,7 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     fs::remove_file(&manifest).unwrap();
     let err = fails(mount(&[]), 5);
     assert!(err.contains("system-manifest.json is missing"), "{err}");
-    fails(admin(&m, &["system", "verify"]), 5);
+    fails(cli(&m, &["system", "verify"]), 5);
     fs::write(&manifest, &saved).unwrap();
 
     // Allowed on purpose: served, and the allowance is on the audit trail.
@@ -412,8 +390,8 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     let file = m.dir.path().join("quotas.json");
     fs::write(&file, &original).unwrap();
     let arg = format!("cgroup/quotas.json={}", file.display());
-    ok(admin(&m, &["system", "update", &arg]));
-    ok(admin(&m, &["system", "verify"]));
+    ok(cli(&m, &["system", "update", &arg]));
+    ok(cli(&m, &["system", "verify"]));
     ok(mount(&[]));
     assert_eq!(
         fs::read(m.path("system/cgroup/quotas.json")).unwrap(),
@@ -425,16 +403,34 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
         "a/./b=/etc/hostname",
         "noequals",
     ] {
-        fails(admin(&m, &["system", "update", bad]), 1);
+        fails(cli(&m, &["system", "update", bad]), 1);
     }
-    ok(admin(&m, &["system", "verify"]));
+    // So is content that is not what the file must be.
+    let junk = m.dir.path().join("junk");
+    fs::write(&junk, "not json").unwrap();
+    let arg = format!("signers.json={}", junk.display());
+    fails(cli(&m, &["system", "update", &arg]), 1);
+    assert!(!m.backing("system/signers.json").exists());
+    ok(cli(&m, &["system", "verify"]));
+
+    // A policy edited in the store by hand is not applied: the running daemon refuses it.
+    tamper(&m.backing("system/policy.toml"), |mut p| {
+        p.extend_from_slice(b"\n# edited behind ClawFS's back\n");
+        p
+    });
+    let err = String::from_utf8_lossy(&cli(&m, &["policy", "reload"]).stderr).into_owned();
+    assert!(
+        err.contains("not as") && err.contains("policy.toml"),
+        "{err}"
+    );
+    fails(cli(&m, &["system", "verify"]), 5);
 }
 
 #[test]
 fn published_tools_are_signed_immutable_and_checked_on_read() {
     let m = Mounted::new();
     ok(vault(&m, &["init", "--sealer", "passphrase"], None));
-    ok(admin(&m, &["specs", "keygen", "--as", "alice"]));
+    ok(cli(&m, &["specs", "keygen", "--as", "alice"]));
     let dir = m.dir.path();
     let def = |version: &str| {
         serde_json::json!({
@@ -461,57 +457,38 @@ fn published_tools_are_signed_immutable_and_checked_on_read() {
         &serde_json::to_vec(&def("1.0.0")).unwrap(),
     );
     let b1 = write("echo-v1.0.0.wasm", &wasm);
+    // `clawfs tools add FILES... --as SIGNER`.
+    let add = |files: &[&str], signer: &str| {
+        let mut args = vec!["tools", "add"];
+        args.extend(files);
+        args.extend(["--as", signer]);
+        cli(&m, &args)
+    };
 
     // Refused before anything is written: names, schema, not WebAssembly, unknown signer.
     let misnamed = write(
         "tool-other.json",
         &serde_json::to_vec(&def("1.0.0")).unwrap(),
     );
-    let err = fails(
-        admin(&m, &["tools", "add", &misnamed, &b1, "--as", "alice"]),
-        1,
-    );
+    let err = fails(add(&[&misnamed, &b1], "alice"), 1);
     assert!(err.contains("tool-echo.json"), "{err}");
     let sub = dir.join("v2");
     fs::create_dir(&sub).unwrap();
     let bad_version = sub.join("tool-echo.json");
     fs::write(&bad_version, serde_json::to_vec(&def("1.0")).unwrap()).unwrap();
-    let err = fails(
-        admin(
-            &m,
-            &[
-                "tools",
-                "add",
-                bad_version.to_str().unwrap(),
-                "--as",
-                "alice",
-            ],
-        ),
-        1,
-    );
+    let err = fails(add(&[bad_version.to_str().unwrap()], "alice"), 1);
     assert!(err.contains("X.Y.Z"), "{err}");
     let not_wasm = write("echo-v1.0.0.wasm.txt", b"#!/bin/sh\n");
-    fs::rename(&not_wasm, sub.join("echo-v1.0.0.wasm")).unwrap();
-    let err = fails(
-        admin(
-            &m,
-            &[
-                "tools",
-                "add",
-                &d1,
-                sub.join("echo-v1.0.0.wasm").to_str().unwrap(),
-                "--as",
-                "alice",
-            ],
-        ),
-        1,
-    );
+    let b1_other = sub.join("echo-v1.0.0.wasm");
+    let b1_other = b1_other.to_str().unwrap();
+    fs::rename(&not_wasm, b1_other).unwrap();
+    let err = fails(add(&[&d1, b1_other], "alice"), 1);
     assert!(err.contains("WebAssembly"), "{err}");
-    fails(admin(&m, &["tools", "add", &d1, &b1, "--as", "mallory"]), 1);
+    fails(add(&[&d1, &b1], "mallory"), 1);
     assert!(!m.backing("tools/binaries/echo-v1.0.0.wasm").exists());
 
     // Published: served through the mount, listed in the registry beside the built-in tools.
-    ok(admin(&m, &["tools", "add", &d1, &b1, "--as", "alice"]));
+    ok(add(&[&d1, &b1], "alice"));
     assert_eq!(
         fs::read(m.path("tools/binaries/echo-v1.0.0.wasm")).unwrap(),
         wasm
@@ -530,25 +507,12 @@ fn published_tools_are_signed_immutable_and_checked_on_read() {
         .iter()
         .any(|t| t["name"] == "read_file"));
     // The same version again: nothing changes; a different binary under it: refused.
-    let out = ok(admin(&m, &["tools", "add", &d1, &b1, "--as", "alice"]));
+    let out = ok(add(&[&d1, &b1], "alice"));
     assert!(out.contains("already published"), "{out}");
     let mut other = wasm.clone();
     other.push(0);
-    fs::write(sub.join("echo-v1.0.0.wasm"), &other).unwrap();
-    let err = fails(
-        admin(
-            &m,
-            &[
-                "tools",
-                "add",
-                &d1,
-                sub.join("echo-v1.0.0.wasm").to_str().unwrap(),
-                "--as",
-                "alice",
-            ],
-        ),
-        1,
-    );
+    fs::write(b1_other, &other).unwrap();
+    let err = fails(add(&[&d1, b1_other], "alice"), 1);
     assert!(err.contains("cannot change"), "{err}");
     assert_eq!(
         fs::read(m.backing("tools/binaries/echo-v1.0.0.wasm")).unwrap(),

@@ -4,24 +4,11 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{clawfs, errno, sh, tool_call, Mounted};
-
-fn cli(m: &Mounted, args: &[&str]) -> Output {
-    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    all.push("--store".as_ref());
-    all.push(m.store.as_os_str());
-    clawfs(all)
-}
-
-fn ok(o: Output) -> String {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap()
-}
+use crate::common::{cli, errno, ok, sh, tool_call, Mounted};
 
 /// `clawfs snapshot create WS --json`.
 fn snapshot(m: &Mounted, ws: &str) -> Value {

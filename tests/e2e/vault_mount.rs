@@ -4,19 +4,8 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::process::Output;
 
-use crate::common::{clawfs, errno, vault, Mounted};
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::common::{clawfs, errno, ok, vault, Mounted};
 
 fn run_agent(m: &Mounted, agent: &str, script: &str) -> String {
     let out = m.run_agent(agent, script);

@@ -76,7 +76,11 @@ impl ClawFs {
         let verified = match matches!(node.place.area(), Area::Specs | Area::Tools) && !writes {
             true => match self.verified_copy(&backing.file) {
                 Ok(copy) => copy,
-                Err(e) => return Err(self.rule_refusal(caller, "open", &node, None, e)),
+                // A refusal is recorded as one; a failure to copy (EFBIG, EIO) as a failure.
+                Err(e @ FsError::Tampered(_)) => {
+                    return Err(self.rule_refusal(caller, "open", &node, None, e))
+                }
+                Err(e) => return Err(e),
             },
             false => None,
         };

@@ -186,12 +186,10 @@ impl ClawFs {
         if !specs && !tools {
             return Ok(None);
         }
-        let copy = crate::integrity::sealed_copy(fd.as_fd())?;
+        let (copy, sha256) = crate::integrity::sealed_copy(fd.as_fd())?;
         let verdict = match specs {
-            true => self.specs.check(self.store.root_fd(), &rel, copy.as_fd()),
-            false => self
-                .tool_files
-                .check(self.store.root_fd(), &rel, copy.as_fd()),
+            true => self.specs.check(self.store.root_fd(), &rel, &sha256),
+            false => self.tool_files.check(self.store.root_fd(), &rel, &sha256),
         };
         verdict.map_err(FsError::Tampered)?;
         Ok(Some(copy))

@@ -70,17 +70,33 @@ pub const MAX_FILE: u64 = 64 << 20;
 /// descriptor shared with others keeps its offset.
 pub fn sha256_fd(fd: BorrowedFd<'_>) -> io::Result<String> {
     let mut hasher = Sha256::new();
+    each_chunk(fd, u64::MAX, &mut |chunk| {
+        hasher.update(chunk);
+        Ok(())
+    })?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Hands what `fd` holds to `each`, a chunk at a time, with positioned reads; more than `max`
+/// bytes is refused (EFBIG).
+fn each_chunk(
+    fd: BorrowedFd<'_>,
+    max: u64,
+    each: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; 1 << 16];
     let mut at = 0u64;
     loop {
         let n = rustix::io::pread(fd, &mut buf, at)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        hasher.update(&buf[..n]);
         at += n as u64;
+        if at > max {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        each(&buf[..n])?;
     }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Visits everything below the folder `top` of the store whose root is `store`, by descriptor
@@ -157,9 +173,17 @@ fn walk_below(
     Ok(())
 }
 
-/// A sealed in-memory copy of what `fd` holds (at most [`MAX_FILE`] bytes): no one can change
-/// it, so its bytes stay the ones checked for as long as it is open.
-pub fn sealed_copy(fd: BorrowedFd<'_>) -> io::Result<std::fs::File> {
+fn join(prefix: &str, name: &str) -> String {
+    match prefix {
+        "" => name.to_string(),
+        p => format!("{p}/{name}"),
+    }
+}
+
+/// A sealed in-memory copy of what `fd` holds (at most [`MAX_FILE`] bytes), with the SHA-256
+/// of its bytes, taken in the same pass: no one can change the copy, so its bytes stay the ones
+/// hashed for as long as it is open.
+pub fn sealed_copy(fd: BorrowedFd<'_>) -> io::Result<(std::fs::File, String)> {
     use rustix::fs::{MemfdFlags, SealFlags};
     use std::io::Write;
     let copy = rustix::fs::memfd_create(
@@ -167,31 +191,16 @@ pub fn sealed_copy(fd: BorrowedFd<'_>) -> io::Result<std::fs::File> {
         MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
     )?;
     let mut out = std::fs::File::from(copy);
-    let mut buf = vec![0u8; 1 << 16];
-    let mut at = 0u64;
-    loop {
-        let n = rustix::io::pread(fd, &mut buf, at)?;
-        if n == 0 {
-            break;
-        }
-        at += n as u64;
-        if at > MAX_FILE {
-            return Err(io::Error::from_raw_os_error(libc::EFBIG));
-        }
-        out.write_all(&buf[..n])?;
-    }
+    let mut hasher = Sha256::new();
+    each_chunk(fd, MAX_FILE, &mut |chunk| {
+        hasher.update(chunk);
+        out.write_all(chunk)
+    })?;
     rustix::fs::fcntl_add_seals(
         &out,
         SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
     )?;
-    Ok(out)
-}
-
-fn join(prefix: &str, name: &str) -> String {
-    match prefix {
-        "" => name.to_string(),
-        p => format!("{p}/{name}"),
-    }
+    Ok((out, hex::encode(hasher.finalize())))
 }
 
 /// Reads the JSON file `rel` beneath the store root `store`; `None` if it is missing.
@@ -227,66 +236,43 @@ pub(crate) fn stamp_of(store: BorrowedFd<'_>, rel: &str) -> Stamp {
 /// Whether a file may be served, or why not.
 pub type Verdict = Result<(), String>;
 
-/// What a verdict was computed for: the stamps of the file and of the two index files it was
-/// checked against.
-type Versions = (Stamp, Stamp, Stamp);
-
 /// Index files as parsed, with the stamps they were read at.
 type Indexes<B> = ((Stamp, Stamp), std::sync::Arc<B>);
 
-/// Verdicts per file version, and the index files (a signatures file and the signers) parsed
-/// once per change of either: the cache the daemon's checkers share.
-pub(crate) struct Checked<B> {
-    verdicts: std::sync::Mutex<std::collections::HashMap<String, (Versions, Verdict)>>,
-    books: std::sync::Mutex<Option<Indexes<B>>>,
+/// Two index files (a signatures file and the signers) as parsed, read again only when either
+/// changed: what the daemon's checkers keep between opens. (A verdict per file would never be
+/// reused: each open checks a fresh sealed copy.)
+pub(crate) struct Indexed<B> {
+    parsed: std::sync::Mutex<Option<Indexes<B>>>,
 }
 
-impl<B> Default for Checked<B> {
+impl<B> Default for Indexed<B> {
     fn default() -> Self {
         Self {
-            verdicts: Default::default(),
-            books: Default::default(),
+            parsed: Default::default(),
         }
     }
 }
 
-impl<B> Checked<B> {
-    /// The verdict on `file` (at `rel`), computed by `judge` from the index files `indexes`
-    /// (relative to the store root, parsed by `load`) unless this version of all three was
-    /// judged before. The index files are read after their stamps are taken: one replaced in
-    /// between is read under the older stamps, and read again at the next check.
-    pub(crate) fn check(
+impl<B> Indexed<B> {
+    /// The index files `paths` (relative to the store root) as `load` parses them. They are read
+    /// after their stamps are taken: one replaced in between is read under the older stamps,
+    /// and read again next time, when the stamps differ.
+    pub(crate) fn get(
         &self,
         store: BorrowedFd<'_>,
-        rel: &str,
-        file: BorrowedFd<'_>,
-        indexes: [&str; 2],
+        paths: [&str; 2],
         load: impl FnOnce() -> Result<B, IntegrityError>,
-        judge: impl FnOnce(&B) -> Result<(), IntegrityError>,
-    ) -> Verdict {
-        let st = rustix::fs::fstat(file).map_err(|e| format!("{rel}: {e}"))?;
-        let at = (stamp_of(store, indexes[0]), stamp_of(store, indexes[1]));
-        let version = (stamp(&st), at.0, at.1);
-        if let Some((seen, v)) = lock(&self.verdicts).get(rel) {
-            if *seen == version {
-                return v.clone();
+    ) -> Result<std::sync::Arc<B>, IntegrityError> {
+        let at = (stamp_of(store, paths[0]), stamp_of(store, paths[1]));
+        if let Some((seen, parsed)) = lock(&self.parsed).as_ref() {
+            if *seen == at {
+                return Ok(std::sync::Arc::clone(parsed));
             }
         }
-        let cached = lock(&self.books)
-            .as_ref()
-            .filter(|(seen, _)| *seen == at)
-            .map(|(_, b)| std::sync::Arc::clone(b));
-        let books = match cached {
-            Some(b) => Ok(b),
-            None => load().map(|b| {
-                let b = std::sync::Arc::new(b);
-                *lock(&self.books) = Some((at, std::sync::Arc::clone(&b)));
-                b
-            }),
-        };
-        let verdict = books.and_then(|b| judge(&b)).map_err(|e| e.to_string());
-        lock(&self.verdicts).insert(rel.to_string(), (version, verdict.clone()));
-        verdict
+        let parsed = std::sync::Arc::new(load()?);
+        *lock(&self.parsed) = Some((at, std::sync::Arc::clone(&parsed)));
+        Ok(parsed)
     }
 }
 

@@ -101,6 +101,20 @@ impl Signers {
             .map_err(|_| bad())
     }
 
+    /// Refuses a signing key that is not the trusted public key of `signer` (a vault secret
+    /// replaced, or a signer removed from `system/signers.json`).
+    pub fn check_key(&self, signer: &str, key: &SigningKey) -> Result<(), IntegrityError> {
+        let trusted = self
+            .key(signer)
+            .map_err(|e| IntegrityError::Refused(e.to_string()))?;
+        if trusted != key.verifying_key() {
+            return Err(IntegrityError::Refused(format!(
+                "the vault's key for {signer} is not the public key {SIGNERS_FILE} trusts"
+            )));
+        }
+        Ok(())
+    }
+
     /// Adds `name` with `key`; refused if the name is taken.
     pub fn add(&mut self, name: &str, key: &VerifyingKey, now: &str) -> Result<(), IntegrityError> {
         check_signer_name(name)?;

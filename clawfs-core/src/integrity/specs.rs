@@ -157,12 +157,12 @@ pub fn load_book(store: BorrowedFd<'_>) -> Result<SignatureBook, IntegrityError>
     })
 }
 
-/// Whether the document open as `doc`, at `rel` under `specs/`, may be served.
+/// Whether the document at `rel` under `specs/`, whose bytes hash to `sha256`, may be served.
 fn verdict(
     book: &SignatureBook,
     signers: &Signers,
     rel: &str,
-    doc: BorrowedFd<'_>,
+    sha256: &str,
 ) -> Result<(), IntegrityError> {
     let mut naming = book.signatures.iter().filter(|e| e.served_at() == rel);
     let entry = naming
@@ -180,10 +180,9 @@ fn verdict(
             entry.spec_id
         )));
     }
-    let actual = sha256_fd(doc).map_err(IntegrityError::io(format!("{SPECS}/{rel}")))?;
-    if actual != entry.sha256 {
+    if sha256 != entry.sha256 {
         return Err(IntegrityError::Mismatch(format!(
-            "{rel} has SHA-256 {actual}, but {SIGNATURES} records {}: not served",
+            "{rel} has SHA-256 {sha256}, but {SIGNATURES} records {}: not served",
             entry.sha256
         )));
     }
@@ -230,27 +229,26 @@ fn check_entry(
     Ok(())
 }
 
-/// Remembers verdicts per document version, so a document is hashed and its signatures checked
-/// once per change of it, of `signatures.json` or of `signers.json`; and those two files,
-/// parsed once per change of either.
+/// The daemon's check of documents: `signatures.json` and `signers.json` parsed once per change
+/// of either.
 #[derive(Default)]
-pub struct SpecChecker(super::Checked<(SignatureBook, Signers)>);
+pub struct SpecChecker(super::Indexed<(SignatureBook, Signers)>);
 
 impl SpecChecker {
-    /// Whether the document open as `doc` at `rel` (relative to `specs/`) may be served;
-    /// `store` is the store root. The bytes hashed are those of `doc` itself.
-    pub fn check(&self, store: BorrowedFd<'_>, rel: &str, doc: BorrowedFd<'_>) -> Verdict {
+    /// Whether the document at `rel` (relative to `specs/`), whose bytes hash to `sha256`, may
+    /// be served; `store` is the store root.
+    pub fn check(&self, store: BorrowedFd<'_>, rel: &str, sha256: &str) -> Verdict {
         if rel == SIGNATURES {
             return Ok(());
         }
-        self.0.check(
-            store,
-            rel,
-            doc,
-            [&format!("{SPECS}/{SIGNATURES}"), SIGNERS_FILE],
-            || Ok((load_book(store)?, Signers::load(store)?)),
-            |(book, signers)| verdict(book, signers, rel, doc),
-        )
+        self.0
+            .get(
+                store,
+                [&format!("{SPECS}/{SIGNATURES}"), SIGNERS_FILE],
+                || Ok((load_book(store)?, Signers::load(store)?)),
+            )
+            .and_then(|b| verdict(&b.0, &b.1, rel, sha256))
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -363,7 +361,7 @@ impl<'a> SpecBook<'a> {
     ) -> Result<u32, IntegrityError> {
         let mut book = load_book(self.store)?;
         let signers = Signers::load(self.store)?;
-        check_key(&signers, signer, key)?;
+        signers.check_key(signer, key)?;
         let entry = current_mut(&mut book, spec_id)?;
         match (entry.status, entry.ed25519.is_empty()) {
             (Status::Draft, _) | (Status::Frozen, true) => {}
@@ -459,7 +457,7 @@ impl<'a> SpecBook<'a> {
     ) -> Result<Approved, IntegrityError> {
         check_spec_id(spec_id)?;
         let signers = Signers::load(self.store)?;
-        check_key(&signers, signer, key)?;
+        signers.check_key(signer, key)?;
         let mut proposal = self.load_proposal(spec_id)?;
         if proposal.approvals.iter().any(|a| a.signer == signer) {
             return Err(IntegrityError::Refused(format!(
@@ -467,9 +465,8 @@ impl<'a> SpecBook<'a> {
                  {APPROVALS_FOR_CHANGE} different signers"
             )));
         }
-        let path = current_mut(&mut load_book(self.store)?, spec_id)?
-            .path
-            .clone();
+        let mut book = load_book(self.store)?;
+        let path = current_mut(&mut book, spec_id)?.path.clone();
         let msg = message(spec_id, proposal.version, &path, &proposal.sha256);
         // Approvals already recorded must hold: the proposal file is not trusted.
         for a in &proposal.approvals {
@@ -500,7 +497,6 @@ impl<'a> SpecBook<'a> {
                 "the proposal of {spec_id} no longer matches its hash: not frozen"
             )));
         }
-        let mut book = load_book(self.store)?;
         let old = current_mut(&mut book, spec_id)?;
         if old.version + 1 != proposal.version {
             return Err(IntegrityError::Refused(format!(
@@ -672,20 +668,6 @@ fn current_mut<'b>(
         .ok_or_else(|| {
             IntegrityError::Refused(format!("no document {spec_id} in specs/{SIGNATURES}"))
         })
-}
-
-/// Refuses a key that is not the trusted public key of `signer` (a vault secret replaced, or
-/// a signer removed from `system/signers.json`).
-fn check_key(signers: &Signers, signer: &str, key: &SigningKey) -> Result<(), IntegrityError> {
-    let trusted = signers
-        .key(signer)
-        .map_err(|e| IntegrityError::Refused(e.to_string()))?;
-    if trusted != key.verifying_key() {
-        return Err(IntegrityError::Refused(format!(
-            "the vault's key for {signer} is not the public key {SIGNERS_FILE} trusts"
-        )));
-    }
-    Ok(())
 }
 
 /// Where version `version` of a document at `path` is kept once superseded.

@@ -176,20 +176,28 @@ pub fn verify(store: BorrowedFd<'_>) -> Result<Verification, IntegrityError> {
 /// blesses a change made to another behind ClawFS's back. A store without a manifest gets one
 /// of everything.
 pub fn record(store: BorrowedFd<'_>, paths: &[&str], now: &str) -> Result<(), IntegrityError> {
-    let current = scan(store)?;
     let mut manifest = match load(store)? {
         Some(m) => m,
         None => Manifest {
             version: 1,
             updated_at: String::new(),
-            files: current.files.clone(),
+            files: scan(store)?.files,
         },
     };
     for p in paths {
-        match current.files.get(*p) {
-            Some(sum) => manifest.files.insert(p.to_string(), sum.clone()),
-            None => manifest.files.remove(*p),
-        };
+        let what = format!("{SYSTEM}/{p}");
+        match beneath::open_file(store, &Path::new(SYSTEM).join(p), OFlags::RDONLY) {
+            Ok(fd) => {
+                let sum = sha256_fd(fd.as_fd()).map_err(IntegrityError::io(what))?;
+                manifest
+                    .files
+                    .insert(p.to_string(), format!("sha256:{sum}"));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                manifest.files.remove(*p);
+            }
+            Err(e) => return Err(IntegrityError::io(what)(e)),
+        }
     }
     manifest.updated_at = now.to_string();
     save(store, &manifest)
@@ -239,7 +247,6 @@ pub fn install(
 /// Removes `system/<rel>` and its manifest entry.
 pub fn remove(store: BorrowedFd<'_>, rel: &str, now: &str) -> Result<(), IntegrityError> {
     let rel = check_system_path(rel)?;
-    scan(store)?;
     let path = Path::new(SYSTEM).join(&rel);
     let what = format!("{SYSTEM}/{rel}");
     let (dir, name) = (

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::signers::{self, Signers, SigningKey};
-use super::{sha256_fd, IntegrityError, Verdict};
+use super::{IntegrityError, Verdict};
 use crate::beneath::{self, FileMode};
 
 /// `tools/`, relative to the store root.
@@ -252,15 +252,7 @@ pub fn add(
     (signer, key): (&str, &SigningKey),
     now: &str,
 ) -> Result<Added, IntegrityError> {
-    let trusted = Signers::load(store)?;
-    let public = trusted
-        .key(signer)
-        .map_err(|e| IntegrityError::Refused(e.to_string()))?;
-    if public != key.verifying_key() {
-        return Err(IntegrityError::Refused(format!(
-            "the vault's key for {signer} is not the public key system/signers.json trusts"
-        )));
-    }
+    Signers::load(store)?.check_key(signer, key)?;
     let v = check_definition(def, def_name, wasm.map(|w| w.1))?;
     if let Some((bytes, name)) = wasm {
         if !bytes.starts_with(b"\0asm") {
@@ -338,46 +330,47 @@ pub fn add(
     Ok(Added::Published)
 }
 
-/// Whether the stored file `rel` of `tools/` (its bytes open as `file`) may be served.
-fn verdict(
-    packages: &Result<Vec<Package>, String>,
-    signers: &Signers,
-    rel: &str,
-    file: BorrowedFd<'_>,
-) -> Result<(), IntegrityError> {
+/// The registry's packages, each of whose signatures holds (else why not).
+type Signed = Result<Vec<Package>, String>;
+
+/// The store's packages, with every signature checked against the trusted signers.
+fn signed_packages(store: BorrowedFd<'_>) -> Result<Signed, IntegrityError> {
+    let signers = Signers::load(store)?;
+    let packages = match load_packages(store) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    for p in &packages {
+        if let Err(e) = signers.verify(&p.signed_by, &message(p), &p.signature) {
+            return Ok(Err(format!(
+                "{TOOLS}/{REGISTRY}: {} {}: {e}",
+                p.tool_id, p.version
+            )));
+        }
+    }
+    Ok(Ok(packages))
+}
+
+/// Whether the stored file `rel` of `tools/`, whose bytes hash to `sha256`, may be served.
+fn verdict(packages: &Signed, rel: &str, sha256: &str) -> Result<(), IntegrityError> {
     let mismatch = |why: String| IntegrityError::Mismatch(format!("tools/{rel} {why}: not served"));
-    let hash = || sha256_fd(file).map_err(IntegrityError::io(format!("{TOOLS}/{rel}")));
     let packages = packages
         .as_ref()
         .map_err(|e| IntegrityError::Mismatch(e.clone()))?;
-    for p in packages {
-        signers
-            .verify(&p.signed_by, &message(p), &p.signature)
-            .map_err(|e| {
-                IntegrityError::Mismatch(format!(
-                    "{TOOLS}/{REGISTRY}: {} {}: {e}",
-                    p.tool_id, p.version
-                ))
-            })?;
-    }
     if rel == REGISTRY {
-        let mut bytes = Vec::new();
-        read_all(file, &mut bytes)?;
-        if bytes != registry_bytes(packages) {
-            return Err(mismatch(
+        return match sha256 == hex_sha256(&registry_bytes(packages)) {
+            true => Ok(()),
+            false => Err(mismatch(
                 "differs from this build's tools and its signed packages".into(),
-            ));
-        }
-        return Ok(());
+            )),
+        };
     }
     if let Some(name) = rel
         .strip_prefix("definitions/tool-")
         .and_then(|n| n.strip_suffix(".json"))
     {
         if let Some(def) = builtin_definition(name) {
-            let mut bytes = Vec::new();
-            read_all(file, &mut bytes)?;
-            return match bytes == def {
+            return match sha256 == hex_sha256(&def) {
                 true => Ok(()),
                 false => Err(mismatch(
                     "is not this build's definition of the tool".into(),
@@ -390,7 +383,7 @@ fn verdict(
             .rev()
             .find(|p| p.definition == rel)
             .ok_or_else(|| mismatch("is not in the registry".into()))?;
-        return match hash()? == latest.definition_sha256 {
+        return match sha256 == latest.definition_sha256 {
             true => Ok(()),
             false => Err(mismatch(format!(
                 "does not match the signed hash of {} {}",
@@ -402,7 +395,7 @@ fn verdict(
         .iter()
         .find(|p| p.wasm_path.as_deref() == Some(rel))
         .ok_or_else(|| mismatch("is not in the registry".into()))?;
-    match Some(format!("sha256:{}", hash()?)) == p.wasm_hash {
+    match Some(format!("sha256:{sha256}")) == p.wasm_hash {
         true => Ok(()),
         false => Err(mismatch(format!(
             "does not match the signed hash of {} {}",
@@ -411,49 +404,27 @@ fn verdict(
     }
 }
 
-fn read_all(fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> Result<(), IntegrityError> {
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = rustix::io::pread(fd, &mut buf, out.len() as u64)
-            .map_err(|e| IntegrityError::io(TOOLS)(e.into()))?;
-        if n == 0 {
-            return Ok(());
-        }
-        if out.len() as u64 + n as u64 > super::MAX_FILE {
-            return Err(IntegrityError::Mismatch(format!(
-                "a file of {TOOLS}/ is larger than {} bytes",
-                super::MAX_FILE
-            )));
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
-}
-
 fn hex_sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// Remembers verdicts per file version, and the parsed registry and signers per change.
+/// The daemon's check of tool files: the registry's packages (signatures checked) and the
+/// signers, read again only when either file changed.
 #[derive(Default)]
-pub struct ToolChecker(super::Checked<(Result<Vec<Package>, String>, Signers)>);
+pub struct ToolChecker(super::Indexed<Signed>);
 
 impl ToolChecker {
-    /// Whether the stored file open as `file` at `rel` (relative to `tools/`) may be served;
-    /// `store` is the store root.
-    pub fn check(&self, store: BorrowedFd<'_>, rel: &str, file: BorrowedFd<'_>) -> Verdict {
-        self.0.check(
-            store,
-            rel,
-            file,
-            [&format!("{TOOLS}/{REGISTRY}"), super::signers::SIGNERS_FILE],
-            || {
-                Ok((
-                    load_packages(store).map_err(|e| e.to_string()),
-                    Signers::load(store)?,
-                ))
-            },
-            |(packages, signers)| verdict(packages, signers, rel, file),
-        )
+    /// Whether the stored file at `rel` (relative to `tools/`), whose bytes hash to `sha256`,
+    /// may be served; `store` is the store root.
+    pub fn check(&self, store: BorrowedFd<'_>, rel: &str, sha256: &str) -> Verdict {
+        self.0
+            .get(
+                store,
+                [&format!("{TOOLS}/{REGISTRY}"), super::signers::SIGNERS_FILE],
+                || signed_packages(store),
+            )
+            .and_then(|packages| verdict(&packages, rel, sha256))
+            .map_err(|e| e.to_string())
     }
 }
