@@ -16,6 +16,8 @@ bash scripts/fetch-model.sh
 # The MCP client library the `clawfs mcp` tests drive the server with (from PyPI).
 bash scripts/test-venv.sh
 
+# One build, used once: incremental caches would only add gigabytes to the clean clone's disk.
+export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
