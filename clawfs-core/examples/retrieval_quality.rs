@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clawfs_core::search::embed::{BuiltinModel, Embedder};
 use clawfs_core::search::hnsw::HnswParams;
 use clawfs_core::search::quality::RetrievalSet;
+use clawfs_core::search::workspace::IndexFiles;
 use clawfs_core::search::{Mode, WorkspaceIndex};
 
 fn main() -> anyhow::Result<()> {
@@ -19,7 +20,7 @@ fn main() -> anyhow::Result<()> {
     let model: Arc<dyn Embedder> = Arc::new(BuiltinModel::load(&BuiltinModel::model_dir(), 256)?);
     let (index, _) = WorkspaceIndex::open(
         "quality",
-        &tmp.path().join("index"),
+        &IndexFiles::private(&tmp.path().join("index")).unwrap(),
         256,
         HnswParams::default(),
         Some(model.clone()),

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use clawfs_core::search::embed::{BuiltinModel, Embedder};
 use clawfs_core::search::hnsw::HnswParams;
+use clawfs_core::search::workspace::IndexFiles;
 use clawfs_core::search::{Mode, Query, WorkspaceIndex};
 
 /// Words the synthetic documents are made of: topics, so that queries have real neighbours.
@@ -131,7 +132,7 @@ fn main() {
     let ixdir = tmp.path().join("ix");
     let (ix, _) = WorkspaceIndex::open(
         "bench",
-        &ixdir,
+        &IndexFiles::private(&ixdir).unwrap(),
         dim,
         HnswParams::default(),
         Some(Arc::clone(&e)),

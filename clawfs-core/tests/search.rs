@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clawfs_core::search::embed::{BuiltinModel, Embedder, HashingEmbedder};
 use clawfs_core::search::hnsw::HnswParams;
+use clawfs_core::search::workspace::IndexFiles;
 use clawfs_core::search::{Mode, Query, WorkspaceIndex};
 
 fn model() -> BuiltinModel {
@@ -26,7 +27,14 @@ fn ws_fd(dir: &Path) -> std::os::fd::OwnedFd {
 /// The index of workspace `ws` in `dir`, with the hashing test double at `dim` components.
 fn hashing_index(dir: &Path, dim: usize) -> (WorkspaceIndex, bool) {
     let e: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(dim));
-    WorkspaceIndex::open("ws", dir, dim, HnswParams::default(), Some(e)).unwrap()
+    WorkspaceIndex::open(
+        "ws",
+        &IndexFiles::private(dir).unwrap(),
+        dim,
+        HnswParams::default(),
+        Some(e),
+    )
+    .unwrap()
 }
 
 fn everything(_: &str) -> bool {
@@ -106,7 +114,7 @@ fn text_vector_and_hybrid_queries_find_the_right_lines() {
     let embedder: Arc<dyn Embedder> = Arc::new(model().with_dimension(384));
     let (ix, fresh) = WorkspaceIndex::open(
         "ws",
-        &tmp.path().join("ix"),
+        &IndexFiles::private(&tmp.path().join("ix")).unwrap(),
         384,
         HnswParams::default(),
         Some(embedder),
@@ -335,7 +343,7 @@ fn vector_and_hybrid_find_notes_by_meaning_where_text_cannot() {
     let embedder: Arc<dyn Embedder> = Arc::new(model());
     let (ix, _) = WorkspaceIndex::open(
         "ws",
-        &tmp.path().join("ix"),
+        &IndexFiles::private(&tmp.path().join("ix")).unwrap(),
         256,
         HnswParams::default(),
         Some(embedder),

@@ -106,6 +106,14 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::snapshot_cmd::SnapshotCommand,
     },
+    /// Bring another agent memory into a workspace: PostgreSQL + pgvector (pg).
+    Import {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to import.
+        #[command(subcommand)]
+        command: crate::import_cmd::ImportCommand,
+    },
     /// Workspaces: fork one into a new one.
     Workspace {
         #[command(flatten)]

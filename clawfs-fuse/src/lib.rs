@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod errno;
 pub mod error;
 pub mod estop_cmd;
+pub mod import_cmd;
 pub mod integrity_cmd;
 pub mod logging;
 pub mod mcp_cmd;
@@ -81,6 +82,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Snapshot { store, command } => {
             snapshot_cmd::snapshot(&daemon::store_path(&store.store), command)
+        }
+        Command::Import { store, command } => {
+            import_cmd::import(&daemon::store_path(&store.store), command)
         }
         Command::Workspace { store, command } => {
             snapshot_cmd::workspace(&daemon::store_path(&store.store), command)

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod embed_server;
+pub mod postgres;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;

@@ -9,6 +9,7 @@ mod agents;
 mod integrity;
 mod lifecycle;
 mod mcp;
+mod migrate;
 mod model;
 mod namespace;
 mod posix;

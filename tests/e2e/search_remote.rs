@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use clawfs_core::search::embed::remote::KeySource;
 use clawfs_core::search::embed::{EmbedError, Embedder, RemoteClient, RemoteConfig};
 use clawfs_core::search::hnsw::HnswParams;
+use clawfs_core::search::workspace::IndexFiles;
 use clawfs_core::search::{Mode, Query, WorkspaceIndex};
 use serde_json::json;
 use zeroize::Zeroizing;
@@ -207,7 +208,7 @@ fn search_falls_back_to_text_while_the_endpoint_is_down_and_catches_up() {
             Arc::new(RemoteClient::new(c, keys("k").0).unwrap().embedder(128));
         WorkspaceIndex::open(
             "ws",
-            &tmp.path().join("ix"),
+            &IndexFiles::private(&tmp.path().join("ix")).unwrap(),
             128,
             HnswParams::default(),
             Some(e),

@@ -111,6 +111,49 @@ impl Hnsw {
         self.index.add(key, v).map_err(|e| err("adding", e))
     }
 
+    /// Adds (or replaces) many vectors, on every core: a graph rebuilt from SQLite or a batch of
+    /// imported documents (HNSW inserts dominate both).
+    pub fn add_many(&self, items: &[(i64, Vec<f32>)]) -> Result<(), SearchError> {
+        if let Some((_, v)) = items.iter().find(|(_, v)| v.len() != self.dim) {
+            return Err(err(
+                "adding",
+                format!("{} components, expected {}", v.len(), self.dim),
+            ));
+        }
+        for (key, _) in items {
+            if self.index.contains(*key as u64) {
+                self.index
+                    .remove(*key as u64)
+                    .map_err(|e| err("replacing", e))?;
+            }
+        }
+        let need = self.index.size() + items.len() + 1;
+        if need >= self.index.capacity() {
+            self.index
+                .reserve(need.max(self.index.capacity() * 2))
+                .map_err(|e| err("growing the graph", e))?;
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = items.len().div_ceil(threads).max(1);
+        // usearch takes concurrent inserts once the capacity is reserved.
+        std::thread::scope(|s| {
+            let workers: Vec<_> = items
+                .chunks(per)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .try_for_each(|(key, v)| self.index.add(*key as u64, v))
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| {
+                w.join()
+                    .map_err(|_| err("adding", "a worker panicked"))?
+                    .map_err(|e| err("adding", e))
+            })
+        })
+    }
+
     /// Removes `key` (nothing if absent).
     pub fn remove(&self, key: i64) -> Result<(), SearchError> {
         self.index

@@ -246,6 +246,21 @@ impl IndexDb {
         })
     }
 
+    /// The workspace it indexes.
+    pub(super) fn workspace(&self) -> &str {
+        &self.workspace
+    }
+
+    /// A transaction on the database.
+    pub(super) fn transaction(&mut self) -> Result<rusqlite::Transaction<'_>, SearchError> {
+        Ok(self.conn.transaction()?)
+    }
+
+    /// The connection, for queries of the modules beside this one.
+    pub(super) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     /// A metadata value.
     pub fn meta(&self, key: &str) -> Result<Option<String>, SearchError> {
         Ok(self
@@ -513,7 +528,7 @@ impl IndexDb {
 
 /// Counts changes: the graph saved beside the database is good only for the generation it was
 /// saved at.
-fn bump_generation(tx: &rusqlite::Transaction<'_>) -> Result<(), SearchError> {
+pub(super) fn bump_generation(tx: &rusqlite::Transaction<'_>) -> Result<(), SearchError> {
     tx.execute(
         "INSERT INTO metadata (key, value) VALUES ('generation', '1')
          ON CONFLICT(key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
@@ -522,7 +537,10 @@ fn bump_generation(tx: &rusqlite::Transaction<'_>) -> Result<(), SearchError> {
     Ok(())
 }
 
-fn remove_in(tx: &rusqlite::Transaction<'_>, path: &str) -> Result<Vec<i64>, SearchError> {
+pub(super) fn remove_in(
+    tx: &rusqlite::Transaction<'_>,
+    path: &str,
+) -> Result<Vec<i64>, SearchError> {
     let ids: Vec<i64> = {
         let mut st = tx.prepare_cached("SELECT id FROM chunks WHERE path = ?1")?;
         let rows = st.query_map([path], |r| r.get(0))?;

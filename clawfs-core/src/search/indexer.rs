@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::config::{EmbedderConfig, SearchConfig};
 use super::embed::{BuiltinModel, Embedder, HashingEmbedder, RemoteClient};
 use super::hnsw::HnswParams;
-use super::workspace::{is_managed, WorkspaceIndex};
+use super::workspace::{is_managed, IndexFiles, WorkspaceIndex};
 use super::SearchError;
 
 /// How long the queue must be quiet before a batch is indexed.
@@ -98,7 +98,8 @@ impl EmbedderChoice {
         }
     }
 
-    fn for_dimension(&self, dim: usize) -> Option<Arc<dyn Embedder>> {
+    /// The embedder of vectors of `dim` components (None: text search only).
+    pub fn for_dimension(&self, dim: usize) -> Option<Arc<dyn Embedder>> {
         match self {
             EmbedderChoice::Builtin(m) => Some(Arc::new(m.with_dimension(dim))),
             EmbedderChoice::Remote(c) => Some(Arc::new(c.embedder(dim))),
@@ -321,7 +322,7 @@ fn open_index(
     let (dim, params) = workspace_settings(&ws);
     let (ix, fresh) = WorkspaceIndex::open(
         workspace,
-        &shared.index_root.join(workspace),
+        &IndexFiles::private(&shared.index_root.join(workspace))?,
         dim,
         params,
         shared.embedder.for_dimension(dim),

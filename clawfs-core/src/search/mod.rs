@@ -9,6 +9,7 @@
 //!   test double).
 //! - [`index`]: the SQLite half (the truth); [`hnsw`]: the graph (rebuilt from it when needed).
 //! - [`workspace`]: one workspace's index: update, rescan, query.
+//! - [`import`]: documents brought in from another agent memory (PostgreSQL + pgvector).
 //! - [`indexer`]: the background thread that follows changes.
 //! - [`quality`]: retrieval quality (hit@1, hit@3, MRR) over the project's own set.
 
@@ -16,6 +17,7 @@ pub mod chunk;
 pub mod config;
 pub mod embed;
 pub mod hnsw;
+pub mod import;
 pub mod index;
 pub mod indexer;
 pub mod quality;

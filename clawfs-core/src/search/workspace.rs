@@ -88,28 +88,23 @@ const SNIPPET_CHARS: usize = 240;
 /// Texts embedded per model call while indexing.
 const EMBED_BATCH: usize = 64;
 
-/// The index of one workspace.
-pub struct WorkspaceIndex {
-    name: String,
-    dir: PathBuf,
-    db: Mutex<IndexDb>,
-    graph: Mutex<Hnsw>,
-    embedder: Option<Arc<dyn Embedder>>,
+/// Where an index keeps its files: the database (the truth) and the graph saved from it, with
+/// the database generation the graph matches.
+#[derive(Debug, Clone)]
+pub struct IndexFiles {
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// The saved HNSW graph.
+    pub graph: PathBuf,
+    /// The generation of the database the saved graph matches.
+    pub generation: PathBuf,
 }
 
-impl WorkspaceIndex {
-    /// Opens the index of workspace `name` kept in `dir` (created if missing) for vectors of
-    /// `dim` components by `embedder` (None: text search only). A damaged database is moved
-    /// aside and started afresh; an index made by another embedder or dimension is emptied. Both
-    /// leave `needs_rescan` true.
-    pub fn open(
-        name: &str,
-        dir: &Path,
-        dim: usize,
-        params: HnswParams,
-        embedder: Option<Arc<dyn Embedder>>,
-    ) -> Result<(WorkspaceIndex, bool), SearchError> {
-        // The daemon's alone, whatever its umask (the store is 0700 too).
+impl IndexFiles {
+    /// A workspace's index in the store's private area: `dir` (created, the daemon's alone
+    /// whatever its umask, as is its parent) holds `index.db`, `hnsw.usearch` and
+    /// `hnsw.generation`.
+    pub fn private(dir: &Path) -> Result<IndexFiles, SearchError> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -118,19 +113,56 @@ impl WorkspaceIndex {
         for d in [dir, dir.parent().unwrap_or(dir)] {
             let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
         }
-        let db_path = dir.join(super::index::DB_FILE);
-        let (mut db, mut fresh) = match IndexDb::open(&db_path, name) {
+        Ok(IndexFiles {
+            db: dir.join(super::index::DB_FILE),
+            graph: dir.join("hnsw.usearch"),
+            generation: dir.join("hnsw.generation"),
+        })
+    }
+
+    /// A database anywhere (`migrate-pg-to-sqlite --sqlite-path`), its graph beside it as
+    /// `DB.usearch` and `DB.usearch.generation`.
+    pub fn beside(db: &Path) -> IndexFiles {
+        let with = |ext: &str| PathBuf::from(format!("{}{ext}", db.display()));
+        IndexFiles {
+            db: db.to_path_buf(),
+            graph: with(".usearch"),
+            generation: with(".usearch.generation"),
+        }
+    }
+}
+
+/// The index of one workspace.
+pub struct WorkspaceIndex {
+    name: String,
+    files: IndexFiles,
+    dim: usize,
+    db: Mutex<IndexDb>,
+    graph: Mutex<Hnsw>,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
+impl WorkspaceIndex {
+    /// Opens the index of workspace `name` kept in `files` for vectors of `dim` components by
+    /// `embedder` (None: text search only). A damaged database is moved aside and started
+    /// afresh; an index made by another embedder or dimension is emptied. Both leave
+    /// `needs_rescan` true.
+    pub fn open(
+        name: &str,
+        files: &IndexFiles,
+        dim: usize,
+        params: HnswParams,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<(WorkspaceIndex, bool), SearchError> {
+        let (mut db, mut fresh) = match IndexDb::open(&files.db, name) {
             Ok(db) => (db, false),
             Err(e @ (SearchError::Corrupt(_) | SearchError::Db(_))) => {
                 tracing::warn!(workspace = name, error = %e, "index database unusable: rebuilding it");
                 for ext in ["", "-wal", "-shm"] {
-                    let p = dir.join(format!("{}{ext}", super::index::DB_FILE));
-                    let _ = std::fs::rename(
-                        &p,
-                        dir.join(format!("{}{ext}.corrupt", super::index::DB_FILE)),
-                    );
+                    let p = format!("{}{ext}", files.db.display());
+                    let _ = std::fs::rename(&p, format!("{p}.corrupt"));
                 }
-                (IndexDb::open(&db_path, name)?, true)
+                (IndexDb::open(&files.db, name)?, true)
             }
             Err(e) => return Err(e),
         };
@@ -149,10 +181,11 @@ impl WorkspaceIndex {
             db.set_meta("dimension", &dim.to_string())?;
             fresh = true;
         }
-        let graph = Self::load_graph(dir, &db, dim, params)?;
+        let graph = Self::load_graph(files, &db, dim, params)?;
         let index = WorkspaceIndex {
             name: name.to_string(),
-            dir: dir.to_path_buf(),
+            files: files.clone(),
+            dim,
             db: Mutex::new(db),
             graph: Mutex::new(graph),
             embedder,
@@ -162,26 +195,37 @@ impl WorkspaceIndex {
 
     /// The saved graph if it matches the database's generation, else one rebuilt from it.
     fn load_graph(
-        dir: &Path,
+        files: &IndexFiles,
         db: &IndexDb,
         dim: usize,
         params: HnswParams,
     ) -> Result<Hnsw, SearchError> {
         let generation = db.meta("generation")?.unwrap_or_default();
-        let saved = std::fs::read_to_string(dir.join("hnsw.generation")).unwrap_or_default();
+        let saved = std::fs::read_to_string(&files.generation).unwrap_or_default();
         if saved.trim() == generation && !generation.is_empty() {
-            match Hnsw::load(&dir.join("hnsw.usearch"), dim, params) {
+            match Hnsw::load(&files.graph, dim, params) {
                 Ok(g) => return Ok(g),
                 Err(e) => tracing::warn!(error = %e, "vector graph unreadable: rebuilding it"),
             }
         }
         let graph = Hnsw::new(dim, params)?;
-        for (id, v) in db.all_vectors()? {
-            if v.len() == dim {
-                graph.add(id, &v)?;
-            }
-        }
+        let vectors: Vec<(i64, Vec<f32>)> = db
+            .all_vectors()?
+            .into_iter()
+            .filter(|(_, v)| v.len() == dim)
+            .collect();
+        graph.add_many(&vectors)?;
         Ok(graph)
+    }
+
+    /// The dimension of its vectors.
+    pub fn dimension(&self) -> usize {
+        self.dim
+    }
+
+    /// The embedder of its vectors (None: text search only).
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
     }
 
     /// The workspace's name.
@@ -206,14 +250,14 @@ impl WorkspaceIndex {
     /// Writes to the new file `dest` a copy of the index holding only the files `keep`, as
     /// stamped (see [`super::index::write_view`]).
     pub fn write_view(&self, dest: &Path, keep: &[(String, FileStamp)]) -> Result<(), SearchError> {
-        super::index::write_view(&self.dir.join(super::index::DB_FILE), dest, keep)
+        super::index::write_view(&self.files.db, dest, keep)
     }
 
-    fn db(&self) -> std::sync::MutexGuard<'_, IndexDb> {
+    pub(super) fn db(&self) -> std::sync::MutexGuard<'_, IndexDb> {
         self.db.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn graph(&self) -> std::sync::MutexGuard<'_, Hnsw> {
+    pub(super) fn graph(&self) -> std::sync::MutexGuard<'_, Hnsw> {
         self.graph.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -221,8 +265,19 @@ impl WorkspaceIndex {
     pub fn save_graph(&self) -> Result<(), SearchError> {
         let db = self.db();
         let generation = db.meta("generation")?.unwrap_or_default();
-        self.graph().save(&self.dir.join("hnsw.usearch"))?;
-        crate::store::atomic_write(&self.dir, "hnsw.generation", generation.as_bytes(), 0o600)
+        self.graph().save(&self.files.graph)?;
+        let (dir, name) = match (
+            self.files.generation.parent(),
+            self.files.generation.file_name(),
+        ) {
+            (Some(d), Some(n)) => (d, n.to_string_lossy()),
+            _ => {
+                return Err(SearchError::Hnsw(
+                    "the graph's generation file has no folder".into(),
+                ))
+            }
+        };
+        crate::store::atomic_write(dir, &name, generation.as_bytes(), 0o600)
             .map_err(|e| SearchError::io("saving the graph's generation", e))
     }
 

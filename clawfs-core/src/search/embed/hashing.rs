@@ -23,6 +23,10 @@ impl Embedder for HashingEmbedder {
         format!("hashing-test-double:{}", self.dim)
     }
 
+    fn model(&self) -> String {
+        "hashing-test-double".to_string()
+    }
+
     fn dimension(&self) -> usize {
         self.dim
     }

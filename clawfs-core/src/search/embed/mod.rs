@@ -41,6 +41,8 @@ pub enum EmbedError {
 pub trait Embedder: Send + Sync {
     /// What makes the vectors: model and output dimension, e.g. `model2vec:potion-base-8M:256`.
     fn fingerprint(&self) -> String;
+    /// The model alone, as vectors brought from elsewhere name theirs (`text-embedding-3-small`).
+    fn model(&self) -> String;
     /// The length of every vector.
     fn dimension(&self) -> usize;
     /// One unit-length vector per text, in order.

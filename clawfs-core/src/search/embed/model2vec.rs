@@ -67,6 +67,10 @@ impl Embedder for BuiltinModel {
         format!("{MODEL}:{}", self.dim)
     }
 
+    fn model(&self) -> String {
+        MODEL.to_string()
+    }
+
     fn dimension(&self) -> usize {
         self.dim
     }

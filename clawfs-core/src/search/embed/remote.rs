@@ -345,6 +345,10 @@ impl Embedder for RemoteEmbedder {
         )
     }
 
+    fn model(&self) -> String {
+        self.client.config.model.clone()
+    }
+
     fn dimension(&self) -> usize {
         self.dim
     }

@@ -1,0 +1,393 @@
+//! The PostgreSQL side: the `documents` and `vectors` tables (P1.4 §6), their names and columns
+//! as configured, read in id order one batch at a time.
+//!
+//! Embeddings are read as `real[]` whatever their column type (pgvector's `vector` casts to it),
+//! so both kinds arrive through one binary decoder. Names given on the command line are quoted as
+//! identifiers, never spliced in as SQL.
+
+use std::time::Duration;
+
+use clawfs_core::search::import::{row_digest, Document};
+use postgres::{Client, NoTls};
+
+use crate::options::SourceArgs;
+use crate::MigrateError;
+
+/// How long connecting may take when the URL does not say.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The source, connected and checked.
+pub struct Source {
+    client: Client,
+    sql: Queries,
+    /// What the tables hold.
+    pub shape: Shape,
+    /// The URL without its password, for reports.
+    pub description: String,
+}
+
+/// What the checks found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Shape {
+    /// Documents of the workspace.
+    pub documents: u64,
+    /// Their embeddings.
+    pub vectors: u64,
+    /// The embeddings' dimension (None without any).
+    pub dimension: Option<usize>,
+    /// The embedding column's type, as PostgreSQL names it.
+    pub embedding_type: String,
+    /// Embeddings that name no document (not migrated).
+    pub orphan_vectors: u64,
+}
+
+/// The statements, with every name quoted.
+struct Queries {
+    batch: String,
+    count_documents: String,
+    count_vectors: String,
+}
+
+/// `name` (or `schema.name`) quoted as an SQL identifier.
+fn ident(name: &str) -> String {
+    name.split('.')
+        .map(|part| format!("\"{}\"", part.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The URL with its password replaced, for messages.
+pub fn redact(url: &str) -> String {
+    match url.parse::<postgres::Config>() {
+        Ok(c) => {
+            let hosts: Vec<String> = c
+                .get_hosts()
+                .iter()
+                .map(|h| match h {
+                    postgres::config::Host::Tcp(h) => h.clone(),
+                    postgres::config::Host::Unix(p) => p.display().to_string(),
+                })
+                .collect();
+            let port = c.get_ports().first().map_or(5432, |p| *p);
+            format!(
+                "postgresql://{}@{}:{port}/{}",
+                c.get_user().unwrap_or(""),
+                hosts.join(","),
+                c.get_dbname().unwrap_or("")
+            )
+        }
+        Err(_) => "(an unparsable URL)".into(),
+    }
+}
+
+impl Source {
+    /// Connects and checks the tables: both exist with their columns, the embedding column is
+    /// `vector` or `real[]`, no document has two embeddings, and every embedding of the
+    /// workspace has one dimension.
+    pub fn open(args: &SourceArgs) -> Result<Source, MigrateError> {
+        let description = redact(&args.pg_url);
+        let mut config: postgres::Config = args
+            .pg_url
+            .parse()
+            .map_err(|e| MigrateError::Refused(format!("--pg-url: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let mut client = config.connect(NoTls).map_err(|e| {
+            let cause = std::error::Error::source(&e).map_or(String::new(), |c| format!(": {c}"));
+            MigrateError::Refused(format!(
+                "cannot reach PostgreSQL at {description}: {e}{cause}"
+            ))
+        })?;
+        let c = &args.columns;
+        for (table, columns) in [
+            (
+                &c.documents_table,
+                vec![
+                    &c.id_column,
+                    &c.workspace_column,
+                    &c.content_column,
+                    &c.metadata_column,
+                ],
+            ),
+            (
+                &c.vectors_table,
+                vec![
+                    &c.document_id_column,
+                    &c.embedding_column,
+                    &c.created_at_column,
+                ],
+            ),
+        ] {
+            let exists: Option<String> = client
+                .query_one("SELECT to_regclass($1)::text", &[&ident(table)])
+                .map_err(pg("checking the tables"))?
+                .get(0);
+            if exists.is_none() {
+                return Err(MigrateError::Refused(format!(
+                    "{description}: table {table} does not exist"
+                )));
+            }
+            for column in columns {
+                if column_type(&mut client, table, column)?.is_none() {
+                    return Err(MigrateError::Refused(format!(
+                        "{description}: table {table} has no column {column}"
+                    )));
+                }
+            }
+        }
+        let id_type =
+            column_type(&mut client, &c.documents_table, &c.id_column)?.expect("checked above");
+        let embedding_type =
+            column_type(&mut client, &c.vectors_table, &c.embedding_column)?.expect("checked");
+        let typed_dimension = embedding_type
+            .strip_prefix("vector(")
+            .and_then(|s| s.strip_suffix(')'))
+            .and_then(|n| n.parse::<usize>().ok());
+        if !(embedding_type.starts_with("vector") || embedding_type == "real[]") {
+            return Err(MigrateError::Refused(format!(
+                "{description}: {}.{} is {embedding_type}; expected vector or real[]",
+                c.vectors_table, c.embedding_column
+            )));
+        }
+
+        let (d, v) = (ident(&c.documents_table), ident(&c.vectors_table));
+        let (id, ws, content, meta) = (
+            ident(&c.id_column),
+            ident(&c.workspace_column),
+            ident(&c.content_column),
+            ident(&c.metadata_column),
+        );
+        let (doc_id, emb, created) = (
+            ident(&c.document_id_column),
+            ident(&c.embedding_column),
+            ident(&c.created_at_column),
+        );
+        // The resume point comes back as text and is compared in the id's own type, so that
+        // numbers order as numbers.
+        let sql = Queries {
+            batch: format!(
+                "SELECT d.{id}::text, d.{ws}::text, d.{content}::text, d.{meta}::text,
+                        v.{emb}::real[], v.{created}::text
+                 FROM {d} d LEFT JOIN {v} v ON v.{doc_id} = d.{id}
+                 WHERE d.{ws}::text = $1 AND ($2::text IS NULL OR d.{id} > $2::text::{id_type})
+                 ORDER BY d.{id} LIMIT $3"
+            ),
+            count_documents: format!("SELECT count(*) FROM {d} d WHERE d.{ws}::text = $1"),
+            count_vectors: format!(
+                "SELECT count(v.{emb}) FROM {v} v JOIN {d} d ON v.{doc_id} = d.{id}
+                 WHERE d.{ws}::text = $1"
+            ),
+        };
+        let workspace = &args.workspace_id;
+        let doubled: Vec<(String, i64)> = client
+            .query(
+                &format!(
+                    "SELECT v.{doc_id}::text, count(*) FROM {v} v JOIN {d} d ON v.{doc_id} = d.{id}
+                     WHERE d.{ws}::text = $1 GROUP BY 1 HAVING count(*) > 1 ORDER BY 1 LIMIT 3"
+                ),
+                &[workspace],
+            )
+            .map_err(pg("checking the embeddings"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        if let Some((doc, n)) = doubled.first() {
+            return Err(MigrateError::Refused(format!(
+                "{description}: document {doc} has {n} embeddings; a ClawFS document keeps one"
+            )));
+        }
+        let orphan_vectors: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM {v} v WHERE NOT EXISTS
+                     (SELECT 1 FROM {d} d WHERE d.{id} = v.{doc_id})"
+                ),
+                &[],
+            )
+            .map_err(pg("checking the embeddings"))?
+            .get(0);
+        let dimension = match typed_dimension {
+            Some(n) => Some(n),
+            None => {
+                let dims: Vec<Option<i32>> = client
+                    .query(
+                        &format!(
+                            "SELECT DISTINCT cardinality(v.{emb}::real[]) FROM {v} v
+                             JOIN {d} d ON v.{doc_id} = d.{id}
+                             WHERE d.{ws}::text = $1 AND v.{emb} IS NOT NULL LIMIT 3"
+                        ),
+                        &[workspace],
+                    )
+                    .map_err(pg("checking the dimensions"))?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                match dims.as_slice() {
+                    [] => None,
+                    [Some(n)] if *n > 0 => Some(*n as usize),
+                    _ => {
+                        let seen: Vec<String> = dims
+                            .iter()
+                            .map(|d| d.map_or("none".into(), |n| n.to_string()))
+                            .collect();
+                        return Err(MigrateError::Refused(format!(
+                            "{description}: the embeddings have mixed dimensions ({}); \
+                             a workspace has one",
+                            seen.join(", ")
+                        )));
+                    }
+                }
+            }
+        };
+        let mut source = Source {
+            client,
+            sql,
+            shape: Shape {
+                documents: 0,
+                vectors: 0,
+                dimension,
+                embedding_type,
+                orphan_vectors: orphan_vectors as u64,
+            },
+            description,
+        };
+        let (documents, vectors) = source.counts(workspace)?;
+        source.shape.documents = documents;
+        source.shape.vectors = vectors;
+        Ok(source)
+    }
+
+    /// How many documents of `workspace`, and how many of them have an embedding.
+    pub fn counts(&mut self, workspace: &str) -> Result<(u64, u64), MigrateError> {
+        let documents: i64 = self
+            .client
+            .query_one(&self.sql.count_documents, &[&workspace])
+            .map_err(pg("counting documents"))?
+            .get(0);
+        let vectors: i64 = self
+            .client
+            .query_one(&self.sql.count_vectors, &[&workspace])
+            .map_err(pg("counting embeddings"))?
+            .get(0);
+        Ok((documents as u64, vectors as u64))
+    }
+
+    /// Up to `limit` documents of `workspace` after the id `after`, in id order.
+    pub fn batch(
+        &mut self,
+        workspace: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Document>, MigrateError> {
+        let rows = self
+            .client
+            .query(&self.sql.batch, &[&workspace, &after, &limit])
+            .map_err(pg("reading documents"))?;
+        rows.iter()
+            .map(|r| {
+                let source_id: String = r.get(0);
+                let metadata: Option<String> = r.get(3);
+                let metadata = metadata
+                    .map(|m| serde_json::from_str(&m))
+                    .transpose()
+                    .map_err(|e| {
+                        MigrateError::Refused(format!(
+                            "document {source_id}: its metadata is not JSON: {e}"
+                        ))
+                    })?;
+                let embedding: Option<Vec<Option<f32>>> = r.get(4);
+                let embedding = embedding
+                    .map(|v| v.into_iter().collect::<Option<Vec<f32>>>())
+                    .map(|v| {
+                        v.ok_or_else(|| {
+                            MigrateError::Refused(format!(
+                                "document {source_id}: its embedding holds a NULL"
+                            ))
+                        })
+                    })
+                    .transpose()?;
+                Ok(Document {
+                    source_id,
+                    workspace_id: r.get(1),
+                    content: r.get::<_, Option<String>>(2).unwrap_or_default(),
+                    metadata,
+                    embedding,
+                    created_at: r.get(5),
+                })
+            })
+            .collect()
+    }
+
+    /// The digest of every document of `workspace` (see [`row_digest`]), read afresh.
+    pub fn digests(
+        &mut self,
+        workspace: &str,
+        with_embeddings: bool,
+        batch: i64,
+    ) -> Result<std::collections::BTreeMap<String, [u8; 32]>, MigrateError> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let docs = self.batch(workspace, after.as_deref(), batch)?;
+            let Some(last) = docs.last() else {
+                return Ok(out);
+            };
+            after = Some(last.source_id.clone());
+            for d in &docs {
+                let v = d.embedding.as_deref().filter(|_| with_embeddings);
+                out.insert(d.source_id.clone(), row_digest(&d.source_id, &d.content, v));
+            }
+        }
+    }
+}
+
+/// The type of `table.column` as PostgreSQL names it (`bigint`, `vector(1536)`, `real[]`), or
+/// None if there is no such column.
+fn column_type(
+    client: &mut Client,
+    table: &str,
+    column: &str,
+) -> Result<Option<String>, MigrateError> {
+    let row = client
+        .query_opt(
+            "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+             WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped
+               AND a.attnum > 0",
+            &[&ident(table), &column],
+        )
+        .map_err(pg("checking the columns"))?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+fn pg(what: &'static str) -> impl Fn(postgres::Error) -> MigrateError {
+    move |e| {
+        // The server's own words (e.g. "permission denied for table documents").
+        let detail = e
+            .as_db_error()
+            .map_or(e.to_string(), |d| d.message().to_string());
+        MigrateError::Source(format!("{what}: {detail}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ident, redact};
+
+    #[test]
+    fn names_are_quoted_never_spliced() {
+        assert_eq!(ident("documents"), "\"documents\"");
+        assert_eq!(ident("memory.docs"), "\"memory\".\"docs\"");
+        assert_eq!(
+            ident("x\"; DROP TABLE t; --"),
+            "\"x\"\"; DROP TABLE t; --\""
+        );
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let r = redact("postgresql://agent:s3cret@db.example:6543/memory");
+        assert_eq!(r, "postgresql://agent@db.example:6543/memory");
+        assert!(!redact("postgresql://u:s3cret@h/d").contains("s3cret"));
+    }
+}
