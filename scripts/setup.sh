@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a mounted ClawFS at /clawfs (or $1):
 # installs system packages, builds the release binaries and installs them — clawfs, vaultctl,
-# vaultctl-ssh in /usr/local/bin, mount.fuse.clawfs (for /etc/fstab lines of type fuse.clawfs)
+# vaultctl-ssh, migrate-pg-to-sqlite in /usr/local/bin, mount.fuse.clawfs (for /etc/fstab lines of type fuse.clawfs)
 # beside mount(8)'s other helpers, the systemd unit clawfs@.service, man pages and bash/zsh/fish
 # completions, the built-in search model (scripts/fetch-model.sh) — creates the clawos-agents and clawos-users groups, and mounts the default store
 # (/var/lib/clawfs, initialised on first use).
@@ -13,8 +13,8 @@ clawfs_install_packages
 clawfs_require_cargo
 mountpoint=${1:-/clawfs}
 
-cargo build --release --locked -p clawfs-fuse -p vaultctl -p clawfs-clidocs
-for bin in clawfs vaultctl vaultctl-ssh; do
+cargo build --release --locked -p clawfs-fuse -p vaultctl -p clawfs-clidocs -p migrate-pg-to-sqlite
+for bin in clawfs vaultctl vaultctl-ssh migrate-pg-to-sqlite; do
   install -m 0755 "target/release/$bin" "/usr/local/bin/$bin"
 done
 ln -sf /usr/local/bin/clawfs /usr/sbin/mount.fuse.clawfs

@@ -57,6 +57,12 @@ impl Area {
     pub fn is_read_only(self) -> bool {
         matches!(self, Area::System | Area::Specs)
     }
+
+    /// Whether every file of the area is checked against a manifest or a signature before it
+    /// is served (`system/`, `specs/`, `tools/`): such areas hold files and folders only.
+    pub fn is_checked(self) -> bool {
+        matches!(self, Area::System | Area::Specs | Area::Tools)
+    }
 }
 
 impl fmt::Display for Area {

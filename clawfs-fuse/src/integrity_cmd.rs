@@ -180,8 +180,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
             }
         }
         SpecsCommand::Add { file, id, path } => {
-            let content =
-                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let content = read_input(file)?;
             let rel = match path {
                 Some(p) => p.clone(),
                 None => file
@@ -199,8 +198,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
             writeln!(out, "froze {id} version {version}, signed by {signer}").map_err(w)?;
         }
         SpecsCommand::Propose { id, file } => {
-            let content =
-                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let content = read_input(file)?;
             let version = book.propose(id, &content, &now()).map_err(refused)?;
             writeln!(out, "proposed version {version} of {id}; two different signers must approve it (`clawfs specs approve {id} --as SIGNER`)").map_err(w)?;
         }
@@ -274,14 +272,10 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
                     .to_string_lossy()
                     .into_owned())
             };
-            let def = std::fs::read(definition)
-                .with_context(|| format!("reading {}", definition.display()))?;
+            let def = read_input(definition)?;
             let def_name = name_of(definition)?;
             let wasm = match binary {
-                Some(b) => Some((
-                    std::fs::read(b).with_context(|| format!("reading {}", b.display()))?,
-                    name_of(b)?,
-                )),
+                Some(b) => Some((read_input(b)?, name_of(b)?)),
                 None => None,
             };
             // Checked before the vault is asked for a key.
@@ -383,7 +377,7 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                     anyhow!("'{spec}': give PATH=FILE (e.g. cgroup/quotas.json=./quotas.json)")
                 })?;
                 let rel = system::check_system_path(rel).map_err(refused)?;
-                let content = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+                let content = read_input(Path::new(file))?;
                 if file.is_empty() {
                     return Err(anyhow!("'{spec}': give PATH=FILE, FILE not empty").into());
                 }
@@ -417,4 +411,36 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The largest file the commands take in: the mount serves checked files from a sealed
+/// in-memory copy, so anything larger could never be read through it.
+const MAX_INPUT: u64 = 32 << 20;
+
+/// The regular file `path`, at most [`MAX_INPUT`] bytes. A FIFO, a device (`/dev/zero`) or a
+/// folder is refused at once instead of blocking or filling memory.
+fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let what = || format!("reading {}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(what)?;
+    let meta = file.metadata().with_context(what)?;
+    if !meta.is_file() {
+        return Err(anyhow!("{}: not a regular file", path.display()).into());
+    }
+    if meta.len() > MAX_INPUT {
+        return Err(anyhow!("{}: larger than {} MiB", path.display(), MAX_INPUT >> 20).into());
+    }
+    let mut out = Vec::new();
+    file.take(MAX_INPUT + 1)
+        .read_to_end(&mut out)
+        .with_context(what)?;
+    if out.len() as u64 > MAX_INPUT {
+        return Err(anyhow!("{}: larger than {} MiB", path.display(), MAX_INPUT >> 20).into());
+    }
+    Ok(out)
 }

@@ -527,6 +527,61 @@ fn published_tools_are_signed_immutable_and_checked_on_read() {
         wasm
     );
 
+    // A symlink planted at a signed path, or a file beside the signed ones, is not served.
+    let evil = m.backing("workspaces/default/evil.wasm");
+    fs::write(&evil, b"\0asmEVIL").unwrap();
+    let bin = m.backing("tools/binaries/echo-v1.0.0.wasm");
+    fs::rename(&bin, dir.join("saved.wasm")).unwrap();
+    std::os::unix::fs::symlink(&evil, &bin).unwrap();
+    assert_eq!(
+        errno(fs::read(m.path("tools/binaries/echo-v1.0.0.wasm"))),
+        libc::EIO
+    );
+    fs::remove_file(&bin).unwrap();
+    fs::rename(dir.join("saved.wasm"), &bin).unwrap();
+    fs::write(m.backing("tools/registry.json.bak"), b"{}").unwrap();
+    assert_eq!(
+        errno(fs::read(m.path("tools/registry.json.bak"))),
+        libc::EIO
+    );
+    fs::remove_file(m.backing("tools/registry.json.bak")).unwrap();
+    // Every field of a package is signed: widened capabilities, or an entry listed twice,
+    // make the registry and the tool's files unservable until put back.
+    let signed = fs::read(m.backing("tools/registry.json")).unwrap();
+    let edits: [fn(&mut Value); 3] = [
+        |reg: &mut Value| {
+            reg["packages"][0]["capabilities"] = serde_json::json!(["network:outbound:*"])
+        },
+        |reg: &mut Value| reg["packages"][0]["timeout_seconds"] = Value::from(86400),
+        |reg: &mut Value| {
+            let p = reg["packages"][0].clone();
+            reg["packages"].as_array_mut().unwrap().push(p);
+        },
+    ];
+    for edit in edits {
+        tamper(&m.backing("tools/registry.json"), |bytes| {
+            let mut reg: Value = serde_json::from_slice(&bytes).unwrap();
+            edit(&mut reg);
+            serde_json::to_vec_pretty(&reg).unwrap()
+        });
+        assert_eq!(errno(fs::read(m.path("tools/registry.json"))), libc::EIO);
+        assert_eq!(
+            errno(fs::read(m.path("tools/binaries/echo-v1.0.0.wasm"))),
+            libc::EIO
+        );
+        fs::write(m.backing("tools/registry.json"), &signed).unwrap();
+    }
+    assert_eq!(fs::read(m.path("tools/registry.json")).unwrap(), signed);
+    // Inputs that are not regular files are refused at once, not read forever.
+    let fifo = dir.join("fifo.wasm");
+    make_fifo(&fifo);
+    let zero = dir.join("zero.wasm");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for input in [&fifo, &zero] {
+        let err = fails(add(&[&d1, input.to_str().unwrap()], "alice"), 1);
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+
     // Tampered behind the daemon's back: the binary, then the registry made to match it.
     tamper(&m.backing("tools/binaries/echo-v1.0.0.wasm"), |mut b| {
         b.push(1);

@@ -55,11 +55,12 @@ impl ClawFs {
     }
 
     /// How long the kernel may keep names looked up in `parent`, found or missing: like
-    /// [`ClawFs::ttl`], but never in `system/` and `specs/`, which change only behind the
-    /// daemon's back (`clawfs system update`, `clawfs specs ...`) and must be seen at once.
+    /// [`ClawFs::ttl`], but never in `system/`, `specs/` and `tools/`, which change only
+    /// behind the daemon's back (`clawfs system update`, `clawfs specs ...`, `clawfs tools
+    /// add`) and whose every name must be looked up, and checked, again.
     pub fn ttl_in(&self, parent: u64) -> Duration {
         match self.inodes.place_of(parent) {
-            Some(place) if place.area().is_read_only() => Duration::ZERO,
+            Some(place) if place.area().is_checked() => Duration::ZERO,
             _ => self.ttl(parent),
         }
     }

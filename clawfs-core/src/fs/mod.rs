@@ -456,16 +456,16 @@ impl ClawFs {
         let handle = BackingHandle::at(dir, name)?;
         let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let kind = crate::attr::FileKind::from_mode(st.st_mode);
-        if place.area().is_read_only()
+        if place.area().is_checked()
             && !matches!(
                 kind,
                 crate::attr::FileKind::File | crate::attr::FileKind::Dir
             )
         {
-            // system/ and specs/ hold files and folders only; a symlink or FIFO there was
-            // planted in the store and would bypass the checks on their files.
+            // system/, specs/ and tools/ hold files and folders only; a symlink or FIFO there
+            // was planted in the store and would bypass the checks on their files.
             return Err(FsError::Tampered(format!(
-                "{} in a read-only area is a {kind:?}, not a file or folder: not served",
+                "{} in a checked area is a {kind:?}, not a file or folder: not served",
                 name.to_string_lossy()
             )));
         }

@@ -168,21 +168,18 @@ impl ClawFs {
         Ok(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes())
     }
 
-    /// A document of `specs/` or a tool file (`tools/registry.json`, `tools/definitions/`,
-    /// `tools/binaries/`) open as `fd` is served from a sealed in-memory copy whose bytes are
-    /// the ones checked: a change made in the store after the check (or while the file is
-    /// open) never reaches the reader. Refused (EIO) if the copy does not match its signature
-    /// or is not this build's. `None` for every other file.
+    /// A document of `specs/` or a file of `tools/` (the registry, definitions and binaries:
+    /// anything else there is refused) open as `fd` is served from a sealed in-memory copy
+    /// whose bytes are the ones checked: a change made in the store after the check (or while
+    /// the file is open) never reaches the reader. Refused (EIO) if the copy does not match its
+    /// signature or is not this build's. `None` for every other file.
     pub(super) fn verified_copy(&self, fd: impl AsFd) -> FsResult<Option<File>> {
         let ns = self.ns_path(fd.as_fd())?;
         let mut parts = ns.components();
         let area = parts.next();
         let rel = parts.collect::<Vec<_>>().join("/");
         let specs = area == Some(Area::Specs.dir_name());
-        let tools = area == Some(Area::Tools.dir_name())
-            && (rel == crate::integrity::tools::REGISTRY
-                || rel.starts_with("definitions/")
-                || rel.starts_with("binaries/"));
+        let tools = area == Some(Area::Tools.dir_name());
         if !specs && !tools {
             return Ok(None);
         }

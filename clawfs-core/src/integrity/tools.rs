@@ -59,16 +59,50 @@ pub struct Package {
     pub signature: String,
 }
 
-/// What a package's signature signs.
+/// What a package's signature signs: every field of the entry but the signature itself
+/// (capabilities, limits and paths included, so none can be widened or moved unsigned), as
+/// JSON in the struct's field order.
 pub fn message(p: &Package) -> Vec<u8> {
-    format!(
-        "clawfs-tool-signature-v1\ntool_id={}\nversion={}\ndefinition_sha256={}\nwasm_hash={}\n",
-        p.tool_id,
-        p.version,
-        p.definition_sha256,
-        p.wasm_hash.as_deref().unwrap_or("")
-    )
-    .into_bytes()
+    let mut v = serde_json::to_value(p).expect("serialisable");
+    if let Some(o) = v.as_object_mut() {
+        o.remove("signature");
+    }
+    format!("clawfs-tool-signature-v2\n{v}\n").into_bytes()
+}
+
+/// The version `X.Y.Z` as numbers, for ordering (None if it is not one).
+fn version_key(v: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
+    let key = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(key)
+}
+
+/// The registry's own rules, beyond each signature: the paths a package's name and version
+/// give, and one entry per version.
+fn check_packages(packages: &[Package]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for p in packages {
+        let key = version_key(&p.version)
+            .ok_or_else(|| format!("{} {}: not a version X.Y.Z", p.tool_id, p.version))?;
+        if !seen.insert((p.tool_id.as_str(), key)) {
+            return Err(format!("{} {}: listed twice", p.tool_id, p.version));
+        }
+        if p.definition != format!("definitions/tool-{}.json", p.tool_id) {
+            return Err(format!(
+                "{} {}: definition {:?} is not its own",
+                p.tool_id, p.version, p.definition
+            ));
+        }
+        if let Some(w) = &p.wasm_path {
+            if *w != format!("binaries/{}-v{}.wasm", p.tool_id, p.version) {
+                return Err(format!(
+                    "{} {}: wasm_path {w:?} is not its own",
+                    p.tool_id, p.version
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The registry file: the built-in tools of this build, then `packages`.
@@ -340,6 +374,9 @@ fn signed_packages(store: BorrowedFd<'_>) -> Result<Signed, IntegrityError> {
         Ok(p) => p,
         Err(e) => return Ok(Err(e.to_string())),
     };
+    if let Err(e) = check_packages(&packages) {
+        return Ok(Err(format!("{TOOLS}/{REGISTRY}: {e}")));
+    }
     for p in &packages {
         if let Err(e) = signers.verify(&p.signed_by, &message(p), &p.signature) {
             return Ok(Err(format!(
@@ -377,11 +414,11 @@ fn verdict(packages: &Signed, rel: &str, sha256: &str) -> Result<(), IntegrityEr
                 )),
             };
         }
-        // The latest published version's definition.
+        // The latest published version's definition (by version, not by place in the list).
         let latest = packages
             .iter()
-            .rev()
-            .find(|p| p.definition == rel)
+            .filter(|p| p.definition == rel)
+            .max_by_key(|p| version_key(&p.version))
             .ok_or_else(|| mismatch("is not in the registry".into()))?;
         return match sha256 == latest.definition_sha256 {
             true => Ok(()),
