@@ -159,13 +159,15 @@ fn renames_and_links_stay_inside_their_area() {
     refused(&m, "link to agents", libc::EXDEV, || {
         fs::hard_link(&f, m.path("agents/fs-engine/f"))
     });
-    // `mv` falls back to copy + delete across areas, as across filesystems.
+    // `mv` falls back to copy + delete across areas, as across filesystems (into agents/:
+    // tools/ serves only the files its registry signs).
     crate::common::sh(&format!(
         "mv {} {}",
         f.display(),
-        m.path("tools/f").display()
+        m.path("agents/fs-engine/f").display()
     ));
-    assert_eq!(fs::read(m.path("tools/f")).unwrap(), b"data");
+    assert_eq!(fs::read(m.path("agents/fs-engine/f")).unwrap(), b"data");
+    assert!(!f.exists());
 }
 
 #[test]

@@ -200,8 +200,9 @@ pub fn check_definition(
             "tool_id '{id}': use a-z, 0-9 and '-', starting with a letter, at most 64"
         )));
     }
-    if clawfs_agent_tools::TOOL_NAMES.contains(&id) {
-        return Err(refuse(format!("'{id}' is a built-in tool")));
+    // `read-file` would read as the built-in `read_file` to a person or a model.
+    if clawfs_agent_tools::TOOL_NAMES.contains(&id.replace('-', "_").as_str()) {
+        return Err(refuse(format!("'{id}' is (or reads as) a built-in tool")));
     }
     let version = str_field("version")?;
     let parts: Vec<&str> = version.split('.').collect();
@@ -209,22 +210,30 @@ pub fn check_definition(
         || !parts
             .iter()
             .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+        // `01.0.0` and `1.0.0` would be two versions that compare equal.
+        || parts.iter().any(|p| p.len() > 1 && p.starts_with('0'))
     {
-        return Err(refuse(format!("version '{version}': use X.Y.Z")));
+        return Err(refuse(format!(
+            "version '{version}': use X.Y.Z (numbers without leading zeros)"
+        )));
     }
     if def_name != format!("tool-{id}.json") {
         return Err(refuse(format!(
             "a definition of '{id}' must be named tool-{id}.json"
         )));
     }
+    // Capabilities are read by people and policy alike: printable words, no spaces or
+    // control characters, a bounded list.
+    let capability =
+        |s: &str| !s.is_empty() && s.len() <= 256 && s.chars().all(|c| c.is_ascii_graphic());
     match v.get("capabilities").and_then(Value::as_array) {
         Some(caps)
-            if caps
-                .iter()
-                .all(|c| c.as_str().is_some_and(|s| !s.is_empty() && s.len() <= 256)) => {}
+            if caps.len() <= 64 && caps.iter().all(|c| c.as_str().is_some_and(capability)) => {}
         _ => {
             return Err(refuse(
-                "'capabilities' must be a list of non-empty strings".into(),
+                "'capabilities' must be a list of at most 64 strings of printable ASCII \
+                 without spaces"
+                    .into(),
             ))
         }
     }
@@ -463,5 +472,52 @@ impl ToolChecker {
             )
             .and_then(|packages| verdict(&packages, rel, sha256))
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut v = serde_json::json!({
+            "tool_id": "echo",
+            "version": "1.0.0",
+            "capabilities": ["filesystem:read:/clawfs/workspaces"],
+            "memory_limit_mb": 64,
+            "cpu_quota_percent": 10,
+            "timeout_seconds": 30,
+        });
+        edit(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn definitions_name_one_version_and_plain_capabilities() {
+        assert!(check_definition(&def(|_| {}), "tool-echo.json", None).is_ok());
+        let refused: [fn(&mut Value); 5] = [
+            |v| v["version"] = "01.0.0".into(),
+            |v| v["capabilities"] = serde_json::json!(["net work"]),
+            |v| v["capabilities"] = serde_json::json!(["a\nb"]),
+            |v| v["capabilities"] = serde_json::json!(vec!["x"; 65]),
+            |v| v["tool_id"] = "read-file".into(),
+        ];
+        for edit in refused {
+            let bytes = def(edit);
+            let v: Value = serde_json::from_slice(&bytes).unwrap();
+            let name = format!("tool-{}.json", v["tool_id"].as_str().unwrap());
+            assert!(
+                check_definition(&bytes, &name, None).is_err(),
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn versions_order_as_numbers() {
+        assert!(version_key("1.10.0") > version_key("1.9.0"));
+        assert_eq!(version_key("1.0"), None);
+        assert_eq!(version_key("1.0.0.0"), None);
     }
 }
