@@ -16,7 +16,7 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-pub use clawfs_agent_tools::beneath::{create_temp, sync_dir, write_atomic, FileMode};
+pub use clawfs_agent_tools::beneath::{sync_dir, write_atomic, write_atomic_unsynced, FileMode};
 
 /// How every step of a path beneath a trusted directory is resolved.
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH

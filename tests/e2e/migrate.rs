@@ -185,6 +185,23 @@ fn a_migration_refuses_clearly_and_writes_nothing() {
     assert!(!text(&out).contains("hunter2"), "the password was printed");
 }
 
+/// `clawfs import pg` from `url` into the default workspace of `m`'s store.
+fn import_pg(m: &Mounted, url: &str, extra: &[&str]) -> Output {
+    let store = m.store.to_str().unwrap();
+    let mut args = vec![
+        "import",
+        "pg",
+        "--store",
+        store,
+        "--url",
+        url,
+        "--workspace",
+        "default",
+    ];
+    args.extend_from_slice(extra);
+    clawfs(&args)
+}
+
 /// Unit vectors by the built-in model, as a pgvector literal of the workspace's 1536
 /// dimensions.
 fn builtin_vectors(texts: &[&str]) -> Vec<String> {
@@ -223,21 +240,7 @@ fn clawfs_import_pg_brings_documents_into_a_workspace_found_by_meaning() {
     }
     let m = Mounted::new();
     let url = pg.url();
-    let store = m.store.to_str().unwrap();
-    let import = |extra: &[&str]| {
-        let mut args = vec![
-            "import",
-            "pg",
-            "--store",
-            store,
-            "--url",
-            &url,
-            "--workspace",
-            "default",
-        ];
-        args.extend_from_slice(extra);
-        clawfs(&args)
-    };
+    let import = |extra: &[&str]| import_pg(&m, &url, extra);
     // The store is served: the daemon owns the index.
     let served = import(&["--embedding-model", "model2vec:potion-base-8M"]);
     assert_eq!(served.status.code(), Some(1));
@@ -294,20 +297,7 @@ fn clawfs_import_pg_reembeds_when_asked_and_refuses_a_foreign_dimension() {
     let m = Mounted::new();
     assert!(m.umount().status.success());
     let url = pg.url();
-    let store = m.store.to_str().unwrap();
-    let base = [
-        "import",
-        "pg",
-        "--store",
-        store,
-        "--url",
-        &url,
-        "--workspace",
-        "default",
-    ];
-    let mut args = base.to_vec();
-    args.extend(["--embedding-model", "model2vec:potion-base-8M"]);
-    let refused = clawfs(&args);
+    let refused = import_pg(&m, &url, &["--embedding-model", "model2vec:potion-base-8M"]);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(
         text(&refused).contains("have 16 dimensions; the target's have 1536"),
@@ -316,9 +306,11 @@ fn clawfs_import_pg_reembeds_when_asked_and_refuses_a_foreign_dimension() {
     );
     assert!(!m.backing("workspaces/default/imported").exists());
 
-    let mut args = base.to_vec();
-    args.extend(["--reembed", "--into", "memory/tea", "--json"]);
-    let out = ok(clawfs(&args));
+    let out = ok(import_pg(
+        &m,
+        &url,
+        &["--reembed", "--into", "memory/tea", "--json"],
+    ));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ok"], true, "{out}");
     assert_eq!(v["report"]["reembedded"], true);

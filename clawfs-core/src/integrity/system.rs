@@ -225,14 +225,13 @@ pub fn install(
     mode: u32,
     now: &str,
 ) -> Result<(), IntegrityError> {
-    let rel = check_system_path(rel)?;
-    let path = Path::new(SYSTEM).join(&rel);
-    let what = format!("{SYSTEM}/{rel}");
-    let (dir, name) = (
-        path.parent().expect("under system/"),
-        path.file_name().expect("a name"),
-    );
-    let dir = beneath::create_dir_all(store, dir, 0o555, Some((0, 0)))
+    let SystemFile {
+        rel,
+        dir,
+        name,
+        what,
+    } = system_file(rel)?;
+    let dir = beneath::create_dir_all(store, &dir, 0o555, Some((0, 0)))
         .map_err(IntegrityError::io(&what))?;
     beneath::write_atomic(
         dir.as_fd(),
@@ -244,16 +243,38 @@ pub fn install(
     record(store, &[&rel], now)
 }
 
-/// Removes `system/<rel>` and its manifest entry.
-pub fn remove(store: BorrowedFd<'_>, rel: &str, now: &str) -> Result<(), IntegrityError> {
+/// A file of `system/` named by a checked path.
+struct SystemFile {
+    /// The path relative to `system/`.
+    rel: String,
+    /// Its folder, from the store root.
+    dir: std::path::PathBuf,
+    /// Its name.
+    name: std::ffi::OsString,
+    /// How messages name it.
+    what: String,
+}
+
+fn system_file(rel: &str) -> Result<SystemFile, IntegrityError> {
     let rel = check_system_path(rel)?;
     let path = Path::new(SYSTEM).join(&rel);
-    let what = format!("{SYSTEM}/{rel}");
-    let (dir, name) = (
-        path.parent().expect("under system/"),
-        path.file_name().expect("a name"),
-    );
-    let dir = beneath::open_dir(store, dir).map_err(IntegrityError::io(&what))?;
+    Ok(SystemFile {
+        dir: path.parent().expect("under system/").to_path_buf(),
+        name: path.file_name().expect("a name").to_os_string(),
+        what: format!("{SYSTEM}/{rel}"),
+        rel,
+    })
+}
+
+/// Removes `system/<rel>` and its manifest entry.
+pub fn remove(store: BorrowedFd<'_>, rel: &str, now: &str) -> Result<(), IntegrityError> {
+    let SystemFile {
+        rel,
+        dir,
+        name,
+        what,
+    } = system_file(rel)?;
+    let dir = beneath::open_dir(store, &dir).map_err(IntegrityError::io(&what))?;
     match rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(IntegrityError::io(what)(e.into())),

@@ -70,9 +70,16 @@ pub fn message(p: &Package) -> Vec<u8> {
     format!("clawfs-tool-signature-v2\n{v}\n").into_bytes()
 }
 
-/// The version `X.Y.Z` as numbers, for ordering (None if it is not one).
+/// The version `X.Y.Z` as numbers, for ordering: None unless each part is 1–9 digits without
+/// a leading zero (`01.0.0` and `1.0.0` would be two versions that compare equal).
 fn version_key(v: &str) -> Option<(u64, u64, u64)> {
-    let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
+    let mut parts = v.split('.').map(|p| {
+        let plain = !p.is_empty()
+            && p.len() <= 9
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && (p.len() == 1 || !p.starts_with('0'));
+        plain.then(|| p.parse::<u64>().ok()).flatten()
+    });
     let key = (parts.next()??, parts.next()??, parts.next()??);
     parts.next().is_none().then_some(key)
 }
@@ -205,14 +212,7 @@ pub fn check_definition(
         return Err(refuse(format!("'{id}' is (or reads as) a built-in tool")));
     }
     let version = str_field("version")?;
-    let parts: Vec<&str> = version.split('.').collect();
-    if parts.len() != 3
-        || !parts
-            .iter()
-            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
-        // `01.0.0` and `1.0.0` would be two versions that compare equal.
-        || parts.iter().any(|p| p.len() > 1 && p.starts_with('0'))
-    {
+    if version_key(version).is_none() {
         return Err(refuse(format!(
             "version '{version}': use X.Y.Z (numbers without leading zeros)"
         )));
@@ -515,9 +515,56 @@ mod tests {
     }
 
     #[test]
+    fn each_entry_names_its_own_files_once() {
+        let package = |id: &str, version: &str| Package {
+            tool_id: id.into(),
+            version: version.into(),
+            definition: format!("definitions/tool-{id}.json"),
+            definition_sha256: "00".into(),
+            wasm_path: Some(format!("binaries/{id}-v{version}.wasm")),
+            wasm_hash: None,
+            capabilities: vec![],
+            memory_limit_mb: 1,
+            cpu_quota_percent: 1,
+            timeout_seconds: 1,
+            signed_by: "alice".into(),
+            signed_at: "now".into(),
+            signature: String::new(),
+        };
+        let good = [package("echo", "1.0.0"), package("echo", "1.1.0")];
+        assert!(check_packages(&good).is_ok());
+        let mut twice = good.to_vec();
+        twice.push(package("echo", "1.0.0"));
+        assert!(check_packages(&twice).unwrap_err().contains("listed twice"));
+        let mut moved = package("echo", "1.0.0");
+        moved.wasm_path = Some("binaries/trusted-v9.9.9.wasm".into());
+        assert!(check_packages(&[moved])
+            .unwrap_err()
+            .contains("not its own"));
+        let mut moved = package("echo", "1.0.0");
+        moved.definition = "definitions/tool-other.json".into();
+        assert!(check_packages(&[moved])
+            .unwrap_err()
+            .contains("not its own"));
+        // Listed out of order, the definition served is still the highest version's.
+        let (mut old, mut new) = (package("echo", "1.0.0"), package("echo", "1.10.0"));
+        (old.definition_sha256, new.definition_sha256) = ("aa".into(), "bb".into());
+        let reordered: Signed = Ok(vec![new, old]);
+        assert!(verdict(&reordered, "definitions/tool-echo.json", "bb").is_ok());
+        assert!(verdict(&reordered, "definitions/tool-echo.json", "aa").is_err());
+        // The signature covers the capabilities: the message changes with them.
+        let mut wider = package("echo", "1.0.0");
+        wider.capabilities = vec!["network:outbound:*".into()];
+        assert_ne!(message(&wider), message(&package("echo", "1.0.0")));
+    }
+
+    #[test]
     fn versions_order_as_numbers() {
         assert!(version_key("1.10.0") > version_key("1.9.0"));
         assert_eq!(version_key("1.0"), None);
         assert_eq!(version_key("1.0.0.0"), None);
+        assert_eq!(version_key("+1.0.0"), None);
+        assert_eq!(version_key("1.01.0"), None);
+        assert_eq!(version_key("0.10.0"), Some((0, 10, 0)));
     }
 }

@@ -92,32 +92,17 @@ impl Hnsw {
 
     /// Adds (or replaces) the vector of `key`.
     pub fn add(&self, key: i64, v: &[f32]) -> Result<(), SearchError> {
-        if v.len() != self.dim {
-            return Err(err(
-                "adding",
-                format!("{} components, expected {}", v.len(), self.dim),
-            ));
-        }
-        let key = key as u64;
-        if self.index.contains(key) {
-            self.index.remove(key).map_err(|e| err("replacing", e))?;
-        }
-        if self.index.size() + 1 >= self.index.capacity() {
-            let cap = (self.index.capacity() * 2).max(1024);
-            self.index
-                .reserve(cap)
-                .map_err(|e| err("growing the graph", e))?;
-        }
-        self.index.add(key, v).map_err(|e| err("adding", e))
+        self.make_room(&[(key, v)])?;
+        self.index.add(key as u64, v).map_err(|e| err("adding", e))
     }
 
-    /// Adds (or replaces) many vectors, on every core: a graph rebuilt from SQLite or a batch of
-    /// imported documents (HNSW inserts dominate both).
-    pub fn add_many(&self, items: &[(i64, Vec<f32>)]) -> Result<(), SearchError> {
-        if let Some((_, v)) = items.iter().find(|(_, v)| v.len() != self.dim) {
+    /// Checks the vectors' dimension, removes the keys' old vectors, and reserves room for
+    /// the new ones (usearch takes concurrent inserts only within the capacity reserved).
+    fn make_room<V: AsRef<[f32]>>(&self, items: &[(i64, V)]) -> Result<(), SearchError> {
+        if let Some((_, v)) = items.iter().find(|(_, v)| v.as_ref().len() != self.dim) {
             return Err(err(
                 "adding",
-                format!("{} components, expected {}", v.len(), self.dim),
+                format!("{} components, expected {}", v.as_ref().len(), self.dim),
             ));
         }
         for (key, _) in items {
@@ -127,15 +112,22 @@ impl Hnsw {
                     .map_err(|e| err("replacing", e))?;
             }
         }
-        let need = self.index.size() + items.len() + 1;
+        let need = self.index.size() + items.len();
         if need >= self.index.capacity() {
+            let cap = (self.index.capacity() * 2).max(need + 1).max(1024);
             self.index
-                .reserve(need.max(self.index.capacity() * 2))
+                .reserve(cap)
                 .map_err(|e| err("growing the graph", e))?;
         }
+        Ok(())
+    }
+
+    /// Adds (or replaces) many vectors, on every core: a graph rebuilt from SQLite or a batch of
+    /// imported documents (HNSW inserts dominate both).
+    pub fn add_many(&self, items: &[(i64, Vec<f32>)]) -> Result<(), SearchError> {
+        self.make_room(items)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = items.len().div_ceil(threads).max(1);
-        // usearch takes concurrent inserts once the capacity is reserved.
         std::thread::scope(|s| {
             let workers: Vec<_> = items
                 .chunks(per)

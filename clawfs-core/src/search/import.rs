@@ -13,10 +13,12 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::params;
 use sha2::{Digest, Sha256};
 
-use super::index::{remove_in, FileStamp, IndexDb, UNEMBEDDED};
+use super::index::{
+    bump_generation, from_blob, insert_chunk, put_meta, remove_in, upsert_file, ChunkRow,
+    FileStamp, IndexDb, UNEMBEDDED,
+};
 use super::workspace::WorkspaceIndex;
 use super::SearchError;
 
@@ -128,6 +130,7 @@ impl IndexDb {
         let tx = self.transaction()?;
         let mut removed = Vec::new();
         let mut added = Vec::with_capacity(docs.len());
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         for (doc, placed) in docs {
             removed.extend(remove_in(&tx, &placed.path)?);
             let lines = doc.content.lines().count().max(1) as u32;
@@ -144,55 +147,30 @@ impl IndexDb {
                 "source_workspace_id": doc.workspace_id,
                 "source_metadata": doc.metadata,
             });
-            tx.prepare_cached(
-                "INSERT INTO documents (workspace_id, content, metadata) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![workspace, doc.content, meta.to_string()])?;
-            let id = tx.last_insert_rowid();
-            tx.prepare_cached(
-                "INSERT INTO chunks (id, path, line_start, line_end, heading)
-                 VALUES (?1, ?2, 1, ?3, '')",
-            )?
-            .execute(params![id, placed.path, lines])?;
-            if let Some(v) = &doc.embedding {
-                let created = doc.created_at.clone().unwrap_or_else(|| {
-                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                });
-                let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                tx.prepare_cached(
-                    "INSERT INTO vectors (id, document_id, embedding, created_at)
-                     VALUES (?1, ?1, ?2, ?3)",
-                )?
-                .execute(params![id, blob, created])?;
-            }
+            let id = insert_chunk(
+                &tx,
+                &workspace,
+                &ChunkRow {
+                    path: &placed.path,
+                    line_start: 1,
+                    line_end: lines,
+                    heading: "",
+                    text: &doc.content,
+                    metadata: &meta,
+                },
+                doc.embedding
+                    .as_deref()
+                    .map(|v| (v, doc.created_at.as_deref().unwrap_or(&now))),
+            )?;
             // Without an embedding, found by text now and embedded by the workspace's own
             // embedder when the daemon retries.
             let skipped = doc.embedding.is_none().then_some(UNEMBEDDED);
-            let s = placed.stamp;
-            tx.prepare_cached(
-                "INSERT INTO files (path, size, mtime_ns, ino, ctime_ns, skipped)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(path) DO UPDATE SET size = excluded.size,
-                     mtime_ns = excluded.mtime_ns, ino = excluded.ino,
-                     ctime_ns = excluded.ctime_ns, skipped = excluded.skipped",
-            )?
-            .execute(params![
-                placed.path,
-                s.size as i64,
-                s.mtime_ns,
-                s.ino as i64,
-                s.ctime_ns,
-                skipped
-            ])?;
+            upsert_file(&tx, &placed.path, placed.stamp, skipped)?;
             added.push(id);
         }
         let text = serde_json::to_string(progress).expect("progress serialises");
-        tx.execute(
-            "INSERT INTO metadata (key, value) VALUES (?1, ?2)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            params![progress_key(key), text],
-        )?;
-        super::index::bump_generation(&tx)?;
+        put_meta(&tx, &progress_key(key), &text)?;
+        bump_generation(&tx)?;
         tx.commit()?;
         Ok((removed, added))
     }
@@ -217,11 +195,7 @@ impl IndexDb {
             let content: String = r.get(1)?;
             let embedding: Option<Vec<u8>> = r.get(2)?;
             vectors += u64::from(embedding.is_some());
-            let v: Option<Vec<f32>> = embedding.filter(|_| with_embeddings).map(|b| {
-                b.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect()
-            });
+            let v = embedding.filter(|_| with_embeddings).map(|b| from_blob(&b));
             if out
                 .insert(id.clone(), row_digest(&id, &content, v.as_deref()))
                 .is_some()

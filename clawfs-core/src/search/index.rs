@@ -273,12 +273,7 @@ impl IndexDb {
 
     /// Sets a metadata value.
     pub fn set_meta(&self, key: &str, value: &str) -> Result<(), SearchError> {
-        self.conn.execute(
-            "INSERT INTO metadata (key, value) VALUES (?1, ?2)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            params![key, value],
-        )?;
-        Ok(())
+        put_meta(&self.conn, key, value)
     }
 
     /// Empties the index (a new embedder or dimension), keeping the schema.
@@ -385,39 +380,21 @@ impl IndexDb {
                 "embedding_model": model,
                 "embedding_dimension": vectors.get(i).map_or(0, Vec::len),
             });
-            tx.execute(
-                "INSERT INTO documents (workspace_id, content, metadata) VALUES (?1, ?2, ?3)",
-                params![self.workspace, indexed_text(c), meta.to_string()],
-            )?;
-            let id = tx.last_insert_rowid();
-            tx.execute(
-                "INSERT INTO chunks (id, path, line_start, line_end, heading)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, path, c.line_start, c.line_end, c.heading],
-            )?;
-            if let Some(v) = vectors.get(i) {
-                tx.execute(
-                    "INSERT INTO vectors (id, document_id, embedding, created_at)
-                     VALUES (?1, ?1, ?2, ?3)",
-                    params![id, to_blob(v), now],
-                )?;
-            }
-            added.push(id);
+            added.push(insert_chunk(
+                &tx,
+                &self.workspace,
+                &ChunkRow {
+                    path,
+                    line_start: c.line_start,
+                    line_end: c.line_end,
+                    heading: &c.heading,
+                    text: &indexed_text(c),
+                    metadata: &meta,
+                },
+                vectors.get(i).map(|v| (v.as_slice(), now.as_str())),
+            )?);
         }
-        tx.execute(
-            "INSERT INTO files (path, size, mtime_ns, ino, ctime_ns, skipped)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
-                 ino = excluded.ino, ctime_ns = excluded.ctime_ns, skipped = excluded.skipped",
-            params![
-                path,
-                stamp.size as i64,
-                stamp.mtime_ns,
-                stamp.ino as i64,
-                stamp.ctime_ns,
-                skipped
-            ],
-        )?;
+        upsert_file(&tx, path, stamp, skipped)?;
         bump_generation(&tx)?;
         tx.commit()?;
         Ok((removed, added))
@@ -537,6 +514,78 @@ pub(super) fn bump_generation(tx: &rusqlite::Transaction<'_>) -> Result<(), Sear
     Ok(())
 }
 
+/// Sets a metadata value through `conn` (a transaction derefs to one).
+pub(super) fn put_meta(conn: &Connection, key: &str, value: &str) -> Result<(), SearchError> {
+    conn.prepare_cached(
+        "INSERT INTO metadata (key, value) VALUES (?1, ?2)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
+/// One chunk as its rows hold it.
+pub(super) struct ChunkRow<'a> {
+    pub path: &'a str,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub heading: &'a str,
+    /// What FTS5 indexes.
+    pub text: &'a str,
+    /// `documents.metadata`.
+    pub metadata: &'a serde_json::Value,
+}
+
+/// Writes the `documents`, `chunks` and (given a vector and its creation time) `vectors` rows
+/// of one chunk; returns its id.
+pub(super) fn insert_chunk(
+    tx: &rusqlite::Transaction<'_>,
+    workspace: &str,
+    c: &ChunkRow<'_>,
+    vector: Option<(&[f32], &str)>,
+) -> Result<i64, SearchError> {
+    tx.prepare_cached(
+        "INSERT INTO documents (workspace_id, content, metadata) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![workspace, c.text, c.metadata.to_string()])?;
+    let id = tx.last_insert_rowid();
+    tx.prepare_cached(
+        "INSERT INTO chunks (id, path, line_start, line_end, heading) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, c.path, c.line_start, c.line_end, c.heading])?;
+    if let Some((v, created)) = vector {
+        tx.prepare_cached(
+            "INSERT INTO vectors (id, document_id, embedding, created_at) VALUES (?1, ?1, ?2, ?3)",
+        )?
+        .execute(params![id, to_blob(v), created])?;
+    }
+    Ok(id)
+}
+
+/// Records what was indexed of the file `path`.
+pub(super) fn upsert_file(
+    tx: &rusqlite::Transaction<'_>,
+    path: &str,
+    stamp: FileStamp,
+    skipped: Option<&str>,
+) -> Result<(), SearchError> {
+    tx.prepare_cached(
+        "INSERT INTO files (path, size, mtime_ns, ino, ctime_ns, skipped)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT(path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
+             ino = excluded.ino, ctime_ns = excluded.ctime_ns, skipped = excluded.skipped",
+    )?
+    .execute(params![
+        path,
+        stamp.size as i64,
+        stamp.mtime_ns,
+        stamp.ino as i64,
+        stamp.ctime_ns,
+        skipped
+    ])?;
+    Ok(())
+}
+
 pub(super) fn remove_in(
     tx: &rusqlite::Transaction<'_>,
     path: &str,
@@ -578,7 +627,7 @@ fn to_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn from_blob(b: &[u8]) -> Vec<f32> {
+pub(super) fn from_blob(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect()

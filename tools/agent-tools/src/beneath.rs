@@ -156,6 +156,28 @@ pub fn write_atomic_with(
     how: FileMode,
     prepare: impl FnOnce(&File) -> io::Result<()>,
 ) -> io::Result<()> {
+    replace(dir, name, bytes, how, prepare, true)
+}
+
+/// [`write_atomic`] without its two fsyncs, for a writer that makes a whole batch durable at
+/// once (`syncfs`) before anything records it: a crash may lose the new file, never mix it.
+pub fn write_atomic_unsynced(
+    dir: impl AsFd,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+) -> io::Result<()> {
+    replace(dir, name, bytes, how, |_| Ok(()), false)
+}
+
+fn replace(
+    dir: impl AsFd,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+    prepare: impl FnOnce(&File) -> io::Result<()>,
+    synced: bool,
+) -> io::Result<()> {
     single(name)?;
     let (tmp, mut f) = create_temp(&dir, how.mode & 0o600)?;
     let written = (|| {
@@ -169,9 +191,14 @@ pub fn write_atomic_with(
             )?;
         }
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if synced {
+            f.sync_all()?;
+        }
         rename(&dir, &tmp, &dir, name)?;
-        sync_dir(&dir)
+        match synced {
+            true => sync_dir(&dir),
+            false => Ok(()),
+        }
     })();
     if written.is_err() {
         let _ = unlink(&dir, &tmp);

@@ -265,7 +265,9 @@ fn copy(
     // PostgreSQL is read on a thread of its own, a batch ahead of the writes.
     std::thread::scope(|s| -> Result<(), MigrateError> {
         let (tx, rx) = mpsc::sync_channel::<Result<Vec<Document>, MigrateError>>(2);
-        let reader = s.spawn(move || {
+        // It stops after the last batch, or when a write fails first: `rx` is dropped then,
+        // and its next send fails.
+        s.spawn(move || {
             let mut after = start_after;
             loop {
                 let batch = source.batch(&workspace, after.as_deref(), limit);
@@ -280,35 +282,30 @@ fn copy(
                 after = last;
             }
         });
-        let written = (|| {
-            for batch in rx {
-                let mut docs = batch?;
-                if docs.is_empty() {
-                    break;
-                }
-                if opts.reembed {
-                    reembed(index, &mut docs)?;
-                }
-                let mut placed: Vec<(Document, Placed)> = Vec::with_capacity(docs.len());
-                for d in docs {
-                    let p = place.place(&d)?;
-                    placed.push((d, p));
-                }
-                // The files are on disk before the index says they were imported.
-                place.sync()?;
-                let mut next = progress.clone();
-                next.after = placed.last().map(|(d, _)| d.source_id.clone());
-                next.documents += placed.len() as u64;
-                next.vectors += placed.iter().filter(|(d, _)| d.embedding.is_some()).count() as u64;
-                index.import(key, &placed, model, &next)?;
-                *progress = next;
-                bar.set_position(progress.documents);
+        for batch in rx {
+            let mut docs = batch?;
+            if docs.is_empty() {
+                break;
             }
-            Ok(())
-        })();
-        // Ends the reader if the writes stopped first (it sees the channel closed).
-        drop(reader);
-        written
+            if opts.reembed {
+                reembed(index, &mut docs)?;
+            }
+            let mut placed: Vec<(Document, Placed)> = Vec::with_capacity(docs.len());
+            for d in docs {
+                let p = place.place(&d)?;
+                placed.push((d, p));
+            }
+            // The files are on disk before the index says they were imported.
+            place.sync()?;
+            let mut next = progress.clone();
+            next.after = placed.last().map(|(d, _)| d.source_id.clone());
+            next.documents += placed.len() as u64;
+            next.vectors += placed.iter().filter(|(d, _)| d.embedding.is_some()).count() as u64;
+            index.import(key, &placed, model, &next)?;
+            *progress = next;
+            bar.set_position(progress.documents);
+        }
+        Ok(())
     })?;
     bar.finish_and_clear();
     Ok(())

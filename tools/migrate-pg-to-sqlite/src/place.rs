@@ -5,13 +5,13 @@
 //! through a temp file with an unpredictable name, and synced once per batch, before the batch's
 //! transaction records them.
 
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use clawfs_core::beneath::FileMode;
 use clawfs_core::search::import::{Document, Placed};
 use clawfs_core::search::index::FileStamp;
-use rustix::fs::{AtFlags, Mode};
+use rustix::fs::AtFlags;
 use sha2::{Digest, Sha256};
 
 use crate::MigrateError;
@@ -145,22 +145,12 @@ impl Placement for WorkspaceFiles {
         let name = file_name(&doc.source_id);
         let (owner, mode) = (self.owner, self.mode & 0o666);
         let dir = self.dir()?;
-        let (tmp, mut f) = clawfs_core::beneath::create_temp(dir, 0o600).map_err(io(&name))?;
-        let written = (|| -> std::io::Result<()> {
-            f.write_all(doc.content.as_bytes())?;
-            rustix::fs::fchown(
-                &f,
-                Some(rustix::fs::Uid::from_raw(owner.0)),
-                Some(rustix::fs::Gid::from_raw(owner.1)),
-            )?;
-            rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
-            rustix::fs::renameat(dir, &tmp, dir, &name)?;
-            Ok(())
-        })();
-        if let Err(e) = written {
-            let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
-            return Err(io(&name)(e));
-        }
+        let how = FileMode {
+            mode,
+            owner: Some(owner),
+        };
+        clawfs_core::beneath::write_atomic_unsynced(dir, &name, doc.content.as_bytes(), how)
+            .map_err(io(&name))?;
         let st = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| io(&name)(e.into()))?;
         Ok(Placed {

@@ -100,25 +100,7 @@ impl Source {
             ))
         })?;
         let c = &args.columns;
-        for (table, columns) in [
-            (
-                &c.documents_table,
-                vec![
-                    &c.id_column,
-                    &c.workspace_column,
-                    &c.content_column,
-                    &c.metadata_column,
-                ],
-            ),
-            (
-                &c.vectors_table,
-                vec![
-                    &c.document_id_column,
-                    &c.embedding_column,
-                    &c.created_at_column,
-                ],
-            ),
-        ] {
+        for table in [&c.documents_table, &c.vectors_table] {
             let exists: Option<String> = client
                 .query_one("SELECT to_regclass($1)::text", &[&ident(table)])
                 .map_err(pg("checking the tables"))?
@@ -128,18 +110,22 @@ impl Source {
                     "{description}: table {table} does not exist"
                 )));
             }
-            for column in columns {
-                if column_type(&mut client, table, column)?.is_none() {
-                    return Err(MigrateError::Refused(format!(
-                        "{description}: table {table} has no column {column}"
-                    )));
-                }
-            }
         }
-        let id_type =
-            column_type(&mut client, &c.documents_table, &c.id_column)?.expect("checked above");
-        let embedding_type =
-            column_type(&mut client, &c.vectors_table, &c.embedding_column)?.expect("checked");
+        let mut type_of = |table: &str, column: &str| {
+            column_type(&mut client, table, column)?.ok_or_else(|| {
+                MigrateError::Refused(format!(
+                    "{description}: table {table} has no column {column}"
+                ))
+            })
+        };
+        let id_type = type_of(&c.documents_table, &c.id_column)?;
+        for column in [&c.workspace_column, &c.content_column, &c.metadata_column] {
+            type_of(&c.documents_table, column)?;
+        }
+        let embedding_type = type_of(&c.vectors_table, &c.embedding_column)?;
+        for column in [&c.document_id_column, &c.created_at_column] {
+            type_of(&c.vectors_table, column)?;
+        }
         let typed_dimension = embedding_type
             .strip_prefix("vector(")
             .and_then(|s| s.strip_suffix(')'))
