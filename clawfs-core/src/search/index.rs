@@ -14,6 +14,7 @@
 //! - `metadata`: `embedder` (fingerprint), `dimension`, `hnsw_generation`.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -72,6 +73,12 @@ pub struct StoredChunk {
 /// The SQLite half of a workspace's index.
 pub struct IndexDb {
     conn: Connection,
+    /// A second connection to the same database: a large text search scores half of the
+    /// documents on it, on another core (a connection serves one thread at a time; WAL lets
+    /// both read at once). Only text searches use it, with `conn`'s lock held.
+    helper: Mutex<Connection>,
+    /// From how many document ids on a text search is split in two.
+    split_from: i64,
     workspace: String,
 }
 
@@ -81,6 +88,18 @@ pub const UNEMBEDDED: &str = "unembedded";
 
 /// How many text hits the first page of a text search reads (then four times more per page).
 const FIRST_TEXT_PAGE: i64 = 64;
+
+/// Below this span of document ids a text search reads its first page on one connection: the
+/// second thread costs more than the half of the scoring it would save.
+const SPLIT_FROM: i64 = 8192;
+
+/// The statements of a text search: all matches, those up to an id, those after it.
+const TEXT_ALL: &str = "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
+     ORDER BY bm25(documents), rowid LIMIT ?2 OFFSET ?3";
+const TEXT_UP_TO: &str = "SELECT rowid, bm25(documents) FROM documents
+     WHERE documents MATCH ?1 AND rowid <= ?2 ORDER BY bm25(documents), rowid LIMIT ?3";
+const TEXT_AFTER: &str = "SELECT rowid, bm25(documents) FROM documents
+     WHERE documents MATCH ?1 AND rowid > ?2 ORDER BY bm25(documents), rowid LIMIT ?3";
 
 /// The schema below; a database of another version is rebuilt.
 const SCHEMA_VERSION: i64 = 1;
@@ -209,12 +228,9 @@ pub fn write_view(
 impl IndexDb {
     /// Opens (creating) the database at `path` for `workspace`, with the P1.4 §9.1 pragmas.
     pub fn open(path: &Path, workspace: &str) -> Result<IndexDb, SearchError> {
-        let conn = Connection::open(path)?;
+        let conn = Self::connect(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let tables: i64 = conn.query_row(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
@@ -242,8 +258,19 @@ impl IndexDb {
         }
         Ok(IndexDb {
             conn,
+            helper: Mutex::new(Self::connect(path)?),
+            split_from: SPLIT_FROM,
             workspace: workspace.to_string(),
         })
+    }
+
+    /// A connection to the database with the settings of every one (P1.4 §9.1).
+    fn connect(path: &Path) -> Result<Connection, SearchError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(conn)
     }
 
     /// The workspace it indexes.
@@ -427,7 +454,9 @@ impl IndexDb {
     ///
     /// Read in pages of growing size: with a LIMIT, SQLite keeps only the best rows while FTS5
     /// scores the matches instead of sorting all of them, and most queries end within the first
-    /// page. A later page scores the matches again, which only a caller that skips most hits
+    /// page. Scoring is most of a search's time (FTS5's BM25 reads each match's positions and
+    /// size), so in a large index the first page is scored in two halves of the document ids
+    /// at once. A later page scores the matches again, which only a caller that skips most hits
     /// (unreadable files) pays.
     pub fn text_search_each(
         &self,
@@ -439,11 +468,17 @@ impl IndexDb {
             // Only punctuation: no word to look for.
             return Ok(());
         }
-        let mut st = self.conn.prepare_cached(
-            "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
-             ORDER BY bm25(documents), rowid LIMIT ?2 OFFSET ?3",
-        )?;
-        let (mut offset, mut page) = (0i64, FIRST_TEXT_PAGE);
+        let (first, complete) = self.first_text_page(&fts)?;
+        for (id, rank) in first {
+            if !each(id, -rank)? {
+                return Ok(());
+            }
+        }
+        if complete {
+            return Ok(());
+        }
+        let mut st = self.conn.prepare_cached(TEXT_ALL)?;
+        let (mut offset, mut page) = (FIRST_TEXT_PAGE, FIRST_TEXT_PAGE * 4);
         loop {
             let mut rows = st.query(params![fts, page, offset])?;
             let mut read = 0;
@@ -459,6 +494,49 @@ impl IndexDb {
             offset += page;
             page = page.saturating_mul(4);
         }
+    }
+
+    /// The best [`FIRST_TEXT_PAGE`] matches of `fts` as (id, FTS5 rank), best first, and
+    /// whether they are all the matches. Split in two, each half's best page is read at once;
+    /// the global best page is the best of both (each of its rows is in its half's best page).
+    fn first_text_page(&self, fts: &str) -> Result<(Vec<(i64, f64)>, bool), SearchError> {
+        let page = FIRST_TEXT_PAGE;
+        let (lo, hi): (Option<i64>, Option<i64>) = self
+            .conn
+            .prepare_cached("SELECT min(id), max(id) FROM chunks")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = |conn: &Connection, sql: &str, args: &[&dyn rusqlite::ToSql]| {
+            let mut st = conn.prepare_cached(sql)?;
+            let got = st
+                .query_map(args, |r| Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok::<_, SearchError>(got)
+        };
+        let mid = match (lo, hi) {
+            (Some(lo), Some(hi)) if hi - lo >= self.split_from => lo + (hi - lo) / 2,
+            _ => {
+                let got = rows(&self.conn, TEXT_ALL, params![fts, page, 0])?;
+                let complete = (got.len() as i64) < page;
+                return Ok((got, complete));
+            }
+        };
+        let (helper, rows) = (&self.helper, &rows);
+        let (low, high) = std::thread::scope(|s| {
+            let high = s.spawn(move || {
+                let helper = helper.lock().unwrap_or_else(PoisonError::into_inner);
+                rows(&helper, TEXT_AFTER, params![fts, mid, page])
+            });
+            let low = rows(&self.conn, TEXT_UP_TO, params![fts, mid, page]);
+            let high = high.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (low, high)
+        });
+        let (low, high) = (low?, high?);
+        let complete = (low.len() as i64) < page && (high.len() as i64) < page;
+        let mut got = low;
+        got.extend(high);
+        got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        got.truncate(page as usize);
+        Ok((got, complete))
     }
 
     /// The chunk `id`.
@@ -655,8 +733,22 @@ mod tests {
     /// best first.
     #[test]
     fn text_search_pages_through_every_match_once() {
+        pages_through_every_match_once(SPLIT_FROM);
+    }
+
+    /// The same with the first page scored in two halves: the same hits in the same order.
+    #[test]
+    fn split_text_search_finds_what_one_pass_finds() {
+        assert_eq!(
+            pages_through_every_match_once(1),
+            pages_through_every_match_once(SPLIT_FROM)
+        );
+    }
+
+    fn pages_through_every_match_once(split_from: i64) -> Vec<(i64, f64)> {
         let dir = tempfile::tempdir().unwrap();
         let mut db = IndexDb::open(&dir.path().join(DB_FILE), "ws").unwrap();
+        db.split_from = split_from;
         let total = FIRST_TEXT_PAGE as usize * 6;
         for i in 0..total {
             // More repeats of the word make a better match: file i has i % 7 + 1 of them.
@@ -688,5 +780,6 @@ mod tests {
         })
         .unwrap();
         assert_eq!(first, 3, "stops when the caller has enough");
+        seen
     }
 }
