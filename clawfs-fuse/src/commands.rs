@@ -205,8 +205,9 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
     let store = Store::open(&store_path(store))?;
     let target = store.root().join(clawfs_core::fs::POLICY_FILE);
     if let Some(file) = file {
-        crate::policy_cmd::check(file)?;
-        let text = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        // Read once (a regular file, bounded): what is checked is what is installed.
+        let text = crate::integrity_cmd::read_input(file)?;
+        crate::policy_cmd::check_bytes(file, &text)?;
         // Installed with its hash recorded in the system manifest.
         clawfs_core::integrity::system::install(
             store.root_fd(),

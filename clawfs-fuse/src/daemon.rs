@@ -136,6 +136,45 @@ fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
     )))
 }
 
+/// The command line of the daemon that `clawfs mount` starts in the background: the same
+/// options, in the foreground. Destructured whole, so an option added to `MountArgs` does not
+/// build until it is passed on here too (`--no-search` once was not: the daemon indexed).
+fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::OsString> {
+    let MountArgs {
+        mountpoint: _,
+        store: _,
+        foreground: _,
+        no_passthrough,
+        threads,
+        no_audit,
+        attr_timeout,
+        no_search,
+        allow_tampered_system,
+    } = args;
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        "mount".into(),
+        mp.into(),
+        "--foreground".into(),
+        "--store".into(),
+        store.into(),
+        "--threads".into(),
+        threads.to_string().into(),
+        "--attr-timeout".into(),
+        attr_timeout.to_string().into(),
+    ];
+    for (on, flag) in [
+        (no_passthrough, "--no-passthrough"),
+        (no_audit, "--no-audit"),
+        (no_search, "--no-search"),
+        (allow_tampered_system, "--allow-tampered-system"),
+    ] {
+        if *on {
+            argv.push(flag.into());
+        }
+    }
+    argv
+}
+
 fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
     let log_path = store.private_dir().join("daemon.log");
     let mut log = OpenOptions::new()
@@ -148,24 +187,7 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
     let log_start = log.seek(SeekFrom::End(0)).unwrap_or(0);
     let exe = std::env::current_exe().context("locating the clawfs binary")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("mount")
-        .arg(mp)
-        .arg("--foreground")
-        .arg("--store")
-        .arg(store.root())
-        .arg("--threads")
-        .arg(args.threads.to_string())
-        .arg("--attr-timeout")
-        .arg(args.attr_timeout.to_string());
-    if args.no_passthrough {
-        cmd.arg("--no-passthrough");
-    }
-    if args.no_audit {
-        cmd.arg("--no-audit");
-    }
-    if args.allow_tampered_system {
-        cmd.arg("--allow-tampered-system");
-    }
+    cmd.args(foreground_argv(args, mp, store.root()));
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().context("log file")?)
         .stderr(log.try_clone().context("log file")?);
@@ -229,7 +251,19 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     unsafe { libc::umask(0) };
     let store_root = store.root().to_path_buf();
     // A new build may serve new tools: their definitions are files under tools/.
-    clawfs_core::seed::write_tool_registry(&store_root).context("writing the tool registry")?;
+    match clawfs_core::seed::write_tool_registry(&store_root) {
+        Ok(()) => {}
+        // A damaged registry stays as it is, for the admin to see: tools/ then serves none of
+        // its files (EIO, audited at each read) and the rest of the store is served.
+        Err(e @ clawfs_core::integrity::IntegrityError::Json { .. }) => {
+            warn!(error = %e, "the tool registry is damaged: tools/ serves none of its files until it is repaired");
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context("writing the tool registry")
+                .into())
+        }
+    }
     // Checked again by the daemon itself: a foreground mount has only this check, and the
     // allowance is recorded on the audit trail below.
     let tampered = check_system(&store, args.allow_tampered_system)?;
@@ -534,4 +568,52 @@ fn which(bin: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn mount_args(argv: &[&str]) -> MountArgs {
+        match Cli::parse_from(std::iter::once("clawfs").chain(argv.iter().copied())).command {
+            Command::Mount(m) => m,
+            other => panic!("not a mount: {other:?}"),
+        }
+    }
+
+    /// The background daemon gets every option it was asked for.
+    #[test]
+    fn the_daemon_gets_every_mount_option() {
+        let asked = mount_args(&[
+            "mount",
+            "/m",
+            "--no-passthrough",
+            "--threads",
+            "3",
+            "--no-audit",
+            "--attr-timeout",
+            "2.5",
+            "--no-search",
+            "--allow-tampered-system",
+        ]);
+        let argv = foreground_argv(&asked, Path::new("/m"), Path::new("/s"));
+        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+        let daemon = mount_args(&argv);
+        assert!(daemon.foreground);
+        assert_eq!(daemon.store.store.as_deref(), Some(Path::new("/s")));
+        let strip = |m: &MountArgs| {
+            format!(
+                "{:?}",
+                MountArgs {
+                    foreground: false,
+                    store: crate::cli::StoreArg { store: None },
+                    ..m.clone()
+                }
+            )
+        };
+        assert_eq!(strip(&daemon), strip(&asked));
+    }
 }

@@ -302,20 +302,46 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
             .map_err(w)?;
         }
         ToolsCommand::List { json } => {
-            for p in registry::load_packages(fd).map_err(refused)? {
+            let (packages, problem) = registry::audited_packages(fd).map_err(refused)?;
+            let mut forged = 0;
+            for (p, verified) in &packages {
+                forged += usize::from(verified.is_err());
                 if *json {
-                    writeln!(out, "{}", serde_json::to_string(&p).expect("serialisable"))
+                    let mut v = serde_json::to_value(p).expect("serialisable");
+                    v["verified"] = verified.is_ok().into();
+                    if let Err(why) = verified {
+                        v["problem"] = why.as_str().into();
+                    }
+                    writeln!(out, "{v}")
                 } else {
                     writeln!(
                         out,
-                        "{}\t{}\t{}\tsigned by {}",
+                        "{}\t{}\t{}\t{}",
                         p.tool_id,
                         p.version,
                         p.wasm_path.as_deref().unwrap_or("(no binary)"),
-                        p.signed_by
+                        match verified {
+                            Ok(()) => format!("signed by {}", p.signed_by),
+                            Err(why) => format!("NOT VERIFIED: {why}"),
+                        }
                     )
                 }
                 .map_err(w)?;
+            }
+            // Listed, but not served: the daemon serves tools/ only when every entry holds.
+            match (forged, problem) {
+                (0, None) => {}
+                (n, problem) => {
+                    return Err(Failure::Tampered(format!(
+                        "{}{}{}: tools/ serves none of its published files until this is repaired",
+                        "tools/registry.json",
+                        match n {
+                            0 => String::new(),
+                            n => format!(": {n} entries fail their signature check"),
+                        },
+                        problem.map(|p| format!(": {p}")).unwrap_or_default(),
+                    )))
+                }
             }
         }
     }
@@ -419,7 +445,7 @@ const MAX_INPUT: u64 = 32 << 20;
 
 /// The regular file `path`, at most [`MAX_INPUT`] bytes. A FIFO, a device (`/dev/zero`) or a
 /// folder is refused at once instead of blocking or filling memory.
-fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
+pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let what = || format!("reading {}", path.display());

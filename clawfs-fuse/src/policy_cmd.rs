@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::anyhow;
-use clawfs_core::policy::{Policy, PolicyLoadError};
+use clawfs_core::policy::Policy;
 
 use crate::error::Failure;
 
@@ -15,17 +15,37 @@ pub fn check(path: &Path) -> Result<(), Failure> {
     check_to(path, &mut io::stdout().lock(), &mut io::stderr().lock())
 }
 
+/// [`check`] of `bytes`, the policy read from `path` (read once, by the caller that installs
+/// what it checked).
+pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    check_bytes_to(
+        path,
+        bytes,
+        &mut io::stdout().lock(),
+        &mut io::stderr().lock(),
+    )
+}
+
 fn check_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Failure> {
+    check_bytes_to(path, &crate::integrity_cmd::read_input(path)?, out, err)
+}
+
+fn check_bytes_to(
+    path: &Path,
+    bytes: &[u8],
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), Failure> {
     let shown = path.display();
-    match Policy::load(path) {
+    let text = std::str::from_utf8(bytes).map_err(|_| anyhow!("{shown}: not UTF-8"))?;
+    match Policy::parse(text) {
         Ok(policy) => {
             let n = policy.agents().len();
             let noun = if n == 1 { "agent" } else { "agents" };
             writeln!(out, "{shown}: ok ({n} {noun})").map_err(|e| anyhow!(e))?;
             Ok(())
         }
-        Err(PolicyLoadError::Io { source, .. }) => Err(anyhow!("{shown}: {source}").into()),
-        Err(PolicyLoadError::Invalid { errors, .. }) => {
+        Err(errors) => {
             for e in &errors {
                 writeln!(err, "{shown}:{}:{}: {}", e.line, e.column, e.message)
                     .map_err(|e| anyhow!(e))?;

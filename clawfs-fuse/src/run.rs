@@ -141,16 +141,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         )));
     }
     // The policy in force decides who may run and as which uid.
-    let policy =
-        clawfs_core::policy::Policy::load(&store.root().join(clawfs_core::fs::POLICY_FILE))
-            .or_else(|e| match e {
-                clawfs_core::policy::PolicyLoadError::Io { source, .. }
-                    if source.kind() == io::ErrorKind::NotFound =>
-                {
-                    Ok(clawfs_core::policy::Policy::default_policy())
-                }
-                e => Err(fail(e)),
-            })?;
+    let policy = installed_policy(&store)?;
     let spec_in_policy = clawfs_core::policy::AgentName::new(&agent)
         .ok()
         .and_then(|n| policy.agent(&n).cloned())
@@ -487,15 +478,27 @@ const SANDBOX_ENV: [&str; 9] = [
 ];
 
 /// The sandbox layers of `spec`'s run, prepared before the clone.
+/// The policy in force: the one installed in the store, refused if it was changed behind
+/// ClawFS's back (as the daemon refuses it).
+fn installed_policy(store: &Store) -> Result<clawfs_core::policy::Policy, Failure> {
+    clawfs_core::fs::installed_policy(store.root_fd()).map_err(|errors| {
+        fail(
+            errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })
+}
+
 fn prepare_sandbox(
     spec: &RunSpec,
     store: &Path,
     mount: &Path,
 ) -> Result<crate::sandbox::Layers, Failure> {
     let store = Store::open(store)?;
-    let policy =
-        clawfs_core::policy::Policy::load(&store.root().join(clawfs_core::fs::POLICY_FILE))
-            .map_err(fail)?;
+    let policy = installed_policy(&store)?;
     let layers = crate::sandbox::prepare(
         &store,
         &policy,

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::{clawfs, Mounted};
+use crate::common::{clawfs, cli, ok, Mounted};
 use serde_json::Value;
 
 /// `clawfs run --agent AGENT -- sh -c SCRIPT` against the mount.
@@ -431,7 +431,16 @@ fn a_new_agent_gets_its_identity_file_on_first_run() {
     let policy = m.backing("system/policy.toml");
     let mut text = fs::read_to_string(&policy).unwrap();
     text.push_str("\n[agents.newbie]\nuid = 61020\ngid = 61020\n");
-    fs::write(&policy, text).unwrap();
+    let file = m.dir.path().join("policy.toml");
+    fs::write(&file, text).unwrap();
+    ok(cli(
+        &m,
+        &[
+            "system",
+            "update",
+            &format!("policy.toml={}", file.display()),
+        ],
+    ));
     fs::create_dir(m.backing("agents/newbie")).unwrap();
     let out = run_agent(&m, "newbie", "true");
     assert!(out.status.success(), "{}", stderr(&out));

@@ -423,6 +423,15 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
         err.contains("not as") && err.contains("policy.toml"),
         "{err}"
     );
+    // Nor does `clawfs run` start an agent under it: the command never runs.
+    let marker = m.dir.path().join("ran");
+    let out = m.run_agent("fs-engine", &format!("touch {}", marker.display()));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && err.contains("policy.toml"),
+        "{err}"
+    );
+    assert!(!marker.exists());
     fails(cli(&m, &["system", "verify"]), 5);
 }
 
@@ -617,6 +626,35 @@ fn published_tools_are_signed_immutable_and_checked_on_read() {
         libc::EIO
     );
     assert_eq!(errno(fs::read(m.path("tools/registry.json"))), libc::EIO);
+    // `clawfs tools list` shows the forged entry for what it is, and fails.
+    let out = cli(&m, &["tools", "list"]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = fails(out, 5);
+    assert!(
+        listed.contains("echo\t1.0.0") && listed.contains("NOT VERIFIED"),
+        "{listed}"
+    );
+    assert!(
+        err.contains("1 entries fail their signature check"),
+        "{err}"
+    );
+    let out = cli(&m, &["tools", "list", "--json"]);
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["verified"], false, "{line}");
+    // A registry that is not JSON at all: the store is still mounted (tools/ serves none of
+    // it, audited), and `tools list` says what is wrong.
+    fs::write(m.backing("tools/registry.json"), b"{ not json").unwrap();
+    ok(m.umount());
+    m.mount(&[]);
+    assert_eq!(errno(fs::read(m.path("tools/registry.json"))), libc::EIO);
+    assert!(m.path("workspaces/default").is_dir());
+    assert!(m.log().contains("tool registry is damaged"), "{}", m.log());
+    let err = fails(cli(&m, &["tools", "list"]), 5);
+    assert!(err.contains("tools/registry.json is not valid"), "{err}");
+    audit_until(&m, |r| {
+        r.iter()
+            .any(|e| e["path"] == "/tools/registry.json" && e["errno"] == libc::EIO)
+    });
     // A built-in definition edited in the store is not served either.
     tamper(
         &m.backing("tools/definitions/tool-read_file.json"),

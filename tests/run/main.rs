@@ -85,7 +85,17 @@ impl Fixture {
             let uid = AGENT_UID_BASE + 9 + i as u32;
             policy.push_str(&format!("\n[agents.{a}]\nuid = {uid}\ngid = {uid}\n"));
         }
-        std::fs::write(store.join("system/policy.toml"), policy).unwrap();
+        // Installed as an admin installs it (recorded in the system manifest): `clawfs run`
+        // refuses a policy edited in the store by hand.
+        let file = dir.path().join("policy.toml");
+        std::fs::write(&file, policy).unwrap();
+        let out = Command::new(common::clawfs_bin())
+            .args(["system", "update", "--store"])
+            .arg(&store)
+            .arg(format!("policy.toml={}", file.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
         Fixture {
             _dir: dir,
             store,

@@ -50,7 +50,7 @@ mod secrets;
 mod staged;
 mod xattr_ops;
 
-pub use gate::{audit_name, POLICY_FILE};
+pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
     identity_file_agent, validate as validate_identity, StagedTarget, MAX_IDENTITY_BYTES,

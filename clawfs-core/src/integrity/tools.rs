@@ -378,23 +378,49 @@ type Signed = Result<Vec<Package>, String>;
 
 /// The store's packages, with every signature checked against the trusted signers.
 fn signed_packages(store: BorrowedFd<'_>) -> Result<Signed, IntegrityError> {
-    let signers = Signers::load(store)?;
-    let packages = match load_packages(store) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    if let Err(e) = check_packages(&packages) {
-        return Ok(Err(format!("{TOOLS}/{REGISTRY}: {e}")));
-    }
-    for p in &packages {
-        if let Err(e) = signers.verify(&p.signed_by, &message(p), &p.signature) {
-            return Ok(Err(format!(
-                "{TOOLS}/{REGISTRY}: {} {}: {e}",
-                p.tool_id, p.version
-            )));
+    let (packages, problem) = match audited_packages(store) {
+        Ok(checked) => checked,
+        Err(e @ (IntegrityError::Json { .. } | IntegrityError::Mismatch(_))) => {
+            return Ok(Err(e.to_string()))
         }
+        Err(e) => return Err(e),
+    };
+    if let Some((p, why)) = packages
+        .iter()
+        .find_map(|(p, v)| v.as_ref().err().map(|e| (p, e)))
+    {
+        return Ok(Err(format!(
+            "{TOOLS}/{REGISTRY}: {} {}: {why}",
+            p.tool_id, p.version
+        )));
     }
-    Ok(Ok(packages))
+    match problem {
+        Some(e) => Ok(Err(format!("{TOOLS}/{REGISTRY}: {e}"))),
+        None => Ok(Ok(packages.into_iter().map(|(p, _)| p).collect())),
+    }
+}
+
+/// Each package with whether its signature holds (else why not), and what breaks the
+/// registry's own rules, if anything.
+pub type Audited = (Vec<(Package, Result<(), String>)>, Option<String>);
+
+/// The store's packages, each with whether its signature holds, and what breaks the
+/// registry's own rules if anything does (an entry listed twice, files of another's): what
+/// `clawfs tools list` shows, and what the daemon serves only when all is well.
+pub fn audited_packages(store: BorrowedFd<'_>) -> Result<Audited, IntegrityError> {
+    let signers = Signers::load(store)?;
+    let packages = load_packages(store)?;
+    let problem = check_packages(&packages).err();
+    let checked = packages
+        .into_iter()
+        .map(|p| {
+            let v = signers
+                .verify(&p.signed_by, &message(&p), &p.signature)
+                .map_err(|e| e.to_string());
+            (p, v)
+        })
+        .collect();
+    Ok((checked, problem))
 }
 
 /// Whether the stored file `rel` of `tools/`, whose bytes hash to `sha256`, may be served.

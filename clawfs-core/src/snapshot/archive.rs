@@ -53,6 +53,63 @@ pub struct Item {
     pub content: Content,
 }
 
+/// An entry as the archive stores it: packing (compressing) is most of a snapshot's work, so
+/// entries are packed on several threads and written in order on one.
+#[derive(Debug)]
+pub struct Packed {
+    name: String,
+    /// File type and permission bits.
+    mode: u32,
+    /// The original length (-1 for a symlink).
+    sz: i64,
+    data: Option<Vec<u8>>,
+    uid: u32,
+    gid: u32,
+    mtime_ns: i64,
+}
+
+/// Files from this size on are first compressed on a sample of [`SAMPLE`] bytes: data that does
+/// not shrink there (media, archives, encrypted files) is stored as is without compressing the
+/// rest of it. (`sqlite3 -A` compresses every file whole; both read either.)
+const SAMPLE_FROM: usize = 1 << 20;
+const SAMPLE: usize = 64 << 10;
+
+/// `item` as the archive stores it: a file's bytes zlib-compressed when that makes them
+/// smaller, as `sqlite3 -A` does (`sz` then differs from the stored length).
+pub fn pack(item: Item) -> Result<Packed, SnapshotError> {
+    let (kind, sz, data) = match item.content {
+        Content::Dir => (S_IFDIR, 0, None),
+        Content::Symlink(t) => (S_IFLNK, -1, Some(t.into_bytes())),
+        Content::File(bytes) => (S_IFREG, bytes.len() as i64, Some(compressed(bytes)?)),
+    };
+    Ok(Packed {
+        name: item.name,
+        mode: kind | (item.mode & 0o7777),
+        sz,
+        data,
+        uid: item.uid,
+        gid: item.gid,
+        mtime_ns: item.mtime_ns,
+    })
+}
+
+fn compressed(bytes: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
+    let zlib = |b: &[u8]| {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(b)
+            .and_then(|()| z.finish())
+            .map_err(|e| SnapshotError::io("compressing", e))
+    };
+    if bytes.len() >= SAMPLE_FROM && zlib(&bytes[..SAMPLE])?.len() >= SAMPLE / 100 * 95 {
+        return Ok(bytes);
+    }
+    let packed = zlib(&bytes)?;
+    Ok(match packed.len() < bytes.len() {
+        true => packed,
+        false => bytes,
+    })
+}
+
 /// A snapshot file being written.
 pub struct Writer {
     conn: Connection,
@@ -78,40 +135,21 @@ impl Writer {
         Ok(())
     }
 
-    /// Adds one entry. A file's bytes are zlib-compressed when that makes them smaller, as
-    /// `sqlite3 -A` does (`sz` then differs from the stored length).
-    pub fn add(&self, item: &Item) -> Result<(), SnapshotError> {
-        let (kind, sz, data): (u32, i64, Option<Vec<u8>>) = match &item.content {
-            Content::Dir => (S_IFDIR, 0, None),
-            Content::Symlink(t) => (S_IFLNK, -1, Some(t.as_bytes().to_vec())),
-            Content::File(bytes) => {
-                let mut z =
-                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-                z.write_all(bytes)
-                    .map_err(|e| SnapshotError::io("compressing", e))?;
-                let packed = z
-                    .finish()
-                    .map_err(|e| SnapshotError::io("compressing", e))?;
-                let data = match packed.len() < bytes.len() {
-                    true => packed,
-                    false => bytes.clone(),
-                };
-                (S_IFREG, bytes.len() as i64, Some(data))
-            }
-        };
+    /// Adds one entry, packed by [`pack`].
+    pub fn add(&self, entry: &Packed) -> Result<(), SnapshotError> {
         self.conn.execute(
             "INSERT INTO sqlar (name, mode, mtime, sz, data) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
-                item.name,
-                kind | (item.mode & 0o7777),
-                item.mtime_ns.div_euclid(1_000_000_000),
-                sz,
-                data
+                entry.name,
+                entry.mode,
+                entry.mtime_ns.div_euclid(1_000_000_000),
+                entry.sz,
+                entry.data
             ],
         )?;
         self.conn.execute(
             "INSERT INTO clawfs_owners (name, uid, gid, mtime_ns) VALUES (?1, ?2, ?3, ?4)",
-            params![item.name, item.uid, item.gid, item.mtime_ns],
+            params![entry.name, entry.uid, entry.gid, entry.mtime_ns],
         )?;
         Ok(())
     }
@@ -256,4 +294,38 @@ fn unpack(name: &str, data: Vec<u8>, sz: i64) -> Result<Vec<u8>, SnapshotError> 
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(bytes: Vec<u8>) -> Item {
+        Item {
+            name: "f".into(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            content: Content::File(bytes),
+        }
+    }
+
+    /// Text is compressed, random bytes are stored as they are (decided on a sample), and
+    /// both read back whole.
+    #[test]
+    fn packs_what_shrinks_and_reads_both_back() {
+        let text: Vec<u8> = (0..SAMPLE_FROM * 2)
+            .map(|i| b"the river bridge flood\n"[i % 23])
+            .collect();
+        let mut random = vec![0u8; SAMPLE_FROM * 2];
+        getrandom::fill(&mut random).unwrap();
+        for (bytes, shrinks) in [(text, true), (random, false)] {
+            let p = pack(file(bytes.clone())).unwrap();
+            let data = p.data.unwrap();
+            assert_eq!(data.len() < bytes.len(), shrinks);
+            assert_eq!(p.sz, bytes.len() as i64);
+            assert_eq!(unpack("f", data, p.sz).unwrap(), bytes);
+        }
+    }
 }

@@ -29,6 +29,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rayon::prelude::*;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 
 use archive::{Content, Item, Reader, Writer};
@@ -238,16 +239,21 @@ impl Workspaces {
         let listing = crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
             .map_err(io(format!("listing workspace {ws}")))?;
         let mut skipped = listing.unlisted;
-        for e in listing.entries {
-            let item = match archived(ws_fd, &e) {
-                Ok(Some(item)) => item,
-                Ok(None) => continue,
-                Err(err) => {
-                    leave_out(&e.rel, err, &mut skipped)?;
-                    continue;
+        // Read and packed a group at a time on every core (compressing is most of the work),
+        // written in order: at most two files per core in memory.
+        let group = 2 * rayon::current_num_threads().max(1);
+        for entries in listing.entries.chunks(group) {
+            let packed: Vec<_> = entries
+                .par_iter()
+                .map(|e| archived(ws_fd, e).and_then(|i| i.map(archive::pack).transpose()))
+                .collect();
+            for (e, p) in entries.iter().zip(packed) {
+                match p {
+                    Ok(Some(p)) => w.add(&p)?,
+                    Ok(None) => {}
+                    Err(err) => leave_out(&e.rel, err, &mut skipped)?,
                 }
-            };
-            w.add(&item)?;
+            }
         }
         w.set_info(
             "skipped",

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
@@ -133,31 +133,13 @@ impl ClawFs {
         )
     }
 
-    /// Re-reads `system/policy.toml`; an invalid file is refused and the old policy stays.
+    /// Re-reads `system/policy.toml` ([`installed_policy`]); an invalid file is refused and the
+    /// old policy stays.
     pub fn reload_policy(&self) -> Result<(), Vec<PolicyError>> {
         // SIGHUP is also how `clawfs estop` reaches the daemon: the flag is re-read first, so
         // an invalid policy never delays a stop.
         self.refresh_estop();
-        let refused = |message: String| {
-            vec![PolicyError {
-                line: 0,
-                column: 0,
-                message,
-            }]
-        };
-        let bytes = crate::beneath::read(self.store.root_fd(), Path::new(POLICY_FILE), 1 << 20)
-            .map_err(|e| refused(format!("{POLICY_FILE}: {e}")))?;
-        // Only a policy installed by ClawFS's commands (recorded in the system manifest) is
-        // applied: one edited in the store behind its back is refused.
-        crate::integrity::system::check_recorded(
-            self.store.root_fd(),
-            "policy.toml",
-            bytes.as_deref(),
-        )
-        .map_err(|e| refused(e.to_string()))?;
-        let text = String::from_utf8(bytes.unwrap_or_default())
-            .map_err(|_| refused(format!("{POLICY_FILE} is not UTF-8")))?;
-        let policy = Policy::parse(&text)?;
+        let policy = installed_policy(self.store.root_fd())?;
         *self
             .gate
             .policy
@@ -516,4 +498,28 @@ impl ClawFs {
             }
         }
     }
+}
+
+/// The policy installed in the store: `system/policy.toml` read by descriptor beneath the
+/// store, and only if the system manifest records it (one installed by ClawFS's commands: a
+/// file edited in the store behind their back is refused); the default policy when the store
+/// has none. What the daemon's reload and `clawfs run` apply.
+pub fn installed_policy(store: BorrowedFd<'_>) -> Result<Policy, Vec<PolicyError>> {
+    let refused = |message: String| {
+        vec![PolicyError {
+            line: 0,
+            column: 0,
+            message,
+        }]
+    };
+    let bytes = crate::beneath::read(store, Path::new(POLICY_FILE), 1 << 20)
+        .map_err(|e| refused(format!("{POLICY_FILE}: {e}")))?;
+    crate::integrity::system::check_recorded(store, "policy.toml", bytes.as_deref())
+        .map_err(|e| refused(e.to_string()))?;
+    let Some(bytes) = bytes else {
+        return Ok(Policy::default_policy());
+    };
+    let text =
+        String::from_utf8(bytes).map_err(|_| refused(format!("{POLICY_FILE} is not UTF-8")))?;
+    Policy::parse(&text)
 }
