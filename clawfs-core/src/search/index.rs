@@ -259,7 +259,10 @@ impl IndexDb {
         Ok(IndexDb {
             conn,
             helper: Mutex::new(Self::connect(path)?),
-            split_from: SPLIT_FROM,
+            split_from: match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+                1 => i64::MAX,
+                _ => SPLIT_FROM,
+            },
             workspace: workspace.to_string(),
         })
     }
@@ -271,6 +274,14 @@ impl IndexDb {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(conn)
+    }
+
+    /// Whether a large text search scores its two halves at once.
+    pub fn split_text_search(&mut self, on: bool) {
+        self.split_from = match on {
+            true => SPLIT_FROM,
+            false => i64::MAX,
+        };
     }
 
     /// The workspace it indexes.

@@ -550,6 +550,12 @@ impl WorkspaceIndex {
         }
     }
 
+    /// Whether a large text search scores its two halves at once (the default; on a machine
+    /// of one core, one pass is as fast).
+    pub fn split_text_search(&self, on: bool) {
+        self.db().split_text_search(on);
+    }
+
     /// Chunks and files indexed, and vectors in the graph.
     pub fn counts(&self) -> Result<(u64, u64, usize), SearchError> {
         let (chunks, files) = self.db().counts()?;
