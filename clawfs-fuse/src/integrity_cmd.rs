@@ -408,15 +408,15 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                     return Err(anyhow!("'{spec}': give PATH=FILE, FILE not empty").into());
                 }
                 if rel == "policy.toml" {
-                    crate::policy_cmd::check(Path::new(file))?;
+                    crate::policy_cmd::check_bytes(Path::new(file), &content)?;
                     policy_changed = true;
                 }
                 if rel.ends_with(".json") {
-                    serde_json::from_slice::<serde_json::Value>(&content)
+                    clawfs_core::integrity::strict_json(&content)
                         .with_context(|| format!("{file}: system/{rel} must be JSON"))?;
                 }
                 if rel == "signers.json" {
-                    serde_json::from_slice::<Signers>(&content)
+                    Signers::parse(&content)
                         .with_context(|| format!("{file}: not a signers file"))?;
                 }
                 system::install(fd, &rel, &content, 0o444, &now()).map_err(refused)?;

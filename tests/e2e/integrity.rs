@@ -668,3 +668,74 @@ fn published_tools_are_signed_immutable_and_checked_on_read() {
         libc::EIO
     );
 }
+
+/// A store-level attacker swaps another tool's signed definition in and out at a tool's path
+/// while an agent reads it: the reader gets the tool's own definition or an error, never the
+/// other's bytes under this name.
+#[test]
+fn a_definition_swapped_in_while_opened_is_not_served_under_its_name() {
+    let m = Mounted::new();
+    ok(vault(&m, &["init", "--sealer", "passphrase"], None));
+    ok(cli(&m, &["specs", "keygen", "--as", "alice"]));
+    let dir = m.dir.path();
+    for tool in ["foo", "ext"] {
+        let def = serde_json::json!({
+            "tool_id": tool,
+            "version": "1.0.0",
+            "wasm_path": format!("/clawfs/tools/binaries/{tool}-v1.0.0.wasm"),
+            "wit_interface": "clawos-channel-v1",
+            "capabilities": [format!("marker:{tool}")],
+            "memory_limit_mb": 64,
+            "cpu_quota_percent": 10,
+            "timeout_seconds": 30,
+            "author": "test",
+            "license": "MIT"
+        });
+        let d = dir.join(format!("tool-{tool}.json"));
+        fs::write(&d, serde_json::to_vec(&def).unwrap()).unwrap();
+        let b = dir.join(format!("{tool}-v1.0.0.wasm"));
+        fs::write(&b, b"\0asm\x01\0\0\0").unwrap();
+        ok(cli(
+            &m,
+            &[
+                "tools",
+                "add",
+                d.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "--as",
+                "alice",
+            ],
+        ));
+    }
+    let foo = m.backing("tools/definitions/tool-foo.json");
+    let ext = m.backing("tools/definitions/tool-ext.json");
+    let aside = m.backing("tools/definitions/aside");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (served, wrong) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // foo aside, ext at foo's name, then back: over and over.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                fs::rename(&foo, &aside).unwrap();
+                fs::rename(&ext, &foo).unwrap();
+                fs::rename(&foo, &ext).unwrap();
+                fs::rename(&aside, &foo).unwrap();
+            }
+        });
+        let (mut served, mut wrong) = (0, 0);
+        for _ in 0..3000 {
+            if let Ok(bytes) = fs::read(m.path("tools/definitions/tool-foo.json")) {
+                served += 1;
+                wrong += usize::from(String::from_utf8_lossy(&bytes).contains("marker:ext"));
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (served, wrong)
+    });
+    assert_eq!(
+        wrong, 0,
+        "ext's definition served as tool-foo.json ({served} reads served)"
+    );
+    // Put back, the tool's own definition is served again.
+    let bytes = fs::read(m.path("tools/definitions/tool-foo.json")).unwrap();
+    assert!(String::from_utf8_lossy(&bytes).contains("marker:foo"));
+}

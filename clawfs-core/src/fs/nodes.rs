@@ -175,6 +175,14 @@ impl ClawFs {
     /// signature or is not this build's. `None` for every other file.
     pub(super) fn verified_copy(&self, fd: impl AsFd) -> FsResult<Option<File>> {
         let ns = self.ns_path(fd.as_fd())?;
+        // The file must sit where the opener reached it: one renamed between the lookup and
+        // the open (a superseded version moved in and out of a current name) would otherwise
+        // be checked against the signature of where it went, and served under the name asked.
+        if !matches!(self.ns_path_by_links(fd.as_fd()), Ok(reached) if reached == ns) {
+            return Err(FsError::Tampered(format!(
+                "{ns} was moved while it was opened: not served"
+            )));
+        }
         let mut parts = ns.components();
         let area = parts.next();
         let rel = parts.collect::<Vec<_>>().join("/");

@@ -286,3 +286,76 @@ pub fn to_pretty(value: &impl serde::Serialize) -> Vec<u8> {
     out.push(b'\n');
     out
 }
+
+/// Parses `bytes` as JSON in which no object gives a key twice. Parsers disagree on which of
+/// two equal keys counts (serde_json keeps the last, others the first), so a file that is
+/// signed or checked here must not leave the choice to whoever reads it next.
+pub fn strict_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    struct Unique;
+    impl<'de> Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+            d.deserialize_any(Unique)
+        }
+    }
+    impl<'de> Visitor<'de> for Unique {
+        type Value = Unique;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_unit<E>(self) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Unique, A::Error> {
+            while a.next_element::<Unique>()?.is_some() {}
+            Ok(Unique)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Unique, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = a.next_key::<String>()? {
+                if !seen.insert(key.clone()) {
+                    return Err(A::Error::custom(format!("key \"{key}\" given twice")));
+                }
+                a.next_value::<Unique>()?;
+            }
+            Ok(Unique)
+        }
+    }
+    serde_json::from_slice::<Unique>(bytes)?;
+    serde_json::from_slice(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key given twice, at any depth, is refused; the same key in sibling objects is not.
+    #[test]
+    fn strict_json_refuses_a_key_given_twice() {
+        assert!(strict_json(br#"{"a": 1, "b": [{"a": 2}, {"a": 3}]}"#).is_ok());
+        for bad in [
+            &br#"{"caps": ["r"], "caps": ["*"]}"#[..],
+            br#"{"x": [{"k": 1, "k": 2}]}"#,
+            br#"{"x": {"y": {"z": 1, "z": 1}}}"#,
+        ] {
+            let e = strict_json(bad).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{e}");
+        }
+    }
+}

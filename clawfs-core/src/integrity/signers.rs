@@ -55,8 +55,35 @@ impl Signers {
                 version: 1,
                 signers: Vec::new(),
             }),
-            Some(b) => serde_json::from_slice(&b).map_err(IntegrityError::json(SIGNERS_FILE)),
+            Some(b) => Signers::parse(&b),
         }
+    }
+
+    /// A signers file's bytes: JSON with no key given twice, every name a signer name and
+    /// given once, every key valid and trusted under one name only (one key under two names
+    /// would let one private key count as the two signers a change needs).
+    pub fn parse(bytes: &[u8]) -> Result<Signers, IntegrityError> {
+        let v = super::strict_json(bytes).map_err(IntegrityError::json(SIGNERS_FILE))?;
+        let signers: Signers =
+            serde_json::from_value(v).map_err(IntegrityError::json(SIGNERS_FILE))?;
+        let mut names = std::collections::HashSet::new();
+        let mut keys = std::collections::HashSet::new();
+        for s in &signers.signers {
+            check_signer_name(&s.name)?;
+            if !names.insert(s.name.as_str()) {
+                return Err(IntegrityError::Mismatch(format!(
+                    "{SIGNERS_FILE}: '{}' is listed twice",
+                    s.name
+                )));
+            }
+            if !keys.insert(signers.key(&s.name)?.to_bytes()) {
+                return Err(IntegrityError::Mismatch(format!(
+                    "{SIGNERS_FILE}: '{}' has the key of another signer",
+                    s.name
+                )));
+            }
+        }
+        Ok(signers)
     }
 
     /// Whether any signer is trusted: then every frozen document must carry a signature.
@@ -121,6 +148,16 @@ impl Signers {
         if self.signers.iter().any(|s| s.name == name) {
             return Err(IntegrityError::Refused(format!(
                 "'{name}' is already a trusted signer"
+            )));
+        }
+        if let Some(s) = self
+            .signers
+            .iter()
+            .find(|s| self.key(&s.name).is_ok_and(|k| k == *key))
+        {
+            return Err(IntegrityError::Refused(format!(
+                "this key is already trusted as '{}'",
+                s.name
             )));
         }
         self.signers.push(SignerKey {
@@ -194,6 +231,41 @@ mod tests {
         assert!(signers.verify("carol", b"message", &sig).is_err());
         assert!(signers.verify("alice", b"message", "not base64!").is_err());
         assert!(signers.verify("alice", b"message", "AAAA").is_err());
+    }
+
+    /// One key under two names, or one name twice, is not a signers file: either would let
+    /// one private key count as two signers.
+    #[test]
+    fn one_key_one_name() {
+        let key = generate().verifying_key();
+        let other = generate().verifying_key();
+        let mut signers = Signers {
+            version: 1,
+            signers: Vec::new(),
+        };
+        signers.add("alice", &key, "now").unwrap();
+        let e = signers.add("carol", &key, "now").unwrap_err().to_string();
+        assert!(e.contains("already trusted as 'alice'"), "{e}");
+        signers.add("bob", &other, "now").unwrap();
+        let good = serde_json::to_vec(&signers).unwrap();
+        assert_eq!(Signers::parse(&good).unwrap().signers.len(), 2);
+        for (edit, why) in [
+            ("bob", "has the key of another signer"),
+            ("alice", "is listed twice"),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+            let mut twin = v["signers"][0].clone();
+            twin["name"] = edit.into();
+            if edit == "bob" {
+                v["signers"][1] = twin;
+            } else {
+                v["signers"].as_array_mut().unwrap().push(twin);
+            }
+            let e = Signers::parse(&serde_json::to_vec(&v).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{edit}: {e}");
+        }
     }
 
     #[test]

@@ -319,14 +319,18 @@ fn save(store: BorrowedFd<'_>, manifest: &Manifest) -> Result<(), IntegrityError
 /// A path under `system/`: relative, plain names only.
 pub fn check_system_path(rel: &str) -> Result<String, IntegrityError> {
     let rel = rel.strip_prefix("system/").unwrap_or(rel);
+    // What the manifest's own walk accepts (a file it refuses would refuse the next mount),
+    // and names that print on one line.
     let ok = !rel.is_empty()
+        && rel.split('/').count() <= MAX_DEPTH
+        && !rel.chars().any(char::is_control)
         && rel
             .split('/')
             .all(|c| !c.is_empty() && c != "." && c != ".." && !c.starts_with('.'));
     match ok {
         true => Ok(rel.to_string()),
         false => Err(IntegrityError::Refused(format!(
-            "'{rel}' is not a path under system/: plain names separated by '/', none starting with '.'"
+            "{rel:?} is not a path under system/: at most {MAX_DEPTH} plain names separated by '/', none starting with '.' or holding control characters"
         ))),
     }
 }
@@ -334,6 +338,16 @@ pub fn check_system_path(rel: &str) -> Result<String, IntegrityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only paths the manifest's own walk accepts, printable on one line.
+    #[test]
+    fn system_paths_are_plain_shallow_and_printable() {
+        assert_eq!(check_system_path("system/a/b.json").unwrap(), "a/b.json");
+        let deep = vec!["d"; MAX_DEPTH + 1].join("/");
+        for bad in [deep.as_str(), "a\nb.json", "a/../b", ".hidden", "a//b", ""] {
+            assert!(check_system_path(bad).is_err(), "{bad:?}");
+        }
+    }
 
     fn store() -> (tempfile::TempDir, std::os::fd::OwnedFd) {
         let dir = tempfile::tempdir().unwrap();

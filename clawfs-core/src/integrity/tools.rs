@@ -189,7 +189,7 @@ pub fn check_definition(
     wasm_name: Option<&str>,
 ) -> Result<Value, IntegrityError> {
     let refuse = |why: String| IntegrityError::Refused(format!("{def_name}: {why}"));
-    let v: Value = serde_json::from_slice(def).map_err(|e| refuse(format!("not JSON: {e}")))?;
+    let v: Value = super::strict_json(def).map_err(|e| refuse(format!("not JSON: {e}")))?;
     let str_field = |k: &str| -> Result<&str, IntegrityError> {
         v.get(k)
             .and_then(Value::as_str)

@@ -165,7 +165,16 @@ impl Indexer {
             let (tx, rx) = mpsc::channel();
             let handle = std::thread::Builder::new()
                 .name("indexer".into())
-                .spawn(move || run(&shared, &rx))
+                .spawn(move || {
+                    // Background work at the lowest priority (inherited by the threads it
+                    // starts): it takes a core only when writers and readers leave one free.
+                    if let Err(e) =
+                        rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19)
+                    {
+                        tracing::debug!(error = %e, "indexer priority unchanged");
+                    }
+                    run(&shared, &rx)
+                })
                 .map_err(|e| SearchError::io("starting the indexer", e))?;
             *indexer.queue.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
             *indexer
