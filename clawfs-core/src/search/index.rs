@@ -156,6 +156,11 @@ pub fn copy_index(
     let p = prefix;
     let copy = || -> Result<(), SearchError> {
         conn.execute_batch(&schema(p))?;
+        // An index still being created has no tables yet: its copy is empty.
+        let version: i64 = conn.query_row("PRAGMA idx.user_version", [], |r| r.get(0))?;
+        if version == 0 {
+            return Ok(());
+        }
         let Some(files) = keep else {
             conn.execute_batch(&format!(
                 "INSERT INTO {p}metadata SELECT * FROM idx.metadata;
@@ -243,8 +248,12 @@ impl IndexDb {
                 path.display()
             )));
         }
-        conn.execute_batch(&schema(""))?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        // One transaction: a reader (a snapshot copying the index while the daemon creates
+        // it) sees every table or none.
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
+            schema("")
+        ))?;
         // Readable by the daemon alone, whatever its umask.
         for ext in ["", "-wal", "-shm"] {
             let f = std::path::PathBuf::from(format!("{}{ext}", path.display()));
@@ -738,6 +747,25 @@ mod tests {
             ino: 1,
             ctime_ns: 1,
         }
+    }
+
+    /// An index the daemon is still creating (a database without tables yet) is copied as
+    /// an empty index, not refused.
+    #[test]
+    fn an_index_being_created_copies_as_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join(DB_FILE);
+        Connection::open(&src)
+            .unwrap()
+            .pragma_update(None, "journal_mode", "WAL")
+            .unwrap();
+        let conn = Connection::open(dir.path().join("copy.db")).unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        copy_index(&conn, &src, "index_", None).unwrap();
+        let chunks: i64 = conn
+            .query_row("SELECT count(*) FROM index_chunks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(chunks, 0);
     }
 
     /// A caller that skips most hits reads past the first page: every match comes exactly once,
