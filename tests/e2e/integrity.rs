@@ -8,7 +8,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::{audit_until, cli, errno, ok, vault, Mounted};
+use crate::common::{audit_until, clawfs, cli, errno, ok, vault, Mounted};
 
 /// Fails with exit status `code`; returns stderr.
 fn fails(o: Output, code: i32) -> String {
@@ -413,6 +413,22 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     assert!(!m.backing("system/signers.json").exists());
     ok(cli(&m, &["system", "verify"]));
 
+    // A policy to check or install is a regular file read once: a FIFO or /dev/zero is
+    // refused at once, not waited on or read without end.
+    let fifo = m.dir.path().join("policy.fifo");
+    make_fifo(&fifo);
+    for input in [fifo.to_str().unwrap(), "/dev/zero"] {
+        for out in [
+            clawfs(["policy", "check", input]),
+            cli(&m, &["policy", "reload", input]),
+        ] {
+            let err = fails(out, 1);
+            assert!(err.contains("not a regular file"), "{input}: {err}");
+        }
+        let arg = format!("policy.toml={input}");
+        let err = fails(cli(&m, &["system", "update", &arg]), 1);
+        assert!(err.contains("not a regular file"), "{err}");
+    }
     // A policy edited in the store by hand is not applied: the running daemon refuses it.
     tamper(&m.backing("system/policy.toml"), |mut p| {
         p.extend_from_slice(b"\n# edited behind ClawFS's back\n");
@@ -435,26 +451,30 @@ fn a_tampered_system_file_stops_the_mount_until_allowed_or_updated() {
     fails(cli(&m, &["system", "verify"]), 5);
 }
 
+/// A valid definition of `tool` at `version` with one capability.
+fn tool_definition(tool: &str, version: &str, capability: &str) -> Value {
+    serde_json::json!({
+        "tool_id": tool,
+        "version": version,
+        "wasm_path": format!("/clawfs/tools/binaries/{tool}-v{version}.wasm"),
+        "wit_interface": "clawos-channel-v1",
+        "capabilities": [capability],
+        "memory_limit_mb": 64,
+        "cpu_quota_percent": 10,
+        "timeout_seconds": 30,
+        "author": "test",
+        "license": "MIT"
+    })
+}
+
 #[test]
 fn published_tools_are_signed_immutable_and_checked_on_read() {
     let m = Mounted::new();
     ok(vault(&m, &["init", "--sealer", "passphrase"], None));
     ok(cli(&m, &["specs", "keygen", "--as", "alice"]));
     let dir = m.dir.path();
-    let def = |version: &str| {
-        serde_json::json!({
-            "tool_id": "echo",
-            "version": version,
-            "wasm_path": format!("/clawfs/tools/binaries/echo-v{version}.wasm"),
-            "wit_interface": "clawos-channel-v1",
-            "capabilities": ["filesystem:read:/clawfs/workspaces"],
-            "memory_limit_mb": 64,
-            "cpu_quota_percent": 10,
-            "timeout_seconds": 30,
-            "author": "test",
-            "license": "MIT"
-        })
-    };
+    let def =
+        |version: &str| tool_definition("echo", version, "filesystem:read:/clawfs/workspaces");
     let write = |name: &str, bytes: &[u8]| {
         let p = dir.join(name);
         fs::write(&p, bytes).unwrap();
@@ -679,18 +699,7 @@ fn a_definition_swapped_in_while_opened_is_not_served_under_its_name() {
     ok(cli(&m, &["specs", "keygen", "--as", "alice"]));
     let dir = m.dir.path();
     for tool in ["foo", "ext"] {
-        let def = serde_json::json!({
-            "tool_id": tool,
-            "version": "1.0.0",
-            "wasm_path": format!("/clawfs/tools/binaries/{tool}-v1.0.0.wasm"),
-            "wit_interface": "clawos-channel-v1",
-            "capabilities": [format!("marker:{tool}")],
-            "memory_limit_mb": 64,
-            "cpu_quota_percent": 10,
-            "timeout_seconds": 30,
-            "author": "test",
-            "license": "MIT"
-        });
+        let def = tool_definition(tool, "1.0.0", &format!("marker:{tool}"));
         let d = dir.join(format!("tool-{tool}.json"));
         fs::write(&d, serde_json::to_vec(&def).unwrap()).unwrap();
         let b = dir.join(format!("{tool}-v1.0.0.wasm"));
