@@ -1,5 +1,5 @@
-//! `clawfs-clidocs OUT_DIR`: the man pages and shell completions of `clawfs`, `vaultctl` and
-//! `vaultctl-ssh`, generated from their clap definitions (see README.md).
+//! `clawfs-clidocs OUT_DIR`: the man pages and shell completions of `clawfs`, `vaultctl`,
+//! `vaultctl-ssh` and `migrate-pg-to-sqlite`, generated from their clap definitions (see README.md).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +13,7 @@ fn commands() -> Vec<clap::Command> {
         clawfs_fuse::cli::Cli::command(),
         vaultctl::cli::Cli::command(),
         vaultctl::ssh::SshArgs::command(),
+        migrate_pg::cli::Cli::command(),
     ]
 }
 
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     if out == "--help" || out == "-h" {
-        println!("usage: clawfs-clidocs OUT_DIR\nWrites OUT_DIR/man/man1/*.1 and OUT_DIR/completions/{{bash,zsh,fish}}/ for clawfs, vaultctl and vaultctl-ssh.");
+        println!("usage: clawfs-clidocs OUT_DIR\nWrites OUT_DIR/man/man1/*.1 and OUT_DIR/completions/{{bash,zsh,fish}}/ for clawfs, vaultctl, vaultctl-ssh and migrate-pg-to-sqlite.");
         return ExitCode::SUCCESS;
     }
     match generate(Path::new(&out)) {
@@ -82,12 +83,17 @@ mod tests {
             "clawfs-vault.1",
             "vaultctl.1",
             "vaultctl-ssh.1",
+            "migrate-pg-to-sqlite.1",
         ] {
             assert!(man.join(page).is_file(), "{page}: {files:?}");
         }
         let clawfs = std::fs::read_to_string(man.join("clawfs.1")).unwrap();
         assert!(clawfs.contains("filesystem for AI agents"), "{clawfs}");
         assert!(clawfs.contains("Exit status"), "exit codes are in the page");
+        let migrate = std::fs::read_to_string(man.join("migrate-pg-to-sqlite.1")).unwrap();
+        for needle in ["\\-\\-pg\\-url", "\\-\\-sqlite\\-path", "Exit status"] {
+            assert!(migrate.contains(needle), "{needle}: {migrate}");
+        }
         for c in ["bash/clawfs", "zsh/_vaultctl", "fish/vaultctl-ssh.fish"] {
             let path = dir.path().join("completions").join(c);
             assert!(std::fs::metadata(&path).unwrap().len() > 100, "{c}");

@@ -5,11 +5,13 @@
 //! - [`place`]: where each document goes (a file of the workspace, or a path in a database of
 //!   its own).
 //! - [`migrate`]: the copy (a transaction per batch, resumable) and the verification.
+//! - [`cli`]: the command line of `migrate-pg-to-sqlite`.
 //! - [`options`]: the options `migrate-pg-to-sqlite` and `clawfs import pg` share.
 //!
 //! The SQLite half is ClawFS's own ([`clawfs_core::search::import`]), so an imported document
 //! is indexed exactly as the daemon indexes a file.
 
+pub mod cli;
 pub mod migrate;
 pub mod options;
 pub mod place;

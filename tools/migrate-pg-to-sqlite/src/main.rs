@@ -2,7 +2,6 @@
 //! own (P1.4 §6.3). `clawfs import pg` does the same into a workspace of a store, files
 //! included.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,36 +11,10 @@ use clawfs_core::search::hnsw::HnswParams;
 use clawfs_core::search::index::IndexDb;
 use clawfs_core::search::workspace::IndexFiles;
 use clawfs_core::search::{EmbedderChoice, WorkspaceIndex};
-use migrate_pg::options::{EmbeddingArgs, SourceArgs};
+use migrate_pg::cli::Cli;
 use migrate_pg::place::{check_into, PathsOnly};
 use migrate_pg::source::Source;
 use migrate_pg::{MigrateError, EXIT_MISMATCH};
-
-/// Move a PostgreSQL + pgvector agent memory (documents and their embeddings) into a ClawFS
-/// index database: FTS5 text, vectors and an HNSW graph, in batches of one transaction each,
-/// with a progress bar. An interrupted run resumes where it stopped when run again. Both sides
-/// are then verified (counts, dimension, a checksum over every document's id, text and
-/// embedding) and a report printed.
-///
-/// The graph is written beside the database as DB.usearch. To import into a workspace of a
-/// ClawFS store, files included, use `clawfs import pg`.
-///
-/// Exit status: 0 when both sides agree, 1 on an error or refusal (nothing of the batch under
-/// way is written), 2 on a usage error, 5 when the verification finds a difference.
-#[derive(Debug, Parser)]
-#[command(name = "migrate-pg-to-sqlite", version)]
-struct Cli {
-    #[command(flatten)]
-    source: SourceArgs,
-    /// The index database to write (created if missing).
-    #[arg(long, value_name = "PATH")]
-    sqlite_path: PathBuf,
-    /// The folder the documents' paths name in the index.
-    #[arg(long, value_name = "DIR", default_value = "imported")]
-    into: String,
-    #[command(flatten)]
-    embedding: EmbeddingArgs,
-}
 
 /// The source's embeddings as the index's vectors: a model that lives elsewhere, named so that
 /// a second run (or a mismatch) can tell.
