@@ -19,6 +19,7 @@ use std::sync::{Mutex, PoisonError};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::chunk::Chunk;
+use super::rank::{self, Bm25};
 use super::SearchError;
 
 /// What the index knows of a file: enough to tell a changed or different file from the one
@@ -73,10 +74,12 @@ pub struct StoredChunk {
 /// The SQLite half of a workspace's index.
 pub struct IndexDb {
     conn: Connection,
+    /// `conn`'s text scoring (its documents' lengths).
+    bm25: Mutex<Bm25>,
     /// A second connection to the same database: a large text search scores half of the
     /// documents on it, on another core (a connection serves one thread at a time; WAL lets
-    /// both read at once). Only text searches use it, with `conn`'s lock held.
-    helper: Mutex<Connection>,
+    /// both read at once). Only text searches use it, with `bm25`'s lock held.
+    helper: Mutex<(Connection, Bm25)>,
     /// From how many document ids on a text search is split in two.
     split_from: i64,
     workspace: String,
@@ -94,12 +97,14 @@ const FIRST_TEXT_PAGE: i64 = 64;
 const SPLIT_FROM: i64 = 8192;
 
 /// The statements of a text search: all matches, those up to an id, those after it.
-const TEXT_ALL: &str = "SELECT rowid, bm25(documents) FROM documents WHERE documents MATCH ?1
-     ORDER BY bm25(documents), rowid LIMIT ?2 OFFSET ?3";
-const TEXT_UP_TO: &str = "SELECT rowid, bm25(documents) FROM documents
-     WHERE documents MATCH ?1 AND rowid <= ?2 ORDER BY bm25(documents), rowid LIMIT ?3";
-const TEXT_AFTER: &str = "SELECT rowid, bm25(documents) FROM documents
-     WHERE documents MATCH ?1 AND rowid > ?2 ORDER BY bm25(documents), rowid LIMIT ?3";
+/// (`clawfs_bm25` is FTS5's `bm25()` with documents' lengths in memory: [`rank`]. The order is
+/// by the result column, `2`: naming the function again calls it twice per match.)
+const TEXT_ALL: &str = "SELECT rowid, clawfs_bm25(documents) FROM documents
+     WHERE documents MATCH ?1 ORDER BY 2, rowid LIMIT ?2 OFFSET ?3";
+const TEXT_UP_TO: &str = "SELECT rowid, clawfs_bm25(documents) FROM documents
+     WHERE documents MATCH ?1 AND rowid <= ?2 ORDER BY 2, rowid LIMIT ?3";
+const TEXT_AFTER: &str = "SELECT rowid, clawfs_bm25(documents) FROM documents
+     WHERE documents MATCH ?1 AND rowid > ?2 ORDER BY 2, rowid LIMIT ?3";
 
 /// The schema below; a database of another version is rebuilt.
 const SCHEMA_VERSION: i64 = 1;
@@ -251,8 +256,9 @@ impl IndexDb {
         // One transaction: a reader (a snapshot copying the index while the daemon creates
         // it) sees every table or none.
         conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
-            schema("")
+            "BEGIN IMMEDIATE; {} {} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
+            schema(""),
+            rank::change_log()
         ))?;
         // Readable by the daemon alone, whatever its umask.
         for ext in ["", "-wal", "-shm"] {
@@ -265,9 +271,12 @@ impl IndexDb {
         if ok != "ok" {
             return Err(SearchError::Corrupt(format!("{}: {ok}", path.display())));
         }
+        let helper = Self::connect(path)?;
+        let helper_bm25 = Bm25::register(&helper)?;
         Ok(IndexDb {
+            bm25: Mutex::new(Bm25::register(&conn)?),
             conn,
-            helper: Mutex::new(Self::connect(path)?),
+            helper: Mutex::new((helper, helper_bm25)),
             split_from: match std::thread::available_parallelism().map_or(1, |n| n.get()) {
                 1 => i64::MAX,
                 _ => SPLIT_FROM,
@@ -327,7 +336,8 @@ impl IndexDb {
     pub fn clear(&mut self) -> Result<(), SearchError> {
         let tx = self.conn.transaction()?;
         tx.execute_batch(
-            "DELETE FROM documents; DELETE FROM vectors; DELETE FROM chunks; DELETE FROM files;",
+            "DELETE FROM documents; DELETE FROM vectors; DELETE FROM chunks; DELETE FROM files;
+             DELETE FROM text_changes;",
         )?;
         bump_generation(&tx)?;
         tx.commit()?;
@@ -488,42 +498,52 @@ impl IndexDb {
             // Only punctuation: no word to look for.
             return Ok(());
         }
-        let (first, complete) = self.first_text_page(&fts)?;
-        for (id, rank) in first {
-            if !each(id, -rank)? {
-                return Ok(());
-            }
-        }
-        if complete {
-            return Ok(());
-        }
-        let mut st = self.conn.prepare_cached(TEXT_ALL)?;
-        let (mut offset, mut page) = (FIRST_TEXT_PAGE, FIRST_TEXT_PAGE * 4);
-        loop {
-            let mut rows = st.query(params![fts, page, offset])?;
-            let mut read = 0;
-            while let Some(r) = rows.next()? {
-                read += 1;
-                if !each(r.get(0)?, -r.get::<_, f64>(1)?)? {
+        let mut bm25 = self.bm25.lock().unwrap_or_else(PoisonError::into_inner);
+        bm25.run(&self.conn, |conn| {
+            let (first, complete) = self.first_text_page(conn, &fts)?;
+            for (id, rank) in first {
+                if !each(id, -rank)? {
                     return Ok(());
                 }
             }
-            if read < page {
+            if complete {
                 return Ok(());
             }
-            offset += page;
-            page = page.saturating_mul(4);
-        }
+            let mut st = conn.prepare_cached(TEXT_ALL)?;
+            let (mut offset, mut page) = (FIRST_TEXT_PAGE, FIRST_TEXT_PAGE * 4);
+            loop {
+                let mut rows = st.query(params![fts, page, offset])?;
+                let mut read = 0;
+                while let Some(r) = rows.next()? {
+                    read += 1;
+                    if !each(r.get(0)?, -r.get::<_, f64>(1)?)? {
+                        return Ok(());
+                    }
+                }
+                if read < page {
+                    return Ok(());
+                }
+                offset += page;
+                page = page.saturating_mul(4);
+            }
+        })
     }
 
     /// The best [`FIRST_TEXT_PAGE`] matches of `fts` as (id, FTS5 rank), best first, and
-    /// whether they are all the matches. Split in two, each half's best page is read at once;
-    /// the global best page is the best of both (each of its rows is in its half's best page).
-    fn first_text_page(&self, fts: &str) -> Result<(Vec<(i64, f64)>, bool), SearchError> {
+    /// whether they are all the matches, read on `conn` (`self.conn` in a transaction).
+    /// Split in two, each half's best page is read at once, the upper half on the helper
+    /// connection; the global best page is the best of both (each of its rows is in its
+    /// half's best page).
+    fn first_text_page(
+        &self,
+        conn: &Connection,
+        fts: &str,
+    ) -> Result<(Vec<(i64, f64)>, bool), SearchError> {
         let page = FIRST_TEXT_PAGE;
-        let (lo, hi): (Option<i64>, Option<i64>) = self
-            .conn
-            .prepare_cached("SELECT min(id), max(id) FROM chunks")?
+        let (lo, hi): (Option<i64>, Option<i64>) = conn
+            // Two subqueries: SQLite reads a lone min() or max() off the index, both at once
+            // by scanning every row.
+            .prepare_cached("SELECT (SELECT min(id) FROM chunks), (SELECT max(id) FROM chunks)")?
             .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let rows = |conn: &Connection, sql: &str, args: &[&dyn rusqlite::ToSql]| {
             let mut st = conn.prepare_cached(sql)?;
@@ -535,7 +555,7 @@ impl IndexDb {
         let mid = match (lo, hi) {
             (Some(lo), Some(hi)) if hi - lo >= self.split_from => lo + (hi - lo) / 2,
             _ => {
-                let got = rows(&self.conn, TEXT_ALL, params![fts, page, 0])?;
+                let got = rows(conn, TEXT_ALL, params![fts, page, 0])?;
                 let complete = (got.len() as i64) < page;
                 return Ok((got, complete));
             }
@@ -543,15 +563,19 @@ impl IndexDb {
         let (helper, rows) = (&self.helper, &rows);
         let (low, high) = std::thread::scope(|s| {
             let high = s.spawn(move || {
-                let helper = helper.lock().unwrap_or_else(PoisonError::into_inner);
-                rows(&helper, TEXT_AFTER, params![fts, mid, page])
+                let mut helper = helper.lock().unwrap_or_else(PoisonError::into_inner);
+                let (conn, bm25) = &mut *helper;
+                bm25.run(conn, |conn| rows(conn, TEXT_AFTER, params![fts, mid, page]))
             });
-            let low = rows(&self.conn, TEXT_UP_TO, params![fts, mid, page]);
+            let low = rows(conn, TEXT_UP_TO, params![fts, mid, page]);
             let high = high.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             (low, high)
         });
         let (low, high) = (low?, high?);
-        let complete = (low.len() as i64) < page && (high.len() as i64) < page;
+        // Complete only if both halves are, and the best page of both holds all they found.
+        let complete = (low.len() as i64) < page
+            && (high.len() as i64) < page
+            && ((low.len() + high.len()) as i64) <= page;
         let mut got = low;
         got.extend(high);
         got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
@@ -782,6 +806,81 @@ mod tests {
             pages_through_every_match_once(1),
             pages_through_every_match_once(SPLIT_FROM)
         );
+    }
+
+    /// Writes `f{i}.md` with `n` repeats of the word and `extra` other words.
+    fn put(db: &mut IndexDb, i: usize, n: usize, extra: usize) {
+        let chunk = Chunk {
+            line_start: 1,
+            line_end: 1,
+            heading: String::new(),
+            text: format!("{} {}", "harbour ".repeat(n), "filler ".repeat(extra)),
+        };
+        db.replace_file(&format!("f{i}.md"), stamp(), None, &[chunk], &[], "m")
+            .unwrap();
+    }
+
+    /// Text search's scores (with lengths from memory) are FTS5's own `bm25()`, exactly,
+    /// whatever changed in between: on `db`, on another connection, in a burst longer than the
+    /// change log keeps, or all at once.
+    fn assert_scores_are_bm25(db: &IndexDb) {
+        let mut ours = Vec::new();
+        db.text_search_each("harbour", &mut |id, score| {
+            ours.push((id, score));
+            Ok(true)
+        })
+        .unwrap();
+        let fts5: Vec<(i64, f64)> = db
+            .conn
+            .prepare("SELECT rowid, -bm25(documents) FROM documents WHERE documents MATCH 'harbour' ORDER BY bm25(documents), rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(ours.len(), fts5.len());
+        for ((id, a), (fid, b)) in ours.iter().zip(&fts5) {
+            assert_eq!(id, fid, "{ours:?}\n{fts5:?}");
+            assert!((a - b).abs() < 1e-9, "{id}: {a} vs bm25 {b}");
+        }
+    }
+
+    #[test]
+    fn text_scores_are_bm25_through_every_kind_of_change() {
+        for split_from in [1, SPLIT_FROM] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(DB_FILE);
+            let mut ours = IndexDb::open(&path, "ws").unwrap();
+            ours.split_from = split_from;
+            let mut other = IndexDb::open(&path, "ws").unwrap();
+            for i in 0..40 {
+                put(&mut ours, i, i % 5 + 1, i % 11);
+            }
+            assert_scores_are_bm25(&ours);
+            // Rewritten in place: the last file's chunk gets its id back, with a new length.
+            put(&mut ours, 39, 2, 30);
+            put(&mut ours, 3, 1, 50);
+            assert_scores_are_bm25(&ours);
+            // Changed on another connection (the log is what tells).
+            put(&mut other, 39, 4, 2);
+            other.remove_file("f5.md", false).unwrap();
+            put(&mut other, 40, 3, 9);
+            assert_scores_are_bm25(&ours);
+            // More changes than the log keeps, after the newest file's chunk got its id back
+            // with a new length: read afresh.
+            put(&mut other, 40, 1, 70);
+            for round in 0..((rank::LOG_KEPT + rank::LOG_PRUNE_EVERY) as usize) {
+                put(&mut other, 100 + round, round % 3 + 1, round % 13);
+            }
+            assert_scores_are_bm25(&ours);
+            // Emptied and filled again.
+            other.clear().unwrap();
+            for i in 0..5 {
+                put(&mut other, i, 5 - i, i * 3);
+            }
+            assert_scores_are_bm25(&ours);
+            assert_scores_are_bm25(&other);
+        }
     }
 
     fn pages_through_every_match_once(split_from: i64) -> Vec<(i64, f64)> {

@@ -8,6 +8,7 @@
 //! - [`embed`]: the embedders (the built-in model, an OpenAI-compatible endpoint; a hashing
 //!   test double).
 //! - [`index`]: the SQLite half (the truth); [`hnsw`]: the graph (rebuilt from it when needed).
+//! - `rank`: text search's BM25, with documents' lengths kept in memory.
 //! - [`workspace`]: one workspace's index: update, rescan, query.
 //! - [`import`]: documents brought in from another agent memory (PostgreSQL + pgvector).
 //! - [`indexer`]: the background thread that follows changes.
@@ -21,6 +22,7 @@ pub mod import;
 pub mod index;
 pub mod indexer;
 pub mod quality;
+mod rank;
 pub mod workspace;
 
 pub use indexer::{Change, EmbedderChoice, Indexer};
@@ -52,6 +54,10 @@ pub enum SearchError {
     /// The query cannot be run (e.g. a vector query with no embedder).
     #[error("{0}")]
     Unavailable(String),
+    /// What was given cannot be indexed as it is (an embedding with a component that is not
+    /// a finite number, a document given twice); nothing of it was written.
+    #[error("{0}")]
+    Invalid(String),
     /// `system/search.toml` is wrong.
     #[error("{0}")]
     Config(String),
