@@ -155,7 +155,7 @@ impl From<rustix::io::Errno> for FsError {
     }
 }
 
-/// The errno of a vault error read through the mount (`vault/secrets/<name>`): every variant
+/// The errno of a search error met through the mount (a search, `workspace.db`): every variant
 /// matched, so a new one picks its errno on purpose.
 fn search_errno(e: &crate::search::SearchError) -> i32 {
     use crate::search::SearchError as S;
@@ -164,6 +164,7 @@ fn search_errno(e: &crate::search::SearchError) -> i32 {
         S::Db(_) | S::Corrupt(_) | S::Hnsw(_) | S::Embed(_) | S::Config(_) => libc::EIO,
         // Search is off in this daemon, or not ready for this query.
         S::Unavailable(_) => libc::ENOENT,
+        S::Invalid(_) => libc::EINVAL,
     }
 }
 

@@ -13,6 +13,7 @@ mod deferred_calls;
 mod disk_full;
 mod estop;
 mod git_for_agents;
+mod hostile_memory;
 mod one_agent_one_uid;
 mod posix_gaps;
 mod quota;

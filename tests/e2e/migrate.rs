@@ -76,7 +76,7 @@ fn a_migration_resumes_after_a_failed_batch_and_catches_a_corrupted_row() {
     ];
     let failed = migrate(&args);
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
-    assert!(text(&failed).contains("document 1234: its embedding holds a NULL"));
+    assert!(text(&failed).contains(r#"document "1234": its embedding: holds a NULL"#));
     // The batches before the failing one are in, none of it and none after.
     assert_eq!(sqlite(&db, "SELECT count(*) FROM chunks"), "1200");
     assert_eq!(
@@ -122,7 +122,7 @@ fn a_migration_resumes_after_a_failed_batch_and_catches_a_corrupted_row() {
     assert_ne!(v["report"]["checksum"][0], v["report"]["checksum"][1]);
     assert_eq!(
         v["report"]["mismatches"],
-        serde_json::json!(["document 42: content or embedding differs"])
+        serde_json::json!([r#"document "42": content or embedding differs"#])
     );
 }
 
@@ -162,7 +162,7 @@ fn a_migration_refuses_clearly_and_writes_nothing() {
         "is timestamp with time zone; expected vector or real[]",
     );
     pg.sql("UPDATE vectors SET embedding = '{1,2,3}'; INSERT INTO vectors (document_id, embedding) VALUES (1, '{4,5,6}')");
-    refused(&[], "document 1 has 2 embeddings");
+    refused(&[], r#"document "1" has 2 embeddings"#);
 
     // Nothing listens on a port just closed.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

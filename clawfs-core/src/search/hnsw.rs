@@ -105,6 +105,16 @@ impl Hnsw {
                 format!("{} components, expected {}", v.as_ref().len(), self.dim),
             ));
         }
+        // A NaN's distance to anything is NaN, which would rank it first for every query.
+        if let Some((key, _)) = items
+            .iter()
+            .find(|(_, v)| v.as_ref().iter().any(|x| !x.is_finite()))
+        {
+            return Err(err(
+                "adding",
+                format!("the vector of {key} has a component that is not a finite number"),
+            ));
+        }
         for (key, _) in items {
             if self.index.contains(*key as u64) {
                 self.index
@@ -195,5 +205,27 @@ impl Hnsw {
         tmp.persist(path)
             .map_err(|e| err("saving the graph", e.error))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NaN's distance to any query is NaN, which ranked it first for every query: a vector
+    /// with a component that is not a finite number never enters the graph.
+    #[test]
+    fn a_vector_that_is_not_finite_is_refused() {
+        let h = Hnsw::new(4, HnswParams::default()).unwrap();
+        h.add(1, &[1.0, 0.0, 0.0, 0.0]).unwrap();
+        for bad in [f32::NAN, f32::INFINITY] {
+            assert!(h.add(2, &[0.0, bad, 0.0, 0.0]).is_err());
+            assert!(h
+                .add_many(&[(3, vec![1.0, 1.0, 0.0, 0.0]), (4, vec![bad; 4])])
+                .is_err());
+        }
+        assert_eq!(h.len(), 1);
+        assert!(h.add(5, &[1.0, 0.0]).is_err(), "another dimension");
+        assert_eq!(h.search(&[0.0, 1.0, 0.0, 0.0], 3).unwrap().len(), 1);
     }
 }

@@ -61,6 +61,10 @@ pub struct Progress {
     pub vectors: u64,
     /// Whether every document was imported.
     pub done: bool,
+    /// The folder of the workspace the documents went into (none: an import recorded before
+    /// it was kept).
+    #[serde(default)]
+    pub into: Option<String>,
 }
 
 fn progress_key(key: &str) -> String {
@@ -218,6 +222,7 @@ impl WorkspaceIndex {
         model: &str,
         progress: &Progress,
     ) -> Result<(), SearchError> {
+        check_batch(docs)?;
         let (removed, added) = self.db().import_batch(key, docs, model, progress)?;
         let graph = self.graph();
         for id in removed {
@@ -252,6 +257,29 @@ impl WorkspaceIndex {
     }
 }
 
+/// Refuses a batch the index cannot keep as it is, before anything of it is written: a
+/// document given twice (both would claim one file and one graph key), or an embedding with a
+/// NaN or infinite component (cosine distance to it is NaN, which ranks it first for every
+/// query).
+fn check_batch(docs: &[(Document, Placed)]) -> Result<(), SearchError> {
+    let mut seen = std::collections::HashSet::new();
+    for (d, _) in docs {
+        if !seen.insert(d.source_id.as_str()) {
+            return Err(SearchError::Invalid(format!(
+                "document {} comes twice",
+                d.source_id.escape_debug()
+            )));
+        }
+        if let Some(x) = d.embedding.iter().flatten().find(|x| !x.is_finite()) {
+            return Err(SearchError::Invalid(format!(
+                "document {}: its embedding holds {x}, not a finite number",
+                d.source_id.escape_debug()
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +292,38 @@ mod tests {
         assert_ne!(a, row_digest("1", "ab", None));
         assert_ne!(row_digest("1", "", None), row_digest("1", "", Some(&[])));
         assert_eq!(a, row_digest("1", "ab", Some(&[1.0])));
+    }
+
+    #[test]
+    fn a_batch_with_a_document_twice_or_a_non_finite_vector_is_refused_whole() {
+        let doc = |id: &str, v: Vec<f32>| {
+            (
+                Document {
+                    source_id: id.into(),
+                    workspace_id: "w".into(),
+                    content: "c".into(),
+                    metadata: None,
+                    embedding: Some(v),
+                    created_at: None,
+                },
+                Placed {
+                    path: format!("imported/{id}.md"),
+                    stamp: FileStamp {
+                        size: 1,
+                        mtime_ns: 0,
+                        ino: 0,
+                        ctime_ns: 0,
+                    },
+                },
+            )
+        };
+        assert!(check_batch(&[doc("1", vec![1.0]), doc("2", vec![0.5])]).is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = check_batch(&[doc("1", vec![1.0]), doc("2", vec![bad])]).unwrap_err();
+            assert!(matches!(e, SearchError::Invalid(_)), "{e}");
+        }
+        let e = check_batch(&[doc("1", vec![1.0]), doc("1", vec![0.5])]).unwrap_err();
+        assert!(e.to_string().contains("comes twice"), "{e}");
     }
 
     #[test]
@@ -298,6 +358,7 @@ mod tests {
             documents: 2,
             vectors: 1,
             done: false,
+            into: Some("imported".into()),
         };
         let batch = [doc("1", Some(vec![0.5, 0.5])), doc("2", None)];
         db.import_batch("k", &batch, "m", &p).unwrap();

@@ -200,11 +200,22 @@ pub fn run(
         _ => opts.embedding_model.clone().unwrap_or_default(),
     };
     let mut progress = match index.import_progress(&key)? {
-        Some(p) => p,
+        Some(p) => {
+            // One import, one folder: a resumed run that went elsewhere would split it.
+            if let Some(into) = p.into.as_deref().filter(|i| *i != place.folder()) {
+                return Err(MigrateError::Refused(format!(
+                    "an earlier run of this import put its documents in {into:?}, not {:?}: \
+                     run it again with --into {into:?}",
+                    place.folder()
+                )));
+            }
+            p
+        }
         None => {
             place.check_fresh()?;
             Progress {
                 source: source.description.clone(),
+                into: Some(place.folder().to_string()),
                 ..Progress::default()
             }
         }
@@ -345,15 +356,22 @@ pub fn verify(
     let mut mismatches = Vec::new();
     for (id, d) in &theirs {
         match ours.get(id) {
-            None => mismatches.push(format!("document {id}: missing in the target")),
-            Some(o) if o != d => {
-                mismatches.push(format!("document {id}: content or embedding differs"))
-            }
+            None => mismatches.push(format!(
+                "document \"{}\": missing in the target",
+                id.escape_debug()
+            )),
+            Some(o) if o != d => mismatches.push(format!(
+                "document \"{}\": content or embedding differs",
+                id.escape_debug()
+            )),
             Some(_) => {}
         }
     }
     for id in ours.keys().filter(|id| !theirs.contains_key(*id)) {
-        mismatches.push(format!("document {id}: in the target only"));
+        mismatches.push(format!(
+            "document \"{}\": in the target only",
+            id.escape_debug()
+        ));
     }
     mismatches.truncate(20);
     Ok(Report {

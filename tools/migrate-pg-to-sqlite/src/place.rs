@@ -24,6 +24,8 @@ pub trait Placement {
     fn place(&mut self, doc: &Document) -> Result<Placed, MigrateError>;
     /// Makes everything placed so far durable.
     fn sync(&mut self) -> Result<(), MigrateError>;
+    /// The folder documents go into (`--into`).
+    fn folder(&self) -> &str;
 }
 
 /// The file name of document `id`: the id itself when it is a plain name, else `%` and a hash
@@ -46,9 +48,13 @@ pub fn file_name(id: &str) -> String {
 pub fn check_into(into: &str) -> Result<(), MigrateError> {
     let ok = !into.is_empty()
         && !into.starts_with('/')
-        && !clawfs_core::search::workspace::is_managed(into)
         && into.split('/').all(|part| {
-            !part.is_empty() && part != "." && part != ".." && !part.starts_with(".clawfs")
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && !part.starts_with(".clawfs")
+                && !part.chars().any(char::is_control)
+                && !clawfs_core::search::workspace::is_managed(part)
         });
     match ok {
         true => Ok(()),
@@ -67,6 +73,10 @@ pub struct PathsOnly {
 impl Placement for PathsOnly {
     fn check_fresh(&self) -> Result<(), MigrateError> {
         Ok(())
+    }
+
+    fn folder(&self) -> &str {
+        &self.into
     }
 
     fn place(&mut self, doc: &Document) -> Result<Placed, MigrateError> {
@@ -125,6 +135,10 @@ impl WorkspaceFiles {
 }
 
 impl Placement for WorkspaceFiles {
+    fn folder(&self) -> &str {
+        &self.into
+    }
+
     fn check_fresh(&self) -> Result<(), MigrateError> {
         match clawfs_core::beneath::open(
             self.workspace.as_fd(),

@@ -90,6 +90,13 @@ impl Source {
             .pg_url
             .parse()
             .map_err(|e| MigrateError::Refused(format!("--pg-url: {e}")))?;
+        // As libpq: a URL without a password takes PGPASSWORD's (the environment is private
+        // to the user, a command line is not).
+        if config.get_password().is_none() {
+            if let Some(password) = std::env::var_os("PGPASSWORD") {
+                config.password(password.as_encoded_bytes());
+            }
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -166,6 +173,7 @@ impl Source {
             ),
         };
         let workspace = &args.workspace_id;
+        check_documents(&mut client, &description, &d, &id, &ws, &content, workspace)?;
         let doubled: Vec<(String, i64)> = client
             .query(
                 &format!(
@@ -180,9 +188,21 @@ impl Source {
             .collect();
         if let Some((doc, n)) = doubled.first() {
             return Err(MigrateError::Refused(format!(
-                "{description}: document {doc} has {n} embeddings; a ClawFS document keeps one"
+                "{description}: document \"{}\" has {n} embeddings; a ClawFS document keeps one",
+                doc.escape_debug()
             )));
         }
+        check_embeddings(
+            &mut client,
+            &description,
+            &v,
+            &d,
+            &id,
+            &ws,
+            &doc_id,
+            &emb,
+            workspace,
+        )?;
         let orphan_vectors: i64 = client
             .query_one(
                 &format!(
@@ -270,39 +290,7 @@ impl Source {
             .client
             .query(&self.sql.batch, &[&workspace, &after, &limit])
             .map_err(pg("reading documents"))?;
-        rows.iter()
-            .map(|r| {
-                let source_id: String = r.get(0);
-                let metadata: Option<String> = r.get(3);
-                let metadata = metadata
-                    .map(|m| serde_json::from_str(&m))
-                    .transpose()
-                    .map_err(|e| {
-                        MigrateError::Refused(format!(
-                            "document {source_id}: its metadata is not JSON: {e}"
-                        ))
-                    })?;
-                let embedding: Option<Vec<Option<f32>>> = r.get(4);
-                let embedding = embedding
-                    .map(|v| v.into_iter().collect::<Option<Vec<f32>>>())
-                    .map(|v| {
-                        v.ok_or_else(|| {
-                            MigrateError::Refused(format!(
-                                "document {source_id}: its embedding holds a NULL"
-                            ))
-                        })
-                    })
-                    .transpose()?;
-                Ok(Document {
-                    source_id,
-                    workspace_id: r.get(1),
-                    content: r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    metadata,
-                    embedding,
-                    created_at: r.get(5),
-                })
-            })
-            .collect()
+        rows.iter().map(decode).collect()
     }
 
     /// The digest of every document of `workspace` (see [`row_digest`]), read afresh.
@@ -325,6 +313,161 @@ impl Source {
                 out.insert(d.source_id.clone(), row_digest(&d.source_id, &d.content, v));
             }
         }
+    }
+}
+
+/// One row of the batch query as a document, refused with the document named (escaped: its id
+/// is the source's, and may hold anything) when a value is not what a document holds.
+fn decode(r: &postgres::Row) -> Result<Document, MigrateError> {
+    let id: Option<String> = r
+        .try_get(0)
+        .map_err(|e| MigrateError::Refused(format!("a document's id: {e}")))?;
+    let source_id =
+        id.ok_or_else(|| MigrateError::Refused("a document has no id (NULL)".into()))?;
+    let shown = source_id.escape_debug().to_string();
+    let refuse = |what: &str, e: &dyn std::fmt::Display| {
+        MigrateError::Refused(format!("document \"{shown}\": {what}: {e}"))
+    };
+    let metadata: Option<String> = r.try_get(3).map_err(|e| refuse("its metadata", &e))?;
+    let metadata = metadata
+        .map(|m| serde_json::from_str(&m))
+        .transpose()
+        .map_err(|e| refuse("its metadata is not JSON", &e))?;
+    // A vector (an array of more than one dimension is refused by the decoding).
+    let embedding: Option<Vec<Option<f32>>> =
+        r.try_get(4).map_err(|e| refuse("its embedding", &e))?;
+    let embedding = embedding
+        .map(|v| {
+            v.into_iter()
+                .map(|x| match x {
+                    Some(x) if x.is_finite() => Ok(x),
+                    Some(x) => Err(refuse("its embedding", &format!("holds {x}"))),
+                    None => Err(refuse("its embedding", &"holds a NULL")),
+                })
+                .collect::<Result<Vec<f32>, _>>()
+        })
+        .transpose()?;
+    let content: Option<String> = r.try_get(2).map_err(|e| refuse("its content", &e))?;
+    let content = content.unwrap_or_default();
+    if content.len() as u64 > MAX_DOCUMENT_BYTES {
+        return Err(refuse(
+            "its content",
+            &format!(
+                "{} bytes, over the {MAX_DOCUMENT_BYTES} a document may have",
+                content.len()
+            ),
+        ));
+    }
+    Ok(Document {
+        workspace_id: r.try_get(1).map_err(|e| refuse("its workspace", &e))?,
+        content,
+        metadata,
+        embedding,
+        created_at: r
+            .try_get(5)
+            .map_err(|e| refuse("its embedding's time", &e))?,
+        source_id,
+    })
+}
+
+/// The most text one document may have: what the daemon indexes of a file
+/// ([`clawfs_core::search::chunk::MAX_FILE_BYTES`]).
+pub const MAX_DOCUMENT_BYTES: u64 = clawfs_core::search::chunk::MAX_FILE_BYTES;
+
+/// Refuses, before anything is written, documents the import could not keep: an id that is
+/// NULL or held twice (equal as the id's type, or as text, which names the file), or a text
+/// over [`MAX_DOCUMENT_BYTES`] (a memory can hold rows of any size; the import would hold a
+/// batch of them).
+fn check_documents(
+    client: &mut Client,
+    description: &str,
+    d: &str,
+    id: &str,
+    ws: &str,
+    content: &str,
+    workspace: &String,
+) -> Result<(), MigrateError> {
+    let counts = client
+        .query_one(
+            &format!(
+                "SELECT count(*), count(d.{id}), count(DISTINCT d.{id}), count(DISTINCT d.{id}::text),
+                        count(*) FILTER (WHERE octet_length(d.{content}::text) > $2::bigint)
+                 FROM {d} d WHERE d.{ws}::text = $1"
+            ),
+            &[workspace, &(MAX_DOCUMENT_BYTES as i64)],
+        )
+        .map_err(pg("checking the documents"))?;
+    let [all, with_id, distinct, distinct_text, oversized]: [i64; 5] =
+        std::array::from_fn(|i| counts.get(i));
+    let refuse = |why: String| Err(MigrateError::Refused(format!("{description}: {why}")));
+    if with_id < all {
+        return refuse(format!("documents without an id (NULL): {}", all - with_id));
+    }
+    if distinct < all || distinct_text < all {
+        let twice: Option<String> = client
+            .query_opt(
+                &format!(
+                    "SELECT min(d.{id}::text) FROM {d} d WHERE d.{ws}::text = $1
+                     GROUP BY d.{id} HAVING count(*) > 1
+                     UNION ALL
+                     SELECT min(d.{id}::text) FROM {d} d WHERE d.{ws}::text = $1
+                     GROUP BY d.{id}::text HAVING count(*) > 1 LIMIT 1"
+                ),
+                &[workspace],
+            )
+            .map_err(pg("checking the documents"))?
+            .map(|r| r.get(0));
+        return refuse(format!(
+            "the id \"{}\" is held by more than one document; a ClawFS document has one id",
+            twice.unwrap_or_default().escape_debug()
+        ));
+    }
+    if oversized > 0 {
+        return refuse(format!(
+            "documents with more than {MAX_DOCUMENT_BYTES} bytes of text (the most ClawFS \
+             indexes of a file): {oversized}"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses, before anything is written, embeddings that are not vectors of finite numbers: an
+/// array of more than one dimension, or a NaN or infinite component (the distance to a NaN is
+/// NaN, which would rank that document first for every query of the workspace).
+#[allow(clippy::too_many_arguments)]
+fn check_embeddings(
+    client: &mut Client,
+    description: &str,
+    v: &str,
+    d: &str,
+    id: &str,
+    ws: &str,
+    doc_id: &str,
+    emb: &str,
+    workspace: &String,
+) -> Result<(), MigrateError> {
+    let bad: Option<String> = client
+        .query_opt(
+            &format!(
+                "SELECT d.{id}::text FROM {v} v JOIN {d} d ON v.{doc_id} = d.{id}
+                 WHERE d.{ws}::text = $1 AND v.{emb} IS NOT NULL AND (
+                     array_ndims(v.{emb}::real[]) <> 1
+                     OR 'NaN'::real = ANY(v.{emb}::real[])
+                     OR 'Infinity'::real = ANY(v.{emb}::real[])
+                     OR '-Infinity'::real = ANY(v.{emb}::real[]))
+                 LIMIT 1"
+            ),
+            &[workspace],
+        )
+        .map_err(pg("checking the embeddings"))?
+        .map(|r| r.get(0));
+    match bad {
+        Some(doc) => Err(MigrateError::Refused(format!(
+            "{description}: the embedding of document \"{}\" is not a vector of finite numbers \
+             (NaN, infinity, or an array of more than one dimension)",
+            doc.escape_debug()
+        ))),
+        None => Ok(()),
     }
 }
 
