@@ -3,6 +3,10 @@
 //! index a fresh workspace. `bench/search.sh` runs it in release mode.
 //!
 //!   search_bench [DOCS] [QUERIES]      (defaults 100000 and 200)
+//!
+//! With `SEARCH_BENCH_DIR` set, the workspace and its index are kept in that directory and a
+//! later run reuses them (the "index a fresh workspace" figure is then a rescan of current files),
+//! so queries can be profiled without indexing again.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -96,6 +100,21 @@ fn document(rng: &mut Rng, i: usize) -> String {
     out
 }
 
+/// Where the workspace and its index live: a temp dir removed at the end, or a kept one.
+enum Base {
+    Temp(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl Base {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Base::Temp(t) => t.path(),
+            Base::Kept(p) => p,
+        }
+    }
+}
+
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -110,18 +129,29 @@ fn main() {
     let queries = args.get(1).copied().unwrap_or(200);
     let model = BuiltinModel::load(&BuiltinModel::model_dir(), 256).expect("model installed");
     let dim = 256;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = match std::env::var_os("SEARCH_BENCH_DIR") {
+        Some(dir) => Base::Kept(dir.into()),
+        None => Base::Temp(tempfile::tempdir().unwrap()),
+    };
     let ws = tmp.path().join("ws");
+    let reuse = ws.join(format!("d{:03}", (docs - 1) / 1000)).exists();
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let t = Instant::now();
     for i in 0..docs {
+        // Generated even when reused, so that the queries drawn afterwards are the same.
+        let text = document(&mut rng, i);
+        if reuse {
+            continue;
+        }
         let dir = ws.join(format!("d{:03}", i / 1000));
         if i % 1000 == 0 {
             std::fs::create_dir_all(&dir).unwrap();
         }
-        std::fs::write(dir.join(format!("n{i}.md")), document(&mut rng, i)).unwrap();
+        std::fs::write(dir.join(format!("n{i}.md")), text).unwrap();
     }
-    eprintln!("wrote {docs} files in {:.1} s", t.elapsed().as_secs_f64());
+    if !reuse {
+        eprintln!("wrote {docs} files in {:.1} s", t.elapsed().as_secs_f64());
+    }
     let ws_fd = rustix::fs::open(
         &ws,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
@@ -196,36 +226,43 @@ fn main() {
         );
     }
 
-    // Text search scored in two halves at once (the default) against one pass, query by
-    // query in turn, so that the machine's drift falls on both alike.
-    let (mut split, mut single) = (Vec::new(), Vec::new());
-    for q in &qtexts {
-        for on in [true, false] {
-            ix.split_text_search(on);
-            let t = Instant::now();
-            ix.query(&Query {
-                text: q,
-                mode: Mode::Text,
-                limit: 10,
-                readable: &all,
-                workspace: ws_fd.as_fd(),
-            })
-            .unwrap();
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            match on {
-                true => split.push(ms),
-                false => single.push(ms),
-            }
+    // Each of text search's speed-ups against the query without it, query by query in turn,
+    // so that the machine's drift falls on both alike.
+    let text = |q: &str| {
+        let t = Instant::now();
+        ix.query(&Query {
+            text: q,
+            mode: Mode::Text,
+            limit: 10,
+            readable: &all,
+            workspace: ws_fd.as_fd(),
+        })
+        .unwrap();
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let compare = |label: &str, without: &str, set: &dyn Fn(bool)| {
+        let (mut with, mut other) = (Vec::new(), Vec::new());
+        for q in &qtexts {
+            set(true);
+            with.push(text(q));
+            set(false);
+            other.push(text(q));
         }
-    }
-    ix.split_text_search(true);
-    let (a, b) = (pct(&mut split, 0.5), pct(&mut single, 0.5));
-    println!(
-        "text search, interleaved: two halves at once p50 {a:.2} ms (p99 {:.2}), one pass p50 {b:.2} ms (p99 {:.2}): {:.2}x",
-        pct(&mut split, 0.99),
-        pct(&mut single, 0.99),
-        b / a
-    );
+        set(true);
+        let (a, b) = (pct(&mut with, 0.5), pct(&mut other, 0.5));
+        println!(
+            "text search, interleaved: {label} p50 {a:.2} ms (p99 {:.2}), {without} p50 {b:.2} ms (p99 {:.2}): {:.2}x",
+            pct(&mut with, 0.99),
+            pct(&mut other, 0.99),
+            b / a
+        );
+    };
+    compare("two halves at once", "one pass", &|on| {
+        ix.split_text_search(on)
+    });
+    compare("phrase counts remembered", "counted each query", &|on| {
+        ix.remember_phrase_counts(on)
+    });
 
     // Recall@10 of the graph against an exact scan of every vector.
     let db = clawfs_core::search::index::IndexDb::open(&ixdir.join("index.db"), "bench").unwrap();

@@ -302,6 +302,20 @@ impl IndexDb {
         };
     }
 
+    /// Whether text searches reuse the phrases' document counts of earlier ones while the
+    /// index is unchanged (the default).
+    pub fn remember_phrase_counts(&mut self, on: bool) {
+        self.bm25
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remember_phrase_counts(on);
+        let helper = self
+            .helper
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        helper.1.remember_phrase_counts(on);
+    }
+
     /// The workspace it indexes.
     pub(super) fn workspace(&self) -> &str {
         &self.workspace

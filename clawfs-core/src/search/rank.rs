@@ -10,11 +10,17 @@
 //! were last read, or are read afresh when the log no longer reaches back that far (it keeps
 //! the last [`LOG_KEPT`] changes). A document whose length is not known is scored with FTS5's
 //! own lookup, so every score is the one `bm25()` gives.
+//!
+//! A query's IDF needs how many documents hold each of its phrases, which FTS5 counts by walking
+//! the phrase's whole list of documents (about a third of a two-word query's time on a corpus
+//! where each word is in one document in eight). The counts are kept by phrase while the index
+//! is unchanged: the catch-up that sees any change forgets them.
 
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::ffi::{self, Fts5Context, Fts5ExtensionApi, Fts5PhraseIter};
 use rusqlite::{Connection, OptionalExtension};
@@ -27,6 +33,9 @@ pub(super) const LOG_PRUNE_EVERY: i64 = if cfg!(test) { 16 } else { 4_096 };
 
 /// Above this id, a document's length is left to FTS5 (the lengths are a vector by id).
 const MAX_ID: i64 = 1 << 24;
+
+/// How many phrases' document counts are kept before they are all forgotten.
+const HITS_KEPT: usize = 4096;
 
 /// The change log and its triggers, in the live index only (a snapshot's copy is never
 /// searched with these lengths).
@@ -50,14 +59,29 @@ CREATE TRIGGER IF NOT EXISTS text_changes_pruned AFTER INSERT ON text_changes
 pub(super) const FUNCTION: &str = "clawfs_bm25";
 
 /// The lengths a query may read, by document id (0: not known), published to the function for
-/// the length of one query on one connection.
+/// the length of one query on one connection, and the phrases' document counts, which hold
+/// for as long as the lengths do.
 #[derive(Default)]
 struct Published {
     ptr: AtomicPtr<u32>,
     len: AtomicUsize,
+    /// Documents holding each phrase, by the phrase's tokens ([`Row::phrase_key`]).
+    hits: Mutex<HashMap<Vec<u8>, i64>>,
+    /// Whether `hits` is used (the benchmark turns it off to compare).
+    remember: AtomicBool,
 }
 
 impl Published {
+    /// Whether a query is running with published lengths (so in the read transaction the
+    /// lengths and the counts were caught up in).
+    fn live(&self) -> bool {
+        !self.ptr.load(Ordering::Acquire).is_null()
+    }
+
+    fn hits(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, i64>> {
+        self.hits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The length of document `id`, if published and known.
     fn length(&self, id: i64) -> Option<u32> {
         let ptr = self.ptr.load(Ordering::Acquire);
@@ -113,7 +137,10 @@ pub(super) struct Bm25 {
 impl Bm25 {
     /// Registers `clawfs_bm25` on `conn`.
     pub(super) fn register(conn: &Connection) -> Result<Bm25, SearchError> {
-        let published = Arc::new(Published::default());
+        let published = Arc::new(Published {
+            remember: AtomicBool::new(true),
+            ..Published::default()
+        });
         let api = fts5_api(conn)?;
         let user = Arc::into_raw(Arc::clone(&published)) as *mut c_void;
         let name = std::ffi::CString::new(FUNCTION).expect("no NUL in the name");
@@ -147,6 +174,12 @@ impl Bm25 {
         })
     }
 
+    /// Whether queries reuse the phrases' document counts of earlier queries (the default).
+    pub(super) fn remember_phrase_counts(&self, on: bool) {
+        // The counts kept meanwhile stay right: every change still forgets them.
+        self.published.remember.store(on, Ordering::Relaxed);
+    }
+
     /// Runs `query` on `conn` (the connection this was registered on) in one read transaction,
     /// with the lengths caught up to what that transaction sees.
     pub(super) fn run<T>(
@@ -177,6 +210,8 @@ impl Bm25 {
         if self.seq == Some(last) {
             return Ok(());
         }
+        // A document came or went: any phrase's count may have moved.
+        self.published.hits().clear();
         let oldest: Option<i64> =
             conn.query_row("SELECT min(seq) FROM text_changes", [], |r| r.get(0))?;
         match (self.seq, oldest) {
@@ -317,7 +352,7 @@ macro_rules! call {
 impl Row<'_> {
     /// The query's statistics, computed at its first row and kept by FTS5 as the query's aux
     /// data (which only this function, one row at a time, uses).
-    fn stats(&self) -> Result<NonNull<QueryStats>, c_int> {
+    fn stats(&self, published: &Published) -> Result<NonNull<QueryStats>, c_int> {
         let p = call!(self, xGetAuxdata, 0) as *mut QueryStats;
         if let Some(p) = NonNull::new(p) {
             return Ok(p);
@@ -328,15 +363,24 @@ impl Row<'_> {
         check(call!(self, xColumnTotalSize, -1, &mut tokens))?;
         let rows_f = rows.max(1) as f64;
         let mut idf = Vec::new();
+        let live = published.live() && published.remember.load(Ordering::Relaxed);
         for phrase in 0..phrases {
-            let mut hits = 0i64;
-            check(call!(
-                self,
-                xQueryPhrase,
-                phrase,
-                (&mut hits as *mut i64).cast(),
-                Some(count_hit)
-            ))?;
+            let key = if live { self.phrase_key(phrase)? } else { None };
+            let known = key.as_ref().and_then(|k| published.hits().get(k).copied());
+            let hits = match known {
+                Some(hits) => hits,
+                None => {
+                    let hits = self.documents_holding(phrase)?;
+                    if let Some(key) = key {
+                        let mut kept = published.hits();
+                        if kept.len() >= HITS_KEPT {
+                            kept.clear();
+                        }
+                        kept.insert(key, hits);
+                    }
+                    hits
+                }
+            };
             let x = ((rows_f - hits as f64 + 0.5) / (hits as f64 + 0.5)).ln();
             idf.push(if x <= 0.0 { 1e-6 } else { x });
         }
@@ -347,6 +391,42 @@ impl Row<'_> {
         }));
         check(call!(self, xSetAuxdata, stats.cast(), Some(drop_stats)))?;
         NonNull::new(stats).ok_or(ffi::SQLITE_NOMEM)
+    }
+
+    /// How many documents hold `phrase` (FTS5 walks its list of documents).
+    fn documents_holding(&self, phrase: c_int) -> Result<i64, c_int> {
+        let mut hits = 0i64;
+        check(call!(
+            self,
+            xQueryPhrase,
+            phrase,
+            (&mut hits as *mut i64).cast(),
+            Some(count_hit)
+        ))?;
+        Ok(hits)
+    }
+
+    /// `phrase` as the tokenizer produced it: each token's length and bytes. The queries this
+    /// function serves are plain phrases ([`super::index::fts_query`]: no prefixes, columns or
+    /// NEAR), so equal keys hold in the same documents. None where FTS5 cannot tell the tokens.
+    fn phrase_key(&self, phrase: c_int) -> Result<Option<Vec<u8>>, c_int> {
+        if self.api.iVersion < 3 {
+            return Ok(None);
+        }
+        let mut key = Vec::new();
+        for token in 0..call!(self, xPhraseSize, phrase) {
+            let (mut p, mut n) = (ptr::null(), 0);
+            check(call!(self, xQueryToken, phrase, token, &mut p, &mut n))?;
+            let Ok(len) = usize::try_from(n) else {
+                return Ok(None);
+            };
+            key.extend_from_slice(&(len as u64).to_le_bytes());
+            if len > 0 {
+                // SAFETY: FTS5 set `p` to a buffer of `n` bytes, valid during this call.
+                key.extend_from_slice(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) });
+            }
+        }
+        Ok(Some(key))
     }
 
     /// How many times `phrase` occurs in the row.
@@ -387,7 +467,7 @@ impl Row<'_> {
     fn score(&self, published: &Published) -> Result<f64, c_int> {
         const K1: f64 = 1.2;
         const B: f64 = 0.75;
-        let mut stats = self.stats()?;
+        let mut stats = self.stats(published)?;
         // SAFETY: the query's aux data lives as long as the query, and nothing else touches it
         // while this row is scored (FTS5 calls the function for one row at a time).
         let stats = unsafe { stats.as_mut() };

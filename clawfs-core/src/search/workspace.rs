@@ -556,6 +556,12 @@ impl WorkspaceIndex {
         self.db().split_text_search(on);
     }
 
+    /// Whether text searches reuse the phrases' document counts of earlier ones while the
+    /// index is unchanged (the default).
+    pub fn remember_phrase_counts(&self, on: bool) {
+        self.db().remember_phrase_counts(on);
+    }
+
     /// Chunks and files indexed, and vectors in the graph.
     pub fn counts(&self) -> Result<(u64, u64, usize), SearchError> {
         let (chunks, files) = self.db().counts()?;
