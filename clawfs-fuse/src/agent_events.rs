@@ -55,6 +55,7 @@ use clawfs_core::cgroup::Cgroup2;
 use clawfs_core::ClawFs;
 pub use clawfs_ebpf;
 use clawfs_ebpf::{Event, EventKind, Monitor, Refusal, RefusedObject};
+use rustix::event::{PollFd, PollFlags};
 use tracing::{debug, warn};
 
 /// Events recorded per agent per second at most; the rest are counted and dropped.
@@ -67,8 +68,12 @@ pub const OP_DROPPED: &str = "audit:events-dropped";
 const BASE: &str = "clawfs:base";
 /// Records waiting for the audit log at most.
 const QUEUE: usize = 4096;
-/// How long the event thread waits for the ring buffer before looking again.
-const IDLE: Duration = Duration::from_millis(20);
+/// How long the event thread waits for the ring buffer before looking again (for events the
+/// kernel counted as lost; new events wake it at once).
+const IDLE: rustix::time::Timespec = rustix::time::Timespec {
+    tv_sec: 1,
+    tv_nsec: 0,
+};
 /// Rule of a path system call on the mount refused by the kernel itself.
 pub const RULE_KERNEL: &str = "KERNEL";
 /// Rule of a system call refused by the sandbox's seccomp filter.
@@ -268,14 +273,38 @@ fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
     };
     // (agent, kind) → the volume of the current second.
     let mut budgets: HashMap<(String, String), Budget> = HashMap::new();
+    let ready = match shared
+        .monitor
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map(|w| w.monitor.events_fd())
+    {
+        Some(Ok(fd)) => fd,
+        Some(Err(e)) => {
+            warn!(error = %e, "eBPF monitor: agent activity is no longer audited");
+            return;
+        }
+        None => return,
+    };
     loop {
+        // Waits without the monitor's lock, so that watching a new agent's group never waits
+        // for it.
+        let mut fds = [PollFd::new(&ready, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&IDLE)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                warn!(error = %e, "eBPF monitor: waiting for events; agent activity is no longer audited");
+                return;
+            }
+        }
         let (events, lost) = {
             let mut guard = shared
                 .monitor
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let Some(w) = guard.as_mut() else { return };
-            match w.monitor.next_events(IDLE) {
+            match w.monitor.next_events(Duration::ZERO) {
                 Ok(evs) => (evs, w.monitor.lost_events()),
                 Err(e) => {
                     warn!(error = %e, "eBPF monitor: reading events; agent activity is no longer audited");

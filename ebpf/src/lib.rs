@@ -14,7 +14,7 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -464,6 +464,16 @@ impl Monitor {
         };
         self.forget_verdicts();
         removed
+    }
+
+    /// A descriptor of the event ring buffer that polls readable while events wait: a
+    /// duplicate, so that a thread can wait on it without holding the monitor (the ring buffer
+    /// lives as long as the descriptor does).
+    pub fn events_fd(&self) -> Result<OwnedFd, Error> {
+        self.events
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io("duplicating the event ring buffer's descriptor", e))
     }
 
     /// The events queued so far, waiting up to `timeout` for the first one.

@@ -3,12 +3,17 @@
 //!
 //! Changes are queued ([`Indexer::notify`]) and taken in batches: after the first, the thread
 //! waits until no change came for [`QUIET`] (at most [`MAX_WAIT`]), so a burst of writes to one
-//! file is indexed once. Each workspace's graph is saved after each batch.
+//! file is indexed once. The vector graphs a batch changed are saved once the queue has been
+//! quiet for [`SAVE_QUIET`] (at the latest [`SAVE_AT_LEAST_EVERY`] under a steady stream of
+//! changes, and when the indexer stops): a save rewrites and syncs the whole graph file, tens
+//! to hundreds of megabytes, which done after every batch competed with the writers for the
+//! disk. A graph left unsaved by a crash does not match the database's generation and is
+//! rebuilt from the database at the next start.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -22,6 +27,10 @@ use super::SearchError;
 pub const QUIET: Duration = Duration::from_millis(150);
 /// The longest a change waits in a busy queue.
 pub const MAX_WAIT: Duration = Duration::from_secs(2);
+/// How long the queue must be quiet before changed graphs are saved.
+pub const SAVE_QUIET: Duration = Duration::from_secs(5);
+/// The longest a changed graph goes unsaved while changes keep coming.
+pub const SAVE_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// How often an idle indexer retries files indexed without vectors.
 pub const RETRY_UNEMBEDDED: Duration = Duration::from_secs(60);
 
@@ -343,40 +352,72 @@ fn open_index(
 }
 
 fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
+    // Workspaces whose graph changed since it was saved, and since when.
+    let mut unsaved = BTreeSet::new();
+    let mut unsaved_since = None;
     loop {
-        let first = match rx.recv_timeout(RETRY_UNEMBEDDED) {
+        let wait = match unsaved.is_empty() {
+            true => RETRY_UNEMBEDDED,
+            false => SAVE_QUIET,
+        };
+        let first = match rx.recv_timeout(wait) {
             Ok(c) => c,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(RecvTimeoutError::Timeout) if unsaved.is_empty() => {
                 retry_unembedded(shared);
                 continue;
             }
+            Err(RecvTimeoutError::Timeout) => {
+                save_graphs(shared, &mut unsaved);
+                unsaved_since = None;
+                continue;
+            }
+            // Stopping: `Indexer::stop` saves every open graph.
             Err(RecvTimeoutError::Disconnected) => return,
         };
         let mut batch = BTreeSet::from([first]);
         let started = Instant::now();
         loop {
-            match rx.recv_timeout(QUIET) {
-                Ok(c) => {
-                    batch.insert(c);
+            // Sleeps instead of waiting on the queue: a waiting receiver is woken by every
+            // change, which cost each write through the mount a wake-up of this thread.
+            std::thread::sleep(QUIET);
+            let (mut came, mut gone) = (false, false);
+            loop {
+                match rx.try_recv() {
+                    Ok(c) => {
+                        batch.insert(c);
+                        came = true;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        gone = true;
+                        break;
+                    }
                 }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => break,
             }
-            if started.elapsed() > MAX_WAIT {
+            if gone || !came || started.elapsed() > MAX_WAIT {
                 break;
             }
         }
-        let mut touched = BTreeSet::new();
         for change in batch {
-            if let Err(e) = apply(shared, &change, &mut touched) {
+            if let Err(e) = apply(shared, &change, &mut unsaved) {
                 tracing::warn!(?change, error = %e, "indexing failed");
             }
         }
-        for ws in touched {
-            if let Ok((ix, _)) = open_index(shared, &ws) {
-                if let Err(e) = ix.save_graph() {
-                    tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
-                }
+        if !unsaved.is_empty()
+            && unsaved_since.get_or_insert_with(Instant::now).elapsed() >= SAVE_AT_LEAST_EVERY
+        {
+            save_graphs(shared, &mut unsaved);
+            unsaved_since = None;
+        }
+    }
+}
+
+/// Saves the graphs of the workspaces in `unsaved`, and empties it.
+fn save_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
+    for ws in std::mem::take(unsaved) {
+        if let Ok((ix, _)) = open_index(shared, &ws) {
+            if let Err(e) = ix.save_graph() {
+                tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
             }
         }
     }
