@@ -5,8 +5,9 @@
 #
 # Mounts a store with each binary on one loop-device ext4 image, writes the same source-like
 # tree (bench/helper.c `tree`) into each, makes it a git repository, and then, alternating the
-# two mounts each round, times a warm `grep -r` and a `git status`, so that the machine's
-# drifting load hits both alike. Needs root; cleans up on exit.
+# two mounts each round, times a warm `grep -r`, a `git status` and a sequential write of 1 GiB
+# (`dd bs=1M conv=fsync`, as bench/run.sh), so that the machine's drifting load hits both
+# alike. Needs root; cleans up on exit.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -62,20 +63,23 @@ ms() {
     "$@" >/dev/null
     echo $((($(date +%s%N) - s) / 1000000))
 }
-declare -A G S
+declare -A G S D
 for t in old new; do git -C "$W/fs/$t/workspaces/default/repo" status >/dev/null; done
 for ((i = 0; i < ROUNDS; i++)); do
     for t in old new; do
         r=$W/fs/$t/workspaces/default/repo
         G[$t]+="$(ms grep -r --exclude-dir=.git CLAWFS_NEEDLE "$r") "
         S[$t]+="$(ms git -C "$r" status) "
+        f=$W/fs/$t/workspaces/default/seqwrite
+        D[$t]+="$(ms dd if=/dev/zero of="$f" bs=1M count=1024 conv=fsync status=none) "
+        rm -f "$f"
     done
 done
 median() { tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-echo "| binary | grep -r, median ms | git status, median ms |"
-echo "|---|---:|---:|"
+echo "| binary | grep -r, median ms | git status, median ms | sequential write 1 GiB, median ms |"
+echo "|---|---:|---:|---:|"
 for t in old new; do
-    echo "| $t (${BIN[$t]}) | $(median <<<"${G[$t]}") | $(median <<<"${S[$t]}") |"
+    echo "| $t (${BIN[$t]}) | $(median <<<"${G[$t]}") | $(median <<<"${S[$t]}") | $(median <<<"${D[$t]}") |"
 done
 echo
-echo "$FILES files, $ROUNDS alternating rounds; grep times: old ${G[old]}/ new ${G[new]}; git status: old ${S[old]}/ new ${S[new]}"
+echo "$FILES files, $ROUNDS alternating rounds; grep times: old ${G[old]}/ new ${G[new]}; git status: old ${S[old]}/ new ${S[new]}; sequential write: old ${D[old]}/ new ${D[new]}"

@@ -36,6 +36,9 @@ const MAX_ID: i64 = 1 << 24;
 
 /// How many phrases' document counts are kept before they are all forgotten.
 const HITS_KEPT: usize = 4096;
+/// The longest phrase (its key's bytes) whose count is kept: words are short, and a query of
+/// one enormous word must not make the kept counts hold gigabytes.
+const LONGEST_KEPT: usize = 256;
 
 /// The change log and its triggers, in the live index only (a snapshot's copy is never
 /// searched with these lengths).
@@ -365,7 +368,10 @@ impl Row<'_> {
         let mut idf = Vec::new();
         let live = published.live() && published.remember.load(Ordering::Relaxed);
         for phrase in 0..phrases {
-            let key = if live { self.phrase_key(phrase)? } else { None };
+            let key = match live {
+                true => self.phrase_key(phrase)?,
+                false => None,
+            };
             let known = key.as_ref().and_then(|k| published.hits().get(k).copied());
             let hits = match known {
                 Some(hits) => hits,
@@ -408,7 +414,8 @@ impl Row<'_> {
 
     /// `phrase` as the tokenizer produced it: each token's length and bytes. The queries this
     /// function serves are plain phrases ([`super::index::fts_query`]: no prefixes, columns or
-    /// NEAR), so equal keys hold in the same documents. None where FTS5 cannot tell the tokens.
+    /// NEAR), so equal keys hold in the same documents. None where FTS5 cannot tell the tokens
+    /// or the key would be longer than [`LONGEST_KEPT`].
     fn phrase_key(&self, phrase: c_int) -> Result<Option<Vec<u8>>, c_int> {
         if self.api.iVersion < 3 {
             return Ok(None);
@@ -420,6 +427,9 @@ impl Row<'_> {
             let Ok(len) = usize::try_from(n) else {
                 return Ok(None);
             };
+            if key.len() + 8 + len > LONGEST_KEPT {
+                return Ok(None);
+            }
             key.extend_from_slice(&(len as u64).to_le_bytes());
             if len > 0 {
                 // SAFETY: FTS5 set `p` to a buffer of `n` bytes, valid during this call.
