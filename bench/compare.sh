@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/compare.sh — two clawfs binaries side by side on one journaled ext4, same run.
 #
-#   bash bench/compare.sh --old PATH --new PATH [--files N] [--rounds N]
+#   bash bench/compare.sh --old PATH --new PATH [--old-args ARGS] [--new-args ARGS] [--files N] [--rounds N]
 #
 # Mounts a store with each binary on one loop-device ext4 image, writes the same source-like
 # tree (bench/helper.c `tree`) into each, makes it a git repository, and then, alternating the
@@ -11,11 +11,13 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OLD="" NEW="" FILES=10000 ROUNDS=7
+OLD="" NEW="" OLD_ARGS="" NEW_ARGS="" FILES=10000 ROUNDS=7
 while (($#)); do
     case $1 in
         --old) OLD=$2; shift 2 ;;
         --new) NEW=$2; shift 2 ;;
+        --old-args) OLD_ARGS=$2; shift 2 ;;
+        --new-args) NEW_ARGS=$2; shift 2 ;;
         --files) FILES=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -31,7 +33,7 @@ for n in "$FILES" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option
 source "$REPO/bench/lib.sh"
 W=$(mktemp -d /tmp/clawfs-compare.XXXXXX)
 LOOPDEV=""
-declare -A BIN=([old]=$OLD [new]=$NEW)
+declare -A BIN=([old]=$OLD [new]=$NEW) ARGS=([old]=$OLD_ARGS [new]=$NEW_ARGS)
 cleanup() {
     set +e
     for t in old new; do unmount_clawfs "${BIN[$t]}" "$W/fs/$t" 2>/dev/null; done
@@ -49,7 +51,8 @@ cc -O2 -Wall -o "$W/helper" "$REPO/bench/helper.c" || die "cannot compile bench/
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 for t in old new; do
     mkdir -p "$W/fs/$t"
-    "${BIN[$t]}" mount "$W/fs/$t" --store "$W/fs/store-$t" >/dev/null || die "$t: mount failed"
+    # shellcheck disable=SC2086 # extra mount options, split as words
+    "${BIN[$t]}" mount "$W/fs/$t" --store "$W/fs/store-$t" ${ARGS[$t]} >/dev/null || die "$t: mount failed"
     r=$W/fs/$t/workspaces/default/repo
     "$W/helper" tree "$r" $(((FILES + 99) / 100)) "$FILES"
     git -C "$r" -c init.defaultBranch=main init -q
