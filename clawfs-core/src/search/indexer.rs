@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -125,6 +126,9 @@ struct Shared {
     index_root: PathBuf,
     embedder: EmbedderChoice,
     open: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
+    /// Set by [`Indexer::stop`]: the thread ends at the next file instead of finishing its
+    /// batch (minutes for a large tree, during which the daemon outlived its unmount).
+    stopping: AtomicBool,
 }
 
 /// Every workspace's index and the thread that keeps them current.
@@ -164,6 +168,7 @@ impl Indexer {
             index_root: store_root.join(crate::store::PRIVATE_DIR).join("index"),
             embedder,
             open: Mutex::default(),
+            stopping: AtomicBool::new(false),
         });
         let indexer = Arc::new(Indexer {
             shared: Arc::clone(&shared),
@@ -256,8 +261,10 @@ impl Indexer {
         ix.rescan(ws.as_fd(), progress)
     }
 
-    /// Stops the thread after the changes queued so far, and saves every graph.
+    /// Stops the thread at the next file, and saves every graph. Changes not indexed yet are
+    /// found by the rescan of the next mount.
     pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -399,6 +406,9 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             }
         }
         for change in batch {
+            if shared.stopping.load(Ordering::Relaxed) {
+                return;
+            }
             if let Err(e) = apply(shared, &change, &mut unsaved) {
                 tracing::warn!(?change, error = %e, "indexing failed");
             }
@@ -423,6 +433,17 @@ fn save_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
     }
 }
 
+/// Rescans `ix` until the indexer stops.
+fn rescan(
+    shared: &Shared,
+    ix: &WorkspaceIndex,
+    ws: &OwnedFd,
+) -> Result<super::workspace::RescanReport, SearchError> {
+    ix.rescan_while(ws.as_fd(), &mut |_, _| {}, &|| {
+        !shared.stopping.load(Ordering::Relaxed)
+    })
+}
+
 /// Gives the files indexed without vectors (the embedder was unavailable) another try, in
 /// every open index that has some.
 fn retry_unembedded(shared: &Shared) {
@@ -440,7 +461,7 @@ fn retry_unembedded(shared: &Shared) {
         let Ok(ws) = workspace_fd(shared, ix.name()) else {
             continue;
         };
-        match ix.rescan(ws.as_fd(), &mut |_, _| {}) {
+        match rescan(shared, &ix, &ws) {
             Ok(r) => tracing::info!(
                 workspace = ix.name(),
                 updated = r.updated,
@@ -462,7 +483,7 @@ fn apply(
             let (ix, fresh) = open_index(shared, workspace)?;
             let ws = workspace_fd(shared, workspace)?;
             if fresh {
-                ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+                rescan(shared, &ix, &ws)?;
             } else {
                 ix.update(ws.as_fd(), rel)?;
             }
@@ -483,7 +504,7 @@ fn apply(
                 Err(e) => return Err(e),
             };
             let (ix, _) = open_index(shared, workspace)?;
-            let r = ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+            let r = rescan(shared, &ix, &ws)?;
             tracing::info!(workspace = %workspace, updated = r.updated, removed = r.removed, failed = r.failed, "workspace indexed");
             Ok(())
         }
@@ -495,7 +516,7 @@ fn apply(
                 .remove(workspace);
             let (ix, _) = open_index(shared, workspace)?;
             let ws = workspace_fd(shared, workspace)?;
-            ix.rescan(ws.as_fd(), &mut |_, _| {})?;
+            rescan(shared, &ix, &ws)?;
             Ok(())
         }
     }

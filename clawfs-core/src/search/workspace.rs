@@ -379,6 +379,17 @@ impl WorkspaceIndex {
         ws: BorrowedFd<'_>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<RescanReport, SearchError> {
+        self.rescan_while(ws, progress, &|| true)
+    }
+
+    /// [`WorkspaceIndex::rescan`], ending before the next file once `go_on` says no (the graph
+    /// saved, the report so far).
+    pub fn rescan_while(
+        &self,
+        ws: BorrowedFd<'_>,
+        progress: &mut dyn FnMut(u64, u64),
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<RescanReport, SearchError> {
         let files = list_files(ws)?;
         let mut report = RescanReport::default();
         let known = self.db().paths()?;
@@ -389,6 +400,9 @@ impl WorkspaceIndex {
         }
         let total = files.len() as u64;
         for (i, rel) in files.iter().enumerate() {
+            if !go_on() {
+                break;
+            }
             match self.update(ws, rel) {
                 Ok(true) => report.updated += 1,
                 Ok(false) => report.unchanged += 1,
