@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::common::{clawfs, vault, Mounted};
+use crate::common::{clawfs, text, vault, Mounted};
 
 /// Locks the vault when the test ends, also when it fails: no key is left in the kernel keyring.
 struct LockOnDrop<'a>(&'a Mounted);
@@ -20,10 +20,6 @@ impl Drop for LockOnDrop<'_> {
     fn drop(&mut self) {
         let _ = vault(self.0, &["lock"], None);
     }
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 fn ok(o: Output) -> String {

@@ -7,24 +7,22 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::common::postgres::Postgres;
-use crate::common::workspace_bin;
+use crate::common::{migrate_pg, text};
 
-fn migrate(args: &[&str]) -> Output {
-    Command::new(workspace_bin(
-        "migrate-pg-to-sqlite",
-        "migrate-pg-to-sqlite",
-    ))
-    .args(args)
-    .output()
-    .expect("run migrate-pg-to-sqlite")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+/// Imports `pg` into the database `db`, quietly, with `extra` options.
+fn import(pg: &Postgres, db: &Path, extra: &[&str]) -> Output {
+    let url = pg.url();
+    let mut args = vec![
+        "--pg-url",
+        &url,
+        "--sqlite-path",
+        db.to_str().unwrap(),
+        "--embedding-model",
+        "m",
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    migrate_pg(&args)
 }
 
 /// A source with P1.4 §6's tables (ids of type `id_type`, embeddings `real[]`) and three
@@ -49,16 +47,7 @@ fn source(id_type: &str) -> Postgres {
 fn refused(pg: &Postgres, why: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("out.db");
-    let url = pg.url();
-    let out = migrate(&[
-        "--pg-url",
-        &url,
-        "--sqlite-path",
-        db.to_str().unwrap(),
-        "--embedding-model",
-        "m",
-        "--quiet",
-    ]);
+    let out = import(pg, &db, &[]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains(why), "expected {why:?}: {said}");
@@ -136,16 +125,7 @@ fn an_id_made_of_terminal_escapes_is_printed_escaped() {
     );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("out.db");
-    let url = pg.url();
-    let out = migrate(&[
-        "--pg-url",
-        &url,
-        "--sqlite-path",
-        db.to_str().unwrap(),
-        "--embedding-model",
-        "m",
-        "--quiet",
-    ]);
+    let out = import(&pg, &db, &[]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains(r#"document "x\u{1b}[2K"#), "{said}");
@@ -165,22 +145,7 @@ fn a_resumed_import_cannot_go_to_another_folder() {
     );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("out.db");
-    let url = pg.url();
-    let run = |into: &str| {
-        migrate(&[
-            "--pg-url",
-            &url,
-            "--sqlite-path",
-            db.to_str().unwrap(),
-            "--embedding-model",
-            "m",
-            "--batch-size",
-            "10",
-            "--into",
-            into,
-            "--quiet",
-        ])
-    };
+    let run = |into: &str| import(&pg, &db, &["--batch-size", "10", "--into", into]);
     let cut = run("first");
     assert_eq!(cut.status.code(), Some(1), "{}", text(&cut));
     pg.sql("UPDATE vectors SET embedding[2] = 1 WHERE document_id = 20");

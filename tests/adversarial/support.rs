@@ -9,13 +9,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-pub use crate::common::audit_until;
+pub use crate::common::{audit_until, text};
 use crate::common::{clawfs, Mounted};
-
-/// Stdout and stderr of a finished command, together.
-pub fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
 
 /// `clawfs run --agent AGENT [OPTIONS…] -- CMD…` against the mount, sandboxed unless the options
 /// say `--no-sandbox` (options such as `--user UID`).

@@ -72,14 +72,14 @@ pub fn cli(m: &Mounted, args: &[&str]) -> Output {
     clawfs(all)
 }
 
+/// Stdout and stderr of a finished command, together.
+pub fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
 /// The standard output of a command that must succeed (else its output is shown).
 pub fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", text(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -415,6 +415,17 @@ pub fn workspace_bin(name: &str, package: &str) -> PathBuf {
     }
     assert!(path.exists(), "{} is missing", path.display());
     path
+}
+
+/// Runs `migrate-pg-to-sqlite ARGS`.
+pub fn migrate_pg(args: &[&str]) -> Output {
+    Command::new(workspace_bin(
+        "migrate-pg-to-sqlite",
+        "migrate-pg-to-sqlite",
+    ))
+    .args(args)
+    .output()
+    .expect("run migrate-pg-to-sqlite")
 }
 
 /// Asserts that `cond` holds now: what a tool changed in the backing store is visible through

@@ -7,26 +7,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::common::postgres::Postgres;
-use crate::common::{clawfs, ok, workspace_bin, Mounted};
+use crate::common::{clawfs, migrate_pg, ok, text, Mounted};
 use clawfs_core::search::EmbedderChoice;
-
-fn migrate(args: &[&str]) -> Output {
-    Command::new(workspace_bin(
-        "migrate-pg-to-sqlite",
-        "migrate-pg-to-sqlite",
-    ))
-    .args(args)
-    .output()
-    .expect("run migrate-pg-to-sqlite")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// P1.4 §6's tables, embeddings of type `embedding_type`.
 fn tables(pg: &Postgres, embedding_type: &str) {
@@ -74,7 +56,7 @@ fn a_migration_resumes_after_a_failed_batch_and_catches_a_corrupted_row() {
         "100",
         "--quiet",
     ];
-    let failed = migrate(&args);
+    let failed = migrate_pg(&args);
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
     assert!(text(&failed).contains(r#"document "1234": its embedding: holds a NULL"#));
     // The batches before the failing one are in, none of it and none after.
@@ -88,7 +70,7 @@ fn a_migration_resumes_after_a_failed_batch_and_catches_a_corrupted_row() {
     );
 
     pg.sql("UPDATE vectors SET embedding[3] = 3 WHERE document_id = 1234");
-    let resumed = migrate(&args);
+    let resumed = migrate_pg(&args);
     let report = text(&resumed);
     assert!(resumed.status.success(), "{report}");
     assert!(report.contains("after 1200 documents"), "{report}");
@@ -115,7 +97,7 @@ fn a_migration_resumes_after_a_failed_batch_and_catches_a_corrupted_row() {
     );
     let mut json_args = args.to_vec();
     json_args.push("--json");
-    let caught = migrate(&json_args);
+    let caught = migrate_pg(&json_args);
     assert_eq!(caught.status.code(), Some(5), "{}", text(&caught));
     let v: serde_json::Value = serde_json::from_slice(&caught.stdout).unwrap();
     assert_eq!(v["ok"], false);
@@ -149,7 +131,7 @@ fn a_migration_refuses_clearly_and_writes_nothing() {
             "m",
         ];
         args.extend_from_slice(extra);
-        let out = migrate(&args);
+        let out = migrate_pg(&args);
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {}", text(&out));
         assert!(text(&out).contains(why), "{extra:?}: {}", text(&out));
         assert!(!Path::new(db).exists(), "{extra:?} wrote {db}");
@@ -170,7 +152,7 @@ fn a_migration_refuses_clearly_and_writes_nothing() {
         .local_addr()
         .unwrap()
         .port();
-    let out = migrate(&[
+    let out = migrate_pg(&[
         "--pg-url",
         &format!("postgresql://postgres:hunter2@127.0.0.1:{port}/postgres"),
         "--sqlite-path",
