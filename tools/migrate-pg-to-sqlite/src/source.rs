@@ -144,18 +144,18 @@ impl Source {
             )));
         }
 
-        let (d, v) = (ident(&c.documents_table), ident(&c.vectors_table));
-        let (id, ws, content, meta) = (
-            ident(&c.id_column),
-            ident(&c.workspace_column),
-            ident(&c.content_column),
-            ident(&c.metadata_column),
-        );
-        let (doc_id, emb, created) = (
-            ident(&c.document_id_column),
-            ident(&c.embedding_column),
-            ident(&c.created_at_column),
-        );
+        let names = Names::of(c);
+        let Names {
+            d,
+            v,
+            id,
+            ws,
+            content,
+            meta,
+            doc_id,
+            emb,
+            created,
+        } = &names;
         // The resume point comes back as text and is compared in the id's own type, so that
         // numbers order as numbers.
         let sql = Queries {
@@ -173,7 +173,7 @@ impl Source {
             ),
         };
         let workspace = &args.workspace_id;
-        check_documents(&mut client, &description, &d, &id, &ws, &content, workspace)?;
+        check_documents(&mut client, &description, &names, workspace)?;
         let doubled: Vec<(String, i64)> = client
             .query(
                 &format!(
@@ -192,17 +192,7 @@ impl Source {
                 doc.escape_debug()
             )));
         }
-        check_embeddings(
-            &mut client,
-            &description,
-            &v,
-            &d,
-            &id,
-            &ws,
-            &doc_id,
-            &emb,
-            workspace,
-        )?;
+        check_embeddings(&mut client, &description, &names, workspace)?;
         let orphan_vectors: i64 = client
             .query_one(
                 &format!(
@@ -316,6 +306,35 @@ impl Source {
     }
 }
 
+/// The source's tables (`d` documents, `v` vectors) and columns, quoted for SQL.
+struct Names {
+    d: String,
+    v: String,
+    id: String,
+    ws: String,
+    content: String,
+    meta: String,
+    doc_id: String,
+    emb: String,
+    created: String,
+}
+
+impl Names {
+    fn of(c: &crate::options::Columns) -> Names {
+        Names {
+            d: ident(&c.documents_table),
+            v: ident(&c.vectors_table),
+            id: ident(&c.id_column),
+            ws: ident(&c.workspace_column),
+            content: ident(&c.content_column),
+            meta: ident(&c.metadata_column),
+            doc_id: ident(&c.document_id_column),
+            emb: ident(&c.embedding_column),
+            created: ident(&c.created_at_column),
+        }
+    }
+}
+
 /// One row of the batch query as a document, refused with the document named (escaped: its id
 /// is the source's, and may hold anything) when a value is not what a document holds.
 fn decode(r: &postgres::Row) -> Result<Document, MigrateError> {
@@ -381,12 +400,12 @@ pub const MAX_DOCUMENT_BYTES: u64 = clawfs_core::search::chunk::MAX_FILE_BYTES;
 fn check_documents(
     client: &mut Client,
     description: &str,
-    d: &str,
-    id: &str,
-    ws: &str,
-    content: &str,
+    names: &Names,
     workspace: &String,
 ) -> Result<(), MigrateError> {
+    let Names {
+        d, id, ws, content, ..
+    } = names;
     let counts = client
         .query_one(
             &format!(
@@ -434,18 +453,21 @@ fn check_documents(
 /// Refuses, before anything is written, embeddings that are not vectors of finite numbers: an
 /// array of more than one dimension, or a NaN or infinite component (the distance to a NaN is
 /// NaN, which would rank that document first for every query of the workspace).
-#[allow(clippy::too_many_arguments)]
 fn check_embeddings(
     client: &mut Client,
     description: &str,
-    v: &str,
-    d: &str,
-    id: &str,
-    ws: &str,
-    doc_id: &str,
-    emb: &str,
+    names: &Names,
     workspace: &String,
 ) -> Result<(), MigrateError> {
+    let Names {
+        d,
+        v,
+        id,
+        ws,
+        doc_id,
+        emb,
+        ..
+    } = names;
     let bad: Option<String> = client
         .query_opt(
             &format!(
