@@ -100,21 +100,6 @@ fn document(rng: &mut Rng, i: usize) -> String {
     out
 }
 
-/// Where the workspace and its index live: a temp dir removed at the end, or a kept one.
-enum Base {
-    Temp(tempfile::TempDir),
-    Kept(std::path::PathBuf),
-}
-
-impl Base {
-    fn path(&self) -> &std::path::Path {
-        match self {
-            Base::Temp(t) => t.path(),
-            Base::Kept(p) => p,
-        }
-    }
-}
-
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -129,11 +114,16 @@ fn main() {
     let queries = args.get(1).copied().unwrap_or(200);
     let model = BuiltinModel::load(&BuiltinModel::model_dir(), 256).expect("model installed");
     let dim = 256;
-    let tmp = match std::env::var_os("SEARCH_BENCH_DIR") {
-        Some(dir) => Base::Kept(dir.into()),
-        None => Base::Temp(tempfile::tempdir().unwrap()),
+    // Where the workspace and its index live: a kept folder, or a temp one removed at the end.
+    let temp;
+    let base = match std::env::var_os("SEARCH_BENCH_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            temp = tempfile::tempdir().unwrap();
+            temp.path().to_path_buf()
+        }
     };
-    let ws = tmp.path().join("ws");
+    let ws = base.join("ws");
     let reuse = ws.join(format!("d{:03}", (docs - 1) / 1000)).exists();
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let t = Instant::now();
@@ -159,7 +149,7 @@ fn main() {
     )
     .unwrap();
     let e: Arc<dyn Embedder> = Arc::new(model.with_dimension(dim));
-    let ixdir = tmp.path().join("ix");
+    let ixdir = base.join("ix");
     let (ix, _) = WorkspaceIndex::open(
         "bench",
         &IndexFiles::private(&ixdir).unwrap(),
