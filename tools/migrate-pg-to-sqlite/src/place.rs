@@ -214,6 +214,11 @@ mod tests {
             "x/.clawfs-tmp",
             "snapshots/x",
             ".git",
+            // Managed names below the top, and names that would rewrite the terminal.
+            "notes/.git",
+            "a/.search/b",
+            "a\nb",
+            "a\u{1b}[2Kb",
         ] {
             assert!(check_into(bad).is_err(), "{bad}");
         }
