@@ -3,40 +3,55 @@
 # (create+write+close of N files of 4 KiB, one process) on two ClawFS mounts of this build, one
 # indexing (the default) and one with --no-search, in interleaved rounds.
 #
-#   bash bench/indexing.sh [--clawfs-bin PATH] [--files N] [--rounds N]
+#   bash bench/indexing.sh [--clawfs-bin PATH] [--files N] [--rounds N] [--image-dir DIR]
 #
-# Indexing runs in the daemon's background thread; between rounds the script waits until that
-# thread has been idle for 7 s (it saves its graphs after 5 s of quiet), so each round starts
-# alike. Prints the median time per side, their ratio, and the median of the rounds' on/off
-# ratios. Needs root (mounts) and the model (scripts/fetch-model.sh). Cleans up on exit.
+# Both stores live on one fresh journaled ext4 image, made in /tmp or in --image-dir (on a tmpfs
+# such as /dev/shm the host disk's own variation, often 2x between rounds, is out of the figures
+# and what is left is the indexer's competition for the CPUs). Rounds alternate which side goes
+# first (on-off, off-on, ...), so that drift within a round hits both alike. Indexing runs in the
+# daemon's background thread; before each side's turn the script waits until that thread has
+# been idle for 7 s (it saves its graphs after 5 s of quiet), so each turn starts alike. Prints
+# the median time per side, their ratio, the median of the rounds' on/off ratios and a 95%
+# bootstrap interval for it. Needs root (mounts) and the model (scripts/fetch-model.sh). Cleans up
+# on exit.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CLAWFS="" FILES=5000 ROUNDS=5
+CLAWFS="" FILES=5000 ROUNDS=5 IMAGE_DIR=""
 while (($#)); do
     case $1 in
         --clawfs-bin) CLAWFS=$2; shift 2 ;;
         --files) FILES=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --image-dir) IMAGE_DIR=$2; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "indexing.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || { echo "indexing.sh: run as root" >&2; exit 1; }
+[[ -z $IMAGE_DIR || -d $IMAGE_DIR ]] || { echo "indexing.sh: --image-dir: $IMAGE_DIR is not a directory" >&2; exit 2; }
 # shellcheck source=bench/lib.sh
 source "$REPO/bench/lib.sh"
 CLAWFS=$(release_clawfs "$CLAWFS")
 WORK=$(mktemp -d /tmp/clawfs-indexing.XXXXXX)
+IMG=$WORK/img
+[[ -z $IMAGE_DIR ]] || IMG=$(mktemp "$IMAGE_DIR/clawfs-indexing-img.XXXXXX")
+LOOPDEV=""
 cleanup() {
     set +e
-    for s in on off; do unmount_clawfs "$CLAWFS" "$WORK/$s/mnt" >/dev/null 2>&1; done
+    for s in on off; do unmount_clawfs "$CLAWFS" "$WORK/fs/$s/mnt" >/dev/null 2>&1; done
+    sleep 0.5
+    release_loop "$WORK/fs" "$LOOPDEV"
+    rm -f "$IMG"
     remove_unmounted "$WORK"
 }
 trap cleanup EXIT
+mkdir -p "$WORK/fs"
+journaled_loop "$IMG" 4G "$WORK/fs" || { echo "indexing.sh: cannot set up the ext4 image" >&2; exit 1; }
 cc -O2 -o "$WORK/helper" "$REPO/bench/helper.c"
-for s in on off; do mkdir -p "$WORK/$s/mnt"; done
-"$CLAWFS" mount "$WORK/on/mnt" --store "$WORK/on/store" >/dev/null
-"$CLAWFS" mount "$WORK/off/mnt" --store "$WORK/off/store" --no-search >/dev/null
-PID_ON=$(python3 -c "import json,sys; print(json.load(open('$WORK/on/store/.clawfs/daemon.json'))['pid'])")
+for s in on off; do mkdir -p "$WORK/fs/$s/mnt"; done
+"$CLAWFS" mount "$WORK/fs/on/mnt" --store "$WORK/fs/on/store" >/dev/null
+"$CLAWFS" mount "$WORK/fs/off/mnt" --store "$WORK/fs/off/store" --no-search >/dev/null
+PID_ON=$(python3 -c "import json,sys; print(json.load(open('$WORK/fs/on/store/.clawfs/daemon.json'))['pid'])")
 
 # Waits until the indexing daemon's indexer thread used no CPU for 7 seconds: nothing is left of
 # the last round, not even the graph save that follows 5 s of quiet. (The thread and those it
@@ -57,9 +72,11 @@ idle() {
 
 declare -A T=([on]="" [off]="")
 for ((i = 0; i < ROUNDS; i++)); do
-    for s in on off; do
+    order="on off"
+    ((i % 2 == 0)) || order="off on"
+    for s in $order; do
         idle
-        d=$WORK/$s/mnt/workspaces/default/r$i
+        d=$WORK/fs/$s/mnt/workspaces/default/r$i
         mkdir "$d"
         t0=$(date +%s%N)
         "$WORK/helper" create "$d" "$FILES" 4096
@@ -69,13 +86,21 @@ for ((i = 0; i < ROUNDS; i++)); do
 done
 med() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 on=$(med "${T[on]}") off=$(med "${T[off]}")
-echo "## Indexing cost — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs"
+echo "## Indexing cost — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, image in ${IMAGE_DIR:-/tmp}"
 echo "create+write+close of $FILES files × 4 KiB, median of $ROUNDS interleaved rounds"
 echo "indexing on:  $on ms (rounds: ${T[on]})"
 echo "indexing off: $off ms (rounds: ${T[off]})"
 awk -v a="$on" -v b="$off" 'BEGIN { printf "on / off: %.3f (%+.1f%%)\n", a / b, (a / b - 1) * 100 }'
-# Each round's "on" against the "off" that ran right after it: the machine's drift (2x within
-# minutes on a shared host) moves both of a pair alike, and the median pair says what it leaves.
-paste <(tr ' ' '\n' <<<"${T[on]}" | grep .) <(tr ' ' '\n' <<<"${T[off]}" | grep .) |
-    awk '{print $1 / $2}' | sort -n |
-    awk '{r[NR] = $1} END {m = r[int((NR + 1) / 2)]; printf "on / off, median of the rounds'"'"' pairs: %.3f (%+.1f%%)\n", m, (m - 1) * 100}'
+# Each round's "on" against its "off": the machine's drift (2x within minutes on a shared host)
+# moves both of a round alike, and the median pair says what it leaves. The interval is the
+# 2.5th and 97.5th percentiles of that median over 10,000 resamplings of the rounds.
+python3 - "${T[on]}" "${T[off]}" <<'PY'
+import random, statistics, sys
+pairs = [a / b for a, b in zip(map(int, sys.argv[1].split()), map(int, sys.argv[2].split()))]
+m = statistics.median(pairs)
+rng = random.Random(1)
+boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(10000))
+lo, hi = boot[250], boot[9749]
+print(f"on / off, median of the rounds' pairs: {m:.3f} ({(m - 1) * 100:+.1f}%), "
+      f"95% interval {lo:.3f}-{hi:.3f}")
+PY

@@ -170,6 +170,27 @@ fn text_vector_and_hybrid_queries_find_the_right_lines() {
 }
 
 #[test]
+fn a_stopped_rescan_says_what_it_left_and_the_next_one_takes_it_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    corpus(&ws);
+    let (ix, _) = hashing_index(&tmp.path().join("ix"), 128);
+    let fd = ws_fd(&ws);
+    let visited = std::cell::Cell::new(0);
+    let r = ix
+        .rescan_while(fd.as_fd(), &mut |_, _| {}, &|| {
+            visited.set(visited.get() + 1);
+            visited.get() <= 1
+        })
+        .unwrap();
+    assert_eq!((r.updated, r.left), (1, 3), "{r:?}");
+    assert_eq!(ix.counts().unwrap().1, 1);
+    let r = ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    assert_eq!((r.updated, r.unchanged, r.left), (3, 1, 0), "{r:?}");
+    assert_eq!(ix.counts().unwrap().1, 4);
+}
+
+#[test]
 fn updates_renames_and_removals_are_followed() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");

@@ -24,6 +24,13 @@
 //!   operation `connect`, `sendto` or `sendmsg`, path = `tcp://ADDR:PORT` (`udp://` for the
 //!   sends), rule [`RULE_NETWORK`].
 //!
+//! The monitor's tracepoints run for every system call of the host, agent or not, so they are
+//! attached only while a run of this store may be alive: from an agent's announcement (before
+//! `clawfs run` execs the agent's program, the process opens `agents/self` as the agent, and the
+//! open is answered once they are attached: [`AgentEvents::arm`]) until no run of the store has
+//! a process left and none was announced for [`ARMED`]. The maintenance loop also attaches them
+//! when it finds a live run of the store that did not announce itself.
+//!
 //! The daemon's maintenance loop calls [`AgentEvents::refresh`] every 2 s: it watches each
 //! `agent-*` directory (the cgroup id is the directory's inode number) and unwatches vanished
 //! ones. Agent groups come and go with runs, so the `clawfs` base group is watched too: an event
@@ -64,6 +71,9 @@ pub const MAX_PER_SECOND: u32 = 1000;
 pub const MAX_REFUSALS_PER_SECOND: u32 = 100;
 /// Operation of the record saying how many events were dropped.
 pub const OP_DROPPED: &str = "audit:events-dropped";
+/// How long an announced run keeps the tracepoints attached before any of its processes is
+/// in an agent group (it enters its group before it announces itself: this is a margin).
+const ARMED: Duration = Duration::from_secs(10);
 /// Name the base group is watched under.
 const BASE: &str = "clawfs:base";
 /// Records waiting for the audit log at most.
@@ -98,6 +108,8 @@ struct Shared {
     /// `None` once stopped.
     monitor: Mutex<Option<Watching>>,
     cgroup: &'static Cgroup2,
+    /// The store, canonical: only its runs are recorded.
+    store: PathBuf,
     mountpoint: PathBuf,
     fs: Arc<ClawFs>,
     /// The mount's device (kernel encoding), read from mountinfo when first needed.
@@ -108,9 +120,33 @@ struct Watching {
     monitor: Monitor,
     /// cgroup id → agent name (`BASE` for the base group).
     ids: HashMap<u64, String>,
+    /// Until when the last announced run keeps the tracepoints attached.
+    armed_until: Option<Instant>,
 }
 
 impl Watching {
+    /// Attaches the tracepoints, if they are not.
+    fn attach(&mut self) {
+        if self.monitor.is_attached() {
+            return;
+        }
+        match self.monitor.attach() {
+            Ok(()) => debug!("eBPF monitor attached: agents may run"),
+            Err(e) => warn!(error = %e, "eBPF monitor: attaching; agent activity is not audited"),
+        }
+    }
+
+    /// Detaches the tracepoints, if they are attached and no run was announced lately.
+    fn detach_unless_armed(&mut self, now: Instant) {
+        if !self.monitor.is_attached() || self.armed_until.is_some_and(|t| now < t) {
+            return;
+        }
+        match self.monitor.detach() {
+            Ok(()) => debug!("eBPF monitor detached: no agent runs"),
+            Err(e) => warn!(error = %e, "eBPF monitor: detaching"),
+        }
+    }
+
     fn watch(&mut self, id: u64, agent: &str) {
         if self.ids.get(&id).is_some_and(|a| a == agent) {
             return;
@@ -147,8 +183,10 @@ impl AgentEvents {
             monitor: Mutex::new(Some(Watching {
                 monitor,
                 ids: HashMap::new(),
+                armed_until: None,
             })),
             cgroup,
+            store: std::fs::canonicalize(&store).unwrap_or_else(|_| store.clone()),
             mountpoint: mountpoint.to_path_buf(),
             fs: Arc::clone(&fs),
             mount_dev: std::sync::OnceLock::new(),
@@ -177,7 +215,7 @@ impl AgentEvents {
         let shared = Arc::clone(&events.shared);
         let drain = std::thread::Builder::new()
             .name("agent-events".into())
-            .spawn(move || drain(&shared, store, &tx));
+            .spawn(move || drain(&shared, &tx));
         if let Err(e) = drain {
             warn!(error = %e, "agent activity is not audited: starting its thread");
             return None;
@@ -199,10 +237,26 @@ impl AgentEvents {
         drop(monitor);
     }
 
-    /// Watches the base group and each `agent-*` group now present, unwatches vanished ones.
+    /// An agent process announced itself: the tracepoints are attached when this returns, and
+    /// stay attached for at least [`ARMED`].
+    pub fn arm(&self) {
+        let mut guard = self
+            .shared
+            .monitor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(w) = guard.as_mut() else { return };
+        w.armed_until = Some(Instant::now() + ARMED);
+        w.attach();
+    }
+
+    /// Watches the base group and each `agent-*` group now present, unwatches vanished ones;
+    /// attaches the tracepoints while a run of the store is alive, and detaches them when none
+    /// is and no run was announced for [`ARMED`].
     pub fn refresh(&self) {
         let base = self.shared.cgroup.base_dir();
         let mut present: Vec<(u64, String)> = Vec::new();
+        let mut ours_alive = false;
         if let Ok(m) = std::fs::metadata(&base) {
             present.push((m.ino(), BASE.to_string()));
         }
@@ -215,6 +269,7 @@ impl AgentEvents {
                 if let Ok(m) = entry.metadata() {
                     if m.is_dir() {
                         present.push((m.ino(), agent.to_string()));
+                        ours_alive = ours_alive || self.run_alive(&entry.path());
                     }
                 }
             }
@@ -240,7 +295,38 @@ impl AgentEvents {
         for (id, agent) in present {
             w.watch(id, &agent);
         }
+        // The detach is decided under the lock, so that an announcement cannot fall between
+        // it and the runs' reading; a run announces itself after its group is populated.
+        if ours_alive {
+            w.attach();
+        } else {
+            w.detach_unless_armed(Instant::now());
+        }
     }
+
+    /// Whether agent group `agent_dir` has a `run-PID` group with a process in it whose `clawfs
+    /// run` serves this store.
+    fn run_alive(&self, agent_dir: &Path) -> bool {
+        let Ok(runs) = std::fs::read_dir(agent_dir) else {
+            return false;
+        };
+        runs.flatten().any(|run| {
+            run.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("run-"))
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|pid| {
+                    populated(&run.path())
+                        && crate::run::store_of_run(pid).is_some_and(|s| s == self.shared.store)
+                })
+        })
+    }
+}
+
+/// Whether a process is in cgroup v2 group `dir` or below it (its `cgroup.events`).
+fn populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .is_ok_and(|events| events.lines().any(|l| l == "populated 1"))
 }
 
 /// Per-agent volume of the current second.
@@ -265,9 +351,9 @@ impl Budget {
 }
 
 /// The event thread: drains the monitor, turns events into records and queues them.
-fn drain(shared: &Shared, store: PathBuf, tx: &SyncSender<Out>) {
+fn drain(shared: &Shared, tx: &SyncSender<Out>) {
     let mut runs = Runs {
-        store: std::fs::canonicalize(&store).unwrap_or(store),
+        store: shared.store.clone(),
         known: HashMap::new(),
         pids: HashMap::new(),
     };

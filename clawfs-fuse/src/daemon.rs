@@ -329,6 +329,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .then(|| crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp))
         .flatten()
         .map(Arc::new);
+    if let Some(events) = &agent_events {
+        // Weak: the monitor holds the file system, not the other way round.
+        let events = Arc::downgrade(events);
+        fs.set_agent_start_hook(Box::new(move || {
+            if let Some(events) = events.upgrade() {
+                events.arm();
+            }
+        }));
+    }
     let indexer = match embedder {
         None => {
             warn!("workspace indexing is off (--no-search)");

@@ -111,6 +111,10 @@ pub struct RunSpec {
     /// Programs outside the system directories the sandbox lets the run execute (`clawfs mcp`
     /// runs its own binary as the agent).
     pub programs: Vec<PathBuf>,
+    /// The mount the run announces itself to (`<mount>/agents/self`, opened as the agent in its
+    /// group before anything of the agent's runs: the daemon attaches its activity monitor
+    /// before it answers).
+    pub mount: PathBuf,
 }
 
 fn fail(msg: impl std::fmt::Display) -> Failure {
@@ -228,6 +232,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         env: Vec::new(),
         sandbox: (!args.no_sandbox).then(|| (store.root().to_path_buf(), args.mount.clone())),
         programs: Vec::new(),
+        mount: args.mount.clone(),
     })
 }
 
@@ -564,6 +569,9 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
         .map_err(|_| fail("working directory contains a NUL byte"))?;
+    let announce = spec.mount.join(Area::Agents.dir_name()).join("self");
+    let announce = CString::new(announce.as_os_str().as_bytes())
+        .map_err(|_| fail("--mount contains a NUL byte"))?;
     let (uid, gid) = (spec.uid, spec.gid);
     let groups: Vec<libc::gid_t> = spec.groups.clone();
 
@@ -628,6 +636,21 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         // 3. No set-uid binary or file capability can give privileges back.
         // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) has no memory arguments.
         check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+        // 3b. Announce the agent to the daemon: its activity monitor is attached before the
+        //     open returns. Where no ClawFS answers (a --no-sandbox run without a mount) the
+        //     open fails, and nothing here depends on it; O_NONBLOCK: a FIFO there cannot hold
+        //     the run.
+        // SAFETY: `announce` is a NUL-terminated string that lives as long as the closure;
+        // open and close are async-signal-safe.
+        unsafe {
+            let fd = libc::open(
+                announce.as_ptr(),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
         // 4. Enter the working directory as the agent, so the daemon checks the agent's access.
         if let Some(dir) = &cwd {
             // SAFETY: `dir` is a NUL-terminated string that lives as long as the closure.

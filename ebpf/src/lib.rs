@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
+use aya::programs::trace_point::TracePointLinkId;
 use aya::programs::{CgroupAttachMode, CgroupSockAddr, Lsm, TracePoint};
 use aya::{Btf, Ebpf};
 
@@ -351,11 +352,21 @@ impl RawEvent {
 }
 
 /// Exec/open/connect monitoring of watched cgroups. Detaches when dropped.
+///
+/// Its tracepoints run for every system call of the host while attached (a syscall tracepoint
+/// alone sends every call of every process through the kernel's slow path: a tight loop of
+/// system calls took 2.3x as long), so they are attached only while agents may run: see
+/// [`Monitor::attach`] and [`Monitor::detach`].
 pub struct Monitor {
-    _bpf: Ebpf,
+    bpf: Ebpf,
+    /// The attached tracepoints' links, in [`TRACEPOINTS`] order; empty while detached.
+    links: Vec<TracePointLinkId>,
     watched: HashMap<MapData, u64, u32>,
     gen: Array<MapData, u32>,
     lost: Array<MapData, u64>,
+    /// Thread id → its system call in progress (`struct inflight`, 32 bytes): cleared at
+    /// attach, since what it holds from an earlier attachment is stale.
+    inflight: HashMap<MapData, u32, [u8; 32]>,
     /// Per agent index, the LOST count already reported.
     lost_seen: Vec<u64>,
     events: RingBuf<MapData>,
@@ -368,10 +379,14 @@ impl fmt::Debug for Monitor {
         f.debug_struct("Monitor")
             .field("agents", &self.agents)
             .field("watched", &self.by_cgroup)
+            .field("attached", &self.is_attached())
             .finish()
     }
 }
 
+/// The monitor's programs and their tracepoints. A system call's enter comes before its exit,
+/// so that a call that entered before the attach is never judged by its exit alone (that is the
+/// mark of a call seccomp refused); detaching goes in reverse.
 const TRACEPOINTS: [(&str, &str, &str); 4] = [
     ("clawfs_exec", "sched", "sched_process_exec"),
     ("clawfs_connect", "syscalls", "sys_enter_connect"),
@@ -380,33 +395,82 @@ const TRACEPOINTS: [(&str, &str, &str); 4] = [
 ];
 
 impl Monitor {
-    /// Loads and attaches the tracepoints, mounting tracefs at `tracefs` if needed ([`TRACEFS`] or
-    /// `/sys/kernel/debug/tracing`: the places aya looks at). Nothing is reported until
-    /// [`Monitor::watch`].
+    /// Loads the programs, mounting tracefs at `tracefs` if needed ([`TRACEFS`] or
+    /// `/sys/kernel/debug/tracing`: the places aya looks at). Nothing is reported until it is
+    /// attached ([`Monitor::attach`]) and a group watched ([`Monitor::watch`]).
     pub fn start(tracefs: &Path) -> Result<Monitor, Error> {
         ensure_tracefs(tracefs)?;
         let mut bpf = load_object("monitor", MONITOR_OBJ)?;
-        for (prog, category, name) in TRACEPOINTS {
+        for (prog, _, _) in TRACEPOINTS {
             let p: &mut TracePoint = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
-            p.attach(category, name)
-                .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))?;
         }
         let watched = take_map(&mut bpf, "WATCHED")?;
         let gen = take_map(&mut bpf, "GEN")?;
         let lost = take_map(&mut bpf, "LOST")?;
+        let inflight = take_map(&mut bpf, "INFLIGHT")?;
         let events = take_map(&mut bpf, "EVENTS")?;
         Ok(Monitor {
-            _bpf: bpf,
+            bpf,
+            links: Vec::new(),
             watched,
             gen,
             lost,
+            inflight,
             lost_seen: Vec::new(),
             events,
             agents: Vec::new(),
             by_cgroup: StdHashMap::new(),
         })
+    }
+
+    /// Attaches the tracepoints (nothing if attached already): watched groups are reported from
+    /// now on. Attaches all or none.
+    pub fn attach(&mut self) -> Result<(), Error> {
+        if self.is_attached() {
+            return Ok(());
+        }
+        let stale: Vec<u32> = self.inflight.keys().filter_map(Result::ok).collect();
+        for tid in stale {
+            let _ = self.inflight.remove(&tid);
+        }
+        for (prog, category, name) in TRACEPOINTS {
+            let attached = program::<TracePoint>(&mut self.bpf, prog).and_then(|p| {
+                p.attach(category, name)
+                    .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))
+            });
+            match attached {
+                Ok(link) => self.links.push(link),
+                Err(e) => {
+                    let _ = self.detach();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches the tracepoints (nothing if detached): the host's system calls cost what they
+    /// cost without the monitor, and nothing is reported until [`Monitor::attach`].
+    pub fn detach(&mut self) -> Result<(), Error> {
+        let mut first_error = None;
+        while let Some(link) = self.links.pop() {
+            let (prog, _, _) = TRACEPOINTS[self.links.len()];
+            let detached = program::<TracePoint>(&mut self.bpf, prog).and_then(|p| {
+                p.detach(link)
+                    .map_err(|e| Error::bpf(format!("detaching {prog}"), &e))
+            });
+            if let Err(e) = detached {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether the tracepoints are attached.
+    pub fn is_attached(&self) -> bool {
+        !self.links.is_empty()
     }
 
     /// Reports the processes of cgroup `cgroup_id` (see [`cgroup_id`]) and of its descendants (up
@@ -876,10 +940,14 @@ fn status(r: Result<(), Error>) -> Status {
     }
 }
 
-/// Probes each program kind by loading it (the monitor is also attached, with nothing watched,
-/// mounting tracefs at [`TRACEFS`] if needed). Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN).
+/// Probes each program kind by loading it (the monitor is also attached and detached, with
+/// nothing watched, mounting tracefs at [`TRACEFS`] if needed). Needs root (CAP_BPF,
+/// CAP_PERFMON, CAP_SYS_ADMIN).
 pub fn availability() -> Availability {
-    let monitor = status(Monitor::start(Path::new(TRACEFS)).map(drop));
+    let monitor = status(Monitor::start(Path::new(TRACEFS)).and_then(|mut m| {
+        m.attach()?;
+        m.detach()
+    }));
     let egress_filter = status((|| {
         let mut bpf = load_object("egress", EGRESS_OBJ)?;
         for prog in EGRESS_PROGRAMS {

@@ -100,10 +100,89 @@ impl Drop for TestCgroup {
     }
 }
 
+/// Held by the tests that start a monitor: one counts the tracepoints the process holds.
+static MONITORS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The perf links open in this process (BPF links of type perf, as `/proc/self/fdinfo` shows
+/// them): each attached tracepoint holds one.
+fn open_tracepoint_events() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf_link")
+                && std::fs::read_to_string(format!("/proc/self/fdinfo/{}", e.file_name().display()))
+                    .is_ok_and(|info| info.lines().any(|l| l == "link_type:\tperf"))
+        })
+        .count()
+}
+
+#[test]
+fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
+    require_root!();
+    let _one = MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before = open_tracepoint_events();
+    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    assert!(!monitor.is_attached(), "loaded, not attached");
+    assert_eq!(
+        open_tracepoint_events(),
+        before,
+        "no tracepoint before attach"
+    );
+    let cg = TestCgroup::new("detached");
+    monitor.watch(cg.id(), "agent-test").unwrap();
+    let run_cat = || {
+        let mut child = cg.command("/bin/cat", &["/etc/hostname"]).spawn().unwrap();
+        let pid = child.id();
+        assert!(child.wait().unwrap().success());
+        pid
+    };
+    let unseen = run_cat();
+    let exec_of = |pid: u32| {
+        move |e: &clawfs_ebpf::Event| {
+            e.pid == pid
+                && matches!(&e.kind, EventKind::Exec { filename } if filename.ends_with("cat"))
+        }
+    };
+    monitor.attach().unwrap();
+    monitor.attach().unwrap(); // twice is once
+    assert_eq!(open_tracepoint_events(), before + 4, "the four tracepoints");
+    let seen = run_cat();
+    let events = monitor
+        .collect_until(Duration::from_secs(5), |evs| evs.iter().any(exec_of(seen)))
+        .unwrap();
+    assert!(
+        events.iter().any(exec_of(seen)),
+        "attached: the exec is reported"
+    );
+    assert!(
+        !events.iter().any(exec_of(unseen)),
+        "the exec before the attach is not"
+    );
+    monitor.detach().unwrap();
+    assert!(!monitor.is_attached());
+    assert_eq!(
+        open_tracepoint_events(),
+        before,
+        "detached: no tracepoint left"
+    );
+    let after = run_cat();
+    let events = monitor
+        .collect_until(Duration::from_millis(500), |_| false)
+        .unwrap();
+    assert!(!events.iter().any(exec_of(after)), "detached: {events:?}");
+}
+
 #[test]
 fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
     require_root!();
+    let _one = MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("monitor");
     monitor.watch(cg.id(), "agent-test").unwrap();
 
@@ -388,6 +467,9 @@ fn egress_filter_allows_listed_ports_only_inside_the_cgroup() {
 #[test]
 fn availability_reports_each_kind_and_lsm_refusal() {
     require_root!();
+    let _one = MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let a = availability();
     eprintln!("{a}");
     assert_eq!(a.monitor, Status::Available);
@@ -484,7 +566,11 @@ fn refuse_syscall(nr: u32) -> std::io::Result<()> {
 #[test]
 fn monitor_reports_refused_and_seccomp_refused_calls() {
     require_root!();
+    let _one = MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("refusals");
     monitor.watch(cg.id(), "agent-test").unwrap();
 

@@ -115,6 +115,53 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
 /// path, however the path was spelled: relative, absolute, with `..`, relative to `/`, through a
 /// symlink, from a directory descriptor; a refusal the daemon answered itself is on record
 /// once, not twice.
+/// The perf links (attached tracepoints) the process `pid` holds, from its `fdinfo`.
+fn tracepoints_held(pid: i32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf_link")
+                && std::fs::read_to_string(format!(
+                    "/proc/{pid}/fdinfo/{}",
+                    e.file_name().display()
+                ))
+                .is_ok_and(|info| info.lines().any(|l| l == "link_type:\tperf"))
+        })
+        .count()
+}
+
+/// The monitor's tracepoints slow every system call of the host, so an idle daemon holds none:
+/// they are attached when a run of its store announces itself, before its program starts (its
+/// very first exec is on record), and detached after the last such run.
+#[test]
+fn the_monitor_is_attached_only_while_agents_run() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let m = Mounted::new();
+    let pid = m.daemon_pid();
+    assert_eq!(tracepoints_held(pid), 0, "an idle daemon attaches nothing");
+    // (Other tests' runs are of other stores: no concern of this daemon.)
+    let out = m.run_agent(AGENT, "sleep 0.5");
+    assert!(out.status.success(), "{}", text(&out));
+    let all = audit_until(&m, |all| !of_agent(records(all, "exec", "/sh")).is_empty());
+    assert!(
+        !of_agent(records(&all, "exec", "/sh")).is_empty(),
+        "the run's first exec (sh) is on record: {all:#?}"
+    );
+    // Detached again once no run of the store is alive and the announcement has aged (10 s), at
+    // the next 2 s refresh.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while tracepoints_held(pid) != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(tracepoints_held(pid), 0, "detached after the run");
+}
+
 #[test]
 fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();

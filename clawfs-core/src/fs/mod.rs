@@ -193,6 +193,8 @@ pub struct ClawFs {
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
+    /// Called when an agent announces itself (see [`ClawFs::set_agent_start_hook`]).
+    agent_start: std::sync::OnceLock<AgentStartHook>,
     vault: std::sync::OnceLock<crate::vault::Vault>,
     /// The workspaces' indexes, when search is on (set once at mount).
     indexer: std::sync::OnceLock<Arc<crate::search::Indexer>>,
@@ -237,6 +239,11 @@ pub enum Invalidation {
 
 /// Delivers invalidations to the kernel and returns once they are done (or given up on).
 pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
+
+/// What the daemon does when an agent process announces itself: before `clawfs run` hands the
+/// process to the agent's program, the process (already in its agent group, as the agent)
+/// opens `agents/self`, and the open is answered only after this returns.
+pub type AgentStartHook = Box<dyn Fn() + Send + Sync>;
 
 /// What `open` opened.
 pub enum Opened {
@@ -317,6 +324,7 @@ impl ClawFs {
             cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),
             shared: Default::default(),
             invalidator: Default::default(),
+            agent_start: Default::default(),
             vault: Default::default(),
             indexer: std::sync::OnceLock::new(),
             recent: std::sync::Mutex::new(lru::LruCache::new(RECENT_BACKINGS)),
@@ -342,6 +350,18 @@ impl ClawFs {
     /// Sets how the kernel is told about changes made behind its back.
     pub fn set_invalidator(&self, invalidator: Invalidator) {
         let _ = self.invalidator.set(invalidator);
+    }
+
+    /// Sets what an agent's open of `agents/self` starts (once: at mount).
+    pub fn set_agent_start_hook(&self, hook: AgentStartHook) {
+        let _ = self.agent_start.set(hook);
+    }
+
+    /// An agent announced itself: runs the hook, if any.
+    pub(crate) fn agent_starting(&self) {
+        if let Some(hook) = self.agent_start.get() {
+            hook();
+        }
     }
 
     /// Tells the kernel that the backing entries at `paths` (absolute, inside the store) changed:

@@ -505,7 +505,11 @@ fn apply(
             };
             let (ix, _) = open_index(shared, workspace)?;
             let r = rescan(shared, &ix, &ws)?;
-            tracing::info!(workspace = %workspace, updated = r.updated, removed = r.removed, failed = r.failed, "workspace indexed");
+            if r.left > 0 {
+                tracing::info!(workspace = %workspace, updated = r.updated, removed = r.removed, failed = r.failed, left = r.left, "workspace indexing stopped; the next mount goes on");
+            } else {
+                tracing::info!(workspace = %workspace, updated = r.updated, removed = r.removed, failed = r.failed, "workspace indexed");
+            }
             Ok(())
         }
         Change::Reconfigure { workspace } => {

@@ -401,6 +401,7 @@ impl WorkspaceIndex {
         let total = files.len() as u64;
         for (i, rel) in files.iter().enumerate() {
             if !go_on() {
+                report.left = total - i as u64;
                 break;
             }
             match self.update(ws, rel) {
@@ -594,6 +595,8 @@ pub struct RescanReport {
     pub removed: u64,
     /// Files that could not be read.
     pub failed: u64,
+    /// Files not visited: the rescan was told to stop (the next one takes them up).
+    pub left: u64,
 }
 
 /// Whether a caller is shown what the index holds of `rel`: it may read the file (`readable`),

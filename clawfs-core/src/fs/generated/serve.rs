@@ -170,7 +170,12 @@ impl ClawFs {
                 return Ok(self.insert_virtual(caller, node, exchange, Some(view)));
             }
             VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
-            VirtualNode::SelfInfo => exchange.response = Some(self.self_info(caller)),
+            VirtualNode::SelfInfo => {
+                if matches!(self.identify(caller), Identity::Agent(_)) {
+                    self.agent_starting();
+                }
+                exchange.response = Some(self.self_info(caller));
+            }
             VirtualNode::Response { .. } if writes => return Err(read_only_generated()),
             VirtualNode::Response { owner, id } => {
                 if *owner != self.owner_key(caller) {
