@@ -569,8 +569,11 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
         .map_err(|_| fail("working directory contains a NUL byte"))?;
-    let announce = spec.mount.join(Area::Agents.dir_name()).join("self");
-    let announce = CString::new(announce.as_os_str().as_bytes())
+    let announce_path = spec.mount.join(Area::Agents.dir_name()).join("self");
+    // Where a ClawFS answers at the mount, the run must reach it: an agent the monitor has not
+    // heard of would run unrecorded until the daemon's next look at the agent groups.
+    let must_announce = announce_path.exists();
+    let announce = CString::new(announce_path.as_os_str().as_bytes())
         .map_err(|_| fail("--mount contains a NUL byte"))?;
     let (uid, gid) = (spec.uid, spec.gid);
     let groups: Vec<libc::gid_t> = spec.groups.clone();
@@ -637,9 +640,8 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) has no memory arguments.
         check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
         // 3b. Announce the agent to the daemon: its activity monitor is attached before the
-        //     open returns. Where no ClawFS answers (a --no-sandbox run without a mount) the
-        //     open fails, and nothing here depends on it; O_NONBLOCK: a FIFO there cannot hold
-        //     the run.
+        //     open returns. Where no ClawFS answers (a --no-sandbox run without a mount) there
+        //     is nobody to tell; O_NONBLOCK: a FIFO there cannot hold the run.
         // SAFETY: `announce` is a NUL-terminated string that lives as long as the closure;
         // open and close are async-signal-safe.
         unsafe {
@@ -649,6 +651,8 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
             );
             if fd >= 0 {
                 libc::close(fd);
+            } else if must_announce {
+                return Err(io::Error::last_os_error());
             }
         }
         // 4. Enter the working directory as the agent, so the daemon checks the agent's access.
@@ -703,8 +707,15 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         Ok(pid) => pid,
         Err(e) => {
             handle.close();
+            let announce = match must_announce {
+                true => format!(
+                    " (before it starts, the agent announces itself by opening {}: it must be able to reach the mount)",
+                    announce_path.display()
+                ),
+                false => String::new(),
+            };
             return Err(fail(format!(
-                "cannot start {shown} as agent {} (uid {uid}, gid {gid}): {e}",
+                "cannot start {shown} as agent {} (uid {uid}, gid {gid}): {e}{announce}",
                 spec.agent
             )));
         }

@@ -162,6 +162,30 @@ fn the_monitor_is_attached_only_while_agents_run() {
     assert_eq!(tracepoints_held(pid), 0, "detached after the run");
 }
 
+/// A run whose agent cannot reach the mount to announce itself would go unrecorded until the
+/// daemon's next look: it does not start, and says why.
+#[test]
+fn a_run_that_cannot_announce_itself_does_not_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Mounted::new();
+    let parent = m.mnt.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Somewhere the agent could write, had it started.
+    let marker =
+        std::path::PathBuf::from(format!("/tmp/clawfs-unannounced-{}", std::process::id()));
+    let out = m.run_agent(AGENT, &format!("echo started > {}", marker.display()));
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("announces itself") && text(&out).contains("agents/self"),
+        "{}",
+        text(&out)
+    );
+    let ran = marker.exists();
+    let _ = std::fs::remove_file(&marker);
+    assert!(!ran, "nothing of the agent ran");
+}
+
 #[test]
 fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
