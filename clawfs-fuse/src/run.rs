@@ -113,7 +113,8 @@ pub struct RunSpec {
     pub programs: Vec<PathBuf>,
     /// The mount the run announces itself to (`<mount>/agents/self`, opened as the agent in its
     /// group before anything of the agent's runs: the daemon attaches its activity monitor
-    /// before it answers).
+    /// before it answers): where the daemon serving the store says it is mounted, else
+    /// `--mount`. (A `--mount` of another store's daemon would tell the wrong monitor.)
     pub mount: PathBuf,
 }
 
@@ -232,7 +233,9 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         env: Vec::new(),
         sandbox: (!args.no_sandbox).then(|| (store.root().to_path_buf(), args.mount.clone())),
         programs: Vec::new(),
-        mount: args.mount.clone(),
+        mount: store
+            .daemon_info()
+            .map_or_else(|| args.mount.clone(), |d| d.mountpoint),
     })
 }
 

@@ -162,6 +162,41 @@ fn the_monitor_is_attached_only_while_agents_run() {
     assert_eq!(tracepoints_held(pid), 0, "detached after the run");
 }
 
+/// A run is announced to the daemon that serves its store, wherever `--mount` points: a wrong
+/// `--mount` would otherwise leave the store's monitor detached for the run's first moments.
+#[test]
+fn a_run_is_announced_to_its_stores_daemon_whatever_its_mount_option() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let m = Mounted::new();
+    let out = Command::new(crate::common::clawfs_bin())
+        .arg("run")
+        .arg("--store")
+        .arg(&m.store)
+        .args(["--mount", "/nonexistent-clawfs-mount"])
+        .args([
+            "--agent",
+            AGENT,
+            "--no-sandbox",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5",
+        ])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let all = audit_until(&m, |all| !of_agent(records(all, "exec", "/sh")).is_empty());
+    assert!(
+        !of_agent(records(&all, "exec", "/sh")).is_empty(),
+        "the run's first exec (sh) is on record: {all:#?}"
+    );
+}
+
 /// A run whose agent cannot reach the mount to announce itself would go unrecorded until the
 /// daemon's next look: it does not start, and says why.
 #[test]
