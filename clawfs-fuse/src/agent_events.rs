@@ -237,9 +237,17 @@ impl AgentEvents {
         drop(monitor);
     }
 
-    /// An agent process announced itself: the tracepoints are attached when this returns, and
-    /// stay attached for at least [`ARMED`].
-    pub fn arm(&self) {
+    /// Thread `tid` of an agent process announced itself: if it is of a run of this store, the
+    /// tracepoints are attached when this returns, and stay attached for at least [`ARMED`].
+    /// (Agent groups are host-wide: another store's agent must not keep this daemon's
+    /// tracepoints, and the host's system calls, slowed.)
+    pub fn arm(&self, tid: u32) {
+        let ours = leaf_of(&self.shared, tid).is_some_and(|(_, run)| {
+            crate::run::store_of_run(run).is_some_and(|s| s == self.shared.store)
+        });
+        if !ours {
+            return;
+        }
         let mut guard = self
             .shared
             .monitor

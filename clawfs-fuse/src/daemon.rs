@@ -332,9 +332,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     if let Some(events) = &agent_events {
         // Weak: the monitor holds the file system, not the other way round.
         let events = Arc::downgrade(events);
-        fs.set_agent_start_hook(Box::new(move || {
+        fs.set_agent_start_hook(Box::new(move |tid| {
             if let Some(events) = events.upgrade() {
-                events.arm();
+                events.arm(tid);
             }
         }));
     }

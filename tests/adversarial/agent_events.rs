@@ -197,6 +197,49 @@ fn a_run_is_announced_to_its_stores_daemon_whatever_its_mount_option() {
     );
 }
 
+/// Agent groups are host-wide: an agent of another store announcing itself at this mount does not
+/// attach this daemon's tracepoints (it would keep every system call of the host slowed while no
+/// run of this store is alive).
+#[test]
+fn another_stores_agent_cannot_keep_the_monitor_attached() {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+        return;
+    }
+    let ours = Mounted::new();
+    let other = Mounted::new();
+    let pid = ours.daemon_pid();
+    let self_file = ours.mnt.join("agents/self");
+    let script = format!(
+        "for i in 1 2 3 4 5 6; do cat {} >/dev/null || exit 1; sleep 0.5; done",
+        self_file.display()
+    );
+    let mut run = Command::new(crate::common::clawfs_bin())
+        .arg("run")
+        .arg("--store")
+        .arg(&other.store)
+        .arg("--mount")
+        .arg(&other.mnt)
+        .args(["--agent", AGENT, "--no-sandbox", "--", "sh", "-c", &script])
+        .current_dir("/")
+        .spawn()
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        held.push(tracepoints_held(pid));
+    }
+    assert!(
+        run.wait().unwrap().success(),
+        "the other store's agent read agents/self"
+    );
+    assert!(
+        held.iter().all(|&n| n == 0),
+        "attached for another store's agent: {held:?}"
+    );
+}
+
 /// A run whose agent cannot reach the mount to announce itself would go unrecorded until the
 /// daemon's next look: it does not start, and says why.
 #[test]

@@ -242,8 +242,9 @@ pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
 
 /// What the daemon does when an agent process announces itself: before `clawfs run` hands the
 /// process to the agent's program, the process (already in its agent group, as the agent)
-/// opens `agents/self`, and the open is answered only after this returns.
-pub type AgentStartHook = Box<dyn Fn() + Send + Sync>;
+/// opens `agents/self`, and the open is answered only after this returns. Called with the
+/// announcing thread's id.
+pub type AgentStartHook = Box<dyn Fn(u32) + Send + Sync>;
 
 /// What `open` opened.
 pub enum Opened {
@@ -357,10 +358,10 @@ impl ClawFs {
         let _ = self.agent_start.set(hook);
     }
 
-    /// An agent announced itself: runs the hook, if any.
-    pub(crate) fn agent_starting(&self) {
+    /// Thread `tid` of an agent announced itself: runs the hook, if any.
+    pub(crate) fn agent_starting(&self, tid: u32) {
         if let Some(hook) = self.agent_start.get() {
-            hook();
+            hook(tid);
         }
     }
 

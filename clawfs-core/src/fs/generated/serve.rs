@@ -172,7 +172,7 @@ impl ClawFs {
             VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
             VirtualNode::SelfInfo => {
                 if matches!(self.identify(caller), Identity::Agent(_)) {
-                    self.agent_starting();
+                    self.agent_starting(caller.pid);
                 }
                 exchange.response = Some(self.self_info(caller));
             }
