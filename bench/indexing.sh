@@ -46,7 +46,11 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/fs"
-journaled_loop "$IMG" 4G "$WORK/fs" || { echo "indexing.sh: cannot set up the ext4 image" >&2; exit 1; }
+# One inode per 16 KiB (mke2fs's default) and room for every round's files on both sides, with
+# half again for the indexes; at least 4 GiB. Sparse: only what is written takes space.
+GIB=$(((FILES * ROUNDS * 2 * 16 * 3 / 2 + 1048575) / 1048576))
+((GIB >= 4)) || GIB=4
+journaled_loop "$IMG" "${GIB}G" "$WORK/fs" || { echo "indexing.sh: cannot set up the ext4 image" >&2; exit 1; }
 cc -O2 -o "$WORK/helper" "$REPO/bench/helper.c"
 for s in on off; do mkdir -p "$WORK/fs/$s/mnt"; done
 "$CLAWFS" mount "$WORK/fs/on/mnt" --store "$WORK/fs/on/store" >/dev/null

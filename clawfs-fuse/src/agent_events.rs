@@ -71,8 +71,9 @@ pub const MAX_PER_SECOND: u32 = 1000;
 pub const MAX_REFUSALS_PER_SECOND: u32 = 100;
 /// Operation of the record saying how many events were dropped.
 pub const OP_DROPPED: &str = "audit:events-dropped";
-/// How long an announced run keeps the tracepoints attached before any of its processes is
-/// in an agent group (it enters its group before it announces itself: this is a margin).
+/// How long an announcement keeps the tracepoints attached by itself; then the maintenance loop
+/// keeps them while it finds a run of the store alive (a margin: the announcing run is alive
+/// when it announces, so the loop finds it at its next look).
 const ARMED: Duration = Duration::from_secs(10);
 /// Name the base group is watched under.
 const BASE: &str = "clawfs:base";
@@ -242,9 +243,7 @@ impl AgentEvents {
     /// (Agent groups are host-wide: another store's agent must not keep this daemon's
     /// tracepoints, and the host's system calls, slowed.)
     pub fn arm(&self, tid: u32) {
-        let ours = leaf_of(&self.shared, tid).is_some_and(|(_, run)| {
-            crate::run::store_of_run(run).is_some_and(|s| s == self.shared.store)
-        });
+        let ours = leaf_of(&self.shared, tid).is_some_and(|(_, run)| self.shared.serves(run));
         if !ours {
             return;
         }
@@ -323,10 +322,7 @@ impl AgentEvents {
                 .to_str()
                 .and_then(|n| n.strip_prefix("run-"))
                 .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|pid| {
-                    populated(&run.path())
-                        && crate::run::store_of_run(pid).is_some_and(|s| s == self.shared.store)
-                })
+                .is_some_and(|pid| populated(&run.path()) && self.shared.serves(pid))
         })
     }
 }
@@ -361,7 +357,6 @@ impl Budget {
 /// The event thread: drains the monitor, turns events into records and queues them.
 fn drain(shared: &Shared, tx: &SyncSender<Out>) {
     let mut runs = Runs {
-        store: shared.store.clone(),
         known: HashMap::new(),
         pids: HashMap::new(),
     };
@@ -482,22 +477,27 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
 /// Which runs serve this daemon's store: `clawfs run` pid → whether its `--store` (or the default
 /// store) is this one. Agent groups are host-wide, shared by every store's runs.
 struct Runs {
-    store: PathBuf,
     known: HashMap<u32, bool>,
     /// Process id → its agent if it is of a run of this store (a process stays in its group).
     pids: HashMap<u32, Option<String>>,
 }
 
+impl Shared {
+    /// Whether the `clawfs run` process `run_pid` serves this store.
+    fn serves(&self, run_pid: u32) -> bool {
+        crate::run::store_of_run(run_pid).is_some_and(|s| s == self.store)
+    }
+}
+
 impl Runs {
-    fn ours(&mut self, run_pid: u32) -> bool {
+    fn ours(&mut self, shared: &Shared, run_pid: u32) -> bool {
         if self.known.len() > 4096 {
             self.known.clear();
         }
-        let store = &self.store;
         *self
             .known
             .entry(run_pid)
-            .or_insert_with(|| crate::run::store_of_run(run_pid).is_some_and(|s| &s == store))
+            .or_insert_with(|| shared.serves(run_pid))
     }
 }
 
@@ -539,7 +539,7 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
                 }
             }
         }
-        let found = runs.ours(run).then_some(agent);
+        let found = runs.ours(shared, run).then_some(agent);
         runs.pids.insert(ev.pid, found.clone());
         return found;
     }
@@ -552,7 +552,7 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
             .to_str()
             .and_then(|n| n.strip_prefix("run-"))
             .and_then(|n| n.parse().ok())
-            .is_some_and(|run| runs.ours(run))
+            .is_some_and(|run| runs.ours(shared, run))
     });
     any_ours.then(|| ev.agent.clone())
 }
