@@ -117,6 +117,15 @@ fn open_tracepoint_events() -> usize {
         .count()
 }
 
+/// The ids of the perf links (attached tracepoints) in the whole system.
+fn perf_links() -> std::collections::HashSet<u32> {
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .filter(|l| l.link_type().ok() == Some(aya::programs::links::LinkType::PerfEvent))
+        .map(|l| l.id())
+        .collect()
+}
+
 #[test]
 fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
     require_root!();
@@ -146,9 +155,11 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
                 && matches!(&e.kind, EventKind::Exec { filename } if filename.ends_with("cat"))
         }
     };
+    let others = perf_links();
     monitor.attach().unwrap();
     monitor.attach().unwrap(); // twice is once
     assert_eq!(open_tracepoint_events(), before + 4, "the four tracepoints");
+    let ours: Vec<u32> = perf_links().difference(&others).copied().collect();
     let seen = run_cat();
     let events = monitor
         .collect_until(Duration::from_secs(5), |evs| evs.iter().any(exec_of(seen)))
@@ -168,6 +179,16 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
         before,
         "detached: no tracepoint left"
     );
+    // A child that another test forks at this moment holds copies of the links' descriptors
+    // until it execs (they close on exec), and the tracepoints stay attached until then.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ours.iter().any(|id| perf_links().contains(id)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the kernel still holds the links 10 s after detach"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let after = run_cat();
     let events = monitor
         .collect_until(Duration::from_millis(500), |_| false)

@@ -301,6 +301,54 @@ fn cached_pages_follow_changes_made_in_the_store() {
     assert_eq!(fs::read_to_string(&p).unwrap(), "new text");
 }
 
+/// Lookups of missing names in a folder that has not changed for a while are answered from
+/// the daemon's copy of its names; a name made or renamed in the store behind the daemon's
+/// back, or made through the mount, is found at once all the same.
+#[test]
+fn missing_names_follow_changes_made_in_the_store() {
+    // No kernel cache of entries: every stat below asks the daemon.
+    let m = Mounted::with_args(&["--attr-timeout", "0", "--no-search"]);
+    let dir = m.ws().join("lib");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        fs::write(dir.join(format!("f{i}")), "x").unwrap();
+    }
+    let backing = |name: &str| m.backing(&format!("workspaces/default/lib/{name}"));
+    let settle_and_miss = |round: &str| {
+        // Longer than the daemon waits for a folder to settle before copying its names.
+        std::thread::sleep(Duration::from_millis(2300));
+        for i in 0..40 {
+            let miss = dir.join(format!("{round}-miss{i}"));
+            assert_eq!(
+                errno(fs::metadata(&miss)),
+                libc::ENOENT,
+                "{}",
+                miss.display()
+            );
+        }
+    };
+
+    settle_and_miss("create");
+    fs::write(backing("behind"), "made in the store").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("behind")).unwrap(),
+        "made in the store"
+    );
+
+    settle_and_miss("rename");
+    fs::rename(backing("f0"), backing("renamed")).unwrap();
+    assert!(dir.join("renamed").exists());
+    assert_eq!(errno(fs::metadata(dir.join("f0"))), libc::ENOENT);
+
+    settle_and_miss("mount");
+    fs::write(dir.join("made"), "through the mount").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.join("made")).unwrap(),
+        "through the mount"
+    );
+    assert!(dir.join("f1").exists());
+}
+
 /// Lists `dir` with `ls -l` and checks every name, size and inode number against the store.
 fn check_listing(m: &Mounted, dir: &str, n: usize) {
     let listed = sh(&format!(

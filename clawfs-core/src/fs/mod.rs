@@ -43,6 +43,7 @@ mod gate;
 mod generated;
 mod git_config;
 mod kernel_cache;
+mod listings;
 mod namespace;
 mod nodes;
 mod search_hooks;
@@ -208,6 +209,9 @@ pub struct ClawFs {
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
     /// Namespace paths of nodes in use, for policy decisions (leaf lock).
     paths: PathCache,
+    /// The names of folders where lookups keep missing, to answer misses without asking the
+    /// store (leaf lock).
+    listings: listings::Listings,
 }
 
 /// The permission bits the mount's root shows.
@@ -332,6 +336,7 @@ impl ClawFs {
             audit_key: Default::default(),
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
+            listings: Default::default(),
         };
         fs.load_usage();
         Ok(fs)

@@ -32,7 +32,14 @@ impl ClawFs {
         }
         let place = pnode.place.child(name).ok_or_else(not_found)?;
         let dir = self.open_path(&pnode)?;
-        self.entry_at(parent, dir.as_fd(), name, place)
+        if self.listings.surely_missing(parent, dir.as_fd(), name) {
+            return Err(not_found());
+        }
+        let found = self.entry_at(parent, dir.as_fd(), name, place);
+        if matches!(&found, Err(FsError::Io(e)) if e.raw_os_error() == Some(libc::ENOENT)) {
+            self.listings.missed(parent, dir.as_fd());
+        }
+        found
     }
 
     /// The name of the workspace whose root `node` is.
@@ -50,6 +57,7 @@ impl ClawFs {
         }
         let node = self.inodes.get(ino);
         if self.inodes.forget(ino, n) {
+            self.listings.forget(ino);
             if let Some(node) = node {
                 self.path_fds
                     .lock()

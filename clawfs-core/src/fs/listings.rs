@@ -1,0 +1,436 @@
+//! Lookups of missing names answered without asking the store.
+//!
+//! A LOOKUP of a name that does not exist costs the store's file system a directory search and a
+//! negative dentry (about 3 µs on ext4 here: most of what a miss costs over the FUSE round trip).
+//! Tools look missing names up all the time (`git status`, include paths, `PATH` searches,
+//! editors' backup names), most of them new to the store. For a folder where misses keep coming,
+//! the daemon reads the folder's names once and keeps them as a set of keyed hashes: a name not
+//! in the set is missing, as long as the folder has not changed since.
+//!
+//! "Not changed since" is the folder's change time. Every name added, removed or renamed — through
+//! the mount or behind the daemon's back — sets the folder's ctime, which no caller can set, to
+//! the current time. A listing is kept only when the folder's ctime, the same before and after
+//! the reading, lies at least [`SETTLED`] in the past: a change after the reading then stamps a
+//! later time even where the file system's clock ticks coarsely. Each answer compares the
+//! folder's ctime (an `fstat` of the open folder) with the listing's first.
+//!
+//! Only folders whose names compare byte for byte are listed: on ext4, tmpfs and btrfs, and not
+//! with the case-folding flag. A name in the set, and any folder not listed, is looked up in the
+//! store as before.
+
+use std::ffi::OsStr;
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{Mode, OFlags};
+
+/// Misses in one folder before its names are read: a folder looked up once or twice is never
+/// listed.
+const MISSES_BEFORE_LISTING: u32 = 8;
+/// How far in the past a folder's last change must lie for its listing to be kept. Far more than
+/// any file system's clock tick; a folder being changed is simply not listed until it settles.
+pub const SETTLED: Duration = Duration::from_secs(2);
+/// The largest folder listed.
+const MAX_NAMES: usize = 65_536;
+/// Names kept over all folders (8 bytes each).
+const NAMES_BUDGET: usize = 1 << 20;
+/// Folders whose misses are counted or whose names are kept.
+const FOLDERS: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
+
+/// `f_type` of the file systems whose names compare byte for byte (`linux/magic.h`).
+const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const BTRFS_SUPER_MAGIC: i64 = 0x9123_683E;
+/// `FS_CASEFOLD_FL` (`linux/fs.h`): the folder's names compare case-insensitively.
+const FS_CASEFOLD_FL: u32 = 0x4000_0000;
+
+/// What says a folder has not changed: its inode and its change and modification times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(dir: BorrowedFd<'_>) -> io::Result<Self> {
+        let st = rustix::fs::fstat(dir)?;
+        Ok(Self {
+            ino: st.st_ino,
+            ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+            mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        })
+    }
+
+    /// Whether the folder last changed at least `settled` before `now`.
+    fn settled_by(&self, now: SystemTime, settled: Duration) -> bool {
+        let Ok(now) = now.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1))
+        else {
+            return false; // a change time before 1970: trust nothing
+        };
+        Duration::new(secs, nanos.min(999_999_999)) + settled <= now
+    }
+}
+
+/// The names of one folder, as sorted keyed hashes, and the stamp they were read under.
+#[derive(Debug)]
+struct Listing {
+    stamp: Stamp,
+    hashes: Box<[u64]>,
+}
+
+/// What the daemon knows of one folder.
+#[derive(Debug)]
+enum Folder {
+    /// Misses counted since the folder was last listed or seen to change; `need` grows with the
+    /// folder's size, so that reading a large folder again costs no more than the misses it
+    /// would answer.
+    Counting { misses: u32, need: u32 },
+    /// Its names.
+    Listed(Arc<Listing>),
+}
+
+struct State {
+    folders: lru::LruCache<u64, Folder>,
+    /// Hashes kept over all listings.
+    names: usize,
+}
+
+/// The kept listings of store folders by mount inode (one leaf lock: no system call under it).
+pub struct Listings {
+    hasher: RandomState,
+    settled: Duration,
+    state: Mutex<State>,
+}
+
+/// Why a folder was not listed.
+enum NotListed {
+    /// Changed too recently or while being read: count misses again.
+    Unsettled,
+    /// Not to be listed (file system, case folding, size): stop counting.
+    Never,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Self::with_settled(SETTLED)
+    }
+}
+
+impl Listings {
+    /// Listings kept only for folders unchanged for `settled`.
+    pub fn with_settled(settled: Duration) -> Self {
+        Self {
+            hasher: RandomState::new(),
+            settled,
+            state: Mutex::new(State {
+                folders: lru::LruCache::new(FOLDERS),
+                names: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn hash(&self, name: &OsStr) -> u64 {
+        self.hasher.hash_one(name.as_bytes())
+    }
+
+    /// Whether `name` is surely not in folder `ino`, open as `dir`: the folder is listed, the
+    /// name is not in the listing, and the folder has not changed since it was read.
+    pub fn surely_missing(&self, ino: u64, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+        if name == "." || name == ".." {
+            return false;
+        }
+        let listing = match self.lock().folders.get(&ino) {
+            Some(Folder::Listed(l)) => Arc::clone(l),
+            _ => return false,
+        };
+        if listing.hashes.binary_search(&self.hash(name)).is_ok() {
+            return false;
+        }
+        match Stamp::of(dir) {
+            Ok(now) if now == listing.stamp => true,
+            _ => {
+                self.drop_listing(ino, &listing);
+                false
+            }
+        }
+    }
+
+    /// Records that the store has no `name` in folder `ino`, open as `dir`. After enough misses
+    /// the folder's names are read (here, once per so many misses).
+    pub fn missed(&self, ino: u64, dir: BorrowedFd<'_>) {
+        let due = {
+            let mut state = self.lock();
+            if !state.folders.contains(&ino) && state.folders.len() == state.folders.cap().get() {
+                // Make room here, so that an evicted listing's names are counted out.
+                if let Some((_, Folder::Listed(l))) = state.folders.pop_lru() {
+                    state.names -= l.hashes.len();
+                }
+            }
+            let folder = state.folders.get_or_insert_mut(ino, || Folder::Counting {
+                misses: 0,
+                need: MISSES_BEFORE_LISTING,
+            });
+            match folder {
+                Folder::Counting { misses, need } => {
+                    *misses = misses.saturating_add(1);
+                    let due = *misses >= *need;
+                    if due {
+                        *misses = 0;
+                    }
+                    Ok(due)
+                }
+                // A listed name the store no longer has: the folder changed (or two names share
+                // a hash); the stamp says which.
+                Folder::Listed(l) => Err(Arc::clone(l)),
+            }
+        };
+        match due {
+            Ok(false) => {}
+            Ok(true) => self.list(ino, dir),
+            Err(listing) => {
+                if Stamp::of(dir).ok() != Some(listing.stamp) {
+                    self.drop_listing(ino, &listing);
+                }
+            }
+        }
+    }
+
+    /// Forgets folder `ino` (the kernel forgot the inode).
+    pub fn forget(&self, ino: u64) {
+        let mut state = self.lock();
+        if let Some(Folder::Listed(l)) = state.folders.pop(&ino) {
+            state.names -= l.hashes.len();
+        }
+    }
+
+    /// Replaces the listing of `ino`, if it is still `listing`, by a count that makes reading
+    /// the folder again wait for misses in proportion to its size.
+    fn drop_listing(&self, ino: u64, listing: &Arc<Listing>) {
+        let mut state = self.lock();
+        let Some(folder) = state.folders.peek_mut(&ino) else {
+            return;
+        };
+        if matches!(folder, Folder::Listed(l) if Arc::ptr_eq(l, listing)) {
+            *folder = Folder::Counting {
+                misses: 0,
+                need: need_for(listing.hashes.len()),
+            };
+            state.names -= listing.hashes.len();
+        }
+    }
+
+    fn list(&self, ino: u64, dir: BorrowedFd<'_>) {
+        let outcome = self.read(dir);
+        let mut state = self.lock();
+        match outcome {
+            Ok(listing) => {
+                let n = listing.hashes.len();
+                let old = state.folders.push(ino, Folder::Listed(Arc::new(listing)));
+                state.names += n;
+                if let Some((_, Folder::Listed(l))) = old {
+                    state.names -= l.hashes.len();
+                }
+                while state.names > NAMES_BUDGET {
+                    match state.folders.pop_lru() {
+                        Some((_, Folder::Listed(l))) => state.names -= l.hashes.len(),
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            }
+            Err(NotListed::Unsettled) => {}
+            Err(NotListed::Never) => {
+                state.folders.push(
+                    ino,
+                    Folder::Counting {
+                        misses: 0,
+                        need: u32::MAX,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Reads the names of `dir`, if it may be listed.
+    fn read(&self, dir: BorrowedFd<'_>) -> Result<Listing, NotListed> {
+        let fs = rustix::fs::fstatfs(dir).map_err(|_| NotListed::Never)?;
+        if ![EXT4_SUPER_MAGIC, TMPFS_MAGIC, BTRFS_SUPER_MAGIC].contains(&(fs.f_type as i64)) {
+            return Err(NotListed::Never);
+        }
+        let now = SystemTime::now();
+        let before = Stamp::of(dir).map_err(|_| NotListed::Unsettled)?;
+        if !before.settled_by(now, self.settled) {
+            return Err(NotListed::Unsettled);
+        }
+        let open = rustix::fs::openat(
+            dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|_| NotListed::Unsettled)?;
+        match rustix::fs::ioctl_getflags(&open) {
+            Ok(flags) if flags.bits() & FS_CASEFOLD_FL != 0 => return Err(NotListed::Never),
+            Ok(_) => {}
+            // File systems without inode flags have no case folding either.
+            Err(rustix::io::Errno::NOTTY | rustix::io::Errno::INVAL) => {}
+            Err(_) => return Err(NotListed::Never),
+        }
+        let mut hashes = Vec::new();
+        let mut entries = rustix::fs::Dir::read_from(&open).map_err(|_| NotListed::Unsettled)?;
+        while let Some(entry) = entries.read() {
+            let entry = entry.map_err(|_| NotListed::Unsettled)?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            if hashes.len() == MAX_NAMES {
+                return Err(NotListed::Never);
+            }
+            hashes.push(self.hash(name));
+        }
+        if Stamp::of(open.as_fd()).ok() != Some(before) {
+            return Err(NotListed::Unsettled);
+        }
+        hashes.sort_unstable();
+        hashes.dedup();
+        Ok(Listing {
+            stamp: before,
+            hashes: hashes.into_boxed_slice(),
+        })
+    }
+
+    /// How many folders are listed now.
+    #[cfg(test)]
+    fn listed(&self) -> usize {
+        self.lock()
+            .folders
+            .iter()
+            .filter(|(_, f)| matches!(f, Folder::Listed(_)))
+            .count()
+    }
+}
+
+/// Misses to wait for before reading again a folder of `names` names: reading one name costs
+/// about what a fiftieth of a miss in the store does.
+fn need_for(names: usize) -> u32 {
+    u32::try_from(names / 50)
+        .unwrap_or(u32::MAX)
+        .max(MISSES_BEFORE_LISTING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::{self, File};
+
+    const QUICK: Duration = Duration::from_millis(200);
+
+    /// A folder of three files, left to settle for [`QUICK`].
+    fn settled_folder() -> (tempfile::TempDir, File) {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["a", "b", "c"] {
+            fs::write(dir.path().join(n), n).unwrap();
+        }
+        std::thread::sleep(QUICK + Duration::from_millis(50));
+        let fd = File::open(dir.path()).unwrap();
+        (dir, fd)
+    }
+
+    fn miss(l: &Listings, fd: &File, times: u32) {
+        for _ in 0..times {
+            l.missed(1, fd.as_fd());
+        }
+    }
+
+    #[test]
+    fn a_settled_folder_is_listed_after_enough_misses() {
+        let (_dir, fd) = settled_folder();
+        let l = Listings::with_settled(QUICK);
+        miss(&l, &fd, MISSES_BEFORE_LISTING - 1);
+        assert!(!l.surely_missing(1, fd.as_fd(), OsStr::new("zzz")));
+        miss(&l, &fd, 1);
+        assert_eq!(l.listed(), 1);
+        assert!(l.surely_missing(1, fd.as_fd(), OsStr::new("zzz")));
+        for present in ["a", "b", "c", ".", ".."] {
+            assert!(!l.surely_missing(1, fd.as_fd(), OsStr::new(present)));
+        }
+        // Another folder's inode number knows nothing.
+        assert!(!l.surely_missing(2, fd.as_fd(), OsStr::new("zzz")));
+    }
+
+    #[test]
+    fn a_change_behind_the_listing_is_seen_at_once() {
+        for change in ["create", "rename", "link", "mkdir"] {
+            let (dir, fd) = settled_folder();
+            let l = Listings::with_settled(QUICK);
+            miss(&l, &fd, MISSES_BEFORE_LISTING);
+            assert!(l.surely_missing(1, fd.as_fd(), OsStr::new("new")));
+            let new = dir.path().join("new");
+            match change {
+                "create" => fs::write(&new, "x").unwrap(),
+                "rename" => fs::rename(dir.path().join("a"), &new).unwrap(),
+                "link" => fs::hard_link(dir.path().join("a"), &new).unwrap(),
+                _ => fs::create_dir(&new).unwrap(),
+            }
+            assert!(
+                !l.surely_missing(1, fd.as_fd(), OsStr::new("new")),
+                "{change}"
+            );
+            assert_eq!(l.listed(), 0, "{change}: the stale listing is dropped");
+        }
+    }
+
+    #[test]
+    fn a_folder_changed_lately_is_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = File::open(dir.path()).unwrap();
+        let l = Listings::with_settled(Duration::from_secs(60));
+        miss(&l, &fd, MISSES_BEFORE_LISTING * 3);
+        assert_eq!(l.listed(), 0);
+        assert!(!l.surely_missing(1, fd.as_fd(), OsStr::new("zzz")));
+    }
+
+    #[test]
+    fn a_removed_listed_name_drops_the_listing_when_missed() {
+        let (dir, fd) = settled_folder();
+        let l = Listings::with_settled(QUICK);
+        miss(&l, &fd, MISSES_BEFORE_LISTING);
+        fs::remove_file(dir.path().join("a")).unwrap();
+        // "a" is in the listing, so it is looked up; the store misses it.
+        assert!(!l.surely_missing(1, fd.as_fd(), OsStr::new("a")));
+        l.missed(1, fd.as_fd());
+        assert_eq!(l.listed(), 0);
+    }
+
+    #[test]
+    fn folders_of_other_file_systems_are_never_listed() {
+        let fd = File::open("/proc/self").unwrap();
+        let l = Listings::with_settled(Duration::ZERO);
+        miss(&l, &fd, MISSES_BEFORE_LISTING * 2);
+        assert_eq!(l.listed(), 0);
+    }
+
+    #[test]
+    fn forgetting_a_folder_frees_its_names() {
+        let (_dir, fd) = settled_folder();
+        let l = Listings::with_settled(QUICK);
+        miss(&l, &fd, MISSES_BEFORE_LISTING);
+        assert_eq!(l.lock().names, 3);
+        l.forget(1);
+        assert_eq!((l.listed(), l.lock().names), (0, 0));
+    }
+}
