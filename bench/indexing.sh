@@ -8,9 +8,12 @@
 # Both stores live on one fresh journaled ext4 image, made in /tmp or in --image-dir (on a tmpfs
 # such as /dev/shm the host disk's own variation, often 2x between rounds, is out of the figures
 # and what is left is the indexer's competition for the CPUs). Rounds alternate which side goes
-# first (on-off, off-on, ...), so that drift within a round hits both alike. Indexing runs in the
-# daemon's background thread; before each side's turn the script waits until that thread has
-# been idle for 7 s (it saves its graphs after 5 s of quiet), so each turn starts alike. Prints
+# first (on-off, off-on, ...), and runs a round's two turns back to back, so that the machine's
+# drift (often 2x within minutes on a shared host) hits both alike. Indexing runs in the
+# daemon's background thread: before each round the script waits until that thread has been idle
+# for 7 s (it saves its graphs after 5 s of quiet), and when the "off" turn follows the "on" one,
+# the indexing daemon is stopped (SIGSTOP) for it, so that the indexing of the files just written,
+# which follows any write burst, does not compete with the other side's turn. Prints
 # the median time per side, their ratio, the median of the rounds' on/off ratios and a 95%
 # bootstrap interval for it. Needs root (mounts) and the model (scripts/fetch-model.sh). Cleans up
 # on exit.
@@ -36,8 +39,10 @@ WORK=$(mktemp -d /tmp/clawfs-indexing.XXXXXX)
 IMG=$WORK/img
 [[ -z $IMAGE_DIR ]] || IMG=$(mktemp "$IMAGE_DIR/clawfs-indexing-img.XXXXXX")
 LOOPDEV=""
+PID_ON=""
 cleanup() {
     set +e
+    [[ -z $PID_ON ]] || kill -CONT "$PID_ON" 2>/dev/null
     for s in on off; do unmount_clawfs "$CLAWFS" "$WORK/fs/$s/mnt" >/dev/null 2>&1; done
     sleep 0.5
     release_loop "$WORK/fs" "$LOOPDEV"
@@ -78,15 +83,16 @@ declare -A T=([on]="" [off]="")
 for ((i = 0; i < ROUNDS; i++)); do
     order="on off"
     ((i % 2 == 0)) || order="off on"
+    for s in on off; do mkdir "$WORK/fs/$s/mnt/workspaces/default/r$i"; done
+    idle
     for s in $order; do
-        idle
-        d=$WORK/fs/$s/mnt/workspaces/default/r$i
-        mkdir "$d"
         t0=$(date +%s%N)
-        "$WORK/helper" create "$d" "$FILES" 4096
+        "$WORK/helper" create "$WORK/fs/$s/mnt/workspaces/default/r$i" "$FILES" 4096
         t1=$(date +%s%N)
         T[$s]+="$(((t1 - t0) / 1000000)) "
+        if [[ $s == on && $order == "on off" ]]; then kill -STOP "$PID_ON"; fi
     done
+    kill -CONT "$PID_ON"
 done
 med() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 on=$(med "${T[on]}") off=$(med "${T[off]}")

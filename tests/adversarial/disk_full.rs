@@ -2,93 +2,9 @@
 //! reports ENOSPC, and loses nothing it had acknowledged.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use crate::common::clawfs;
-use crate::support::text;
-
-/// A small journaled ext4 image mounted on a loop device, with a ClawFS store on it mounted
-/// in turn; both unmounted when dropped (also when the test fails).
-struct FullDisk {
-    dir: tempfile::TempDir,
-    image_mnt: PathBuf,
-    mnt: PathBuf,
-}
-
-impl FullDisk {
-    fn new(megabytes: u32) -> FullDisk {
-        let dir = tempfile::Builder::new()
-            .prefix("clawfs-df.")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let image = dir.path().join("disk.img");
-        let image_mnt = dir.path().join("img");
-        let mnt = dir.path().join("mnt");
-        fs::create_dir(&image_mnt).unwrap();
-        fs::create_dir(&mnt).unwrap();
-        let sh = |cmd: String| {
-            let out = Command::new("sh").arg("-c").arg(&cmd).output().unwrap();
-            assert!(out.status.success(), "{cmd}: {}", text(&out));
-        };
-        sh(format!(
-            "truncate -s {megabytes}M {0} && mkfs.ext4 -q -F {0}",
-            image.display()
-        ));
-        sh(format!(
-            "mount -o loop {} {}",
-            image.display(),
-            image_mnt.display()
-        ));
-        let disk = FullDisk {
-            dir,
-            image_mnt,
-            mnt,
-        };
-        let out = clawfs([
-            "mount",
-            disk.mnt.to_str().unwrap(),
-            "--store",
-            disk.store().to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", text(&out));
-        disk
-    }
-
-    fn store(&self) -> PathBuf {
-        self.image_mnt.join("store")
-    }
-
-    fn agent(&self, script: &str) -> String {
-        let out = clawfs([
-            "run",
-            "--store",
-            self.store().to_str().unwrap(),
-            "--mount",
-            self.mnt.to_str().unwrap(),
-            "--agent",
-            "fs-engine",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ]);
-        text(&out)
-    }
-}
-
-impl Drop for FullDisk {
-    fn drop(&mut self) {
-        let _ = clawfs(["umount", self.mnt.to_str().unwrap()]);
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).output();
-        let _ = Command::new("umount").arg(&self.image_mnt).output();
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(&self.image_mnt)
-            .output();
-        let _ = self.dir.path();
-    }
-}
+use crate::support::StoreOnImage;
 
 fn mounted(mnt: &Path) -> bool {
     fs::read_to_string("/proc/self/mountinfo")
@@ -99,7 +15,7 @@ fn mounted(mnt: &Path) -> bool {
 
 #[test]
 fn a_full_disk_never_takes_the_daemon_down() {
-    let disk = FullDisk::new(48);
+    let disk = StoreOnImage::new(48, "", &[]);
     let mnt = disk.mnt.display();
     fs::write(
         disk.mnt.join("workspaces/default/kept.md"),

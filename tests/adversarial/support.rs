@@ -160,3 +160,92 @@ impl Drop for TempUser {
         let _ = Command::new("userdel").arg(&self.name).output();
     }
 }
+
+/// A small journaled ext4 image (`mkfs.ext4 MKFS_OPTIONS`) mounted on a loop device, with a
+/// ClawFS store on it mounted in turn (`clawfs mount MOUNT_ARGS`); both unmounted when dropped
+/// (also when the test fails).
+pub struct StoreOnImage {
+    dir: tempfile::TempDir,
+    /// Where the image is mounted (the store is `store/` in it).
+    pub image_mnt: std::path::PathBuf,
+    /// The ClawFS mount.
+    pub mnt: std::path::PathBuf,
+}
+
+impl StoreOnImage {
+    pub fn new(megabytes: u32, mkfs_options: &str, mount_args: &[&str]) -> StoreOnImage {
+        let dir = tempfile::Builder::new()
+            .prefix("clawfs-img.")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let image = dir.path().join("disk.img");
+        let image_mnt = dir.path().join("img");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&image_mnt).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        let sh = |cmd: String| {
+            let out = Command::new("sh").arg("-c").arg(&cmd).output().unwrap();
+            assert!(out.status.success(), "{cmd}: {}", text(&out));
+        };
+        sh(format!(
+            "truncate -s {megabytes}M {0} && mkfs.ext4 -q -F {mkfs_options} {0}",
+            image.display()
+        ));
+        sh(format!(
+            "mount -o loop {} {}",
+            image.display(),
+            image_mnt.display()
+        ));
+        let disk = StoreOnImage {
+            dir,
+            image_mnt,
+            mnt,
+        };
+        let store = disk.store();
+        let mut args = vec![
+            "mount",
+            disk.mnt.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ];
+        args.extend_from_slice(mount_args);
+        let out = clawfs(args);
+        assert!(out.status.success(), "{}", text(&out));
+        disk
+    }
+
+    pub fn store(&self) -> std::path::PathBuf {
+        self.image_mnt.join("store")
+    }
+
+    /// Runs `sh -c SCRIPT` as the agent fs-engine; returns its output.
+    pub fn agent(&self, script: &str) -> String {
+        let out = clawfs([
+            "run",
+            "--store",
+            self.store().to_str().unwrap(),
+            "--mount",
+            self.mnt.to_str().unwrap(),
+            "--agent",
+            "fs-engine",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        text(&out)
+    }
+}
+
+impl Drop for StoreOnImage {
+    fn drop(&mut self) {
+        let _ = clawfs(["umount", self.mnt.to_str().unwrap()]);
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).output();
+        let _ = Command::new("umount").arg(&self.image_mnt).output();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.image_mnt)
+            .output();
+        let _ = self.dir.path();
+    }
+}

@@ -14,9 +14,15 @@
 //! later time even where the file system's clock ticks coarsely. Each answer compares the
 //! folder's ctime (an `fstat` of the open folder) with the listing's first.
 //!
-//! Only folders whose names compare byte for byte are listed: on ext4, tmpfs and btrfs, and not
-//! with the case-folding flag. A name in the set, and any folder not listed, is looked up in the
-//! store as before.
+//! Only folders whose names are plain bytes that change only with the ctime are listed: on ext4,
+//! tmpfs and btrfs, and neither case-folding (names compare case-insensitively) nor encrypted
+//! (adding or removing the key changes every name, and not the ctime). A name in the set, and
+//! any folder not listed, is looked up in the store as before.
+//!
+//! Reading names is paid for by misses: each miss the store answers earns the reading of
+//! [`NAMES_PER_MISS`] names (about what the miss cost), and a folder is read only with the names
+//! earned. However lookups are arranged — folders evicted and read again, folders too large to
+//! keep — reading never costs more than the misses it was meant to save.
 
 use std::ffi::OsStr;
 use std::hash::{BuildHasher, RandomState};
@@ -32,6 +38,11 @@ use rustix::fs::{Mode, OFlags};
 /// Misses in one folder before its names are read: a folder looked up once or twice is never
 /// listed.
 const MISSES_BEFORE_LISTING: u32 = 8;
+/// Names read per miss answered by the store: reading one name (`getdents64` and a keyed hash)
+/// costs about a thirtieth of a store miss.
+const NAMES_PER_MISS: usize = 32;
+/// Most names that may be read at once after a quiet spell.
+const CREDIT_CAP: usize = 2 * MAX_NAMES;
 /// How far in the past a folder's last change must lie for its listing to be kept. Far more than
 /// any file system's clock tick; a folder being changed is simply not listed until it settles.
 pub const SETTLED: Duration = Duration::from_secs(2);
@@ -48,6 +59,8 @@ const TMPFS_MAGIC: i64 = 0x0102_1994;
 const BTRFS_SUPER_MAGIC: i64 = 0x9123_683E;
 /// `FS_CASEFOLD_FL` (`linux/fs.h`): the folder's names compare case-insensitively.
 const FS_CASEFOLD_FL: u32 = 0x4000_0000;
+/// `FS_ENCRYPT_FL` (`linux/fs.h`): the folder's names depend on whether its key is present.
+const FS_ENCRYPT_FL: u32 = 0x0000_0800;
 
 /// What says a folder has not changed: its inode and its change and modification times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +115,11 @@ struct State {
     folders: lru::LruCache<u64, Folder>,
     /// Hashes kept over all listings.
     names: usize,
+    /// Names that may be read (earned by misses, [`NAMES_PER_MISS`] each).
+    credits: usize,
+    /// Names read since start.
+    #[cfg(test)]
+    read: usize,
 }
 
 /// The kept listings of store folders by mount inode (one leaf lock: no system call under it).
@@ -115,7 +133,9 @@ pub struct Listings {
 enum NotListed {
     /// Changed too recently or while being read: count misses again.
     Unsettled,
-    /// Not to be listed (file system, case folding, size): stop counting.
+    /// More names than the misses have paid for yet: wait for misses in proportion.
+    Unpaid,
+    /// Not to be listed (file system, case folding, encryption, size): stop counting.
     Never,
 }
 
@@ -134,6 +154,9 @@ impl Listings {
             state: Mutex::new(State {
                 folders: lru::LruCache::new(FOLDERS),
                 names: 0,
+                credits: 0,
+                #[cfg(test)]
+                read: 0,
             }),
         }
     }
@@ -173,6 +196,7 @@ impl Listings {
     pub fn missed(&self, ino: u64, dir: BorrowedFd<'_>) {
         let due = {
             let mut state = self.lock();
+            state.credits = (state.credits + NAMES_PER_MISS).min(CREDIT_CAP);
             if !state.folders.contains(&ino) && state.folders.len() == state.folders.cap().get() {
                 // Make room here, so that an evicted listing's names are counted out.
                 if let Some((_, Folder::Listed(l))) = state.folders.pop_lru() {
@@ -186,11 +210,17 @@ impl Listings {
             match folder {
                 Folder::Counting { misses, need } => {
                     *misses = misses.saturating_add(1);
-                    let due = *misses >= *need;
-                    if due {
-                        *misses = 0;
+                    match *misses >= *need {
+                        true => {
+                            *misses = 0;
+                            // The names this reading may cost, taken now; what it does not
+                            // read is given back.
+                            let allowance = state.credits.min(MAX_NAMES);
+                            state.credits -= allowance;
+                            Ok(Some(allowance))
+                        }
+                        false => Ok(None),
                     }
-                    Ok(due)
                 }
                 // A listed name the store no longer has: the folder changed (or two names share
                 // a hash); the stamp says which.
@@ -198,8 +228,8 @@ impl Listings {
             }
         };
         match due {
-            Ok(false) => {}
-            Ok(true) => self.list(ino, dir),
+            Ok(None) => {}
+            Ok(Some(allowance)) => self.list(ino, dir, allowance),
             Err(listing) => {
                 if Stamp::of(dir).ok() != Some(listing.stamp) {
                     self.drop_listing(ino, &listing);
@@ -232,9 +262,16 @@ impl Listings {
         }
     }
 
-    fn list(&self, ino: u64, dir: BorrowedFd<'_>) {
-        let outcome = self.read(dir);
+    /// Reads the names of folder `ino`, at most `allowance` of them, and keeps them if they
+    /// are all.
+    fn list(&self, ino: u64, dir: BorrowedFd<'_>, allowance: usize) {
+        let (outcome, read) = self.read(dir, allowance);
         let mut state = self.lock();
+        state.credits = (state.credits + allowance - read).min(CREDIT_CAP);
+        #[cfg(test)]
+        {
+            state.read += read;
+        }
         match outcome {
             Ok(listing) => {
                 let n = listing.hashes.len();
@@ -252,6 +289,17 @@ impl Listings {
                 }
             }
             Err(NotListed::Unsettled) => {}
+            Err(NotListed::Unpaid) => {
+                // Twice the names read: the next try has paid for twice as many, so a folder of
+                // n names is listed after misses worth about 2n names at most.
+                state.folders.push(
+                    ino,
+                    Folder::Counting {
+                        misses: 0,
+                        need: need_for(2 * read),
+                    },
+                );
+            }
             Err(NotListed::Never) => {
                 state.folders.push(
                     ino,
@@ -264,8 +312,31 @@ impl Listings {
         }
     }
 
-    /// Reads the names of `dir`, if it may be listed.
-    fn read(&self, dir: BorrowedFd<'_>) -> Result<Listing, NotListed> {
+    /// Reads the names of `dir`, if it may be listed and has at most `allowance`; returns how
+    /// many names were read either way.
+    fn read(&self, dir: BorrowedFd<'_>, allowance: usize) -> (Result<Listing, NotListed>, usize) {
+        let mut hashes = Vec::new();
+        let outcome = self.read_into(dir, allowance, &mut hashes);
+        let read = hashes.len();
+        let listing = outcome.map(|stamp| {
+            hashes.sort_unstable();
+            hashes.dedup();
+            Listing {
+                stamp,
+                hashes: hashes.into_boxed_slice(),
+            }
+        });
+        (listing, read)
+    }
+
+    /// Reads the names of `dir` into `hashes`, if it may be listed and has at most `allowance`;
+    /// returns the stamp they were read under.
+    fn read_into(
+        &self,
+        dir: BorrowedFd<'_>,
+        allowance: usize,
+        hashes: &mut Vec<u64>,
+    ) -> Result<Stamp, NotListed> {
         let fs = rustix::fs::fstatfs(dir).map_err(|_| NotListed::Never)?;
         if ![EXT4_SUPER_MAGIC, TMPFS_MAGIC, BTRFS_SUPER_MAGIC].contains(&(fs.f_type as i64)) {
             return Err(NotListed::Never);
@@ -283,13 +354,14 @@ impl Listings {
         )
         .map_err(|_| NotListed::Unsettled)?;
         match rustix::fs::ioctl_getflags(&open) {
-            Ok(flags) if flags.bits() & FS_CASEFOLD_FL != 0 => return Err(NotListed::Never),
+            Ok(flags) if flags.bits() & (FS_CASEFOLD_FL | FS_ENCRYPT_FL) != 0 => {
+                return Err(NotListed::Never)
+            }
             Ok(_) => {}
-            // File systems without inode flags have no case folding either.
+            // File systems without inode flags have neither case folding nor encryption.
             Err(rustix::io::Errno::NOTTY | rustix::io::Errno::INVAL) => {}
             Err(_) => return Err(NotListed::Never),
         }
-        let mut hashes = Vec::new();
         let mut entries = rustix::fs::Dir::read_from(&open).map_err(|_| NotListed::Unsettled)?;
         while let Some(entry) = entries.read() {
             let entry = entry.map_err(|_| NotListed::Unsettled)?;
@@ -297,20 +369,18 @@ impl Listings {
             if name == "." || name == ".." {
                 continue;
             }
-            if hashes.len() == MAX_NAMES {
-                return Err(NotListed::Never);
+            if hashes.len() == allowance {
+                return Err(match allowance {
+                    MAX_NAMES => NotListed::Never,
+                    _ => NotListed::Unpaid,
+                });
             }
             hashes.push(self.hash(name));
         }
         if Stamp::of(open.as_fd()).ok() != Some(before) {
             return Err(NotListed::Unsettled);
         }
-        hashes.sort_unstable();
-        hashes.dedup();
-        Ok(Listing {
-            stamp: before,
-            hashes: hashes.into_boxed_slice(),
-        })
+        Ok(before)
     }
 
     /// How many folders are listed now.
@@ -324,10 +394,10 @@ impl Listings {
     }
 }
 
-/// Misses to wait for before reading again a folder of `names` names: reading one name costs
-/// about what a fiftieth of a miss in the store does.
+/// Misses in a folder to wait for before reading again a folder of `names` names: as many as
+/// pay for reading them.
 fn need_for(names: usize) -> u32 {
-    u32::try_from(names / 50)
+    u32::try_from(names / NAMES_PER_MISS)
         .unwrap_or(u32::MAX)
         .max(MISSES_BEFORE_LISTING)
 }
@@ -422,6 +492,35 @@ mod tests {
         let l = Listings::with_settled(Duration::ZERO);
         miss(&l, &fd, MISSES_BEFORE_LISTING * 2);
         assert_eq!(l.listed(), 0);
+    }
+
+    /// However folders are evicted and missed again, the names read stay paid for by misses.
+    #[test]
+    fn reading_names_never_outruns_the_misses() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..1000 {
+            fs::write(dir.path().join(format!("name-{i}")), "").unwrap();
+        }
+        std::thread::sleep(QUICK + Duration::from_millis(50));
+        let fd = File::open(dir.path()).unwrap();
+        let l = Listings::with_settled(QUICK);
+        let mut misses = 0;
+        for round in 0..20 {
+            // Miss until listed, then lose the listing (as an eviction would) and start over.
+            while l.listed() == 0 {
+                miss(&l, &fd, 1);
+                misses += 1;
+                let read = l.lock().read;
+                assert!(
+                    read <= misses * NAMES_PER_MISS,
+                    "round {round}: {read} names read for {misses} misses"
+                );
+            }
+            assert!(l.surely_missing(1, fd.as_fd(), OsStr::new("zzz")));
+            l.forget(1);
+        }
+        // 1000 names need 32 misses' worth: the first listing waited for them.
+        assert!(misses >= 20 * 1000 / NAMES_PER_MISS, "{misses}");
     }
 
     #[test]
