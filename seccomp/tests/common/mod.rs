@@ -24,28 +24,31 @@ pub fn require_seccomp() {
     assert!(a.usable(), "{a}");
 }
 
-/// The probe, compiled once per test binary.
+/// The probe, compiled once per test binary into cargo's scratch directory for tests (a
+/// temporary directory held by a static would never be removed).
 pub fn probe() -> &'static Path {
-    static PROBE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &PROBE
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let bin = dir.path().join("probe");
-            let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/probe.c");
-            let out = Command::new("cc")
-                .args(["-O1", "-Wall", "-pthread", "-o"])
-                .arg(&bin)
-                .arg(src)
-                .output()
-                .expect("cc");
-            assert!(
-                out.status.success(),
-                "cc: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            (dir, bin)
-        })
-        .1
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let bin = dir.join("seccomp-probe");
+        // Compiled under a name of this process's own and renamed into place, so that test
+        // binaries running at once never execute a half-written probe.
+        let fresh = dir.join(format!("seccomp-probe.{}", std::process::id()));
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/probe.c");
+        let out = Command::new("cc")
+            .args(["-O1", "-Wall", "-pthread", "-o"])
+            .arg(&fresh)
+            .arg(src)
+            .output()
+            .expect("cc");
+        assert!(
+            out.status.success(),
+            "cc: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&fresh, &bin).unwrap();
+        bin
+    })
 }
 
 pub fn compile(text: &str) -> Arc<Filter> {
