@@ -45,7 +45,7 @@ const NAMES_PER_MISS: usize = 32;
 const CREDIT_CAP: usize = 2 * MAX_NAMES;
 /// How far in the past a folder's last change must lie for its listing to be kept. Far more than
 /// any file system's clock tick; a folder being changed is simply not listed until it settles.
-pub const SETTLED: Duration = Duration::from_secs(2);
+const SETTLED: Duration = Duration::from_secs(2);
 /// The largest folder listed.
 const MAX_NAMES: usize = 65_536;
 /// Names kept over all folders (8 bytes each).
@@ -122,6 +122,25 @@ struct State {
     read: usize,
 }
 
+impl State {
+    /// Sets what is known of folder `ino`, keeping the count of names right for whatever the
+    /// cache gives back (the folder's old entry, or the least recently used one it evicts).
+    fn put(&mut self, ino: u64, folder: Folder) {
+        if let Folder::Listed(l) = &folder {
+            self.names += l.hashes.len();
+        }
+        let out = self.folders.push(ino, folder);
+        self.count_out(out.map(|(_, f)| f));
+    }
+
+    /// Counts out the names of a folder taken out of the cache.
+    fn count_out(&mut self, folder: Option<Folder>) {
+        if let Some(Folder::Listed(l)) = folder {
+            self.names -= l.hashes.len();
+        }
+    }
+}
+
 /// The kept listings of store folders by mount inode (one leaf lock: no system call under it).
 pub struct Listings {
     hasher: RandomState,
@@ -179,16 +198,18 @@ impl Listings {
             Some(Folder::Listed(l)) => Arc::clone(l),
             _ => return false,
         };
-        if listing.hashes.binary_search(&self.hash(name)).is_ok() {
-            return false;
+        listing.hashes.binary_search(&self.hash(name)).is_err()
+            && self.still_current(ino, dir, &listing)
+    }
+
+    /// Whether folder `ino`, open as `dir`, is as it was when `listing` was read; if not, the
+    /// listing is dropped.
+    fn still_current(&self, ino: u64, dir: BorrowedFd<'_>, listing: &Arc<Listing>) -> bool {
+        let current = Stamp::of(dir).ok() == Some(listing.stamp);
+        if !current {
+            self.drop_listing(ino, listing);
         }
-        match Stamp::of(dir) {
-            Ok(now) if now == listing.stamp => true,
-            _ => {
-                self.drop_listing(ino, &listing);
-                false
-            }
-        }
+        current
     }
 
     /// Records that the store has no `name` in folder `ino`, open as `dir`. After enough misses
@@ -199,9 +220,8 @@ impl Listings {
             state.credits = (state.credits + NAMES_PER_MISS).min(CREDIT_CAP);
             if !state.folders.contains(&ino) && state.folders.len() == state.folders.cap().get() {
                 // Make room here, so that an evicted listing's names are counted out.
-                if let Some((_, Folder::Listed(l))) = state.folders.pop_lru() {
-                    state.names -= l.hashes.len();
-                }
+                let evicted = state.folders.pop_lru().map(|(_, f)| f);
+                state.count_out(evicted);
             }
             let folder = state.folders.get_or_insert_mut(ino, || Folder::Counting {
                 misses: 0,
@@ -231,9 +251,7 @@ impl Listings {
             Ok(None) => {}
             Ok(Some(allowance)) => self.list(ino, dir, allowance),
             Err(listing) => {
-                if Stamp::of(dir).ok() != Some(listing.stamp) {
-                    self.drop_listing(ino, &listing);
-                }
+                self.still_current(ino, dir, &listing);
             }
         }
     }
@@ -241,9 +259,8 @@ impl Listings {
     /// Forgets folder `ino` (the kernel forgot the inode).
     pub fn forget(&self, ino: u64) {
         let mut state = self.lock();
-        if let Some(Folder::Listed(l)) = state.folders.pop(&ino) {
-            state.names -= l.hashes.len();
-        }
+        let forgotten = state.folders.pop(&ino);
+        state.count_out(forgotten);
     }
 
     /// Replaces the listing of `ino`, if it is still `listing`, by a count that makes reading
@@ -272,44 +289,24 @@ impl Listings {
         {
             state.read += read;
         }
-        match outcome {
+        let need = match outcome {
             Ok(listing) => {
-                let n = listing.hashes.len();
-                let old = state.folders.push(ino, Folder::Listed(Arc::new(listing)));
-                state.names += n;
-                if let Some((_, Folder::Listed(l))) = old {
-                    state.names -= l.hashes.len();
-                }
+                state.put(ino, Folder::Listed(Arc::new(listing)));
                 while state.names > NAMES_BUDGET {
-                    match state.folders.pop_lru() {
-                        Some((_, Folder::Listed(l))) => state.names -= l.hashes.len(),
-                        Some(_) => {}
-                        None => break,
-                    }
+                    let Some((_, evicted)) = state.folders.pop_lru() else {
+                        break;
+                    };
+                    state.count_out(Some(evicted));
                 }
+                return;
             }
-            Err(NotListed::Unsettled) => {}
-            Err(NotListed::Unpaid) => {
-                // Twice the names read: the next try has paid for twice as many, so a folder of
-                // n names is listed after misses worth about 2n names at most.
-                state.folders.push(
-                    ino,
-                    Folder::Counting {
-                        misses: 0,
-                        need: need_for(2 * read),
-                    },
-                );
-            }
-            Err(NotListed::Never) => {
-                state.folders.push(
-                    ino,
-                    Folder::Counting {
-                        misses: 0,
-                        need: u32::MAX,
-                    },
-                );
-            }
-        }
+            Err(NotListed::Unsettled) => return,
+            // Twice the names read: the next try has paid for twice as many, so a folder of n
+            // names is listed after misses worth about 2n names at most.
+            Err(NotListed::Unpaid) => need_for(2 * read),
+            Err(NotListed::Never) => u32::MAX,
+        };
+        state.put(ino, Folder::Counting { misses: 0, need });
     }
 
     /// Reads the names of `dir`, if it may be listed and has at most `allowance`; returns how
@@ -521,6 +518,22 @@ mod tests {
         }
         // 1000 names need 32 misses' worth: the first listing waited for them.
         assert!(misses >= 20 * 1000 / NAMES_PER_MISS, "{misses}");
+    }
+
+    /// A listing replaced by a count (two readers of one folder, the second finding it too
+    /// large) gives its names back to the budget.
+    #[test]
+    fn a_replaced_listing_counts_its_names_out() {
+        let (_dir, fd) = settled_folder();
+        let l = Listings::with_settled(QUICK);
+        miss(&l, &fd, MISSES_BEFORE_LISTING);
+        assert_eq!(l.lock().names, 3);
+        let never = Folder::Counting {
+            misses: 0,
+            need: u32::MAX,
+        };
+        l.lock().put(1, never);
+        assert_eq!((l.listed(), l.lock().names), (0, 0));
     }
 
     #[test]
