@@ -116,6 +116,11 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// Whether the store said the name does not exist (and nothing else refused it).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, FsError::Io(e) if e.raw_os_error() == Some(libc::ENOENT))
+    }
+
     /// The errno the caller gets: the one place where every refusal picks EACCES, EPERM,
     /// EROFS, … on purpose (every variant matched, no fallback).
     pub fn errno(&self) -> i32 {

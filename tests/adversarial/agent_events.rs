@@ -12,15 +12,22 @@ use crate::support::{audit_until, denials, records, snapshot, text};
 
 const AGENT: &str = "fs-engine";
 
+/// Whether this host can run the eBPF monitor; says the test is skipped when not.
+fn monitor_or_skip() -> bool {
+    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    if !a.monitor.is_available() {
+        println!("skipped: eBPF monitor {}", a.monitor);
+    }
+    a.monitor.is_available()
+}
+
 fn of_agent(found: Vec<&Value>) -> Vec<&Value> {
     found.into_iter().filter(|r| r["agent"] == AGENT).collect()
 }
 
 #[test]
 fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();
@@ -137,9 +144,7 @@ fn tracepoints_held(pid: i32) -> usize {
 /// very first exec is on record), and detached after the last such run.
 #[test]
 fn the_monitor_is_attached_only_while_agents_run() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();
@@ -166,9 +171,7 @@ fn the_monitor_is_attached_only_while_agents_run() {
 /// `--mount` would otherwise leave the store's monitor detached for the run's first moments.
 #[test]
 fn a_run_is_announced_to_its_stores_daemon_whatever_its_mount_option() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();
@@ -202,9 +205,7 @@ fn a_run_is_announced_to_its_stores_daemon_whatever_its_mount_option() {
 /// run of this store is alive).
 #[test]
 fn another_stores_agent_cannot_keep_the_monitor_attached() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let ours = Mounted::new();
@@ -266,9 +267,7 @@ fn a_run_that_cannot_announce_itself_does_not_start() {
 
 #[test]
 fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();
@@ -358,9 +357,7 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
 /// in the flood, is still on record by name.
 #[test]
 fn a_flood_of_refusals_hides_no_other() {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
-    if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+    if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();

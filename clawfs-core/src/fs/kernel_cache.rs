@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{ClawFs, Entry};
 use crate::attr::Attr;
 use crate::creds::Caller;
-use crate::error::{FsError, FsResult};
+use crate::error::FsResult;
 use crate::virtual_files::VirtualInodes;
 
 /// Entries with attributes in one READDIRPLUS answer. The kernel asks for "plus" on a listing's
@@ -86,11 +86,7 @@ impl ClawFs {
     ) -> FsResult<Option<Entry>> {
         match self.lookup(caller, parent, name) {
             Ok(e) => Ok(Some(e)),
-            Err(FsError::Io(e))
-                if e.raw_os_error() == Some(libc::ENOENT) && !VirtualInodes::is_virtual(parent) =>
-            {
-                Ok(None)
-            }
+            Err(e) if e.is_missing() && !VirtualInodes::is_virtual(parent) => Ok(None),
             Err(e) => Err(e),
         }
     }

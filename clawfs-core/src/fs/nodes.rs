@@ -36,7 +36,7 @@ impl ClawFs {
             return Err(not_found());
         }
         let found = self.entry_at(parent, dir.as_fd(), name, place);
-        if matches!(&found, Err(FsError::Io(e)) if e.raw_os_error() == Some(libc::ENOENT)) {
+        if found.as_ref().is_err_and(FsError::is_missing) {
             self.listings.missed(parent, dir.as_fd());
         }
         found
