@@ -165,6 +165,7 @@ impl Drop for TempUser {
 /// ClawFS store on it mounted in turn (`clawfs mount MOUNT_ARGS`); both unmounted when dropped
 /// (also when the test fails).
 pub struct StoreOnImage {
+    /// The image and both mount points; removed after `drop` has unmounted them.
     dir: tempfile::TempDir,
     /// Where the image is mounted (the store is `store/` in it).
     pub image_mnt: std::path::PathBuf,
@@ -246,6 +247,5 @@ impl Drop for StoreOnImage {
             .arg("-l")
             .arg(&self.image_mnt)
             .output();
-        let _ = self.dir.path();
     }
 }
