@@ -51,15 +51,20 @@ fn user_id(name: &str) -> Option<u32> {
 
 /// The login name of `uid`, or the number when /etc/passwd does not know it.
 pub fn user_name(uid: u32) -> String {
-    fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|db| {
-            db.lines().find_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 2 && f[2].parse() == Ok(uid)).then(|| f[0].to_string())
-            })
-        })
-        .unwrap_or_else(|| uid.to_string())
+    name_from_db("/etc/passwd", uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// The name of the group `gid` in /etc/group, if it has one.
+pub fn group_name(gid: u32) -> Option<String> {
+    name_from_db("/etc/group", gid)
+}
+
+/// The name of the entry of `db` (passwd or group format) whose id is `id`.
+fn name_from_db(db: &str, id: u32) -> Option<String> {
+    fs::read_to_string(db).ok()?.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2].parse() == Ok(id)).then(|| f[0].to_string())
+    })
 }
 
 fn id_from_db(db: &str, name: &str) -> Option<u32> {
@@ -285,9 +290,13 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `tools/registry.json` (keeping its published packages) and the built-in tools'
-/// definitions where they differ from what is there (a new build may add tools).
-pub fn write_tool_registry(root: &Path) -> Result<(), crate::integrity::IntegrityError> {
+/// Writes `tools/registry.json` (keeping its published packages; its protocol naming `mount`,
+/// where the store is served) and the built-in tools' definitions where they differ from what
+/// is there (a new build may add tools).
+pub fn write_tool_registry(
+    root: &Path,
+    mount: &Path,
+) -> Result<(), crate::integrity::IntegrityError> {
     use std::os::fd::AsFd;
     let fd = rustix::fs::open(
         root,
@@ -296,5 +305,5 @@ pub fn write_tool_registry(root: &Path) -> Result<(), crate::integrity::Integrit
     )
     .map_err(|e| crate::integrity::IntegrityError::io(root.display().to_string())(e.into()))?;
     let packages = crate::integrity::tools::load_packages(fd.as_fd())?;
-    crate::integrity::tools::write_registry(fd.as_fd(), &packages)
+    crate::integrity::tools::write_registry(fd.as_fd(), &packages, mount)
 }

@@ -80,6 +80,10 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     }
 }
 
+/// Where a store is mounted by convention (`clawfs mount /clawfs`): what generated files name
+/// until the store is served somewhere.
+pub const DEFAULT_MOUNT: &str = "/clawfs";
+
 /// What a running daemon records about itself in `.clawfs/daemon.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DaemonInfo {
@@ -158,7 +162,8 @@ impl Store {
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| io_err(path)(e.into()))?;
-        seed::write_tool_registry(path)?;
+        // Written again for the real mount at every mount.
+        seed::write_tool_registry(path, Path::new(DEFAULT_MOUNT))?;
         crate::integrity::system::record_all(root.as_fd(), &seed::now_rfc3339())?;
         atomic_write(
             &path.join(PRIVATE_DIR),

@@ -26,7 +26,7 @@ Exit status:
   1  any other error
   2  bad command line
   3  mount point problem: missing, not a directory, not empty, already mounted, stale, busy,
-     not a ClawFS mount
+     not a ClawFS mount, the store not mounted (run, mcp, search) or not at --mount
   4  store problem: not initialised, newer format, already served
   5  integrity: system/ differs from its manifest (mount, system verify), a document of
      specs/ fails verification (specs verify)

@@ -250,8 +250,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
     let store_root = store.root().to_path_buf();
-    // A new build may serve new tools: their definitions are files under tools/.
-    match clawfs_core::seed::write_tool_registry(&store_root) {
+    // A new build may serve new tools: their definitions are files under tools/. The registry
+    // names this mount.
+    match clawfs_core::seed::write_tool_registry(&store_root, mp) {
         Ok(()) => {}
         // A damaged registry stays as it is, for the admin to see: tools/ then serves none of
         // its files (EIO, audited at each read) and the rest of the store is served.

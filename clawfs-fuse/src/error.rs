@@ -5,7 +5,7 @@
 //! | 0 | success |
 //! | 1 | any other error |
 //! | 2 | bad command line (from clap) |
-//! | 3 | mount point problem: missing, not a directory, not empty, already mounted, stale, busy, not a ClawFS mount |
+//! | 3 | mount point problem: missing, not a directory, not empty, already mounted, stale, busy, not a ClawFS mount, a store not mounted or mounted elsewhere than `--mount` |
 //! | 4 | store problem: not initialised, newer format, already served, unreadable |
 //! | 5 | integrity: system/ differs from its manifest, a document of specs/ fails verification |
 
@@ -17,6 +17,9 @@ pub enum Failure {
     /// Mount point problems (exit 3).
     #[error("{0}")]
     Mountpoint(String),
+    /// The mount a command works through is missing or serves another store (exit 3).
+    #[error(transparent)]
+    Mount(#[from] crate::mounts::MountError),
     /// Store problems (exit 4).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -33,6 +36,8 @@ impl Failure {
     pub fn exit_code(&self) -> u8 {
         match self {
             Failure::Mountpoint(_) => 3,
+            Failure::Mount(crate::mounts::MountError::Mountinfo(_)) => 1,
+            Failure::Mount(_) => 3,
             Failure::Store(StoreError::Io { .. }) => 1,
             Failure::Store(_) => 4,
             Failure::Tampered(_) => 5,

@@ -282,12 +282,19 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
             registry::check_definition(&def, &def_name, wasm.as_ref().map(|w| w.1.as_str()))
                 .map_err(refused)?;
             let key = signing_key(&store, signer)?;
+            // The registry names the mount the store's daemon serves (a daemon serves only a
+            // registry that names its mount); the next mount writes it again anyway.
+            let mount = store.daemon_info().map_or_else(
+                || PathBuf::from(clawfs_core::store::DEFAULT_MOUNT),
+                |d| d.mountpoint,
+            );
             let added = registry::add(
                 fd,
                 (&def, &def_name),
                 wasm.as_ref().map(|(b, n)| (b.as_slice(), n.as_str())),
                 (signer, &key),
                 &now(),
+                &mount,
             )
             .map_err(refused)?;
             match added {

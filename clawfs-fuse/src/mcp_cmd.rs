@@ -35,9 +35,11 @@ pub struct McpArgs {
     /// the agent's policy then decides.
     #[arg(long, value_name = "WS", default_value = "default")]
     pub workspace: String,
-    /// Where ClawFS is mounted.
-    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
-    pub mount: PathBuf,
+    /// Where ClawFS is mounted. Default: where the store is served (its daemon's mount, found
+    /// in mountinfo); a DIR that does not serve the store is an error. Given without --store,
+    /// the store is the one DIR serves.
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
     /// Run the server outside the kernel sandbox (as `clawfs run --no-sandbox`).
     #[arg(long)]
     pub no_sandbox: bool,
@@ -75,18 +77,23 @@ pub fn mcp(args: &McpArgs) -> Result<u8, Failure> {
         no_sandbox: args.no_sandbox,
         sandbox: false,
         store: args.store.clone(),
-        command: vec![
-            exe.clone().into_os_string(),
-            arg("mcp-serve"),
-            arg("--mount"),
-            args.mount.clone().into_os_string(),
-            arg("--workspace"),
-            arg(&args.workspace),
-            arg("--agent"),
-            arg(&args.agent),
-        ],
+        command: Vec::new(),
     };
     let mut spec = run::spec_from_args(&run_args)?;
+    let mount = spec
+        .mount
+        .clone()
+        .expect("found: a run with a workspace needs the mount");
+    spec.command = vec![
+        exe.clone().into_os_string(),
+        arg("mcp-serve"),
+        arg("--mount"),
+        mount.into_os_string(),
+        arg("--workspace"),
+        arg(&args.workspace),
+        arg("--agent"),
+        arg(&args.agent),
+    ];
     spec.programs.push(exe);
     run::execute(&spec)
 }

@@ -33,9 +33,8 @@ use signal_hook::iterator::Signals;
 use tracing::warn;
 
 use crate::cli::StoreArg;
-use crate::daemon::store_path;
 use crate::error::Failure;
-use crate::spawn;
+use crate::{mounts, spawn};
 
 /// First uid of the placeholder range: agent `i` of the roster runs as `AGENT_UID_BASE + i` until
 /// the policy assigns uids.
@@ -57,9 +56,11 @@ pub struct RunArgs {
     /// name from /etc/passwd. Default: the agent's own unprivileged uid.
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
-    /// Where ClawFS is mounted (for --workspace and the sandbox).
-    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
-    pub mount: PathBuf,
+    /// Where ClawFS is mounted (for --workspace and the sandbox). Default: where the store is
+    /// served (its daemon's mount, found in mountinfo); a DIR that does not serve the store is
+    /// an error. Given without --store, the store is the one DIR serves.
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
     /// Run outside the kernel sandbox (cgroup quotas still apply). By default every run is
     /// sandboxed: Landlock (its part of the mount, a private temporary directory that is also its
     /// HOME, the system files programs need; never the store), seccomp (the store's
@@ -113,9 +114,9 @@ pub struct RunSpec {
     pub programs: Vec<PathBuf>,
     /// The mount the run announces itself to (`<mount>/agents/self`, opened as the agent in its
     /// group before anything of the agent's runs: the daemon attaches its activity monitor
-    /// before it answers): where the daemon serving the store says it is mounted, else
-    /// `--mount`. (A `--mount` of another store's daemon would tell the wrong monitor.)
-    pub mount: PathBuf,
+    /// before it answers): a mount of the store, never another store's (that would tell the
+    /// wrong monitor). `None`: the store is not mounted (a `--no-sandbox` run), nobody to tell.
+    pub mount: Option<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> Failure {
@@ -136,7 +137,10 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
     let agent = check_system_name(args.agent.as_ref())
         .map_err(|e| fail(format!("--agent: {e}")))?
         .to_string();
-    let store = Store::open(&store_path(&args.store.store))?;
+    let store = Store::open(&mounts::store_for(
+        &args.store.store,
+        args.mount.as_deref(),
+    )?)?;
     let agents = store.root().join(Area::Agents.dir_name());
     if !agents.join(&agent).is_dir() {
         return Err(fail(format!(
@@ -187,17 +191,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
     .into_iter()
     .flatten()
     .collect();
-    if !args.no_sandbox {
-        let own = args.mount.join(Area::Agents.dir_name()).join(&agent);
-        if !own.is_dir() {
-            return Err(fail(format!(
-                "{} is not there: is ClawFS mounted at {}? (--mount DIR) The sandbox is built around the mount; --no-sandbox runs outside it",
-                own.display(),
-                args.mount.display()
-            )));
-        }
-    }
-    let cwd = match &args.workspace {
+    let workspace = match &args.workspace {
         None => None,
         Some(ws) => {
             let ws =
@@ -210,12 +204,47 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
             {
                 return Err(fail(format!("unknown workspace {ws:?}")));
             }
-            let dir = args.mount.join(Area::Workspaces.dir_name()).join(ws);
+            Some(ws)
+        }
+    };
+    // The sandbox and --workspace work through the mount; a --no-sandbox run without a
+    // workspace can run while the store is not mounted.
+    let mount = match mounts::mount_of_store(
+        store.root(),
+        store.daemon_info().map(|d| d.mountpoint).as_deref(),
+        args.mount.as_deref(),
+    ) {
+        Ok(m) => Some(m),
+        Err(mounts::MountError::NotMounted { .. })
+            if args.no_sandbox && args.workspace.is_none() =>
+        {
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let (false, Some(mount)) = (args.no_sandbox, &mount) {
+        let own = mount.join(Area::Agents.dir_name()).join(&agent);
+        if !own.is_dir() {
+            return Err(fail(format!(
+                "{} is not there, although ClawFS serves {} at {}: the sandbox is built around the agent's directory; --no-sandbox runs outside it",
+                own.display(),
+                store.root().display(),
+                mount.display()
+            )));
+        }
+    }
+    let cwd = match workspace {
+        None => None,
+        Some(ws) => {
+            let dir = mount
+                .as_ref()
+                .expect("found: a run with --workspace needs the mount")
+                .join(Area::Workspaces.dir_name())
+                .join(ws);
             if !dir.is_dir() {
                 return Err(fail(format!(
-                    "{} is not there: is ClawFS mounted at {}? (--mount DIR)",
+                    "{} is not there: you may not reach the workspace through the mount",
                     dir.display(),
-                    args.mount.display()
                 )));
             }
             Some(dir)
@@ -231,11 +260,12 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         cwd,
         command: args.command.clone(),
         env: Vec::new(),
-        sandbox: (!args.no_sandbox).then(|| (store.root().to_path_buf(), args.mount.clone())),
+        sandbox: match (args.no_sandbox, &mount) {
+            (false, Some(m)) => Some((store.root().to_path_buf(), m.clone())),
+            _ => None,
+        },
         programs: Vec::new(),
-        mount: store
-            .daemon_info()
-            .map_or_else(|| args.mount.clone(), |d| d.mountpoint),
+        mount,
     })
 }
 
@@ -572,12 +602,18 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .map(|p| CString::new(p.as_os_str().as_bytes()))
         .transpose()
         .map_err(|_| fail("working directory contains a NUL byte"))?;
-    let announce_path = spec.mount.join(Area::Agents.dir_name()).join("self");
+    let announce_path = spec
+        .mount
+        .as_ref()
+        .map(|m| m.join(Area::Agents.dir_name()).join("self"));
     // Where a ClawFS answers at the mount, the run must reach it: an agent the monitor has not
     // heard of would run unrecorded until the daemon's next look at the agent groups.
-    let must_announce = announce_path.exists();
-    let announce = CString::new(announce_path.as_os_str().as_bytes())
-        .map_err(|_| fail("--mount contains a NUL byte"))?;
+    let must_announce = announce_path.as_ref().is_some_and(|p| p.exists());
+    let announce = announce_path
+        .as_ref()
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+        .map_err(|_| fail("the mount's path contains a NUL byte"))?;
     let (uid, gid) = (spec.uid, spec.gid);
     let groups: Vec<libc::gid_t> = spec.groups.clone();
 
@@ -645,17 +681,19 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         // 3b. Announce the agent to the daemon: its activity monitor is attached before the
         //     open returns. Where no ClawFS answers (a --no-sandbox run without a mount) there
         //     is nobody to tell; O_NONBLOCK: a FIFO there cannot hold the run.
-        // SAFETY: `announce` is a NUL-terminated string that lives as long as the closure;
-        // open and close are async-signal-safe.
-        unsafe {
-            let fd = libc::open(
-                announce.as_ptr(),
-                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
-            );
-            if fd >= 0 {
-                libc::close(fd);
-            } else if must_announce {
-                return Err(io::Error::last_os_error());
+        if let Some(announce) = &announce {
+            // SAFETY: `announce` is a NUL-terminated string that lives as long as the closure;
+            // open and close are async-signal-safe.
+            unsafe {
+                let fd = libc::open(
+                    announce.as_ptr(),
+                    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                } else if must_announce {
+                    return Err(io::Error::last_os_error());
+                }
             }
         }
         // 4. Enter the working directory as the agent, so the daemon checks the agent's access.
@@ -710,12 +748,12 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         Ok(pid) => pid,
         Err(e) => {
             handle.close();
-            let announce = match must_announce {
-                true => format!(
+            let announce = match (&announce_path, must_announce) {
+                (Some(path), true) => format!(
                     " (before it starts, the agent announces itself by opening {}: it must be able to reach the mount)",
-                    announce_path.display()
+                    path.display()
                 ),
-                false => String::new(),
+                _ => String::new(),
             };
             return Err(fail(format!(
                 "cannot start {shown} as agent {} (uid {uid}, gid {gid}): {e}{announce}",

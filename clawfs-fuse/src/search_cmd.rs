@@ -30,9 +30,12 @@ pub struct SearchArgs {
     /// repeat for files carrying every one.
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
-    /// Where ClawFS is mounted.
-    #[arg(long, value_name = "DIR", default_value = "/clawfs")]
-    pub mount: PathBuf,
+    /// Where ClawFS is mounted. Default: where the store is served (found in mountinfo); a DIR
+    /// that does not serve the store is an error.
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: crate::cli::StoreArg,
     /// Print JSON Lines: one object per hit.
     #[arg(long)]
     pub json: bool,
@@ -57,7 +60,12 @@ pub enum IndexCommand {
 /// `clawfs search`: runs the `semantic_search` tool through the mount, so the query runs as
 /// the caller and shows only what the caller may read.
 pub fn search(a: &SearchArgs) -> Result<(), Failure> {
-    let call = a.mount.join("tools/call/semantic_search");
+    let mount = match (&a.store.store, &a.mount) {
+        // The daemon at the mount serves whichever store it serves, as the caller.
+        (None, Some(m)) => m.clone(),
+        (store, requested) => crate::mounts::served_mount(store, requested.as_deref())?,
+    };
+    let call = mount.join("tools/call/semantic_search");
     let mut request = serde_json::json!({
         "workspace": a.workspace,
         "query": a.query,
@@ -78,7 +86,7 @@ pub fn search(a: &SearchArgs) -> Result<(), Failure> {
             format!(
                 "{}: is ClawFS mounted at {}?",
                 call.display(),
-                a.mount.display()
+                mount.display()
             )
         })?;
     f.write_all(request.to_string().as_bytes())

@@ -167,19 +167,29 @@ fn the_monitor_is_attached_only_while_agents_run() {
     assert_eq!(tracepoints_held(pid), 0, "detached after the run");
 }
 
-/// A run is announced to the daemon that serves its store, wherever `--mount` points: a wrong
-/// `--mount` would otherwise leave the store's monitor detached for the run's first moments.
+/// A run is announced to the daemon that serves its store, found from the store (no
+/// `--mount`); a `--mount` that does not serve the store is refused before anything runs, so it
+/// cannot leave the store's monitor detached for the run's first moments.
 #[test]
-fn a_run_is_announced_to_its_stores_daemon_whatever_its_mount_option() {
+fn a_run_is_announced_to_its_stores_daemon_and_a_wrong_mount_is_refused() {
     if !monitor_or_skip() {
         return;
     }
     let m = Mounted::new();
-    let out = Command::new(crate::common::clawfs_bin())
+    let wrong = Command::new(crate::common::clawfs_bin())
         .arg("run")
         .arg("--store")
         .arg(&m.store)
         .args(["--mount", "/nonexistent-clawfs-mount"])
+        .args(["--agent", AGENT, "--no-sandbox", "--", "true"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(3), "{}", text(&wrong));
+    let out = Command::new(crate::common::clawfs_bin())
+        .arg("run")
+        .arg("--store")
+        .arg(&m.store)
         .args([
             "--agent",
             AGENT,

@@ -6,11 +6,13 @@
 mod common;
 
 mod agents;
+mod file_modes;
 mod integrity;
 mod lifecycle;
 mod mcp;
 mod migrate;
 mod model;
+mod mount_discovery;
 mod namespace;
 mod posix;
 mod refusals;

@@ -23,17 +23,27 @@ fn python() -> PathBuf {
 /// Runs the MCP client against `clawfs mcp --agent AGENT EXTRA…` on this mount with `calls`
 /// (a list of `[tool, arguments]`); returns what it printed.
 fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value {
+    mcp_session_at(m, Some(&m.mnt), agent, extra, calls)
+}
+
+/// [`mcp_session`] with `--mount MOUNT` only when `mount` is given.
+fn mcp_session_at(
+    m: &Mounted,
+    mount: Option<&std::path::Path>,
+    agent: &str,
+    extra: &[&str],
+    calls: Value,
+) -> Value {
     let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/clients/mcp_client.py");
     let mut cmd = Command::new(python());
     cmd.arg(client)
         .arg(clawfs_bin())
         .args(["mcp", "--store"])
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args(["--agent", agent])
-        .args(extra)
-        .current_dir("/");
+        .arg(&m.store);
+    if let Some(mount) = mount {
+        cmd.arg("--mount").arg(mount);
+    }
+    cmd.args(["--agent", agent]).args(extra).current_dir("/");
     let out = output_with_input(&mut cmd, calls.to_string().as_bytes());
     assert!(
         out.status.success(),
@@ -143,6 +153,25 @@ fn an_mcp_client_uses_the_tools_as_the_agent_through_the_mount() {
     assert!(records.iter().any(|r| r["operation"] == "tool:move"
         && r["agent"] == "fs-engine"
         && r["result"] == "ok"));
+}
+
+#[test]
+fn the_mcp_server_finds_the_mount_its_store_is_served_at() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let calls = json!([
+        ["write_file", {"path": "found.md", "content": "through the mount\n"}],
+        ["list_allowed", {}],
+    ]);
+    let out = mcp_session_at(&m, None, "fs-engine", &[], calls);
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r[0]["is_error"], false, "{}", r[0]);
+    assert_eq!(r[1]["is_error"], false, "{}", r[1]);
+    assert_eq!(r[1]["structured"]["file_permissions"]["apply"], true);
+    assert_eq!(
+        std::fs::read_to_string(m.ws().join("found.md")).unwrap(),
+        "through the mount\n"
+    );
 }
 
 #[test]

@@ -446,12 +446,12 @@ fn refusals() {
         ],
         "echo ran",
     );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("is ClawFS mounted"),
-        "{}",
-        text(&out.stderr)
-    );
+    // A mount that does not serve the store: exit 3, naming both.
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    assert!(err.contains("is not a ClawFS mount"), "{err}");
+    assert!(err.contains(missing_mount.to_str().unwrap()), "{err}");
+    assert!(err.contains(f.store.to_str().unwrap()), "{err}");
 
     // Not a store.
     let mut c = clawfs_run();

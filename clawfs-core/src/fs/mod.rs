@@ -407,8 +407,10 @@ impl ClawFs {
         self.invalidate_paths(&paths);
     }
 
-    /// Records where the store is mounted (tool requests may use absolute paths under it).
+    /// Records where the store is mounted: tool requests may use absolute paths under it, tool
+    /// messages name its files, and the registry served must name it.
     pub fn set_mountpoint(&self, mountpoint: std::path::PathBuf) {
+        self.tool_files.set_mount(mountpoint.clone());
         let _ = self.mountpoint.set(mountpoint);
     }
 

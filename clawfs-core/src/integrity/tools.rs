@@ -112,9 +112,10 @@ fn check_packages(packages: &[Package]) -> Result<(), String> {
     Ok(())
 }
 
-/// The registry file: the built-in tools of this build, then `packages`.
-pub fn registry_bytes(packages: &[Package]) -> Vec<u8> {
-    let mut v = clawfs_agent_tools::registry();
+/// The registry file: the built-in tools of this build, then `packages`. Its protocol names
+/// the tool files under `mount`, where the store is served.
+pub fn registry_bytes(packages: &[Package], mount: &Path) -> Vec<u8> {
+    let mut v = clawfs_agent_tools::registry(mount);
     v["packages"] = serde_json::to_value(packages).expect("serialisable");
     super::to_pretty(&v)
 }
@@ -145,17 +146,26 @@ pub fn load_packages(store: BorrowedFd<'_>) -> Result<Vec<Package>, IntegrityErr
     }
 }
 
-/// Writes the registry (this build's tools and `packages`) and the built-in definitions where
-/// they differ from what is there, owned like `tools/`. Run at every mount (a new build may
-/// serve new tools) and by `clawfs tools add`.
-pub fn write_registry(store: BorrowedFd<'_>, packages: &[Package]) -> Result<(), IntegrityError> {
+/// Writes the registry (this build's tools and `packages`, its protocol naming `mount`) and the
+/// built-in definitions where they differ from what is there, owned like `tools/`. Run at every
+/// mount (a new build may serve new tools; the mount may be another) and by `clawfs tools add`.
+pub fn write_registry(
+    store: BorrowedFd<'_>,
+    packages: &[Package],
+    mount: &Path,
+) -> Result<(), IntegrityError> {
     let tools = beneath::open_dir(store, Path::new(TOOLS)).map_err(IntegrityError::io(TOOLS))?;
     let st = rustix::fs::fstat(&tools).map_err(|e| IntegrityError::io(TOOLS)(e.into()))?;
     let owner = Some((st.st_uid, st.st_gid));
     let defs = beneath::create_dir_all(tools.as_fd(), Path::new("definitions"), 0o755, owner)
         .map_err(IntegrityError::io("tools/definitions"))?;
     let how = FileMode { mode: 0o644, owner };
-    replace_if_changed(tools.as_fd(), REGISTRY, &registry_bytes(packages), how)?;
+    replace_if_changed(
+        tools.as_fd(),
+        REGISTRY,
+        &registry_bytes(packages, mount),
+        how,
+    )?;
     for tool in clawfs_agent_tools::TOOL_NAMES {
         let def = builtin_definition(tool).expect("every listed tool has a definition");
         replace_if_changed(defs.as_fd(), &format!("tool-{tool}.json"), &def, how)?;
@@ -286,14 +296,15 @@ pub enum Added {
 }
 
 /// Adds (publishes) a tool version: checks the definition and binary, writes both (0444),
-/// records the entry signed by `signer`, and rewrites the registry. A published version never
-/// changes.
+/// records the entry signed by `signer`, and rewrites the registry for `mount` (where the
+/// store is served). A published version never changes.
 pub fn add(
     store: BorrowedFd<'_>,
     (def, def_name): (&[u8], &str),
     wasm: Option<(&[u8], &str)>,
     (signer, key): (&str, &SigningKey),
     now: &str,
+    mount: &Path,
 ) -> Result<Added, IntegrityError> {
     Signers::load(store)?.check_key(signer, key)?;
     let v = check_definition(def, def_name, wasm.map(|w| w.1))?;
@@ -369,7 +380,7 @@ pub fn add(
     beneath::write_atomic(defs.as_fd(), def_name, def, how)
         .map_err(IntegrityError::io(format!("tools/{}", entry.definition)))?;
     packages.push(entry);
-    write_registry(store, &packages)?;
+    write_registry(store, &packages, mount)?;
     Ok(Added::Published)
 }
 
@@ -423,14 +434,15 @@ pub fn audited_packages(store: BorrowedFd<'_>) -> Result<Audited, IntegrityError
     Ok((checked, problem))
 }
 
-/// Whether the stored file `rel` of `tools/`, whose bytes hash to `sha256`, may be served.
-fn verdict(packages: &Signed, rel: &str, sha256: &str) -> Result<(), IntegrityError> {
+/// Whether the stored file `rel` of `tools/`, whose bytes hash to `sha256`, may be served at
+/// `mount`.
+fn verdict(packages: &Signed, rel: &str, sha256: &str, mount: &Path) -> Result<(), IntegrityError> {
     let mismatch = |why: String| IntegrityError::Mismatch(format!("tools/{rel} {why}: not served"));
     let packages = packages
         .as_ref()
         .map_err(|e| IntegrityError::Mismatch(e.clone()))?;
     if rel == REGISTRY {
-        return match sha256 == hex_sha256(&registry_bytes(packages)) {
+        return match sha256 == hex_sha256(&registry_bytes(packages, mount)) {
             true => Ok(()),
             false => Err(mismatch(
                 "differs from this build's tools and its signed packages".into(),
@@ -482,21 +494,34 @@ fn hex_sha256(bytes: &[u8]) -> String {
 }
 
 /// The daemon's check of tool files: the registry's packages (signatures checked) and the
-/// signers, read again only when either file changed.
+/// signers, read again only when either file changed; and the mount the registry must name.
 #[derive(Default)]
-pub struct ToolChecker(super::Indexed<Signed>);
+pub struct ToolChecker {
+    packages: super::Indexed<Signed>,
+    /// Where the store is served; [`crate::store::DEFAULT_MOUNT`] until told.
+    mount: std::sync::OnceLock<std::path::PathBuf>,
+}
 
 impl ToolChecker {
+    /// Records where the store is served: the registry served must name that mount.
+    pub fn set_mount(&self, mount: std::path::PathBuf) {
+        let _ = self.mount.set(mount);
+    }
+
     /// Whether the stored file at `rel` (relative to `tools/`), whose bytes hash to `sha256`,
     /// may be served; `store` is the store root.
     pub fn check(&self, store: BorrowedFd<'_>, rel: &str, sha256: &str) -> Verdict {
-        self.0
+        let mount = self
+            .mount
+            .get()
+            .map_or(Path::new(crate::store::DEFAULT_MOUNT), |m| m.as_path());
+        self.packages
             .get(
                 store,
                 [&format!("{TOOLS}/{REGISTRY}"), super::signers::SIGNERS_FILE],
                 || signed_packages(store),
             )
-            .and_then(|packages| verdict(&packages, rel, sha256))
+            .and_then(|packages| verdict(&packages, rel, sha256, mount))
             .map_err(|e| e.to_string())
     }
 }
@@ -576,8 +601,20 @@ mod tests {
         let (mut old, mut new) = (package("echo", "1.0.0"), package("echo", "1.10.0"));
         (old.definition_sha256, new.definition_sha256) = ("aa".into(), "bb".into());
         let reordered: Signed = Ok(vec![new, old]);
-        assert!(verdict(&reordered, "definitions/tool-echo.json", "bb").is_ok());
-        assert!(verdict(&reordered, "definitions/tool-echo.json", "aa").is_err());
+        assert!(verdict(
+            &reordered,
+            "definitions/tool-echo.json",
+            "bb",
+            Path::new("/m")
+        )
+        .is_ok());
+        assert!(verdict(
+            &reordered,
+            "definitions/tool-echo.json",
+            "aa",
+            Path::new("/m")
+        )
+        .is_err());
         // The signature covers the capabilities: the message changes with them.
         let mut wider = package("echo", "1.0.0");
         wider.capabilities = vec!["network:outbound:*".into()];

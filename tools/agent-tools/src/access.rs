@@ -24,9 +24,11 @@ pub enum Access {
 /// A summary of what a caller may access, returned by `list_allowed`.
 #[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct Allowed {
-    /// Workspace-relative globs the caller may read ("**" is everything).
+    /// Workspace-relative globs the caller's policy lets it read ("**" is everything); file
+    /// permissions apply as well.
     pub read: Vec<String>,
-    /// Workspace-relative globs the caller may write.
+    /// Workspace-relative globs the caller's policy lets it write; each file's owner, group
+    /// and mode apply as well (`file_permissions`).
     pub write: Vec<String>,
     /// Names refused everywhere, whatever the policy (matched case-insensitively, any depth).
     pub protected: Vec<String>,

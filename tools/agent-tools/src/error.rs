@@ -54,8 +54,13 @@ pub enum ToolError {
     #[error("{0}")]
     TooLarge(String),
     /// No tool of that name.
-    #[error("unknown tool '{0}'. Read /clawfs/tools/registry.json (or call list_allowed) for the tool names.")]
-    UnknownTool(String),
+    #[error("unknown tool '{name}'. Read {registry} (or call list_allowed) for the tool names.")]
+    UnknownTool {
+        /// The name asked for (at most 64 characters of it).
+        name: String,
+        /// Where the registry is: under the mount when the root knows it.
+        registry: String,
+    },
     /// The request is not a UTF-8 JSON object.
     #[error("{0}")]
     InvalidJson(String),
@@ -98,7 +103,7 @@ impl ToolError {
             ToolError::Protected(_) => "protected",
             ToolError::InvalidArgs(_) => "invalid_args",
             ToolError::TooLarge(_) => "too_large",
-            ToolError::UnknownTool(_) => "unknown_tool",
+            ToolError::UnknownTool { .. } => "unknown_tool",
             ToolError::InvalidJson(_) => "invalid_json",
             ToolError::NotAFile(_) => "not_a_file",
             ToolError::NotADirectory(_) => "not_a_directory",
@@ -168,7 +173,7 @@ impl ToolError {
             | ToolError::Protected(_)
             | ToolError::InvalidArgs(_)
             | ToolError::TooLarge(_)
-            | ToolError::UnknownTool(_)
+            | ToolError::UnknownTool { .. }
             | ToolError::InvalidJson(_)
             | ToolError::NotAFile(_)
             | ToolError::NotADirectory(_)

@@ -92,7 +92,31 @@ pub(crate) fn atomic_write(
     old: Option<(&Metadata, Option<&File>)>,
 ) -> ToolResult<()> {
     root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, |(m, _)| m.len())))?;
-    let ctx = |e| ToolError::io(format!("writing '{}'", show(rel)), e);
+    let action = format!("writing '{}'", show(rel));
+    let ctx = |e| ToolError::io(action.clone(), e);
+    // Refused by the permissions of the file itself (rewritten in place) or of its folder (a
+    // new file): say whose they are and what would allow the write.
+    let denied_by = |e: std::io::Error, file: Option<&Metadata>| {
+        if e.kind() != std::io::ErrorKind::PermissionDenied {
+            return ctx(e);
+        }
+        let Ok(folder) = slot.dir.metadata() else {
+            return ctx(e);
+        };
+        let like = Some(std::os::unix::fs::MetadataExt::gid(&folder));
+        match file {
+            Some(m) => root.refused_by_mode(&action, ("the file", &root.shown_path(rel)), m, like),
+            None => {
+                let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+                root.refused_by_mode(
+                    &action,
+                    ("its folder", &root.shown_path(dir)),
+                    &folder,
+                    like,
+                )
+            }
+        }
+    };
     match old {
         None => beneath::write_atomic(
             &slot.dir,
@@ -100,11 +124,11 @@ pub(crate) fn atomic_write(
             bytes,
             beneath::FileMode::mode(root.file_mode()),
         )
-        .map_err(ctx)?,
+        .map_err(|e| denied_by(e, None))?,
         // A file with other names (hard links) is rewritten in place: a replacement would
         // leave the other names on the old content.
         Some((m, _)) if std::os::unix::fs::MetadataExt::nlink(m) > 1 => {
-            write_in_place(slot, bytes).map_err(ctx)?
+            write_in_place(slot, bytes).map_err(|e| denied_by(e, Some(m)))?
         }
         Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
             let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
@@ -121,7 +145,7 @@ pub(crate) fn atomic_write(
         // differs), or one whose attributes the caller cannot read to copy, is rewritten in
         // place instead, which needs write permission on the file itself and keeps everything
         // about it, as an editor saving it would.
-        Some(_) => write_in_place(slot, bytes).map_err(ctx)?,
+        Some((m, _)) => write_in_place(slot, bytes).map_err(|e| denied_by(e, Some(m)))?,
     }
     root.changed(abs);
     Ok(())

@@ -20,6 +20,7 @@ mod fsops;
 pub mod limits;
 mod patch;
 mod paths;
+pub mod perms;
 mod registry;
 pub mod semantic;
 mod stream;
@@ -36,6 +37,7 @@ use serde_json::Value;
 pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
 pub use limits::Limits;
+pub use perms::{CallerIds, FilePermissions, Id, IdNames};
 pub use registry::{definition, registry};
 pub use semantic::{SemanticAnswer, SemanticHit, SemanticIndex};
 pub use tools::TOOL_NAMES;
@@ -69,6 +71,12 @@ pub struct ToolRoot {
     semantic: Option<Arc<dyn SemanticIndex>>,
     /// Runs a closure with the daemon's own credentials (see [`ToolRoot::with_elevation`]).
     elevation: Option<Elevation>,
+    /// Where the tools are served (the mount), for messages that name its files.
+    mount: Option<PathBuf>,
+    /// Who the call runs as, to explain refusals by file permissions.
+    caller: Option<CallerIds>,
+    /// Names uids and gids in those explanations.
+    id_names: Option<IdNames>,
 }
 
 /// Runs the closure it is given with the daemon's own credentials, then returns to the
@@ -124,7 +132,47 @@ impl ToolRoot {
             meter: None,
             semantic: None,
             elevation: None,
+            mount: None,
+            caller: None,
+            id_names: None,
         })
+    }
+
+    /// Who the call runs as (the credentials the filesystem checks): `list_allowed` reports
+    /// them, and a write refused by a file's mode is explained against them.
+    pub fn with_caller(mut self, caller: CallerIds) -> ToolRoot {
+        self.caller = Some(caller);
+        self
+    }
+
+    /// Names uids and gids in messages (else they are shown as numbers).
+    pub fn with_id_names(mut self, names: IdNames) -> ToolRoot {
+        self.id_names = Some(names);
+        self
+    }
+
+    /// `rel` as the caller reaches it: under the last alias given (the daemon's is the
+    /// workspace under the mount), else workspace-relative.
+    pub(crate) fn shown_path(&self, rel: &str) -> String {
+        match self.aliases.last() {
+            Some(a) if rel.is_empty() => a.clone(),
+            Some(a) => format!("{a}/{rel}"),
+            None => crate::paths::show(rel),
+        }
+    }
+
+    /// The mount the tools are served under: messages name its files (`<mount>/tools/…`).
+    pub fn with_mount(mut self, mount: impl Into<PathBuf>) -> ToolRoot {
+        self.mount = Some(mount.into());
+        self
+    }
+
+    /// Where the registry is, for messages: under the mount when it is known.
+    pub(crate) fn registry_path(&self) -> String {
+        match &self.mount {
+            Some(m) => m.join("tools/registry.json").display().to_string(),
+            None => "tools/registry.json at the root of the ClawFS mount".into(),
+        }
     }
 
     /// Soft-deleted items go here. Must be on the same filesystem as the root (items are renamed).

@@ -1,6 +1,8 @@
-//! The tool registry served as `/clawfs/tools/registry.json` and `definitions/tool-<name>.json`:
+//! The tool registry served as `<mount>/tools/registry.json` and `definitions/tool-<name>.json`:
 //! every tool with a JSON Schema of its arguments and of its result, generated from the very types
 //! the dispatcher parses and returns.
+
+use std::path::Path;
 
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
@@ -100,14 +102,17 @@ pub fn definition(tool: &str) -> Option<Value> {
     }))
 }
 
-/// The whole registry: protocol summary, error codes, limits and every tool's definition.
-pub fn registry() -> Value {
+/// The whole registry: protocol summary, error codes, limits and every tool's definition. Its
+/// protocol names the tool files under `mount`, where the registry is served.
+pub fn registry(mount: &Path) -> Value {
+    let tools = mount.join("tools");
+    let tools = tools.display();
     json!({
         "name": "clawfs-agent-tools",
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": {
-            "call": "Open /clawfs/tools/call/<tool> read-write, write the arguments as one JSON object, read the JSON response from the same descriptor.",
-            "requests": "Or write {\"tool\": \"<tool>\", ...arguments} to /clawfs/tools/requests/<id>.json and read /clawfs/tools/responses/<id>.json after closing it.",
+            "call": format!("Open {tools}/call/<tool> read-write, write the arguments as one JSON object, read the JSON response from the same descriptor."),
+            "requests": format!("Or write {{\"tool\": \"<tool>\", ...arguments}} to {tools}/requests/<id>.json and read {tools}/responses/<id>.json after closing it."),
             "response": "{\"ok\": true, ...result fields} or {\"ok\": false, \"error\": \"<code>\", \"message\": \"<what to do>\", ...}.",
             "paths": "Workspace-relative (\"notes/plan.md\"); a leading \"/\" means the workspace root. Read tools match names case-insensitively when the exact path does not exist.",
         },

@@ -1181,7 +1181,14 @@ fn garbage_never_panics_and_always_answers_json() {
 
 #[test]
 fn registry_describes_every_tool() {
-    let reg = clawfs_agent_tools::registry();
+    let reg = clawfs_agent_tools::registry(Path::new("/mnt/claw fs"));
+    assert!(
+        reg["protocol"]["call"]
+            .as_str()
+            .unwrap()
+            .contains("/mnt/claw fs/tools/call/<tool>"),
+        "{reg}"
+    );
     let tools = reg["tools"].as_array().unwrap();
     assert_eq!(tools.len(), clawfs_agent_tools::TOOL_NAMES.len());
     for t in clawfs_agent_tools::TOOL_NAMES {

@@ -169,7 +169,9 @@ impl ClawFs {
                 workspace: workspace.clone(),
             }));
         if let Some(mp) = self.mountpoint.get() {
-            root = root.with_alias(format!("{}/workspaces/{workspace}", mp.display()));
+            root = root
+                .with_alias(format!("{}/workspaces/{workspace}", mp.display()))
+                .with_mount(mp);
         }
         if let Some(ix) = self.indexer() {
             root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex {
@@ -211,6 +213,15 @@ impl ClawFs {
         }));
         let changed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         root = root
+            .with_caller(clawfs_agent_tools::CallerIds {
+                uid: creds.caller.uid,
+                gid: creds.caller.gid,
+                groups: creds.groups.clone(),
+            })
+            .with_id_names(std::sync::Arc::new(|id| match id {
+                clawfs_agent_tools::Id::User(uid) => Some(crate::seed::user_name(uid)),
+                clawfs_agent_tools::Id::Group(gid) => crate::seed::group_name(gid),
+            }))
             .with_umask(creds.umask)
             .with_observer(std::sync::Arc::new({
                 let changed = std::sync::Arc::clone(&changed);

@@ -531,6 +531,8 @@ pub struct AllowedResult {
     pub max_request_bytes: usize,
     /// Largest file text tools load.
     pub max_text_file_bytes: u64,
+    /// File permissions apply as well as `read` and `write`: who you are to them.
+    pub file_permissions: crate::perms::FilePermissions,
 }
 
 pub(crate) fn list_allowed(root: &ToolRoot, _a: NoArgs) -> ToolResult<AllowedResult> {
@@ -541,5 +543,6 @@ pub(crate) fn list_allowed(root: &ToolRoot, _a: NoArgs) -> ToolResult<AllowedRes
         tools: crate::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
         max_request_bytes: root.limits().max_request_bytes,
         max_text_file_bytes: root.limits().max_text_file_bytes,
+        file_permissions: root.file_permissions(),
     })
 }

@@ -88,7 +88,10 @@ macro_rules! tool_table {
                     let r: $res = $func(root, a)?;
                     to_value(r)
                 } )*
-                _ => Err(ToolError::UnknownTool(tool.chars().take(64).collect())),
+                _ => Err(ToolError::UnknownTool {
+                    name: tool.chars().take(64).collect(),
+                    registry: root.registry_path(),
+                }),
             }
         }
 
