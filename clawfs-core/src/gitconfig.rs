@@ -6,9 +6,9 @@
 //! anything not listed here are refused: whoever runs git in the repository later (a person, an
 //! admin, another agent) would run them.
 //!
-//! The parser reads every line on its own, without git's line continuations: a line git takes
-//! as a key this parser takes as a key too, so nothing git would apply goes unchecked (a
-//! continued value may be read as a key and refused: the safe direction).
+//! The file is parsed with git's own grammar (gitoxide's `gix-config`), and
+//! `tests/adversarial/git_for_agents.rs` checks every file this accepts against what `git config
+//! --list` itself reads from it.
 
 /// Settings allowed without a subsection (`[section]` then `key`), as `section.key`, lower case.
 const ALLOWED: &[&str] = &[
@@ -71,55 +71,119 @@ const ALLOWED_IN_SUBSECTION: &[&str] = &[
     "submodule.active",
 ];
 
-/// The settings of `text` an agent may not write, as git names them (`core.hookspath`,
-/// `alias.x`); empty if every setting is allowed.
-pub fn refused_settings(text: &str) -> Vec<String> {
+/// Why a git config file was refused as a whole, before any setting was read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Unplaceable {
+    /// git's own parser could not read it; nothing in it can be placed with certainty.
+    #[error("git could not read it as a config file ({0})")]
+    Syntax(String),
+    /// Bytes git and any other reader may take differently: NUL, a lone carriage return, a
+    /// byte-order mark other than UTF-8's.
+    #[error("it holds {0}, which git config files do not")]
+    Bytes(&'static str),
+    /// A setting before any `[section]`, which git refuses.
+    #[error("it has a setting before any [section]")]
+    NoSection,
+}
+
+/// The settings of a git config file an agent may not write, as git names them
+/// (`core.hookspath`, `alias.x`, `remote.url` for a remote helper's URL); empty if every setting
+/// is allowed. The file is read by gitoxide's implementation of git's own grammar (continued
+/// lines, quoting, comments, legacy `[section.sub]` headers), so the settings checked are the
+/// settings git applies; a file it cannot read is refused whole.
+pub fn refused_settings(bytes: &[u8]) -> Result<Vec<String>, Unplaceable> {
+    use gix_config::parse::{EventRef, Events};
+    if bytes.contains(&0) {
+        return Err(Unplaceable::Bytes("a NUL byte"));
+    }
+    if bytes.starts_with(&[0xfe, 0xff]) || bytes.starts_with(&[0xff, 0xfe]) {
+        return Err(Unplaceable::Bytes("a UTF-16 byte-order mark"));
+    }
+    if bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\r' && bytes.get(i + 1) != Some(&b'\n'))
+    {
+        return Err(Unplaceable::Bytes(
+            "a carriage return not followed by a line feed",
+        ));
+    }
+    let events = Events::from_bytes(bytes, None).map_err(|e| Unplaceable::Syntax(e.to_string()))?;
+    if events
+        .frontmatter()
+        .any(|e| matches!(e, EventRef::SectionValueName(_)))
+    {
+        return Err(Unplaceable::NoSection);
+    }
     let mut refused = Vec::new();
-    let mut section = String::new();
-    let mut subsection = false;
-    for raw in text.lines() {
-        let line = raw.trim_start();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        let rest = if let Some(header) = line.strip_prefix('[') {
-            let end = header.find(']').unwrap_or(header.len());
-            let inside = header[..end].trim();
-            let (name, sub) = match inside.split_once(|c: char| c.is_whitespace() || c == '"') {
-                Some((n, s)) => (n, !s.trim().is_empty()),
-                None => match inside.split_once('.') {
-                    // The old `[section.subsection]` form.
-                    Some((n, _)) => (n, true),
-                    None => (inside, false),
-                },
-            };
-            section = name.to_ascii_lowercase();
-            subsection = sub;
-            // A key may follow the header on the same line.
-            header.get(end + 1..).unwrap_or("").trim_start()
-        } else {
-            line
-        };
-        if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
-            continue;
-        }
-        let key: String = rest
-            .chars()
-            .take_while(|c| !c.is_whitespace() && *c != '=')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        let name = format!("{section}.{key}");
-        let allowed = match subsection {
-            false => {
-                ALLOWED.contains(&name.as_str()) || ALLOWED_SECTIONS.contains(&section.as_str())
-            }
-            true => ALLOWED_IN_SUBSECTION.contains(&name.as_str()),
-        };
-        if !allowed && !refused.contains(&name) {
+    let mut refuse = |name: String| {
+        if !refused.contains(&name) {
             refused.push(name);
         }
+    };
+    for section in events.sections() {
+        let EventRef::SectionHeader {
+            name,
+            separator,
+            subsection_name,
+        } = section.header()
+        else {
+            continue;
+        };
+        let section_name = name.to_string().to_ascii_lowercase();
+        // `[core ""]` and `[core.x]` are subsections: their keys are not `core.KEY` to git.
+        let subsection = subsection_name.is_some() || separator.is_some();
+        let mut key: Option<String> = None;
+        let mut value: Vec<u8> = Vec::new();
+        let mut finish = |key: &mut Option<String>, value: &mut Vec<u8>| {
+            if let Some(k) = key.take() {
+                let full = format!("{section_name}.{k}");
+                let v = gix_config::value::normalize(value.as_slice());
+                if !allowed(&section_name, subsection, &k) || !allowed_value(&full, &v) {
+                    refuse(full);
+                }
+            }
+            value.clear();
+        };
+        for event in section.body() {
+            match event {
+                EventRef::SectionValueName(k) => {
+                    finish(&mut key, &mut value);
+                    key = Some(k.to_string().to_ascii_lowercase());
+                }
+                EventRef::Value(v) | EventRef::ValueNotDone(v) | EventRef::ValueDone(v) => {
+                    value.extend_from_slice(v)
+                }
+                _ => {}
+            }
+        }
+        finish(&mut key, &mut value);
     }
-    refused
+    Ok(refused)
+}
+
+/// Whether `section.key` (in a subsection or not) may be set by an agent.
+pub fn allowed(section: &str, subsection: bool, key: &str) -> bool {
+    let name = format!("{section}.{key}");
+    match subsection {
+        false => ALLOWED.contains(&name.as_str()) || ALLOWED_SECTIONS.contains(&section),
+        true => ALLOWED_IN_SUBSECTION.contains(&name.as_str()),
+    }
+}
+
+/// Whether an allowed setting's value is harmless: a remote's or submodule's URL may not name a
+/// remote helper (`ext::sh -c …`, `fd::…`, any `TRANSPORT::`), which git runs as a program.
+fn allowed_value(name: &str, value: &[u8]) -> bool {
+    if !matches!(name, "remote.url" | "remote.pushurl" | "submodule.url") {
+        return true;
+    }
+    let value = String::from_utf8_lossy(value);
+    match value.split_once("::") {
+        Some((transport, _)) => !transport
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b)),
+        None => true,
+    }
 }
 
 #[cfg(test)]
@@ -127,9 +191,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_git_cannot_place_is_refused_whole() {
+        for text in [
+            &b"[core]\nbare = false\0\n"[..],
+            b"fsmonitor = x\n[core]\n",
+            b"[core\nfsmonitor = x\n",
+            b"[core]\rfsmonitor = x\n",
+            b"\xff\xfe[\x00c\x00",
+        ] {
+            assert!(
+                refused_settings(text).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
     fn what_git_init_clone_and_config_write_is_allowed() {
         let text = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\turl = https://example.org/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[user]\n\tname = Agent\n\temail = a@example.org\n[color]\n\tui = auto\n";
-        assert_eq!(refused_settings(text), Vec::<String>::new());
+        assert_eq!(refused_settings(text.as_bytes()), Ok(Vec::<String>::new()));
     }
 
     #[test]
@@ -149,10 +230,18 @@ mod tests {
                 "url.insteadof",
             ),
             ("[core.x]\nname = y", "core.name"),
+            // git continues `eol`'s value over `[color]`, so fsmonitor is core's.
             (
-                "[user]\nname = a \\\n[core]\nhooksPath = x",
-                "core.hookspath",
+                "[core]\n\teol = lf \\\n[color]\n\tfsmonitor = \"echo x\"\n",
+                "core.fsmonitor",
             ),
+            ("[remote \"o\"]\nurl = ext::sh -c evil", "remote.url"),
+            ("[submodule \"s\"]\nurl = \"fd::3\"", "submodule.url"),
+            ("[submodule \"s\"]\nupdate = !evil", "submodule.update"),
+            ("[core \"\"]\nfsmonitor = x", "core.fsmonitor"),
+            ("[Core]\r\nFsMonitor = x\r\n", "core.fsmonitor"),
+            ("\u{feff}[core]\nfsmonitor = x", "core.fsmonitor"),
+            ("[includeIf \"gitdir:/\"]\npath = /tmp/c", "includeif.path"),
             ("[remote \"o\"]\nuploadpack = sh", "remote.uploadpack"),
             ("[core]\nworktree = /etc", "core.worktree"),
             // It would make git read config.worktree files too.
@@ -161,10 +250,10 @@ mod tests {
                 "extensions.worktreeconfig",
             ),
         ] {
+            let refused = refused_settings(text.as_bytes());
             assert!(
-                refused_settings(text).contains(&key.to_string()),
-                "{text:?}: {:?}",
-                refused_settings(text)
+                refused.as_ref().is_ok_and(|r| r.contains(&key.to_string())),
+                "{text:?}: {refused:?}"
             );
         }
     }

@@ -1,9 +1,13 @@
-//! Agents use git in their own directory and in granted workspaces, but cannot plant what makes
-//! git run code or fetch elsewhere: `.git/hooks/`, `.git/config`, `.gitmodules` (any letter
-//! case), nor move a prepared folder onto a `.git` name.
+//! Agents use git as people do: a repository an agent owns is its own business (git itself
+//! refuses to run in a repository owned by someone else), so it clones, builds, commits and
+//! removes it freely. In a repository someone else owns, it cannot plant what makes its owner's
+//! git run code or fetch elsewhere: `.git/hooks/`, `.git/config` (checked with git's own
+//! grammar), the top-level `.gitmodules` (any letter case), nor move a prepared folder onto a
+//! `.git` name or its own repository under someone else's.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use crate::common::Mounted;
 use crate::support::{audit_until, denials, snapshot, text};
@@ -184,104 +188,391 @@ fn an_agent_cannot_change_hooks_config_or_gitmodules() {
     assert!(
         mine.iter().any(|d| d["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("hooks") && r.contains("ask an admin"))),
+            .is_some_and(|r| r.contains("hooks") && r.contains("ask the repository's owner"))),
         "{mine:?}"
     );
 }
 
-/// `git config` writes `config.lock` and renames it onto `config`. An agent's git keeps working
-/// (`git init`, `git config user.name`), but nothing that runs a command or sends git elsewhere
-/// lands in a config: not by `git config`, not by renaming a prepared file onto it, not by
-/// opening it for writing, not through a descriptor kept open across the rename; the hooks
-/// folder cannot be a symlink; and no repository can be made where git would find it under
-/// another name than a `.git` folder (bare, a `gitdir:` file, a `.git` symlink), whose config
-/// the guard would not see.
+/// git run by root (the admin), with no config of its own, in `dir`.
+fn root_git(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=admin",
+            "-c",
+            "user.email=admin@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+/// A repository with what real ones carry, made by root with real git at `dir`: a C program
+/// and its Makefile, vendored dependencies with `.gitmodules` of their own, git's hook samples,
+/// and `files` more files.
+fn real_repository(dir: &Path, files: usize) {
+    fs::create_dir_all(dir.join("src")).unwrap();
+    fs::write(
+        dir.join("Makefile"),
+        "hello: src/hello.c\n\tcc -o $@ $<\nclean:\n\trm -f hello\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.join("src/hello.c"),
+        "#include <stdio.h>\nint main(void) { puts(\"hello from make\"); return 0; }\n",
+    )
+    .unwrap();
+    for v in [
+        "vendor/github.com/tetratelabs/wazero",
+        "vendor/golang.org/x/sys",
+    ] {
+        fs::create_dir_all(dir.join(v)).unwrap();
+        fs::write(
+            dir.join(v).join(".gitmodules"),
+            "[submodule \"site\"]\n\tpath = site\n\turl = https://example.invalid/site.git\n",
+        )
+        .unwrap();
+    }
+    for i in 0..files {
+        let d = dir.join(format!("pkg/{:03}", i % 100));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "initial"],
+    ] {
+        let out = root_git(dir, args);
+        assert!(out.status.success(), "git {args:?}: {}", text(&out));
+    }
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir)
+        .status();
+}
+
+/// The agent, in the default sandbox, clones a real repository (nested `.gitmodules`, hook
+/// samples), builds it with make, commits, branches, rebases, adds a hook and a `hooksPath`
+/// of its own, runs gc, and removes it: in a granted workspace and in its own directory. Root's
+/// git then refuses the agent's repository, whatever its config says.
 #[test]
-fn git_config_takes_only_settings_that_run_nothing() {
+fn an_agent_clones_builds_and_removes_a_real_repository() {
     let m = Mounted::new();
+    let src = m.ws().join("upstream");
+    real_repository(&src, 1500);
+    let marker = m.dir.path().join("root-ran-the-agents-command");
     let env = git_env(&m);
-    let d = m.path("agents/fs-engine/own");
-    let d = d.display();
-    let keep_open = r#"
-import os, time
-fd = os.open("k.lock", os.O_CREAT | os.O_WRONLY, 0o644)
-os.write(fd, b"[user]\n\tname = x\n")
-try:
-    os.rename("k.lock", ".git/config")
-    os.write(fd, b"[core]\n\thooksPath = /tmp/evil\n")
-    print("kept-open-renamed")
-except OSError as e:
-    print("kept-open-refused", e.errno)
-"#;
-    let out = m.run_agent(
+    for dir in [m.ws(), m.path("agents/fs-engine")] {
+        let d = dir.display();
+        let script = format!(
+            "{env}
+             set -e
+             cd {d}
+             # The source stands for a remote: a local clone of a repository root owns needs
+             # safe.directory, which git takes only from global config.
+             printf '[safe]\n\tdirectory = *\n' > $HOME/clone.cfg
+             GIT_CONFIG_GLOBAL=$HOME/clone.cfg g clone -q {src} t
+             cd t
+             test -f vendor/github.com/tetratelabs/wazero/.gitmodules
+             ls .git/hooks/*.sample >/dev/null
+             make -s && ./hello
+             echo change >> pkg/000/f0.txt && g commit -qam change
+             g checkout -qb side && echo s > s.txt && g add s.txt && g commit -qm side
+             g checkout -q main && echo '# more' >> Makefile && g commit -qam main2
+             g checkout -q side && g rebase -q main
+             printf '#!/bin/sh\\necho own-hook-ran\\n' > .git/hooks/pre-commit
+             chmod +x .git/hooks/pre-commit
+             echo y > y && g add y && g commit -qm hooked
+             g config core.hooksPath .git/hooks
+             g config core.fsmonitor 'touch {marker}; false'
+             printf '[submodule \"x\"]\\n\\tpath = x\\n\\turl = https://example.invalid/x\\n' > .gitmodules
+             g add .gitmodules && g commit -qm gitmodules
+             g gc -q
+             echo commits=$(g log --oneline | wc -l)
+             echo kept",
+            src = src.display(),
+            marker = marker.display(),
+        );
+        let out = m.run_agent_as("fs-engine", &[], &script);
+        let o = text(&out);
+        assert!(out.status.success(), "{d}: {o}");
+        for want in ["hello from make", "own-hook-ran", "commits=6", "kept"] {
+            assert!(o.contains(want), "{d}: {want}: {o}");
+        }
+        // Root's git refuses a repository the agent owns: nothing of the agent's config runs.
+        let root = root_git(&dir.join("t"), &["status", "--short"]);
+        assert!(!root.status.success(), "{}", text(&root));
+        assert!(text(&root).contains("dubious ownership"), "{}", text(&root));
+        assert!(!marker.exists());
+        let out = m.run_agent_as(
+            "fs-engine",
+            &[],
+            &format!("cd {d} && rm -rf t && echo removed"),
+        );
+        assert!(out.status.success(), "{d}: {}", text(&out));
+        assert!(!dir.join("t").exists(), "{d}: the clone is still there");
+    }
+    let backing = m.backing("workspaces/default/t");
+    assert!(!backing.exists(), "{} left in the store", backing.display());
+}
+
+/// What an agent writes, as a file it renames onto the config of a repository root owns and
+/// lets the agents' group write: every shape a reader other than git's own could misplace.
+const CONFIG_ATTACKS: &[&[u8]] = &[
+    // The continuation: git keeps `[color]` inside core.eol's value and stays in [core].
+    b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\teol = lf \\\n[color]\n\tfsmonitor = \"touch MARKER; false\"\n\thooksPath = /srv/h\n",
+    b"[core]\n\tbare = false\n[include]\n\tpath = /tmp/evil.cfg\n",
+    b"[core]\n\tbare = false\n[includeIf \"gitdir:/\"]\n\tpath = /tmp/evil.cfg\n",
+    b"[core \"\"]\n\tfsmonitor = touch MARKER\n",
+    b"[Core]\n\tbare = false\n\tFsMonitor = touch MARKER\n",
+    b"[core.x]\n\tfsmonitor = touch MARKER\n",
+    b"[core]\r\n\tbare = false\r\n\tsshCommand = touch MARKER\r\n",
+    b"\xef\xbb\xbf[core]\n\tfsmonitor = touch MARKER\n",
+    b"[core]\n\tbare = false\0\n\tfsmonitor = touch MARKER\n",
+    // A backslash in a comment continues nothing: fsmonitor is core's.
+    b"[core] # [color]\n\tbare = false ; \\\n\tfsmonitor = touch MARKER\n",
+    b"[core]\n\tbare = \"a\\\"b\" ; \\\n\tpager = touch MARKER\n",
+    b"[remote \"origin\"]\n\turl = ext::sh -c touch% MARKER\n",
+    b"[submodule \"s\"]\n\tupdate = !touch MARKER\n",
+    b"[alias]\n\tst = !touch MARKER\n",
+    b"[core]\n\teditor = touch MARKER\n",
+];
+
+/// `.gitmodules` entries that would make git run something or fetch through a helper.
+const GITMODULES_ATTACKS: &[&[u8]] = &[
+    b"[submodule \"s\"]\n\tpath = s\n\turl = https://example.invalid/s\n\tupdate = !touch MARKER\n",
+    b"[submodule \"s\"]\n\tpath = s\n\turl = ext::sh -c touch% MARKER\n",
+];
+
+/// In a repository root owns and lets the agents' group write (`chgrp -R clawos-users; chmod
+/// -R g+rwX`), the agent's git works (status, commit, `git config user.name`), but no config
+/// shape, top-level `.gitmodules` or hook it tries lands, each refusal is audited, and root's
+/// git afterwards runs nothing of the agent's.
+#[test]
+fn a_shared_repository_keeps_its_config_hooks_and_gitmodules() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 10);
+    let marker = m.dir.path().join("PWNED");
+    let staging = m.ws().join("attacks");
+    fs::create_dir(&staging).unwrap();
+    let with_marker = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .replace("MARKER", &marker.display().to_string())
+            .into_bytes()
+    };
+    for (i, shape) in CONFIG_ATTACKS.iter().enumerate() {
+        fs::write(staging.join(format!("config-{i}")), with_marker(shape)).unwrap();
+    }
+    for (i, shape) in GITMODULES_ATTACKS.iter().enumerate() {
+        fs::write(staging.join(format!("gitmodules-{i}")), with_marker(shape)).unwrap();
+    }
+    let mut long = b"[user]\n\tname = ".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 300_000));
+    long.extend_from_slice(b"\n[core]\n\tfsmonitor = x\n");
+    fs::write(staging.join("config-long"), long).unwrap();
+    for cmd in [
+        &["chgrp", "-R", "clawos-users"][..],
+        &["chmod", "-R", "g+rwX"],
+    ] {
+        let st = std::process::Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&repo)
+            .arg(&staging)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let before_hooks = snapshot(&m.backing("workspaces/default/shared/.git/hooks"));
+    let env = git_env(&m);
+    let r = repo.display();
+    let s = staging.display();
+    let out = m.run_agent_as(
         "fs-engine",
+        &[],
         &format!(
             "{env}
-             mkdir -p {d} && cd {d} && g init -q || exit 9
-             g config user.name agent-set && echo user-name-ok
-             g config core.hooksPath /tmp 2>/dev/null || echo no-hookspath
-             g config alias.x '!sh -c id' 2>/dev/null || echo no-alias
-             printf '[core]\n\tfsmonitor = /tmp/x\n' > c && {{ mv c .git/config 2>/dev/null || echo no-mv-config; }}
-             {{ echo '[core]' >> .git/config; }} 2>/dev/null || echo no-append
-             {{ echo '[core]' > .git/CONFIG; }} 2>/dev/null || echo no-create-case
-             /usr/bin/python3 -c '{keep_open}'
-             mkdir -p {d}-bare/.git && {{ ln -s /tmp {d}-bare/.git/hooks 2>/dev/null || echo no-hooks-link; }}
-             g config extensions.worktreeConfig true 2>/dev/null || echo no-worktree-config
-             {{ echo '[core]' > .git/config.worktree; }} 2>/dev/null || echo no-config-worktree
-             {{ echo ../elsewhere > .git/commondir; }} 2>/dev/null || echo no-commondir
-             git init -q --bare {d}-bare.git 2>/dev/null || echo no-bare-repo
-             mkdir -p {d}-link/real && {{ ln -s real {d}-link/.git 2>/dev/null || echo no-git-symlink; }}
-             mkdir -p {d}-file && {{ echo 'gitdir: /tmp/x' > {d}-file/.git; }} 2>/dev/null || echo no-gitdir-file
-             {{ echo 'ref: refs/heads/main' > {d}-link/real/HEAD; }} 2>/dev/null || echo no-head-elsewhere
-             mkdir -p {d}-prep/hooks && printf '[core]\\n\\tfsmonitor = x\\n' > {d}-prep/config
-             mkdir -p .git/modules && {{ mv {d}-prep .git/modules/evil 2>/dev/null || echo no-move-in; }}
-             mkdir -p .git/x/objects && echo 'ref: refs/heads/main' > .git/x/HEAD
-             {{ mv .git/x {d}-out 2>/dev/null || echo no-move-out; }}
-             mkdir -p .git/rebase-merge && printf 'exec id\\n' > .git/rebase-merge/todo.lock
-             {{ mv .git/rebase-merge/todo.lock .git/rebase-merge/git-rebase-todo 2>/dev/null || echo no-exec-todo; }}
-             {{ echo 'x id' > .git/rebase-merge/git-rebase-todo; }} 2>/dev/null || echo no-todo-write
-             rm -rf .git/rebase-merge
+             cd {r} || exit 9
+             G() {{ g -c safe.directory='*' \"$@\"; }}
+             G status --short >/dev/null && echo status-ok
+             echo agent >> README && G add README && G commit -qm by-agent && echo commit-ok
+             G config user.name agent-set && echo user-name-ok
+             G config core.hooksPath /tmp 2>/dev/null || echo refused-hookspath
+             G config core.fsmonitor 'touch x' 2>/dev/null || echo refused-fsmonitor
+             for f in {s}/config-*; do
+               cp $f .git/config.new && {{ mv .git/config.new .git/config 2>/dev/null || echo refused-$(basename $f); }}
+               rm -f .git/config.new
+             done
+             for f in {s}/gitmodules-*; do
+               {{ cat $f > .gitmodules; }} 2>/dev/null || echo refused-$(basename $f)
+               cp $f gm.new && {{ mv gm.new .GitModules 2>/dev/null || echo refused-mv-$(basename $f); }}
+               rm -f gm.new
+             done
+             (echo evil > .git/hooks/post-checkout) 2>/dev/null || echo refused-hook
+             rm -f .git/hooks/pre-commit.sample 2>/dev/null; test -e .git/hooks/pre-commit.sample && echo refused-hook-rm
+             (echo '[core]' >> .git/config) 2>/dev/null || echo refused-append
+             mkdir -p vendor/new && echo '[submodule]' > vendor/new/.gitmodules && echo nested-gitmodules-ok
              echo end"
         ),
     );
     let o = text(&out);
-    for expected in [
+    let mut want: Vec<String> = [
+        "status-ok",
+        "commit-ok",
         "user-name-ok",
-        "no-hookspath",
-        "no-alias",
-        "no-mv-config",
-        "no-append",
-        "no-create-case",
-        "kept-open-refused",
-        "no-hooks-link",
-        "no-worktree-config",
-        "no-config-worktree",
-        "no-commondir",
-        "no-bare-repo",
-        "no-git-symlink",
-        "no-gitdir-file",
-        "no-head-elsewhere",
-        "no-move-in",
-        "no-move-out",
-        "no-exec-todo",
-        "no-todo-write",
-    ] {
-        assert!(o.contains(expected), "{expected}: {o}");
+        "refused-hookspath",
+        "refused-fsmonitor",
+        "refused-config-long",
+        "refused-hook",
+        "refused-hook-rm",
+        "refused-append",
+        "nested-gitmodules-ok",
+        "end",
+    ]
+    .map(String::from)
+    .to_vec();
+    want.extend((0..CONFIG_ATTACKS.len()).map(|i| format!("refused-config-{i}\n")));
+    want.extend((0..GITMODULES_ATTACKS.len()).map(|i| format!("refused-gitmodules-{i}\n")));
+    want.extend((0..GITMODULES_ATTACKS.len()).map(|i| format!("refused-mv-gitmodules-{i}\n")));
+    for w in &want {
+        assert!(o.contains(w.as_str()), "missing {w:?}: {o}");
     }
-    let config = fs::read_to_string(m.backing("agents/fs-engine/own/.git/config")).unwrap();
+    // What landed is git's own config plus the name the agent may set.
+    let config = fs::read_to_string(repo.join(".git/config")).unwrap();
     assert!(config.contains("agent-set"), "{config}");
-    for bad in ["hookspath", "fsmonitor", "alias", "evil"] {
+    for bad in [
+        "hookspath",
+        "fsmonitor",
+        "include",
+        "sshcommand",
+        "pager",
+        "editor",
+        "ext::",
+    ] {
         assert!(
             !config.to_ascii_lowercase().contains(bad),
             "{bad}: {config}"
         );
     }
-    // Each refusal is the agent's denial, naming what was refused.
-    let d = denials(&m, "fs-engine");
-    assert!(
-        d.iter().any(|l| l["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("core.fsmonitor"))),
-        "{d:#?}"
+    assert_eq!(
+        snapshot(&m.backing("workspaces/default/shared/.git/hooks")),
+        before_hooks
     );
+    assert!(!fs::read_to_string(repo.join(".gitmodules"))
+        .unwrap_or_default()
+        .contains("MARKER"));
+    // Root's git in the repository runs nothing of the agent's.
+    for args in [&["status"][..], &["log", "-1"], &["submodule", "status"]] {
+        let _ = root_git(&repo, args);
+    }
+    assert!(!marker.exists(), "root ran the agent's command");
+    // Every attempt is the agent's denial and an audited refusal.
+    let mine = denials(&m, "fs-engine");
+    let refused_configs = mine
+        .iter()
+        .filter(|d| {
+            d["rule"] == "PROTECTED"
+                && d["target"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with(".git/config"))
+        })
+        .count();
+    assert!(
+        refused_configs > CONFIG_ATTACKS.len(),
+        "{refused_configs} config refusals: {mine:#?}"
+    );
+    let all = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| {
+                r["result"] == "denied"
+                    && r["rule"] == "PROTECTED"
+                    && r["target"]
+                        .as_str()
+                        .is_some_and(|t| t.ends_with(".git/config"))
+            })
+            .count()
+            > CONFIG_ATTACKS.len()
+    });
+    assert!(all.iter().any(|r| r["result"] == "denied"
+        && r["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("shared/.gitmodules"))));
+}
+
+/// A repository of the agent's own is guarded where someone else's git would reach it: nested
+/// in a shared repository (whose git recurses into submodules with `GIT_DIR` set, skipping the
+/// ownership check), or moved under one. A `.git` moved into place must be the agent's, and a
+/// bare repository may be made only in a folder of its own.
+#[test]
+fn an_agents_repository_under_someone_elses_stays_guarded() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 3);
+    let prepared = m.ws().join("prepared");
+    fs::create_dir_all(prepared.join("hooks")).unwrap();
+    fs::write(prepared.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
+    fs::write(prepared.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    for target in [&repo, &prepared] {
+        for cmd in [
+            &["chgrp", "-R", "clawos-users"][..],
+            &["chmod", "-R", "g+rwX"],
+        ] {
+            assert!(std::process::Command::new(cmd[0])
+                .args(&cmd[1..])
+                .arg(target)
+                .status()
+                .unwrap()
+                .success());
+        }
+    }
+    let env = git_env(&m);
+    let (r, w) = (repo.display(), m.ws());
+    let w = w.display();
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{env}
+             mkdir {r}/inner && cd {r}/inner && g init -q && echo nested-init-ok
+             printf '[core]\\n\\tfsmonitor = x\\n' > c && {{ mv c .git/config 2>/dev/null || echo refused-nested-config; }}
+             (echo x > .git/hooks/post-checkout) 2>/dev/null || echo refused-nested-hook
+             (echo 'gitdir: /tmp' > {r}/other-gitfile/.git) 2>/dev/null; mkdir -p {r}/gf && {{ (echo 'gitdir: /tmp' > {r}/gf/.git) 2>/dev/null || echo refused-gitfile; }}
+             git init -q --bare {r}/bare.git 2>/dev/null || echo refused-bare-in-shared
+             mkdir {w}/mine && cd {w}/mine && g init -q && g config core.fsmonitor x && echo own-config-ok
+             cd {w} && {{ mv {w}/mine {r}/vendored 2>/dev/null || echo refused-move-under; }}
+             mkdir -p {w}/deep/a/b && mv {w}/mine {w}/deep/a/b/mine && {{ mv {w}/deep {r}/deep 2>/dev/null || echo refused-deep-move-under; }}
+             mkdir {w}/own && {{ mv {w}/prepared {w}/own/.git 2>/dev/null || echo refused-foreign-dotgit; }}
+             ln -s /tmp {w}/own/.git 2>/dev/null || echo refused-dotgit-symlink
+             mkdir {w}/own-bare && git init -q --bare {w}/own-bare && echo own-bare-ok
+             echo end"
+        ),
+    );
+    let o = text(&out);
+    for want in [
+        "nested-init-ok",
+        "refused-nested-config",
+        "refused-nested-hook",
+        "refused-gitfile",
+        "refused-bare-in-shared",
+        "own-config-ok",
+        "refused-move-under",
+        "refused-deep-move-under",
+        "refused-foreign-dotgit",
+        "refused-dotgit-symlink",
+        "own-bare-ok",
+        "end",
+    ] {
+        assert!(o.contains(want), "missing {want}: {o}");
+    }
+    assert!(!repo.join("vendored").exists() && !repo.join("deep").exists());
+    assert!(!m.ws().join("own/.git").exists() && prepared.join("config").exists());
+    let inner = fs::read_to_string(repo.join("inner/.git/config")).unwrap();
+    assert!(!inner.contains("fsmonitor"), "{inner}");
+    // The bare repository the agent made in its own folder is one root's git refuses.
+    let root = root_git(&m.ws().join("own-bare"), &["log"]);
+    assert!(text(&root).contains("dubious ownership"), "{}", text(&root));
 }

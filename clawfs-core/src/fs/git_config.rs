@@ -7,6 +7,7 @@
 
 use std::io::Read;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, FileType, OFlags};
 
@@ -32,42 +33,77 @@ impl ClawFs {
         (from, to): (&NsPath, &NsPath),
         mode: RenameMode,
     ) -> FsResult<Option<Node>> {
+        use crate::policy::GitRepos;
         let policy = self.policy();
+        let git = self.repos(caller);
         let refuse = |reason: String| {
             let denial = Denial {
                 rule: rule::PROTECTED,
                 kind: DenyKind::ReadOnly,
                 reason,
             };
-            match self.refuse(caller, "rename", to, denial) {
+            match self.refuse_move(caller, "rename", (from, to), denial) {
                 Err(e) => e,
                 Ok(()) => FsError::Io(std::io::Error::from_raw_os_error(libc::EPERM)),
             }
         };
-        if mode.exchange && (policy.is_git_config(from) || policy.is_git_config(to)) {
+        let source = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let is_dir =
+            |st: &rustix::fs::Stat| FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        let moved_dir = is_dir(&source)
+            || (mode.exchange
+                && rustix::fs::statat(&newdir, newname, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| is_dir(&st)));
+        // What lands on a `.git` name must be the agent's: git trusts a `.git` for its owner,
+        // so one moved in from someone else's folder would be trusted for them.
+        let onto_git = |p: &NsPath| p.file_name().is_some_and(|n| policy.is_git_dir_name(n));
+        if (onto_git(to) && (caller.uid == 0 || source.st_uid != caller.uid))
+            || (mode.exchange && onto_git(from))
+        {
+            return Err(refuse(format!(
+                "{from} is not yours to make {to}: git trusts a .git for whoever owns it, so agents put in place only a .git of their own (git init, git clone)"
+            )));
+        }
+        let (foreign_from, foreign_to) = (git.foreign_git_above(from), git.foreign_git_above(to));
+        if mode.exchange
+            && ((policy.is_git_config(from) && foreign_from)
+                || (policy.is_git_config(to) && foreign_to))
+        {
             return Err(refuse(format!(
                 "{to}: git's config may not be exchanged with another file; rename a finished file onto it, as git does"
             )));
         }
-        // Folders do not move into, out of or within a `.git` folder: one prepared elsewhere
-        // would bring its `config`, `hooks/` and `HEAD` in past the guard, and one built inside
-        // would take a `HEAD` out and make a repository under another name. (git renames files
-        // there, lock files onto their targets, never folders.)
-        if policy.is_in_git_dir(from) || policy.is_in_git_dir(to) {
-            let is_dir = |d: &dyn AsFd, n: &std::ffi::OsStr| {
-                rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
-            };
-            if is_dir(&dir, name) || (mode.exchange && is_dir(&newdir, newname)) {
-                return Err(refuse(format!(
-                    "agents may not move a folder into, out of or within a .git folder ({from} → {to}): it would carry git config, hooks or a HEAD past the guard"
-                )));
-            }
+        // Folders do not move into, out of or within a `.git` folder of a repository someone
+        // else owns: one prepared elsewhere would bring its `config`, `hooks/` and `HEAD` in
+        // past the guard, and one built inside would take a `HEAD` out and make a repository
+        // under another name. (git renames files there, lock files onto their targets.)
+        if moved_dir
+            && ((policy.is_in_git_dir(from) && foreign_from)
+                || (policy.is_in_git_dir(to) && foreign_to))
+        {
+            return Err(refuse(format!(
+                "agents may not move a folder into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard"
+            )));
         }
-        if !policy.is_git_config(to) {
+        // A repository of the agent's own, unguarded where it was made, may not move under
+        // someone else's: their git, recursing into it as a submodule, would run its config.
+        let carried =
+            |from_foreign: bool, to_foreign: bool, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
+                // (`is_git_dir_name(".git")`: whether the policy guards git at all.)
+                policy.is_git_dir_name(GIT_DIR) && to_foreign && !from_foreign && holds_git(d, n)
+            };
+        if moved_dir
+            && (carried(foreign_from, foreign_to, (&dir, name))
+                || (mode.exchange && carried(foreign_to, foreign_from, (&newdir, newname))))
+        {
+            return Err(refuse(format!(
+                "{from} holds a git repository (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
+            )));
+        }
+        if !(policy.is_git_config(to) && foreign_to) {
             return Ok(None);
         }
-        let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let st = source;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(refuse(format!(
                 "{from} is not a regular file; only a file can become git's config {to}"
@@ -91,13 +127,12 @@ impl ClawFs {
                 return Err(e);
             }
         };
-        let text = String::from_utf8_lossy(&text);
         let todo = to
             .components()
             .last()
             .is_some_and(|c| c.eq_ignore_ascii_case(crate::policy::GIT_REBASE_TODO));
         if todo {
-            let refused = crate::gitconfig::refused_todo_lines(&text);
+            let refused = crate::gitconfig::refused_todo_lines(&String::from_utf8_lossy(&text));
             if !refused.is_empty() {
                 node.io.unseal();
                 return Err(refuse(format!(
@@ -107,16 +142,79 @@ impl ClawFs {
             }
             return Ok(Some(node));
         }
-        let refused = crate::gitconfig::refused_settings(&text);
+        let refused = match crate::gitconfig::refused_settings(&text) {
+            Ok(refused) => refused,
+            Err(why) => {
+                node.io.unseal();
+                return Err(refuse(format!(
+                    "{from} cannot become git's config {to}: {why}; agents may put in place only a config git reads exactly as ClawFS checks it"
+                )));
+            }
+        };
         if !refused.is_empty() {
             node.io.unseal();
             return Err(refuse(format!(
-                "{from} sets {} in git's config {to}; agents may set only settings that run no command and send git nowhere but its remotes (see policy/README.md), so ask an admin for the others",
+                "{from} sets {} in git's config {to}; agents may set only settings that run no command and send git nowhere but its remotes (see policy/README.md), so ask the repository's owner for the others",
                 refused.join(", ")
             )));
         }
         Ok(Some(node))
     }
+}
+
+/// How many entries [`holds_git`] looks through before it answers yes.
+const WALK_BUDGET: usize = 100_000;
+const GIT_DIR: &str = ".git";
+
+/// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth, or more
+/// than [`WALK_BUDGET`] entries: what cannot be looked through counts as holding one.
+fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
+    let open = |d: std::os::fd::BorrowedFd<'_>, n: &std::ffi::OsStr| {
+        rustix::fs::openat(
+            d,
+            n,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+    };
+    let Ok(top) = open(dir.as_fd(), name) else {
+        return true;
+    };
+    let mut budget = WALK_BUDGET;
+    let mut stack = vec![top];
+    while let Some(fd) = stack.pop() {
+        let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
+            return true;
+        };
+        for entry in entries.by_ref() {
+            let Ok(entry) = entry else { return true };
+            let n = entry.file_name().to_bytes();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            budget = match budget.checked_sub(1) {
+                Some(b) => b,
+                None => return true,
+            };
+            if n.eq_ignore_ascii_case(GIT_DIR.as_bytes()) {
+                return true;
+            }
+            let folder = match entry.file_type() {
+                FileType::Unknown => {
+                    rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+                }
+                t => t == FileType::Directory,
+            };
+            if folder {
+                match open(fd.as_fd(), std::ffi::OsStr::from_bytes(n)) {
+                    Ok(sub) => stack.push(sub),
+                    Err(_) => return true,
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The content of the regular file `name` in `dir` (reached as every daemon read of an agent's

@@ -42,6 +42,7 @@ mod files;
 mod gate;
 mod generated;
 mod git_config;
+mod git_repos;
 mod kernel_cache;
 mod listings;
 mod namespace;
@@ -545,12 +546,18 @@ impl ClawFs {
             && matches!(who, Identity::Agent(_))
             && self.policy().is_git_dir_name(&name.to_string_lossy())
         {
-            let denial = Denial {
-                rule: crate::policy::rule::PROTECTED,
-                kind: crate::policy::DenyKind::Permission,
-                reason: format!("{path}: a .git that is not a folder (a gitdir file, a symlink) would send git to a repository of its choosing, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"),
-            };
-            self.refuse(caller, op, &path, denial)?;
+            // A gitdir file of the agent's own, in a folder of its own (git submodule, git
+            // worktree), is one git trusts for the agent alone; a symlink is never made.
+            use crate::policy::GitRepos;
+            let git = self.repos(caller);
+            if kind != FileKind::File || git.foreign_git_above(&path) || !git.owns_folder(&path) {
+                let denial = Denial {
+                    rule: crate::policy::rule::PROTECTED,
+                    kind: crate::policy::DenyKind::Permission,
+                    reason: format!("{path}: a .git that is not a folder (a symlink, or a gitdir file in a folder you do not own) would send git to a repository of its choosing, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"),
+                };
+                self.refuse(caller, op, &path, denial)?;
+            }
         }
         Ok((place, dir, who, path))
     }

@@ -127,7 +127,10 @@ impl ClawFs {
     ) -> FsResult<Entry> {
         let (place, dir, who, path) =
             self.begin_create(caller, "symlink", parent, name, FileKind::Symlink)?;
-        if matches!(who, Identity::Agent(_)) && self.policy().is_git_hooks(&path) {
+        if matches!(who, Identity::Agent(_))
+            && self.policy().is_git_hooks(&path)
+            && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &path)
+        {
             let denial = Denial {
                 rule: crate::policy::rule::PROTECTED,
                 kind: crate::policy::DenyKind::ReadOnly,

@@ -30,6 +30,38 @@ pub const GIT_REBASE_TODO: &str = "git-rebase-todo";
 const GIT_MODULES: &str = "modules";
 const GITMODULES: &str = ".gitmodules";
 
+/// What the git guard asks of the filesystem about a path it would otherwise refuse. git trusts a
+/// repository only when whoever runs it owns it (`safe.directory`), so what an agent does in a
+/// repository it owns can only reach itself; the guard protects repositories someone else owns
+/// and will run git in.
+pub trait GitRepos {
+    /// Whether a `.git` the caller does not own is in the folder holding `path` or in a folder
+    /// above it, up to its workspace or agent directory: git run there by its owner (or by a
+    /// superproject's git recursing into a nested repository with `GIT_DIR` set, which skips
+    /// the ownership check) would apply what the agent wrote.
+    fn foreign_git_above(&self, path: &NsPath) -> bool;
+    /// Whether the folder holding `path` holds a `.git`: `path` is at a repository's top.
+    fn at_repo_top(&self, path: &NsPath) -> bool;
+    /// Whether the caller (not root) owns the folder holding `path`: a bare repository made
+    /// there is one git trusts for the caller alone.
+    fn owns_folder(&self, path: &NsPath) -> bool;
+}
+
+/// Every repository is someone else's: the guard in full, for callers that cannot look.
+pub struct EveryRepoForeign;
+
+impl GitRepos for EveryRepoForeign {
+    fn foreign_git_above(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn at_repo_top(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn owns_folder(&self, _: &NsPath) -> bool {
+        false
+    }
+}
+
 fn deny(rule: &'static str, kind: DenyKind, reason: String) -> Result<(), Denial> {
     Err(Denial::new(rule, kind, reason))
 }
@@ -38,8 +70,21 @@ impl Policy {
     /// May `who` do `access` at `path`? Admins always may (POSIX applies below); ordinary users
     /// per the `users` mode; agents per the rules in `policy/README.md`. The first rule that
     /// refuses decides, protected names first.
+    /// Every repository counts as someone else's (see [`Policy::check_in`]).
     pub fn check(&self, who: &Identity, access: Access, path: &NsPath) -> Result<(), Denial> {
-        self.check_as(who, access, path, false)
+        self.check_as(who, access, path, false, &EveryRepoForeign)
+    }
+
+    /// [`Policy::check`], with the git guard applied only where `git` finds a repository
+    /// someone other than the caller owns.
+    pub fn check_in(
+        &self,
+        who: &Identity,
+        access: Access,
+        path: &NsPath,
+        git: &dyn GitRepos,
+    ) -> Result<(), Denial> {
+        self.check_as(who, access, path, false, git)
     }
 
     /// [`Policy::check`]; `renamed_onto`: `path` is the destination of a rename, which may make a
@@ -50,12 +95,13 @@ impl Policy {
         access: Access,
         path: &NsPath,
         renamed_onto: bool,
+        git: &dyn GitRepos,
     ) -> Result<(), Denial> {
         match who {
             Identity::Admin => Ok(()),
             Identity::User { .. } => self.check_user(access, path),
             Identity::Agent(name) => match self.agents.get(name) {
-                Some(spec) => self.check_agent(spec, access, path, renamed_onto),
+                Some(spec) => self.check_agent(spec, access, path, renamed_onto, git),
                 None => deny(
                     rule::UNKNOWN_AGENT,
                     DenyKind::Access,
@@ -73,12 +119,25 @@ impl Policy {
     /// of, or into, a place the caller may not write.
     ///
     /// With `.git` protected, an agent may not move anything onto or out of a `.git` name, nor
-    /// onto `.git/hooks`: a move would bring in a whole prepared `hooks/` or `config` that was
-    /// never written through the guarded paths (see [`git_guard`]).
+    /// onto `.git/hooks`, in a repository someone else owns: a move would bring in a whole
+    /// prepared `hooks/` or `config` that was never written through the guarded paths (see
+    /// [`git_guard`]).
     pub fn check_move(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        self.check_move_in(who, from, to, &EveryRepoForeign)
+    }
+
+    /// [`Policy::check_move`], with the git guard applied where `git` finds a repository
+    /// someone other than the caller owns.
+    pub fn check_move_in(
+        &self,
+        who: &Identity,
+        from: &NsPath,
+        to: &NsPath,
+        git: &dyn GitRepos,
+    ) -> Result<(), Denial> {
         if matches!(who, Identity::Agent(_)) && self.guards_git() {
             for (end, path) in [("from", from), ("onto", to)] {
-                if let Some(what) = git_move_target(path) {
+                if let Some(what) = git_move_target(path).filter(|_| git.foreign_git_above(path)) {
                     return deny(
                         rule::PROTECTED,
                         DenyKind::Permission,
@@ -89,8 +148,8 @@ impl Policy {
                 }
             }
         }
-        self.check(who, Access::Delete, from)?;
-        self.check_as(who, Access::Create, to, true)
+        self.check_in(who, Access::Delete, from, git)?;
+        self.check_as(who, Access::Create, to, true, git)
     }
 
     /// Whether `path` names git's hooks folder itself (`.git/hooks`, or a submodule git dir's),
@@ -129,6 +188,19 @@ impl Policy {
     /// reaches the same content) and create the destination, so a link never turns a read-only
     /// file into a writable one.
     pub fn check_link(&self, who: &Identity, from: &NsPath, to: &NsPath) -> Result<(), Denial> {
+        self.check_link_in(who, from, to, &EveryRepoForeign)
+    }
+
+    /// [`Policy::check_link`], with the git guard applied where `git` finds a repository
+    /// someone other than the caller owns. A hard link named `.git` is refused everywhere:
+    /// git would trust the linked file's owner, not the agent.
+    pub fn check_link_in(
+        &self,
+        who: &Identity,
+        from: &NsPath,
+        to: &NsPath,
+        git: &dyn GitRepos,
+    ) -> Result<(), Denial> {
         if matches!(who, Identity::Agent(_))
             && to
                 .components()
@@ -141,8 +213,8 @@ impl Policy {
                 format!("{to}: a .git that is not a folder would send git to a repository of its choosing; agents make repositories as .git folders (git init)"),
             );
         }
-        self.check(who, Access::Write, from)?;
-        self.check(who, Access::Create, to)
+        self.check_in(who, Access::Write, from, git)?;
+        self.check_in(who, Access::Create, to, git)
     }
 
     /// Whether `path` is in a `.git` folder (any letter case) while the git guard is on: a folder
@@ -244,13 +316,17 @@ impl Policy {
         access: Access,
         path: &NsPath,
         renamed_onto: bool,
+        git: &dyn GitRepos,
     ) -> Result<(), Denial> {
         let parts: Vec<&str> = path.components().collect();
         for (i, c) in parts.iter().enumerate() {
             if let Some(p) = self.protected_match(c) {
                 if p.eq_ignore_ascii_case(GIT_DIR) {
-                    git_guard(access, path, &parts[i + 1..], renamed_onto)?;
-                    continue;
+                    // Asked only of what the guard would refuse: the walk costs a few stats.
+                    match git_guard(access, path, &parts[i + 1..], renamed_onto) {
+                        Err(d) if git.foreign_git_above(path) => return Err(d),
+                        _ => continue,
+                    }
                 }
                 return deny(
                     rule::PROTECTED,
@@ -265,12 +341,13 @@ impl Policy {
             && self.guards_git()
             && parts.last() == Some(&GIT_HEAD)
             && !parts.iter().any(|c| c.eq_ignore_ascii_case(GIT_DIR))
+            && (git.foreign_git_above(path) || !git.owns_folder(path))
         {
             return deny(
                 rule::PROTECTED,
                 DenyKind::Permission,
                 format!(
-                    "{path}: a HEAD file outside a .git folder would make a git repository git finds under another name (bare, or through a gitdir file or a symlink), whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"
+                    "{path}: a HEAD file outside a .git folder, in a folder you do not own, would make a bare git repository that git trusts for the folder's owner, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init), or bare ones in folders of their own"
                 ),
             );
         }
@@ -279,12 +356,14 @@ impl Policy {
             && parts
                 .last()
                 .is_some_and(|c| c.eq_ignore_ascii_case(GITMODULES))
+            && git.at_repo_top(path)
+            && git.foreign_git_above(path)
         {
             return deny(
                 rule::PROTECTED,
                 DenyKind::ReadOnly,
                 format!(
-                    "{path} is a .gitmodules file, which tells git where to fetch code from; it is read-only to agents in any letter case, so you may not {} it; ask an admin to change submodules",
+                    "{path} is the .gitmodules file of a repository you do not own, which tells its owner's git where to fetch code from; it is read-only to agents in any letter case, so you may not {} it; ask the repository's owner to change submodules",
                     access.verb()
                 ),
             );
@@ -642,7 +721,7 @@ fn git_guard(
         rule::PROTECTED,
         DenyKind::ReadOnly,
         format!(
-            "{path} is inside {what}; agents may use git but may not {} hooks or config in any letter case (.git/hooks/, .git/config, .gitmodules), so ask an admin to change them",
+            "{path} is inside {what}, in a repository you do not own; agents may use git there but may not {} hooks or config in any letter case (.git/hooks/, .git/config, .gitmodules), so ask the repository's owner to change them",
             access.verb()
         ),
     )

@@ -1531,7 +1531,7 @@ fn git_guard_keeps_hooks_config_and_gitmodules_read_only() {
     let d = pol
         .check(&fs, Access::Write, &p("/workspaces/default/.git/config"))
         .unwrap_err();
-    assert!(d.reason.contains("ask an admin"), "{d:?}");
+    assert!(d.reason.contains("repository's owner"), "{d:?}");
     // Admins are not guarded.
     for a in ALL {
         allowed(
@@ -1622,4 +1622,68 @@ fn git_guard_follows_the_protected_list() {
         rule::PROTECTED,
         DenyKind::ReadOnly,
     );
+}
+
+/// Repositories as a caller that owns every folder and every `.git` sees them.
+struct AllMine;
+
+impl GitRepos for AllMine {
+    fn foreign_git_above(&self, _: &NsPath) -> bool {
+        false
+    }
+    fn at_repo_top(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn owns_folder(&self, _: &NsPath) -> bool {
+        true
+    }
+}
+
+#[test]
+fn in_a_repository_it_owns_an_agent_changes_hooks_config_and_gitmodules_freely() {
+    let pol = policy();
+    let fs = agent("fs-engine");
+    for path in [
+        "/workspaces/default/t/.git/hooks/pre-receive.sample",
+        "/workspaces/default/t/.git/config",
+        "/workspaces/default/t/.gitmodules",
+        "/workspaces/default/t/vendor/x/.gitmodules",
+        "/workspaces/default/bare/HEAD",
+        "/agents/fs-engine/t/.git/hooks/post-checkout",
+    ] {
+        for access in [Access::Write, Access::Delete, Access::Create] {
+            assert!(
+                pol.check_in(&fs, access, &p(path), &AllMine).is_ok(),
+                "{path} {access:?}"
+            );
+        }
+    }
+    assert!(pol
+        .check_move_in(
+            &fs,
+            &p("/workspaces/default/t/.git"),
+            &p("/workspaces/default/u/.git"),
+            &AllMine
+        )
+        .is_ok());
+    // The same calls, with every repository someone else's, are refused.
+    for path in [
+        "/workspaces/default/t/.git/config",
+        "/workspaces/default/t/.gitmodules",
+    ] {
+        assert!(
+            pol.check_in(&fs, Access::Write, &p(path), &EveryRepoForeign)
+                .is_err(),
+            "{path}"
+        );
+    }
+    // A hard link named .git is never the agent's to make.
+    assert!(pol
+        .check_link_in(
+            &fs,
+            &p("/workspaces/default/f"),
+            &p("/workspaces/default/t/.git"),
+            &AllMine
+        )
+        .is_err());
 }

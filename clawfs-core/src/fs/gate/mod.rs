@@ -265,6 +265,11 @@ impl ClawFs {
         who
     }
 
+    /// The git repositories around paths as `caller` sees them, for the git guard.
+    pub(super) fn repos(&self, caller: &Caller) -> super::git_repos::Repos<'_> {
+        super::git_repos::Repos::new(self.store.root_fd(), caller.uid)
+    }
+
     /// Decides `access` to `path` for `caller`, records the decision, and on refusal writes the
     /// agent's denials file. `op` names the operation in the record.
     pub(super) fn decide(
@@ -279,7 +284,10 @@ impl ClawFs {
             true => Ok(()),
             false => self.estop_check(&who),
         }
-        .and_then(|()| self.policy().check(&who, access, path));
+        .and_then(|()| {
+            let git = self.repos(caller);
+            self.policy().check_in(&who, access, path, &git)
+        });
         self.conclude(caller, &who, op, path, None, verdict)?;
         Ok(who)
     }
@@ -295,12 +303,13 @@ impl ClawFs {
     ) -> FsResult<Identity> {
         let who = self.identify(caller);
         let policy = self.policy();
+        let git = self.repos(caller);
         let verdict = self.estop_check(&who).and_then(|()| match op {
-            "link" => policy.check_link(&who, from, to),
+            "link" => policy.check_link_in(&who, from, to, &git),
             _ if exchange => policy
-                .check_move(&who, from, to)
-                .and_then(|()| policy.check_move(&who, to, from)),
-            _ => policy.check_move(&who, from, to),
+                .check_move_in(&who, from, to, &git)
+                .and_then(|()| policy.check_move_in(&who, to, from, &git)),
+            _ => policy.check_move_in(&who, from, to, &git),
         });
         self.conclude(caller, &who, op, from, Some(to), verdict)?;
         Ok(who)
@@ -368,6 +377,18 @@ impl ClawFs {
     ) -> FsResult<()> {
         let who = self.identify(caller);
         self.conclude_refusal(caller, &who, op, path, None, Err(denial))
+    }
+
+    /// [`Self::refuse`] for a move of `from` onto `to`, recorded as the move.
+    pub(super) fn refuse_move(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        (from, to): (&NsPath, &NsPath),
+        denial: Denial,
+    ) -> FsResult<()> {
+        let who = self.identify(caller);
+        self.conclude_refusal(caller, &who, op, from, Some(to), Err(denial))
     }
 
     fn conclude(

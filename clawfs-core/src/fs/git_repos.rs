@@ -1,0 +1,148 @@
+//! Who owns the git repositories around a path: what the git guard asks the store before it
+//! refuses (see [`crate::policy::GitRepos`]). git itself trusts a repository only when whoever
+//! runs it owns the `.git` and the worktree (`safe.directory`), so a repository an agent owns is
+//! its own business, and the guard keeps only repositories someone else owns.
+//!
+//! Folders are reached by descriptor beneath the store, one name at a time, never following a
+//! symlink; whatever cannot be read counts as someone else's (the guard applies).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, OFlags};
+
+use crate::policy::NsPath;
+
+/// The areas where agents make repositories, and how deep their own top folders sit
+/// (`workspaces/W`, `agents/A`): repositories are looked for from there down.
+const REPO_AREAS: &[&str] = &["workspaces", "agents"];
+const AREA_TOP_DEPTH: usize = 2;
+const GIT_DIR: &str = ".git";
+
+/// The repositories around paths, as the caller with fs uid `uid` sees them.
+pub(super) struct Repos<'a> {
+    store: BorrowedFd<'a>,
+    uid: u32,
+}
+
+impl<'a> Repos<'a> {
+    pub(super) fn new(store: BorrowedFd<'a>, uid: u32) -> Self {
+        Self { store, uid }
+    }
+
+    /// Whether the caller owns what `st` describes: root never counts, since root's
+    /// repositories are the ones the guard exists for.
+    fn owns(&self, st: &rustix::fs::Stat) -> bool {
+        self.uid != 0 && st.st_uid == self.uid
+    }
+
+    /// The folders holding `path`, from its workspace or agent directory down to its parent,
+    /// each opened `O_PATH`; `None` if `path` is not in such a directory or a folder cannot be
+    /// opened (a symlink, a race with a rename).
+    fn folders(&self, path: &NsPath) -> Option<Vec<OwnedFd>> {
+        let parts: Vec<&str> = path.components().collect();
+        if parts.len() <= AREA_TOP_DEPTH || !REPO_AREAS.contains(&parts[0]) {
+            return None;
+        }
+        let top: std::path::PathBuf = parts[..AREA_TOP_DEPTH].iter().collect();
+        let flags = OFlags::PATH | OFlags::DIRECTORY;
+        let mut out = vec![crate::beneath::open(self.store, &top, flags, 0).ok()?];
+        for name in &parts[AREA_TOP_DEPTH..parts.len() - 1] {
+            let next = crate::beneath::open(out.last()?.as_fd(), Path::new(name), flags, 0).ok()?;
+            out.push(next);
+        }
+        Some(out)
+    }
+}
+
+/// `.git` in `dir`, not followed if a symlink: `Ok(None)` if there is none.
+fn git_in(dir: impl AsFd) -> rustix::io::Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::statat(dir, GIT_DIR, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl crate::policy::GitRepos for Repos<'_> {
+    fn foreign_git_above(&self, path: &NsPath) -> bool {
+        let Some(folders) = self.folders(path) else {
+            return true;
+        };
+        folders.iter().any(|dir| match git_in(dir) {
+            Ok(None) => false,
+            Ok(Some(st)) => !self.owns(&st),
+            Err(_) => true,
+        })
+    }
+
+    fn at_repo_top(&self, path: &NsPath) -> bool {
+        match self.folders(path) {
+            Some(folders) => folders
+                .last()
+                .is_none_or(|d| !matches!(git_in(d), Ok(None))),
+            None => true,
+        }
+    }
+
+    fn owns_folder(&self, path: &NsPath) -> bool {
+        self.folders(path)
+            .and_then(|f| f.last().map(|d| rustix::fs::fstat(d).ok()))
+            .flatten()
+            .is_some_and(|st| self.owns(&st))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::GitRepos;
+    use std::os::unix::fs::chown;
+
+    fn p(s: &str) -> NsPath {
+        NsPath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_repository_is_the_callers_only_if_every_git_above_is() {
+        let store = tempfile::tempdir().unwrap();
+        let root = store.path();
+        for d in [
+            "workspaces/w/mine/.git",
+            "workspaces/w/mine/vendor/x",
+            "workspaces/w/shared/.git/hooks",
+            "workspaces/w/shared/nested/.git",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for d in [
+            "workspaces/w/mine",
+            "workspaces/w/mine/.git",
+            "workspaces/w/mine/vendor",
+            "workspaces/w/mine/vendor/x",
+            "workspaces/w/shared/nested",
+            "workspaces/w/shared/nested/.git",
+        ] {
+            chown(root.join(d), Some(61006), None).unwrap();
+        }
+        let fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, 0.into()).unwrap();
+        let me = Repos::new(fd.as_fd(), 61006);
+        assert!(!me.foreign_git_above(&p("/workspaces/w/mine/.git/config")));
+        assert!(!me.foreign_git_above(&p("/workspaces/w/mine/vendor/x/.gitmodules")));
+        assert!(!me.at_repo_top(&p("/workspaces/w/mine/vendor/x/.gitmodules")));
+        assert!(me.at_repo_top(&p("/workspaces/w/mine/.gitmodules")));
+        assert!(me.owns_folder(&p("/workspaces/w/mine/HEAD")));
+        assert!(me.foreign_git_above(&p("/workspaces/w/shared/.git/hooks/pre-commit")));
+        // A repository of the caller's own inside someone else's is guarded too.
+        assert!(me.foreign_git_above(&p("/workspaces/w/shared/nested/.git/config")));
+        assert!(!me.owns_folder(&p("/workspaces/w/shared/HEAD")));
+        // Outside the areas agents make repositories in, and for root, nothing is owned.
+        assert!(me.foreign_git_above(&p("/tools/.git/config")));
+        let root_caller = Repos::new(fd.as_fd(), 0);
+        assert!(root_caller.foreign_git_above(&p("/workspaces/w/shared/.git/config")));
+        assert!(!root_caller.owns_folder(&p("/workspaces/w/HEAD")));
+        // A symlink on the way counts as someone else's.
+        std::os::unix::fs::symlink("mine", root.join("workspaces/w/link")).unwrap();
+        assert!(me.foreign_git_above(&p("/workspaces/w/link/.git/config")));
+    }
+}
