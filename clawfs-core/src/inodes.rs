@@ -25,6 +25,8 @@ pub struct Node {
     pub place: Place,
     /// Its open files by I/O mode; as long-lived as the kernel's inode.
     pub io: Arc<IoMode>,
+    /// The size its owner is charged for (regular files), settled as it changes.
+    pub held: Arc<crate::held::HeldSize>,
     /// The directory (mount inode) and name it was last reached by: how its namespace path is
     /// rebuilt when the kernel cannot name it (a path longer than a page).
     pub link: Option<Arc<(u64, OsString)>>,
@@ -55,6 +57,7 @@ impl InodeTable {
                     handle: Arc::new(root),
                     place: Place::MountRoot,
                     io: Default::default(),
+                    held: Default::default(),
                     link: None,
                 },
                 // The root is never forgotten.
@@ -106,6 +109,7 @@ impl InodeTable {
             handle: Arc::new(handle),
             place,
             io: Default::default(),
+            held: Default::default(),
             link: link.map(|(p, n)| Arc::new((p, n.to_owned()))),
         };
         match slots.get_mut(&ino) {

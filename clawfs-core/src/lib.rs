@@ -15,6 +15,7 @@ pub mod creds;
 pub mod error;
 pub mod fs;
 pub mod gitconfig;
+pub mod held;
 pub mod identity;
 pub mod inodes;
 pub mod integrity;

@@ -42,6 +42,8 @@ pub struct WriteHandle {
     pub path: crate::policy::NsPath,
     /// The size at open.
     pub size_at_open: u64,
+    /// The size its owner is charged for: the file's [`crate::inodes::Node::held`].
+    pub held: Arc<crate::held::HeldSize>,
     /// The writer is an agent with a byte quota: every write is charged as it is made (such a
     /// handle is never passthrough, so no write escapes the count).
     pub metered: bool,

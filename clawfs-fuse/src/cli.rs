@@ -198,12 +198,34 @@ pub enum Command {
         #[arg(long)]
         status: bool,
     },
+    /// What each agent holds (bytes and files it owns) against its quota; `rescan` recounts.
+    Quota {
+        #[command(flatten)]
+        store: StoreArg,
+        /// A mount of the store, instead of --store.
+        #[arg(long, value_name = "DIR", global = true)]
+        mount: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Recount instead of showing the counts.
+        #[command(subcommand)]
+        command: Option<QuotaCommand>,
+    },
     /// Check or reload the policy.
     Policy {
         /// What to do.
         #[command(subcommand)]
         command: PolicyCommand,
     },
+}
+
+/// `clawfs quota` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Recount what every owner holds from the store (by the serving daemon, if one serves it),
+    /// then show the counts.
+    Rescan,
 }
 
 /// `clawfs identity` subcommands.

@@ -373,7 +373,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     if let Some(ix) = &indexer {
         ix.stop();
     }
-    fs.save_usage();
+    fs.save_usage_at_stop();
     if let Some(audit) = fs.audit_log() {
         // Ends a signed stretch with its `audit:hmac-off` and checkpoint, then flushes.
         if let Err(e) = audit.close() {
@@ -431,6 +431,7 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
             for sig in signals.forever() {
                 if sig == SIGHUP {
                     reload_policy(&fs, &private);
+                    fs.rescan_if_asked();
                     continue;
                 }
                 if sig == SIGUSR1 {
@@ -481,8 +482,10 @@ fn spawn_vault_watch(
             fs.refresh_audit_key();
             // An emergency stop written while no signal reached this daemon still applies.
             fs.refresh_estop();
-            // Quota usage survives a restart (saved when it changed).
+            // Quota usage survives a restart (saved when it changed); `clawfs quota rescan`
+            // asks for a recount.
             fs.save_usage();
+            fs.rescan_if_asked();
             if let Some(events) = &agent_events {
                 events.refresh();
             }

@@ -17,6 +17,7 @@ pub mod mount_helper;
 pub mod mounts;
 pub mod output;
 pub mod policy_cmd;
+pub mod quota_cmd;
 pub mod run;
 pub mod sandbox;
 pub mod sandbox_cmd;
@@ -67,6 +68,18 @@ pub fn run(cli: Cli) -> ExitCode {
             clear,
             status,
         } => estop_cmd::run(&store.store, *clear, *status),
+        Command::Quota {
+            store,
+            mount,
+            json,
+            command,
+        } => match mounts::store_for(&store.store, mount.as_deref()) {
+            Err(e) => Err(e.into()),
+            Ok(root) => match command {
+                Some(cli::QuotaCommand::Rescan) => quota_cmd::rescan(&root),
+                None => quota_cmd::show(&root, *json),
+            },
+        },
         Command::Search(args) => search_cmd::search(args),
         Command::Index { store, command } => {
             search_cmd::index(&daemon::store_path(&store.store), command)

@@ -515,10 +515,9 @@ const SANDBOX_ENV: [&str; 9] = [
     "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
 ];
 
-/// The sandbox layers of `spec`'s run, prepared before the clone.
 /// The policy in force: the one installed in the store, refused if it was changed behind
 /// ClawFS's back (as the daemon refuses it).
-fn installed_policy(store: &Store) -> Result<clawfs_core::policy::Policy, Failure> {
+pub(crate) fn installed_policy(store: &Store) -> Result<clawfs_core::policy::Policy, Failure> {
     clawfs_core::fs::installed_policy(store.root_fd()).map_err(|errors| {
         fail(
             errors
@@ -530,6 +529,7 @@ fn installed_policy(store: &Store) -> Result<clawfs_core::policy::Policy, Failur
     })
 }
 
+/// The sandbox layers of `spec`'s run, prepared before the clone.
 fn prepare_sandbox(
     spec: &RunSpec,
     store: &Path,

@@ -24,7 +24,8 @@ fn failures_are_recorded_with_their_errno_not_as_ok() {
 #[test]
 fn a_create_over_quota_has_one_record_and_it_is_the_refusal() {
     let m = Mounted::new();
-    agent_policy(&m, "fs-engine", "quota = { files = 2 }");
+    // Its directory, cache/, identity.json and state.json are its own: four files already.
+    agent_policy(&m, "fs-engine", "quota = { files = 6 }");
     let mnt = m.mnt.display();
     let out = m.run_agent(
         "fs-engine",

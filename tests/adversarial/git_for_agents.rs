@@ -576,3 +576,80 @@ fn an_agents_repository_under_someone_elses_stays_guarded() {
     let root = root_git(&m.ws().join("own-bare"), &["log"]);
     assert!(text(&root).contains("dubious ownership"), "{}", text(&root));
 }
+
+/// A submodule's git dir in a shared repository (`.git/modules/<name>/`) is a git dir of its
+/// own, which the superproject's git enters with `GIT_DIR` set (no ownership check): a
+/// `commondir` or `gitdir` planted there would send root's `git status` to a repository the
+/// agent owns, and run its config. Found by a red-team round.
+#[test]
+fn a_submodules_git_dir_cannot_be_sent_to_the_agents_repository() {
+    let m = Mounted::new();
+    let lib = m.ws().join("lib-upstream");
+    real_repository(&lib, 2);
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 2);
+    let out = root_git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "lib",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = root_git(&repo, &["commit", "-qm", "lib"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for cmd in [
+        &["chgrp", "-R", "clawos-users"][..],
+        &["chmod", "-R", "g+rwX"],
+    ] {
+        assert!(std::process::Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&repo)
+            .status()
+            .unwrap()
+            .success());
+    }
+    let marker = m.dir.path().join("PWNED-by-commondir");
+    let env = git_env(&m);
+    let evil = m.path("agents/fs-engine/evil");
+    let (r, e) = (repo.display(), evil.display());
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{env}
+             mkdir -p {e} && cd {e} && g init -q && g commit -q --allow-empty -m x
+             g config core.fsmonitor 'touch {marker}; false'
+             cd {r}
+             (echo {e}/.git > .git/modules/lib/commondir) 2>/dev/null || echo refused-commondir
+             (echo {e}/.git > .git/Modules/lib/CommonDir) 2>/dev/null || echo refused-commondir-case
+             (echo {e}/.git > .git/modules/lib/gitdir) 2>/dev/null || echo refused-gitdir
+             mkdir -p .git/modules/lib/worktrees/x
+             (echo {e}/.git > .git/modules/lib/worktrees/x/commondir) 2>/dev/null || echo refused-worktree-commondir
+             echo {e}/.git > c && {{ mv c .git/modules/lib/commondir 2>/dev/null || echo refused-mv-commondir; }}
+             echo end",
+            marker = marker.display()
+        ),
+    );
+    let o = text(&out);
+    for want in [
+        "refused-commondir\n",
+        "refused-commondir-case",
+        "refused-gitdir",
+        "refused-worktree-commondir",
+        "refused-mv-commondir",
+        "end",
+    ] {
+        assert!(o.contains(want), "missing {want}: {o}");
+    }
+    for args in [&["status"][..], &["diff"], &["submodule", "status"]] {
+        let _ = root_git(&repo, args);
+    }
+    assert!(!marker.exists(), "root ran the agent's command");
+    assert!(!repo.join(".git/modules/lib/commondir").exists());
+}

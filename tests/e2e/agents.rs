@@ -257,7 +257,8 @@ fn quotas_and_policy_reload() {
     let original = fs::read_to_string(&policy_path).unwrap();
     let tight = original.replace(
         "[agents.fs-engine]\nuid = 61006\ngid = 61006\n",
-        "[agents.fs-engine]\nuid = 61006\ngid = 61006\nquota = { files = 3 }\nworkspaces = { default = \"read\" }\n",
+        // Its directory, cache/, identity.json and state.json are its own: 4 + 3 new files.
+        "[agents.fs-engine]\nuid = 61006\ngid = 61006\nquota = { files = 7 }\nworkspaces = { default = \"read\" }\n",
     );
     assert_ne!(tight, original, "the default policy changed shape");
     let new_policy = m.dir.path().join("tight.toml");

@@ -51,7 +51,6 @@ impl ClawFs {
                 "open",
                 &path,
                 crate::policy::Quota { bytes: 1, files: 0 },
-                false,
             )?;
             if let Some(agent) = staged::identity_file_agent(&path) {
                 let opath = match opath {
@@ -98,13 +97,19 @@ impl ClawFs {
             drop_suidgid(&backing.file)?;
         }
         let writer = match writes {
-            true => Some(WriteHandle {
-                metered: self.metered(&who),
-                who,
-                pid: caller.pid,
-                path,
-                size_at_open: backing.file.metadata()?.len(),
-            }),
+            true => {
+                let st = rustix::fs::fstat(&backing.file)?;
+                let size_at_open = st.st_size as u64;
+                node.held.base(crate::held::cost_of(&st));
+                Some(WriteHandle {
+                    metered: self.metered(&who),
+                    who,
+                    pid: caller.pid,
+                    path,
+                    size_at_open,
+                    held: Arc::clone(&node.held),
+                })
+            }
             false => None,
         };
         let prefer_cached = self.passthrough()
@@ -214,7 +219,7 @@ impl ClawFs {
             return self.create_virtual(caller, dir, name);
         }
         let (place, dir, who, path) =
-            self.begin_create(caller, "create", parent, name, FileKind::File)?;
+            self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -248,14 +253,17 @@ impl ClawFs {
             })?,
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
+        let node = self.node(ino)?;
+        self.held_made(&who, dir.as_fd(), name);
+        node.held.base(0);
         let writer = WriteHandle {
             metered: self.metered(&who),
             who,
             pid: caller.pid,
             path,
             size_at_open: 0,
+            held: Arc::clone(&node.held),
         };
-        let node = self.node(ino)?;
         let io = match writer.metered {
             true => self.count_daemon_open(&node)?,
             false => self.count_open(&node, false, true),
@@ -328,6 +336,9 @@ impl ClawFs {
             drop_suidgid(&file.backing.file)?;
         }
         let n = file.backing.file.write_at(data, offset)?;
+        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
+            self.settle_write(w, &file.backing.file);
+        }
         if let Some(staged) = &file.staged {
             staged
                 .dirty
@@ -389,13 +400,8 @@ impl ClawFs {
                 )
                 .bytes(bytes),
             );
-            match &w.who {
-                // A metered handle was charged write by write.
-                Identity::Agent(agent) if !w.metered => {
-                    self.add_usage(agent, crate::policy::Quota { bytes, files: 0 })
-                }
-                _ => {}
-            }
+            // Writes the daemon did not see (passthrough) are counted now.
+            self.settle_write(w, &file.backing.file);
             self.index_file(&w.path);
         }
         if self.passthrough() && file.staged.is_none() {
@@ -427,6 +433,9 @@ impl ClawFs {
             offset,
             len,
         )?;
+        if let Some(w) = &file.writer {
+            self.settle_write(w, &file.backing.file);
+        }
         Ok(())
     }
 
@@ -466,6 +475,9 @@ impl ClawFs {
             Some(&mut oo),
             len.min(u32::MAX as u64) as usize,
         )?;
+        if let Some(w) = &dst.writer {
+            self.settle_write(w, &dst.backing.file);
+        }
         Ok(n as u32)
     }
 }

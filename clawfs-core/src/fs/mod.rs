@@ -526,7 +526,8 @@ impl ClawFs {
     // ---- rules ----------------------------------------------------------------------------
 
     /// What create, mknod, mkdir and symlink check before making `name` in `parent`: ClawFS's
-    /// naming and area rules, then the policy (each refusal audited). Returns the new entry's
+    /// naming and area rules, then the policy and the quota for one file of `bytes` (each
+    /// refusal audited). Returns the new entry's
     /// place, the parent's descriptor and who is creating what, for the audit trail.
     fn begin_create(
         &self,
@@ -534,14 +535,14 @@ impl ClawFs {
         op: &'static str,
         parent: u64,
         name: &OsStr,
-        kind: FileKind,
+        (kind, bytes): (FileKind, u64),
     ) -> FsResult<(Place, Arc<OwnedFd>, Identity, NsPath)> {
         let pnode = self.node(parent)?;
         let place = self
             .check_create(&pnode, name, kind)
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        let (who, path) = self.decide_create(caller, op, &pnode, &dir, name)?;
+        let (who, path) = self.decide_create(caller, op, (&pnode, &dir, name), bytes)?;
         if kind != FileKind::Dir
             && matches!(who, Identity::Agent(_))
             && self.policy().is_git_dir_name(&name.to_string_lossy())

@@ -12,8 +12,13 @@ impl ClawFs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Entry> {
-        let (place, dir, ..) =
-            self.begin_create(caller, "mknod", parent, name, FileKind::from_mode(mode))?;
+        let (place, dir, who, _) = self.begin_create(
+            caller,
+            "mknod",
+            parent,
+            name,
+            (FileKind::from_mode(mode), 0),
+        )?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mknodat(
@@ -24,12 +29,19 @@ impl ClawFs {
                 decode_dev(rdev),
             )?;
         }
+        self.held_made(&who, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
-        let (place, dir, ..) = self.begin_create(caller, "mkdir", parent, name, FileKind::Dir)?;
+        let (place, dir, who, _) = self.begin_create(
+            caller,
+            "mkdir",
+            parent,
+            name,
+            (FileKind::Dir, crate::held::DIR_BYTES),
+        )?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
@@ -37,6 +49,7 @@ impl ClawFs {
                 self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
             }
         }
+        self.held_made(&who, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
@@ -94,9 +107,13 @@ impl ClawFs {
         let path = self.ns_child(&dir, name)?;
         self.decide(caller, op, crate::policy::Access::Delete, &path)?;
         let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let removal = self.held_cost(dir.as_fd(), name);
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::unlinkat(&dir, name, flags)?;
+        }
+        if let Some(r) = removal {
+            self.held_removed(r);
         }
         match flags.contains(AtFlags::REMOVEDIR) {
             true => self.index_tree_gone(&path),
@@ -125,8 +142,13 @@ impl ClawFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Entry> {
-        let (place, dir, who, path) =
-            self.begin_create(caller, "symlink", parent, name, FileKind::Symlink)?;
+        let (place, dir, who, path) = self.begin_create(
+            caller,
+            "symlink",
+            parent,
+            name,
+            (FileKind::Symlink, target.len() as u64),
+        )?;
         if matches!(who, Identity::Agent(_))
             && self.policy().is_git_hooks(&path)
             && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &path)
@@ -142,6 +164,7 @@ impl ClawFs {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
         }
+        self.held_made(&who, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
@@ -241,6 +264,10 @@ impl ClawFs {
             true => None,
             false => rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
         };
+        let removal = match (&replaced, mode.noreplace) {
+            (Some(_), false) => self.held_cost(newdir.as_fd(), newname),
+            _ => None,
+        };
         let renamed: FsResult<()> =
             AsCaller::enter(caller)
                 .map_err(FsError::from)
@@ -253,6 +280,9 @@ impl ClawFs {
             node.io.unseal();
         }
         renamed?;
+        if let Some(r) = removal {
+            self.held_removed(r);
+        }
         self.paths_changed();
         let is_folder = |dir: &OwnedFd, name: &OsStr| {
             rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)

@@ -109,15 +109,15 @@ impl ClawFs {
             // Identity files change whole, validated at close: open and write them.
             return Err(FsError::Managed("identity.json (write it whole)".into()));
         }
+        let before = rustix::fs::fstat(&*fd)?;
         if let Some(size) = change.size.filter(|_| self.metered(&who)) {
-            // Extending a file reserves its new bytes: they are charged now, so that writing
-            // inside the new size later is not free.
-            let growth = size.saturating_sub(rustix::fs::fstat(&*fd)?.st_size as u64);
+            // Extending a file makes it cost its new size (see `crate::held`).
+            let growth = size.saturating_sub(crate::held::cost_of(&before));
             let adding = crate::policy::Quota {
                 bytes: growth,
                 files: 0,
             };
-            self.decide_quota(caller, &who, "setattr", &ns, adding, true)?;
+            self.decide_quota(caller, &who, "setattr", &ns, adding)?;
         }
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());
@@ -154,6 +154,13 @@ impl ClawFs {
                 };
                 rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
             }
+        }
+        if change.size.is_some() {
+            node.held.base(crate::held::cost_of(&before));
+            self.settle(&node.held, fd.as_fd());
+        }
+        if change.uid.is_some() {
+            self.held_chowned(&node, fd.as_fd(), before.st_uid);
         }
         // Any change of status changes the file's change time, which the index checks (a hit
         // is shown only for the file it was made from): index it again.

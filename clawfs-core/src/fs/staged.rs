@@ -190,7 +190,7 @@ impl ClawFs {
                 bytes: growth,
                 files: 0,
             };
-            self.decide_quota(caller, &who, "write", &path, adding, true)?;
+            self.decide_quota(caller, &who, "write", &path, adding)?;
         }
         let backups =
             crate::beneath::create_dir_all(dir.as_fd(), Path::new("backups"), 0o750, None)?;

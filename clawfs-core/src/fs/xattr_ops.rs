@@ -56,6 +56,21 @@ impl ClawFs {
             None
         };
         let fd = self.decided_fd(caller, "setxattr", crate::policy::Access::Write, &node)?;
+        // What the attribute adds to what the file's owner holds (see `crate::held`), read by
+        // the daemon: the caller may lack read access.
+        let path = proc_fd_path(&fd);
+        let old = xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?;
+        let grows = (name.len() + value.len()) as i64
+            - old.as_ref().map_or(0, |v| (name.len() + v.len()) as i64);
+        let owner = rustix::fs::fstat(&*fd)?.st_uid;
+        if grows > 0 {
+            let adding = crate::policy::Quota {
+                bytes: grows as u64,
+                files: 0,
+            };
+            let who = self.identify(caller);
+            self.decide_quota(caller, &who, "setxattr", &self.ns_path(&fd)?, adding)?;
+        }
         let _as = AsCaller::enter(caller)?;
         // A ClawFS attribute takes effect in metadata.json: prepared (and validated) first, so
         // that a refusal leaves the attribute unset.
@@ -63,9 +78,8 @@ impl ClawFs {
             Some(ClawfsAttr::VectorDimension(dim)) => Some(self.metadata_with_dimension(&fd, dim)?),
             None => None,
         };
-        let path = proc_fd_path(&fd);
         let previous = match metadata {
-            Some(_) => xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?,
+            Some(_) => old,
             None => None,
         };
         rustix::fs::setxattr(
@@ -74,6 +88,7 @@ impl ClawFs {
             value,
             XattrFlags::from_bits_retain(flags as u32),
         )?;
+        self.held_changed(owner, grows);
         if let Some((bytes, mode)) = metadata {
             let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
             let written = crate::beneath::write_atomic(
@@ -114,9 +129,17 @@ impl ClawFs {
             }));
         }
         let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
+        let path = proc_fd_path(&fd);
+        let old = xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)
+            .ok()
+            .flatten();
+        let owner = rustix::fs::fstat(&*fd)?.st_uid;
         let _as = AsCaller::enter(caller)?;
-        rustix::fs::removexattr(proc_fd_path(&fd).as_c_str(), name)?;
+        rustix::fs::removexattr(path.as_c_str(), name)?;
         drop(_as);
+        if let Some(v) = old {
+            self.held_changed(owner, -((name.len() + v.len()) as i64));
+        }
         self.index_file(&self.ns_path(&fd)?);
         Ok(())
     }

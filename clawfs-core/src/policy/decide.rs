@@ -231,7 +231,7 @@ impl Policy {
         self.guards_git() && name.eq_ignore_ascii_case(GIT_DIR)
     }
 
-    /// Whether an agent that has written `used` may write `adding` more. Only growth is checked,
+    /// Whether an agent that holds `used` may add `adding`. Only growth is checked,
     /// so an agent over its quota (after the policy lowered it) can still delete and shrink.
     /// Admins and ordinary users have no ClawFS quota.
     pub fn check_quota(&self, who: &Identity, used: Quota, adding: Quota) -> Result<(), Denial> {
@@ -244,7 +244,7 @@ impl Policy {
                 rule::QUOTA,
                 DenyKind::Quota,
                 format!(
-                    "agent {name} has written {} of its {}-byte quota and cannot add {} more; ask an admin to raise quota.bytes (the quota counts bytes written, not bytes kept)",
+                    "agent {name} holds {} bytes of its {}-byte quota and cannot add {} more; delete or shrink files it owns (see `clawfs quota`), or ask an admin to raise quota.bytes",
                     used.bytes, limit.bytes, adding.bytes
                 ),
             );
@@ -254,7 +254,7 @@ impl Policy {
                 rule::QUOTA,
                 DenyKind::Quota,
                 format!(
-                    "agent {name} has {} of its {} files and cannot create more; delete some or ask an admin to raise quota.files",
+                    "agent {name} owns {} of its {} files (and folders and symlinks) and cannot create more; delete some or ask an admin to raise quota.files",
                     used.files, limit.files
                 ),
             );
@@ -651,11 +651,12 @@ fn git_config_in(rest: &[&str]) -> bool {
 }
 
 /// Whether `rest` (the components after a `.git`) names a file that sends git to another
-/// repository: `commondir`, or a worktree's `commondir` or `gitdir`.
+/// repository and its config and hooks: a `commondir` or `gitdir` at any depth — `.git`'s own,
+/// a worktree's, and those of a submodule's git dir below `modules/`, which a superproject's
+/// git enters with `GIT_DIR` set and no ownership check.
 fn git_redirect_in(rest: &[&str]) -> bool {
-    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
-    (rest.len() == 1 && is(0, GIT_COMMONDIR))
-        || (rest.len() == 3 && is(0, GIT_WORKTREES) && (is(2, GIT_COMMONDIR) || is(2, "gitdir")))
+    rest.last()
+        .is_some_and(|c| c.eq_ignore_ascii_case(GIT_COMMONDIR) || c.eq_ignore_ascii_case("gitdir"))
 }
 
 /// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)

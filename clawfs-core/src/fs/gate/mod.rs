@@ -41,9 +41,8 @@ pub struct Gate {
     audit: OnceLock<Arc<AuditLog>>,
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
     denials: Mutex<HashMap<String, VecDeque<String>>>,
-    /// Bytes and files each agent has written, and whether that changed since it was saved
-    /// (leaf).
-    usage: Mutex<(HashMap<String, Quota>, bool)>,
+    /// Bytes and files each owner holds, and which agent each uid is (leaf).
+    held: crate::held::HeldUsage,
     /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
@@ -89,7 +88,7 @@ impl Gate {
             store_owner,
             audit: OnceLock::new(),
             denials: Mutex::default(),
-            usage: Mutex::new((HashMap::new(), false)),
+            held: Default::default(),
             estop: RwLock::new(None),
             estop_on: std::sync::atomic::AtomicBool::new(false),
             refusals: Mutex::default(),
@@ -145,6 +144,7 @@ impl ClawFs {
             .policy
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
+        self.learn_policy_uids();
         self.gate
             .identities
             .lock()
@@ -316,18 +316,17 @@ impl ClawFs {
     }
 
     /// Decides creating `name` in the directory `pnode` (reached through `dir`), and the file
-    /// it adds to the caller's quota; returns the caller and the new node's path.
+    /// of `bytes` it adds to the caller's quota; returns the caller and the new node's path.
     pub(super) fn decide_create(
         &self,
         caller: &Caller,
         op: &'static str,
-        pnode: &Node,
-        dir: impl AsFd,
-        name: &OsStr,
+        (pnode, dir, name): (&Node, impl AsFd, &OsStr),
+        bytes: u64,
     ) -> FsResult<(Identity, NsPath)> {
         let path = self.node_path(pnode, dir)?.join(name)?;
         let who = self.decide(caller, op, Access::Create, &path)?;
-        self.decide_quota(caller, &who, op, &path, Quota { bytes: 0, files: 1 }, true)?;
+        self.decide_quota(caller, &who, op, &path, Quota { bytes, files: 1 })?;
         Ok((who, path))
     }
 

@@ -1,11 +1,23 @@
-//! Agents' byte and file quotas: what each has written (kept across restarts), charged as it
-//! writes, refused past the policy's limit.
+//! Agents' byte and file quotas count what each agent holds now, by owner, as `quota(1)` does
+//! ([`crate::held`]): a new name, a write, a truncation, an xattr, a removal or a chown changes
+//! what the owner of the inode holds. Growth is checked against the acting agent's quota before
+//! it happens; what is held is saved across restarts and recomputed after a crash.
+
+use std::fs::File;
+
+use rustix::fs::{AtFlags, FileType};
 
 use super::*;
+use crate::held::{Delta, Held};
+
+/// A recomputation of the held usage asked of a running daemon (`clawfs quota rescan`),
+/// relative to the store's private area: removed when done.
+pub const QUOTA_RESCAN_FILE: &str = "quota-rescan";
 
 impl ClawFs {
-    /// Checks that `who` may add `adding` (files, bytes) to what it has written; `commit`
-    /// counts it.
+    /// Checks that `who` may add `adding` (files, bytes) to what it holds. Only growth is
+    /// checked, so an agent over its quota (after the policy lowered it) can still delete and
+    /// shrink. The change itself is counted when it is made.
     pub(in crate::fs) fn decide_quota(
         &self,
         caller: &Caller,
@@ -13,20 +25,15 @@ impl ClawFs {
         op: &'static str,
         path: &NsPath,
         adding: Quota,
-        commit: bool,
     ) -> FsResult<()> {
         let Identity::Agent(agent) = who else {
             return Ok(());
         };
-        let used = self.usage(agent);
-        let verdict = self.policy().check_quota(who, used, adding);
-        if verdict.is_ok() && commit {
-            self.add_usage(agent, adding);
-        }
+        let verdict = self.policy().check_quota(who, self.usage(agent), adding);
         self.conclude_refusal(caller, who, op, path, None, verdict)
     }
 
-    /// Whether `who` is an agent with a byte quota, whose writes are charged one by one.
+    /// Whether `who` is an agent with a byte quota, whose writes are checked one by one.
     pub(in crate::fs) fn metered(&self, who: &Identity) -> bool {
         match who {
             Identity::Agent(agent) => self.policy().quota(agent).bytes != Quota::UNLIMITED,
@@ -34,8 +41,8 @@ impl ClawFs {
         }
     }
 
-    /// Charges the growth of a write ending at `end` (what it adds past the file's current
-    /// size) to the metered writer `w`; see [`Self::charge`].
+    /// Checks the growth of a write ending at `end` (what it adds past the file's current
+    /// size) for the metered writer `w`; see [`Self::charge`].
     pub(in crate::fs) fn charge_growth(
         &self,
         w: &crate::open_files::WriteHandle,
@@ -47,8 +54,9 @@ impl ClawFs {
         self.charge(w, op, end.saturating_sub(size))
     }
 
-    /// Charges `bytes` to the metered writer `w`; refused with EDQUOT (audited, and in the
-    /// agent's denials file) when it would cross the quota.
+    /// Checks that the metered writer `w` may add `bytes`; refused with EDQUOT (audited, and in
+    /// the agent's denials file) when it would cross the quota. The bytes are counted when the
+    /// write is settled ([`Self::settle_write`]).
     pub(in crate::fs) fn charge(
         &self,
         w: &crate::open_files::WriteHandle,
@@ -64,85 +72,203 @@ impl ClawFs {
             pid: w.pid,
         };
         let adding = Quota { bytes, files: 0 };
-        self.decide_quota(&caller, &w.who, op, &w.path, adding, true)
+        self.decide_quota(&caller, &w.who, op, &w.path, adding)
     }
 
+    /// Counts the data `file` holds now for its owner (a write, a close).
+    pub(in crate::fs) fn settle_write(&self, w: &crate::open_files::WriteHandle, file: &File) {
+        self.settle(&w.held, file.as_fd());
+    }
+
+    /// Counts the data of the regular file at `fd`, whose charge is `held`, for its owner.
+    pub(in crate::fs) fn settle(&self, held: &crate::held::HeldSize, fd: BorrowedFd<'_>) {
+        if let Ok(st) = rustix::fs::fstat(fd) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
+                self.gate
+                    .held
+                    .apply(st.st_uid, held.settle(crate::held::cost_of(&st)));
+            }
+        }
+    }
+
+    /// Counts a new inode `name` in `dir`, made by `who` (its owner, normally). A new inode
+    /// has no `user.*` xattrs yet.
+    pub(in crate::fs) fn held_made(&self, who: &Identity, dir: BorrowedFd<'_>, name: &OsStr) {
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                let cost = crate::held::cost_of(&st);
+                if let Identity::Agent(agent) = who {
+                    self.gate.held.learn(st.st_uid, agent.as_str());
+                }
+                self.gate.held.apply(st.st_uid, Delta::created(cost));
+            }
+            Err(e) => tracing::warn!(error = %e, "a new file could not be counted"),
+        }
+    }
+
+    /// What removing `name` from `dir` gives back, measured before it is removed: its owner and
+    /// the cost of its inode, if this is its last name. Pass it to [`Self::held_removed`] once
+    /// the removal succeeded.
+    pub(in crate::fs) fn held_cost(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Option<Removal> {
+        let (st, cost) = crate::held::cost_at(dir, name).ok()?;
+        let folder = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        (folder || st.st_nlink <= 1).then_some(Removal {
+            uid: st.st_uid,
+            cost,
+            ino: st.st_ino,
+        })
+    }
+
+    /// Gives back what a removed last name held (see [`Self::held_cost`]).
+    pub(in crate::fs) fn held_removed(&self, removal: Removal) {
+        self.gate
+            .held
+            .apply(removal.uid, Delta::removed(removal.cost));
+        if let Some(node) = self.inodes.get(self.inodes.mount_ino(removal.ino)) {
+            node.held.gone();
+        }
+    }
+
+    /// Counts a change of `delta` bytes (an xattr set or removed) for the owner `uid`.
+    pub(in crate::fs) fn held_changed(&self, uid: u32, bytes: i64) {
+        self.gate.held.apply(uid, Delta { bytes, files: 0 });
+    }
+
+    /// Moves what the inode at `fd` costs from `from` to its owner now (a chown).
+    pub(in crate::fs) fn held_chowned(&self, node: &Node, fd: BorrowedFd<'_>, from: u32) {
+        let Ok(st) = rustix::fs::fstat(fd) else {
+            return;
+        };
+        if st.st_uid == from {
+            return;
+        }
+        let mut cost = crate::held::cost_of(&st);
+        if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
+            // Its data is counted from now on for the new owner, as settled so far.
+            cost = node.held.base(cost);
+        }
+        if matches!(
+            FileType::from_raw_mode(st.st_mode),
+            FileType::RegularFile | FileType::Directory
+        ) {
+            cost += crate::held::user_xattr_bytes(&crate::held::fd_path(fd));
+        }
+        self.gate.held.transfer(from, st.st_uid, cost);
+    }
+
+    /// What `agent` holds.
     pub(in crate::fs) fn usage(&self, agent: &AgentName) -> Quota {
-        let usage = self
-            .gate
-            .usage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        usage
-            .0
-            .get(agent.as_str())
-            .copied()
-            .unwrap_or(Quota { bytes: 0, files: 0 })
+        let Held { bytes, files } = self.gate.held.of_agent(agent.as_str());
+        Quota { bytes, files }
     }
 
-    /// Loads the quota usage saved by a previous daemon (none if there is none).
+    /// What each owner holds and which agent each uid is, as saved now.
+    pub fn held_usage(&self) -> crate::held::Saved {
+        self.gate.held.snapshot(false)
+    }
+
+    /// Charges `bytes` a tool call added to files of `uid` (a tool writes by descriptor as the
+    /// caller, past the file operations that count).
+    pub fn held_tool_growth(&self, uid: u32, agent: &AgentName, bytes: u64) {
+        self.gate.held.learn(uid, agent.as_str());
+        self.gate.held.apply(
+            uid,
+            Delta {
+                bytes: bytes as i64,
+                files: 0,
+            },
+        );
+    }
+
+    /// Loads the usage saved by a previous daemon; recomputes it from the store when there is
+    /// none, when it is of another format, or when that daemon did not stop cleanly.
     pub(in crate::fs) fn load_usage(&self) {
         // A stop recorded before this daemon started is in force from its first request.
         self.set_estop(self.read_estop());
         let path = Path::new(crate::store::PRIVATE_DIR).join(QUOTA_USAGE_FILE);
-        let Ok(Some(text)) = crate::beneath::read(self.store.root_fd(), &path, 16 << 20) else {
-            return;
-        };
-        let text = String::from_utf8_lossy(&text);
-        let Ok(saved) = serde_json::from_str::<HashMap<String, (u64, u64)>>(&text) else {
-            tracing::warn!(path = %path.display(), "unreadable quota usage; counting from zero");
-            return;
-        };
-        let mut usage = self
-            .gate
-            .usage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        usage.0 = saved
-            .into_iter()
-            .map(|(a, (bytes, files))| (a, Quota { bytes, files }))
-            .collect();
+        let saved = crate::beneath::read(self.store.root_fd(), &path, 64 << 20)
+            .ok()
+            .flatten()
+            .and_then(|t| serde_json::from_slice::<crate::held::Saved>(&t).ok());
+        match saved {
+            Some(s) if s.version == crate::held::FORMAT && s.clean => {
+                self.gate.held.replace(s.by_uid, s.agents);
+            }
+            other => {
+                if let Some(s) = other.filter(|s| s.version == crate::held::FORMAT) {
+                    self.gate.held.replace(HashMap::new(), s.agents);
+                }
+                tracing::info!("counting what each owner holds in the store");
+                if let Err(e) = self.rescan_usage(&mut |_| {}) {
+                    tracing::warn!(error = %e, "could not count what owners hold; starting from zero");
+                }
+            }
+        }
+        self.learn_policy_uids();
+        // Until it stops cleanly, the saved usage says it may be stale.
+        self.write_usage(false);
     }
 
-    /// Saves the quota usage if it changed (atomically), so it survives a restart.
-    pub fn save_usage(&self) {
-        let snapshot: HashMap<String, (u64, u64)> = {
-            let mut usage = self
-                .gate
-                .usage
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !usage.1 {
-                return;
+    /// The uids the policy gives agents are theirs, before they make anything.
+    pub(in crate::fs) fn learn_policy_uids(&self) {
+        for spec in self.policy().agents() {
+            if let Some(uid) = spec.uid {
+                self.gate.held.learn(uid, spec.name.as_str());
             }
-            usage.1 = false;
-            usage
-                .0
-                .iter()
-                .map(|(a, q)| (a.clone(), (q.bytes, q.files)))
-                .collect()
+        }
+    }
+
+    /// Recomputes what every owner holds from the store ([`crate::held::rescan`]), replacing
+    /// the counts (changes made while it runs may be counted or not).
+    pub fn rescan_usage(&self, progress: crate::held::Progress<'_>) -> std::io::Result<()> {
+        let by_uid = crate::held::rescan(self.store.root_fd(), progress)?;
+        self.gate.held.replace(by_uid, HashMap::new());
+        self.write_usage(false);
+        Ok(())
+    }
+
+    /// Runs a recomputation `clawfs quota rescan` asked for, if one is pending.
+    pub fn rescan_if_asked(&self) {
+        let dir = Path::new(crate::store::PRIVATE_DIR);
+        let Ok(Some(_)) =
+            crate::beneath::read(self.store.root_fd(), &dir.join(QUOTA_RESCAN_FILE), 4096)
+        else {
+            return;
         };
-        let json = serde_json::to_vec(&snapshot).expect("a map serialises");
+        if let Err(e) = self.rescan_usage(&mut |_| {}) {
+            tracing::warn!(error = %e, "quota rescan");
+        }
+        if let Ok(d) = crate::beneath::open_dir(self.store.root_fd(), dir) {
+            let _ = rustix::fs::unlinkat(&d, QUOTA_RESCAN_FILE, AtFlags::empty());
+        }
+    }
+
+    /// Saves the usage if it changed (atomically), so it survives a restart.
+    pub fn save_usage(&self) {
+        if self.gate.held.dirty() {
+            self.write_usage(false);
+        }
+    }
+
+    /// Saves the usage as left by a clean stop: the next daemon trusts it.
+    pub fn save_usage_at_stop(&self) {
+        self.write_usage(true);
+    }
+
+    fn write_usage(&self, clean: bool) {
+        let snapshot = self.gate.held.snapshot(clean);
+        let json = serde_json::to_vec(&snapshot).expect("usage serialises");
         let dir = Path::new(crate::store::PRIVATE_DIR);
         let how = crate::beneath::FileMode::mode(0o600);
         if let Err(e) = self.store.write_beneath(dir, QUOTA_USAGE_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save quota usage");
         }
     }
+}
 
-    /// Adds to an agent's usage (bytes written are counted when a handle is closed).
-    pub(in crate::fs) fn add_usage(&self, agent: &AgentName, adding: Quota) {
-        let mut usage = self
-            .gate
-            .usage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let u = usage
-            .0
-            .entry(agent.as_str().to_string())
-            .or_insert(Quota { bytes: 0, files: 0 });
-        u.bytes = u.bytes.saturating_add(adding.bytes);
-        u.files = u.files.saturating_add(adding.files);
-        usage.1 = true;
-    }
+/// What a removal gives back: see [`ClawFs::held_cost`].
+pub(in crate::fs) struct Removal {
+    uid: u32,
+    cost: u64,
+    ino: u64,
 }

@@ -241,7 +241,7 @@ impl ClawFs {
         if let Identity::Agent(agent) = who {
             let bytes = added.load(std::sync::atomic::Ordering::Acquire);
             if bytes > 0 {
-                self.add_usage(agent, crate::policy::Quota { bytes, files: 0 });
+                self.held_tool_growth(creds.caller.uid, agent, bytes);
             }
         }
         // The tool wrote the backing files directly: the kernel's view of them is stale until

@@ -1,0 +1,410 @@
+//! What each owner holds in the store: bytes and files, counted as `quota(1)` counts them — by
+//! the owner of each inode — kept up to date by the daemon as names and sizes change, saved
+//! across restarts, and recomputed from the store by [`rescan`].
+//!
+//! An inode's cost is, for a regular file, the larger of its size and the space allocated to
+//! it (a sparse file costs its size; space preallocated past the size costs too), its target's
+//! length for a symlink,
+//! [`DIR_BYTES`] for a directory, nothing for a device, FIFO or socket; plus the name and value
+//! lengths of its `user.*` extended attributes. Each inode is one file, whatever its number of
+//! hard links. Only `workspaces/` and `agents/` are counted: the rest of the store is ClawFS's.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Mutex, PoisonError};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+/// What a directory costs, whatever the backing filesystem makes of it: one block.
+pub const DIR_BYTES: u64 = 4096;
+/// The areas of the store whose inodes are counted.
+pub const COUNTED_AREAS: &[&str] = &["workspaces", "agents"];
+
+/// Bytes and files held by one owner. Signed while changes are summed; never negative once
+/// applied.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// Bytes: sizes, symlink targets, directories, `user.*` xattrs.
+    pub bytes: u64,
+    /// Inodes.
+    pub files: u64,
+}
+
+/// A change to what an owner holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delta {
+    /// Bytes added (negative: given back).
+    pub bytes: i64,
+    /// Files added (negative: removed).
+    pub files: i64,
+}
+
+impl Delta {
+    /// `cost` of a new inode.
+    pub fn created(cost: u64) -> Delta {
+        Delta {
+            bytes: cost as i64,
+            files: 1,
+        }
+    }
+
+    /// `cost` of an inode whose last name is gone.
+    pub fn removed(cost: u64) -> Delta {
+        Delta {
+            bytes: -(cost as i64),
+            files: -1,
+        }
+    }
+
+    /// A size that went from `old` to `new`.
+    pub fn resized(old: u64, new: u64) -> Delta {
+        Delta {
+            bytes: new as i64 - old as i64,
+            files: 0,
+        }
+    }
+}
+
+impl Held {
+    fn apply(&mut self, d: Delta) {
+        self.bytes = self.bytes.saturating_add_signed(d.bytes);
+        self.files = self.files.saturating_add_signed(d.files);
+    }
+}
+
+/// The held usage of a store: per owner uid, and which agent each uid belongs to (learned as
+/// agents make files; an agent runs as one uid that no other agent uses). Leaf lock.
+#[derive(Debug, Default)]
+pub struct HeldUsage {
+    state: Mutex<Saved>,
+}
+
+/// What is saved in `.clawfs/quota-usage.json`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Saved {
+    /// Format version: [`FORMAT`].
+    pub version: u32,
+    /// False while a daemon serves the store: a file found so after a start was left by a
+    /// daemon that did not stop cleanly, and is recomputed.
+    pub clean: bool,
+    /// Held usage by owner uid.
+    pub by_uid: HashMap<u32, Held>,
+    /// The agent each uid belongs to.
+    pub agents: HashMap<u32, String>,
+    /// Changed since saved (not saved).
+    #[serde(skip)]
+    pub dirty: bool,
+}
+
+/// The format of [`Saved`].
+pub const FORMAT: u32 = 2;
+
+impl HeldUsage {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Saved> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies `d` to what `uid` holds.
+    pub fn apply(&self, uid: u32, d: Delta) {
+        if d == Delta::default() {
+            return;
+        }
+        let mut s = self.lock();
+        s.by_uid.entry(uid).or_default().apply(d);
+        s.dirty = true;
+    }
+
+    /// Moves `cost` of one inode from `from` to `to` (a chown).
+    pub fn transfer(&self, from: u32, to: u32, cost: u64) {
+        if from == to {
+            return;
+        }
+        self.apply(from, Delta::removed(cost));
+        self.apply(to, Delta::created(cost));
+    }
+
+    /// Records that `uid` is `agent`'s (root never is).
+    pub fn learn(&self, uid: u32, agent: &str) {
+        if uid == 0 {
+            return;
+        }
+        let mut s = self.lock();
+        if s.agents.get(&uid).map(String::as_str) != Some(agent) {
+            s.agents.insert(uid, agent.to_string());
+            s.dirty = true;
+        }
+    }
+
+    /// What `agent` holds: the sum over its uids.
+    pub fn of_agent(&self, agent: &str) -> Held {
+        let s = self.lock();
+        let mut total = Held::default();
+        for (uid, a) in &s.agents {
+            if a == agent {
+                let h = s.by_uid.get(uid).copied().unwrap_or_default();
+                total.bytes = total.bytes.saturating_add(h.bytes);
+                total.files = total.files.saturating_add(h.files);
+            }
+        }
+        total
+    }
+
+    /// A copy of everything, to save or show; `clean` as given.
+    pub fn snapshot(&self, clean: bool) -> Saved {
+        let mut s = self.lock();
+        s.dirty = false;
+        Saved {
+            version: FORMAT,
+            clean,
+            by_uid: s.by_uid.clone(),
+            agents: s.agents.clone(),
+            dirty: false,
+        }
+    }
+
+    /// Whether anything changed since the last [`Self::snapshot`].
+    pub fn dirty(&self) -> bool {
+        self.lock().dirty
+    }
+
+    /// Replaces the usage by owner (a load or a rescan), keeping the agents known now and
+    /// adding `agents`.
+    pub fn replace(&self, by_uid: HashMap<u32, Held>, agents: HashMap<u32, String>) {
+        let mut s = self.lock();
+        s.by_uid = by_uid;
+        s.agents.extend(agents);
+        s.dirty = true;
+    }
+}
+
+/// The name and value lengths of the `user.*` extended attributes of `path` (not followed if
+/// a symlink).
+pub fn user_xattr_bytes(path: &std::path::Path) -> u64 {
+    let Ok(names) = xattr::list(path) else {
+        return 0;
+    };
+    names
+        .filter(|n| n.as_bytes().starts_with(b"user."))
+        .map(|n| {
+            let value = xattr::get(path, &n).ok().flatten().map_or(0, |v| v.len());
+            (n.len() + value) as u64
+        })
+        .sum()
+}
+
+/// The `/proc/self/fd/N` path of `fd`, for the xattr calls that take paths.
+pub fn fd_path(fd: impl AsFd) -> std::path::PathBuf {
+    let path = crate::backing::proc_fd_path(&fd);
+    std::path::PathBuf::from(OsStr::from_bytes(path.as_bytes()))
+}
+
+/// What an inode described by `st` costs, without its xattrs.
+pub fn cost_of(st: &rustix::fs::Stat) -> u64 {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => (st.st_size as u64).max(st.st_blocks as u64 * 512),
+        FileType::Symlink => st.st_size as u64,
+        FileType::Directory => DIR_BYTES,
+        _ => 0,
+    }
+}
+
+/// The full cost of `name` in `dir` as it is now (with its `user.*` xattrs), with its stat.
+pub fn cost_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(rustix::fs::Stat, u64)> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let mut cost = cost_of(&st);
+    if matches!(
+        FileType::from_raw_mode(st.st_mode),
+        FileType::RegularFile | FileType::Directory
+    ) {
+        cost += user_xattr_bytes(&fd_path(dir).join(name));
+    }
+    Ok((st, cost))
+}
+
+/// Progress of a [`rescan`]: called with the inodes counted so far.
+pub type Progress<'a> = &'a mut dyn FnMut(u64);
+
+/// Recomputes what each owner holds under [`COUNTED_AREAS`] of the store at `store`: every
+/// folder reached by descriptor, no symlink followed, each inode counted once.
+pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashMap<u32, Held>> {
+    let mut by_uid: HashMap<u32, Held> = HashMap::new();
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut counted = 0u64;
+    let open_dir = |d: BorrowedFd<'_>, n: &OsStr| -> io::Result<OwnedFd> {
+        Ok(rustix::fs::openat(
+            d,
+            n,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    };
+    let mut stack = Vec::new();
+    for area in COUNTED_AREAS {
+        match open_dir(store, OsStr::new(area)) {
+            Ok(fd) => stack.push(fd),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    while let Some(dir) = stack.pop() {
+        let mut entries = rustix::fs::Dir::read_from(&dir)?;
+        for entry in entries.by_ref() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let (st, cost) = match cost_at(dir.as_fd(), name) {
+                Ok(c) => c,
+                // Gone since it was listed.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                match open_dir(dir.as_fd(), name) {
+                    Ok(fd) => stack.push(fd),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if !seen.insert((st.st_dev, st.st_ino)) {
+                continue;
+            }
+            by_uid
+                .entry(st.st_uid)
+                .or_default()
+                .apply(Delta::created(cost));
+            counted += 1;
+            if counted.is_multiple_of(1024) {
+                progress(counted);
+            }
+        }
+    }
+    progress(counted);
+    Ok(by_uid)
+}
+
+/// The charge of one regular file's data ([`cost_of`]: size, or space allocated), as the daemon
+/// last settled it: what its owner was charged for. One per inode, as long-lived as the
+/// kernel's inode.
+#[derive(Debug, Default)]
+pub struct HeldSize(Mutex<SizeState>);
+
+#[derive(Debug, Default, Clone, Copy)]
+enum SizeState {
+    /// Not settled since the daemon met the inode: its size is as counted (a rescan, or every
+    /// change before it went through a settle).
+    #[default]
+    Unknown,
+    /// Charged for this size.
+    Size(u64),
+    /// Its last name is gone and its charge given back: later writes to a descriptor still
+    /// open are not charged.
+    Gone,
+}
+
+impl HeldSize {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SizeState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The size charged now, if one is known; `now` (the current size) becomes it if not.
+    pub fn base(&self, now: u64) -> u64 {
+        let mut s = self.lock();
+        match *s {
+            SizeState::Size(n) => n,
+            SizeState::Gone => now,
+            SizeState::Unknown => {
+                *s = SizeState::Size(now);
+                now
+            }
+        }
+    }
+
+    /// The size is now `now`: the change from the charged size, which `now` replaces.
+    pub fn settle(&self, now: u64) -> Delta {
+        let mut s = self.lock();
+        match *s {
+            SizeState::Size(old) => {
+                *s = SizeState::Size(now);
+                Delta::resized(old, now)
+            }
+            SizeState::Unknown => {
+                *s = SizeState::Size(now);
+                Delta::default()
+            }
+            SizeState::Gone => Delta::default(),
+        }
+    }
+
+    /// Its last name is gone (its charge given back by whoever removed it).
+    pub fn gone(&self) {
+        *self.lock() = SizeState::Gone;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::chown;
+
+    #[test]
+    fn a_rescan_counts_each_inode_once_by_owner() {
+        let store = tempfile::tempdir().unwrap();
+        let root = store.path();
+        std::fs::create_dir_all(root.join("workspaces/w/d")).unwrap();
+        std::fs::create_dir_all(root.join("agents/a")).unwrap();
+        std::fs::create_dir_all(root.join("system")).unwrap();
+        // Whole blocks, so that its size and its allocated space agree.
+        std::fs::write(root.join("workspaces/w/d/f"), vec![1u8; 8192]).unwrap();
+        std::fs::hard_link(root.join("workspaces/w/d/f"), root.join("agents/a/link")).unwrap();
+        std::os::unix::fs::symlink("x".repeat(300), root.join("agents/a/s")).unwrap();
+        xattr::set(root.join("workspaces/w/d"), "user.topic", &[1u8; 50]).unwrap();
+        std::fs::write(root.join("system/not-counted"), vec![0u8; 5000]).unwrap();
+        for p in ["workspaces/w/d", "workspaces/w/d/f"] {
+            chown(root.join(p), Some(61006), None).unwrap();
+        }
+        std::os::unix::fs::lchown(root.join("agents/a/s"), Some(61006), None).unwrap();
+        let fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let mut last = 0;
+        let by_uid = rescan(fd.as_fd(), &mut |n| last = n).unwrap();
+        // d (4096 + "user.topic" + 50), f (8192, counted once), s (300).
+        assert_eq!(
+            by_uid[&61006],
+            Held {
+                bytes: DIR_BYTES + 10 + 50 + 8192 + 300,
+                files: 3
+            }
+        );
+        // workspaces, workspaces/w, agents, agents/a are root's here; the areas themselves
+        // are not listed, only what is in them.
+        assert_eq!(by_uid[&0].files, 2);
+        assert_eq!(last, 5);
+    }
+
+    #[test]
+    fn a_size_is_settled_once_and_not_after_its_file_is_gone() {
+        let h = HeldSize::default();
+        assert_eq!(h.base(10), 10);
+        assert_eq!(h.settle(25), Delta::resized(10, 25));
+        assert_eq!(h.settle(5), Delta::resized(25, 5));
+        h.gone();
+        assert_eq!(h.settle(100), Delta::default());
+        let u = HeldUsage::default();
+        u.learn(61006, "fs-engine");
+        u.apply(61006, Delta::created(100));
+        u.apply(61007, Delta::created(7));
+        u.apply(61006, Delta::removed(40));
+        assert_eq!(
+            u.of_agent("fs-engine"),
+            Held {
+                bytes: 60,
+                files: 0
+            }
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! `clawfs quota`: what each agent holds (bytes and files it owns, as the daemon counts them)
+//! against its quota; `clawfs quota rescan` recounts it from the store — by the serving daemon
+//! when one serves it, else here, with a progress bar.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use clawfs_core::held::{Held, Saved};
+use clawfs_core::policy::Quota;
+use clawfs_core::store::{Store, PRIVATE_DIR};
+
+use crate::error::Failure;
+
+/// Where the daemon keeps the counts, and where a recount is asked of it (the gate's names).
+const USAGE_FILE: &str = "quota-usage.json";
+const RESCAN_FILE: &str = "quota-rescan";
+/// How long a serving daemon may take to recount a large store.
+const RESCAN_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// `clawfs quota [--json]`.
+pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
+    let store = Store::open(store_root)?;
+    let saved = read_saved(&store)?;
+    let policy = crate::run::installed_policy(&store)?;
+    let rows: Vec<Row> = policy
+        .agents()
+        .map(|spec| {
+            let mut held = Held::default();
+            let mut uids = Vec::new();
+            for (uid, agent) in &saved.agents {
+                if agent == spec.name.as_str() {
+                    let h = saved.by_uid.get(uid).copied().unwrap_or_default();
+                    held.bytes += h.bytes;
+                    held.files += h.files;
+                    uids.push(*uid);
+                }
+            }
+            uids.sort_unstable();
+            Row {
+                agent: spec.name.as_str().to_string(),
+                uids,
+                held,
+                limit: spec.quota,
+            }
+        })
+        .collect();
+    if json {
+        let agents: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "agent": r.agent,
+                    "uids": r.uids,
+                    "bytes": r.held.bytes,
+                    "bytes_limit": limit_json(r.limit.bytes),
+                    "files": r.held.files,
+                    "files_limit": limit_json(r.limit.files),
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "store": store_root,
+            "counted_while_serving": !saved.clean,
+            "agents": agents,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}",
+        "AGENT", "BYTES", "LIMIT", "USE%", "FILES", "LIMIT"
+    );
+    for r in &rows {
+        let pct = match r.limit.bytes {
+            Quota::UNLIMITED | 0 => "-".to_string(),
+            l => format!("{}", r.held.bytes.saturating_mul(100) / l),
+        };
+        println!(
+            "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}",
+            r.agent,
+            human(r.held.bytes),
+            limit_text(r.limit.bytes, human),
+            pct,
+            r.held.files,
+            limit_text(r.limit.files, |n| n.to_string()),
+        );
+    }
+    Ok(())
+}
+
+/// `clawfs quota rescan`.
+pub fn rescan(store_root: &Path) -> Result<(), Failure> {
+    let store = Store::open(store_root)?;
+    match store.lock() {
+        Ok(_lock) => rescan_here(&store)?,
+        Err(clawfs_core::store::StoreError::Locked { by: Some(d), .. }) => {
+            ask_daemon(&store, d.pid)?
+        }
+        Err(e) => return Err(e.into()),
+    }
+    show(store_root, false)
+}
+
+/// Recounts an unserved store here, with a progress bar, and saves the counts as clean.
+fn rescan_here(store: &Store) -> Result<(), Failure> {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {pos} files counted {elapsed}")
+            .expect("a valid template"),
+    );
+    let by_uid = clawfs_core::held::rescan(store.root_fd(), &mut |n| bar.set_position(n))
+        .context("counting the store")?;
+    bar.finish();
+    let previous = read_saved(store).unwrap_or_default();
+    let saved = Saved {
+        version: clawfs_core::held::FORMAT,
+        clean: true,
+        by_uid,
+        agents: previous.agents,
+        dirty: false,
+    };
+    let json = serde_json::to_vec(&saved).expect("usage serialises");
+    store
+        .write_beneath(
+            Path::new(PRIVATE_DIR),
+            USAGE_FILE,
+            &json,
+            clawfs_core::beneath::FileMode::mode(0o600),
+        )
+        .context("saving the counts")?;
+    Ok(())
+}
+
+/// Asks the daemon `pid` serving `store` to recount (a request file and SIGHUP), and waits.
+fn ask_daemon(store: &Store, pid: u32) -> Result<(), Failure> {
+    store
+        .write_beneath(
+            Path::new(PRIVATE_DIR),
+            RESCAN_FILE,
+            b"{}",
+            clawfs_core::beneath::FileMode::mode(0o600),
+        )
+        .context("asking the daemon to recount")?;
+    // SAFETY: sending SIGHUP to the daemon recorded for this store.
+    if unsafe { libc::kill(pid as i32, libc::SIGHUP) } != 0 {
+        return Err(anyhow!(
+            "signalling the daemon (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        )
+        .into());
+    }
+    let bar = indicatif::ProgressBar::new_spinner()
+        .with_message(format!("the daemon (pid {pid}) is counting the store"));
+    let request = store.private_dir().join(RESCAN_FILE);
+    let deadline = Instant::now() + RESCAN_TIMEOUT;
+    while request.exists() {
+        if Instant::now() > deadline {
+            return Err(
+                anyhow!("the daemon (pid {pid}) did not finish counting within an hour").into(),
+            );
+        }
+        bar.tick();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn read_saved(store: &Store) -> Result<Saved, Failure> {
+    let path: PathBuf = store.private_dir().join(USAGE_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a usage file of this version", path.display()))
+            .map_err(Failure::from),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Saved::default()),
+        Err(e) => Err(anyhow!("{}: {e}", path.display()).into()),
+    }
+}
+
+struct Row {
+    agent: String,
+    uids: Vec<u32>,
+    held: Held,
+    limit: Quota,
+}
+
+fn limit_json(n: u64) -> serde_json::Value {
+    match n {
+        Quota::UNLIMITED => serde_json::Value::Null,
+        n => n.into(),
+    }
+}
+
+fn limit_text(n: u64, f: impl Fn(u64) -> String) -> String {
+    match n {
+        Quota::UNLIMITED => "unlimited".into(),
+        n => f(n),
+    }
+}
+
+/// Bytes in binary units, as `ls -h` prints them.
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{n} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}
