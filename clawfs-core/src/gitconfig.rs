@@ -258,30 +258,3 @@ mod tests {
         }
     }
 }
-
-/// The lines of an interactive rebase's todo list that run a command (`exec`/`x`), which an agent
-/// may not leave for whoever continues the rebase; empty if there are none.
-pub fn refused_todo_lines(text: &str) -> Vec<String> {
-    text.lines()
-        .map(str::trim_start)
-        .filter(|l| {
-            let word = l.split_whitespace().next().unwrap_or("");
-            word.eq_ignore_ascii_case("exec") || word.eq_ignore_ascii_case("x")
-        })
-        .map(|l| l.chars().take(80).collect())
-        .collect()
-}
-
-#[cfg(test)]
-mod todo_tests {
-    use super::*;
-
-    #[test]
-    fn exec_lines_are_refused_picks_are_not() {
-        assert!(refused_todo_lines("pick 1234 a\nfixup 5678 b\n# exec in a comment\n").is_empty());
-        assert_eq!(
-            refused_todo_lines("pick 1 a\n  exec id\nx touch y\n").len(),
-            2
-        );
-    }
-}

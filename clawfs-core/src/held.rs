@@ -139,6 +139,11 @@ impl HeldUsage {
         }
     }
 
+    /// The agent `uid` belongs to, if any.
+    pub fn agent_of(&self, uid: u32) -> Option<String> {
+        self.lock().agents.get(&uid).cloned()
+    }
+
     /// What `agent` holds: the sum over its uids.
     pub fn of_agent(&self, agent: &str) -> Held {
         let s = self.lock();
@@ -176,7 +181,9 @@ impl HeldUsage {
     pub fn replace(&self, by_uid: HashMap<u32, Held>, agents: HashMap<u32, String>) {
         let mut s = self.lock();
         s.by_uid = by_uid;
-        s.agents.extend(agents);
+        // Root is nobody's agent, whatever a saved file says.
+        s.agents
+            .extend(agents.into_iter().filter(|(uid, _)| *uid != 0));
         s.dirty = true;
     }
 }
@@ -289,10 +296,17 @@ pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashM
 }
 
 /// The charge of one regular file's data ([`cost_of`]: size, or space allocated), as the daemon
-/// last settled it: what its owner was charged for. One per inode, as long-lived as the
-/// kernel's inode.
+/// last settled it: what its owner was charged for; and how many descriptors have it open, so
+/// that a file whose last name is gone stays charged until its last close (its space is held
+/// until then). One per inode, as long-lived as the kernel's inode.
 #[derive(Debug, Default)]
-pub struct HeldSize(Mutex<SizeState>);
+pub struct HeldSize(Mutex<SizeCharge>);
+
+#[derive(Debug, Default)]
+struct SizeCharge {
+    state: SizeState,
+    opens: u32,
+}
 
 #[derive(Debug, Default, Clone, Copy)]
 enum SizeState {
@@ -300,50 +314,97 @@ enum SizeState {
     /// change before it went through a settle).
     #[default]
     Unknown,
-    /// Charged for this size.
+    /// Charged for this much data.
     Size(u64),
-    /// Its last name is gone and its charge given back: later writes to a descriptor still
-    /// open are not charged.
+    /// Its last name is gone but descriptors keep it: still charged to `uid`, for `size` of
+    /// data and `rest` (its xattrs and the file itself), until its last close.
+    Orphan { size: u64, uid: u32, rest: u64 },
+    /// Its last name and last descriptor are gone, its charge given back.
     Gone,
 }
 
 impl HeldSize {
-    fn lock(&self) -> std::sync::MutexGuard<'_, SizeState> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SizeCharge> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The size charged now, if one is known; `now` (the current size) becomes it if not.
+    /// The data charged now, if known; `now` (its current cost) becomes it if not.
     pub fn base(&self, now: u64) -> u64 {
-        let mut s = self.lock();
-        match *s {
-            SizeState::Size(n) => n,
+        let mut c = self.lock();
+        match c.state {
+            SizeState::Size(n) | SizeState::Orphan { size: n, .. } => n,
             SizeState::Gone => now,
             SizeState::Unknown => {
-                *s = SizeState::Size(now);
+                c.state = SizeState::Size(now);
                 now
             }
         }
     }
 
-    /// The size is now `now`: the change from the charged size, which `now` replaces.
+    /// The data now costs `now`: the change from what was charged, which `now` replaces.
     pub fn settle(&self, now: u64) -> Delta {
-        let mut s = self.lock();
-        match *s {
+        let mut c = self.lock();
+        match c.state {
             SizeState::Size(old) => {
-                *s = SizeState::Size(now);
+                c.state = SizeState::Size(now);
                 Delta::resized(old, now)
             }
+            SizeState::Orphan { size, uid, rest } => {
+                c.state = SizeState::Orphan {
+                    size: now,
+                    uid,
+                    rest,
+                };
+                Delta::resized(size, now)
+            }
             SizeState::Unknown => {
-                *s = SizeState::Size(now);
+                c.state = SizeState::Size(now);
                 Delta::default()
             }
             SizeState::Gone => Delta::default(),
         }
     }
 
-    /// Its last name is gone (its charge given back by whoever removed it).
-    pub fn gone(&self) {
-        *self.lock() = SizeState::Gone;
+    /// A descriptor of the file was opened.
+    pub fn opened(&self) {
+        self.lock().opens += 1;
+    }
+
+    /// A descriptor was closed: what to give back, and to whom, if it was the last of a file
+    /// whose names are all gone.
+    pub fn closed(&self) -> Option<(u32, Delta)> {
+        let mut c = self.lock();
+        c.opens = c.opens.saturating_sub(1);
+        match c.state {
+            SizeState::Orphan { size, uid, rest } if c.opens == 0 => {
+                c.state = SizeState::Gone;
+                Some((uid, Delta::removed(size + rest)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Its last name is gone, owned by `uid`, costing `data` (charged now) and `rest`. If
+    /// descriptors keep it, it stays charged until the last closes ([`Self::closed`]) and the
+    /// change of its data since it was last settled is returned; else `None`: give `data +
+    /// rest` back now.
+    pub fn unlinked(&self, uid: u32, data: u64, rest: u64) -> Option<Delta> {
+        let mut c = self.lock();
+        if c.opens == 0 {
+            c.state = SizeState::Gone;
+            return None;
+        }
+        let settled = match c.state {
+            SizeState::Size(old) | SizeState::Orphan { size: old, .. } => Delta::resized(old, data),
+            // Counted as it was at the last recount, or never charged here.
+            SizeState::Unknown | SizeState::Gone => Delta::default(),
+        };
+        c.state = SizeState::Orphan {
+            size: data,
+            uid,
+            rest,
+        };
+        Some(settled)
     }
 }
 
@@ -392,8 +453,16 @@ mod tests {
         assert_eq!(h.base(10), 10);
         assert_eq!(h.settle(25), Delta::resized(10, 25));
         assert_eq!(h.settle(5), Delta::resized(25, 5));
-        h.gone();
-        assert_eq!(h.settle(100), Delta::default());
+        // Removed while open: charged until the last close.
+        h.opened();
+        h.opened();
+        assert_eq!(h.unlinked(7, 9, 3), Some(Delta::resized(5, 9)));
+        assert_eq!(h.settle(100), Delta::resized(9, 100));
+        assert_eq!(h.closed(), None);
+        assert_eq!(h.closed(), Some((7, Delta::removed(103))));
+        assert_eq!(h.settle(200), Delta::default());
+        let closed = HeldSize::default();
+        assert_eq!(closed.unlinked(7, 9, 3), None);
         let u = HeldUsage::default();
         u.learn(61006, "fs-engine");
         u.apply(61006, Delta::created(100));

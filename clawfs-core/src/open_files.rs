@@ -38,12 +38,12 @@ pub struct WriteHandle {
     pub who: crate::policy::Identity,
     /// Its process.
     pub pid: u32,
+    /// Its fs uid.
+    pub uid: u32,
     /// The file's namespace path at open.
     pub path: crate::policy::NsPath,
     /// The size at open.
     pub size_at_open: u64,
-    /// The size its owner is charged for: the file's [`crate::inodes::Node::held`].
-    pub held: Arc<crate::held::HeldSize>,
     /// The writer is an agent with a byte quota: every write is charged as it is made (such a
     /// handle is never passthrough, so no write escapes the count).
     pub metered: bool,
@@ -53,6 +53,9 @@ pub struct WriteHandle {
 pub struct OpenFile {
     /// Inode number on the mount.
     pub ino: u64,
+    /// What its owner is charged for: the file's [`crate::inodes::Node::held`], which counts
+    /// this open until it is released.
+    pub held: Arc<crate::held::HeldSize>,
     /// The backing descriptor serving it.
     pub backing: Arc<BackingFile>,
     /// For a handle opened for writing: who and where, and the size at open, so that closing

@@ -31,8 +31,8 @@ pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
             for (uid, agent) in &saved.agents {
                 if agent == spec.name.as_str() {
                     let h = saved.by_uid.get(uid).copied().unwrap_or_default();
-                    held.bytes += h.bytes;
-                    held.files += h.files;
+                    held.bytes = held.bytes.saturating_add(h.bytes);
+                    held.files = held.files.saturating_add(h.files);
                     uids.push(*uid);
                 }
             }

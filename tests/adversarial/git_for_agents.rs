@@ -653,3 +653,80 @@ fn a_submodules_git_dir_cannot_be_sent_to_the_agents_repository() {
     assert!(!marker.exists(), "root ran the agent's command");
     assert!(!repo.join(".git/modules/lib/commondir").exists());
 }
+
+/// In a shared repository the state of an operation in progress (`.git/rebase-merge`,
+/// `rebase-apply`, `sequencer`) is its owner's: a planted merge strategy (git runs
+/// `git-merge-<strategy>`, a path) or todo list would run when root continues. No symlink may
+/// be made or moved into its `.git` either: as `.git/modules/<name>` it sends root's `git
+/// submodule update` to the agent's repository, as `.git/rebase-merge` to a todo list of the
+/// agent's, or to a folder of root's that `git rebase --quit` then empties. Found by a
+/// red-team round.
+#[test]
+fn a_shared_repositorys_operation_state_and_symlinks_are_the_owners() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 2);
+    for cmd in [
+        &["chgrp", "-R", "clawos-users"][..],
+        &["chmod", "-R", "g+rwX"],
+    ] {
+        assert!(std::process::Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&repo)
+            .status()
+            .unwrap()
+            .success());
+    }
+    let marker = m.dir.path().join("PWNED-by-state");
+    let env = git_env(&m);
+    let own = m.path("agents/fs-engine/own");
+    let (r, o) = (repo.display(), own.display());
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{env}
+             mkdir -p {o}/rmx && cd {o} && g init -q && g commit -q --allow-empty -m x
+             printf 'exec touch {marker}\\n' > {o}/rmx/git-rebase-todo
+             cd {r}
+             mkdir -p git-merge-x && printf '#!/bin/sh\\ntouch {marker}\\n' > git-merge-x/evil && chmod +x git-merge-x/evil
+             mkdir .git/rebase-merge 2>/dev/null || echo refused-rebase-merge
+             mkdir .git/Sequencer 2>/dev/null || echo refused-sequencer
+             mkdir .git/rebase-apply 2>/dev/null || echo refused-rebase-apply
+             mkdir -p {o}/state && echo x/evil > {o}/state/strategy
+             mv {o}/state .git/rebase-merge 2>/dev/null || echo refused-move-state
+             ln -s {o}/rmx .git/rebase-merge 2>/dev/null || echo refused-link-rebase-merge
+             mkdir -p .git/modules && {{ ln -s {o}/.git .git/modules/lib 2>/dev/null || echo refused-link-module; }}
+             ln -s {o}/.git {o}/mod-link && {{ mv {o}/mod-link .git/modules/lib 2>/dev/null || echo refused-move-link; }}
+             ln {o}/mod-link .git/modules/lib 2>/dev/null || echo refused-hardlink-link
+             echo end",
+            marker = marker.display()
+        ),
+    );
+    let out_text = text(&out);
+    for want in [
+        "refused-rebase-merge",
+        "refused-sequencer",
+        "refused-rebase-apply",
+        "refused-move-state",
+        "refused-link-rebase-merge",
+        "refused-link-module",
+        "refused-move-link",
+        "refused-hardlink-link",
+        "end",
+    ] {
+        assert!(out_text.contains(want), "missing {want}: {out_text}");
+    }
+    for args in [
+        &["status"][..],
+        &["rebase", "--continue"],
+        &["cherry-pick", "--continue"],
+        &["submodule", "update", "--init"],
+        &["rebase", "--quit"],
+    ] {
+        let _ = root_git(&repo, args);
+    }
+    assert!(!marker.exists(), "root ran the agent's command");
+    assert!(!repo.join(".git/rebase-merge").exists());
+    assert!(fs::symlink_metadata(repo.join(".git/modules/lib")).is_err());
+}

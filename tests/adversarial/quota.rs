@@ -330,3 +330,75 @@ fn counts_survive_restarts_and_crashes() {
         .clone();
     assert_eq!(fs_engine["bytes"].as_u64().unwrap(), after.0, "{v}");
 }
+
+/// Routes round the count a red-team round found: growing a file root owns (a workspace's
+/// `metadata.json`, writable by the agents' group) counts as the agent's; growing another
+/// agent's shared file is checked against that agent's quota, whose owner holds it; and a file
+/// removed while open stays counted until its last close.
+#[test]
+fn others_files_and_open_removed_files_do_not_escape_the_count() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"2MiB\" }");
+    agent_policy(&m, "observability", "quota = { bytes = \"1MiB\" }");
+    let ws = m.ws();
+    // A file observability shares with the agents' group.
+    let out = m.run_agent(
+        "observability",
+        &format!(
+            "head -c 100000 /dev/zero > {w}/shared.bin && chgrp clawos-agents {w}/shared.bin && chmod 664 {w}/shared.bin && echo ok",
+            w = ws.display()
+        ),
+    );
+    assert!(text(&out).contains("ok"), "{}", text(&out));
+    let py = r#"
+import os, sys
+held = []
+refused = 0
+for i in range(10):
+    fd = os.open(f"gone{i}", os.O_CREAT | os.O_WRONLY, 0o644)
+    os.unlink(f"gone{i}")
+    try:
+        for _ in range(8):
+            os.write(fd, bytes(65536))
+    except OSError as e:
+        refused += 1
+    held.append(fd)
+print("open-removed-refused", refused)
+"#;
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "cd {w} || exit 9
+             i=0; while [ $i -lt 5 ]; do head -c 1000000 /dev/zero >> metadata.json 2>/dev/null || {{ echo metadata-refused; break; }}; i=$((i+1)); done
+             i=0; while [ $i -lt 12 ]; do head -c 100000 /dev/zero >> shared.bin 2>/dev/null || {{ echo shared-refused; break; }}; i=$((i+1)); done
+             cd {a} && python3 -c '{py}'",
+            w = ws.display(),
+            a = m.path("agents/fs-engine").display(),
+        ),
+    );
+    let o = text(&out);
+    assert!(o.contains("metadata-refused"), "{o}");
+    assert!(o.contains("shared-refused"), "{o}");
+    let refused: u32 = o
+        .split("open-removed-refused ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        refused > 0,
+        "ten 512 KiB files removed while open fit a 2 MiB quota: {o}"
+    );
+    // The shared file stayed within its owner's quota.
+    let shared = fs::metadata(m.backing("workspaces/default/shared.bin"))
+        .unwrap()
+        .len();
+    assert!(
+        shared <= 1 << 20,
+        "{shared} bytes in observability's file: {o}"
+    );
+    // Once closed, what the removed files held is given back.
+    let (bytes, _) = held(&m, "fs-engine");
+    assert!(bytes <= 2 << 20, "{bytes}: {o}");
+}

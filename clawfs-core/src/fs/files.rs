@@ -105,9 +105,9 @@ impl ClawFs {
                     metered: self.metered(&who),
                     who,
                     pid: caller.pid,
+                    uid: caller.uid,
                     path,
                     size_at_open,
-                    held: Arc::clone(&node.held),
                 })
             }
             false => None,
@@ -146,8 +146,10 @@ impl ClawFs {
             node.io.exec_open();
             Arc::clone(&node.io)
         });
+        node.held.opened();
         let (fh, file) = self.files.insert(OpenFile {
             ino,
+            held: Arc::clone(&node.held),
             backing,
             writer,
             staged: None,
@@ -260,9 +262,9 @@ impl ClawFs {
             metered: self.metered(&who),
             who,
             pid: caller.pid,
+            uid: caller.uid,
             path,
             size_at_open: 0,
-            held: Arc::clone(&node.held),
         };
         let io = match writer.metered {
             true => self.count_daemon_open(&node)?,
@@ -271,8 +273,10 @@ impl ClawFs {
         let writer = Some(writer);
         // A new inode: never sealed.
         node.io.write_open(false);
+        node.held.opened();
         let (fh, file) = self.files.insert(OpenFile {
             ino,
+            held: Arc::clone(&node.held),
             backing,
             writer,
             staged: None,
@@ -336,8 +340,8 @@ impl ClawFs {
             drop_suidgid(&file.backing.file)?;
         }
         let n = file.backing.file.write_at(data, offset)?;
-        if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
-            self.settle_write(w, &file.backing.file);
+        if file.writer.as_ref().is_some_and(|w| w.metered) {
+            self.settle_write(&file);
         }
         if let Some(staged) = &file.staged {
             staged
@@ -401,9 +405,10 @@ impl ClawFs {
                 .bytes(bytes),
             );
             // Writes the daemon did not see (passthrough) are counted now.
-            self.settle_write(w, &file.backing.file);
+            self.settle_write(&file);
             self.index_file(&w.path);
         }
+        self.held_closed(&file.held);
         if self.passthrough() && file.staged.is_none() {
             let mut recent = self
                 .recent
@@ -422,7 +427,8 @@ impl ClawFs {
                 // Frees space.
             } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
                 // Space past the size, which a later write would otherwise fill for free.
-                self.charge(w, "fallocate", len)?;
+                let owner = rustix::fs::fstat(&file.backing.file)?.st_uid;
+                self.charge(w, "fallocate", len, owner)?;
             } else {
                 self.charge_growth(w, "fallocate", offset.saturating_add(len), &file)?;
             }
@@ -433,8 +439,8 @@ impl ClawFs {
             offset,
             len,
         )?;
-        if let Some(w) = &file.writer {
-            self.settle_write(w, &file.backing.file);
+        if file.writer.is_some() {
+            self.settle_write(&file);
         }
         Ok(())
     }
@@ -475,8 +481,8 @@ impl ClawFs {
             Some(&mut oo),
             len.min(u32::MAX as u64) as usize,
         )?;
-        if let Some(w) = &dst.writer {
-            self.settle_write(w, &dst.backing.file);
+        if dst.writer.is_some() {
+            self.settle_write(&dst);
         }
         Ok(n as u32)
     }

@@ -50,10 +50,14 @@ impl ClawFs {
         let source = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let is_dir =
             |st: &rustix::fs::Stat| FileType::from_raw_mode(st.st_mode) == FileType::Directory;
-        let moved_dir = is_dir(&source)
-            || (mode.exchange
-                && rustix::fs::statat(&newdir, newname, AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| is_dir(&st)));
+        let is_link =
+            |st: &rustix::fs::Stat| FileType::from_raw_mode(st.st_mode) == FileType::Symlink;
+        let other = match mode.exchange {
+            true => rustix::fs::statat(&newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
+            false => None,
+        };
+        let moved_dir = is_dir(&source) || other.as_ref().is_some_and(is_dir);
+        let moved_link = is_link(&source) || other.as_ref().is_some_and(is_link);
         // What lands on a `.git` name must be the agent's: git trusts a `.git` for its owner,
         // so one moved in from someone else's folder would be trusted for them.
         let onto_git = |p: &NsPath| p.file_name().is_some_and(|n| policy.is_git_dir_name(n));
@@ -77,12 +81,12 @@ impl ClawFs {
         // else owns: one prepared elsewhere would bring its `config`, `hooks/` and `HEAD` in
         // past the guard, and one built inside would take a `HEAD` out and make a repository
         // under another name. (git renames files there, lock files onto their targets.)
-        if moved_dir
+        if (moved_dir || moved_link)
             && ((policy.is_in_git_dir(from) && foreign_from)
                 || (policy.is_in_git_dir(to) && foreign_to))
         {
             return Err(refuse(format!(
-                "agents may not move a folder into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard"
+                "agents may not move a folder or a symlink into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard, or send its owner's git elsewhere"
             )));
         }
         // A repository of the agent's own, unguarded where it was made, may not move under
@@ -127,21 +131,6 @@ impl ClawFs {
                 return Err(e);
             }
         };
-        let todo = to
-            .components()
-            .last()
-            .is_some_and(|c| c.eq_ignore_ascii_case(crate::policy::GIT_REBASE_TODO));
-        if todo {
-            let refused = crate::gitconfig::refused_todo_lines(&String::from_utf8_lossy(&text));
-            if !refused.is_empty() {
-                node.io.unseal();
-                return Err(refuse(format!(
-                    "{from} would leave commands in a rebase's todo list {to} ({}); whoever continues the rebase would run them, so agents may not",
-                    refused.join("; ")
-                )));
-            }
-            return Ok(Some(node));
-        }
         let refused = match crate::gitconfig::refused_settings(&text) {
             Ok(refused) => refused,
             Err(why) => {

@@ -149,14 +149,17 @@ impl ClawFs {
             name,
             (FileKind::Symlink, target.len() as u64),
         )?;
+        let policy = self.policy();
         if matches!(who, Identity::Agent(_))
-            && self.policy().is_git_hooks(&path)
+            && (policy.is_git_hooks(&path) || policy.is_in_git_dir(&path))
             && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &path)
         {
+            // git makes no symlinks in its own folder; one there would send its owner's git to
+            // a folder of the agent's choosing (a submodule's git dir, a rebase's state).
             let denial = Denial {
                 rule: crate::policy::rule::PROTECTED,
                 kind: crate::policy::DenyKind::ReadOnly,
-                reason: format!("{path} would make git's hooks folder a symlink, pointing git's hooks anywhere; agents may create it only as a folder (git init does)"),
+                reason: format!("{path} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
             };
             self.refuse(caller, "symlink", &path, denial)?;
         }
@@ -199,7 +202,21 @@ impl ClawFs {
             let e = FsError::Managed("identity.json (it has one name)".into());
             return Err(self.rule_refusal(caller, "link", &node, None, e));
         }
-        self.decide_move(caller, "link", &from, &to, false)?;
+        let who = self.decide_move(caller, "link", &from, &to, false)?;
+        let is_symlink = rustix::fs::fstat(&*src)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
+        if is_symlink
+            && matches!(who, Identity::Agent(_))
+            && self.policy().is_in_git_dir(&to)
+            && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &to)
+        {
+            let denial = Denial {
+                rule: crate::policy::rule::PROTECTED,
+                kind: crate::policy::DenyKind::ReadOnly,
+                reason: format!("{to} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
+            };
+            self.refuse(caller, "link", &to, denial)?;
+        }
         {
             let _as = AsCaller::enter(caller)?;
             // linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; the /proc magic link does not.

@@ -157,7 +157,7 @@ impl ClawFs {
         }
         if change.size.is_some() {
             node.held.base(crate::held::cost_of(&before));
-            self.settle(&node.held, fd.as_fd());
+            self.settle(&node.held, fd.as_fd(), Some((&who, caller.uid)));
         }
         if change.uid.is_some() {
             self.held_chowned(&node, fd.as_fd(), before.st_uid);

@@ -102,6 +102,8 @@ impl ClawFs {
         let dir = Path::new("agents").join(agent);
         Ok(self.files.insert(OpenFile {
             ino,
+            // A private copy: nobody's charge (the identity file is counted when committed).
+            held: Default::default(),
             backing: Arc::new(BackingFile::new(copy)),
             writer: None,
             io: None,

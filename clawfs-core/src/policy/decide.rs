@@ -25,8 +25,6 @@ const GIT_HEAD: &str = "HEAD";
 const GIT_CONFIG_WORKTREE: &str = "config.worktree";
 const GIT_WORKTREES: &str = "worktrees";
 const GIT_COMMONDIR: &str = "commondir";
-/// The todo list of an interactive rebase (`.git/rebase-merge/git-rebase-todo`).
-pub const GIT_REBASE_TODO: &str = "git-rebase-todo";
 const GIT_MODULES: &str = "modules";
 const GITMODULES: &str = ".gitmodules";
 
@@ -633,21 +631,31 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
 
 /// Whether `rest` (the components after a `.git`) names a file git acts on that agents make only
 /// by a checked rename: git's config (`config`, `config.worktree`, a submodule git dir's below
-/// `modules/`) or an interactive rebase's todo list.
+/// `modules/`).
 fn git_config_in(rest: &[&str]) -> bool {
     let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
     let config = |i: usize| is(i, GIT_CONFIG) || is(i, GIT_CONFIG_WORKTREE);
     let submodule = is(0, GIT_MODULES) && rest.len() > 2;
     match submodule {
         true => config(rest.len() - 1),
-        // `.git/config`, `.git/config.worktree`, `.git/worktrees/<x>/config.worktree`, and the
-        // todo list of an interactive rebase, whose `exec` lines git runs on `--continue`.
+        // `.git/config`, `.git/config.worktree`, `.git/worktrees/<x>/config.worktree`.
         false => {
             (rest.len() == 1 && config(0))
                 || (rest.len() == 3 && is(0, GIT_WORKTREES) && is(2, GIT_CONFIG_WORKTREE))
-                || (rest.len() == 2 && is(0, "rebase-merge") && is(1, GIT_REBASE_TODO))
         }
     }
+}
+
+/// The folders of an operation in progress — a rebase, `git am`, a cherry-pick or revert —
+/// whose files say what git runs when whoever continues it does (`exec` lines, a merge
+/// strategy, which git runs as `git-merge-<strategy>`, strategy options).
+const GIT_IN_PROGRESS: &[&str] = &["rebase-merge", "rebase-apply", "sequencer"];
+
+/// Whether `rest` (the components after a `.git`) is in, or is, the state of an operation in
+/// progress ([`GIT_IN_PROGRESS`]), in the repository's git dir or a submodule's.
+fn git_in_progress_in(rest: &[&str]) -> bool {
+    rest.iter()
+        .any(|c| GIT_IN_PROGRESS.iter().any(|s| c.eq_ignore_ascii_case(s)))
 }
 
 /// Whether `rest` (the components after a `.git`) names a file that sends git to another
@@ -700,15 +708,14 @@ fn git_guard(
         "git's hooks folder, whose scripts git runs"
     } else if git_redirect_in(rest) {
         "a file that sends git to another repository and its config"
-    } else if config {
-        // A finished rebase removes its todo list (removing runs nothing).
-        if access == Access::Delete
-            && rest
-                .last()
-                .is_some_and(|c| c.eq_ignore_ascii_case(GIT_REBASE_TODO))
-        {
+    } else if git_in_progress_in(rest) {
+        // Ending the operation (git rebase --abort, --quit) removes its state; removing runs
+        // nothing.
+        if access == Access::Delete {
             return Ok(());
         }
+        "the state of a rebase, git am or cherry-pick in progress, which says what its owner's git runs when it continues (exec lines, merge strategies)"
+    } else if config {
         // Made the way git makes it: a finished file renamed onto it, whose settings the daemon
         // checks ([`crate::gitconfig`]); never opened for writing.
         if access == Access::Create && renamed_onto {

@@ -20,7 +20,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use decide::{EveryRepoForeign, GitRepos, GIT_REBASE_TODO};
+pub use decide::{EveryRepoForeign, GitRepos};
 pub use path::{NsPath, NsPathError};
 
 use crate::error::FsError;

@@ -3,8 +3,6 @@
 //! what the owner of the inode holds. Growth is checked against the acting agent's quota before
 //! it happens; what is held is saved across restarts and recomputed after a crash.
 
-use std::fs::File;
-
 use rustix::fs::{AtFlags, FileType};
 
 use super::*;
@@ -50,18 +48,20 @@ impl ClawFs {
         end: u64,
         file: &crate::open_files::OpenFile,
     ) -> FsResult<()> {
-        let size = file.backing.file.metadata()?.len();
-        self.charge(w, op, end.saturating_sub(size))
+        let st = rustix::fs::fstat(&file.backing.file)?;
+        self.charge(w, op, end.saturating_sub(st.st_size as u64), st.st_uid)
     }
 
-    /// Checks that the metered writer `w` may add `bytes`; refused with EDQUOT (audited, and in
-    /// the agent's denials file) when it would cross the quota. The bytes are counted when the
-    /// write is settled ([`Self::settle_write`]).
+    /// Checks that the metered writer `w` may add `bytes` to a file `owner` owns; refused with
+    /// EDQUOT (audited, and in the agent's denials file) when it would cross the quota of
+    /// whoever will hold them ([`Self::payer`]). They are counted when the write is settled
+    /// ([`Self::settle_write`]).
     pub(in crate::fs) fn charge(
         &self,
         w: &crate::open_files::WriteHandle,
         op: &'static str,
         bytes: u64,
+        owner: u32,
     ) -> FsResult<()> {
         if bytes == 0 {
             return Ok(());
@@ -72,21 +72,52 @@ impl ClawFs {
             pid: w.pid,
         };
         let adding = Quota { bytes, files: 0 };
-        self.decide_quota(&caller, &w.who, op, &w.path, adding)
+        let holder = match self.gate.held.agent_of(owner).map(|a| AgentName::new(&a)) {
+            Some(Ok(agent)) => Identity::Agent(agent),
+            _ => w.who.clone(),
+        };
+        let verdict = match &holder {
+            Identity::Agent(agent) => self
+                .policy()
+                .check_quota(&holder, self.usage(agent), adding),
+            _ => Ok(()),
+        };
+        self.conclude_refusal(&caller, &w.who, op, &w.path, None, verdict)
     }
 
-    /// Counts the data `file` holds now for its owner (a write, a close).
-    pub(in crate::fs) fn settle_write(&self, w: &crate::open_files::WriteHandle, file: &File) {
-        self.settle(&w.held, file.as_fd());
+    /// Who holds what `writer` adds to a file `owner` owns: the owner, as `quota(1)` counts;
+    /// but an agent that grows a file of root's or of a user's (who have no quota) holds that
+    /// growth itself until a recount gives it to the owner, or writing to such files would
+    /// fill the disk past any quota.
+    fn payer(&self, writer: Option<(&Identity, u32)>, owner: u32) -> u32 {
+        match writer {
+            Some((Identity::Agent(_), uid)) if self.gate.held.agent_of(owner).is_none() => uid,
+            _ => owner,
+        }
     }
 
-    /// Counts the data of the regular file at `fd`, whose charge is `held`, for its owner.
-    pub(in crate::fs) fn settle(&self, held: &crate::held::HeldSize, fd: BorrowedFd<'_>) {
+    /// Counts the data `file` holds now (a write, a close).
+    pub(in crate::fs) fn settle_write(&self, file: &crate::open_files::OpenFile) {
+        let writer = file.writer.as_ref().map(|w| (&w.who, w.uid));
+        self.settle(&file.held, file.backing.file.as_fd(), writer);
+    }
+
+    /// Counts the data of the regular file at `fd`, whose charge is `held`, for its owner, or
+    /// for the agent `writer` (who, uid) that grew it ([`Self::payer`]).
+    pub(in crate::fs) fn settle(
+        &self,
+        held: &crate::held::HeldSize,
+        fd: BorrowedFd<'_>,
+        writer: Option<(&Identity, u32)>,
+    ) {
         if let Ok(st) = rustix::fs::fstat(fd) {
             if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
-                self.gate
-                    .held
-                    .apply(st.st_uid, held.settle(crate::held::cost_of(&st)));
+                let d = held.settle(crate::held::cost_of(&st));
+                let to = match d.bytes > 0 {
+                    true => self.payer(writer, st.st_uid),
+                    false => st.st_uid,
+                };
+                self.gate.held.apply(to, d);
             }
         }
     }
@@ -114,18 +145,33 @@ impl ClawFs {
         let folder = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         (folder || st.st_nlink <= 1).then_some(Removal {
             uid: st.st_uid,
+            data: match folder {
+                true => 0,
+                false => crate::held::cost_of(&st),
+            },
             cost,
             ino: st.st_ino,
         })
     }
 
-    /// Gives back what a removed last name held (see [`Self::held_cost`]).
-    pub(in crate::fs) fn held_removed(&self, removal: Removal) {
-        self.gate
-            .held
-            .apply(removal.uid, Delta::removed(removal.cost));
-        if let Some(node) = self.inodes.get(self.inodes.mount_ino(removal.ino)) {
-            node.held.gone();
+    /// Gives back what a removed last name held (see [`Self::held_cost`]); a file that is still
+    /// open stays charged until its last close.
+    pub(in crate::fs) fn held_removed(&self, r: Removal) {
+        let node = self.inodes.get(self.inodes.mount_ino(r.ino));
+        let kept = node
+            .as_ref()
+            .and_then(|n| n.held.unlinked(r.uid, r.data, r.cost - r.data));
+        match kept {
+            Some(settled) => self.gate.held.apply(r.uid, settled),
+            None => self.gate.held.apply(r.uid, Delta::removed(r.cost)),
+        }
+    }
+
+    /// A descriptor of a file whose charge is `held` was closed: the last one of a removed
+    /// file gives back what it held.
+    pub(in crate::fs) fn held_closed(&self, held: &crate::held::HeldSize) {
+        if let Some((uid, d)) = held.closed() {
+            self.gate.held.apply(uid, d);
         }
     }
 
@@ -269,6 +315,8 @@ impl ClawFs {
 /// What a removal gives back: see [`ClawFs::held_cost`].
 pub(in crate::fs) struct Removal {
     uid: u32,
+    /// The data part of `cost` (a regular file's).
+    data: u64,
     cost: u64,
     ino: u64,
 }
