@@ -138,17 +138,35 @@ fn the_gate_refuses_an_agent_another_agents_directory_and_nothing_is_made() {
     assert!(fs.store().root().join("agents/fs-engine/work").is_dir());
 }
 
+/// In a repository someone else owns (here root's, writable by the agent).
 #[test]
 fn git_config_is_made_only_by_a_checked_rename() {
     require_root!();
     let (_d, fs) = fs();
     let agents = lookup(&fs, ROOT_INO, "agents");
     let mine = lookup(&fs, agents, "fs-engine");
-    let git = fs
-        .mkdir(&FS_ENGINE, mine, OsStr::new(".git"), 0o755)
+    // In a repository the agent owns, config is its own business.
+    let own = fs
+        .mkdir(&FS_ENGINE, mine, OsStr::new("own"), 0o755)
         .unwrap()
         .attr
         .ino;
+    let own_git = fs
+        .mkdir(&FS_ENGINE, own, OsStr::new(".git"), 0o755)
+        .unwrap()
+        .attr
+        .ino;
+    let flags = libc::O_CREAT | libc::O_WRONLY;
+    fs.create(&FS_ENGINE, own_git, OsStr::new("config"), 0o644, flags)
+        .unwrap();
+    // A repository root made (and lets the agent write) is guarded.
+    let git = fs
+        .mkdir(&ADMIN, mine, OsStr::new(".git"), 0o777)
+        .unwrap()
+        .attr
+        .ino;
+    let dir = fs.store().root().join("agents/fs-engine/.git");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     // Created in place: refused.
     let made = fs.create(
         &FS_ENGINE,
@@ -194,7 +212,6 @@ fn git_config_is_made_only_by_a_checked_rename() {
         panic!("{e:?}")
     };
     assert!(d.reason.contains("core.hookspath"), "{}", d.reason);
-    let dir = fs.store().root().join("agents/fs-engine/.git");
     assert!(dir.join("config.lock").exists() && !dir.join("config").exists());
     // What git init writes lands.
     let (ino, fh) = lock(b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n");

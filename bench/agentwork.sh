@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# bench/agentwork.sh — an agent's ordinary day, timed: as the sandboxed agent fs-engine on
+# ClawFS and as the same uid on native ext4, alternating round by round on one journaled loop
+# ext4, caches dropped before each side. Steps: git clone of a 10,500-file repository with
+# nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc,
+# rm -rf of the clone; untar of an npm-like tree (13,395 files, 148 MB) and its rm -rf. Then,
+# on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB quota (2.9 GB written), which must
+# never be refused. Prints a markdown table: per-step medians and the median of per-round ratios.
+#
+#   bash bench/agentwork.sh [--clawfs-bin BIN] [--rounds N] [--workdir DIR] [--cycles N]
+#
+# Run as root. Without --clawfs-bin it builds target/release/clawfs first.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --clawfs-bin) bin=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --workdir) work=$2; shift 2 ;;
+        --cycles) cycles=$2; shift 2 ;;
+        -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "$0: run as root" >&2; exit 1; }
+bin=$(release_clawfs "$bin")
+AGENT_UID=61006
+
+rm -rf "$work"; mkdir -p "$work/fs"
+trap 'take_down "$bin" "$work"' EXIT
+journaled_loop "$work/fs.img" 16G "$work/fs"
+echo "loop device $LOOPDEV (direct I/O $LOOP_DIO)" >&2
+
+# ---- inputs, made once by root ----------------------------------------------------------
+inputs=$work/fs/inputs
+mkdir -p "$inputs"
+python3 - "$inputs" <<'PY'
+import os, sys, subprocess
+root = sys.argv[1]
+# A repository: 10,500 files, 40 C sources and a Makefile, vendored packages with .gitmodules.
+repo = os.path.join(root, "repo")
+os.makedirs(os.path.join(repo, "src"))
+for i in range(40):
+    with open(os.path.join(repo, "src", f"m{i}.c"), "w") as f:
+        f.write("".join(f"int f{i}_{j}(int x) {{ return x * {j} + {i}; }}\n" for j in range(300)))
+with open(os.path.join(repo, "src", "main.c"), "w") as f:
+    f.write('#include <stdio.h>\nint main(void) { puts("built"); return 0; }\n')
+objs = " ".join(f"src/m{i}.o" for i in range(40))
+with open(os.path.join(repo, "Makefile"), "w") as f:
+    f.write(f"app: src/main.o {objs}\n\tcc -o $@ $^\n%.o: %.c\n\tcc -O1 -c -o $@ $<\n")
+for i in range(10_458):
+    d = os.path.join(repo, "vendor", f"mod{i // 100:03}", "pkg")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i}.go"), "w") as f:
+        f.write(f"package pkg\n\n// file {i}\nfunc F{i}() int {{ return {i} }}\n" * 4)
+for m in range(0, 105, 10):
+    with open(os.path.join(repo, "vendor", f"mod{m:03}", ".gitmodules"), "w") as f:
+        f.write('[submodule "site"]\n\tpath = site\n\turl = https://example.invalid/site.git\n')
+env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")
+git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+    subprocess.run(git + args, cwd=repo, env=env, check=True)
+# An npm-like tree: 13,395 files in nested packages, 148 MB.
+nm = os.path.join(root, "nm", "node_modules")
+left = 148_000_000
+for i in range(13_395):
+    d = os.path.join(nm, f"pkg{i // 30:03}", "lib", f"sub{i % 3}")
+    os.makedirs(d, exist_ok=True)
+    size = min(left, 300_000 if i % 50 == 0 else 5_200)
+    left -= size
+    with open(os.path.join(d, f"f{i}.js"), "wb") as f:
+        f.write(b"x" * size)
+PY
+tar cf "$inputs/node_modules.tar" -C "$inputs/nm" node_modules
+rm -rf "$inputs/nm"
+chmod -R a+rX "$inputs"
+
+# ---- both sides -----------------------------------------------------------------------
+native=$work/fs/native
+mkdir -p "$native/home"
+chown -R "$AGENT_UID:$AGENT_UID" "$native"
+store=$work/fs/store mnt=$work/fs/mnt
+mkdir -p "$mnt"
+"$bin" init --store "$store" >&2
+"$bin" mount "$mnt" --store "$store" >&2
+policy=$work/policy.toml
+sed 's/^\[agents\.fs-engine\]$/[agents.fs-engine]\nquota = { bytes = "512MiB" }/' \
+    "$store/system/policy.toml" > "$policy"
+"$bin" policy reload "$policy" --store "$store" >&2
+ws=$mnt/workspaces/default
+cp -a "$inputs/repo" "$ws/repo"
+cp "$inputs/node_modules.tar" "$ws/node_modules.tar"
+
+# The day, as one shell script: prints "STEP MILLISECONDS" lines. $1: where to work, $2: the
+# repository to clone, $3: the tarball.
+day='set -e
+cd "$1"
+printf "[safe]\n\tdirectory = *\n[user]\n\tname = agent\n\temail = agent@example.invalid\n" > "$HOME/.gitconfig"
+t() { s=$(date +%s%N); "$@" >/dev/null; e=$(date +%s%N); echo "$step $(( (e - s) / 1000000 ))"; }
+step=clone t git clone -q --no-hardlinks "$2" clone
+cd clone
+step=make t make -s -j2 app
+edit() { for f in vendor/mod00*/pkg/f1*.go; do echo "// edited" >> "$f"; done; git commit -qam edit; }
+step=commit t edit
+step=gc t git gc -q
+cd ..
+step=rm_clone t rm -rf clone
+mkdir app
+step=untar t tar xf "$3" -C app
+step=rm_untar t rm -rf app'
+
+run_native() {
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
+        env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar"
+}
+run_clawfs() {
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
+        env HOME="$mnt/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar"
+}
+
+results=$work/results
+: > "$results"
+for r in $(seq 1 "$rounds"); do
+    echo "round $r/$rounds" >&2
+    run_native | sed "s/^/native $r /" >> "$results"
+    run_clawfs | sed "s/^/clawfs $r /" >> "$results"
+done
+
+# 20 installs and removals under the 512 MiB quota: never refused.
+cyc=$(date +%s%N)
+"$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- sh -c '
+    cd "$1"; i=0
+    while [ $i -lt "$2" ]; do
+        mkdir app && tar xf "$3" -C app || { echo "refused at cycle $i"; exit 1; }
+        rm -rf app; i=$((i + 1))
+    done' cycles "$ws" "$cycles" "$ws/node_modules.tar"
+cyc_s=$(( ($(date +%s%N) - cyc) / 1000000 ))
+held=$("$bin" quota --store "$store" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(a["bytes"] for a in d["agents"] if a["agent"]=="fs-engine"))')
+
+python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" <<'PY'
+import sys, statistics
+rows = [l.split() for l in open(sys.argv[1])]
+steps = ["clone", "make", "commit", "gc", "rm_clone", "untar", "rm_untar"]
+t = {}
+for side, rnd, step, ms in rows:
+    t[(side, int(rnd), step)] = int(ms) / 1000
+rounds = int(sys.argv[2])
+print(f"| step | native (s) | ClawFS, sandboxed agent (s) | ratio (median of {rounds} rounds) |")
+print("|---|---:|---:|---:|")
+logs = []
+for s in steps:
+    n = [t[("native", r, s)] for r in range(1, rounds + 1)]
+    c = [t[("clawfs", r, s)] for r in range(1, rounds + 1)]
+    ratio = statistics.median(ci / max(ni, 1e-3) for ni, ci in zip(n, c))
+    logs.append(ratio)
+    print(f"| {s} | {statistics.median(n):.2f} | {statistics.median(c):.2f} | {ratio:.2f}x |")
+import math
+print(f"| geometric mean | | | {math.exp(sum(math.log(x) for x in logs) / len(logs)):.2f}x |")
+print()
+print(f"{sys.argv[3]} untar/rm -rf cycles under a 512 MiB quota: none refused, {int(sys.argv[4]) / 1000:.1f} s; "
+      f"fs-engine holds {int(sys.argv[5]):,} bytes after them")
+PY
