@@ -140,6 +140,7 @@ cyc=$(date +%s%N)
         rm -rf app; i=$((i + 1))
     done' cycles "$ws" "$cycles" "$ws/node_modules.tar"
 cyc_s=$(( ($(date +%s%N) - cyc) / 1000000 ))
+sleep 3  # the daemon saves its counts every 2 s
 held=$("$bin" quota --store "$store" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(a["bytes"] for a in d["agents"] if a["agent"]=="fs-engine"))')
 
 python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" <<'PY'

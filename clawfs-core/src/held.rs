@@ -2,11 +2,11 @@
 //! the owner of each inode — kept up to date by the daemon as names and sizes change, saved
 //! across restarts, and recomputed from the store by [`rescan`].
 //!
-//! An inode's cost is, for a regular file, the larger of its size and the space allocated to
-//! it (a sparse file costs its size; space preallocated past the size costs too), its target's
-//! length for a symlink,
-//! [`DIR_BYTES`] for a directory, nothing for a device, FIFO or socket; plus the name and value
-//! lengths of its `user.*` extended attributes. Each inode is one file, whatever its number of
+//! An inode's cost is, for a regular file, its size, or the space allocated to it when that is
+//! [`PREALLOC_SLACK`] or more past its size (space preallocated with `fallocate`; a sparse file
+//! costs its size); its target's length for a symlink; its size for a directory (which grows
+//! with its names: hard links add names, not inodes), at least [`DIR_BYTES`]; nothing for a
+//! device, FIFO or socket; plus the name and value lengths of its `user.*` extended attributes. Each inode is one file, whatever its number of
 //! hard links. Only `workspaces/` and `agents/` are counted: the rest of the store is ClawFS's.
 
 use std::collections::{HashMap, HashSet};
@@ -19,8 +19,12 @@ use std::sync::{Mutex, PoisonError};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-/// What a directory costs, whatever the backing filesystem makes of it: one block.
+/// The least a directory costs, whatever the backing filesystem makes of it: one block.
 pub const DIR_BYTES: u64 = 4096;
+/// How far a regular file's allocated space must exceed its size to be what it costs: two
+/// blocks, so that the rounding of its last block and an external xattr block (counted apart,
+/// by its xattrs' lengths) never count.
+pub const PREALLOC_SLACK: u64 = 8192;
 /// The areas of the store whose inodes are counted.
 pub const COUNTED_AREAS: &[&str] = &["workspaces", "agents"];
 
@@ -212,9 +216,15 @@ pub fn fd_path(fd: impl AsFd) -> std::path::PathBuf {
 /// What an inode described by `st` costs, without its xattrs.
 pub fn cost_of(st: &rustix::fs::Stat) -> u64 {
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => (st.st_size as u64).max(st.st_blocks as u64 * 512),
+        FileType::RegularFile => {
+            let (size, allocated) = (st.st_size as u64, st.st_blocks as u64 * 512);
+            match allocated >= size.saturating_add(PREALLOC_SLACK) {
+                true => allocated,
+                false => size,
+            }
+        }
         FileType::Symlink => st.st_size as u64,
-        FileType::Directory => DIR_BYTES,
+        FileType::Directory => (st.st_size as u64).max(DIR_BYTES),
         _ => 0,
     }
 }
@@ -420,7 +430,6 @@ mod tests {
         std::fs::create_dir_all(root.join("workspaces/w/d")).unwrap();
         std::fs::create_dir_all(root.join("agents/a")).unwrap();
         std::fs::create_dir_all(root.join("system")).unwrap();
-        // Whole blocks, so that its size and its allocated space agree.
         std::fs::write(root.join("workspaces/w/d/f"), vec![1u8; 8192]).unwrap();
         std::fs::hard_link(root.join("workspaces/w/d/f"), root.join("agents/a/link")).unwrap();
         std::os::unix::fs::symlink("x".repeat(300), root.join("agents/a/s")).unwrap();

@@ -201,8 +201,8 @@ pub enum Command {
     /// What each agent holds (bytes and files it owns) against its quota; `rescan` recounts.
     ///
     /// A quota counts what an agent holds now, by owner as quota(1) does: the inodes its uid
-    /// owns in workspaces/ and agents/, each costing its size (or the space allocated to it, if
-    /// larger), a symlink's target length, 4096 for a folder, plus its user.* xattrs. Removing,
+    /// owns in workspaces/ and agents/, each costing its size (or the space preallocated past
+    /// it), a symlink's target length, a folder's size (at least 4096), plus its user.* xattrs. Removing,
     /// truncating and overwriting give back. The table shows bytes and files held, the limits
     /// of the policy in force and the bytes used in percent; --json gives the same per agent
     /// (`null` for no limit), with the uids counted for each. The counts are the daemon's, saved

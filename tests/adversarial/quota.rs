@@ -402,3 +402,49 @@ print("open-removed-refused", refused)
     let (bytes, _) = held(&m, "fs-engine");
     assert!(bytes <= 2 << 20, "{bytes}: {o}");
 }
+
+/// Names cost what they add to their folder: 20,000 hard links with long names to one file
+/// (one inode) grew a folder by megabytes uncounted. Found by a red-team round.
+#[test]
+fn hard_link_names_are_charged_as_their_folder_grows() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let py = r#"
+import os
+os.mkdir("d"); open("d/f", "w").write("x")
+n = 0
+try:
+    for i in range(20000):
+        os.link("d/f", "d/%05d" % i + "L" * 240)
+        n += 1
+    print("all-linked", n)
+except OSError as e:
+    print("refused-after", n, e.errno)
+"#;
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "cd {a} && python3 -c '{py}'",
+            a = m.path("agents/fs-engine").display()
+        ),
+    );
+    let o = text(&out);
+    assert!(
+        o.contains("refused-after") && o.contains(&libc::EDQUOT.to_string()),
+        "{o}"
+    );
+    let dir = fs::metadata(m.backing("agents/fs-engine/d")).unwrap().len();
+    assert!(
+        dir <= (1 << 20) + 65536,
+        "the folder is {dir} bytes with a 1 MiB quota: {o}"
+    );
+    let (bytes, _) = held(&m, "fs-engine");
+    let out = crate::common::cli(&m, &["quota", "rescan"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        held(&m, "fs-engine").0,
+        bytes,
+        "the running count drifted from the store"
+    );
+}

@@ -256,7 +256,7 @@ impl ClawFs {
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
         let node = self.node(ino)?;
-        self.held_made(&who, dir.as_fd(), name);
+        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         node.held.base(0);
         let writer = WriteHandle {
             metered: self.metered(&who),

@@ -29,7 +29,7 @@ impl ClawFs {
                 decode_dev(rdev),
             )?;
         }
-        self.held_made(&who, dir.as_fd(), name);
+        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
@@ -49,7 +49,7 @@ impl ClawFs {
                 self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
             }
         }
-        self.held_made(&who, dir.as_fd(), name);
+        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
@@ -167,7 +167,7 @@ impl ClawFs {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
         }
-        self.held_made(&who, dir.as_fd(), name);
+        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
     }
 
@@ -203,6 +203,12 @@ impl ClawFs {
             return Err(self.rule_refusal(caller, "link", &node, None, e));
         }
         let who = self.decide_move(caller, "link", &from, &to, false)?;
+        // A name is no inode, but it grows its folder: an agent at its quota adds none.
+        let name = crate::policy::Quota {
+            bytes: newname.len() as u64,
+            files: 0,
+        };
+        self.decide_quota(caller, &who, "link", &to, name)?;
         let is_symlink = rustix::fs::fstat(&*src)
             .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
         if is_symlink
@@ -228,6 +234,7 @@ impl ClawFs {
                 AtFlags::SYMLINK_FOLLOW,
             )?;
         }
+        self.held_named((&who, caller.uid), newparent, dir.as_fd());
         self.entry_at(newparent, dir.as_fd(), newname, place)
     }
 
@@ -300,6 +307,7 @@ impl ClawFs {
         if let Some(r) = removal {
             self.held_removed(r);
         }
+        self.held_named((&who, caller.uid), newparent, newdir.as_fd());
         self.paths_changed();
         let is_folder = |dir: &OwnedFd, name: &OsStr| {
             rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)

@@ -111,7 +111,10 @@ impl ClawFs {
         writer: Option<(&Identity, u32)>,
     ) {
         if let Ok(st) = rustix::fs::fstat(fd) {
-            if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
+            if matches!(
+                FileType::from_raw_mode(st.st_mode),
+                FileType::RegularFile | FileType::Directory
+            ) {
                 let d = held.settle(crate::held::cost_of(&st));
                 let to = match d.bytes > 0 {
                     true => self.payer(writer, st.st_uid),
@@ -122,9 +125,30 @@ impl ClawFs {
         }
     }
 
-    /// Counts a new inode `name` in `dir`, made by `who` (its owner, normally). A new inode
-    /// has no `user.*` xattrs yet.
-    pub(in crate::fs) fn held_made(&self, who: &Identity, dir: BorrowedFd<'_>, name: &OsStr) {
+    /// Counts a new name in the folder `parent` (reached by `dir`), which may have grown, for
+    /// `who` (fs uid `uid`) who added it ([`Self::payer`]).
+    pub(in crate::fs) fn held_named(
+        &self,
+        (who, uid): (&Identity, u32),
+        parent: u64,
+        dir: BorrowedFd<'_>,
+    ) {
+        if let Ok(node) = self.node(parent) {
+            self.settle(&node.held, dir, Some((who, uid)));
+        }
+    }
+
+    /// Counts a new inode `name` in the folder `parent` (reached by `dir`), made by `who` (fs
+    /// uid `uid`; its owner, normally), and the folder's growth. A new inode has no `user.*`
+    /// xattrs yet.
+    pub(in crate::fs) fn held_made(
+        &self,
+        (who, uid): (&Identity, u32),
+        parent: u64,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+    ) {
+        self.held_named((who, uid), parent, dir);
         match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let cost = crate::held::cost_of(&st);
