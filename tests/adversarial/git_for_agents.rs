@@ -193,6 +193,22 @@ fn an_agent_cannot_change_hooks_config_or_gitmodules() {
     );
 }
 
+/// What the admin did to a repository: let the agents' group write it
+/// (`chgrp -R clawos-users; chmod -R g+rwX`).
+fn share_with_agents(dir: &Path) {
+    for cmd in [
+        &["chgrp", "-R", "clawos-users"][..],
+        &["chmod", "-R", "g+rwX"],
+    ] {
+        let st = std::process::Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{cmd:?}");
+    }
+}
+
 /// git run by root (the admin), with no config of its own, in `dir`.
 fn root_git(dir: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
@@ -375,18 +391,8 @@ fn a_shared_repository_keeps_its_config_hooks_and_gitmodules() {
     long.extend(std::iter::repeat_n(b'a', 300_000));
     long.extend_from_slice(b"\n[core]\n\tfsmonitor = x\n");
     fs::write(staging.join("config-long"), long).unwrap();
-    for cmd in [
-        &["chgrp", "-R", "clawos-users"][..],
-        &["chmod", "-R", "g+rwX"],
-    ] {
-        let st = std::process::Command::new(cmd[0])
-            .args(&cmd[1..])
-            .arg(&repo)
-            .arg(&staging)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
+    share_with_agents(&repo);
+    share_with_agents(&staging);
     let before_hooks = snapshot(&m.backing("workspaces/default/shared/.git/hooks"));
     let env = git_env(&m);
     let r = repo.display();
@@ -516,19 +522,8 @@ fn an_agents_repository_under_someone_elses_stays_guarded() {
     fs::create_dir_all(prepared.join("hooks")).unwrap();
     fs::write(prepared.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
     fs::write(prepared.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-    for target in [&repo, &prepared] {
-        for cmd in [
-            &["chgrp", "-R", "clawos-users"][..],
-            &["chmod", "-R", "g+rwX"],
-        ] {
-            assert!(std::process::Command::new(cmd[0])
-                .args(&cmd[1..])
-                .arg(target)
-                .status()
-                .unwrap()
-                .success());
-        }
-    }
+    share_with_agents(&repo);
+    share_with_agents(&prepared);
     let env = git_env(&m);
     let (r, w) = (repo.display(), m.ws());
     let w = w.display();
@@ -603,17 +598,7 @@ fn a_submodules_git_dir_cannot_be_sent_to_the_agents_repository() {
     assert!(out.status.success(), "{}", text(&out));
     let out = root_git(&repo, &["commit", "-qm", "lib"]);
     assert!(out.status.success(), "{}", text(&out));
-    for cmd in [
-        &["chgrp", "-R", "clawos-users"][..],
-        &["chmod", "-R", "g+rwX"],
-    ] {
-        assert!(std::process::Command::new(cmd[0])
-            .args(&cmd[1..])
-            .arg(&repo)
-            .status()
-            .unwrap()
-            .success());
-    }
+    share_with_agents(&repo);
     let marker = m.dir.path().join("PWNED-by-commondir");
     let env = git_env(&m);
     let evil = m.path("agents/fs-engine/evil");
@@ -666,17 +651,7 @@ fn a_shared_repositorys_operation_state_and_symlinks_are_the_owners() {
     let m = Mounted::new();
     let repo = m.ws().join("shared");
     real_repository(&repo, 2);
-    for cmd in [
-        &["chgrp", "-R", "clawos-users"][..],
-        &["chmod", "-R", "g+rwX"],
-    ] {
-        assert!(std::process::Command::new(cmd[0])
-            .args(&cmd[1..])
-            .arg(&repo)
-            .status()
-            .unwrap()
-            .success());
-    }
+    share_with_agents(&repo);
     let marker = m.dir.path().join("PWNED-by-state");
     let env = git_env(&m);
     let own = m.path("agents/fs-engine/own");
