@@ -56,7 +56,9 @@ fn agree(bytes: &[u8]) -> Result<(), String> {
             t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b))
         });
-        if !allowed(&section, sub, &key) || (key.ends_with("url") && helper) {
+        // Only a remote's or a submodule's URL is fetched from (`color.url` is nothing).
+        let fetched = matches!(section.as_str(), "remote" | "submodule") && key.ends_with("url");
+        if !allowed(&section, sub, &key) || (fetched && helper) {
             return Err(format!(
                 "accepted, but git reads {section}.{key}={value:?} (subsection: {sub}) from {:?}",
                 String::from_utf8_lossy(bytes)

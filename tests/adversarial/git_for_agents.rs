@@ -271,15 +271,15 @@ fn real_repository(dir: &Path, files: usize) {
         .status();
 }
 
-/// The agent, in the default sandbox, clones a real repository (nested `.gitmodules`, hook
-/// samples), builds it with make, commits, branches, rebases, adds a hook and a `hooksPath`
-/// of its own, runs gc, and removes it: in a granted workspace and in its own directory. Root's
-/// git then refuses the agent's repository, whatever its config says.
+/// The agent, in the default sandbox, clones a real repository (1,500 files, nested
+/// `.gitmodules`, hook samples), builds it with make, commits, branches, rebases, adds a hook
+/// and a `hooksPath` of its own, runs gc, and removes it: in a granted workspace and in its own
+/// directory. Root's git then refuses the agent's repository, whatever its config says.
 #[test]
 fn an_agent_clones_builds_and_removes_a_real_repository() {
     let m = Mounted::new();
     let src = m.ws().join("upstream");
-    real_repository(&src, 1500);
+    real_repository(&src, 1_500);
     let marker = m.dir.path().join("root-ran-the-agents-command");
     let env = git_env(&m);
     for dir in [m.ws(), m.path("agents/fs-engine")] {

@@ -203,12 +203,6 @@ impl ClawFs {
             return Err(self.rule_refusal(caller, "link", &node, None, e));
         }
         let who = self.decide_move(caller, "link", &from, &to, false)?;
-        // A name is no inode, but it grows its folder: an agent at its quota adds none.
-        let name = crate::policy::Quota {
-            bytes: newname.len() as u64,
-            files: 0,
-        };
-        self.decide_quota(caller, &who, "link", &to, name)?;
         let is_symlink = rustix::fs::fstat(&*src)
             .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
         if is_symlink
@@ -233,6 +227,17 @@ impl ClawFs {
                 newname,
                 AtFlags::SYMLINK_FOLLOW,
             )?;
+        }
+        // A name is no inode, but it grows its folder: an agent at its quota adds none. Checked
+        // once the link is made, so a link the kernel refuses (another's file) costs nothing.
+        let name = crate::policy::Quota {
+            bytes: newname.len() as u64,
+            files: 0,
+        };
+        if let Err(e) = self.decide_quota(caller, &who, "link", &to, name) {
+            let _as = AsCaller::enter(caller)?;
+            rustix::fs::unlinkat(&dir, newname, AtFlags::empty())?;
+            return Err(e);
         }
         self.held_named((&who, caller.uid), newparent, dir.as_fd());
         self.entry_at(newparent, dir.as_fd(), newname, place)
