@@ -93,8 +93,7 @@ impl ClawFs {
         // someone else's: their git, recursing into it as a submodule, would run its config.
         let carried =
             |from_foreign: bool, to_foreign: bool, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
-                // (`is_git_dir_name(".git")`: whether the policy guards git at all.)
-                policy.is_git_dir_name(GIT_DIR) && to_foreign && !from_foreign && holds_git(d, n)
+                policy.guards_git() && to_foreign && !from_foreign && holds_git(d, n)
             };
         if moved_dir
             && (carried(foreign_from, foreign_to, (&dir, name))

@@ -149,26 +149,37 @@ impl ClawFs {
             name,
             (FileKind::Symlink, target.len() as u64),
         )?;
-        let policy = self.policy();
-        if matches!(who, Identity::Agent(_))
-            && (policy.is_git_hooks(&path) || policy.is_in_git_dir(&path))
-            && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &path)
-        {
-            // git makes no symlinks in its own folder; one there would send its owner's git to
-            // a folder of the agent's choosing (a submodule's git dir, a rebase's state).
-            let denial = Denial {
-                rule: crate::policy::rule::PROTECTED,
-                kind: crate::policy::DenyKind::ReadOnly,
-                reason: format!("{path} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
-            };
-            self.refuse(caller, "symlink", &path, denial)?;
-        }
+        self.refuse_symlink_in_foreign_git(caller, &who, "symlink", &path)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &dir, name)?;
         }
         self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         self.entry_at(parent, dir.as_fd(), name, place)
+    }
+
+    /// Refuses an agent a symlink at `path` (made by `op`) inside the `.git` folder of a
+    /// repository someone else owns: git makes none there, and one would send its owner's git
+    /// to a folder of the agent's choosing (a submodule's git dir, a rebase's state, hooks).
+    fn refuse_symlink_in_foreign_git(
+        &self,
+        caller: &Caller,
+        who: &Identity,
+        op: &'static str,
+        path: &crate::policy::NsPath,
+    ) -> FsResult<()> {
+        if !matches!(who, Identity::Agent(_))
+            || !self.policy().is_in_git_dir(path)
+            || !crate::policy::GitRepos::foreign_git_above(&self.repos(caller), path)
+        {
+            return Ok(());
+        }
+        let denial = Denial {
+            rule: crate::policy::rule::PROTECTED,
+            kind: crate::policy::DenyKind::ReadOnly,
+            reason: format!("{path} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
+        };
+        self.refuse(caller, op, path, denial)
     }
 
     /// Creates a hard link to `ino` as `newparent/newname`.
@@ -205,17 +216,8 @@ impl ClawFs {
         let who = self.decide_move(caller, "link", &from, &to, false)?;
         let is_symlink = rustix::fs::fstat(&*src)
             .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
-        if is_symlink
-            && matches!(who, Identity::Agent(_))
-            && self.policy().is_in_git_dir(&to)
-            && crate::policy::GitRepos::foreign_git_above(&self.repos(caller), &to)
-        {
-            let denial = Denial {
-                rule: crate::policy::rule::PROTECTED,
-                kind: crate::policy::DenyKind::ReadOnly,
-                reason: format!("{to} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
-            };
-            self.refuse(caller, "link", &to, denial)?;
+        if is_symlink {
+            self.refuse_symlink_in_foreign_git(caller, &who, "link", &to)?;
         }
         {
             let _as = AsCaller::enter(caller)?;

@@ -150,24 +150,6 @@ impl Policy {
         self.check_as(who, Access::Create, to, true, git)
     }
 
-    /// Whether `path` names git's hooks folder itself (`.git/hooks`, or a submodule git dir's),
-    /// in any letter case, where `.git` is protected: an agent may make it as a folder (as `git
-    /// init` does) but not as a symlink, which would point git's hooks at any folder.
-    pub fn is_git_hooks(&self, path: &NsPath) -> bool {
-        if !self.guards_git() {
-            return false;
-        }
-        let parts: Vec<&str> = path.components().collect();
-        let hooks = |c: &&str| c.eq_ignore_ascii_case(GIT_HOOKS);
-        parts.iter().enumerate().any(|(i, c)| {
-            let rest = &parts[i + 1..];
-            c.eq_ignore_ascii_case(GIT_DIR)
-                && rest.last().is_some_and(hooks)
-                && (rest.len() == 1
-                    || (rest.len() > 2 && rest[0].eq_ignore_ascii_case(GIT_MODULES)))
-        })
-    }
-
     /// Whether `path` is a git config file an agent may make only by renaming a finished file
     /// onto it, whose settings the daemon checks first ([`crate::gitconfig`]): `.git/config`, or
     /// the `config` of a submodule's git dir, in any letter case, where `.git` is protected.
@@ -301,8 +283,8 @@ impl Policy {
     }
 
     /// Whether the policy protects `.git` (in any letter case), which for agents means the git
-    /// guard of [`git_guard`] rather than full protection.
-    fn guards_git(&self) -> bool {
+    /// guard of `git_guard` rather than full protection.
+    pub fn guards_git(&self) -> bool {
         self.protected()
             .iter()
             .any(|p| p.eq_ignore_ascii_case(GIT_DIR))
