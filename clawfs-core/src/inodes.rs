@@ -88,6 +88,16 @@ impl InodeTable {
         slots.get(&ino).map(|s| s.node.place)
     }
 
+    /// The inode numbers the kernel holds of nodes whose place is `wanted`.
+    pub fn inos_at(&self, wanted: impl Fn(Place) -> bool) -> Vec<u64> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .iter()
+            .filter(|(_, s)| wanted(s.node.place))
+            .map(|(&ino, _)| ino)
+            .collect()
+    }
+
     /// The node behind an inode number, if the kernel holds a lookup on it.
     pub fn get(&self, ino: u64) -> Option<Node> {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);

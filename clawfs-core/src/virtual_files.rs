@@ -238,6 +238,16 @@ impl VirtualInodes {
         self.maps.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The inode numbers given so far to nodes `wanted` picks.
+    pub fn inos_matching(&self, wanted: impl Fn(&VirtualNode) -> bool) -> Vec<u64> {
+        let maps = self.maps();
+        maps.by_ino
+            .iter()
+            .filter(|(_, n)| wanted(n))
+            .map(|(&ino, _)| ino)
+            .collect()
+    }
+
     /// The inode number of `node`.
     pub fn ino(&self, node: &VirtualNode) -> u64 {
         let mut maps = self.maps();

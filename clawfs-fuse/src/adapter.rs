@@ -222,8 +222,14 @@ impl Filesystem for Adapter {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // The kernel's own checks must see what the policy grants per agent
+            // (`clawfs_core::policy::kernel_acl`).
+            | InitFlags::FUSE_POSIX_ACL;
         let _ = config.add_capabilities(wanted & config.capabilities());
+        if !config.capabilities().contains(InitFlags::FUSE_POSIX_ACL) {
+            warn!("the kernel does not offer FUSE POSIX ACLs: its own checks (an inotify watch) see only the mode bits of agent folders, workspaces and secrets");
+        }
         if self.config.passthrough {
             if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
                 let _ = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH);

@@ -614,6 +614,18 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<Out> {
             if shared.fs.answered_refusal(ev.tid, r.span_ns) {
                 return None;
             }
+            // Where the kernel enforced the policy itself (the ACLs of agent folders,
+            // workspaces and secrets), the record says which rule and why, as the daemon would.
+            if let Some((fuse_op, denial)) = policy_refusal(shared, ev, &op, &ns) {
+                let reason = format!("the kernel refused {op}: {}", denial.reason);
+                return Some(Out::Refusal(
+                    AuditEvent::new(&ev.agent, ev.pid, fuse_op, ns).denied(
+                        r.errno,
+                        denial.rule,
+                        reason,
+                    ),
+                ));
+            }
             let reason = format!(
                 "the kernel refused {op} before it reached ClawFS: the permissions of the file or of a directory on its path do not allow it (in a sandboxed run, its Landlock rules may refuse it too)"
             );
@@ -622,6 +634,40 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<Out> {
             ))
         }
     }
+}
+
+/// The policy's own refusal of the system call `op` on `ns` by the event's agent, if the
+/// policy refuses it, with the name of the operation the daemon would have seen: the kernel
+/// applied the policy from the ACLs ClawFS reports. The access is the call's: an open of a
+/// name that is not there would have created it.
+fn policy_refusal(
+    shared: &Shared,
+    ev: &Event,
+    op: &str,
+    ns: &str,
+) -> Option<(String, clawfs_core::policy::Denial)> {
+    use clawfs_core::policy::{Access, AgentName, Identity, NsPath};
+    let path = NsPath::parse(ns).ok()?;
+    // Looked for in the store, never through the mount this daemon serves.
+    let exists =
+        || clawfs_core::tree::stat(shared.fs.store().root_fd(), ns.trim_start_matches('/')).is_ok();
+    let (access, fuse_op) = match op {
+        "open" | "openat" | "openat2" | "creat" if !exists() => (Access::Create, "create"),
+        "open" | "openat" | "openat2" => (Access::Read, "open"),
+        "mkdir" | "mkdirat" => (Access::Create, "mkdir"),
+        "link" | "linkat" => (Access::Create, "link"),
+        "mknod" | "mknodat" | "symlink" | "symlinkat" => (Access::Create, op),
+        "rename" | "renameat" | "renameat2" => (Access::Delete, "rename"),
+        "unlink" | "unlinkat" | "rmdir" => (Access::Delete, op),
+        "chmod" | "fchmodat" | "fchmodat2" | "chown" | "lchown" | "fchownat" | "truncate"
+        | "utimensat" | "setxattr" | "lsetxattr" | "removexattr" | "lremovexattr" => {
+            (Access::Write, op)
+        }
+        _ => (Access::Read, op),
+    };
+    let who = Identity::Agent(AgentName::new(&ev.agent).ok()?);
+    let denial = shared.fs.policy().check(&who, access, &path).err()?;
+    Some((fuse_op.to_string(), denial))
 }
 
 /// The namespace path of a refused path, if it is in the mount. A relative path is made absolute

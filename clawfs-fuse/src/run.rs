@@ -668,6 +668,11 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         if let Some(onexec) = layers.as_ref().and_then(|l| l.apparmor.as_ref()) {
             onexec.apply()?;
         }
+        // 1c. The host's /tmp, /var/tmp and /dev/shm covered but for what its Landlock rules
+        //     reach there, in a mount namespace of its own (needs root).
+        if let Some(l) = &layers {
+            l.private_tmp.enter()?;
+        }
         // 2. Drop privileges: the ClawFS groups only, then gid, then uid (all capabilities go).
         // SAFETY: plain syscalls with valid arguments; the list outlives the call.
         unsafe {

@@ -26,6 +26,8 @@ pub struct Layers {
     pub seccomp: clawfs_seccomp::Filter,
     /// The run's private temporary directory (also its `HOME` and `TMPDIR`).
     pub tmp: TempDir,
+    /// The agent's own view of the host's shared temporary places (see [`PrivateTmp`]).
+    pub private_tmp: PrivateTmp,
     /// The TCP ports the policy allows (`None`: unrestricted): Landlock's rule.
     pub tcp_connect: Option<Vec<u16>>,
     /// The destinations the policy allows (`None`: unrestricted), addresses resolved now: the
@@ -249,6 +251,14 @@ pub fn prepare(
         &rules,
         tmp.path(),
     ))?;
+    let private_tmp = PrivateTmp::new(
+        rules
+            .read
+            .iter()
+            .chain(&rules.read_write)
+            .map(PathBuf::as_path),
+    )
+    .map_err(SandboxError::Tmp)?;
     let landlock = Ruleset::build(&rules)?;
     let whitelist_error =
         |source: Box<dyn std::error::Error + Send + Sync>| SandboxError::Whitelist {
@@ -266,6 +276,7 @@ pub fn prepare(
         landlock,
         seccomp,
         tmp,
+        private_tmp,
         tcp_connect: rules.tcp_connect.clone(),
         network: endpoints(&spec.network),
         apparmor,
@@ -447,6 +458,151 @@ fn workspaces(store: &Store) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The host's shared temporary folders, hidden from a sandboxed agent.
+const SHARED_TMP: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+
+/// The most paths a run keeps under the shared temporary folders (its private directory, the
+/// mount, its `read` paths there).
+const MAX_KEPT: usize = 16;
+
+/// The host's shared temporary folders as a sandboxed agent sees them, in a mount namespace of
+/// its own: each is an empty tmpfs, with only what its Landlock rules reach there (its private
+/// directory, the mount, its `read` paths) put back at the same paths. Landlock keeps the
+/// agent out of the rest, but not an inotify watch, which would name the files every other
+/// user and agent makes there and report their activity. The namespace is entered while the
+/// child is still root (no user namespace needed); mounts of the host still reach it (a slave
+/// of the host's), its own never leave it.
+pub struct PrivateTmp {
+    /// The shared folders there are, covered in this order.
+    covered: Vec<std::ffi::CString>,
+    /// The kept paths (none below another), each with the folders to make, outermost first,
+    /// on the tmpfs before it is put back.
+    kept: Vec<(std::ffi::CString, Vec<std::ffi::CString>)>,
+}
+
+impl PrivateTmp {
+    /// Covers the shared temporary folders, keeping the paths of `reach` below them.
+    fn new<'a>(reach: impl IntoIterator<Item = &'a Path>) -> std::io::Result<PrivateTmp> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| std::io::Error::other(format!("{} holds a NUL byte", p.display())))
+        };
+        let shared: Vec<&Path> = SHARED_TMP
+            .iter()
+            .map(Path::new)
+            .filter(|p| p.is_dir() && !p.is_symlink())
+            .collect();
+        let mut kept: Vec<PathBuf> = reach
+            .into_iter()
+            .filter(|p| shared.iter().any(|s| p.starts_with(s) && p != s))
+            .map(Path::to_path_buf)
+            .collect();
+        kept.sort();
+        kept.dedup();
+        let outermost: Vec<PathBuf> = kept
+            .iter()
+            .filter(|p| !kept.iter().any(|q| q != *p && p.starts_with(q)))
+            .cloned()
+            .collect();
+        if outermost.len() > MAX_KEPT {
+            return Err(std::io::Error::other(format!(
+                "more than {MAX_KEPT} sandbox paths under the shared temporary folders"
+            )));
+        }
+        let kept = outermost
+            .iter()
+            .map(|k| {
+                let base = shared.iter().find(|s| k.starts_with(s)).expect("filtered");
+                let mut dirs: Vec<std::ffi::CString> = k
+                    .ancestors()
+                    .take_while(|a| a != base)
+                    .map(c)
+                    .collect::<std::io::Result<_>>()?;
+                dirs.reverse();
+                Ok((c(k)?, dirs))
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(PrivateTmp {
+            covered: shared.into_iter().map(c).collect::<std::io::Result<_>>()?,
+            kept,
+        })
+    }
+
+    /// Enters the namespace. Between clone and exec: system calls on data prepared before,
+    /// no allocation.
+    pub fn enter(&self) -> std::io::Result<()> {
+        const OPEN_TREE_CLONE: libc::c_uint = 1;
+        const AT_RECURSIVE: libc::c_uint = 0x8000;
+        const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+        let check = |r: libc::c_long| match r {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        };
+        let none = std::ptr::null::<libc::c_char>();
+        let mut trees: [libc::c_int; MAX_KEPT] = [-1; MAX_KEPT];
+        // SAFETY: every pointer is null or a NUL-terminated string that outlives the call; the
+        // descriptors are this function's own.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS).into())?;
+            check(
+                libc::mount(
+                    none,
+                    c"/".as_ptr(),
+                    none,
+                    libc::MS_REC | libc::MS_SLAVE,
+                    std::ptr::null(),
+                )
+                .into(),
+            )?;
+            // Detached copies of what is kept, taken before their folders are covered.
+            for (i, (path, _)) in self.kept.iter().enumerate() {
+                let fd = libc::syscall(
+                    libc::SYS_open_tree,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+                );
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                trees[i] = fd as libc::c_int;
+            }
+            for dir in &self.covered {
+                check(
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        dir.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        c"size=16m,mode=0755".as_ptr().cast(),
+                    )
+                    .into(),
+                )?;
+            }
+            for (i, (path, dirs)) in self.kept.iter().enumerate() {
+                for d in dirs {
+                    if libc::mkdir(d.as_ptr(), 0o755) != 0
+                        && *libc::__errno_location() != libc::EEXIST
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                check(libc::syscall(
+                    libc::SYS_move_mount,
+                    trees[i],
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ))?;
+                libc::close(trees[i]);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A new directory under the system's temporary directory, the agent's alone (0700).

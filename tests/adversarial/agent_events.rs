@@ -2,6 +2,7 @@
 //! monitor: the programs it executes, the files it opens elsewhere, the connections it makes.
 //! Processes outside agent groups are not recorded.
 
+use std::fs;
 use std::net::TcpListener;
 use std::process::Command;
 
@@ -281,25 +282,29 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
         return;
     }
     let m = Mounted::new();
-    let before = snapshot(&m.backing("agents/build-engine"));
+    // A folder of the workspace the agent may write by its grant, but not by the folder's mode:
+    // the kernel refuses what the policy allows. (Another agent's folder is refused by the
+    // kernel too, from its ACL: that refusal carries the policy's rule, see `kernel_checks`.)
+    fs::create_dir(m.ws().join("locked")).unwrap();
+    let before = snapshot(&m.backing("workspaces/default/locked"));
     let mnt = m.mnt.display();
     let from_root = m.mnt.strip_prefix("/").unwrap().display().to_string();
     let dirfd = format!(
-        "import os, time\ntry:\n os.open('{from_root}/agents/build-engine/cache/dirfd', os.O_CREAT | os.O_WRONLY, dir_fd=os.open('/', os.O_RDONLY))\nexcept PermissionError:\n print('Permission denied')\ntime.sleep(0.3)"
+        "import os, time\ntry:\n os.open('{from_root}/workspaces/default/locked/dirfd', os.O_CREAT | os.O_WRONLY, dir_fd=os.open('/', os.O_RDONLY))\nexcept PermissionError:\n print('Permission denied')\ntime.sleep(0.3)"
     );
     // No subshells: the refusing process stays alive a moment (the daemon reads its working
     // directory in /proc), as an agent would.
     let out = m.run_agent(
         AGENT,
         &format!(
-            "cd {mnt} && {{ echo x > agents/build-engine/cache/rel; }} 2>&1
-             {{ echo x > {mnt}/agents/build-engine/cache/abs; }} 2>&1
-             cd {mnt}/agents/build-engine && {{ echo x > ./cache/../cache/dots; }} 2>&1
-             cd / && {{ echo x > {from_root}/agents/build-engine/cache/fromroot; }} 2>&1
-             ln -s {mnt}/agents/build-engine/cache {mnt}/agents/{AGENT}/lnk
+            "cd {mnt} && {{ echo x > workspaces/default/locked/rel; }} 2>&1
+             {{ echo x > {mnt}/workspaces/default/locked/abs; }} 2>&1
+             cd {mnt}/workspaces/default && {{ echo x > ./locked/../locked/dots; }} 2>&1
+             cd / && {{ echo x > {from_root}/workspaces/default/locked/fromroot; }} 2>&1
+             ln -s {mnt}/workspaces/default/locked {mnt}/agents/{AGENT}/lnk
              {{ echo x > {mnt}/agents/{AGENT}/lnk/vialink; }} 2>&1
              /usr/bin/python3 -c \"{dirfd}\"
-             exec 3<{mnt}/agents && {{ echo x > /proc/self/fd/3/build-engine/cache/procfd; }} 2>&1
+             exec 3<{mnt}/workspaces && {{ echo x > /proc/self/fd/3/default/locked/procfd; }} 2>&1
              mv {mnt}/agents/{AGENT}/identity.json {mnt}/agents/{AGENT}/moved 2>&1
              sleep 0.3; true"
         ),
@@ -307,12 +312,12 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     let shown = text(&out);
     assert_eq!(shown.matches("Permission denied").count(), 7, "{shown}");
     assert!(shown.contains("Operation not permitted"), "{shown}");
-    assert_eq!(snapshot(&m.backing("agents/build-engine")), before);
+    assert_eq!(snapshot(&m.backing("workspaces/default/locked")), before);
 
     let paths = [
         "rel", "abs", "dots", "fromroot", "vialink", "dirfd", "procfd",
     ]
-    .map(|n| format!("/agents/build-engine/cache/{n}"));
+    .map(|n| format!("/workspaces/default/locked/{n}"));
     let kernel =
         |r: &Value, path: &str| r["rule"] == "KERNEL" && r["path"] == path && r["agent"] == AGENT;
     let all = audit_until(&m, |all| {
@@ -322,11 +327,7 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
         let found: Vec<_> = all.iter().filter(|r| kernel(r, p)).collect();
         let near: Vec<_> = all
             .iter()
-            .filter(|r| {
-                r["path"]
-                    .as_str()
-                    .is_some_and(|x| x.contains("build-engine"))
-            })
+            .filter(|r| r["path"].as_str().is_some_and(|x| x.contains("locked")))
             .collect();
         assert_eq!(
             found.len(),
@@ -394,7 +395,8 @@ fn a_flood_of_refusals_hides_no_other() {
         named(&all, "build-engine/state.json"),
         "the other path is nowhere"
     );
-    let noise = records(&all, "openat", "cache/noise").len();
+    // Refused by the kernel from the folder's ACL: recorded as the create the policy refuses.
+    let noise = records(&all, "create", "cache/noise").len();
     assert!(noise > 0 && noise < 3000, "{noise} noise records");
     assert!(
         all.iter().any(|r| r["operation"] == "audit:events-dropped"),

@@ -282,3 +282,111 @@ fn a_snapshot_cannot_be_linked_out_through_the_mount_by_root_either() {
     let md = fs::metadata(m.ws().join("snapshots")).unwrap();
     assert_eq!((md.mode() & 0o777, md.uid()), (0o700, 0));
 }
+
+/// A real snapshot of the workspace, then changed with `sqlite3` as a hostile archive author
+/// would (`sql` runs against it): the name of the copy in `snapshots/`.
+fn tamper(m: &Mounted, copy: &str, sql: &str) -> String {
+    let out = cli(m, &["snapshot", "create", "default", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let snaps = m.store.join("workspaces/default/snapshots");
+    let from = snaps.join(s["name"].as_str().unwrap());
+    fs::copy(&from, snaps.join(copy)).unwrap();
+    fs::remove_file(&from).unwrap();
+    sh(&format!("sqlite3 {} \"{sql}\"", snaps.join(copy).display()));
+    copy.to_string()
+}
+
+fn snapshot_names(m: &Mounted) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(m.store.join("workspaces/default/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Archives whose sizes, blobs and names lie: a restore or a fork gives a clear "damaged
+/// snapshot" error (never an abort), leaves no staging folder, takes no pre-restore snapshot
+/// and changes nothing in the workspace. A file that claims setuid root comes back without it.
+#[test]
+fn hostile_archives_are_refused_whole() {
+    let m = Mounted::new();
+    let body = "compressible ".repeat(2000);
+    fs::write(m.ws().join("big.txt"), &body).unwrap();
+    fs::write(m.ws().join("keep.txt"), "keep\n").unwrap();
+    let cases = [
+        // The size that made the restore allocate 1 PB and abort.
+        tamper(
+            &m,
+            "snapshot-2003-01-01.db",
+            "update sqlar set sz=1000000000000000 where name='big.txt'",
+        ),
+        tamper(
+            &m,
+            "snapshot-2003-01-02.db",
+            "update sqlar set sz=-5 where name='big.txt'",
+        ),
+        tamper(
+            &m,
+            "snapshot-2003-01-03.db",
+            "update sqlar set sz=999999999 where name='big.txt'",
+        ),
+        // A compressed blob cut short.
+        tamper(
+            &m,
+            "snapshot-2003-01-04.db",
+            "update sqlar set data=substr(data, 1, length(data) / 2) where name='big.txt'",
+        ),
+        // Two entries of one name (a table made without its primary key).
+        tamper(
+            &m,
+            "snapshot-2003-01-05.db",
+            "create table t as select * from sqlar; drop table sqlar; alter table t rename to sqlar; \
+             insert into sqlar select * from sqlar where name='keep.txt'",
+        ),
+    ];
+    let before_tree = tree_outside(&m);
+    let before_snaps = snapshot_names(&m);
+    for name in &cases {
+        for args in [
+            vec!["snapshot", "restore", "default", name],
+            vec!["workspace", "fork", "default", "forked", "--from", name],
+        ] {
+            let out = cli(&m, &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains("damaged"), "{args:?}: {err}");
+        }
+        assert_eq!(snapshot_names(&m), before_snaps, "{name}");
+        let tmp = m.store.join(".clawfs/tmp");
+        let left: Vec<_> = fs::read_dir(&tmp)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{name}: staging left behind: {left:?}");
+    }
+    assert_eq!(tree_outside(&m), before_tree);
+    assert!(!m.store.join("workspaces/forked").exists());
+    assert_eq!(fs::read_to_string(m.ws().join("big.txt")).unwrap(), body);
+
+    // setuid and setgid root, as the archive claims: restored as an ordinary file of root's.
+    let name = tamper(
+        &m,
+        "snapshot-2003-01-06.db",
+        "update sqlar set mode=36333 where name='keep.txt'; \
+         update clawfs_owners set uid=0, gid=0 where name='keep.txt'",
+    );
+    let out = cli(&m, &["snapshot", "restore", "default", &name]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(m.ws().join("keep.txt")).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o755, "mode {:o}", md.mode());
+}

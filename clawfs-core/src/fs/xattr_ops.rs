@@ -1,10 +1,16 @@
 //! Extended attributes through the mount: get, list, set, remove.
 
 use super::*;
+use crate::policy::kernel_acl;
+use crate::virtual_files::VirtualNode;
 
 impl ClawFs {
-    /// The value of xattr `name`; only `user.*` attributes exist.
+    /// The value of xattr `name`; only `user.*` attributes exist, and the access ACL the
+    /// kernel checks where the policy grants per agent ([`ClawFs::kernel_acl`]).
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+        if name == kernel_acl::POSIX_ACL_ACCESS {
+            return self.kernel_acl(ino)?.ok_or_else(|| errno(libc::ENODATA));
+        }
         let name = name.to_str().filter(|n| xattrs::is_user(n));
         let generated = matches!(self.route(ino)?, Route::Generated(_));
         let Some(name) = name.filter(|_| !generated) else {
@@ -142,6 +148,62 @@ impl ClawFs {
         }
         self.index_file(&self.ns_path(&fd)?);
         Ok(())
+    }
+
+    /// The access ACL of `ino` when the policy decides who may use it per agent (an agent's
+    /// folder, a workspace, the secrets): see [`crate::policy::kernel_acl`]. Asked by the
+    /// kernel for its own permission check, whoever's call it checks: nothing is decided or
+    /// audited here, and the answer is the same for every caller.
+    fn kernel_acl(&self, ino: u64) -> FsResult<Option<Vec<u8>>> {
+        use kernel_acl::Governed;
+        let policy = self.policy();
+        let acl = |place: Governed<'_>, attr: crate::attr::Attr| {
+            let named = policy.kernel_grants(place, attr.uid);
+            kernel_acl::acl_xattr(u32::from(attr.perm), &named)
+        };
+        if let Route::Generated(node) = self.route(ino)? {
+            let place = match &node {
+                VirtualNode::SecretsDir => Governed::SecretsDir,
+                VirtualNode::Secret(name) => Governed::Secret(name),
+                _ => return Ok(None),
+            };
+            return Ok(Some(acl(place, self.attr_of_virtual(&node))));
+        }
+        let node = self.node(ino)?;
+        if !matches!(node.place, Place::AgentRoot | Place::WorkspaceRoot) {
+            return Ok(None);
+        }
+        let fd = self.open_path(&node)?;
+        let path = self.ns_path(&fd)?;
+        let Some(name) = path.get(1) else {
+            return Ok(None);
+        };
+        let place = match node.place {
+            Place::AgentRoot => Governed::AgentDir(name),
+            _ => Governed::Workspace(name),
+        };
+        Ok(Some(acl(place, self.attr_of(&*fd)?)))
+    }
+
+    /// Drops the ACLs the kernel holds of the places the policy governs, so that its next
+    /// check asks again: after a policy reload.
+    pub(super) fn policy_acls_changed(&self) {
+        let Some(invalidate) = self.invalidator.get() else {
+            return;
+        };
+        let mut inos = self
+            .inodes
+            .inos_at(|p| matches!(p, Place::AgentRoot | Place::WorkspaceRoot));
+        inos.extend(
+            self.generated
+                .inodes
+                .inos_matching(|n| matches!(n, VirtualNode::SecretsDir | VirtualNode::Secret(_))),
+        );
+        invalidate(
+            inos.into_iter()
+                .map(|ino| Invalidation::Inode { ino })
+                .collect(),
+        );
     }
 
     /// An `O_PATH` descriptor of `node`, once the policy allows `access` to it for `op`.

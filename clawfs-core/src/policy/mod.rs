@@ -12,6 +12,7 @@
 //! *and* the rules below (docs/architecture.md §4).
 
 mod decide;
+pub mod kernel_acl;
 mod parse;
 mod path;
 

@@ -229,8 +229,13 @@ impl Reader {
              FROM sqlar s LEFT JOIN clawfs_owners o ON o.name = s.name ORDER BY s.name",
         )?;
         let mut rows = st.query([])?;
+        let mut previous: Option<String> = None;
         while let Some(r) = rows.next()? {
             let name: String = r.get(0)?;
+            // In name order, a name given twice comes twice in a row.
+            if previous.as_deref() == Some(name.as_str()) {
+                return Err(SnapshotError::Corrupt(format!("{name:?} is given twice")));
+            }
             if name.is_empty()
                 || name.starts_with('/')
                 || name
@@ -252,6 +257,7 @@ impl Reader {
                 S_IFREG => Content::File(unpack(&name, data.unwrap_or_default(), sz)?),
                 _ => continue,
             };
+            previous = Some(name.clone());
             each(Item {
                 name,
                 mode: mode & 0o7777,
@@ -274,20 +280,32 @@ impl Reader {
     }
 }
 
+/// The most a zlib stream expands: 1032 to 1 is deflate's limit; a size claimed beyond it
+/// cannot be the stored data's.
+const MAX_EXPANSION: u64 = 1100;
+
 /// A file's bytes from `data`: stored as is when its length is `sz`, else zlib-compressed.
+/// `sz` comes from the archive, so it is believed only as far as `data` can hold it: a size no
+/// snapshot writes, or more than the stored bytes could inflate to, is damage, not a request to
+/// allocate.
 fn unpack(name: &str, data: Vec<u8>, sz: i64) -> Result<Vec<u8>, SnapshotError> {
-    if sz < 0 {
-        return Err(SnapshotError::Corrupt(format!("{name}: size {sz}")));
-    }
-    if data.len() as i64 == sz {
+    let damaged =
+        || SnapshotError::Corrupt(format!("{name}: size {sz}, {} bytes stored", data.len()));
+    let Ok(size) = u64::try_from(sz) else {
+        return Err(damaged());
+    };
+    if data.len() as u64 == size {
         return Ok(data);
     }
-    let mut out = Vec::with_capacity(sz as usize);
+    if size > super::MAX_FILE_BYTES || size > (data.len() as u64).saturating_mul(MAX_EXPANSION) {
+        return Err(damaged());
+    }
+    let mut out = Vec::with_capacity(size as usize);
     flate2::read::ZlibDecoder::new(&data[..])
-        .take(sz as u64 + 1)
+        .take(size + 1)
         .read_to_end(&mut out)
         .map_err(|e| SnapshotError::Corrupt(format!("{name}: {e}")))?;
-    if out.len() as i64 != sz {
+    if out.len() as u64 != size {
         return Err(SnapshotError::Corrupt(format!(
             "{name}: {} bytes, the archive says {sz}",
             out.len()

@@ -391,8 +391,7 @@ impl Workspaces {
     ) -> Result<Restored, SnapshotError> {
         let ws_fd = self.workspace(ws)?;
         let (_, reader) = self.snapshot(ws, ws_fd.as_fd(), name)?;
-        let saved = self.create(ws, index_db)?;
-        let (files, (tmp_parent, tmp)) = self.staged(
+        let ((files, saved), (tmp_parent, tmp)) = self.staged(
             "restore",
             ws,
             RenameFlags::EXCHANGE,
@@ -400,9 +399,13 @@ impl Workspaces {
             |new| {
                 let files = extract(&reader, new, &not_copied)?;
                 copy_file(ws_fd.as_fd(), new, "metadata.json")?;
+                // What the restore replaces is saved once the snapshot has proved whole (a
+                // damaged one changes nothing, not even the list of snapshots), and before the
+                // snapshots are carried over, so the new tree lists it too.
+                let saved = self.create(ws, index_db)?;
                 self.keep_snapshots(ws_fd.as_fd(), new)?;
                 copy_dir_status(ws_fd.as_fd(), new)?;
-                Ok(files)
+                Ok((files, saved))
             },
         )?;
         // The old tree, now in the private area. If the snapshot of it left something out
@@ -769,7 +772,10 @@ fn extract(
                 std::fs::File::from(rustix::io::dup(&f).map_err(|e| at(e.into()))?)
                     .write_all(bytes)
                     .map_err(at)?;
-                crate::tree::set_status(f.as_fd(), item.uid, item.gid, item.mode, item.mtime_ns)
+                // An archive can claim any owner: a file comes back without setuid or setgid
+                // (the mount is nosuid anyway), so no archive makes a root program.
+                let mode = item.mode & !(libc::S_ISUID | libc::S_ISGID);
+                crate::tree::set_status(f.as_fd(), item.uid, item.gid, mode, item.mtime_ns)
                     .map_err(at)?;
                 files += 1;
             }

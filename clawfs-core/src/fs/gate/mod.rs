@@ -145,6 +145,7 @@ impl ClawFs {
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
         self.learn_policy_uids();
+        self.policy_acls_changed();
         self.gate
             .identities
             .lock()

@@ -54,7 +54,7 @@ struct Kept {
 /// is held.
 pub(super) struct Generated {
     /// Generated nodes ↔ their inode numbers.
-    inodes: VirtualInodes,
+    pub(super) inodes: VirtualInodes,
     /// Open generated files by handle.
     pub(super) handles: HandleTable<VirtualHandle>,
     /// Answers of the two-file tool interface, per caller, oldest first.
