@@ -584,15 +584,25 @@ fn refusal(shared: &Shared, ev: &Event, r: &Refusal) -> Option<Out> {
         RefusedObject::Inet { addr, port } => {
             // A datagram sent to an address is UDP; a connect is taken for TCP (the event does
             // not say which socket type made it).
-            let scheme = if op == "connect" { "tcp" } else { "udp" };
+            let scheme = if matches!(op.as_str(), "connect" | "bind" | "socket") {
+                "tcp"
+            } else {
+                "udp"
+            };
             let dest = match addr {
                 std::net::IpAddr::V4(a) => format!("{scheme}://{a}:{port}"),
                 std::net::IpAddr::V6(a) => format!("{scheme}://[{a}]:{port}"),
             };
-            let reason = format!(
-                "the agent's egress filter does not allow connecting to {dest} ([agents.{}.sandbox] network in the policy)",
-                ev.agent
-            );
+            let setting = format!("[agents.{}.sandbox] network in the policy", ev.agent);
+            let reason = match op.as_str() {
+                "bind" => format!(
+                    "the agent's network setting does not allow it to listen or receive on {dest}: only \"all\" does ({setting})"
+                ),
+                "socket" => format!(
+                    "the agent's network setting is \"none\": it may not open an IPv4 or IPv6 socket ({setting})"
+                ),
+                _ => format!("the agent's egress filter does not allow connecting to {dest} ({setting})"),
+            };
             Some(Out::Refusal(
                 AuditEvent::new(&ev.agent, ev.pid, op, dest).denied(r.errno, RULE_NETWORK, reason),
             ))

@@ -739,8 +739,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     // detached when this function returns (the run has ended; its group is removed after).
     let _network = layers
         .as_ref()
-        .and_then(|l| l.network.as_deref())
-        .and_then(|allowed| crate::sandbox::attach_network(group.run().path(), allowed));
+        .and_then(|l| crate::sandbox::attach_network(group.run().path(), &l.network));
     let mut signals = Signals::new(FORWARDED_SIGNALS)
         .map_err(|e| fail(format!("installing signal handlers: {e}")))?;
     let handle = signals.handle();

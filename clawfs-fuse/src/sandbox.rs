@@ -30,74 +30,71 @@ pub struct Layers {
     pub private_tmp: PrivateTmp,
     /// The TCP ports the policy allows (`None`: unrestricted): Landlock's rule.
     pub tcp_connect: Option<Vec<u16>>,
-    /// The destinations the policy allows (`None`: unrestricted), addresses resolved now: the
-    /// cgroup-level rule of [`attach_network`], which also covers UDP and checks addresses.
-    pub network: Option<Vec<clawfs_ebpf::Endpoint>>,
+    /// What the policy allows on the network, addresses resolved now: the cgroup-level rule of
+    /// [`attach_network`], which also covers UDP, binds and the cloud metadata addresses.
+    pub network: clawfs_ebpf::Allow,
     /// The agent's AppArmor profile, loaded, to enter at exec (`None`: AppArmor is not active
     /// here, which `clawfs sandbox check` reports).
     pub apparmor: Option<clawfs_apparmor::OnExec>,
 }
 
-/// Attaches the eBPF egress filter allowing `endpoints` (nothing when empty) to the run's
-/// cgroup v2 leaf `leaf`, before the child joins it: TCP and UDP connects and UDP datagrams, by
-/// address and port (Landlock's TCP rule under it knows ports only), detached when the returned
-/// value is dropped. Where eBPF is not available (not root with CAP_BPF, programs not built, old
-/// kernel) it is skipped with a warning: Landlock's TCP rule still applies, UDP is then open.
+/// Attaches the eBPF network filter `allow` to the run's cgroup v2 leaf `leaf`, before the
+/// child joins it: TCP and UDP connects and UDP datagrams by address and port (Landlock's TCP
+/// rule under it knows ports only), binds, new IPv4/IPv6 sockets under `"none"`, and the cloud
+/// metadata addresses whatever the setting (unless an allow list names them); detached when the
+/// returned value is dropped. Where eBPF is not available (not root with CAP_BPF, programs not
+/// built, old kernel) it is skipped with a warning: Landlock's TCP rules still apply, UDP and
+/// the metadata addresses are then open.
 pub fn attach_network(
     leaf: &Path,
-    endpoints: &[clawfs_ebpf::Endpoint],
+    allow: &clawfs_ebpf::Allow,
 ) -> Option<clawfs_ebpf::EgressFilter> {
-    let allow = if endpoints.is_empty() {
-        clawfs_ebpf::Allow::None
-    } else {
-        clawfs_ebpf::Allow::To(endpoints.to_vec())
-    };
-    match clawfs_ebpf::EgressFilter::attach(leaf, allow) {
+    match clawfs_ebpf::EgressFilter::attach(leaf, allow.clone()) {
         Ok(p) => {
-            tracing::debug!(leaf = %leaf.display(), ?endpoints, "eBPF egress filter attached");
+            tracing::debug!(leaf = %leaf.display(), ?allow, "eBPF network filter attached");
             Some(p)
         }
         Err(e) => {
-            tracing::warn!(leaf = %leaf.display(), error = %e, "eBPF egress filter not applied: TCP is limited by port (Landlock), UDP is not limited");
+            tracing::warn!(leaf = %leaf.display(), error = %e, "eBPF network filter not applied: TCP is limited by port (Landlock); UDP and the cloud metadata addresses are not limited");
             None
         }
     }
 }
 
-/// The destinations of a `network` setting, host names resolved now (a name that does not
-/// resolve allows nothing, with a warning).
-pub fn endpoints(network: &Network) -> Option<Vec<clawfs_ebpf::Endpoint>> {
+/// What a `network` setting allows, host names resolved now (a name that does not resolve
+/// allows nothing, with a warning).
+pub fn endpoints(network: &Network) -> clawfs_ebpf::Allow {
+    use clawfs_ebpf::{Allow, Endpoint};
     let list = match network {
-        Network::All => return None,
-        Network::None => return Some(Vec::new()),
+        Network::All => return Allow::All,
+        Network::None => return Allow::None,
         Network::Allow(list) => list,
     };
     let mut out = Vec::new();
     for e in list {
-        match &e.host {
-            None => out.push(clawfs_ebpf::Endpoint::any_host(e.port)),
-            Some(host) => match host.parse::<std::net::IpAddr>() {
-                Ok(addr) => out.push(clawfs_ebpf::Endpoint {
-                    addr: Some(addr),
-                    port: e.port,
-                }),
-                Err(_) => {
-                    match std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), e.port)) {
-                        Ok(addrs) => out.extend(addrs.map(|a| clawfs_ebpf::Endpoint {
-                            addr: Some(a.ip()),
-                            port: e.port,
-                        })),
-                        Err(err) => {
-                            tracing::warn!(host, error = %err, "network allow list: the host does not resolve; it allows nothing")
-                        }
-                    }
+        let Some(host) = &e.host else {
+            out.push(Endpoint::any_host(e.port));
+            continue;
+        };
+        match (host.parse::<std::net::IpAddr>(), e.prefix) {
+            (Ok(addr), Some(prefix)) => out.push(Endpoint {
+                addr: Some(addr),
+                prefix,
+                port: e.port,
+            }),
+            (Ok(addr), None) => out.push(Endpoint::host(addr, e.port)),
+            (Err(_), _) => match std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), e.port))
+            {
+                Ok(addrs) => out.extend(addrs.map(|a| Endpoint::host(a.ip(), e.port))),
+                Err(err) => {
+                    tracing::warn!(host, error = %err, "network allow list: the host does not resolve; it allows nothing")
                 }
             },
         }
     }
     out.sort();
     out.dedup();
-    Some(out)
+    Allow::To(out)
 }
 
 /// A directory removed, with what is in it, when dropped.
@@ -202,6 +199,7 @@ pub fn prepare(
         rules.read_exec.push(program.clone());
     }
     rules.tcp_connect = spec.network.tcp_connect_ports();
+    rules.tcp_bind = spec.network.tcp_bind_ports();
     let landlock_abi = clawfs_core::landlock::abi();
     if rules.tcp_connect.is_some() && landlock_abi.abi_version() < 4 {
         return Err(SandboxError::Network {

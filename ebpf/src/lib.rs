@@ -19,9 +19,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, RingBuf};
 use aya::programs::trace_point::TracePointLinkId;
-use aya::programs::{CgroupAttachMode, CgroupSockAddr, Lsm, TracePoint};
+use aya::programs::{
+    CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr, Lsm, TracePoint,
+};
 use aya::{Btf, Ebpf};
 
 static MONITOR_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/monitor.bpf.o"));
@@ -632,19 +635,30 @@ where
 /// What an agent may connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Allow {
-    /// Every destination.
+    /// Every destination but the cloud metadata addresses; binding is allowed.
     All,
-    /// Only these destinations, TCP or UDP, IPv4 or IPv6 (connects and UDP datagrams).
+    /// Only these destinations, TCP or UDP, IPv4 or IPv6 (connects and UDP datagrams); no
+    /// binding: nothing listens or receives on a port it chose.
     To(Vec<Endpoint>),
-    /// Nothing: every inet connect and UDP send fails with EPERM (Unix sockets are not affected).
+    /// Nothing: no IPv4 or IPv6 socket can be made at all, so nothing is sent or received
+    /// (Unix sockets are not affected).
     None,
 }
 
-/// One allowed destination.
+/// The cloud metadata addresses, refused unless an allow list names them.
+pub const METADATA: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
+];
+
+/// One allowed destination: a port on any host, on one address, or on a network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
-    /// The address; `None` for any host.
+    /// The address (of the network, when `prefix` is shorter than the address); `None` for any
+    /// host.
     pub addr: Option<IpAddr>,
+    /// How many leading bits of `addr` must match: 32 (IPv4) or 128 (IPv6) for one address.
+    pub prefix: u8,
     /// The port.
     pub port: u16,
 }
@@ -652,52 +666,68 @@ pub struct Endpoint {
 impl Endpoint {
     /// `port` on any host.
     pub fn any_host(port: u16) -> Endpoint {
-        Endpoint { addr: None, port }
-    }
-
-    fn key(&self) -> EndpointKey {
-        let addr = match self.addr {
-            None => [0; 16],
-            Some(IpAddr::V4(a)) => a.to_ipv6_mapped().octets(),
-            Some(IpAddr::V6(a)) => a.octets(),
-        };
-        EndpointKey {
-            addr,
-            port: self.port,
-            _pad: 0,
+        Endpoint {
+            addr: None,
+            prefix: 0,
+            port,
         }
     }
+
+    /// `port` on the one address `addr`.
+    pub fn host(addr: IpAddr, port: u16) -> Endpoint {
+        let prefix = if addr.is_ipv4() { 32 } else { 128 };
+        Endpoint {
+            addr: Some(addr),
+            prefix,
+            port,
+        }
+    }
+
+    /// Whether this is exactly the one address `addr` (any port).
+    fn names(&self, addr: IpAddr) -> bool {
+        self.addr == Some(addr) && self.prefix == if addr.is_ipv4() { 32 } else { 128 }
+    }
+
+    fn key(&self) -> Key<[u8; 20]> {
+        let mut data = [0u8; 20];
+        data[..2].copy_from_slice(&self.port.to_be_bytes());
+        let (addr, bits) = match self.addr {
+            None => ([0; 16], 0),
+            Some(IpAddr::V4(a)) => (
+                a.to_ipv6_mapped().octets(),
+                96 + u32::from(self.prefix.min(32)),
+            ),
+            Some(IpAddr::V6(a)) => (a.octets(), u32::from(self.prefix.min(128))),
+        };
+        data[2..18].copy_from_slice(&addr);
+        Key::new(16 + bits, data)
+    }
 }
 
-/// Key of the ALLOWED map (mirror of `struct endpoint`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct EndpointKey {
-    addr: [u8; 16],
-    port: u16,
-    _pad: u16,
-}
-
-// SAFETY: repr(C), 16 + 2 + 2 bytes, no padding: any bit pattern is valid.
-unsafe impl aya::Pod for EndpointKey {}
-
+/// Flags of the MODE map (mirror of `MODE_*` in `egress.bpf.c`).
 const MODE_ALLOW_ALL: u32 = 1;
+const MODE_NO_BIND: u32 = 2;
+const MODE_NO_SOCKET: u32 = 4;
+const MODE_METADATA_V4: u32 = 8;
+const MODE_METADATA_V6: u32 = 16;
 
-/// The programs of [`EgressFilter`], in `egress.bpf.o`.
-const EGRESS_PROGRAMS: [&str; 4] = [
+/// The programs of [`EgressFilter`] that judge an address, in `egress.bpf.o`.
+const EGRESS_PROGRAMS: [&str; 6] = [
     "clawfs_connect4",
     "clawfs_connect6",
     "clawfs_sendmsg4",
     "clawfs_sendmsg6",
+    "clawfs_bind4",
+    "clawfs_bind6",
 ];
 
-/// connect4/connect6 and sendmsg4/sendmsg6 programs attached to one cgroup v2 directory with BPF
-/// links (which always coexist with other programs: filters of ancestor cgroups also apply, and
-/// all must allow). Detached when dropped.
+/// connect4/connect6, sendmsg4/sendmsg6, bind4/bind6, sock_create and an ingress program (which
+/// drops connections opened to the agent unless it may bind) attached to one cgroup v2 directory with BPF links (which always coexist with other programs: filters of
+/// ancestor cgroups also apply, and all must allow). Detached when dropped.
 pub struct EgressFilter {
     _bpf: Ebpf,
     mode: Array<MapData, u32>,
-    allowed: HashMap<MapData, EndpointKey, u8>,
+    allowed: LpmTrie<MapData, [u8; 20], u8>,
     allow: Allow,
     cgroup_dir: PathBuf,
 }
@@ -728,41 +758,66 @@ impl EgressFilter {
         };
         // The allow list is in place before the programs see any connect.
         filter.set_allow(allow)?;
+        let attach_failed = |prog: &str, e: &dyn std::error::Error| {
+            Error::bpf(format!("attaching {prog} to {}", cgroup_dir.display()), e)
+        };
+        // With bpf_link (kernel >= 5.7) the attach flags must be 0 (`Single`); links are
+        // multi-attach by nature. Older kernels fall back to a single exclusive attachment.
         for prog in EGRESS_PROGRAMS {
             let p: &mut CgroupSockAddr = program(&mut filter._bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
-            // With bpf_link (kernel >= 5.7) the attach flags must be 0 (`Single`); links are
-            // multi-attach by nature. Older kernels fall back to a single exclusive attachment.
             p.attach(cgroup.as_fd(), CgroupAttachMode::Single)
-                .map_err(|e| {
-                    Error::bpf(format!("attaching {prog} to {}", cgroup_dir.display()), &e)
-                })?;
+                .map_err(|e| attach_failed(prog, &e))?;
         }
+        let prog = "clawfs_sock_create";
+        let p: &mut CgroupSock = program(&mut filter._bpf, prog)?;
+        p.load()
+            .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
+        p.attach(cgroup.as_fd(), CgroupAttachMode::Single)
+            .map_err(|e| attach_failed(prog, &e))?;
+        let prog = "clawfs_ingress";
+        let p: &mut CgroupSkb = program(&mut filter._bpf, prog)?;
+        p.load()
+            .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
+        p.attach(
+            cgroup.as_fd(),
+            CgroupSkbAttachType::Ingress,
+            CgroupAttachMode::Single,
+        )
+        .map_err(|e| attach_failed(prog, &e))?;
         Ok(filter)
     }
 
     /// Replaces the allow list, live.
     pub fn set_allow(&mut self, allow: Allow) -> Result<(), Error> {
         let map_err = |e: aya::maps::MapError| Error::bpf("updating the egress filter", &e);
-        let keys = |a: &Allow| -> Vec<EndpointKey> {
+        let list = |a: &Allow| -> Vec<Endpoint> {
             match a {
-                Allow::To(list) => list.iter().map(Endpoint::key).collect(),
+                Allow::To(list) => list.clone(),
                 _ => Vec::new(),
             }
         };
-        let (old, new) = (keys(&self.allow), keys(&allow));
-        for k in &new {
-            self.allowed.insert(*k, 1u8, 0).map_err(map_err)?;
+        let (old, new) = (list(&self.allow), list(&allow));
+        for e in &new {
+            self.allowed.insert(&e.key(), 1u8, 0).map_err(map_err)?;
         }
-        let flags = if allow == Allow::All {
-            MODE_ALLOW_ALL
-        } else {
-            0
+        let mut flags = match allow {
+            Allow::All => MODE_ALLOW_ALL,
+            Allow::To(_) => MODE_NO_BIND,
+            Allow::None => MODE_NO_SOCKET | MODE_NO_BIND,
         };
+        for (addr, flag) in METADATA
+            .into_iter()
+            .zip([MODE_METADATA_V4, MODE_METADATA_V6])
+        {
+            if new.iter().any(|e| e.names(addr)) {
+                flags |= flag;
+            }
+        }
         self.mode.set(0, flags, 0).map_err(map_err)?;
-        for k in old.iter().filter(|k| !new.contains(k)) {
-            match self.allowed.remove(k) {
+        for e in old.iter().filter(|e| !new.contains(e)) {
+            match self.allowed.remove(&e.key()) {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
                 Err(e) => return Err(map_err(e)),
             }

@@ -5,21 +5,20 @@ use std::net::TcpListener;
 use std::process::Output;
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, audit_until, denials, run_agent_with, text};
+use crate::support::{agent_policy, audit_until, denials, edit_policy, run_agent_with, text};
 
 /// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME`.
 const PROBE: &str = r#"
 import errno, socket, sys
 for port in sys.argv[1:]:
-    s = socket.socket()
-    s.settimeout(5)
     try:
+        s = socket.socket()
+        s.settimeout(5)
         s.connect(("127.0.0.1", int(port)))
+        s.close()
         print(port, "ok")
     except OSError as e:
         print(port, errno.errorcode.get(e.errno, e.errno))
-    finally:
-        s.close()
 "#;
 
 fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
@@ -107,7 +106,8 @@ fn network_none_refuses_every_connection_in_the_sandbox_only() {
     let m = Mounted::new();
     let (_a, _b, ports) = listeners();
     agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
-    expect(&run(&m, true, ports), ports, ["EACCES", "EACCES"]);
+    // No socket at all: the network filter refuses it before any connect.
+    expect(&run(&m, true, ports), ports, ["EPERM", "EPERM"]);
     expect(&run(&m, false, ports), ports, ["ok", "ok"]);
 }
 
@@ -229,4 +229,181 @@ fn no_sandbox_is_refused_when_the_policy_requires_a_layer() {
         "{shown}"
     );
     assert!(!marker.exists(), "the command ran");
+}
+
+/// Tries, as the agent in the default sandbox, to make an IPv4 socket, to bind and listen on a
+/// port it names, and to listen on one the kernel picks (no bind): prints one line each.
+const LISTEN: &str = r#"
+import errno, socket
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+attempt("socket", lambda: socket.socket().close())
+def bound():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+def unbound():
+    s = socket.socket(); s.listen()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0))
+attempt("bind", bound)
+attempt("listen", unbound)
+attempt("udp", udp)
+"#;
+
+/// `network = "none"` means no network in either direction: no socket to listen with, so
+/// nothing an outside process could read from; an allow list lets the agent connect out but
+/// never listen or receive on a port. Each refusal is on record as the agent's denial.
+#[test]
+fn an_agent_without_network_cannot_listen_either() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
+    let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", LISTEN]);
+    let shown = text(&out);
+    for what in ["socket", "bind", "listen", "udp"] {
+        assert!(
+            shown.lines().any(|l| l == format!("{what} EPERM")),
+            "{what}: {shown}"
+        );
+    }
+    let all = audit_until(&m, |all| {
+        all.iter()
+            .any(|r| r["agent"] == "fs-engine" && r["operation"] == "socket")
+    });
+    let rec = all
+        .iter()
+        .find(|r| r["agent"] == "fs-engine" && r["operation"] == "socket")
+        .unwrap();
+    assert_eq!(rec["result"], "denied", "{rec}");
+    assert!(
+        rec["reason"].as_str().unwrap().contains("\"none\""),
+        "{rec}"
+    );
+
+    // An allow list: connecting out works (to what it names), listening does not.
+    let (_a, _b, ports) = listeners();
+    edit_policy(&m, |p| {
+        p.replace(
+            "sandbox = { network = \"none\" }",
+            &format!("sandbox = {{ network = [\"127.0.0.1:{}\"] }}", ports[0]),
+        )
+    });
+    let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", LISTEN]);
+    let shown = text(&out);
+    assert!(shown.contains("socket ok"), "{shown}");
+    for what in ["bind", "udp"] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with(what) && !l.ends_with(" ok")),
+            "{what}: {shown}"
+        );
+    }
+    // listen() without a bind takes a port no bind hook sees: nobody outside gets a
+    // connection to it, so nothing is read from it.
+    const EXFIL: &str = r#"
+import socket
+s = socket.socket(); s.listen(); print(s.getsockname()[1], flush=True)
+s.settimeout(4)
+try:
+    c, _ = s.accept(); c.sendall(b"EXFIL-FROM-ALLOW-LIST-AGENT"); print("accepted")
+except OSError:
+    print("no connection")
+"#;
+    let mut child = std::process::Command::new(crate::common::clawfs_bin())
+        .args(["run", "--store"])
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args([
+            "--agent",
+            "fs-engine",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            EXFIL,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let outside = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        std::time::Duration::from_millis(1500),
+    );
+    let mut read = String::new();
+    if let Ok(mut conn) = outside {
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        let _ = std::io::Read::read_to_string(&mut conn, &mut read);
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    child.wait().unwrap();
+    assert!(!read.contains("EXFIL"), "read from the agent: {read}");
+    assert_eq!(rest, ["no connection"], "the agent accepted a connection");
+}
+
+/// The cloud metadata endpoints are refused whatever `network` says, unless an allow list
+/// names them; allow lists take networks (`10.0.0.0/8:5432`).
+#[test]
+fn metadata_endpoints_need_naming_and_networks_are_allowed_whole() {
+    const CONNECT: &str = r#"
+import errno, socket, sys
+for dest in sys.argv[1:]:
+    host, port = dest.rsplit(":", 1)
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(1)
+    try:
+        s.connect((host.strip("[]"), int(port)))
+        print(dest, "ok")
+    except OSError as e:
+        print(dest, errno.errorcode.get(e.errno, e.errno) if e.errno else "timeout")
+"#;
+    let m = Mounted::new();
+    let (_a, _b, ports) = listeners();
+    let meta = ["169.254.169.254:80", "[fd00:ec2::254]:80"];
+    let connect = |extra: &[String]| {
+        let mut args = vec!["/usr/bin/python3", "-c", CONNECT, meta[0], meta[1]];
+        args.extend(extra.iter().map(String::as_str));
+        text(&run_agent_with(&m, "fs-engine", &[], &args))
+    };
+    // network = "all" (the default): everything but the metadata addresses.
+    let local = format!("127.0.0.1:{}", ports[0]);
+    let shown = connect(std::slice::from_ref(&local));
+    assert!(shown.contains(&format!("{local} ok")), "{shown}");
+    for dest in meta {
+        assert!(shown.contains(&format!("{dest} EPERM")), "{dest}: {shown}");
+    }
+    let all = audit_until(&m, |all| {
+        all.iter()
+            .any(|r| r["operation"] == "connect" && r["path"] == "tcp://169.254.169.254:80")
+    });
+    assert!(all
+        .iter()
+        .any(|r| r["path"] == "tcp://169.254.169.254:80" && r["result"] == "denied"));
+
+    // A network entry allows every address in it on its port, and nothing else; the metadata
+    // address named exactly is let through to the network (which has no route to it here).
+    agent_policy(
+        &m,
+        "fs-engine",
+        &format!(
+            "sandbox = {{ network = [\"127.0.0.0/8:{}\", \"169.254.169.254:80\"] }}",
+            ports[0]
+        ),
+    );
+    let inside = format!("127.0.0.2:{}", ports[0]);
+    let other_port = format!("127.0.0.1:{}", ports[1]);
+    let shown = connect(&[inside.clone(), other_port.clone()]);
+    assert!(!shown.contains(&format!("{} EPERM", meta[0])), "{shown}");
+    assert!(shown.contains(&format!("{} EPERM", meta[1])), "{shown}");
+    assert!(!shown.contains(&format!("{inside} EPERM")), "{shown}");
+    assert!(!shown.contains(&format!("{inside} EACCES")), "{shown}");
+    assert!(
+        shown.contains(&format!("{other_port} EACCES"))
+            || shown.contains(&format!("{other_port} EPERM")),
+        "{shown}"
+    );
 }

@@ -383,7 +383,8 @@ pub enum Network {
     /// `"all"` (the default when absent): TCP is not restricted.
     #[default]
     All,
-    /// `"none"`: no TCP connection at all.
+    /// `"none"`: no network at all, in either direction: no IPv4 or IPv6 socket, no connect,
+    /// no bind.
     None,
     /// An allow list of `host:port` endpoints. Landlock filters TCP by port only; the eBPF layer
     /// checks address and port, for TCP and UDP.
@@ -391,6 +392,15 @@ pub enum Network {
 }
 
 impl Network {
+    /// The TCP ports the agent may bind (Landlock's `tcp_bind`): any under `"all"`, none
+    /// otherwise: a port an agent listens on is a way in, and out, that no allow list names.
+    pub fn tcp_bind_ports(&self) -> Option<Vec<u16>> {
+        match self {
+            Network::All => None,
+            Network::None | Network::Allow(_) => Some(Vec::new()),
+        }
+    }
+
     /// The TCP ports the agent may connect to: `None` when unrestricted, `Some(vec![])` for
     /// `"none"`, else the allow list's ports, sorted and without duplicates. This is the value
     /// for Landlock's `tcp_connect`.
@@ -406,12 +416,14 @@ impl Network {
     }
 }
 
-/// One `network` allow-list entry: `"127.0.0.1:8080"`, `"localhost:5432"`, `"[::1]:80"` or
-/// `":443"` (any host).
+/// One `network` allow-list entry: `"127.0.0.1:8080"`, `"localhost:5432"`, `"[::1]:80"`,
+/// `"10.0.0.0/8:5432"` (a network), `"[fd00::/8]:443"` or `":443"` (any host).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
-    /// The host as written (without IPv6 brackets); `None` for any host.
+    /// The host as written (without IPv6 brackets or the prefix length); `None` for any host.
     pub host: Option<String>,
+    /// For a network (`addr/len`), how many leading bits of the address must match.
+    pub prefix: Option<u8>,
     /// The TCP port (1–65535).
     pub port: u16,
 }

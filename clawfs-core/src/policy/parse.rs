@@ -560,7 +560,18 @@ fn endpoint(s: &str) -> Result<Endpoint, String> {
         _ => return Err(format!("port {port:?} must be a number from 1 to 65535")),
     };
     if host.is_empty() {
-        return Ok(Endpoint { host: None, port });
+        return Ok(Endpoint {
+            host: None,
+            prefix: None,
+            port,
+        });
+    }
+    if let Some((addr, len)) = network_prefix(host)? {
+        return Ok(Endpoint {
+            host: Some(addr),
+            prefix: Some(len),
+            port,
+        });
     }
     let host = if let Some(inner) = host.strip_prefix('[') {
         match inner.strip_suffix(']') {
@@ -582,8 +593,36 @@ fn endpoint(s: &str) -> Result<Endpoint, String> {
     };
     Ok(Endpoint {
         host: Some(host.to_string()),
+        prefix: None,
         port,
     })
+}
+
+/// `addr/len` (`[addr/len]` for IPv6) as the network's address and prefix length, if `host` is
+/// written as a network.
+fn network_prefix(host: &str) -> Result<Option<(String, u8)>, String> {
+    let (inner, bracketed) = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(inner) => (inner, true),
+        None => (host, false),
+    };
+    let Some((addr, len)) = inner.split_once('/') else {
+        return Ok(None);
+    };
+    let max = match (addr.parse::<std::net::IpAddr>(), bracketed) {
+        (Ok(std::net::IpAddr::V4(_)), false) => 32,
+        (Ok(std::net::IpAddr::V6(_)), true) => 128,
+        _ => {
+            return Err(format!(
+                "{addr:?} is not a network address; write \"10.0.0.0/8:5432\" or \"[fd00::/8]:443\""
+            ))
+        }
+    };
+    match len.parse::<u8>() {
+        Ok(n) if n <= max && !len.starts_with('+') => Ok(Some((addr.to_string(), n))),
+        _ => Err(format!(
+            "prefix length {len:?} must be a number from 0 to {max}"
+        )),
+    }
 }
 
 fn protected_names(errs: &mut Errors<'_>, v: &Val<'_>) -> Vec<String> {

@@ -1297,18 +1297,22 @@ sandbox = { network = "all", require = [] }
         Network::Allow(vec![
             Endpoint {
                 host: Some("127.0.0.1".into()),
+                prefix: None,
                 port: 8080
             },
             Endpoint {
                 host: Some("localhost".into()),
+                prefix: None,
                 port: 5432
             },
             Endpoint {
                 host: None,
+                prefix: None,
                 port: 443
             },
             Endpoint {
                 host: Some("::1".into()),
+                prefix: None,
                 port: 8080
             },
         ])
@@ -1364,6 +1368,19 @@ fn sandbox_mistakes_are_reported_with_line_and_column() {
         ("network = [\"::1:80\"]", 5, 12, "brackets"),
         ("network = [\"[nope]:80\"]", 5, 12, "IPv6"),
         ("network = [\"bad host:80\"]", 5, 12, "not a host name"),
+        ("network = [\"10.0.0.0/33:80\"]", 5, 12, "prefix length"),
+        (
+            "network = [\"fd00::/8:80\"]",
+            5,
+            12,
+            "not a network address",
+        ),
+        (
+            "network = [\"[10.0.0.0/8]:80\"]",
+            5,
+            12,
+            "not a network address",
+        ),
         ("network = [443]", 5, 12, "must be a string"),
         (
             "require = [\"selinux\"]",
@@ -1686,4 +1703,31 @@ fn in_a_repository_it_owns_an_agent_changes_hooks_config_and_gitmodules_freely()
             &AllMine
         )
         .is_err());
+}
+
+#[test]
+fn networks_parse_with_their_prefix_and_only_all_may_bind() {
+    let p = Policy::parse(
+        "version = 1\n[agents.a]\nuid = 61001\n[agents.a.sandbox]\nnetwork = [\"10.0.0.0/8:5432\", \"[fd00::/8]:443\"]\n",
+    )
+    .unwrap();
+    let a = p.agent(&AgentName::new("a").unwrap()).unwrap();
+    assert_eq!(
+        a.sandbox.network,
+        Network::Allow(vec![
+            Endpoint {
+                host: Some("10.0.0.0".into()),
+                prefix: Some(8),
+                port: 5432
+            },
+            Endpoint {
+                host: Some("fd00::".into()),
+                prefix: Some(8),
+                port: 443
+            },
+        ])
+    );
+    assert_eq!(a.sandbox.network.tcp_bind_ports(), Some(vec![]));
+    assert_eq!(Network::None.tcp_bind_ports(), Some(vec![]));
+    assert_eq!(Network::All.tcp_bind_ports(), None);
 }

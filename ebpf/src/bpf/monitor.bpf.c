@@ -421,8 +421,10 @@ int clawfs_sys_enter(struct tp_raw_sys_enter *ctx)
 	args[1] = ctx->args[1];
 	args[2] = ctx->args[2];
 	args[3] = ctx->args[3];
-	if (ctx->id == __NR_connect) {
+	if (ctx->id == __NR_connect || ctx->id == __NR_bind) {
 		f.arg = args[1];
+	} else if (ctx->id == __NR_socket) {
+		f.arg = args[0]; /* the family: nonzero for every socket the network filter judges */
 	} else if (ctx->id == __NR_sendto) {
 		f.arg = ctx->args[4]; /* the destination, NULL on a connected socket */
 	} else if (ctx->id == __NR_sendmsg || ctx->id == __NR_sendmmsg) {
@@ -510,8 +512,10 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 		int path = -1, dirfd = -1;
 		int is_send = ctx->id == __NR_sendto || ctx->id == __NR_sendmsg ||
 			      ctx->id == __NR_sendmmsg;
-		int is_connect = ctx->id == __NR_connect || is_send;
-		if (is_connect || path_args(ctx->id, &path, &dirfd)) {
+		int is_connect = ctx->id == __NR_connect || ctx->id == __NR_bind || is_send;
+		int is_socket = ctx->id == __NR_socket &&
+				(f->arg == CLAWFS_AF_INET || f->arg == CLAWFS_AF_INET6);
+		if (is_connect || is_socket || path_args(ctx->id, &path, &dirfd)) {
 			struct clawfs_event *e = reserve(EV_REFUSED);
 			if (e) {
 				e->nr = (__s32)ctx->id;
@@ -520,6 +524,9 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 				e->end_ns = bpf_ktime_get_ns();
 				if (is_connect) {
 					fill_sockaddr(e, (const void *)f->arg, is_send);
+				} else if (is_socket) {
+					/* A socket refused before it had an address: the family alone. */
+					e->family = (__u16)f->arg;
 				} else {
 					long n = bpf_probe_read_user_str(e->path, sizeof(e->path),
 									 (const char *)f->arg);
