@@ -131,16 +131,24 @@ impl HeldUsage {
         self.apply(to, Delta::created(cost));
     }
 
-    /// Records that `uid` is `agent`'s (root never is).
-    pub fn learn(&self, uid: u32, agent: &str) {
+    /// Records that `uid` is `agent`'s (root never is); whether that is news.
+    pub fn learn(&self, uid: u32, agent: &str) -> bool {
         if uid == 0 {
-            return;
+            return false;
         }
         let mut s = self.lock();
         if s.agents.get(&uid).map(String::as_str) != Some(agent) {
             s.agents.insert(uid, agent.to_string());
             s.dirty = true;
+            return true;
         }
+        false
+    }
+
+    /// Every uid seen acting as an agent, with the agent.
+    pub fn agent_uids(&self) -> Vec<(u32, String)> {
+        let s = self.lock();
+        s.agents.iter().map(|(&u, a)| (u, a.clone())).collect()
     }
 
     /// The agent `uid` belongs to, if any.

@@ -155,13 +155,16 @@ impl VirtualNode {
             | VirtualNode::SearchDir(_)
             | VirtualNode::SearchResults { .. } => 0o555,
             VirtualNode::SearchHit { .. } => 0o777,
-            // Listing is filtered per caller; reading needs a grant; writing is the admin's.
-            VirtualNode::SecretsDir => 0o755,
+            // Reading a secret needs a grant, writing is the admin's; listing is the admin's
+            // (the kernel decides a watch from these bits and the ACL: a watch here would name
+            // every secret read). Agents find their secrets in `agents/self`.
+            VirtualNode::SecretsDir => 0o711,
             // Readable by mode only to root and the agents' group (the daemon still decides
             // each open by the policy): an ordinary user is refused by the kernel already.
             VirtualNode::Secret(_) => 0o640,
-            // Everyone may drop requests and delete their own responses.
-            VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1777,
+            // Everyone may drop requests and read and delete their own responses, by name:
+            // nobody but root may list or watch them (a watch would name everyone's calls).
+            VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1733,
             VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
         }
     }

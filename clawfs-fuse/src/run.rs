@@ -621,6 +621,16 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         Some((store, mount)) => Some(prepare_sandbox(spec, store, mount)?),
         None => None,
     };
+    // A sandboxed run without a working directory of its own stays where it was started, as
+    // its namespace shows that path (see step 4).
+    let stay = match (&cwd, &layers) {
+        (None, Some(l)) => {
+            let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).ok();
+            let here = std::env::current_dir().ok().and_then(|d| c(&d));
+            here.zip(c(l.tmp.path()))
+        }
+        _ => None,
+    };
     let mut env: BTreeMap<OsString, OsString> = match &layers {
         // A sandboxed agent gets no token the operator's shell happens to hold: only the
         // variables programs need to run, and its own HOME and TMPDIR.
@@ -705,6 +715,15 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         if let Some(dir) = &cwd {
             // SAFETY: `dir` is a NUL-terminated string that lives as long as the closure.
             check(unsafe { libc::chdir(dir.as_ptr()) })?;
+        } else if let Some((here, fallback)) = &stay {
+            // The inherited working directory is the host's folder, whatever now covers its
+            // path: it is entered again by path in the agent's namespace (the mount, say), or
+            // else the run starts in its private directory.
+            // SAFETY: both are NUL-terminated strings that live as long as the closure.
+            if unsafe { libc::chdir(here.as_ptr()) } != 0 {
+                // SAFETY: as above.
+                check(unsafe { libc::chdir(fallback.as_ptr()) })?;
+            }
         }
         // 5. Landlock: from here on the process reaches only its part of the mount, its
         //    temporary directory and the system files programs need.

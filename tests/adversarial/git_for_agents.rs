@@ -12,11 +12,13 @@ use std::path::Path;
 use crate::common::Mounted;
 use crate::support::{audit_until, denials, snapshot, text};
 
-/// git with a writable HOME and an identity, without the caller's config.
+/// git with a writable HOME and an identity, without the caller's config. An automatic gc
+/// runs in the foreground: one left running in the background would make the test's own
+/// `git gc` refuse to start.
 fn git_env(m: &Mounted) -> String {
     format!(
         "export HOME={}/agents/fs-engine GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
-         g() {{ git -c user.name=agent -c user.email=agent@example.invalid \"$@\"; }}",
+         g() {{ git -c user.name=agent -c user.email=agent@example.invalid -c gc.autoDetach=false \"$@\"; }}",
         m.mnt.display()
     )
 }
@@ -209,7 +211,9 @@ fn share_with_agents(dir: &Path) {
     }
 }
 
-/// git run by root (the admin), with no config of its own, in `dir`.
+/// git run by root (the admin), with no config of its own, in `dir`. No automatic gc: a
+/// commit of more than 6,700 loose objects would start one in the background, which packs and
+/// removes them while an agent's clone is copying them.
 fn root_git(dir: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
         .args([
@@ -217,6 +221,8 @@ fn root_git(dir: &Path, args: &[&str]) -> std::process::Output {
             "user.name=admin",
             "-c",
             "user.email=admin@example.invalid",
+            "-c",
+            "gc.auto=0",
         ])
         .args(args)
         .current_dir(dir)
@@ -271,7 +277,7 @@ fn real_repository(dir: &Path, files: usize) {
         .status();
 }
 
-/// The agent, in the default sandbox, clones a real repository (1,500 files, nested
+/// The agent, in the default sandbox, clones a real repository (10,200 files, nested
 /// `.gitmodules`, hook samples), builds it with make, commits, branches, rebases, adds a hook
 /// and a `hooksPath` of its own, runs gc, and removes it: in a granted workspace and in its own
 /// directory. Root's git then refuses the agent's repository, whatever its config says.
@@ -279,7 +285,7 @@ fn real_repository(dir: &Path, files: usize) {
 fn an_agent_clones_builds_and_removes_a_real_repository() {
     let m = Mounted::new();
     let src = m.ws().join("upstream");
-    real_repository(&src, 1_500);
+    real_repository(&src, 10_200);
     let marker = m.dir.path().join("root-ran-the-agents-command");
     let env = git_env(&m);
     for dir in [m.ws(), m.path("agents/fs-engine")] {

@@ -165,3 +165,74 @@ fn the_hosts_temporary_folders_stay_out_of_sight() {
         }
     }
 }
+
+/// The same checks for what the first round found around them: a run started from a host
+/// folder (its inherited working directory), an agent run under another uid (`--user`), an
+/// agent that `chmod`s its folder against `read_agents`, and ordinary users watching the
+/// folders that name everyone's secrets and tool calls.
+#[test]
+fn starting_folders_other_uids_modes_and_users_leak_nothing() {
+    let m = Mounted::new();
+    fs::write(m.dir.path().join("HOST-SECRET.txt"), "host\n").unwrap();
+    let kernel_cache = m.path("agents/kernel-engine/cache").display().to_string();
+    // Started from a host folder under /tmp: the agent is in that path as its namespace shows
+    // it (the way to the mount only), never in the host's folder.
+    let out = std::process::Command::new(crate::common::clawfs_bin())
+        .args(["run", "--store"])
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args([
+            "--agent",
+            "fs-engine",
+            "--",
+            "sh",
+            "-c",
+            "pwd; ls -a .; echo done",
+        ])
+        .current_dir(m.dir.path())
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(said.contains("done"), "{said}");
+    assert!(!said.contains("HOST-SECRET"), "{said}");
+    assert!(!said.contains("store"), "{said}");
+
+    // Another uid acting as fs-engine is held to fs-engine's grants by the kernel too.
+    let out = m.run_agent_as(
+        "fs-engine",
+        &["--user", "1001"],
+        &format!(
+            "inotifywait -q -t 1 -e create '{kernel_cache}' 2>&1; echo rc=$?; \
+             inotifywait -q -t 1 -e create {own} >/dev/null 2>&1; echo own=$?",
+            own = m.path("agents/fs-engine").display()
+        ),
+    );
+    let said = text(&out);
+    assert!(
+        said.contains("rc=1") && said.contains("Permission denied"),
+        "{said}"
+    );
+
+    // An agent's chmod narrows what people get, not what the policy grants other agents.
+    let own = m.path("agents/fs-engine").display().to_string();
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!("chmod 700 {own} && echo chmodded"),
+    );
+    assert!(text(&out).contains("chmodded"), "{}", text(&out));
+    let out = m.run_agent_as("observability", &[], &format!("ls {own} && echo listed"));
+    assert!(text(&out).contains("listed"), "{}", text(&out));
+
+    // An ordinary user may not watch the secrets or everyone's tool calls.
+    for dir in ["vault/secrets", "tools/requests", "tools/responses"] {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["inotifywait", "-q", "-t", "1", "-e", "create"])
+            .arg(m.path(dir))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{dir}: {}", text(&out));
+    }
+}

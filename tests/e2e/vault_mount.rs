@@ -47,11 +47,16 @@ fn secrets_are_served_to_the_admin_and_granted_agents_only() {
         "fs-engine",
         &format!(
             "cat {mnt}/vault/secrets/openai-api-key; echo; ls {mnt}/vault/secrets; \
+             grep -o openai-api-key {mnt}/agents/self; \
              cat {mnt}/vault/secrets/github-pat; echo x > {mnt}/vault/secrets/openai-api-key; \
              cat {mnt}/vault/master-key.enc; true"
         ),
     );
-    assert!(out.starts_with("sk-live-123\nopenai-api-key\n"), "{out}");
+    // It reads its secret by name; the listing is the admin's (a watch on the folder would
+    // name every secret read), and agents/self names the secrets it is granted.
+    assert!(out.starts_with("sk-live-123\n"), "{out}");
+    assert!(out.contains("vault/secrets': Permission denied"), "{out}");
+    assert!(out.contains("\nopenai-api-key\n"), "{out}");
     assert!(out.contains("github-pat: Permission denied"), "{out}");
     assert!(!out.contains("ghp-456"), "{out}");
     assert!(out.matches("Permission denied").count() >= 3, "{out}");

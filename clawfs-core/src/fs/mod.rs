@@ -466,12 +466,28 @@ impl ClawFs {
 
     fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
         let st = rustix::fs::fstat(fd)?;
-        let mut attr = Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino));
-        if attr.ino == ROOT_INO {
+        let attr = Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino));
+        Ok(self.presented(attr, self.inodes.place_of(attr.ino)))
+    }
+
+    /// The stored attributes of a node at `place` as the mount shows them.
+    fn presented(&self, mut attr: Attr, place: Option<Place>) -> Attr {
+        match place {
             // The store root is root's alone (0700); on the mount everyone may look in.
-            attr.perm = MOUNT_ROOT_MODE;
+            Some(Place::MountRoot) => attr.perm = MOUNT_ROOT_MODE,
+            // Places with a kernel ACL show its mask (see `kernel_acl`).
+            Some(Place::AgentRoot | Place::WorkspaceRoot) => {
+                attr.perm = crate::policy::kernel_acl::presented_perm(attr.perm)
+            }
+            _ => {}
         }
-        Ok(attr)
+        attr
+    }
+
+    /// The stored attributes of `fd`, as stored: what the kernel ACL of the node is made from.
+    fn stored_attr(&self, fd: impl AsFd) -> FsResult<Attr> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino)))
     }
 
     /// Looks `name` up in the directory `dir` and records the kernel's new reference.
@@ -503,7 +519,7 @@ impl ClawFs {
         self.inodes
             .remember(ino, handle, place, Some((parent, name)));
         Ok(Entry {
-            attr: Attr::from_stat(&st, ino),
+            attr: self.presented(Attr::from_stat(&st, ino), Some(place)),
             generation,
         })
     }

@@ -157,9 +157,10 @@ impl ClawFs {
     fn kernel_acl(&self, ino: u64) -> FsResult<Option<Vec<u8>>> {
         use kernel_acl::Governed;
         let policy = self.policy();
-        let acl = |place: Governed<'_>, attr: crate::attr::Attr| {
-            let named = policy.kernel_grants(place, attr.uid);
-            kernel_acl::acl_xattr(u32::from(attr.perm), &named)
+        let seen = self.agent_uids_seen();
+        let acl = |place: Governed<'_>, uid: u32, perm: u16| {
+            let named = policy.kernel_grants(place, uid, &seen);
+            kernel_acl::acl_xattr(u32::from(perm), &named)
         };
         if let Route::Generated(node) = self.route(ino)? {
             let place = match &node {
@@ -167,7 +168,8 @@ impl ClawFs {
                 VirtualNode::Secret(name) => Governed::Secret(name),
                 _ => return Ok(None),
             };
-            return Ok(Some(acl(place, self.attr_of_virtual(&node))));
+            let uid = self.attr_of_virtual(&node).uid;
+            return Ok(Some(acl(place, uid, node.perm())));
         }
         let node = self.node(ino)?;
         if !matches!(node.place, Place::AgentRoot | Place::WorkspaceRoot) {
@@ -182,7 +184,8 @@ impl ClawFs {
             Place::AgentRoot => Governed::AgentDir(name),
             _ => Governed::Workspace(name),
         };
-        Ok(Some(acl(place, self.attr_of(&*fd)?)))
+        let stored = self.stored_attr(&*fd)?;
+        Ok(Some(acl(place, stored.uid, stored.perm)))
     }
 
     /// Drops the ACLs the kernel holds of the places the policy governs, so that its next

@@ -7,8 +7,9 @@
 //! workspace it has no grant to. The places the policy grants per agent therefore carry a POSIX
 //! ACL with one entry per agent uid of the policy, saying exactly what the policy grants it
 //! there; people keep the plain mode bits. A named entry overrides the group entry for that
-//! user, so an agent in the owning group still gets only its grant. The mask stays the mode's
-//! group bits: an owner's `chmod` can narrow what the grants give, never widen it.
+//! user, so an agent in the owning group still gets only its grant. The mask lets every named
+//! entry through: the policy, not the owner's `chmod`, decides what another agent gets (an
+//! agent cannot shut `read_agents` out of its folder); the mode still decides for people.
 
 use super::{Access, AgentName, Identity, NsPath, Policy};
 
@@ -34,23 +35,25 @@ pub enum Governed<'a> {
 }
 
 impl Policy {
-    /// What the kernel may grant each agent uid of the policy at `place` (owned by `owner`,
-    /// who keeps the ACL's owner entry), in uid order: `ACL_*` bits. An agent the policy
-    /// gives no uid is not named (no process of it can be told apart from its uid's).
-    pub fn kernel_grants(&self, place: Governed<'_>, owner: u32) -> Vec<(u32, u16)> {
-        let mut out: Vec<(u32, u16)> = Vec::new();
-        for spec in self.agents() {
-            let Some(uid) = spec.uid.filter(|&u| u != owner && u != 0) else {
-                continue;
-            };
-            // One uid, one identity: the daemon decides by the agent it maps the uid to.
-            if self.agent_for_uid(uid) != Some(&spec.name) {
-                continue;
-            }
-            out.push((uid, self.kernel_perms(&spec.name, place)));
-        }
-        out.sort_unstable();
-        out
+    /// What the kernel may grant each uid that acts as an agent at `place` (owned by `owner`,
+    /// who keeps the ACL's owner entry), in uid order: `ACL_*` bits. The uids are the policy's
+    /// (`uid`, `[uids]`) and `seen`, those runs were seen acting as (`clawfs run --user`); the
+    /// policy's mapping wins. Root is never named.
+    pub fn kernel_grants(
+        &self,
+        place: Governed<'_>,
+        owner: u32,
+        seen: &[(u32, String)],
+    ) -> Vec<(u32, u16)> {
+        let mut uids: std::collections::BTreeMap<u32, AgentName> = seen
+            .iter()
+            .filter_map(|(u, a)| Some((*u, AgentName::new(a).ok()?)))
+            .collect();
+        uids.extend(self.uid_map.iter().map(|(u, a)| (*u, a.clone())));
+        uids.into_iter()
+            .filter(|&(u, _)| u != owner && u != 0)
+            .map(|(u, agent)| (u, self.kernel_perms(&agent, place)))
+            .collect()
     }
 
     fn kernel_perms(&self, agent: &AgentName, place: Governed<'_>) -> u16 {
@@ -80,6 +83,14 @@ impl Policy {
     }
 }
 
+/// The permission bits a node with a kernel ACL reports: the group bits are the ACL's mask
+/// (`rwx`), as POSIX has it. The kernel consults an ACL only when a node's group bits are not
+/// zero: an owner's `chmod g-rwx` must not turn the policy's entries off. The group's own
+/// permission is the ACL's group entry, from the stored mode.
+pub fn presented_perm(perm: u16) -> u16 {
+    perm | 0o070
+}
+
 /// `system.posix_acl_access`, the name the kernel reads an access ACL by.
 pub const POSIX_ACL_ACCESS: &str = "system.posix_acl_access";
 
@@ -107,7 +118,7 @@ pub fn acl_xattr(mode: u32, named: &[(u32, u16)]) -> Vec<u8> {
         entry(USER, perm & 7, uid);
     }
     entry(GROUP_OBJ, bits(3), NO_ID);
-    entry(MASK, bits(3), NO_ID);
+    entry(MASK, 7, NO_ID);
     entry(OTHER, bits(0), NO_ID);
     out
 }
@@ -138,24 +149,24 @@ shared = "read-write"
         let p = policy(TWO_AGENTS);
         // a's folder: its owner is not named; b reads it.
         assert_eq!(
-            p.kernel_grants(Governed::AgentDir("a"), 61001),
+            p.kernel_grants(Governed::AgentDir("a"), 61001, &[]),
             vec![(61002, 7)]
         );
         // b's folder: a has no grant.
         assert_eq!(
-            p.kernel_grants(Governed::AgentDir("b"), 61002),
+            p.kernel_grants(Governed::AgentDir("b"), 61002, &[]),
             vec![(61001, 0)]
         );
         assert_eq!(
-            p.kernel_grants(Governed::Workspace("shared"), 0),
+            p.kernel_grants(Governed::Workspace("shared"), 0, &[]),
             vec![(61001, 7), (61002, 7)]
         );
         assert_eq!(
-            p.kernel_grants(Governed::Workspace("other"), 0),
-            vec![(61001, 0), (61002, 0)]
+            p.kernel_grants(Governed::Workspace("other"), 0, &[(1001, "b".into())]),
+            vec![(1001, 0), (61001, 0), (61002, 0)]
         );
         assert_eq!(
-            p.kernel_grants(Governed::SecretsDir, 0),
+            p.kernel_grants(Governed::SecretsDir, 0, &[]),
             vec![(61001, ACL_EXECUTE), (61002, ACL_EXECUTE)]
         );
     }
@@ -166,7 +177,7 @@ shared = "read-write"
         let words: Vec<u8> = v.clone();
         assert_eq!(&words[..4], &2u32.to_le_bytes());
         assert_eq!(v.len(), 4 + 8 * 5);
-        // user::rwx, user:1000:r-x, group::r-x, mask::r-x, other::---
+        // user::rwx, user:1000:r-x, group::r-x, mask::rwx, other::---
         let entries: Vec<(u16, u16, u32)> = v[4..]
             .chunks(8)
             .map(|c| {
@@ -183,7 +194,7 @@ shared = "read-write"
                 (1, 7, u32::MAX),
                 (2, 5, 1000),
                 (4, 5, u32::MAX),
-                (0x10, 5, u32::MAX),
+                (0x10, 7, u32::MAX),
                 (0x20, 0, u32::MAX)
             ]
         );

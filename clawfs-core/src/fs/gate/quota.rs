@@ -153,7 +153,7 @@ impl ClawFs {
             Ok(st) => {
                 let cost = crate::held::cost_of(&st);
                 if let Identity::Agent(agent) = who {
-                    self.gate.held.learn(st.st_uid, agent.as_str());
+                    self.learn_agent_uid(st.st_uid, agent);
                 }
                 self.gate.held.apply(st.st_uid, Delta::created(cost));
             }
@@ -240,7 +240,7 @@ impl ClawFs {
     /// Charges `bytes` a tool call added to files of `uid` (a tool writes by descriptor as the
     /// caller, past the file operations that count).
     pub fn held_tool_growth(&self, uid: u32, agent: &AgentName, bytes: u64) {
-        self.gate.held.learn(uid, agent.as_str());
+        self.learn_agent_uid(uid, agent);
         self.gate.held.apply(
             uid,
             Delta {
@@ -280,6 +280,20 @@ impl ClawFs {
     }
 
     /// The uids the policy gives agents are theirs, before they make anything.
+    /// Records that `uid` acts as `agent` (a `clawfs run --user` uid, say): it is counted as
+    /// the agent's, and named in the ACLs the kernel checks (see `kernel_acl`), which the kernel
+    /// then asks for again.
+    pub(in crate::fs) fn learn_agent_uid(&self, uid: u32, agent: &AgentName) {
+        if self.gate.held.learn(uid, agent.as_str()) {
+            self.policy_acls_changed();
+        }
+    }
+
+    /// Every uid seen acting as an agent, with the agent.
+    pub(in crate::fs) fn agent_uids_seen(&self) -> Vec<(u32, String)> {
+        self.gate.held.agent_uids()
+    }
+
     pub(in crate::fs) fn learn_policy_uids(&self) {
         for spec in self.policy().agents() {
             if let Some(uid) = spec.uid {

@@ -176,7 +176,13 @@ impl Generated {
             mtime: self.started,
             ctime: self.started,
             kind: node.kind(),
-            perm: node.perm(),
+            perm: match node {
+                // They carry a kernel ACL: their group bits show its mask.
+                VirtualNode::SecretsDir | VirtualNode::Secret(_) => {
+                    crate::policy::kernel_acl::presented_perm(node.perm())
+                }
+                _ => node.perm(),
+            },
             nlink: if node.is_dir() { 2 } else { 1 },
             uid,
             gid,

@@ -171,7 +171,9 @@ impl ClawFs {
             }
             VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
             VirtualNode::SelfInfo => {
-                if matches!(self.identify(caller), Identity::Agent(_)) {
+                if let Identity::Agent(agent) = self.identify(caller) {
+                    // Named in the kernel's ACLs before the agent runs (a `--user` uid).
+                    self.learn_agent_uid(caller.uid, &agent);
                     self.agent_starting(caller.pid);
                 }
                 exchange.response = Some(self.self_info(caller));
