@@ -473,32 +473,30 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
 /// argument, else the default store; canonical. `None` if the process is gone, or is not a
 /// `clawfs run` (its pid was reused).
 pub fn store_of_run(run_pid: u32) -> Option<PathBuf> {
-    let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
-    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-    // A pid reused by another program is not the run.
-    if !args
-        .iter()
-        .any(|a| *a == b"--agent" || a.starts_with(b"--agent="))
-    {
+    // A runner is outside every agent group: a process inside one (an agent that took the pid
+    // of its dead runner) is no run, whatever its command line says; its agents are orphans.
+    if !matches!(clawfs_core::cgroup::agent_of_pid(run_pid), Ok(None)) {
         return None;
     }
-    let mut store = None;
-    for (i, a) in args.iter().enumerate() {
-        if *a == b"--" {
-            break;
-        }
-        if *a == b"--store" {
-            store = args.get(i + 1).map(|v| v.to_vec());
-        } else if let Some(v) = a.strip_prefix(b"--store=") {
-            store = Some(v.to_vec());
-        }
+    let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
+    let mut args: Vec<std::ffi::OsString> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(a.to_vec()))
+        .collect();
+    if args.last().is_some_and(|a| a.is_empty()) {
+        args.pop();
     }
-    let store = match store {
-        Some(s) => {
-            PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(s))
-        }
-        None => clawfs_core::store::Store::default_path(),
+    // Read as the run itself read it: what follows the agent's command is the agent's (its own
+    // `--store` included), and a pid reused by another program is not a run.
+    let store = match <crate::cli::Cli as clap::Parser>::try_parse_from(args)
+        .ok()?
+        .command
+    {
+        crate::cli::Command::Run(run) => run.store.store,
+        crate::cli::Command::Mcp(mcp) => mcp.store.store,
+        _ => return None,
     };
+    let store = store.unwrap_or_else(clawfs_core::store::Store::default_path);
     let store = if store.is_absolute() {
         store
     } else {

@@ -12,6 +12,16 @@ use crate::support::{audit_until, denials, text};
 
 const AGENT: &str = "fs-engine";
 
+/// One estop test at a time: an estop also stops orphans (agents whose runner is gone) of any
+/// store, so one test's stop would take the orphans another test is about to stop.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn estop(m: &Mounted, args: &[&str]) -> String {
     let mut all = vec![
         OsStr::new("estop"),
@@ -82,6 +92,7 @@ fn agent_pids(agent: &str, store: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
+    let _serial = one_at_a_time();
     let m = Mounted::new();
     let mnt = m.mnt.display().to_string();
     fs::write(m.path(&format!("agents/{AGENT}/before.txt")), "hello\n").unwrap();
@@ -194,6 +205,7 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
 /// control: estop stops it too, and no agent starts while the stop is in force.
 #[test]
 fn estop_kills_the_agents_of_a_killed_runner() {
+    let _serial = one_at_a_time();
     let m = Mounted::new();
     let mut runner = Command::new(clawfs_bin())
         .args(["run", "--store"])
@@ -223,5 +235,41 @@ fn estop_kills_the_agents_of_a_killed_runner() {
         assert!(Instant::now() < deadline, "still alive: {pids:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    estop(&m, &["--clear"]);
+}
+
+/// An agent whose own arguments name another store (`clawfs run … CMD … --store OTHER`, no
+/// `--`), or that takes its dead runner's place: estop of the run's store still stops it.
+#[test]
+fn estop_reads_a_run_as_the_run_read_itself() {
+    let _serial = one_at_a_time();
+    let m = Mounted::new();
+    let other = m.dir.path().join("other-store");
+    let mut runner = Command::new(clawfs_bin())
+        .args(["run", "--store"])
+        .arg(&m.store)
+        .arg("--mount")
+        .arg(&m.mnt)
+        .args(["--agent", AGENT, "sh", "-c", "sleep 600", "--store"])
+        .arg(&other)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent_pids(AGENT, &m.store).is_empty() {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = agent_pids(AGENT, &m.store);
+    let out = estop(&m, &[]);
+    assert!(out.contains(&format!("killed agent {AGENT}")), "{out}");
+    let alive = |p: &String| std::path::Path::new(&format!("/proc/{p}")).exists();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(alive) {
+        assert!(Instant::now() < deadline, "still alive: {pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = runner.wait();
     estop(&m, &["--clear"]);
 }

@@ -66,7 +66,8 @@ fn planted_links_never_redirect_a_root_write() {
 fn a_fifo_where_the_daemon_reads_never_hangs_it() {
     let m = Mounted::new();
     let mnt = m.mnt.display();
-    let go = m.dir.path().join("go");
+    // Where the agent can see it: its sandbox shows nothing of the host's /tmp.
+    let go = m.ws().join("go");
     let doc = r#"{"agent_id":"fs-engine","version":2,"created_at":"x","state":{},"memory":{},"history":{},"performance":{}}"#;
     // The agent holds its identity file open for writing; meanwhile the file in the store
     // becomes a FIFO (as a rename over it would leave it, which the mount refuses); then the
@@ -78,7 +79,7 @@ fn a_fifo_where_the_daemon_reads_never_hangs_it() {
         .arg(format!(
             "cd {mnt}/agents/fs-engine || exit 9
              exec 3<>identity.json
-             while [ ! -e {go} ]; do sleep 0.05; done
+             n=0; while [ ! -e {go} ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done
              echo '{doc}' >&3; exec 3>&- 2>&1
              echo committed",
             go = go.display()
