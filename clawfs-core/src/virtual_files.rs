@@ -162,9 +162,11 @@ impl VirtualNode {
             // Readable by mode only to root and the agents' group (the daemon still decides
             // each open by the policy): an ordinary user is refused by the kernel already.
             VirtualNode::Secret(_) => 0o640,
-            // Everyone may drop requests and read and delete their own responses, by name:
-            // nobody but root may list or watch them (a watch would name everyone's calls).
-            VirtualNode::RequestsDir | VirtualNode::ResponsesDir => 0o1733,
+            // Everyone may drop requests, by name: nobody but root may list or watch them (a
+            // watch would name everyone's calls as they are made).
+            VirtualNode::RequestsDir => 0o1733,
+            // Everyone may list (their own), read and delete their own responses.
+            VirtualNode::ResponsesDir => 0o1777,
             VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
         }
     }

@@ -478,6 +478,10 @@ pub struct PrivateTmp {
     /// The kept paths (none below another), each with the folders to make, outermost first,
     /// on the tmpfs before it is put back.
     kept: Vec<(std::ffi::CString, Vec<std::ffi::CString>)>,
+    /// Mounts the namespace lets go of, deepest first: those the tmpfs would only hide, and
+    /// every other ClawFS mount. A copy held here would keep that mount's connection, and its
+    /// daemon, alive after the host unmounts it.
+    detached: Vec<std::ffi::CString>,
 }
 
 impl PrivateTmp {
@@ -493,8 +497,10 @@ impl PrivateTmp {
             .map(Path::new)
             .filter(|p| p.is_dir() && !p.is_symlink())
             .collect();
+        let reach: Vec<&Path> = reach.into_iter().collect();
         let mut kept: Vec<PathBuf> = reach
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|p| shared.iter().any(|s| p.starts_with(s) && p != s))
             .map(Path::to_path_buf)
             .collect();
@@ -523,9 +529,29 @@ impl PrivateTmp {
                 Ok((c(k)?, dirs))
             })
             .collect::<std::io::Result<_>>()?;
+        let mounts = crate::mounts::all().unwrap_or_default();
+        let mut detached: Vec<PathBuf> = mounts
+            .iter()
+            .map(|m| &m.mount_point)
+            .filter(|p| {
+                let hidden = shared.iter().any(|s| p.starts_with(s) && *p != s);
+                let other_clawfs = mounts
+                    .iter()
+                    .any(|m| &m.mount_point == *p && m.fstype == crate::mounts::FSTYPE)
+                    && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
+                hidden || other_clawfs
+            })
+            .cloned()
+            .collect();
+        detached.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        detached.dedup();
         Ok(PrivateTmp {
             covered: shared.into_iter().map(c).collect::<std::io::Result<_>>()?,
             kept,
+            detached: detached
+                .iter()
+                .map(|p| c(p))
+                .collect::<std::io::Result<_>>()?,
         })
     }
 
@@ -567,6 +593,10 @@ impl PrivateTmp {
                     return Err(std::io::Error::last_os_error());
                 }
                 trees[i] = fd as libc::c_int;
+            }
+            // Gone from this namespace only; one already gone (or not a mount) is no matter.
+            for mount in &self.detached {
+                libc::umount2(mount.as_ptr(), libc::MNT_DETACH);
             }
             for dir in &self.covered {
                 check(

@@ -188,6 +188,9 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
 
     // The stop survives a restart of the daemon.
     assert!(m.umount().status.success());
+    for holder in mount_holders(&m.mnt) {
+        eprintln!("still holding {}: {holder}", m.mnt.display());
+    }
     m.mount(&[]);
     check_stopped(&m);
 
@@ -207,12 +210,9 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
 fn estop_kills_the_agents_of_a_killed_runner() {
     let _serial = one_at_a_time();
     let m = Mounted::new();
-    let mut runner = Command::new(clawfs_bin())
-        .args(["run", "--store"])
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args(["--agent", AGENT, "--", "sh", "-c", "sleep 600 & sleep 600"])
+    let mut runner = m
+        .run_command(AGENT)
+        .args(["--", "sh", "-c", "sleep 600 & sleep 600"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -245,12 +245,9 @@ fn estop_reads_a_run_as_the_run_read_itself() {
     let _serial = one_at_a_time();
     let m = Mounted::new();
     let other = m.dir.path().join("other-store");
-    let mut runner = Command::new(clawfs_bin())
-        .args(["run", "--store"])
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args(["--agent", AGENT, "sh", "-c", "sleep 600", "--store"])
+    let mut runner = m
+        .run_command(AGENT)
+        .args(["sh", "-c", "sleep 600", "--store"])
         .arg(&other)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -272,4 +269,22 @@ fn estop_reads_a_run_as_the_run_read_itself() {
     }
     let _ = runner.wait();
     estop(&m, &["--clear"]);
+}
+
+/// The processes whose mount namespace still has `mnt` mounted, with their command lines.
+fn mount_holders(mnt: &std::path::Path) -> Vec<String> {
+    let wanted = format!(" {} ", mnt.display());
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            pid.parse::<u32>().ok()?;
+            let info = fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
+            info.contains(&wanted).then(|| {
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                format!("{pid} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+            })
+        })
+        .collect()
 }

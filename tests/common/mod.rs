@@ -206,16 +206,23 @@ impl Mounted {
         self.run_agent_as(agent, &["--no-sandbox"], script)
     }
 
-    /// `clawfs run --agent AGENT OPTIONS… -- sh -c SCRIPT` against the mount (sandboxed unless
-    /// the options say `--no-sandbox`).
-    pub fn run_agent_as(&self, agent: &str, options: &[&str], script: &str) -> Output {
-        Command::new(clawfs_bin())
-            .arg("run")
+    /// `clawfs run --store S --mount M --agent AGENT`, for the caller to add options, the
+    /// command, its working directory and its standard streams.
+    pub fn run_command(&self, agent: &str) -> Command {
+        let mut c = Command::new(clawfs_bin());
+        c.arg("run")
             .arg("--store")
             .arg(&self.store)
             .arg("--mount")
             .arg(&self.mnt)
-            .args(["--agent", agent])
+            .args(["--agent", agent]);
+        c
+    }
+
+    /// `clawfs run --agent AGENT OPTIONS… -- sh -c SCRIPT` against the mount (sandboxed unless
+    /// the options say `--no-sandbox`).
+    pub fn run_agent_as(&self, agent: &str, options: &[&str], script: &str) -> Output {
+        self.run_command(agent)
             .args(options)
             .args(["--", "sh", "-c", script])
             .current_dir("/")

@@ -245,9 +245,10 @@ fn renames_links_and_symlinks_cannot_escape() {
         .iter()
         .map(|r| r["operation"].as_str().unwrap().to_string())
         .collect();
+    // The daemon's operation, or the system call when the kernel refused it first.
     for op in ["link", "rename", "open"] {
         assert!(
-            ops.iter().any(|o| o == op),
+            ops.iter().any(|o| o.starts_with(op)),
             "{op} not refused: {:?}",
             denials(&m, "fs-engine")
         );
