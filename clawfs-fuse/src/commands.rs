@@ -72,15 +72,52 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
         }
         Err(e) => return Err(mountpoint(format!("{shown}: {e}"))),
     }
-    // Wait for the daemon to finish, so the store is free when we return.
+    // Wait for the daemon to finish, so the store is free when we return. A copy of the mount
+    // held in another mount namespace (a sandboxed agent's, of this store or another) keeps
+    // the connection, and the daemon, alive: after a moment the connection is ended for all.
     if let Some(d) = daemon {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while process_alive(d.pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        let wait = |limit: Duration| {
+            let deadline = Instant::now() + limit;
+            while process_alive(d.pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        wait(Duration::from_secs(2));
+        if process_alive(d.pid) {
+            if let Err(e) = abort_connection(entry.dev) {
+                eprintln!("clawfs: {shown}: ending the connection held elsewhere: {e}");
+            }
+            wait(Duration::from_secs(8));
         }
     }
     println!("unmounted {shown}");
     Ok(())
+}
+
+/// Ends the FUSE connection of the filesystem of device `dev` through fusectl's `abort`
+/// (mounting fusectl at its usual place if it is not there).
+fn abort_connection(dev: u64) -> std::io::Result<()> {
+    let dir = Path::new("/sys/fs/fuse/connections");
+    let mounted = mounts::all()?
+        .iter()
+        .any(|m| m.fstype == "fusectl" && m.mount_point == dir);
+    if !mounted {
+        // SAFETY: NUL-terminated constant strings; no data argument.
+        let r = unsafe {
+            libc::mount(
+                c"fusectl".as_ptr(),
+                c"/sys/fs/fuse/connections".as_ptr(),
+                c"fusectl".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // The connection is named by the device's minor number (FUSE devices have major 0).
+    std::fs::write(dir.join(libc::minor(dev).to_string()).join("abort"), "1")
 }
 
 fn process_alive(pid: u32) -> bool {
