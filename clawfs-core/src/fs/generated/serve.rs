@@ -307,12 +307,12 @@ impl ClawFs {
         let handle = self.generated.handles.get(fh)?;
         // A close before anything was written (a shell's copy of the descriptor, closed after
         // dup2) runs nothing; the last close runs even an empty request.
-        let written = !handle
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .request
-            .is_empty();
+        // A request refused as too large is answered now too, not at the release that
+        // follows the close: the caller reads its answer once `close()` returns.
+        let written = {
+            let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+            !state.request.is_empty() || state.oversized
+        };
         if written {
             self.run_request(&handle);
         }
