@@ -531,17 +531,15 @@ impl PrivateTmp {
             .collect::<std::io::Result<_>>()?;
         let mounts = crate::mounts::all().unwrap_or_default();
         let mut detached: Vec<PathBuf> = mounts
-            .iter()
-            .map(|m| &m.mount_point)
-            .filter(|p| {
-                let hidden = shared.iter().any(|s| p.starts_with(s) && *p != s);
-                let other_clawfs = mounts
-                    .iter()
-                    .any(|m| &m.mount_point == *p && m.fstype == crate::mounts::FSTYPE)
+            .into_iter()
+            .filter(|m| {
+                let p = &m.mount_point;
+                let hidden = shared.iter().any(|s| p.starts_with(s) && p != s);
+                let other_clawfs = m.fstype == crate::mounts::FSTYPE
                     && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
                 hidden || other_clawfs
             })
-            .cloned()
+            .map(|m| m.mount_point)
             .collect();
         detached.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
         detached.dedup();

@@ -113,11 +113,7 @@ fn estop_kills_agents_refuses_their_writes_and_tools_and_survives_a_remount() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while agent_pids(AGENT, &m.store).is_empty() {
-        assert!(Instant::now() < deadline, "the agent never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    agents_started(&m, 1);
 
     let out = estop(&m, &[]);
     assert!(out.contains(&format!("killed agent {AGENT}")), "{out}");
@@ -217,24 +213,14 @@ fn estop_kills_the_agents_of_a_killed_runner() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while agent_pids(AGENT, &m.store).len() < 2 {
-        assert!(Instant::now() < deadline, "the run did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pids = agent_pids(AGENT, &m.store);
+    let pids = agents_started(&m, 2);
     runner.kill().unwrap();
     runner.wait().unwrap();
-    let alive = |p: &String| std::path::Path::new(&format!("/proc/{p}")).exists();
     assert!(pids.iter().all(alive), "the agents outlive their runner");
 
     let out = estop(&m, &[]);
     assert!(out.contains(&format!("killed agent {AGENT}")), "{out}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(alive) {
-        assert!(Instant::now() < deadline, "still alive: {pids:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    all_exit(&pids);
     estop(&m, &["--clear"]);
 }
 
@@ -253,22 +239,38 @@ fn estop_reads_a_run_as_the_run_read_itself() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while agent_pids(AGENT, &m.store).is_empty() {
-        assert!(Instant::now() < deadline, "the run did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pids = agent_pids(AGENT, &m.store);
+    let pids = agents_started(&m, 1);
     let out = estop(&m, &[]);
     assert!(out.contains(&format!("killed agent {AGENT}")), "{out}");
-    let alive = |p: &String| std::path::Path::new(&format!("/proc/{p}")).exists();
+    all_exit(&pids);
+    let _ = runner.wait();
+    estop(&m, &["--clear"]);
+}
+
+/// The agent's processes in this store's run groups, once there are at least `n` (10 s at most).
+fn agents_started(m: &Mounted, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = agent_pids(AGENT, &m.store);
+        if pids.len() >= n {
+            return pids;
+        }
+        assert!(Instant::now() < deadline, "the run did not start: {pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: &String) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits for every one of `pids` to be gone (5 s at most).
+fn all_exit(pids: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(alive) {
         assert!(Instant::now() < deadline, "still alive: {pids:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = runner.wait();
-    estop(&m, &["--clear"]);
 }
 
 /// The processes whose mount namespace still has `mnt` mounted, with their command lines.

@@ -465,8 +465,7 @@ impl ClawFs {
     }
 
     fn attr_of(&self, fd: impl AsFd) -> FsResult<Attr> {
-        let st = rustix::fs::fstat(fd)?;
-        let attr = Attr::from_stat(&st, self.inodes.mount_ino(st.st_ino));
+        let attr = self.stored_attr(fd)?;
         Ok(self.presented(attr, self.inodes.place_of(attr.ino)))
     }
 

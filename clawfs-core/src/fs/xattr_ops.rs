@@ -156,10 +156,10 @@ impl ClawFs {
     /// audited here, and the answer is the same for every caller.
     fn kernel_acl(&self, ino: u64) -> FsResult<Option<Vec<u8>>> {
         use kernel_acl::Governed;
-        let policy = self.policy();
-        let seen = self.agent_uids_seen();
         let acl = |place: Governed<'_>, uid: u32, perm: u16| {
-            let named = policy.kernel_grants(place, uid, &seen);
+            let named = self
+                .policy()
+                .kernel_grants(place, uid, &self.agent_uids_seen());
             kernel_acl::acl_xattr(u32::from(perm), &named)
         };
         if let Route::Generated(node) = self.route(ino)? {

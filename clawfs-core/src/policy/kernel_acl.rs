@@ -174,8 +174,7 @@ shared = "read-write"
     #[test]
     fn the_xattr_is_the_kernels_layout() {
         let v = acl_xattr(0o750, &[(1000, 5)]);
-        let words: Vec<u8> = v.clone();
-        assert_eq!(&words[..4], &2u32.to_le_bytes());
+        assert_eq!(&v[..4], &2u32.to_le_bytes());
         assert_eq!(v.len(), 4 + 8 * 5);
         // user::rwx, user:1000:r-x, group::r-x, mask::rwx, other::---
         let entries: Vec<(u16, u16, u32)> = v[4..]

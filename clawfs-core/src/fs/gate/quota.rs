@@ -279,7 +279,6 @@ impl ClawFs {
         self.write_usage(false);
     }
 
-    /// The uids the policy gives agents are theirs, before they make anything.
     /// Records that `uid` acts as `agent` (a `clawfs run --user` uid, say): it is counted as
     /// the agent's, and named in the ACLs the kernel checks (see `kernel_acl`), which the kernel
     /// then asks for again.
@@ -294,6 +293,7 @@ impl ClawFs {
         self.gate.held.agent_uids()
     }
 
+    /// The uids the policy gives agents are theirs, before they make anything.
     pub(in crate::fs) fn learn_policy_uids(&self) {
         for spec in self.policy().agents() {
             if let Some(uid) = spec.uid {
