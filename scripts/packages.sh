@@ -19,6 +19,7 @@ CLAWFS_PACKAGES=(
 # Only for the test suite (scripts/test.sh): vaultctl-ssh is tested behind a real sshd.
 CLAWFS_TEST_PACKAGES=(
   openssh-server openssh-client
+  systemd          # systemd-analyze verify, for the unit scripts/systemd ships
 )
 
 clawfs_install_packages() {

@@ -54,7 +54,8 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clawfs_core::audit::AuditEvent;
@@ -77,6 +78,8 @@ pub const OP_DROPPED: &str = "audit:events-dropped";
 const ARMED: Duration = Duration::from_secs(10);
 /// Name the base group is watched under.
 const BASE: &str = "clawfs:base";
+/// How long a settle request waits at most.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records waiting for the audit log at most.
 const QUEUE: usize = 4096;
 /// How long the event thread waits for the ring buffer before looking again (for events the
@@ -98,6 +101,8 @@ enum Out {
     Record(AuditEvent),
     /// A refusal: recorded and added to the agent's denials file.
     Refusal(AuditEvent),
+    /// Everything before it is queued: settle point N is reached once it is written.
+    Settled(u64),
 }
 
 /// The running monitor; dropped with the daemon.
@@ -115,6 +120,29 @@ struct Shared {
     fs: Arc<ClawFs>,
     /// The mount's device (kernel encoding), read from mountinfo when first needed.
     mount_dev: std::sync::OnceLock<Option<u32>>,
+    settle: Settle,
+}
+
+/// Settle points ([`AgentEvents::settle`]): each request takes the next number and wakes the event
+/// thread; the number is reached when the events read after it are on record.
+struct Settle {
+    /// (last asked, last reached); reached is `u64::MAX` once the event thread has ended.
+    points: Mutex<(u64, u64)>,
+    reached: Condvar,
+    /// Written to wake the event thread.
+    wake: OwnedFd,
+}
+
+impl Settle {
+    fn asked(&self) -> u64 {
+        self.points.lock().unwrap_or_else(PoisonError::into_inner).0
+    }
+
+    fn reach(&self, point: u64) {
+        let mut p = self.points.lock().unwrap_or_else(PoisonError::into_inner);
+        p.1 = p.1.max(point);
+        self.reached.notify_all();
+    }
 }
 
 struct Watching {
@@ -180,6 +208,16 @@ impl AgentEvents {
                 return None;
             }
         };
+        let wake = match rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                warn!(error = %e, "agent activity is not audited: creating its wake-up descriptor");
+                return None;
+            }
+        };
         let shared = Arc::new(Shared {
             monitor: Mutex::new(Some(Watching {
                 monitor,
@@ -191,8 +229,14 @@ impl AgentEvents {
             mountpoint: mountpoint.to_path_buf(),
             fs: Arc::clone(&fs),
             mount_dev: std::sync::OnceLock::new(),
+            settle: Settle {
+                points: Mutex::new((0, 0)),
+                reached: Condvar::new(),
+                wake,
+            },
         });
         let (tx, rx) = sync_channel::<Out>(QUEUE);
+        let forwarding = Arc::clone(&shared);
         let forward = std::thread::Builder::new()
             .name("agent-events-audit".into())
             .spawn(move || {
@@ -204,8 +248,18 @@ impl AgentEvents {
                             }
                         }
                         Out::Refusal(ev) => fs.record_kernel_refusal(ev),
+                        Out::Settled(point) => {
+                            if let Some(audit) = fs.audit_log() {
+                                if let Err(e) = audit.flush() {
+                                    warn!(error = %e, "flushing the audit trail");
+                                }
+                            }
+                            forwarding.settle.reach(point);
+                        }
                     }
                 }
+                // The event thread has ended: nobody is left to wait for.
+                forwarding.settle.reach(u64::MAX);
             });
         if let Err(e) = forward {
             warn!(error = %e, "agent activity is not audited: starting its thread");
@@ -255,6 +309,24 @@ impl AgentEvents {
         let Some(w) = guard.as_mut() else { return };
         w.armed_until = Some(Instant::now() + ARMED);
         w.attach();
+    }
+
+    /// Waits until the events the kernel reported before this call are on record (the audit
+    /// trail flushed, refusals in the agents' denials files), at most [`SETTLE_TIMEOUT`];
+    /// `false` if that took longer.
+    pub fn settle(&self) -> bool {
+        let s = &self.shared.settle;
+        let mut points = s.points.lock().unwrap_or_else(PoisonError::into_inner);
+        points.0 += 1;
+        let want = points.0;
+        if let Err(e) = rustix::io::write(&s.wake, &1u64.to_ne_bytes()) {
+            warn!(error = %e, "waking the agent event thread");
+        }
+        let (_points, waited) = s
+            .reached
+            .wait_timeout_while(points, SETTLE_TIMEOUT, |p| p.1 < want)
+            .unwrap_or_else(PoisonError::into_inner);
+        !waited.timed_out()
     }
 
     /// Watches the base group and each `agent-*` group now present, unwatches vanished ones;
@@ -327,6 +399,16 @@ impl AgentEvents {
     }
 }
 
+impl clawfs_core::fs::ActivityMonitor for AgentEvents {
+    fn agent_starting(&self, tid: u32) {
+        self.arm(tid);
+    }
+
+    fn settle(&self) -> bool {
+        AgentEvents::settle(self)
+    }
+}
+
 /// Whether a process is in cgroup v2 group `dir` or below it (its `cgroup.events`).
 fn populated(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("cgroup.events"))
@@ -376,10 +458,15 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
         }
         None => return,
     };
+    // The last settle point queued.
+    let mut settled = 0;
     loop {
         // Waits without the monitor's lock, so that watching a new agent's group never waits
         // for it.
-        let mut fds = [PollFd::new(&ready, PollFlags::IN)];
+        let mut fds = [
+            PollFd::new(&ready, PollFlags::IN),
+            PollFd::new(&shared.settle.wake, PollFlags::IN),
+        ];
         match rustix::event::poll(&mut fds, Some(&IDLE)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
@@ -387,6 +474,11 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
                 return;
             }
         }
+        let mut counter = [0u8; 8];
+        let _ = rustix::io::read(&shared.settle.wake, &mut counter);
+        // Asked before the ring buffer is read: the events of a settle request's past are all
+        // in this read.
+        let asked = shared.settle.asked();
         let (events, lost) = {
             let mut guard = shared
                 .monitor
@@ -418,16 +510,18 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
             let Some(agent) = agent_of(shared, &mut runs, ev) else {
                 continue;
             };
-            let (kind, limit) = match &mut out {
+            let (kind, limit, path) = match &mut out {
                 Out::Record(r) => {
                     r.agent.clone_from(&agent);
-                    (r.operation.to_string(), MAX_PER_SECOND)
+                    (r.operation.to_string(), MAX_PER_SECOND, r.path.clone())
                 }
                 Out::Refusal(r) => {
                     r.agent.clone_from(&agent);
                     let rule = r.rule.as_deref().unwrap_or_default();
-                    (format!("{rule} {}", r.operation), MAX_REFUSALS_PER_SECOND)
+                    let kind = format!("{rule} {}", r.operation);
+                    (kind, MAX_REFUSALS_PER_SECOND, r.path.clone())
                 }
+                Out::Settled(_) => continue,
             };
             if budgets.len() > 4096 {
                 budgets.retain(|_, b| b.dropped > 0);
@@ -438,9 +532,6 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
                 dropped: 0,
                 samples: Vec::new(),
             });
-            let path = match &out {
-                Out::Record(r) | Out::Refusal(r) => r.path.clone(),
-            };
             if b.count >= limit {
                 b.drop_one(&path);
                 continue;
@@ -450,12 +541,12 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
                 b.drop_one(&path);
             }
         }
-        // Ends the seconds that are over, with a record of what was dropped in them.
+        // Ends the seconds that are over, with a record of what was dropped in them; at a
+        // settle point, what was dropped so far is on record at once (the second goes on).
+        let settling = asked > settled;
         budgets.retain(|(agent, kind), b| {
-            if now.duration_since(b.since) < Duration::from_secs(1) {
-                return true;
-            }
-            if b.dropped > 0 {
+            let over = now.duration_since(b.since) >= Duration::from_secs(1);
+            if (over || settling) && b.dropped > 0 {
                 let more = if b.dropped as usize > b.samples.len() { ", …" } else { "" };
                 let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
                     "{} {kind} events of agent {agent} dropped in a second (over the limit of their kind, or the audit queue was full); their paths: {}{more}",
@@ -468,9 +559,18 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
                     b.count = 0;
                     return true;
                 }
+                b.dropped = 0;
+                b.samples.clear();
             }
-            false
+            !over
         });
+        if settling {
+            // Waits for room: the point must follow what was queued before it.
+            if tx.send(Out::Settled(asked)).is_err() {
+                return;
+            }
+            settled = asked;
+        }
     }
 }
 

@@ -331,13 +331,8 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .flatten()
         .map(Arc::new);
     if let Some(events) = &agent_events {
-        // Weak: the monitor holds the file system, not the other way round.
-        let events = Arc::downgrade(events);
-        fs.set_agent_start_hook(Box::new(move |tid| {
-            if let Some(events) = events.upgrade() {
-                events.arm(tid);
-            }
-        }));
+        let monitor: Arc<dyn clawfs_core::fs::ActivityMonitor> = events.clone();
+        fs.set_activity_monitor(Arc::downgrade(&monitor));
     }
     let indexer = match embedder {
         None => {

@@ -463,10 +463,26 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
     if let Err(e) = group.run().wait_empty(None) {
         warn!(error = %e, "waiting for the run's group to empty");
     }
+    if let Some(mount) = &spec.mount {
+        settle(mount);
+    }
     if let Err(e) = group.remove() {
         warn!(error = %e, "removing the run's cgroup");
     }
     result
+}
+
+/// Asks the daemon serving `mount` to put on record what the run did before it returns (its
+/// monitor reads the kernel's reports of the run's refusals a little later than they happen);
+/// while the run's group and this process still exist, so that the daemon can tell whose run it
+/// was. A daemon that does not answer in time is only warned about.
+fn settle(mount: &Path) {
+    let mut answer = [0u8; 16];
+    match rustix::fs::getxattr(mount, clawfs_core::fs::SETTLE_XATTR, &mut answer) {
+        Ok(n) if &answer[..n] == b"settled" => {}
+        Ok(_) => warn!(mount = %mount.display(), "the run's last refusals may reach the audit trail after it returns: the daemon's monitor did not catch up in time"),
+        Err(e) => warn!(mount = %mount.display(), error = %e, "asking the daemon to record the run's last activity"),
+    }
 }
 
 /// The store a `clawfs run` process (pid `run_pid`) serves: its `--store DIR` / `--store=DIR`

@@ -17,7 +17,7 @@ const AGENT: &str = "fs-engine";
 fn monitor_or_skip() -> bool {
     let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
     if !a.monitor.is_available() {
-        println!("skipped: eBPF monitor {}", a.monitor);
+        crate::common::skip("this test", &format!("eBPF monitor {}", a.monitor));
     }
     a.monitor.is_available()
 }
@@ -361,6 +361,50 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
         .collect();
     assert_eq!(rename.len(), 1, "{rename:#?}");
     assert_ne!(rename[0]["rule"], "KERNEL", "{rename:#?}");
+}
+
+/// What a run was refused is on record when `clawfs run` returns, even when its processes
+/// exited at once: the daemon reads the kernel's reports a little later than they happen, and
+/// the run waits for it before it ends (and while the daemon can still tell whose run it was).
+#[test]
+fn a_runs_refusals_are_on_record_when_it_returns() {
+    if !monitor_or_skip() {
+        return;
+    }
+    let m = Mounted::new();
+    fs::create_dir(m.ws().join("locked")).unwrap();
+    let mnt = m.mnt.display();
+    for round in 0..4 {
+        // Refused by the kernel alone: from another agent's ACL (the policy's rule), and from a
+        // folder's mode (KERNEL). The shell exits as soon as it is refused.
+        let out = m.run_agent_as(
+            AGENT,
+            &[],
+            &format!(
+                "echo x > {mnt}/agents/kernel-engine/planted-{round}; \
+                 echo x > {mnt}/workspaces/default/locked/f-{round}; true"
+            ),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        // Read once, at once: no waiting here.
+        let file = denials(&m, AGENT);
+        let all = audit_until(&m, |_| true);
+        for name in [
+            format!("/agents/kernel-engine/planted-{round}"),
+            format!("/workspaces/default/locked/f-{round}"),
+        ] {
+            assert!(
+                file.iter().any(|d| d["path"] == name.as_str()),
+                "round {round}: {name} not in the denials file when the run returned: {file:#?}"
+            );
+            assert!(
+                all.iter().any(|r| r["path"] == name.as_str()
+                    && r["agent"] == AGENT
+                    && r["result"] == "denied"),
+                "round {round}: {name} not on the audit trail when the run returned"
+            );
+        }
+    }
 }
 
 /// A flood of refusals hides no other: past the limit of its kind, what is dropped is counted

@@ -148,7 +148,10 @@ fn required_layers_this_host_has_let_the_run_start() {
 fn udp_and_other_addresses_are_held_to_the_allow_list() {
     let avail = clawfs_fuse::agent_events::clawfs_ebpf::availability();
     if !avail.egress_filter.is_available() {
-        println!("skipped: eBPF egress filter {}", avail.egress_filter);
+        crate::common::skip(
+            "udp_and_other_addresses_are_held_to_the_allow_list",
+            &format!("eBPF egress filter {}", avail.egress_filter),
+        );
         return;
     }
     let m = Mounted::new();

@@ -571,7 +571,7 @@ for k in kids:
 /// fork.
 fn fork_bomb_is_stopped_by_pids_max() {
     if let Some(why) = lacks_controller("pids") {
-        eprintln!("fork_bomb_is_stopped_by_pids_max skipped: {why}");
+        common::skip("fork_bomb_is_stopped_by_pids_max", &why);
         return;
     }
     let agent = unique("forkbomb");
@@ -629,7 +629,7 @@ fn fork_bomb_is_stopped_by_pids_max() {
 /// `memory.max = 64M` stops a process that allocates 256 MB: it is killed or gets ENOMEM.
 fn memory_hog_is_stopped_by_memory_max() {
     if let Some(why) = lacks_controller("memory") {
-        eprintln!("memory_hog_is_stopped_by_memory_max skipped: {why}");
+        common::skip("memory_hog_is_stopped_by_memory_max", &why);
         return;
     }
     let agent = unique("memhog");

@@ -52,6 +52,7 @@ mod secrets;
 mod staged;
 mod xattr_ops;
 
+pub use xattr_ops::SETTLE as SETTLE_XATTR;
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
@@ -195,8 +196,8 @@ pub struct ClawFs {
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
     invalidator: std::sync::OnceLock<Invalidator>,
-    /// Called when an agent announces itself (see [`ClawFs::set_agent_start_hook`]).
-    agent_start: std::sync::OnceLock<AgentStartHook>,
+    /// The daemon's monitor of agent activity (see [`ClawFs::set_activity_monitor`]).
+    activity: std::sync::OnceLock<std::sync::Weak<dyn ActivityMonitor>>,
     vault: std::sync::OnceLock<crate::vault::Vault>,
     /// The workspaces' indexes, when search is on (set once at mount).
     indexer: std::sync::OnceLock<Arc<crate::search::Indexer>>,
@@ -245,11 +246,22 @@ pub enum Invalidation {
 /// Delivers invalidations to the kernel and returns once they are done (or given up on).
 pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
 
-/// What the daemon does when an agent process announces itself: before `clawfs run` hands the
-/// process to the agent's program, the process (already in its agent group, as the agent)
-/// opens `agents/self`, and the open is answered only after this returns. Called with the
-/// announcing thread's id.
-pub type AgentStartHook = Box<dyn Fn(u32) + Send + Sync>;
+/// The daemon's monitor of what agent processes do outside the mount. Before `clawfs run` hands a
+/// process to the agent's program, the process (already in its agent group, as the agent) opens
+/// `agents/self`, and the open is answered only after [`agent_starting`] returns; when the run's
+/// processes have all exited, `clawfs run` asks for [`settle`] (the `trusted.clawfs.settle`
+/// xattr of the mount's root), so that the run's refusals are on record when it returns.
+///
+/// [`agent_starting`]: ActivityMonitor::agent_starting
+/// [`settle`]: ActivityMonitor::settle
+pub trait ActivityMonitor: Send + Sync {
+    /// Thread `tid` of an agent process announced itself (it opened `agents/self`): the monitor
+    /// is watching when this returns.
+    fn agent_starting(&self, tid: u32);
+    /// Waits until what agents did so far (the events the kernel has reported) is on record;
+    /// `false` if that took too long.
+    fn settle(&self) -> bool;
+}
 
 /// What `open` opened.
 pub enum Opened {
@@ -330,7 +342,7 @@ impl ClawFs {
             cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),
             shared: Default::default(),
             invalidator: Default::default(),
-            agent_start: Default::default(),
+            activity: Default::default(),
             vault: Default::default(),
             indexer: std::sync::OnceLock::new(),
             recent: std::sync::Mutex::new(lru::LruCache::new(RECENT_BACKINGS)),
@@ -359,16 +371,26 @@ impl ClawFs {
         let _ = self.invalidator.set(invalidator);
     }
 
-    /// Sets what an agent's open of `agents/self` starts (once: at mount).
-    pub fn set_agent_start_hook(&self, hook: AgentStartHook) {
-        let _ = self.agent_start.set(hook);
+    /// Sets the monitor of agent activity (once: at mount). Held weakly: the monitor holds the
+    /// file system, not the other way round.
+    pub fn set_activity_monitor(&self, monitor: std::sync::Weak<dyn ActivityMonitor>) {
+        let _ = self.activity.set(monitor);
     }
 
-    /// Thread `tid` of an agent announced itself: runs the hook, if any.
+    /// Thread `tid` of an agent announced itself: tells the monitor, if any.
     pub(crate) fn agent_starting(&self, tid: u32) {
-        if let Some(hook) = self.agent_start.get() {
-            hook(tid);
+        if let Some(m) = self.activity.get().and_then(std::sync::Weak::upgrade) {
+            m.agent_starting(tid);
         }
+    }
+
+    /// Waits until the monitor has recorded what agents did so far; `true` when there is no
+    /// monitor (nothing to wait for).
+    pub(crate) fn settle_activity(&self) -> bool {
+        self.activity
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .is_none_or(|m| m.settle())
     }
 
     /// Tells the kernel that the backing entries at `paths` (absolute, inside the store) changed:

@@ -4,12 +4,23 @@ use super::*;
 use crate::policy::kernel_acl;
 use crate::virtual_files::VirtualNode;
 
+/// Asked of the mount's root by `clawfs run` (root) when its run has ended: answered once the
+/// activity monitor has recorded what the run did ([`ClawFs::settle_activity`]), `settled` or
+/// `timeout`.
+pub const SETTLE: &str = "trusted.clawfs.settle";
+
 impl ClawFs {
     /// The value of xattr `name`; only `user.*` attributes exist, and the access ACL the
-    /// kernel checks where the policy grants per agent ([`ClawFs::kernel_acl`]).
+    /// kernel checks where the policy grants per agent ([`ClawFs::kernel_acl`]), and root's
+    /// [`SETTLE`] question.
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
         if name == kernel_acl::POSIX_ACL_ACCESS {
             return self.kernel_acl(ino)?.ok_or_else(|| errno(libc::ENODATA));
+        }
+        if name == SETTLE && ino == crate::inodes::ROOT_INO && caller.uid == 0 {
+            // The kernel lets only CAP_SYS_ADMIN ask for a trusted.* name.
+            let settled = self.settle_activity();
+            return Ok(if settled { b"settled" } else { b"timeout" }.to_vec());
         }
         let name = name.to_str().filter(|n| xattrs::is_user(n));
         let generated = matches!(self.route(ino)?, Route::Generated(_));
