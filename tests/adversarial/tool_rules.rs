@@ -3,8 +3,8 @@
 
 use std::fs;
 
-use crate::common::{tool_call, Mounted};
-use crate::support::{text, TempUser};
+use crate::common::{tool_call, tool_call_script, Mounted};
+use crate::support::{denials, text, TempUser};
 
 #[test]
 fn a_user_cannot_read_through_tools_a_workspace_it_cannot_enter() {
@@ -50,6 +50,63 @@ fn tools_cannot_remove_or_replace_what_the_workspace_manages() {
     assert_eq!(fs::read(m.ws().join("metadata.json")).unwrap(), meta);
     assert!(m.ws().join("snapshots").is_dir());
     assert!(!m.ws().join("snapshots/x.db").exists());
+}
+
+/// A workspace's metadata.json (its vector dimension, index parameters, owner) is read by the
+/// indexer and by snapshots: an agent with a read-write grant reads it but changes it only
+/// through the validated xattr, neither by writing, appending, truncating nor through a tool.
+#[test]
+fn an_agent_cannot_rewrite_a_workspaces_metadata() {
+    let m = Mounted::new();
+    let meta = m.ws().join("metadata.json");
+    let before = fs::read(&meta).unwrap();
+    let f = meta.display();
+    let write = tool_call_script(
+        &m,
+        "write_file",
+        &serde_json::json!({"path": "metadata.json", "content": "{}", "overwrite": true}),
+    );
+    let edit = tool_call_script(
+        &m,
+        "edit_file",
+        &serde_json::json!({"path": "metadata.json", "edits": [{"old": "1536", "new": "7"}]}),
+    );
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "grep -c vector_dimension {f}; \
+             echo '{{\"vector_dimension\": 999999}}' > {f} 2>&1; \
+             echo more >> {f}; truncate -s 0 {f}; \
+             /usr/bin/python3 -c \"open('{f}', 'r+').write('x')\" 2>&1 | tail -1; \
+             echo; {write}; echo; {edit}; echo; true"
+        ),
+    );
+    let shown = text(&out);
+    assert!(shown.starts_with("1\n"), "the agent could not read it: {shown}");
+    assert_eq!(
+        shown.matches("Read-only file system").count(),
+        4,
+        "{shown}"
+    );
+    assert_eq!(shown.matches("\"ok\":false").count(), 2, "{shown}");
+    assert_eq!(fs::read(&meta).unwrap(), before, "{shown}");
+    let d = denials(&m, "fs-engine");
+    assert!(
+        d.iter().any(|r| r["rule"] == "WORKSPACE-ROOT"
+            && r["path"] == "/workspaces/default/metadata.json"),
+        "{d:?}"
+    );
+    // The settings still change the validated way.
+    let set = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "setfattr -n user.clawfs.vector_dimension -v 256 {} 2>&1; grep -o '\"vector_dimension\": [0-9]*' {f}",
+            m.ws().display()
+        ),
+    );
+    assert!(text(&set).contains("256"), "{}", text(&set));
 }
 
 #[test]

@@ -124,6 +124,13 @@ impl ClawFs {
                 return Err(e.into());
             }
             drop(_as);
+            // The kernel would go on serving the replaced file under the name.
+            if let Some(invalidate) = self.invalidator.get() {
+                invalidate(vec![Invalidation::Entry {
+                    parent: ino,
+                    name: "metadata.json".into(),
+                }]);
+            }
             self.index_reconfigured(&self.ns_path(&fd)?);
         } else {
             // Its change time moved (and its tags may have): index it again.

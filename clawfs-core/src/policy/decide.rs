@@ -12,6 +12,9 @@ const AGENTS: &str = "agents";
 const WORKSPACES: &str = "workspaces";
 const VAULT: &str = "vault";
 
+/// A workspace's settings file, kept by ClawFS.
+const WORKSPACE_METADATA: &str = "metadata.json";
+
 /// The virtual file that tells a caller who ClawFS thinks it is: `/agents/self`.
 const SELF_FILE: &str = "self";
 
@@ -506,6 +509,20 @@ impl Policy {
             );
         }
         let grant = self.workspace_grant(&me.name, ws);
+        if path.depth() == 3
+            && path.get(2) == Some(WORKSPACE_METADATA)
+            && !access.is_read()
+            && grant.allows(Access::Read)
+        {
+            return deny(
+                rule::WORKSPACE_ROOT,
+                DenyKind::ReadOnly,
+                format!(
+                    "{path} holds the workspace's settings, which the search index and snapshots rely on; agents read it but may not {} it: set the vector dimension with `setfattr -n user.clawfs.vector_dimension -v N` on the workspace, or ask an admin",
+                    access.verb()
+                ),
+            );
+        }
         if grant.allows(access) {
             return Ok(());
         }

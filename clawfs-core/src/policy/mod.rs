@@ -55,7 +55,8 @@ pub mod rule {
     pub const READ_ONLY_ROOT: &str = "READ-ONLY-ROOT";
     /// The agent's grant on a workspace does not allow this.
     pub const WORKSPACE_GRANT: &str = "WORKSPACE-GRANT";
-    /// Only admins and users create, remove or rename whole workspaces.
+    /// Only admins and users create, remove or rename whole workspaces, or edit a workspace's
+    /// `metadata.json` (agents change its settings through `user.clawfs.*` xattrs, validated).
     pub const WORKSPACE_ROOT: &str = "WORKSPACE-ROOT";
     /// Only granted secrets in `/vault/secrets/` are readable by an agent; nothing is writable.
     pub const VAULT_GRANT: &str = "VAULT-GRANT";
