@@ -18,6 +18,11 @@ fn is_root() -> bool {
 macro_rules! require_root {
     () => {
         if !is_root() {
+            // CI's machine runs every test as root: there a skip is a failure.
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "needs root (a root-owned store, calls as other uids)"
+            );
             eprintln!("SKIP: needs root (a root-owned store, calls as other uids)");
             return;
         }
@@ -282,4 +287,23 @@ fn readdirplus_takes_a_reference_per_entry_it_answers_and_gives_back_what_did_no
         .is_err());
     assert_eq!(fs.ttl(call), std::time::Duration::ZERO);
     fs.releasedir(fh).unwrap();
+}
+
+/// The daemon remembers who a pid is for a moment (reading `/proc/PID/cgroup` on every request
+/// would cost too much), but only for the credentials it saw: the same pid with other
+/// credentials (root's pid reused by an agent's process) is asked about again.
+#[test]
+fn a_pids_identity_is_remembered_for_its_credentials_only() {
+    use clawfs_core::policy::Identity;
+    require_root!();
+    let (_dir, fs) = fs();
+    let pid = std::process::id();
+    let root = Caller { pid, ..ADMIN };
+    assert_eq!(fs.identify(&root), Identity::Admin);
+    let agent = Caller { pid, ..FS_ENGINE };
+    match fs.identify(&agent) {
+        Identity::Agent(name) => assert_eq!(name.as_str(), "fs-engine"),
+        other => panic!("the agent's process was taken for {other:?}"),
+    }
+    assert_eq!(fs.identify(&root), Identity::Admin);
 }

@@ -80,6 +80,8 @@ const ARMED: Duration = Duration::from_secs(10);
 const BASE: &str = "clawfs:base";
 /// How long a settle request waits at most.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the event thread trusts what it learned of a process's run.
+const PID_TTL: Duration = Duration::from_secs(1);
 /// Records waiting for the audit log at most.
 const QUEUE: usize = 4096;
 /// How long the event thread waits for the ring buffer before looking again (for events the
@@ -577,9 +579,13 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
 /// Which runs serve this daemon's store: `clawfs run` pid → whether its `--store` (or the default
 /// store) is this one. Agent groups are host-wide, shared by every store's runs.
 struct Runs {
-    known: HashMap<u32, bool>,
-    /// Process id → its agent if it is of a run of this store (a process stays in its group).
-    pids: HashMap<u32, Option<String>>,
+    /// For [`PID_TTL`]: a `clawfs run` pid may be reused by another store's run.
+    known: HashMap<u32, (Instant, bool)>,
+    /// (process id, watched group) → its agent if it is of a run of this store (a process stays
+    /// in its group; a pid reused by a process of another agent's group is another key). Kept
+    /// for [`PID_TTL`], so that a pid reused in the same agent group by another store's run is
+    /// looked at again.
+    pids: HashMap<(u32, u64), (Instant, Option<String>)>,
 }
 
 impl Shared {
@@ -591,13 +597,17 @@ impl Shared {
 
 impl Runs {
     fn ours(&mut self, shared: &Shared, run_pid: u32) -> bool {
-        if self.known.len() > 4096 {
-            self.known.clear();
+        if let Some((at, ours)) = self.known.get(&run_pid) {
+            if at.elapsed() < PID_TTL {
+                return *ours;
+            }
         }
-        *self
-            .known
-            .entry(run_pid)
-            .or_insert_with(|| shared.serves(run_pid))
+        if self.known.len() > 4096 {
+            self.known.retain(|_, (at, _)| at.elapsed() < PID_TTL);
+        }
+        let ours = shared.serves(run_pid);
+        self.known.insert(run_pid, (Instant::now(), ours));
+        ours
     }
 }
 
@@ -620,11 +630,14 @@ fn leaf_of(shared: &Shared, pid: u32) -> Option<(String, u32)> {
 /// group's, if a run of this store is in it now. An event of a process gone before its group could
 /// be read that arrived under the base group cannot be placed and is dropped.
 fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
-    if let Some(known) = runs.pids.get(&ev.pid) {
-        return known.clone();
+    let key = (ev.pid, ev.cgroup_id);
+    if let Some((at, known)) = runs.pids.get(&key) {
+        if at.elapsed() < PID_TTL {
+            return known.clone();
+        }
     }
     if runs.pids.len() > 4096 {
-        runs.pids.clear();
+        runs.pids.retain(|_, (at, _)| at.elapsed() < PID_TTL);
     }
     if let Some((agent, run)) = leaf_of(shared, ev.pid) {
         if ev.agent == BASE {
@@ -640,7 +653,7 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
             }
         }
         let found = runs.ours(shared, run).then_some(agent);
-        runs.pids.insert(ev.pid, found.clone());
+        runs.pids.insert(key, (Instant::now(), found.clone()));
         return found;
     }
     if ev.agent == BASE {

@@ -22,8 +22,11 @@ mod estop;
 mod paths;
 mod quota;
 
-/// How long a pid's identity is trusted before `/proc/<pid>/cgroup` is read again. A pid reused
-/// within this time by another process of a different identity is the residual risk.
+/// How long a pid's identity is trusted before `/proc/<pid>/cgroup` is read again. The cache is
+/// keyed by pid, uid and gid: a pid reused within this time by a process of other credentials
+/// (root's pid by an agent, one agent's by another: agents have uids of their own) misses it.
+/// A pid reused within this time by another process of the same uid and gid (an agent run with
+/// `--user` as a login user, and that user's own process) is the residual risk.
 const IDENTITY_TTL: Duration = Duration::from_secs(1);
 /// Denials kept in `agents/<name>/denials`.
 pub const MAX_DENIALS: usize = 1000;
@@ -36,7 +39,7 @@ pub struct Gate {
     /// The policy in force; readers clone the `Arc` (leaf).
     policy: RwLock<Arc<Policy>>,
     /// pid → identity, for [`IDENTITY_TTL`]; `/proc` is read outside the lock (leaf).
-    identities: Mutex<HashMap<u32, (Instant, Identity)>>,
+    identities: Mutex<HashMap<(u32, u32, u32), (Instant, Identity)>>,
     store_owner: u32,
     audit: OnceLock<Arc<AuditLog>>,
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
@@ -237,7 +240,7 @@ impl ClawFs {
                 .identities
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some((at, who)) = cache.get(&caller.pid) {
+            if let Some((at, who)) = cache.get(&(caller.pid, caller.uid, caller.gid)) {
                 if at.elapsed() < IDENTITY_TTL {
                     return who.clone();
                 }
@@ -261,7 +264,10 @@ impl ClawFs {
             if cache.len() > 4096 {
                 cache.retain(|_, (at, _)| at.elapsed() < IDENTITY_TTL);
             }
-            cache.insert(caller.pid, (Instant::now(), who.clone()));
+            cache.insert(
+                (caller.pid, caller.uid, caller.gid),
+                (Instant::now(), who.clone()),
+            );
         }
         who
     }
