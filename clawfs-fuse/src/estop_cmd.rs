@@ -1,6 +1,8 @@
 //! `clawfs estop`: the emergency stop. Records the stop in the store (it survives a daemon
 //! restart), tells the daemon serving the store (SIGHUP; the daemon re-reads the flag and
-//! refuses every agent write and tool call), and freezes and kills every running agent.
+//! refuses every agent write, tool call and commit of a change begun before) and waits for it to
+//! say so, then freezes and kills every running agent. A `clawfs run` that looked for the flag
+//! before it was written looks again from inside its group, where the kill finds it.
 //! `--clear` lifts it; `--status` says whether one is in force.
 
 use std::path::{Path, PathBuf};
@@ -32,12 +34,17 @@ pub fn run(store: &Option<PathBuf>, clear: bool, status: bool) -> Result<(), Fai
 }
 
 fn flag_path(store: &Store) -> PathBuf {
-    store.private_dir().join(ESTOP_FILE)
+    flag_file(store.root())
+}
+
+/// Where the store at `store_root` records a stop.
+pub fn flag_file(store_root: &Path) -> PathBuf {
+    store_root.join(PRIVATE_DIR).join(ESTOP_FILE)
 }
 
 /// The stop in force, as the store records it.
 pub fn read_flag(store_root: &Path) -> Option<serde_json::Value> {
-    let text = std::fs::read(store_root.join(PRIVATE_DIR).join(ESTOP_FILE)).ok()?;
+    let text = std::fs::read(flag_file(store_root)).ok()?;
     Some(serde_json::from_slice(&text).unwrap_or_else(|_| serde_json::json!({"unreadable": true})))
 }
 
@@ -74,8 +81,13 @@ fn stop(store: &Store) -> Result<(), Failure> {
         )
         .with_context(|| format!("recording the stop in {}", flag_path(store).display()))?;
     println!("emergency stop recorded in {}", flag_path(store).display());
-    // The daemon first: from its next request on, no agent writes or calls a tool.
-    let daemon = signal_daemon(store)?;
+    // The daemon first: once it has acknowledged, no agent writes, calls a tool or commits a
+    // change it started before; so what the agents' deaths close (an identity file open for
+    // writing) commits nothing. A daemon that does not acknowledge does not hold the kill up.
+    let acknowledged = match signal_daemon(store)? {
+        Some(pid) => wait_ack(store, pid, true, &id),
+        None => Ok(()),
+    };
     // The agents of this store: cgroups are host-wide, and other stores' agents are theirs. A
     // run whose `clawfs run` is gone (killed) is nobody's: its agents are stopped too.
     let this_store = std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().into());
@@ -105,10 +117,7 @@ fn stop(store: &Store) -> Result<(), Failure> {
         }
         Err(e) => eprintln!("clawfs: killing agents: {e}"),
     }
-    if let Some(pid) = daemon {
-        wait_ack(store, pid, true, &id)?;
-    }
-    Ok(())
+    acknowledged
 }
 
 fn lift(store: &Store) -> Result<(), Failure> {

@@ -40,6 +40,11 @@ use crate::{mounts, spawn};
 /// the policy assigns uids.
 pub const AGENT_UID_BASE: u32 = 61000;
 
+/// Why a run does not start while an emergency stop is in force.
+const ESTOP_IN_FORCE: &str = "an emergency stop is in force (clawfs estop): no agent may start until an admin runs `clawfs estop --clear`";
+/// What the child answers when it finds the stop (no system call of its answers it).
+const ESTOPPED: i32 = libc::ECANCELED;
+
 /// Signals `clawfs run` passes on to the command (to the whole run once the command has exited).
 pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
 
@@ -117,6 +122,9 @@ pub struct RunSpec {
     /// before it answers): a mount of the store, never another store's (that would tell the
     /// wrong monitor). `None`: the store is not mounted (a `--no-sandbox` run), nobody to tell.
     pub mount: Option<PathBuf>,
+    /// The store's emergency-stop flag: the child looks for it once it is in its group, before
+    /// anything of the agent's runs (see [`crate::estop_cmd`]). `None`: not looked for.
+    pub estop_flag: Option<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> Failure {
@@ -161,9 +169,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
             ))
         })?;
     if crate::estop_cmd::read_flag(store.root()).is_some() {
-        return Err(fail(
-            "an emergency stop is in force (clawfs estop): no agent may start until an admin runs `clawfs estop --clear`",
-        ));
+        return Err(fail(ESTOP_IN_FORCE));
     }
     if args.no_sandbox && !spec_in_policy.sandbox.require.is_empty() {
         return Err(fail(format!(
@@ -266,6 +272,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         },
         programs: Vec::new(),
         mount,
+        estop_flag: Some(crate::estop_cmd::flag_file(store.root())),
     })
 }
 
@@ -480,8 +487,12 @@ fn settle(mount: &Path) {
     let mut answer = [0u8; 16];
     match rustix::fs::getxattr(mount, clawfs_core::fs::SETTLE_XATTR, &mut answer) {
         Ok(n) if &answer[..n] == b"settled" => {}
-        Ok(_) => warn!(mount = %mount.display(), "the run's last refusals may reach the audit trail after it returns: the daemon's monitor did not catch up in time"),
-        Err(e) => warn!(mount = %mount.display(), error = %e, "asking the daemon to record the run's last activity"),
+        Ok(_) => {
+            warn!(mount = %mount.display(), "the run's last refusals may reach the audit trail after it returns: the daemon's monitor did not catch up in time")
+        }
+        Err(e) => {
+            warn!(mount = %mount.display(), error = %e, "asking the daemon to record the run's last activity")
+        }
     }
 }
 
@@ -630,6 +641,12 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         .map_err(|_| fail("the mount's path contains a NUL byte"))?;
     let (uid, gid) = (spec.uid, spec.gid);
     let groups: Vec<libc::gid_t> = spec.groups.clone();
+    let estop_flag = spec
+        .estop_flag
+        .as_ref()
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+        .map_err(|_| fail("the store's path contains a NUL byte"))?;
 
     let layers = match &spec.sandbox {
         Some((store, mount)) => Some(prepare_sandbox(spec, store, mount)?),
@@ -676,6 +693,16 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         // SAFETY: setsid has no arguments; the new child is not a group leader.
         if unsafe { libc::setsid() } < 0 {
             return Err(io::Error::last_os_error());
+        }
+        // 0b. A stop recorded after `clawfs run` looked: the child is in its group now, so a
+        //     stop recorded after this look finds it there and kills it (`clawfs estop` writes
+        //     the flag before it looks for groups).
+        if let Some(flag) = &estop_flag {
+            // SAFETY: `flag` is a NUL-terminated string that lives as long as the closure;
+            // faccessat is async-signal-safe.
+            if unsafe { libc::faccessat(libc::AT_FDCWD, flag.as_ptr(), libc::F_OK, 0) } == 0 {
+                return Err(io::Error::from_raw_os_error(ESTOPPED));
+            }
         }
         // 1. The child was created in the run's cgroup v2 group, which names it the agent; it
         //    joins the run's cgroup v1 groups, if any, while still root (they are root-owned: it
@@ -783,6 +810,10 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     // SAFETY: `in_child` makes only async-signal-safe system calls on data prepared above.
     let pid = match unsafe { spawn::spawn(&program, cgroup, in_child) } {
         Ok(pid) => pid,
+        Err(e) if e.raw_os_error() == Some(ESTOPPED) => {
+            handle.close();
+            return Err(fail(ESTOP_IN_FORCE));
+        }
         Err(e) => {
             handle.close();
             let announce = match (&announce_path, must_announce) {

@@ -290,3 +290,94 @@ fn mount_holders(mnt: &std::path::Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// Runs started again and again while the stop is recorded: each either never starts its
+/// command or is killed with the rest. A run that had looked for the stop just before it was
+/// recorded has its child in its group by then (the child looks again from there), so the stop
+/// finds it.
+#[test]
+fn a_run_starting_as_the_stop_lands_does_not_survive_it() {
+    let _serial = one_at_a_time();
+    let m = Mounted::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let until = Instant::now() + Duration::from_secs(5);
+    let stopped = std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                    let _ = m
+                        .run_command(AGENT)
+                        .args(["--", "sleep", "600"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .map(|mut c| {
+                            std::thread::sleep(Duration::from_millis(30));
+                            // Reaped when it ends (it is killed by the stop, or refused).
+                            std::thread::spawn(move || c.wait());
+                        });
+                }
+            });
+        }
+        agents_started(&m, 2);
+        std::thread::sleep(Duration::from_millis(300));
+        let out = clawfs([
+            OsStr::new("estop"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+        ]);
+        // Runs keep being started after the stop; none may start its command.
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
+    assert!(stopped.status.success(), "{}", text(&stopped));
+    // What the stop killed is gone; anything left started after it, or survived it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !agent_pids(AGENT, &m.store).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(agent_pids(AGENT, &m.store), Vec::<String>::new());
+    estop(&m, &["--clear"]);
+}
+
+/// An agent killed by the stop with its identity file open for writing: the close that its
+/// death makes commits nothing.
+#[test]
+fn a_stopped_agents_open_identity_write_is_not_committed() {
+    let _serial = one_at_a_time();
+    let m = Mounted::new();
+    let file = m.path(&format!("agents/{AGENT}/identity.json"));
+    // The agent's first run gives it its identity file.
+    assert!(m.run_agent(AGENT, "true").status.success());
+    let before = fs::read(m.backing(&format!("agents/{AGENT}/identity.json"))).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&before).unwrap();
+    doc["name"] = serde_json::Value::String("written while stopped".into());
+    let mut runner = m
+        .run_command(AGENT)
+        // One descriptor, written and held: no close (no flush) until the process dies.
+        .args(["--", "/usr/bin/python3", "-c"])
+        .arg("import os, sys, time\nf = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)\nos.write(f, sys.argv[2].encode())\ntime.sleep(600)")
+        .arg(&file)
+        .arg(doc.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    agents_started(&m, 1);
+    // The write is in.
+    std::thread::sleep(Duration::from_millis(500));
+    estop(&m, &[]);
+    let _ = runner.wait();
+    assert_eq!(
+        fs::read(m.backing(&format!("agents/{AGENT}/identity.json"))).unwrap(),
+        before
+    );
+    let d = denials(&m, AGENT);
+    assert!(
+        d.iter().any(|l| l["rule"] == "ESTOP"
+            && l["path"] == format!("/agents/{AGENT}/identity.json").as_str()),
+        "{d:?}"
+    );
+    estop(&m, &["--clear"]);
+}

@@ -68,6 +68,7 @@ fn a_fifo_where_the_daemon_reads_never_hangs_it() {
     let mnt = m.mnt.display();
     // Where the agent can see it: its sandbox shows nothing of the host's /tmp.
     let go = m.ws().join("go");
+    let held = m.ws().join("held");
     let doc = r#"{"agent_id":"fs-engine","version":2,"created_at":"x","state":{},"memory":{},"history":{},"performance":{}}"#;
     // The agent holds its identity file open for writing; meanwhile the file in the store
     // becomes a FIFO (as a rename over it would leave it, which the mount refuses); then the
@@ -79,14 +80,20 @@ fn a_fifo_where_the_daemon_reads_never_hangs_it() {
         .arg(format!(
             "cd {mnt}/agents/fs-engine || exit 9
              exec 3<>identity.json
+             : > {held}
              n=0; while [ ! -e {go} ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done
              echo '{doc}' >&3; exec 3>&- 2>&1
              echo committed",
-            go = go.display()
+            go = go.display(),
+            held = held.display(),
         ))
         .output_after(|| {
             let identity = m.backing("agents/fs-engine/identity.json");
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            // Swapped once the agent holds the file open (however slowly it started).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !held.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             fs::remove_file(&identity).unwrap();
             let c = std::ffi::CString::new(identity.as_os_str().as_encoded_bytes()).unwrap();
             // SAFETY: a valid NUL-terminated path.

@@ -83,18 +83,18 @@ fn an_agent_cannot_rewrite_a_workspaces_metadata() {
         ),
     );
     let shown = text(&out);
-    assert!(shown.starts_with("1\n"), "the agent could not read it: {shown}");
-    assert_eq!(
-        shown.matches("Read-only file system").count(),
-        4,
-        "{shown}"
+    assert!(
+        shown.starts_with("1\n"),
+        "the agent could not read it: {shown}"
     );
+    assert_eq!(shown.matches("Read-only file system").count(), 4, "{shown}");
     assert_eq!(shown.matches("\"ok\":false").count(), 2, "{shown}");
     assert_eq!(fs::read(&meta).unwrap(), before, "{shown}");
     let d = denials(&m, "fs-engine");
     assert!(
-        d.iter().any(|r| r["rule"] == "WORKSPACE-ROOT"
-            && r["path"] == "/workspaces/default/metadata.json"),
+        d.iter()
+            .any(|r| r["rule"] == "WORKSPACE-ROOT"
+                && r["path"] == "/workspaces/default/metadata.json"),
         "{d:?}"
     );
     // The settings still change the validated way.

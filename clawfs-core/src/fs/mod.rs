@@ -52,12 +52,12 @@ mod secrets;
 mod staged;
 mod xattr_ops;
 
-pub use xattr_ops::SETTLE as SETTLE_XATTR;
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
     identity_file_agent, validate as validate_identity, StagedTarget, MAX_IDENTITY_BYTES,
 };
+pub use xattr_ops::SETTLE as SETTLE_XATTR;
 
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]

@@ -153,6 +153,12 @@ impl ClawFs {
         {
             return Ok(false);
         }
+        // An agent stopped (`clawfs estop`) with the file open: its close, when it is killed,
+        // commits nothing.
+        if let Err(denial) = self.estop_check(&self.identify(caller)) {
+            let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
+            return self.refuse(caller, "write", &path, denial).map(|()| false);
+        }
         let mut f = &file.backing.file;
         if f.metadata()?.len() > MAX_IDENTITY_BYTES {
             return self

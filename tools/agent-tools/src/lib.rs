@@ -65,7 +65,7 @@ pub struct ToolRoot {
     umask: u32,
     /// Told the absolute path of every entry a call creates, replaces, moves or removes.
     observer: Option<Observer>,
-    /// Told how many bytes each write adds before it is made; an error refuses the write.
+    /// Asked before each change, with the bytes it adds; an error refuses the change.
     meter: Option<Meter>,
     /// The workspace's index, for `semantic_search`.
     semantic: Option<Arc<dyn SemanticIndex>>,
@@ -83,7 +83,7 @@ pub struct ToolRoot {
 /// caller's (see [`ToolRoot::with_elevation`]).
 pub type Elevation = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
-/// A callback asked before each write with the bytes it adds (see [`ToolRoot::with_meter`]).
+/// A callback asked before each change with the bytes it adds (see [`ToolRoot::with_meter`]).
 pub type Meter = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
 
 /// A callback told of every changed path (see [`ToolRoot::with_observer`]).
@@ -241,18 +241,22 @@ impl ToolRoot {
         self
     }
 
-    /// Asks `meter` before each write how many bytes it adds past the file's old size; an error
-    /// refuses the write with its message (the daemon charges an agent's byte quota this way).
+    /// Asks `meter` right before each change a call makes (a write, with how many bytes it adds
+    /// past the file's old size; a move, a removal to the trash, a restore or a new folder, with
+    /// 0); an error refuses the change with its message (the daemon charges an agent's byte
+    /// quota this way, and refuses every change once an emergency stop is in force).
     pub fn with_meter(mut self, meter: Meter) -> ToolRoot {
         self.meter = Some(meter);
         self
     }
 
-    /// Asks the meter whether a write may add `bytes` (a byte quota); refused as `denied`.
+    /// Asks the meter whether a change may be made now, adding `bytes` (0 for a move or a new
+    /// folder); refused as `denied`. Called right before the change, after whatever the call
+    /// computed: a caller stopped meanwhile changes nothing.
     pub(crate) fn charge(&self, bytes: u64) -> ToolResult<()> {
         match &self.meter {
-            Some(m) if bytes > 0 => m(bytes).map_err(ToolError::Denied),
-            _ => Ok(()),
+            Some(m) => m(bytes).map_err(ToolError::Denied),
+            None => Ok(()),
         }
     }
 

@@ -425,6 +425,7 @@ impl ToolRoot {
     /// folder mode, one name at a time, reports the topmost one created, and returns it opened
     /// for reading. `for_rel` names the path the folders are for, in errors.
     pub(crate) fn create_dirs(&self, rel: &str, for_rel: &str) -> ToolResult<File> {
+        self.charge(0)?;
         let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
         let (dir, first_new) = beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ)
             .map_err(|e| {

@@ -1748,3 +1748,59 @@ fn a_very_deep_tree_is_walked_to_a_bounded_depth_and_says_so() {
     assert_eq!(r["truncated"], false, "{r}");
     assert_eq!(r["sizes_incomplete"], true, "{r}");
 }
+
+/// The meter is asked right before every change a call makes, not only before writes that add
+/// bytes (the daemon refuses there the changes of a call an emergency stop overtook): refused,
+/// nothing changes.
+#[test]
+fn a_refusing_meter_stops_every_kind_of_change() {
+    let mut w = ws();
+    w.put("a.md", "alpha\n");
+    w.put("keep/b.md", "beta\n");
+    let trashed = w.ok("delete", json!({"path": "keep/b.md"}))["trash_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = tree(&w.dir);
+    w.root = ToolRoot::new(&w.dir)
+        .unwrap()
+        .with_meter(Arc::new(|_| Err("stopped: no change now".into())));
+    for (tool, req) in [
+        ("write_file", json!({"path": "new.md", "content": "x"})),
+        (
+            "edit_file",
+            json!({"path": "a.md", "edits": [{"old": "alpha", "new": "omega"}]}),
+        ),
+        ("move", json!({"from": "a.md", "to": "c.md"})),
+        ("delete", json!({"path": "a.md"})),
+        ("restore", json!({"trash_id": trashed})),
+        ("create_folder", json!({"path": "d/e"})),
+    ] {
+        let r = w.err(tool, req, "denied");
+        assert!(
+            r["message"].as_str().unwrap().contains("stopped"),
+            "{tool}: {r}"
+        );
+    }
+    assert_eq!(tree(&w.dir), before);
+}
+
+/// Every path beneath `dir` with its content (files) or `/` (folders), sorted.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            if p.is_dir() {
+                stack.push(p);
+                out.push((rel, "/".into()));
+            } else {
+                out.push((rel, fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -20,6 +20,11 @@ impl ClawFs {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The switch [`Self::estop_in_force`] reads, for a tool call to look at before each change.
+    pub(in crate::fs) fn estop_switch(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        Arc::clone(&self.gate.estop_on)
+    }
+
     /// The flag as the store holds it now (an unreadable flag is a stop: failing closed).
     pub(in crate::fs) fn read_estop(&self) -> Option<serde_json::Value> {
         let path = Path::new(crate::store::PRIVATE_DIR).join(ESTOP_FILE);

@@ -22,6 +22,9 @@ mod estop;
 mod paths;
 mod quota;
 
+/// A caller's pid, uid and gid: what the identity cache is keyed by.
+type Credentials = (u32, u32, u32);
+
 /// How long a pid's identity is trusted before `/proc/<pid>/cgroup` is read again. The cache is
 /// keyed by pid, uid and gid: a pid reused within this time by a process of other credentials
 /// (root's pid by an agent, one agent's by another: agents have uids of their own) misses it.
@@ -39,7 +42,7 @@ pub struct Gate {
     /// The policy in force; readers clone the `Arc` (leaf).
     policy: RwLock<Arc<Policy>>,
     /// pid → identity, for [`IDENTITY_TTL`]; `/proc` is read outside the lock (leaf).
-    identities: Mutex<HashMap<(u32, u32, u32), (Instant, Identity)>>,
+    identities: Mutex<HashMap<Credentials, (Instant, Identity)>>,
     store_owner: u32,
     audit: OnceLock<Arc<AuditLog>>,
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
@@ -49,7 +52,8 @@ pub struct Gate {
     /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
-    estop_on: std::sync::atomic::AtomicBool,
+    /// Shared with the tool calls in progress, which ask it before each change they make.
+    estop_on: Arc<std::sync::atomic::AtomicBool>,
     /// The last EACCES/EPERM answers (caller pid, `CLOCK_MONOTONIC` ns), so that a refusal seen
     /// from the kernel side ([`ClawFs::answered_refusal`]) is not recorded twice.
     refusals: Mutex<VecDeque<(u32, u64)>>,
@@ -93,7 +97,7 @@ impl Gate {
             denials: Mutex::default(),
             held: Default::default(),
             estop: RwLock::new(None),
-            estop_on: std::sync::atomic::AtomicBool::new(false),
+            estop_on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             refusals: Mutex::default(),
         }
     }

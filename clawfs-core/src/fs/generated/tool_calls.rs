@@ -179,19 +179,26 @@ impl ClawFs {
                 workspace: workspace.clone(),
             }));
         }
-        // An agent's byte quota: the call may add what is left of it, and is charged what it
-        // added when it is done.
+        // An agent's call changes nothing once an emergency stop is in force (it may have been
+        // computing since before), and its byte quota: the call may add what is left of it, and
+        // is charged what it added when it is done.
         let added = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        if let (true, Identity::Agent(agent)) = (self.metered(who), who) {
-            let left = self
-                .policy()
-                .quota(agent)
-                .bytes
-                .saturating_sub(self.usage(agent).bytes);
+        if let Identity::Agent(agent) = who {
+            let left = self.metered(who).then(|| {
+                self.policy()
+                    .quota(agent)
+                    .bytes
+                    .saturating_sub(self.usage(agent).bytes)
+            });
             let added = std::sync::Arc::clone(&added);
+            let stopped = self.estop_switch();
             let name = agent.as_str().to_string();
             root = root.with_meter(std::sync::Arc::new(move |bytes| {
                 use std::sync::atomic::Ordering;
+                if stopped.load(Ordering::Acquire) {
+                    return Err(crate::fs::gate::ESTOP_REASON.to_string());
+                }
+                let Some(left) = left else { return Ok(()) };
                 let before = added.fetch_add(bytes, Ordering::AcqRel);
                 if before.saturating_add(bytes) <= left {
                     return Ok(());

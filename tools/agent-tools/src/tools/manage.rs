@@ -110,6 +110,7 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
     let from = slot_of(root, &src.rel)?;
     let to = new_slot(root, &to_rel)?;
+    root.charge(0)?;
     beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
         .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
     root.changed(&src.abs);
@@ -177,6 +178,7 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     let kind = EntryType::of(&src.meta);
     let ctx = |e| ToolError::io(format!("moving '{}' to the trash", src.rel), e);
     let from = slot_of(root, &src.rel)?;
+    root.charge(0)?;
     let trash = root.store_dir(&root.trash_dir, Some(0o777)).map_err(ctx)?;
     let id = loop {
         let id = new_trash_id();
@@ -313,6 +315,7 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     }
     let _guard = root.locks.lock(&[&abs, &root.trash_dir.join(&a.trash_id)]);
     let to = new_slot(root, &rel)?;
+    root.charge(0)?;
     beneath::open(&trash, &a.trash_id, DIR_PATH)
         .and_then(|entry| beneath::rename_noreplace(&entry, "item", &to.dir, &to.name))
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
