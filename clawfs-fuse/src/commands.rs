@@ -245,7 +245,8 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
         // Read once (a regular file, bounded): what is checked is what is installed.
         let text = crate::integrity_cmd::read_input(file)?;
         crate::policy_cmd::check_bytes(file, &text)?;
-        // Installed with its hash recorded in the system manifest.
+        let key = crate::integrity_cmd::sealing_key(&store)?;
+        // Installed with its hash recorded in the system manifest, sealed again.
         clawfs_core::integrity::system::install(
             store.root_fd(),
             "policy.toml",
@@ -254,6 +255,7 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
             &clawfs_core::seed::now_rfc3339(),
         )
         .with_context(|| format!("installing {}", target.display()))?;
+        crate::integrity_cmd::seal_after(&store, key)?;
     } else {
         crate::policy_cmd::check(&target)?;
     }

@@ -114,9 +114,17 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
 /// Compares the store's `system/` with its manifest. A difference, or no manifest, refuses the
 /// mount (exit 5) unless `allow`, when it is returned for the record.
 fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
+    use clawfs_core::integrity::seal::{self, SealCheck};
     use clawfs_core::integrity::system::{self, Verification};
-    let verdict = system::verify(store.root_fd())
+    let (verdict, sealed) = seal::verify(store)
         .map_err(|e| anyhow::anyhow!("checking system/ against its manifest: {e}"))?;
+    if sealed == SealCheck::Locked {
+        // Checked by the daemon when the vault is unlocked.
+        eprintln!(
+            "clawfs: the vault is locked: the seal of {} is checked once it is unlocked",
+            system::MANIFEST
+        );
+    }
     let differences = match verdict {
         Verification::Intact => return Ok(None),
         Verification::Tampered(d) => d,
@@ -473,21 +481,73 @@ fn spawn_vault_watch(
 ) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("vault-watch".into())
-        .spawn(move || loop {
-            fs.refresh_audit_key();
-            // An emergency stop written while no signal reached this daemon still applies.
-            fs.refresh_estop();
-            // Quota usage survives a restart (saved when it changed); `clawfs quota rescan`
-            // asks for a recount.
-            fs.save_usage();
-            fs.rescan_if_asked();
-            if let Some(events) = &agent_events {
-                events.refresh();
+        .spawn(move || {
+            let mut was_unlocked = None;
+            loop {
+                let unlocked = fs.refresh_audit_key();
+                // The mount checked the seal if the vault was unlocked then; otherwise it is
+                // checked as soon as the vault is.
+                if unlocked && was_unlocked == Some(false) {
+                    check_seal_at_unlock(&fs);
+                }
+                was_unlocked = Some(unlocked);
+                // An emergency stop written while no signal reached this daemon still applies.
+                fs.refresh_estop();
+                // Quota usage survives a restart (saved when it changed); `clawfs quota rescan`
+                // asks for a recount.
+                fs.save_usage();
+                fs.rescan_if_asked();
+                if let Some(events) = &agent_events {
+                    events.refresh();
+                }
+                std::thread::sleep(VAULT_WATCH);
             }
-            std::thread::sleep(VAULT_WATCH);
         })
         .context("starting the vault watch")?;
     Ok(())
+}
+
+/// The vault was unlocked while the store is served: its seal of the system manifest is checked
+/// now. If it does not hold (the manifest or a signed book was changed without the vault's
+/// key while it was locked), agents are stopped as by `clawfs estop`, and the record says why.
+fn check_seal_at_unlock(fs: &ClawFs) {
+    use clawfs_core::integrity::{seal, system};
+    let store = fs.store();
+    let differences = match seal::verify(store) {
+        Ok((system::Verification::Tampered(d), seal::SealCheck::Checked)) => d,
+        Ok(_) => return,
+        Err(e) => {
+            warn!(error = %e, "checking the system manifest's seal");
+            return;
+        }
+    };
+    let list = differences
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let reason = format!(
+        "the vault was unlocked and system/ or its sealed manifest does not hold: {list}; agents are stopped until an admin checks (`clawfs system verify`) and runs `clawfs estop --clear`"
+    );
+    tracing::error!("{reason}");
+    if let Some(audit) = fs.audit_log() {
+        audit.record(
+            clawfs_core::audit::AuditEvent::new(
+                "admin",
+                0,
+                "system:seal",
+                format!("/{}", system::MANIFEST),
+            )
+            .failed(libc::EIO)
+            .reason(reason.clone()),
+        );
+    }
+    match crate::estop_cmd::record(store, "clawfs daemon (system seal)", Some(&reason)) {
+        Ok(_) => {
+            fs.refresh_estop();
+        }
+        Err(e) => warn!(error = %e, "recording the emergency stop"),
+    }
 }
 
 /// Swaps in the store's policy file, or keeps the old policy if it is invalid; either way the

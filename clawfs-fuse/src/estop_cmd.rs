@@ -57,7 +57,8 @@ fn who() -> String {
     }
 }
 
-fn stop(store: &Store) -> Result<(), Failure> {
+/// Records a stop in the store, by `by` (and why, if given); its id.
+pub fn record(store: &Store, by: &str, reason: Option<&str>) -> Result<String, Failure> {
     let id = format!(
         "{}-{}",
         std::process::id(),
@@ -66,11 +67,14 @@ fn stop(store: &Store) -> Result<(), Failure> {
             .map(|d| d.as_nanos())
             .unwrap_or_default()
     );
-    let flag = serde_json::json!({
+    let mut flag = serde_json::json!({
         "time": clawfs_core::seed::now_rfc3339(),
-        "by": who(),
+        "by": by,
         "id": id,
     });
+    if let Some(reason) = reason {
+        flag["reason"] = reason.into();
+    }
     let how = clawfs_core::beneath::FileMode::mode(0o600);
     store
         .write_beneath(
@@ -80,6 +84,11 @@ fn stop(store: &Store) -> Result<(), Failure> {
             how,
         )
         .with_context(|| format!("recording the stop in {}", flag_path(store).display()))?;
+    Ok(id)
+}
+
+fn stop(store: &Store) -> Result<(), Failure> {
+    let id = record(store, &who(), None)?;
     println!("emergency stop recorded in {}", flag_path(store).display());
     // The daemon first: once it has acknowledged, no agent writes, calls a tool or commits a
     // change it started before; so what the agents' deaths close (an identity file open for

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use clap::Subcommand;
+use clawfs_core::integrity::seal;
 use clawfs_core::integrity::signers::{self, Signers, SIGNERS_FILE};
 use clawfs_core::integrity::specs::{Approved, SpecBook, Status};
 use clawfs_core::integrity::system::{self, Verification};
@@ -117,6 +118,12 @@ pub enum SystemCommand {
         #[arg(long, conflicts_with_all = ["files", "remove"])]
         all: bool,
     },
+    /// Seal vault/system-manifest.json with the vault's key (the vault must be unlocked), with
+    /// the latest signed version of each document and tool: a manifest rewritten without the
+    /// key, or a signed book rolled back, then refuses the mount. Every change made by ClawFS's
+    /// commands seals again by itself; this seals a store that was never sealed, once system/
+    /// matches its hashes.
+    Seal,
 }
 
 fn refused(e: IntegrityError) -> Failure {
@@ -124,6 +131,26 @@ fn refused(e: IntegrityError) -> Failure {
         IntegrityError::Mismatch(m) => Failure::Tampered(m),
         e @ IntegrityError::Json { .. } => Failure::Tampered(e.to_string()),
         e => Failure::Other(anyhow!(e)),
+    }
+}
+
+/// The vault's key that seals the system manifest, asked for before a command changes what the
+/// seal covers (`system/`, the signed books): a set-up vault that is locked refuses the change,
+/// which could not be sealed. `None`: the store has no vault, nothing is sealed.
+pub(crate) fn sealing_key(store: &Store) -> Result<Option<[u8; 32]>, Failure> {
+    seal::key_of(store).map_err(|e| match e {
+        clawfs_core::vault::VaultError::Locked => Failure::Other(anyhow!(
+            "the vault is locked: changes to system/, specs/ and tools/ are sealed with its key; unlock it first (`clawfs vault unlock`)"
+        )),
+        e => Failure::Other(anyhow!("the vault, whose key seals system/: {e}")),
+    })
+}
+
+/// Seals the system manifest after a change, with the key [`sealing_key`] gave.
+pub(crate) fn seal_after(store: &Store, key: Option<[u8; 32]>) -> Result<(), Failure> {
+    match key {
+        Some(key) => seal::seal(store.root_fd(), &key, &now()).map_err(refused),
+        None => Ok(()),
     }
 }
 
@@ -151,6 +178,14 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
     let book = SpecBook::new(fd);
     let mut out = std::io::stdout().lock();
     let w = |e: std::io::Error| Failure::Other(anyhow!(e));
+    // What changes the books' marks (a signer, a signed version) is sealed again; drafts and
+    // proposals sign nothing.
+    let key = match cmd {
+        SpecsCommand::Keygen { .. }
+        | SpecsCommand::Freeze { .. }
+        | SpecsCommand::Approve { .. } => sealing_key(&store)?,
+        _ => None,
+    };
     match cmd {
         SpecsCommand::Keygen { signer } => {
             signers::check_signer_name(signer).map_err(refused)?;
@@ -250,7 +285,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
             }
         }
     }
-    Ok(())
+    seal_after(&store, key)
 }
 
 /// Runs one `clawfs tools` command on the store at `root`.
@@ -281,6 +316,7 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
             // Checked before the vault is asked for a key.
             registry::check_definition(&def, &def_name, wasm.as_ref().map(|w| w.1.as_str()))
                 .map_err(refused)?;
+            let sealing = sealing_key(&store)?;
             let key = signing_key(&store, signer)?;
             // The registry names the mount the store's daemon serves (a daemon serves only a
             // registry that names its mount); the next mount writes it again anyway.
@@ -297,6 +333,7 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
                 &mount,
             )
             .map_err(refused)?;
+            seal_after(&store, sealing)?;
             match added {
                 Added::Published => writeln!(out, "published {def_name}, signed by {signer}"),
                 Added::AlreadyPublished => {
@@ -363,7 +400,12 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
     let w = |e: std::io::Error| Failure::Other(anyhow!(e));
     match cmd {
         SystemCommand::Verify { json } => {
-            let verdict = system::verify(fd).map_err(refused)?;
+            let (verdict, sealed) = seal::verify(&store).map_err(refused)?;
+            if sealed == seal::SealCheck::Locked {
+                eprintln!(
+                    "clawfs: the vault is locked: the manifest's seal and the signed books' marks were not checked"
+                );
+            }
             let differences = match &verdict {
                 Verification::Tampered(d) => d.clone(),
                 _ => Vec::new(),
@@ -389,9 +431,38 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                 )));
             }
         }
+        SystemCommand::Seal => {
+            let key = sealing_key(&store)?.ok_or_else(|| {
+                anyhow!(
+                    "the store has no vault (`clawfs vault init`): there is no key to seal with"
+                )
+            })?;
+            // What is sealed is what the hashes already record: a change is accepted with
+            // `system update` first.
+            if let Verification::Tampered(d) = system::verify(fd).map_err(refused)? {
+                let list = d
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(Failure::Tampered(format!(
+                    "system/ differs from {}: {list}; record what you have checked with `clawfs system update` first",
+                    system::MANIFEST
+                )));
+            }
+            seal_after(&store, Some(key))?;
+            writeln!(
+                out,
+                "sealed {} and the signed books as they are",
+                system::MANIFEST
+            )
+            .map_err(w)?;
+        }
         SystemCommand::Update { files, remove, all } => {
+            let key = sealing_key(&store)?;
             if *all {
                 system::record_all(fd, &now()).map_err(refused)?;
+                seal_after(&store, key)?;
                 writeln!(
                     out,
                     "recorded every file of system/ in {}",
@@ -429,6 +500,7 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                 system::install(fd, &rel, &content, 0o444, &now()).map_err(refused)?;
                 writeln!(out, "installed system/{rel} and recorded its SHA-256").map_err(w)?;
             }
+            seal_after(&store, key)?;
             if policy_changed {
                 match crate::commands::apply_policy(&store)? {
                     crate::commands::Applied::ByDaemon(pid) => {

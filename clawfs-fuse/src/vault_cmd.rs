@@ -209,6 +209,8 @@ pub fn run_with(
                 .init(choice, pass.as_deref().map(|s| s.as_str()))
                 .map_err(fail)?;
             writeln!(out, "vault initialised; {}", describe(&st)).map_err(w)?;
+            // From now on the system manifest is sealed with the vault's key.
+            writeln!(out, "{}", seal_as_it_is(store_root, None)?).map_err(w)?;
         }
         VaultCommand::Unlock { timeout } => {
             let pass = passphrase_if_needed(&vault)?;
@@ -265,6 +267,10 @@ pub fn run_with(
             writeln!(out, "removed {name}").map_err(w)?;
         }
         VaultCommand::Rotate => {
+            // The seal is checked under the old key, and made again under the new one.
+            let before = clawfs_core::store::Store::open(store_root)
+                .ok()
+                .and_then(|s| clawfs_core::integrity::seal::key_of(&s).ok().flatten());
             let pass = passphrase_if_needed(&vault)?;
             let r = vault
                 .rotate(pass.as_deref().map(|s| s.as_str()), &|_| {})
@@ -282,6 +288,7 @@ pub fn run_with(
                 r.threads
             )
             .map_err(w)?;
+            writeln!(out, "{}", seal_as_it_is(store_root, Some(before))?).map_err(w)?;
         }
         VaultCommand::RebindCounter => {
             let st = vault.rebind_counter(None).map_err(fail)?;
@@ -335,6 +342,55 @@ pub fn describe(st: &VaultStatus) -> String {
 
 /// Adds (`grant`) or removes NAME in `[agents.AGENT] secrets` of `<store>/system/policy.toml`,
 /// keeping the file's formatting; the result must pass the policy checker before it is written.
+/// Seals the system manifest with the vault's key if system/ matches its hashes and, when
+/// `checked_with` is given (a rotation), the seal held under the key before: what a forger left
+/// is never sealed. Says what it did.
+fn seal_as_it_is(
+    store_root: &Path,
+    checked_with: Option<Option<[u8; 32]>>,
+) -> Result<String, Failure> {
+    use clawfs_core::integrity::{seal, system};
+    let store = clawfs_core::store::Store::open(store_root)?;
+    let fd = store.root_fd();
+    let not_sealed = |why: String| {
+        Ok(format!(
+            "{} NOT sealed: {why}; check system/ and run `clawfs system seal`",
+            system::MANIFEST
+        ))
+    };
+    let Some(manifest) = system::load(fd).map_err(|e| anyhow::anyhow!(e))? else {
+        return not_sealed("there is no manifest".into());
+    };
+    if let system::Verification::Tampered(d) = system::verify(fd).map_err(|e| anyhow::anyhow!(e))? {
+        return not_sealed(format!(
+            "system/ differs from it ({} difference(s))",
+            d.len()
+        ));
+    }
+    match checked_with {
+        Some(None) => {
+            return not_sealed(
+                "the vault was locked before the rotation, so the old seal could not be checked"
+                    .into(),
+            )
+        }
+        Some(Some(old)) => {
+            let d = seal::check(fd, &manifest, &old).map_err(|e| anyhow::anyhow!(e))?;
+            if !d.is_empty() && d != [system::Difference::NotSealed] {
+                return not_sealed(format!(
+                    "its seal did not hold before the rotation ({})",
+                    d[0]
+                ));
+            }
+        }
+        None => {}
+    }
+    let key = crate::integrity_cmd::sealing_key(&store)?
+        .ok_or_else(|| anyhow::anyhow!("the vault has no key to seal with"))?;
+    crate::integrity_cmd::seal_after(&store, Some(key))?;
+    Ok(format!("{} sealed with the vault's key", system::MANIFEST))
+}
+
 fn grant(
     store_root: &Path,
     agent: &str,
@@ -373,7 +429,8 @@ fn grant(
             .permissions(),
     ) & 0o7777;
     let store = clawfs_core::store::Store::open(store_root)?;
-    // Installed with its hash recorded in the system manifest.
+    let key = crate::integrity_cmd::sealing_key(&store)?;
+    // Installed with its hash recorded in the system manifest, sealed again.
     clawfs_core::integrity::system::install(
         store.root_fd(),
         "policy.toml",
@@ -382,6 +439,7 @@ fn grant(
         &clawfs_core::seed::now_rfc3339(),
     )
     .with_context(|| format!("writing {}", path.display()))?;
+    crate::integrity_cmd::seal_after(&store, key)?;
     let verb = if add { "granted" } else { "revoked" };
     let to = if add { "to" } else { "from" };
     // What the running daemon enforces changes now, not at the next reload.

@@ -25,6 +25,7 @@ mod sandbox_network;
 mod search_leaks;
 mod snapshot_files;
 mod store_bypass;
+mod system_seal;
 mod tool_races;
 mod tool_rules;
 mod vault_leak;

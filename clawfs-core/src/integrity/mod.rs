@@ -9,6 +9,7 @@
 //! Everything here is reached by descriptor beneath the store root (`crate::beneath`): the
 //! daemon checks what agents read, so a symlink planted in the store never redirects it.
 
+pub mod seal;
 pub mod signers;
 pub mod specs;
 pub mod system;

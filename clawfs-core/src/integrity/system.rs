@@ -32,6 +32,13 @@ pub struct Manifest {
     pub updated_at: String,
     /// `sha256:<hex>` of each file, by path relative to `system/`.
     pub files: BTreeMap<String, String>,
+    /// What the signed books held when the manifest was sealed ([`super::seal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub book: Option<super::seal::HighWater>,
+    /// `hmac-sha256:<hex>` under the vault's integrity key ([`super::seal`]); dropped by every
+    /// change, set again by sealing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 /// How `system/` differs from the manifest.
@@ -61,6 +68,16 @@ pub enum Difference {
     },
     /// The store has no manifest (`clawfs system update --all` records one).
     NoManifest,
+    /// The vault is set up but the manifest carries no seal: it was written without the vault's
+    /// key (`clawfs system seal`, with the vault unlocked, seals what an admin has checked).
+    NotSealed,
+    /// The seal does not hold: the manifest was changed by someone without the vault's key.
+    SealBroken,
+    /// A signed book lost entries the seal remembers: a document or tool rolled back.
+    RolledBack {
+        /// Which, and how.
+        what: String,
+    },
 }
 
 impl std::fmt::Display for Difference {
@@ -79,6 +96,15 @@ impl std::fmt::Display for Difference {
                 f,
                 "{MANIFEST} is missing (`clawfs system update --all` records system/ as it is)"
             ),
+            Difference::NotSealed => write!(
+                f,
+                "{MANIFEST} is not sealed by the vault (`clawfs system seal` seals it as it is, once checked)"
+            ),
+            Difference::SealBroken => write!(
+                f,
+                "{MANIFEST}: its seal does not hold: it was changed by someone without the vault's key"
+            ),
+            Difference::RolledBack { what } => write!(f, "rolled back: {what}"),
         }
     }
 }
@@ -147,7 +173,8 @@ fn path_of(d: &Difference) -> &str {
         | Difference::Missing { path }
         | Difference::Unexpected { path }
         | Difference::NotAFile { path } => path,
-        Difference::NoManifest => "",
+        Difference::RolledBack { what } => what,
+        Difference::NoManifest | Difference::NotSealed | Difference::SealBroken => "",
     }
 }
 
@@ -182,6 +209,8 @@ pub fn record(store: BorrowedFd<'_>, paths: &[&str], now: &str) -> Result<(), In
             version: 1,
             updated_at: String::new(),
             files: scan(store)?.files,
+            book: None,
+            seal: None,
         },
     };
     for p in paths {
@@ -200,6 +229,8 @@ pub fn record(store: BorrowedFd<'_>, paths: &[&str], now: &str) -> Result<(), In
         }
     }
     manifest.updated_at = now.to_string();
+    // Changed: sealed again by whoever changed it, with the vault's key.
+    manifest.seal = None;
     save(store, &manifest)
 }
 
@@ -212,6 +243,8 @@ pub fn record_all(store: BorrowedFd<'_>, now: &str) -> Result<(), IntegrityError
             version: 1,
             updated_at: now.to_string(),
             files,
+            book: None,
+            seal: None,
         },
     )
 }
@@ -305,7 +338,7 @@ pub fn check_recorded(
     }
 }
 
-fn save(store: BorrowedFd<'_>, manifest: &Manifest) -> Result<(), IntegrityError> {
+pub(super) fn save(store: BorrowedFd<'_>, manifest: &Manifest) -> Result<(), IntegrityError> {
     let dir = beneath::open_dir(store, Path::new("vault")).map_err(IntegrityError::io("vault"))?;
     beneath::write_atomic(
         dir.as_fd(),

@@ -70,6 +70,12 @@ pub fn message(p: &Package) -> Vec<u8> {
     format!("clawfs-tool-signature-v2\n{v}\n").into_bytes()
 }
 
+/// Whether version `a` is newer than `b` (an unreadable version is never newer, and anything
+/// is newer than an unreadable one).
+pub fn newer(a: &str, b: &str) -> bool {
+    version_key(a) > version_key(b)
+}
+
 /// The version `X.Y.Z` as numbers, for ordering: None unless each part is 1–9 digits without
 /// a leading zero (`01.0.0` and `1.0.0` would be two versions that compare equal).
 fn version_key(v: &str) -> Option<(u64, u64, u64)> {

@@ -727,6 +727,17 @@ impl Vault {
         Some(master.hmac(b"clawfs-audit-hmac-v1"))
     }
 
+    /// The key that seals the system manifest (`crate::integrity::seal`), derived from the
+    /// master key under its own label. `Ok(None)` when the vault is not set up;
+    /// [`VaultError::Locked`] when it is set up but locked.
+    pub fn integrity_key(&self) -> Result<Option<[u8; 32]>, VaultError> {
+        match self.unlocked_master() {
+            Ok(master) => Ok(Some(master.hmac(b"clawfs-system-manifest-v1"))),
+            Err(VaultError::NotInitialized) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The master key in force, from the keyring; `Locked` when the vault is locked.
     fn unlocked_master(&self) -> Result<Key256, VaultError> {
         let env = self.envelope()?;
