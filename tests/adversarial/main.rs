@@ -14,6 +14,7 @@ mod disk_full;
 mod estop;
 mod git_for_agents;
 mod hostile_memory;
+mod hostile_pg_source;
 mod kernel_checks;
 mod missing_names;
 mod one_agent_one_uid;

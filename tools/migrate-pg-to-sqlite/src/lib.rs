@@ -6,6 +6,7 @@
 //!   its own).
 //! - [`migrate`]: the copy (a transaction per batch, resumable) and the verification.
 //! - [`cli`]: the command line of `migrate-pg-to-sqlite`.
+//! - [`wire`]: what the server sends, read as untrusted (bounded, checked, escaped).
 //! - [`options`]: the options `migrate-pg-to-sqlite` and `clawfs import pg` share.
 //!
 //! The SQLite half is ClawFS's own ([`clawfs_core::search::import`]), so an imported document
@@ -16,6 +17,7 @@ pub mod migrate;
 pub mod options;
 pub mod place;
 pub mod source;
+pub mod wire;
 
 pub use migrate::{run, Report};
 

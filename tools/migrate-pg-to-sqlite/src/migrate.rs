@@ -278,19 +278,16 @@ fn copy(
         let (tx, rx) = mpsc::sync_channel::<Result<Vec<Document>, MigrateError>>(2);
         // It stops after the last batch, or when a write fails first: `rx` is dropped then,
         // and its next send fails.
+        // No more documents than the server counted are read in all.
+        let most = source.shape.documents;
         s.spawn(move || {
-            let mut after = start_after;
+            let mut batches = source.batches(&workspace, start_after, limit, most);
             loop {
-                let batch = source.batch(&workspace, after.as_deref(), limit);
-                let last = match &batch {
-                    Ok(b) => b.last().map(|d| d.source_id.clone()),
-                    Err(_) => None,
-                };
-                let end = last.is_none();
+                let batch = batches.next_batch();
+                let end = batch.as_ref().map_or(true, Vec::is_empty);
                 if tx.send(batch).is_err() || end {
                     return;
                 }
-                after = last;
             }
         });
         for batch in rx {
@@ -350,7 +347,7 @@ pub fn verify(
 ) -> Result<Report, MigrateError> {
     let started = Instant::now();
     let (documents, vectors) = source.counts(&args.workspace_id)?;
-    let theirs = source.digests(&args.workspace_id, !reembedded, i64::from(batch))?;
+    let theirs = source.digests(&args.workspace_id, !reembedded, i64::from(batch), documents)?;
     // Re-embedded vectors are the target's own: then what was carried over is compared.
     let (ours, ours_vectors) = index.imported_digests(key, !reembedded)?;
     let mut mismatches = Vec::new();
