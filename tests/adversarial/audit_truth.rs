@@ -96,3 +96,32 @@ fn refused_and_failed_tool_calls_are_not_ok_and_reach_the_denials() {
         denials(&m, "fs-engine")
     );
 }
+
+/// Names that are not UTF-8 are on the trail byte for byte (escaped `\xNN`, a backslash
+/// doubled): two files whose names differ in such bytes never share a record's path.
+#[test]
+fn names_that_are_not_utf8_are_recorded_exactly() {
+    let m = crate::common::Mounted::new();
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "cd {}/workspaces/default && echo a > \"$(printf 'x\\377.md')\" && echo b > \"$(printf 'x\\376.md')\" && echo c > 'x\\xff.md'",
+            m.mnt.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", crate::support::text(&out));
+    let all = crate::support::audit_until(&m, |_| true);
+    let created: Vec<&str> = all
+        .iter()
+        .filter(|r| r["operation"] == "create" && r["agent"] == "fs-engine")
+        .filter_map(|r| r["path"].as_str())
+        .collect();
+    for want in [
+        "/workspaces/default/x\\xff.md",
+        "/workspaces/default/x\\xfe.md",
+        "/workspaces/default/x\\\\xff.md",
+    ] {
+        assert!(created.contains(&want), "{want} not in {created:?}");
+    }
+}

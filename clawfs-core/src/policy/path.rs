@@ -72,12 +72,13 @@ impl NsPath {
         Ok(p)
     }
 
-    /// This path with one more component.
+    /// This path with one more component: a file name as it is when it is UTF-8 without a
+    /// backslash, else escaped ([`escape_name`]), so that two names never make one path.
     pub fn join(&self, name: impl AsRef<OsStr>) -> Result<NsPath, NsPathError> {
-        let name = name.as_ref().to_string_lossy();
+        let name = escape_name(name.as_ref());
         check_component(&name)?;
         let mut parts = self.parts.clone();
-        parts.push(name.into_owned());
+        parts.push(name);
         Ok(NsPath { parts })
     }
 
@@ -134,6 +135,33 @@ impl std::str::FromStr for NsPath {
     }
 }
 
+/// A file name as a path component: as it is when it is UTF-8 without a backslash; else with
+/// each backslash doubled and each byte that is not UTF-8 written `\xNN`. Injective (only an
+/// escaped name holds a backslash), so the audit trail names exactly the file it means, where
+/// a lossy conversion would give `\xff.md` and `\xfe.md` one name.
+pub fn escape_name(name: &OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = name.as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) if !s.contains('\\') => return s.to_string(),
+        _ => {}
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +201,24 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(p.depth(), 3);
-        assert_eq!(p.file_name(), Some("caf\u{FFFD}.md"));
+        assert_eq!(p.file_name(), Some("caf\\xe9.md"));
+    }
+
+    #[test]
+    fn names_that_are_not_plain_utf8_are_escaped_one_to_one() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = |b: &[u8]| escape_name(OsStr::from_bytes(b));
+        assert_eq!(name(b"notes.md"), "notes.md");
+        assert_eq!(name(b"\xff\xfe.md"), "\\xff\\xfe.md");
+        assert_eq!(name(b"\\xff"), "\\\\xff");
+        assert_ne!(name(b"\xff"), name(b"\\xff"));
+        assert_ne!(name(b"\xff"), name("\u{fffd}".as_bytes()));
+        assert_eq!(
+            NsPath::root()
+                .join(OsStr::from_bytes(b"a\xc0"))
+                .unwrap()
+                .to_string(),
+            "/a\\xc0"
+        );
     }
 }
