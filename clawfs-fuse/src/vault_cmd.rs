@@ -210,7 +210,10 @@ pub fn run_with(
                 .map_err(fail)?;
             writeln!(out, "vault initialised; {}", describe(&st)).map_err(w)?;
             // From now on the system manifest is sealed with the vault's key.
-            writeln!(out, "{}", seal_as_it_is(store_root, None)?).map_err(w)?;
+            let sealed = seal_as_it_is(store_root, None)?;
+            if !sealed.is_empty() {
+                writeln!(out, "{sealed}").map_err(w)?;
+            }
         }
         VaultCommand::Unlock { timeout } => {
             let pass = passphrase_if_needed(&vault)?;
@@ -288,7 +291,10 @@ pub fn run_with(
                 r.threads
             )
             .map_err(w)?;
-            writeln!(out, "{}", seal_as_it_is(store_root, Some(before))?).map_err(w)?;
+            let sealed = seal_as_it_is(store_root, Some(before))?;
+            if !sealed.is_empty() {
+                writeln!(out, "{sealed}").map_err(w)?;
+            }
         }
         VaultCommand::RebindCounter => {
             let st = vault.rebind_counter(None).map_err(fail)?;
@@ -350,7 +356,10 @@ fn seal_as_it_is(
     checked_with: Option<Option<[u8; 32]>>,
 ) -> Result<String, Failure> {
     use clawfs_core::integrity::{seal, system};
-    let store = clawfs_core::store::Store::open(store_root)?;
+    // A vault outside a ClawFS store (a bare directory) has no system/ to seal.
+    let Ok(store) = clawfs_core::store::Store::open(store_root) else {
+        return Ok(String::new());
+    };
     let fd = store.root_fd();
     let not_sealed = |why: String| {
         Ok(format!(

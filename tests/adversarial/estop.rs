@@ -249,7 +249,12 @@ fn estop_reads_a_run_as_the_run_read_itself() {
 
 /// The agent's processes in this store's run groups, once there are at least `n` (10 s at most).
 fn agents_started(m: &Mounted, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    agents_started_within(m, n, Duration::from_secs(10))
+}
+
+/// [`agents_started`], waiting `within` at most.
+fn agents_started_within(m: &Mounted, n: usize, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
     loop {
         let pids = agent_pids(AGENT, &m.store);
         if pids.len() >= n {
@@ -300,7 +305,8 @@ fn a_run_starting_as_the_stop_lands_does_not_survive_it() {
     let _serial = one_at_a_time();
     let m = Mounted::new();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let until = Instant::now() + Duration::from_secs(5);
+    // Bounded, however slowly runs start on a loaded machine.
+    let until = Instant::now() + Duration::from_secs(60);
     let stopped = std::thread::scope(|scope| {
         for _ in 0..2 {
             scope.spawn(|| {
@@ -319,7 +325,7 @@ fn a_run_starting_as_the_stop_lands_does_not_survive_it() {
                 }
             });
         }
-        agents_started(&m, 2);
+        agents_started_within(&m, 2, Duration::from_secs(40));
         std::thread::sleep(Duration::from_millis(300));
         let out = clawfs([
             OsStr::new("estop"),

@@ -142,8 +142,9 @@ fn the_hosts_temporary_folders_stay_out_of_sight() {
         &format!(
             "inotifywait -q -t 4 -e create /tmp /var/tmp /dev/shm; echo watch=$?; \
              ls -a /tmp /var/tmp /dev/shm; \
-             echo mine > \"$TMPDIR/own.txt\" && cat \"$TMPDIR/own.txt\"; \
-             ls {mnt}/agents/fs-engine >/dev/null && echo mount-ok",
+             echo OWN-{pid} > \"$TMPDIR/own.txt\" && cat \"$TMPDIR/own.txt\"; \
+             ls {mnt}/agents/fs-engine >/dev/null && echo MOUNT-OK-{pid}",
+            pid = std::process::id(),
             mnt = m.mnt.display()
         ),
     );
@@ -152,7 +153,11 @@ fn the_hosts_temporary_folders_stay_out_of_sight() {
     let _ = fs::remove_file(&host_file);
     assert!(said.contains("watch=2"), "the watch saw something: {said}");
     assert!(!said.contains(&marker), "{said}");
-    assert!(said.contains("mine") && said.contains("mount-ok"), "{said}");
+    let (own, mount_ok) = (
+        format!("OWN-{}", std::process::id()),
+        format!("MOUNT-OK-{}", std::process::id()),
+    );
+    assert!(said.contains(&own) && said.contains(&mount_ok), "{said}");
     // Nothing of the host's /tmp is listed but the way to the mount.
     for name in fs::read_dir("/tmp").unwrap().flatten() {
         let name = name.file_name().to_string_lossy().into_owned();

@@ -51,10 +51,30 @@ fn run_refuses_a_uid_another_agent_is_running_as() {
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Once the first agent runs as 62444 (however slowly it started).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !running_as(62444) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let out = run_as(&m, "kernel-engine", "62444");
     let _ = first.kill();
     let _ = first.wait();
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("fs-engine"), "{}", text(&out));
+}
+
+/// Whether a process runs as `uid` (its real uid).
+fn running_as(uid: u32) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next())
+                .is_some_and(|u| u == uid.to_string())
+        })
+    })
 }
