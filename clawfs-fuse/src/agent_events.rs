@@ -31,11 +31,12 @@
 //! a process left and none was announced for [`ARMED`]. The maintenance loop also attaches them
 //! when it finds a live run of the store that did not announce itself.
 //!
-//! The daemon's maintenance loop calls [`AgentEvents::refresh`] every 2 s: it watches each
-//! `agent-*` directory (the cgroup id is the directory's inode number) and unwatches vanished
-//! ones. Agent groups come and go with runs, so the `clawfs` base group is watched too: an event
-//! of an agent group not yet watched arrives under it, its agent is read from
-//! `/proc/PID/cgroup` (and that group is watched at once).
+//! An announcing run's agent group is watched before the announcement is answered (the cgroup
+//! id is the directory's inode number), and the daemon's maintenance loop calls
+//! [`AgentEvents::refresh`] every 2 s: it watches each `agent-*` directory and unwatches
+//! vanished ones. Agent groups come and go with runs, so the `clawfs` base group is watched
+//! too: an event of an agent group not yet watched (a run that did not announce itself) arrives
+//! under it, its agent is read from `/proc/PID/cgroup` (and that group is watched at once).
 //!
 //! Agent groups are host-wide: only events of runs of this daemon's store are recorded (the
 //! `clawfs run` process named by the `run-PID` leaf has `--store` this store, or none and this is
@@ -299,16 +300,24 @@ impl AgentEvents {
     /// (Agent groups are host-wide: another store's agent must not keep this daemon's
     /// tracepoints, and the host's system calls, slowed.)
     pub fn arm(&self, tid: u32) {
-        let ours = leaf_of(&self.shared, tid).is_some_and(|(_, run)| self.shared.serves(run));
-        if !ours {
+        let Some((agent, run)) = leaf_of(&self.shared, tid) else {
+            return;
+        };
+        if !self.shared.serves(run) {
             return;
         }
+        // The agent's group may be new (it goes when its last run ends): watched now, so that
+        // the run's events carry their agent even when the process is gone before they are read.
+        let group = clawfs_ebpf::cgroup_id(&self.shared.cgroup.agent_dir(&agent));
         let mut guard = self
             .shared
             .monitor
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let Some(w) = guard.as_mut() else { return };
+        if let Ok(id) = group {
+            w.watch(id, &agent);
+        }
         w.armed_until = Some(Instant::now() + ARMED);
         w.attach();
     }
