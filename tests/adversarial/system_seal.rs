@@ -126,13 +126,16 @@ fn changes_to_system_wait_for_the_vault() {
     let manifest = fs::read(m.backing("vault/system-manifest.json")).unwrap();
     let file = m.dir.path().join("policy.toml");
     fs::write(&file, &policy).unwrap();
-    let out = clawfs([
-        OsStr::new("policy"),
-        OsStr::new("reload"),
-        OsStr::new("--store"),
-        m.store.as_os_str(),
-        file.as_os_str(),
-    ]);
+    let reload = || {
+        clawfs([
+            OsStr::new("policy"),
+            OsStr::new("reload"),
+            OsStr::new("--store"),
+            m.store.as_os_str(),
+            file.as_os_str(),
+        ])
+    };
+    let out = reload();
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("vault is locked"), "{}", text(&out));
     assert_eq!(
@@ -140,13 +143,7 @@ fn changes_to_system_wait_for_the_vault() {
         manifest
     );
     ok(vault(&m, &["unlock"], None));
-    let out = clawfs([
-        OsStr::new("policy"),
-        OsStr::new("reload"),
-        OsStr::new("--store"),
-        m.store.as_os_str(),
-        file.as_os_str(),
-    ]);
+    let out = reload();
     assert!(out.status.success(), "{}", text(&out));
     assert!(system_verify(&m).status.success());
 }

@@ -237,11 +237,15 @@ mod tests {
             check(fd.as_fd(), &m, &key).unwrap(),
             vec![Difference::NotSealed]
         );
-        std::fs::write(
-            dir.path().join("specs/signatures.json"),
-            r#"{"version":1,"signatures":[{"spec_id":"R-1","path":"r.md","sha256":"00","signed_by":"a","signed_at":"t","status":"FROZEN","version":2}]}"#,
-        )
-        .unwrap();
+        // A book whose one document is signed at `version`.
+        let book = |version: u32| {
+            std::fs::write(
+                dir.path().join("specs/signatures.json"),
+                format!(r#"{{"version":1,"signatures":[{{"spec_id":"R-1","path":"r.md","sha256":"00","signed_by":"a","signed_at":"t","status":"FROZEN","version":{version}}}]}}"#),
+            )
+            .unwrap()
+        };
+        book(2);
         seal(fd.as_fd(), &key, "t1").unwrap();
         let m = system::load(fd.as_fd()).unwrap().unwrap();
         assert_eq!(check(fd.as_fd(), &m, &key).unwrap(), vec![]);
@@ -259,11 +263,7 @@ mod tests {
             vec![Difference::SealBroken]
         );
         // The newest version's entry deleted: rolled back.
-        std::fs::write(
-            dir.path().join("specs/signatures.json"),
-            r#"{"version":1,"signatures":[{"spec_id":"R-1","path":"r.md","sha256":"00","signed_by":"a","signed_at":"t","status":"FROZEN","version":1}]}"#,
-        )
-        .unwrap();
+        book(1);
         let d = check(fd.as_fd(), &m, &key).unwrap();
         assert!(
             matches!(&d[..], [Difference::RolledBack { what }] if what.contains("R-1")),
