@@ -40,8 +40,9 @@
 //!
 //! Agent groups are host-wide: only events of runs of this daemon's store are recorded (the
 //! `clawfs run` process named by the `run-PID` leaf has `--store` this store, or none and this is
-//! the default store). An event whose process and run are already gone when it is read cannot be
-//! placed and is dropped.
+//! the default store). A run settles before it ends ([`AgentEvents::settle`]), so its events are
+//! read while it is there; an event of a run that could not (its `clawfs run` killed) read after
+//! its process and run are gone cannot be placed and is dropped.
 //!
 //! Volume is bounded, per agent and kind, so that a flood of one kind hides no other: beyond
 //! [`MAX_PER_SECOND`] activity events of one kind (exec, open or connect) in a second, or
