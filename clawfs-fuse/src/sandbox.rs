@@ -254,6 +254,7 @@ pub fn prepare(
             .read
             .iter()
             .chain(&rules.read_write)
+            .chain(&rules.read_exec)
             .map(PathBuf::as_path),
     )
     .map_err(SandboxError::Tmp)?;
@@ -476,16 +477,25 @@ pub struct PrivateTmp {
     /// The shared folders there are, covered in this order.
     covered: Vec<std::ffi::CString>,
     /// The kept paths (none below another), each with the folders to make, outermost first,
-    /// on the tmpfs before it is put back.
-    kept: Vec<(std::ffi::CString, Vec<std::ffi::CString>)>,
+    /// on the tmpfs before it is put back, and whether it is a file (a program run from there:
+    /// its mount point is an empty file).
+    kept: Vec<Kept>,
     /// Mounts the namespace lets go of, deepest first: those the tmpfs would only hide, and
     /// every other ClawFS mount. A copy held here would keep that mount's connection, and its
     /// daemon, alive after the host unmounts it.
     detached: Vec<std::ffi::CString>,
 }
 
+/// A path [`PrivateTmp`] puts back: where, the folders to make for it, and whether it is a file.
+struct Kept {
+    path: std::ffi::CString,
+    dirs: Vec<std::ffi::CString>,
+    file: bool,
+}
+
 impl PrivateTmp {
-    /// Covers the shared temporary folders, keeping the paths of `reach` below them.
+    /// Covers the shared temporary folders, keeping the paths of `reach` below them (those that
+    /// exist: Landlock grants nothing on a missing path either).
     fn new<'a>(reach: impl IntoIterator<Item = &'a Path>) -> std::io::Result<PrivateTmp> {
         use std::os::unix::ffi::OsStrExt;
         let c = |p: &Path| {
@@ -502,6 +512,7 @@ impl PrivateTmp {
             .iter()
             .copied()
             .filter(|p| shared.iter().any(|s| p.starts_with(s) && p != s))
+            .filter(|p| p.symlink_metadata().is_ok())
             .map(Path::to_path_buf)
             .collect();
         kept.sort();
@@ -520,13 +531,19 @@ impl PrivateTmp {
             .iter()
             .map(|k| {
                 let base = shared.iter().find(|s| k.starts_with(s)).expect("filtered");
+                let file = !k.is_dir();
                 let mut dirs: Vec<std::ffi::CString> = k
                     .ancestors()
+                    .skip(usize::from(file))
                     .take_while(|a| a != base)
                     .map(c)
                     .collect::<std::io::Result<_>>()?;
                 dirs.reverse();
-                Ok((c(k)?, dirs))
+                Ok(Kept {
+                    path: c(k)?,
+                    dirs,
+                    file,
+                })
             })
             .collect::<std::io::Result<_>>()?;
         let mounts = crate::mounts::all().unwrap_or_default();
@@ -580,7 +597,7 @@ impl PrivateTmp {
                 .into(),
             )?;
             // Detached copies of what is kept, taken before their folders are covered.
-            for (i, (path, _)) in self.kept.iter().enumerate() {
+            for (i, Kept { path, .. }) in self.kept.iter().enumerate() {
                 let fd = libc::syscall(
                     libc::SYS_open_tree,
                     libc::AT_FDCWD,
@@ -608,13 +625,24 @@ impl PrivateTmp {
                     .into(),
                 )?;
             }
-            for (i, (path, dirs)) in self.kept.iter().enumerate() {
+            for (i, Kept { path, dirs, file }) in self.kept.iter().enumerate() {
                 for d in dirs {
                     if libc::mkdir(d.as_ptr(), 0o755) != 0
                         && *libc::__errno_location() != libc::EEXIST
                     {
                         return Err(std::io::Error::last_os_error());
                     }
+                }
+                if *file {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                        0o644,
+                    );
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
                 }
                 check(libc::syscall(
                     libc::SYS_move_mount,
@@ -682,5 +710,38 @@ mod tests {
             return;
         }
         clawfs_apparmor::check(&profile).unwrap();
+    }
+
+    /// What a run's namespace puts back under the shared temporary folders: paths that exist
+    /// (a missing one would fail the run's start), a program file as a file.
+    #[test]
+    fn the_private_tmp_keeps_what_exists_and_programs_as_files() {
+        let dir = tempfile::Builder::new()
+            .prefix("clawfs-kept.")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let program = dir.path().join("bin/tool");
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let missing = dir.path().join("not-there");
+        let t = PrivateTmp::new([program.as_path(), missing.as_path()]).unwrap();
+        let kept: Vec<(String, bool)> = t
+            .kept
+            .iter()
+            .map(|k| (k.path.to_string_lossy().into_owned(), k.file))
+            .collect();
+        assert_eq!(kept, vec![(program.display().to_string(), true)]);
+        let dirs: Vec<String> = t.kept[0]
+            .dirs
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            dirs,
+            vec![
+                dir.path().display().to_string(),
+                dir.path().join("bin").display().to_string()
+            ]
+        );
     }
 }

@@ -307,24 +307,33 @@ fn a_run_starting_as_the_stop_lands_does_not_survive_it() {
     let stop = std::sync::atomic::AtomicBool::new(false);
     // Bounded, however slowly runs start on a loaded machine.
     let until = Instant::now() + Duration::from_secs(60);
-    let stopped = std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
-                    let _ = m
-                        .run_command(AGENT)
-                        .args(["--", "sleep", "600"])
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .spawn()
-                        .map(|mut c| {
-                            std::thread::sleep(Duration::from_millis(30));
-                            // Reaped when it ends (it is killed by the stop, or refused).
-                            std::thread::spawn(move || c.wait());
-                        });
-                }
-            });
-        }
+    let (stopped, runs) = std::thread::scope(|scope| {
+        let spawners: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    // A steady stream of starting runs, at most 8 of this thread's alive at once
+                    // (the agent's pids limit is shared with every other test).
+                    let mut runs: Vec<std::process::Child> = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until
+                    {
+                        runs.retain_mut(|c| c.try_wait().is_ok_and(|done| done.is_none()));
+                        if runs.len() < 8 {
+                            if let Ok(c) = m
+                                .run_command(AGENT)
+                                .args(["--", "sleep", "600"])
+                                .stdout(Stdio::null())
+                                .stderr(Stdio::null())
+                                .spawn()
+                            {
+                                runs.push(c);
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(30));
+                    }
+                    runs
+                })
+            })
+            .collect();
         agents_started_within(&m, 2, Duration::from_secs(40));
         std::thread::sleep(Duration::from_millis(300));
         let out = clawfs([
@@ -335,16 +344,26 @@ fn a_run_starting_as_the_stop_lands_does_not_survive_it() {
         // Runs keep being started after the stop; none may start its command.
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        out
+        let runs: Vec<std::process::Child> = spawners
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect();
+        (out, runs)
     });
-    assert!(stopped.status.success(), "{}", text(&stopped));
     // What the stop killed is gone; anything left started after it, or survived it.
     let deadline = Instant::now() + Duration::from_secs(5);
     while !agent_pids(AGENT, &m.store).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(agent_pids(AGENT, &m.store), Vec::<String>::new());
+    let left = agent_pids(AGENT, &m.store);
+    // Ended here whatever happened (before the asserts, so that a failure leaks nothing).
+    for mut c in runs {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     estop(&m, &["--clear"]);
+    assert!(stopped.status.success(), "{}", text(&stopped));
+    assert_eq!(left, Vec::<String>::new());
 }
 
 /// An agent killed by the stop with its identity file open for writing: the close that its
