@@ -180,6 +180,14 @@ impl Watching {
         }
     }
 
+    /// Watches the group of `agent` under `cgroup` (it may be new: agent groups go when their
+    /// last run ends).
+    fn watch_agent(&mut self, cgroup: &Cgroup2, agent: &str) {
+        if let Ok(id) = clawfs_ebpf::cgroup_id(&cgroup.agent_dir(agent)) {
+            self.watch(id, agent);
+        }
+    }
+
     fn watch(&mut self, id: u64, agent: &str) {
         if self.ids.get(&id).is_some_and(|a| a == agent) {
             return;
@@ -307,18 +315,15 @@ impl AgentEvents {
         if !self.shared.serves(run) {
             return;
         }
-        // The agent's group may be new (it goes when its last run ends): watched now, so that
-        // the run's events carry their agent even when the process is gone before they are read.
-        let group = clawfs_ebpf::cgroup_id(&self.shared.cgroup.agent_dir(&agent));
         let mut guard = self
             .shared
             .monitor
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let Some(w) = guard.as_mut() else { return };
-        if let Ok(id) = group {
-            w.watch(id, &agent);
-        }
+        // Watched now, so that the run's events carry their agent even when the process is
+        // gone before they are read.
+        w.watch_agent(self.shared.cgroup, &agent);
         w.armed_until = Some(Instant::now() + ARMED);
         w.attach();
     }
@@ -651,15 +656,13 @@ fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
     }
     if let Some((agent, run)) = leaf_of(shared, ev.pid) {
         if ev.agent == BASE {
-            if let Ok(id) = clawfs_ebpf::cgroup_id(&shared.cgroup.agent_dir(&agent)) {
-                if let Some(w) = shared
-                    .monitor
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_mut()
-                {
-                    w.watch(id, &agent);
-                }
+            if let Some(w) = shared
+                .monitor
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_mut()
+            {
+                w.watch_agent(shared.cgroup, &agent);
             }
         }
         let found = runs.ours(shared, run).then_some(agent);
