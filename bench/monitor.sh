@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the daemon's eBPF monitor costs (exec/openat/connect events, and the raw_syscalls
-# enter/exit tracepoints behind the refusal records), in one run: an exec- and open-heavy shell
+# What the daemon's eBPF monitor costs (by default a raw tracepoint on exec; with
+# --trace-syscalls also on every system call's entry and exit), in one run: an exec- and open-heavy shell
 # loop (N times: `cat` a file, `stat` another, `ls` a directory) and a tight system-call loop
 # (`dd bs=512` of 1,000,000 blocks from /dev/zero to /dev/null: 2,000,000 calls) timed
 #   - as an agent (`clawfs run --no-sandbox`), the store mounted with and without the monitor
@@ -39,31 +39,38 @@ agent() { run_agent sh -c "$LOOP"; }
 outsider() { sh -c "$LOOP"; }
 syscalls() { sh -c "$SYSCALLS"; }
 mount_with() { "$BIN" mount "$WORK/mnt" --store "$WORK/store" "$@" >/dev/null; }
-# The tracepoints the daemon holds attached (its perf links).
+# The tracepoints the daemon holds attached (its raw tracepoint links).
 attached() {
   local pid fd n=0
   pid=$(python3 -c "import json; print(json.load(open('$WORK/store/.clawfs/daemon.json'))['pid'])")
   for fd in /proc/"$pid"/fdinfo/*; do
-    grep -q '^link_type:.perf$' "$fd" 2>/dev/null && n=$((n + 1))
+    grep -q '^link_type:.raw_tracepoint$' "$fd" 2>/dev/null && n=$((n + 1))
   done
   echo "$n"
 }
 # Waits (up to 60 s) until the daemon holds no tracepoint: no run alive, the last one aged.
 until_detached() { local i; for i in $(seq 240); do [ "$(attached)" -eq 0 ] && return; sleep 0.25; done; echo "monitor.sh: still attached" >&2; }
 
-declare -A T
-for r in $(seq "$ROUNDS"); do
-  mount_with
+# One mount (default, or with the flags given) timed idle, by an agent, and while an agent runs;
+# KEY suffixes the figures' names.
+measure() { # KEY, mount flags...
+  local key=$1; shift
+  mount_with "$@"
   until_detached
-  T[host_idle]+="$(outsider) "; T[sys_idle]+="$(syscalls) "
-  T[agent_on]+="$(agent) "
+  T[host_idle$key]+="$(outsider) "; T[sys_idle$key]+="$(syscalls) "
+  T[agent_on$key]+="$(agent) "
   "$BIN" run --store "$WORK/store" --mount "$WORK/mnt" --agent fs-engine --no-sandbox -- sleep 600 2>/dev/null &
   busy=$! # clawfs run itself: a signal to it ends the run
   sleep 1
   [ "$(attached)" -gt 0 ] || echo "monitor.sh: not attached while an agent runs" >&2
-  T[host_busy]+="$(outsider) "; T[sys_busy]+="$(syscalls) "
+  T[host_busy$key]+="$(outsider) "; T[sys_busy$key]+="$(syscalls) "
   kill "$busy"; wait "$busy" 2>/dev/null || true; busy=""
   unmount_clawfs "$BIN" "$WORK/mnt"
+}
+declare -A T
+for r in $(seq "$ROUNDS"); do
+  measure ""
+  measure _traced --trace-syscalls
   mount_with --no-audit; T[agent_off]+="$(agent) "; unmount_clawfs "$BIN" "$WORK/mnt"
   T[host_off]+="$(outsider) "; T[sys_off]+="$(syscalls) "
 done
@@ -80,8 +87,12 @@ echo "|---|---|---|---|"
 row "an agent (clawfs run --no-sandbox)" agent_off agent_on
 row "a process outside agent groups, no agent running" host_off host_idle
 row "a process outside agent groups, an agent running" host_off host_busy
+row "an agent, --trace-syscalls" agent_off agent_on_traced
+row "a process outside agent groups, an agent running, --trace-syscalls" host_off host_busy_traced
 echo
 echo "| 2,000,000 system calls (dd bs=512) | nothing mounted | mounted | ratio |"
 echo "|---|---|---|---|"
 row "no agent running" sys_off sys_idle
 row "an agent running" sys_off sys_busy
+row "no agent running, --trace-syscalls" sys_off sys_idle_traced
+row "an agent running, --trace-syscalls" sys_off sys_busy_traced

@@ -64,7 +64,7 @@ use clawfs_core::audit::AuditEvent;
 use clawfs_core::cgroup::Cgroup2;
 use clawfs_core::ClawFs;
 pub use clawfs_ebpf;
-use clawfs_ebpf::{Event, EventKind, Monitor, Refusal, RefusedObject};
+use clawfs_ebpf::{Coverage, Event, EventKind, Monitor, Refusal, RefusedObject};
 use rustix::event::{PollFd, PollFlags};
 use tracing::{debug, warn};
 
@@ -204,7 +204,12 @@ impl Watching {
 impl AgentEvents {
     /// Starts the monitor and its threads, recording with `fs`'s audit log; `None` (after one
     /// warning) where eBPF monitoring is not available. Never fails the mount.
-    pub fn start(fs: Arc<ClawFs>, store: &Path, mountpoint: &Path) -> Option<AgentEvents> {
+    pub fn start(
+        fs: Arc<ClawFs>,
+        store: &Path,
+        mountpoint: &Path,
+        coverage: Coverage,
+    ) -> Option<AgentEvents> {
         let store = store.to_path_buf();
         let cgroup = match Cgroup2::cached() {
             Ok(c) => c,
@@ -213,7 +218,7 @@ impl AgentEvents {
                 return None;
             }
         };
-        let monitor = match Monitor::start(Path::new(clawfs_ebpf::TRACEFS)) {
+        let monitor = match Monitor::start(coverage) {
             Ok(m) => m,
             Err(e) => {
                 warn!(error = %e, "agent activity (exec, open, connect) is not audited: the eBPF monitor is not available");

@@ -297,6 +297,13 @@ pub struct MountArgs {
     /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
     #[arg(long)]
     pub no_audit: bool,
+    /// Also record what agent processes do outside ClawFS's own requests: their opens outside
+    /// the mount, their connects, and the system calls the kernel refused them (file modes and
+    /// ACLs, Landlock, seccomp, the network filter). This hooks every system call of the host
+    /// while an agent runs, which then takes the kernel's slower path (a loop of system calls
+    /// ~1.6x as long); without it, only agents' execs are hooked, at no cost to other calls.
+    #[arg(long)]
+    pub trace_syscalls: bool,
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, default_value_t = 10.0)]
     pub attr_timeout: f64,

@@ -155,6 +155,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         no_passthrough,
         threads,
         no_audit,
+        trace_syscalls,
         attr_timeout,
         no_search,
         allow_tampered_system,
@@ -173,6 +174,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
     for (on, flag) in [
         (no_passthrough, "--no-passthrough"),
         (no_audit, "--no-audit"),
+        (trace_syscalls, "--trace-syscalls"),
         (no_search, "--no-search"),
         (allow_tampered_system, "--allow-tampered-system"),
     ] {
@@ -330,12 +332,19 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;
     fs.set_invalidator(spawn_notifier(session.notifier())?);
-    // Agent exec/open/connect outside the mount, on the audit trail (not with --no-audit);
-    // started before the daemon reports ready, so runs after `clawfs mount` are seen.
+    // Agent execs (and with --trace-syscalls opens, connects and kernel refusals) on the audit
+    // trail (not with --no-audit); started before the daemon reports ready, so runs after
+    // `clawfs mount` are seen.
+    let coverage = match args.trace_syscalls {
+        true => clawfs_ebpf::Coverage::Syscalls,
+        false => clawfs_ebpf::Coverage::Exec,
+    };
     let agent_events = fs
         .audit_log()
         .is_some()
-        .then(|| crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp))
+        .then(|| {
+            crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp, coverage)
+        })
         .flatten()
         .map(Arc::new);
     if let Some(events) = &agent_events {

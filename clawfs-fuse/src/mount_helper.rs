@@ -7,7 +7,7 @@
 //! as `mount.fuse.clawfs SOURCE MOUNTPOINT [-o OPTIONS] [-n] [-s] [-v]`. The same binary as
 //! `clawfs`, installed (or linked) under that name: it becomes `clawfs mount MOUNTPOINT --store
 //! SOURCE` with the options mapped to flags (`threads=N`, `attr_timeout=SECONDS`,
-//! `no_passthrough`, `no_audit`). mount(8)'s own options (`defaults`, `rw`, `auto`, `nofail`,
+//! `no_passthrough`, `no_audit`, `trace_syscalls`). mount(8)'s own options (`defaults`, `rw`, `auto`, `nofail`,
 //! `_netdev`, `x-systemd.*`…) are ignored; an unknown option is an error unless `-s` (sloppy).
 //! SOURCE `clawfs` or `none` names the default store.
 
@@ -98,6 +98,7 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
             ("attr_timeout", Some(v)) => out.extend(["--attr-timeout".into(), v.into()]),
             ("no_passthrough", None) => out.push("--no-passthrough".into()),
             ("no_audit", None) => out.push("--no-audit".into()),
+            ("trace_syscalls", None) => out.push("--trace-syscalls".into()),
             ("ro", None) => return Err("read-only ClawFS mounts are not supported".into()),
             _ if generic(option) => {}
             _ if sloppy => {}

@@ -1,9 +1,9 @@
 //! eBPF monitoring and egress filter for ClawFS agents.
 //!
 //! The programs are C (`src/bpf/*.bpf.c`), compiled by `build.rs` with clang and loaded with aya:
-//! - [`Monitor`]: tracepoints on exec, openat and connect, and on every system call's entry and
-//!   exit (for the calls the kernel refused, and those seccomp refused), reporting [`Event`]s of the processes
-//!   whose cgroup v2 (or an ancestor) is watched;
+//! - [`Monitor`]: raw tracepoints on exec and, with [`Coverage::Syscalls`], on every system
+//!   call's entry and exit (opens, connects, the calls the kernel refused, and those seccomp
+//!   refused), reporting [`Event`]s of the processes whose cgroup v2 (or an ancestor) is watched;
 //! - [`EgressFilter`]: `cgroup/connect4`, `connect6`, `sendmsg4` and `sendmsg6` on an agent's
 //!   cgroup, refusing connections and UDP datagrams to destinations not allowed with EPERM;
 //! - [`FileOpenGuard`]: a BPF LSM `file_open` program denying opens of listed inodes, where the
@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, RingBuf};
-use aya::programs::trace_point::TracePointLinkId;
+use aya::programs::raw_trace_point::RawTracePointLinkId;
 use aya::programs::{
-    CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr, Lsm, TracePoint,
+    CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSock, CgroupSockAddr, Lsm,
+    RawTracePoint,
 };
 use aya::{Btf, Ebpf};
 
@@ -126,37 +127,6 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
         }
         left.split_whitespace().nth(4).map(PathBuf::from)
     })
-}
-
-/// The default tracefs mount point, the one aya looks at (with `/sys/kernel/debug/tracing`).
-pub const TRACEFS: &str = "/sys/kernel/tracing";
-
-/// Mounts tracefs at `path` unless a populated tracefs is already there.
-pub fn ensure_tracefs(path: &Path) -> Result<(), Error> {
-    if path.join("events").is_dir() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    let target = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|e| Error::io("tracefs path", io::Error::other(e)))?;
-    // SAFETY: all pointers are valid NUL-terminated strings living across the call; data is null.
-    let rc = unsafe {
-        libc::mount(
-            c"tracefs".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::io(
-            format!("mounting tracefs on {}", path.display()),
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
 }
 
 /// What an agent process did.
@@ -356,14 +326,15 @@ impl RawEvent {
 
 /// Exec/open/connect monitoring of watched cgroups. Detaches when dropped.
 ///
-/// Its tracepoints run for every system call of the host while attached (a syscall tracepoint
-/// alone sends every call of every process through the kernel's slow path: a tight loop of
-/// system calls took 2.3x as long), so they are attached only while agents may run: see
-/// [`Monitor::attach`] and [`Monitor::detach`].
+/// With [`Coverage::Syscalls`], its raw tracepoints on system call entry and exit run for every
+/// system call of the host while attached (and send every call through the kernel's slower
+/// entry path), so they are attached only while agents may run: see [`Monitor::attach`] and
+/// [`Monitor::detach`].
 pub struct Monitor {
     bpf: Ebpf,
+    coverage: Coverage,
     /// The attached tracepoints' links, in [`TRACEPOINTS`] order; empty while detached.
-    links: Vec<TracePointLinkId>,
+    links: Vec<RawTracePointLinkId>,
     watched: HashMap<MapData, u64, u32>,
     gen: Array<MapData, u32>,
     lost: Array<MapData, u64>,
@@ -382,30 +353,49 @@ impl fmt::Debug for Monitor {
         f.debug_struct("Monitor")
             .field("agents", &self.agents)
             .field("watched", &self.by_cgroup)
+            .field("coverage", &self.coverage)
             .field("attached", &self.is_attached())
             .finish()
     }
 }
 
-/// The monitor's programs and their tracepoints. A system call's enter comes before its exit,
-/// so that a call that entered before the attach is never judged by its exit alone (that is the
-/// mark of a call seccomp refused); detaching goes in reverse.
-const TRACEPOINTS: [(&str, &str, &str); 4] = [
-    ("clawfs_exec", "sched", "sched_process_exec"),
-    ("clawfs_connect", "syscalls", "sys_enter_connect"),
-    ("clawfs_sys_enter", "raw_syscalls", "sys_enter"),
-    ("clawfs_sys_exit", "raw_syscalls", "sys_exit"),
+/// What a [`Monitor`] hooks, and so what it reports and what it costs the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// Execs only (`sched_process_exec`): runs on exec, costs the host's system calls nothing.
+    Exec,
+    /// Execs, and every system call's entry and exit: opens, connects, the calls the kernel
+    /// refused and those seccomp refused. While attached, every system call of the host takes
+    /// the kernel's slower entry and exit path (a loop of `read`/`write` takes ~1.6× as long).
+    Syscalls,
+}
+
+/// The monitor's programs and their raw tracepoints. A system call's enter comes before its
+/// exit, so that a call that entered before the attach is never judged by its exit alone (that
+/// is the mark of a call seccomp refused); detaching goes in reverse.
+const TRACEPOINTS: [(&str, &str); 3] = [
+    ("clawfs_exec", "sched_process_exec"),
+    ("clawfs_sys_enter", "sys_enter"),
+    ("clawfs_sys_exit", "sys_exit"),
 ];
 
+impl Coverage {
+    /// The programs of [`TRACEPOINTS`] this coverage attaches.
+    fn tracepoints(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Coverage::Exec => &TRACEPOINTS[..1],
+            Coverage::Syscalls => &TRACEPOINTS,
+        }
+    }
+}
+
 impl Monitor {
-    /// Loads the programs, mounting tracefs at `tracefs` if needed ([`TRACEFS`] or
-    /// `/sys/kernel/debug/tracing`: the places aya looks at). Nothing is reported until it is
-    /// attached ([`Monitor::attach`]) and a group watched ([`Monitor::watch`]).
-    pub fn start(tracefs: &Path) -> Result<Monitor, Error> {
-        ensure_tracefs(tracefs)?;
+    /// Loads the programs of `coverage`. Nothing is reported until it is attached
+    /// ([`Monitor::attach`]) and a group watched ([`Monitor::watch`]).
+    pub fn start(coverage: Coverage) -> Result<Monitor, Error> {
         let mut bpf = load_object("monitor", MONITOR_OBJ)?;
-        for (prog, _, _) in TRACEPOINTS {
-            let p: &mut TracePoint = program(&mut bpf, prog)?;
+        for (prog, _) in coverage.tracepoints() {
+            let p: &mut RawTracePoint = program(&mut bpf, prog)?;
             p.load()
                 .map_err(|e| Error::bpf(format!("loading {prog}"), &e))?;
         }
@@ -416,6 +406,7 @@ impl Monitor {
         let events = take_map(&mut bpf, "EVENTS")?;
         Ok(Monitor {
             bpf,
+            coverage,
             links: Vec::new(),
             watched,
             gen,
@@ -438,10 +429,10 @@ impl Monitor {
         for tid in stale {
             let _ = self.inflight.remove(&tid);
         }
-        for (prog, category, name) in TRACEPOINTS {
-            let attached = program::<TracePoint>(&mut self.bpf, prog).and_then(|p| {
-                p.attach(category, name)
-                    .map_err(|e| Error::bpf(format!("attaching {prog} to {category}/{name}"), &e))
+        for (prog, name) in self.coverage.tracepoints() {
+            let attached = program::<RawTracePoint>(&mut self.bpf, prog).and_then(|p| {
+                p.attach(name)
+                    .map_err(|e| Error::bpf(format!("attaching {prog} to {name}"), &e))
             });
             match attached {
                 Ok(link) => self.links.push(link),
@@ -459,8 +450,8 @@ impl Monitor {
     pub fn detach(&mut self) -> Result<(), Error> {
         let mut first_error = None;
         while let Some(link) = self.links.pop() {
-            let (prog, _, _) = TRACEPOINTS[self.links.len()];
-            let detached = program::<TracePoint>(&mut self.bpf, prog).and_then(|p| {
+            let (prog, _) = self.coverage.tracepoints()[self.links.len()];
+            let detached = program::<RawTracePoint>(&mut self.bpf, prog).and_then(|p| {
                 p.detach(link)
                     .map_err(|e| Error::bpf(format!("detaching {prog}"), &e))
             });
@@ -996,10 +987,10 @@ fn status(r: Result<(), Error>) -> Status {
 }
 
 /// Probes each program kind by loading it (the monitor is also attached and detached, with
-/// nothing watched, mounting tracefs at [`TRACEFS`] if needed). Needs root (CAP_BPF,
+/// nothing watched). Needs root (CAP_BPF,
 /// CAP_PERFMON, CAP_SYS_ADMIN).
 pub fn availability() -> Availability {
-    let monitor = status(Monitor::start(Path::new(TRACEFS)).and_then(|mut m| {
+    let monitor = status(Monitor::start(Coverage::Syscalls).and_then(|mut m| {
         m.attach()?;
         m.detach()
     }));

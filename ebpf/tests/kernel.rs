@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawfs_ebpf::{
-    availability, cgroup2_mount, cgroup_id, Allow, EgressFilter, Endpoint, EventKind,
-    FileOpenGuard, Monitor, Status, TRACEFS,
+    availability, cgroup2_mount, cgroup_id, Allow, Coverage, EgressFilter, Endpoint, EventKind,
+    FileOpenGuard, Monitor, Status,
 };
 
 fn is_root() -> bool {
@@ -103,8 +103,8 @@ impl Drop for TestCgroup {
 /// Held by the tests that start a monitor: one counts the tracepoints the process holds.
 static MONITORS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The perf links open in this process (BPF links of type perf, as `/proc/self/fdinfo` shows
-/// them): each attached tracepoint holds one.
+/// The raw tracepoint links open in this process (as `/proc/self/fdinfo` shows them): each
+/// attached raw tracepoint holds one.
 fn open_tracepoint_events() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
@@ -112,16 +112,16 @@ fn open_tracepoint_events() -> usize {
         .filter(|e| {
             std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf_link")
                 && std::fs::read_to_string(format!("/proc/self/fdinfo/{}", e.file_name().display()))
-                    .is_ok_and(|info| info.lines().any(|l| l == "link_type:\tperf"))
+                    .is_ok_and(|info| info.lines().any(|l| l == "link_type:\traw_tracepoint"))
         })
         .count()
 }
 
-/// The ids of the perf links (attached tracepoints) in the whole system.
-fn perf_links() -> std::collections::HashSet<u32> {
+/// The ids of the raw tracepoint links in the whole system.
+fn raw_tracepoint_links() -> std::collections::HashSet<u32> {
     aya::programs::loaded_links()
         .filter_map(Result::ok)
-        .filter(|l| l.link_type().ok() == Some(aya::programs::links::LinkType::PerfEvent))
+        .filter(|l| l.link_type().ok() == Some(aya::programs::links::LinkType::RawTracePoint))
         .map(|l| l.id())
         .collect()
 }
@@ -133,7 +133,7 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = open_tracepoint_events();
-    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     assert!(!monitor.is_attached(), "loaded, not attached");
     assert_eq!(
         open_tracepoint_events(),
@@ -155,11 +155,18 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
                 && matches!(&e.kind, EventKind::Exec { filename } if filename.ends_with("cat"))
         }
     };
-    let others = perf_links();
+    let others = raw_tracepoint_links();
     monitor.attach().unwrap();
     monitor.attach().unwrap(); // twice is once
-    assert_eq!(open_tracepoint_events(), before + 4, "the four tracepoints");
-    let ours: Vec<u32> = perf_links().difference(&others).copied().collect();
+    assert_eq!(
+        open_tracepoint_events(),
+        before + 3,
+        "the three raw tracepoints"
+    );
+    let ours: Vec<u32> = raw_tracepoint_links()
+        .difference(&others)
+        .copied()
+        .collect();
     let seen = run_cat();
     let events = monitor
         .collect_until(Duration::from_secs(5), |evs| evs.iter().any(exec_of(seen)))
@@ -182,7 +189,7 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
     // A child that another test forks at this moment holds copies of the links' descriptors
     // until it execs (they close on exec), and the tracepoints stay attached until then.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while ours.iter().any(|id| perf_links().contains(id)) {
+    while ours.iter().any(|id| raw_tracepoint_links().contains(id)) {
         assert!(
             std::time::Instant::now() < deadline,
             "the kernel still holds the links 10 s after detach"
@@ -197,12 +204,68 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
 }
 
 #[test]
+fn exec_coverage_reports_execs_and_hooks_no_system_call() {
+    require_root!();
+    let _one = MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before = open_tracepoint_events();
+    let mut monitor = Monitor::start(Coverage::Exec).expect("start monitor");
+    monitor.attach().unwrap();
+    assert_eq!(
+        open_tracepoint_events(),
+        before + 1,
+        "sched_process_exec alone: no system call entry or exit hook"
+    );
+    let cg = TestCgroup::new("exec-only");
+    monitor.watch(cg.id(), "agent-test").unwrap();
+    // An exec, an open and a connect refused (nothing listens on port 1).
+    let mut child = cg
+        .command(
+            "/usr/bin/python3",
+            &[
+                "-c",
+                "import socket
+open('/etc/hostname').read()
+try:
+ socket.create_connection(('127.0.0.1', 1))
+except OSError:
+ pass",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait().unwrap().success());
+    let events = monitor
+        .collect_until(Duration::from_secs(5), |evs| {
+            evs.iter()
+                .any(|e| e.pid == pid && matches!(e.kind, EventKind::Exec { .. }))
+        })
+        .unwrap();
+    let ours: Vec<_> = events.iter().filter(|e| e.pid == pid).collect();
+    assert!(
+        ours.iter().any(
+            |e| matches!(&e.kind, EventKind::Exec { filename } if filename.ends_with("python3"))
+        ),
+        "the exec is reported: {events:?}"
+    );
+    assert!(
+        ours.iter()
+            .all(|e| matches!(e.kind, EventKind::Exec { .. })),
+        "nothing but execs: {ours:?}"
+    );
+    monitor.detach().unwrap();
+    assert_eq!(open_tracepoint_events(), before);
+}
+
+#[test]
 fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
     require_root!();
     let _one = MONITORS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("monitor");
     monitor.watch(cg.id(), "agent-test").unwrap();
@@ -591,7 +654,7 @@ fn monitor_reports_refused_and_seccomp_refused_calls() {
     let _one = MONITORS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut monitor = Monitor::start(Path::new(TRACEFS)).expect("start monitor");
+    let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("refusals");
     monitor.watch(cg.id(), "agent-test").unwrap();

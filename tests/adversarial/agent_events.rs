@@ -31,7 +31,7 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
     if !monitor_or_skip() {
         return;
     }
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let agent_port = TcpListener::bind("127.0.0.1:0").unwrap();
     let outside_port = TcpListener::bind("127.0.0.1:0").unwrap();
     let (pa, po) = (
@@ -118,12 +118,7 @@ fn agent_exec_open_and_connect_are_audited_and_outsiders_are_not() {
     );
 }
 
-/// `echo x > agents/<other>/cache/f` as an agent: the kernel's own mode check refuses it
-/// (EACCES) before the daemon hears of it. The refusal is still the agent's denial, with the
-/// path, however the path was spelled: relative, absolute, with `..`, relative to `/`, through a
-/// symlink, from a directory descriptor; a refusal the daemon answered itself is on record
-/// once, not twice.
-/// The perf links (attached tracepoints) the process `pid` holds, from its `fdinfo`.
+/// The raw tracepoint links the process `pid` holds, from its `fdinfo`.
 fn tracepoints_held(pid: i32) -> usize {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
@@ -135,12 +130,12 @@ fn tracepoints_held(pid: i32) -> usize {
                     "/proc/{pid}/fdinfo/{}",
                     e.file_name().display()
                 ))
-                .is_ok_and(|info| info.lines().any(|l| l == "link_type:\tperf"))
+                .is_ok_and(|info| info.lines().any(|l| l == "link_type:\traw_tracepoint"))
         })
         .count()
 }
 
-/// The monitor's tracepoints slow every system call of the host, so an idle daemon holds none:
+/// The monitor's hooks run for what every process of the host does, so an idle daemon holds none:
 /// they are attached when a run of its store announces itself, before its program starts (its
 /// very first exec is on record), and detached after the last such run.
 #[test]
@@ -148,13 +143,31 @@ fn the_monitor_is_attached_only_while_agents_run() {
     if !monitor_or_skip() {
         return;
     }
-    let m = Mounted::new();
+    for (args, hooks) in [(&[][..], 1), (&["--trace-syscalls"][..], 3)] {
+        let m = Mounted::with_args(args);
+        attached_only_while_a_run_lives(&m, hooks);
+    }
+}
+
+/// `hooks`: the tracepoints a run of `m`'s store attaches (exec only, or every system call's
+/// entry and exit too).
+fn attached_only_while_a_run_lives(m: &Mounted, hooks: usize) {
     let pid = m.daemon_pid();
     assert_eq!(tracepoints_held(pid), 0, "an idle daemon attaches nothing");
     // (Other tests' runs are of other stores: no concern of this daemon.)
-    let out = m.run_agent(AGENT, "sleep 0.5");
-    assert!(out.status.success(), "{}", text(&out));
-    let all = audit_until(&m, |all| !of_agent(records(all, "exec", "/sh")).is_empty());
+    let mut run = m
+        .run_command(AGENT)
+        .args(["--no-sandbox", "--", "sh", "-c", "sleep 1.5"])
+        .current_dir("/")
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while tracepoints_held(pid) != hooks && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(tracepoints_held(pid), hooks, "attached while the run lives");
+    assert!(run.wait().unwrap().success());
+    let all = audit_until(m, |all| !of_agent(records(all, "exec", "/sh")).is_empty());
     assert!(
         !of_agent(records(&all, "exec", "/sh")).is_empty(),
         "the run's first exec (sh) is on record: {all:#?}"
@@ -281,7 +294,7 @@ fn kernel_refusals_on_the_mount_are_denials_of_the_agent() {
     if !monitor_or_skip() {
         return;
     }
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     // A folder of the workspace the agent may write by its grant, but not by the folder's mode:
     // the kernel refuses what the policy allows. (Another agent's folder is refused by the
     // kernel too, from its ACL: that refusal carries the policy's rule, see `kernel_checks`.)
@@ -371,7 +384,7 @@ fn a_runs_refusals_are_on_record_when_it_returns() {
     if !monitor_or_skip() {
         return;
     }
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     fs::create_dir(m.ws().join("locked")).unwrap();
     let mnt = m.mnt.display();
     for round in 0..4 {
@@ -415,7 +428,7 @@ fn a_flood_of_refusals_hides_no_other() {
     if !monitor_or_skip() {
         return;
     }
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let cache = m.mnt.join("agents/build-engine/cache");
     let flood = format!(
         "import os, time\nfor i in range(3000):\n    try: os.open('{c}/noise', os.O_CREAT | os.O_WRONLY)\n    except OSError: pass\nfor p in ('{c}/hidden', '{c}/../state.json'):\n    try: os.open(p, os.O_CREAT | os.O_WRONLY)\n    except OSError: pass\ntime.sleep(0.5)",

@@ -31,7 +31,7 @@ fn watch_each(m: &Mounted, agent: &str, targets: &[String]) -> String {
 
 #[test]
 fn watches_reach_only_what_the_policy_grants() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     fs::create_dir(m.path("workspaces/secretws")).unwrap();
     fs::write(m.path("workspaces/secretws/ROOT-NOTE.md"), "root\n").unwrap();
     fs::write(

@@ -48,7 +48,7 @@ fn a_sandboxed_agent_reaches_its_part_of_the_mount_and_little_else() {
 
 #[test]
 fn a_sandboxed_agent_cannot_use_escape_system_calls() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let probe = r#"
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)

@@ -58,7 +58,7 @@ fn expect(out: &Output, ports: [u16; 2], results: [&str; 2]) {
 
 #[test]
 fn a_sandboxed_agent_connects_only_to_the_ports_its_policy_allows() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let (_a, _b, ports) = listeners();
     // Without a network entry (the default, "all") and without the sandbox, both connect.
     expect(&run(&m, true, ports), ports, ["ok", "ok"]);
@@ -154,7 +154,7 @@ fn udp_and_other_addresses_are_held_to_the_allow_list() {
         );
         return;
     }
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let any = TcpListener::bind("0.0.0.0:0").unwrap();
     let p = any.local_addr().unwrap().port();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -261,7 +261,7 @@ attempt("udp", udp)
 /// never listen or receive on a port. Each refusal is on record as the agent's denial.
 #[test]
 fn an_agent_without_network_cannot_listen_either() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
     let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", LISTEN]);
     let shown = text(&out);
@@ -354,7 +354,7 @@ for dest in sys.argv[1:]:
     except OSError as e:
         print(dest, errno.errorcode.get(e.errno, e.errno) if e.errno else "timeout")
 "#;
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let (_a, _b, ports) = listeners();
     let meta = ["169.254.169.254:80", "[fd00:ec2::254]:80"];
     let connect = |extra: &[String]| {

@@ -63,7 +63,7 @@ fn exists(p: &Path) -> bool {
 
 #[test]
 fn two_agents_each_write_only_their_own_directory() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     let mnt = m.mnt.display().to_string();
     let script = |me: &str, other: &str| {
         format!(
@@ -164,7 +164,7 @@ fn agents_cannot_write_their_logs_or_denials_or_read_only_roots() {
 
 #[test]
 fn workspace_grants_and_protected_names() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     fs::create_dir(m.path("workspaces/secret-project")).unwrap();
     fs::write(m.path("workspaces/secret-project/plan.md"), "hidden").unwrap();
     fs::create_dir(m.path("workspaces/default/.git")).unwrap();
@@ -215,7 +215,7 @@ fn workspace_grants_and_protected_names() {
 
 #[test]
 fn renames_links_and_symlinks_cannot_escape() {
-    let m = Mounted::new();
+    let m = Mounted::with_args(&["--trace-syscalls"]);
     fs::create_dir(m.path("workspaces/secret-project")).unwrap();
     fs::write(m.path("workspaces/secret-project/plan.md"), "hidden").unwrap();
     fs::write(m.path("agents/kernel-engine/private.txt"), "k").unwrap();

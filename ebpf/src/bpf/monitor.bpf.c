@@ -4,7 +4,12 @@
  * and connects
  * the kernel refused with EACCES or EPERM; and system calls refused by seccomp, seen as a
  * sys_exit without its sys_enter (seccomp answers before the syscall tracepoint). Connects and
- * UDP sends to an address (sendto, sendmsg) count as connects. */
+ * UDP sends to an address (sendto, sendmsg) count as connects.
+ *
+ * The system call hooks are raw tracepoints: they run for every system call of the host while
+ * attached, and a raw tracepoint hands the program the registers as they are, where a
+ * `syscalls/` or `raw_syscalls/` tracepoint first copies a record for it on every call. Nothing
+ * is read from the registers before the caller is known to be watched. */
 #include "common.h"
 #include <asm/unistd.h>
 #include <bpf/bpf_core_read.h>
@@ -155,35 +160,22 @@ static __always_inline struct clawfs_event *reserve(__u32 kind)
 	return e;
 }
 
-/* sched/sched_process_exec */
-struct tp_sched_process_exec {
-	__u64 common;
-	__u32 filename_loc; /* __data_loc char[]: offset in the low 16 bits, length in the high 16 */
-	__s32 pid;
-	__s32 old_pid;
-};
+struct linux_binprm {
+	const char *filename;
+} __attribute__((preserve_access_index));
 
-SEC("tracepoint/sched/sched_process_exec")
-int clawfs_exec(struct tp_sched_process_exec *ctx)
+/* sched/sched_process_exec: (struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm) */
+SEC("raw_tracepoint/sched_process_exec")
+int clawfs_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct clawfs_event *e = reserve(EV_EXEC);
 	if (!e)
 		return 0;
-	__u32 off = ctx->filename_loc & 0xFFFF;
-	bpf_probe_read_kernel_str(e->path, sizeof(e->path), (char *)ctx + off);
+	struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
+	bpf_probe_read_kernel_str(e->path, sizeof(e->path), BPF_CORE_READ(bprm, filename));
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
-
-/* syscalls/sys_enter_connect */
-struct tp_sys_enter_connect {
-	__u64 common;
-	__s32 syscall_nr;
-	__u32 pad;
-	__u64 fd;
-	const void *uservaddr;
-	__u64 addrlen;
-};
 
 struct clawfs_sockaddr_in {
 	__u16 family;
@@ -229,22 +221,6 @@ static __always_inline int fill_sockaddr(struct clawfs_event *e, const void *uad
 	return 1;
 }
 
-SEC("tracepoint/syscalls/sys_enter_connect")
-int clawfs_connect(struct tp_sys_enter_connect *ctx)
-{
-	__u16 family = 0;
-	if (bpf_probe_read_user(&family, sizeof(family), ctx->uservaddr))
-		return 0;
-	if (family != CLAWFS_AF_INET && family != CLAWFS_AF_INET6 && family != CLAWFS_AF_UNIX)
-		return 0;
-	struct clawfs_event *e = reserve(EV_CONNECT);
-	if (!e)
-		return 0;
-	fill_sockaddr(e, ctx->uservaddr, 0);
-	bpf_ringbuf_submit(e, 0);
-	return 0;
-}
-
 /* ---- refusals ---------------------------------------------------------------------------- */
 
 /* Kernel types read with CO-RE: only the fields used, relocated against the running kernel's
@@ -288,6 +264,36 @@ struct task_struct {
 	struct fs_struct *fs;
 	struct files_struct *files;
 } __attribute__((preserve_access_index));
+
+/* The user registers a system call entered with: its number and arguments. */
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long di, si, dx, r10, r8, orig_ax;
+} __attribute__((preserve_access_index));
+#define SYSCALL_NR(r) BPF_CORE_READ(r, orig_ax)
+#define SYSCALL_ARG0(r) BPF_CORE_READ(r, di)
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, si)
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, dx)
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, r10)
+#define SYSCALL_ARG4(r) BPF_CORE_READ(r, r8)
+#elif defined(__TARGET_ARCH_arm64)
+struct user_pt_regs {
+	__u64 regs[31];
+} __attribute__((preserve_access_index));
+struct pt_regs {
+	struct user_pt_regs user_regs;
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#define SYSCALL_NR(r) BPF_CORE_READ(r, syscallno)
+#define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, user_regs.regs[1])
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, user_regs.regs[2])
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, user_regs.regs[3])
+#define SYSCALL_ARG4(r) BPF_CORE_READ(r, user_regs.regs[4])
+#else
+#error "the monitor reads system call registers of x86_64 and arm64 only"
+#endif
 
 #define CLAWFS_EACCES 13
 #define CLAWFS_EPERM 1
@@ -385,54 +391,62 @@ static __always_inline int path_args(long nr, int *path, int *dirfd)
 	return 0;
 }
 
-struct tp_raw_sys_enter {
-	__u64 common;
-	__s64 id;
-	__u64 args[6];
-};
-
-struct tp_raw_sys_exit {
-	__u64 common;
-	__s64 id;
-	__s64 ret;
-};
-
-/* Argument i (0..3) of the call. The three are loaded first: the verifier accepts only constant
- * offsets into the context, which a switch over ctx->args[i] would be compiled out of. */
+/* Argument i (0..3) of the call. */
 static __always_inline __u64 arg_of(const __u64 args[4], int i)
 {
 	return i == 0 ? args[0] : i == 1 ? args[1] : i == 2 ? args[2] : i == 3 ? args[3] : 0;
 }
 
-SEC("tracepoint/raw_syscalls/sys_enter")
-int clawfs_sys_enter(struct tp_raw_sys_enter *ctx)
+/* A connect's destination, reported as it enters (its refusal is reported again as it
+ * returns). Only inet and Unix destinations are reported. */
+static __always_inline void report_connect(const void *uaddr)
+{
+	__u16 family = 0;
+	if (bpf_probe_read_user(&family, sizeof(family), uaddr))
+		return;
+	if (family != CLAWFS_AF_INET && family != CLAWFS_AF_INET6 && family != CLAWFS_AF_UNIX)
+		return;
+	struct clawfs_event *e = reserve(EV_CONNECT);
+	if (!e)
+		return;
+	fill_sockaddr(e, uaddr, 0);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* raw_syscalls/sys_enter: (struct pt_regs *regs, long id) */
+SEC("raw_tracepoint/sys_enter")
+int clawfs_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 agent = 0;
 	if (!watched_cgroup(&agent))
 		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	__s64 id = (__s64)ctx->args[1];
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight f = {};
-	f.nr = ctx->id;
+	f.nr = id;
 	f.start_ns = bpf_ktime_get_ns();
 	f.dirfd = CLAWFS_AT_FDCWD;
 	int path = -1, dirfd = -1;
 	__u64 args[4];
-	args[0] = ctx->args[0];
-	args[1] = ctx->args[1];
-	args[2] = ctx->args[2];
-	args[3] = ctx->args[3];
-	if (ctx->id == __NR_connect || ctx->id == __NR_bind) {
+	args[0] = SYSCALL_ARG0(regs);
+	args[1] = SYSCALL_ARG1(regs);
+	args[2] = SYSCALL_ARG2(regs);
+	args[3] = SYSCALL_ARG3(regs);
+	if (id == __NR_connect || id == __NR_bind) {
 		f.arg = args[1];
-	} else if (ctx->id == __NR_socket) {
+		if (id == __NR_connect)
+			report_connect((const void *)args[1]);
+	} else if (id == __NR_socket) {
 		f.arg = args[0]; /* the family: nonzero for every socket the network filter judges */
-	} else if (ctx->id == __NR_sendto) {
-		f.arg = ctx->args[4]; /* the destination, NULL on a connected socket */
-	} else if (ctx->id == __NR_sendmsg || ctx->id == __NR_sendmmsg) {
+	} else if (id == __NR_sendto) {
+		f.arg = SYSCALL_ARG4(regs); /* the destination, NULL on a connected socket */
+	} else if (id == __NR_sendmsg || id == __NR_sendmmsg) {
 		/* msg_name, the first field of struct msghdr (and of the first mmsghdr) */
 		void *name = 0;
 		bpf_probe_read_user(&name, sizeof(name), (const void *)args[1]);
 		f.arg = (__u64)name;
-	} else if (path_args(ctx->id, &path, &dirfd)) {
+	} else if (path_args(id, &path, &dirfd)) {
 		f.arg = arg_of(args, path);
 		if (dirfd >= 0)
 			f.dirfd = (__s32)arg_of(args, dirfd);
@@ -466,12 +480,15 @@ static __always_inline void fill_base(struct clawfs_event *e, __s32 dirfd)
 	e->base_dev = BPF_CORE_READ(inode, i_sb, s_dev);
 }
 
-SEC("tracepoint/raw_syscalls/sys_exit")
-int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
+/* raw_syscalls/sys_exit: (struct pt_regs *regs, long ret) */
+SEC("raw_tracepoint/sys_exit")
+int clawfs_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 agent = 0;
 	if (!watched_cgroup(&agent))
 		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	__s64 id = SYSCALL_NR(regs);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct inflight *f = bpf_map_lookup_elem(&INFLIGHT, &tid);
 	if (!f) {
@@ -480,26 +497,26 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 		bpf_map_update_elem(&INFLIGHT, &tid, &first, BPF_ANY);
 		return 0;
 	}
-	__s64 ret = ctx->ret;
+	__s64 ret = (__s64)ctx->args[1];
 	if (f->nr == NO_CALL) {
 		/* No sys_enter: seccomp refused the call before it ran. */
 		if (ret < 0 && ret > -4096) {
 			struct clawfs_event *e = reserve(EV_SECCOMP);
 			if (e) {
-				e->nr = (__s32)ctx->id;
+				e->nr = (__s32)id;
 				e->err = (__s32)-ret;
 				bpf_ringbuf_submit(e, 0);
 			}
 		}
 		return 0;
 	}
-	int is_open = ctx->id == __NR_openat || ctx->id == __NR_openat2
+	int is_open = id == __NR_openat || id == __NR_openat2
 #ifdef __NR_open
-		      || ctx->id == __NR_open || ctx->id == __NR_creat
+		      || id == __NR_open || id == __NR_creat
 #endif
 		;
 	int refused = ret == -CLAWFS_EACCES || ret == -CLAWFS_EPERM;
-	if (is_open && !refused && f->nr == ctx->id && f->arg) {
+	if (is_open && !refused && f->nr == id && f->arg) {
 		/* An open and its outcome (refusals are reported below, as such). */
 		struct clawfs_event *e = reserve(EV_OPEN);
 		if (e) {
@@ -508,17 +525,17 @@ int clawfs_sys_exit(struct tp_raw_sys_exit *ctx)
 			bpf_ringbuf_submit(e, 0);
 		}
 	}
-	if (refused && f->nr == ctx->id && f->arg) {
+	if (refused && f->nr == id && f->arg) {
 		int path = -1, dirfd = -1;
-		int is_send = ctx->id == __NR_sendto || ctx->id == __NR_sendmsg ||
-			      ctx->id == __NR_sendmmsg;
-		int is_connect = ctx->id == __NR_connect || ctx->id == __NR_bind || is_send;
-		int is_socket = ctx->id == __NR_socket &&
+		int is_send = id == __NR_sendto || id == __NR_sendmsg ||
+			      id == __NR_sendmmsg;
+		int is_connect = id == __NR_connect || id == __NR_bind || is_send;
+		int is_socket = id == __NR_socket &&
 				(f->arg == CLAWFS_AF_INET || f->arg == CLAWFS_AF_INET6);
-		if (is_connect || is_socket || path_args(ctx->id, &path, &dirfd)) {
+		if (is_connect || is_socket || path_args(id, &path, &dirfd)) {
 			struct clawfs_event *e = reserve(EV_REFUSED);
 			if (e) {
-				e->nr = (__s32)ctx->id;
+				e->nr = (__s32)id;
 				e->err = (__s32)-ret;
 				e->start_ns = f->start_ns;
 				e->end_ns = bpf_ktime_get_ns();
