@@ -292,7 +292,7 @@ impl AgentEvents {
             warn!(error = %e, "agent activity is not audited: starting its thread");
             return None;
         }
-        debug!("eBPF monitor started: agent exec/open/connect audited");
+        debug!(?coverage, "eBPF monitor started: agent activity audited");
         Some(events)
     }
 

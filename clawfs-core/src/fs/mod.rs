@@ -216,8 +216,11 @@ pub struct ClawFs {
     listings: listings::Listings,
 }
 
-/// The permission bits the mount's root shows.
-const MOUNT_ROOT_MODE: u16 = 0o755;
+/// The permission bits the mount's root shows: everyone may look in, through the "other" bits.
+/// No group bits, so that the kernel never asks for the root's ACL: it cannot keep the answer
+/// for the root (whose inode it makes before ACLs are switched on), and would otherwise ask
+/// ClawFS, and leave its lock-free path walk, for every path a non-owner walks through the root.
+const MOUNT_ROOT_MODE: u16 = 0o705;
 
 /// How many `O_PATH` descriptors are kept open (well under the 20,000 open-file limit).
 const PATH_FDS: NonZeroUsize = NonZeroUsize::new(512).unwrap();
