@@ -127,6 +127,9 @@ pub struct OpenDir {
     pub caller: crate::creds::Caller,
     /// The snapshot of entries being served.
     pub entries: Mutex<Arc<Vec<DirEntry>>>,
+    /// The directory of the store, held while it is open (not for generated directories):
+    /// `fstat` of an open directory that was removed still answers from it.
+    pub fd: Option<std::os::fd::OwnedFd>,
 }
 
 /// A table of open handles of one kind.

@@ -727,7 +727,7 @@ impl Filesystem for Adapter {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -736,9 +736,10 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fallocate", fh = fh.0, offset, length, mode).entered();
+        let kill_suidgid = req.uid() != 0;
         Self::reply_empty(
             "fallocate",
-            self.fs.fallocate(fh.0, offset, length, mode),
+            self.fs.fallocate(fh.0, offset, length, mode, kill_suidgid),
             reply,
         );
     }

@@ -1,6 +1,6 @@
 //! POSIX rules a root daemon writing on a caller's behalf would miss: setuid/setgid bits that
-//! a write by a non-owner must clear, paths as long as PATH_MAX, a running program truncated
-//! through a read-only open.
+//! a write or an fallocate by a non-owner must clear, paths as long as PATH_MAX, a running
+//! program truncated through a read-only open, SEEK_DATA/SEEK_HOLE at a negative offset.
 
 use std::fs;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -52,6 +52,98 @@ fn a_write_by_someone_else_clears_setuid_and_setgid() {
         fs::write(&f, "x").unwrap();
         assert_eq!(mode(&f), 0o4755);
     }
+}
+
+/// `fallocate` by another user (allocate, keep-size, punch a hole, zero a range) clears the
+/// bits as a write does: the daemon itself, as root, would keep them.
+#[test]
+fn an_fallocate_by_someone_else_clears_setuid_and_setgid() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let user = TempUser::new("fa");
+    for how in [
+        "-l 8192",
+        "-n -l 8192",
+        "-p -o 0 -l 4096",
+        "-z -o 0 -l 4096",
+    ] {
+        for (bits, after) in [(0o6777, 0o777), (0o2767, 0o2767)] {
+            let f = m.ws().join(format!("f{bits:o}"));
+            fs::write(&f, vec![b'x'; 8192]).unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(bits)).unwrap();
+            let out = user.sh(&format!("fallocate {how} {}", f.display()));
+            assert!(out.status.success(), "fallocate {how}: {}", text(&out));
+            assert_eq!(mode(&f), after, "fallocate {how} on {bits:o}");
+        }
+    }
+    // Root's own fallocate keeps them.
+    let f = m.ws().join("own");
+    fs::write(&f, "").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+    let out = std::process::Command::new("fallocate")
+        .args(["-l", "8192"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(mode(&f), 0o6777);
+}
+
+/// SEEK_DATA and SEEK_HOLE at a negative offset find nothing (ENXIO), as on a local
+/// filesystem; a plain seek there is EINVAL.
+#[test]
+fn seek_data_and_hole_at_a_negative_offset_are_enxio() {
+    use std::os::fd::AsRawFd;
+    for args in [&[][..], &["--no-passthrough"][..]] {
+        let m = Mounted::with_args(args);
+        let path = m.ws().join("sparse");
+        fs::write(&path, vec![b'x'; 4096]).unwrap();
+        let f = fs::File::open(&path).unwrap();
+        let seek = |offset: i64, whence: i32| {
+            // SAFETY: a plain lseek on a descriptor this test holds open.
+            let r = unsafe { libc::lseek(f.as_raw_fd(), offset, whence) };
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(r)
+            }
+        };
+        assert_eq!(errno(seek(-1, libc::SEEK_DATA)), libc::ENXIO, "{args:?}");
+        assert_eq!(errno(seek(-1, libc::SEEK_HOLE)), libc::ENXIO, "{args:?}");
+        assert_eq!(errno(seek(-1, libc::SEEK_SET)), libc::EINVAL, "{args:?}");
+        assert_eq!(seek(0, libc::SEEK_DATA).unwrap(), 0);
+        assert_eq!(seek(0, libc::SEEK_HOLE).unwrap(), 4096);
+        assert_eq!(errno(seek(4096, libc::SEEK_DATA)), libc::ENXIO);
+    }
+}
+
+/// `fstat` of a directory still open after it was removed, or replaced by a rename, answers as
+/// natively (no links left) instead of ESTALE.
+#[test]
+fn an_open_directory_that_was_removed_can_still_be_fstat_ed() {
+    use std::os::unix::fs::MetadataExt;
+    let m = Mounted::new();
+    let (gone, over, other) = (
+        m.ws().join("gone"),
+        m.ws().join("over"),
+        m.ws().join("other"),
+    );
+    for d in [&gone, &over, &other] {
+        fs::create_dir(d).unwrap();
+    }
+    let open_gone = fs::File::open(&gone).unwrap();
+    let open_over = fs::File::open(&over).unwrap();
+    let ino = open_gone.metadata().unwrap().ino();
+    fs::remove_dir(&gone).unwrap();
+    fs::rename(&other, &over).unwrap();
+    for (what, dir) in [("removed", &open_gone), ("renamed over", &open_over)] {
+        let md = dir
+            .metadata()
+            .unwrap_or_else(|e| panic!("fstat of the {what} directory: {e}"));
+        assert!(md.is_dir(), "{what}");
+        assert_eq!(md.nlink(), 0, "{what}: no links left");
+    }
+    assert_eq!(open_gone.metadata().unwrap().ino(), ino);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use super::*;
 impl ClawFs {
     /// Opens the directory `ino`.
     pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
+        let mut held = None;
         if let Route::Generated(node) = self.route(ino)? {
             if !node.is_dir() {
                 return Err(errno(libc::ENOTDIR));
@@ -21,6 +22,7 @@ impl ClawFs {
                 crate::policy::Access::List,
                 &self.node_path(&node, &fd)?,
             )?;
+            held = Some(fd);
         }
         Ok(self
             .dirs
@@ -28,6 +30,7 @@ impl ClawFs {
                 ino,
                 caller: *caller,
                 entries: Default::default(),
+                fd: held,
             })
             .0)
     }

@@ -419,8 +419,18 @@ impl ClawFs {
         Ok(())
     }
 
-    /// Allocates or punches space in `fh`.
-    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+    /// Allocates or punches space in `fh`. `kill_suidgid`: the caller is not root, so a
+    /// setuid/setgid file loses those bits, as a local filesystem's `fallocate` (any mode) does
+    /// for a caller without `CAP_FSETID` (FUSE does not say whether the caller has it; the daemon
+    /// itself, as root, would keep them).
+    pub fn fallocate(
+        &self,
+        fh: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+        kill_suidgid: bool,
+    ) -> FsResult<()> {
         let file = self.files.get(fh)?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
             if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
@@ -432,6 +442,9 @@ impl ClawFs {
             } else {
                 self.charge_growth(w, "fallocate", offset.saturating_add(len), &file)?;
             }
+        }
+        if kill_suidgid {
+            drop_suidgid(&file.backing.file)?;
         }
         rustix::fs::fallocate(
             &file.backing.file,
@@ -445,15 +458,17 @@ impl ClawFs {
         Ok(())
     }
 
-    /// Finds data or holes (`SEEK_DATA`/`SEEK_HOLE`), or computes a plain seek.
+    /// Finds data or holes (`SEEK_DATA`/`SEEK_HOLE`), or computes a plain seek. A negative
+    /// offset is EINVAL for a plain seek and ENXIO (no data or hole there) for the others, as on
+    /// a local filesystem.
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
         let file = self.files.get(fh)?;
-        let off = u64::try_from(offset).map_err(|_| errno(libc::EINVAL));
+        let off = |negative| u64::try_from(offset).map_err(|_| errno(negative));
         let pos = match whence {
-            libc::SEEK_SET => rustix::fs::SeekFrom::Start(off?),
+            libc::SEEK_SET => rustix::fs::SeekFrom::Start(off(libc::EINVAL)?),
             libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
-            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(off?),
-            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(off?),
+            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(off(libc::ENXIO)?),
+            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(off(libc::ENXIO)?),
             _ => return Err(errno(libc::EINVAL)),
         };
         Ok(rustix::fs::seek(&file.backing.file, pos)? as i64)

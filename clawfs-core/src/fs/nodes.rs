@@ -83,9 +83,20 @@ impl ClawFs {
         if let Some(backing) = self.shared.get(ino) {
             return self.attr_of(&backing.file);
         }
-        let node = self.node(ino)?;
-        let fd = self.open_path(&node)?;
-        self.attr_of(&fd)
+        let found = self.node(ino).and_then(|node| self.open_path(&node));
+        match found {
+            Ok(fd) => self.attr_of(&fd),
+            // A directory removed while open (`fstat` after `rmdir`): its open descriptor
+            // still names it.
+            Err(e) => match self
+                .dirs
+                .matching(|d| d.ino == ino && d.fd.is_some())
+                .first()
+            {
+                Some((_, dir)) => self.attr_of(dir.fd.as_ref().ok_or(e)?),
+                None => Err(e),
+            },
+        }
     }
 
     /// Changes attributes of `ino` as `caller`.
