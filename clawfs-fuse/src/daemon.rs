@@ -210,6 +210,8 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
             Ok(())
         });
     }
+    // The mount at `mp` before the daemon's, if any: a later one is the daemon's.
+    let before = mounts::mount_at(mp).ok().flatten().map(|m| m.dev);
     let mut child = cmd.spawn().context("starting the daemon")?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
@@ -241,6 +243,13 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
+            // Whatever it mounted is served by no one now: detach it rather than leave a mount
+            // whose every access fails.
+            let now = mounts::mount_at(mp).ok().flatten();
+            if now.is_some_and(|m| Some(m.dev) != before && m.fstype.starts_with("fuse")) {
+                let _ = unmount(mp, true);
+            }
             return Err(Failure::Other(anyhow::anyhow!(
                 "the daemon did not mount within {}s (log: {})",
                 START_TIMEOUT.as_secs(),

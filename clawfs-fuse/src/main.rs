@@ -4,6 +4,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    clawfs_fuse::mount_helper::default_path();
     let mut args = std::env::args_os();
     if args
         .next()

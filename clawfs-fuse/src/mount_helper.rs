@@ -108,17 +108,22 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
     Ok(out)
 }
 
-/// Where programs are looked for when mount(8) gives the helper no `PATH` (it does not): the
-/// daemon mounts through `fusermount3`, without which the mount would lack its `fuse.clawfs`
-/// type.
+/// Where programs are looked for when `clawfs` is started with no `PATH` (mount(8) runs its
+/// helpers so, and so may a service manager): the daemon mounts through `fusermount3`, without
+/// which the mount would lack its `fuse.clawfs` type and its unmount on the daemon's death.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Runs the helper: `clawfs mount` in-process (it returns once the daemon serves the mount).
-pub fn main(args: &[OsString]) -> ExitCode {
+/// Sets `PATH` to [`DEFAULT_PATH`] when it is unset or empty. Call first thing in `main`,
+/// while the process has one thread.
+pub fn default_path() {
     if std::env::var_os("PATH").is_none_or(|p| p.is_empty()) {
         // Single-threaded still: nothing else reads the environment concurrently.
         std::env::set_var("PATH", DEFAULT_PATH);
     }
+}
+
+/// Runs the helper: `clawfs mount` in-process (it returns once the daemon serves the mount).
+pub fn main(args: &[OsString]) -> ExitCode {
     let argv = match mount_args(args) {
         Ok(a) => a,
         Err(e) => {

@@ -45,7 +45,19 @@ pub fn all() -> io::Result<Vec<MountEntry>> {
 
 /// The ClawFS mounts.
 pub fn clawfs_mounts() -> io::Result<Vec<MountEntry>> {
-    Ok(all()?.into_iter().filter(|m| m.fstype == FSTYPE).collect())
+    Ok(all()?.into_iter().filter(MountEntry::is_clawfs).collect())
+}
+
+impl MountEntry {
+    /// Whether this is a ClawFS mount: of type `fuse.clawfs`, or plain `fuse` with a ClawFS store
+    /// for source (the daemon mounted without `fusermount3`, and the kernel's `mount(2)` got no
+    /// subtype).
+    pub fn is_clawfs(&self) -> bool {
+        self.fstype == FSTYPE
+            || (self.fstype == "fuse"
+                && self.source.starts_with('/')
+                && Path::new(&self.source).join(".clawfs").is_dir())
+    }
 }
 
 /// The ClawFS mount at `path`, if any (the last one wins when stacked).

@@ -552,8 +552,8 @@ impl PrivateTmp {
             .filter(|m| {
                 let p = &m.mount_point;
                 let hidden = shared.iter().any(|s| p.starts_with(s) && p != s);
-                let other_clawfs = m.fstype == crate::mounts::FSTYPE
-                    && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
+                let other_clawfs =
+                    m.is_clawfs() && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
                 hidden || other_clawfs
             })
             .map(|m| m.mount_point)

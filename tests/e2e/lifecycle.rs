@@ -280,3 +280,54 @@ fn an_fstab_line_mounts_through_the_helper() {
     assert!(shown.contains("unmounted"), "{shown}");
     assert!(store.join(".clawfs/format").exists(), "{shown}");
 }
+
+/// The type of the mount at `mnt`, from mountinfo.
+fn fstype_at(mnt: &std::path::Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-")?;
+        (std::path::Path::new(f[4]) == mnt).then(|| f[sep + 1].to_string())
+    })
+}
+
+/// `clawfs mount` with no environment at all (as mount(8) and service managers start it) finds
+/// `fusermount3` and mounts as `fuse.clawfs`; on a host without `fusermount3` the daemon mounts
+/// by itself, as plain `fuse`, which every command still knows for a ClawFS mount. Neither waits
+/// out the start timeout or leaves a dead mount behind.
+#[test]
+fn mounting_with_no_path_or_no_fusermount3_works() {
+    let m = Mounted::new();
+    assert!(m.umount().status.success());
+    for (path, fstype) in [(None, "fuse.clawfs"), (Some("/nonexistent"), "fuse")] {
+        let mut mount = std::process::Command::new(crate::common::clawfs_bin());
+        mount
+            .env_clear()
+            .args(["mount"])
+            .arg(&m.mnt)
+            .arg("--store")
+            .arg(&m.store);
+        if let Some(p) = path {
+            mount.env("PATH", p);
+        }
+        let started = Instant::now();
+        let out = mount.output().unwrap();
+        assert!(out.status.success(), "PATH {path:?}: {}", stderr(&out));
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "PATH {path:?}: waited"
+        );
+        assert_eq!(fstype_at(&m.mnt).as_deref(), Some(fstype), "PATH {path:?}");
+        // Found by what works through the mount.
+        let run = m.run_agent("fs-engine", "ls /dev/null");
+        assert!(run.status.success(), "PATH {path:?}: {}", stderr(&run));
+        let out = m.umount();
+        assert!(out.status.success(), "PATH {path:?}: {}", stderr(&out));
+        assert_eq!(
+            fstype_at(&m.mnt),
+            None,
+            "PATH {path:?}: nothing left mounted"
+        );
+    }
+    m.mount(&[]);
+}
