@@ -19,6 +19,8 @@ pub struct MountEntry {
     pub source: String,
     /// The device of the mounted filesystem, as a `dev_t` (`st_dev` of its files).
     pub dev: u64,
+    /// The filesystem's own options (for FUSE, `user_id=` names who mounted it).
+    pub super_options: String,
 }
 
 /// Parses mountinfo text.
@@ -33,6 +35,7 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
                 mount_point: PathBuf::from(clawfs_core::mountinfo::unescape(fields.get(4)?)),
                 fstype: fields.get(sep + 1)?.to_string(),
                 source: clawfs_core::mountinfo::unescape(fields.get(sep + 2)?),
+                super_options: fields.get(sep + 3).unwrap_or(&"").to_string(),
             })
         })
         .collect()
@@ -51,12 +54,21 @@ pub fn clawfs_mounts() -> io::Result<Vec<MountEntry>> {
 impl MountEntry {
     /// Whether this is a ClawFS mount: of type `fuse.clawfs`, or plain `fuse` with a ClawFS store
     /// for source (the daemon mounted without `fusermount3`, and the kernel's `mount(2)` got no
-    /// subtype).
+    /// subtype); mounted by root (or by the user running this command) either way. Type and
+    /// source are the mounter's words, and `fusermount3` lets any user choose both for a mount
+    /// of their own, which would then pass for a store's mount; `user_id=` is the kernel's.
     pub fn is_clawfs(&self) -> bool {
-        self.fstype == FSTYPE
+        // SAFETY: geteuid has no preconditions.
+        let me = format!("user_id={}", unsafe { libc::geteuid() });
+        let trusted = self
+            .super_options
+            .split(',')
+            .any(|o| o == "user_id=0" || o == me);
+        let typed = self.fstype == FSTYPE
             || (self.fstype == "fuse"
                 && self.source.starts_with('/')
-                && Path::new(&self.source).join(".clawfs").is_dir())
+                && Path::new(&self.source).join(".clawfs").is_dir());
+        trusted && typed
     }
 }
 
@@ -226,5 +238,13 @@ mod tests {
         assert_eq!(m[0].fstype, FSTYPE);
         assert_eq!(m[0].source, "/var/lib/claw fs");
         assert_eq!(m[0].dev, libc::makedev(98, 0));
+        assert!(m[0].is_clawfs());
+    }
+
+    #[test]
+    fn a_users_own_fuse_mount_does_not_pass_for_clawfs() {
+        // `fusermount3 -o fsname=/var/lib/clawfs,subtype=clawfs` by uid 1000.
+        let text = "36 35 98:0 / /home/u/m rw,nosuid,nodev - fuse.clawfs /var/lib/clawfs rw,user_id=1000,group_id=1000\n";
+        assert!(!parse(text)[0].is_clawfs());
     }
 }
