@@ -619,6 +619,10 @@ fn spawn_notifier(notifier: fuser::Notifier) -> Result<Invalidator, Failure> {
                         Invalidation::Inode { ino } => {
                             notifier.inval_inode(fuser::INodeNo(*ino), 0, 0)
                         }
+                        // A negative offset: attributes only, no page.
+                        Invalidation::Attributes { ino } => {
+                            notifier.inval_inode(fuser::INodeNo(*ino), -1, 0)
+                        }
                     };
                 }
                 let _ = done.send(());

@@ -409,6 +409,12 @@ impl ClawFs {
             self.index_file(&w.path);
         }
         self.held_closed(&file.held);
+        if file.writer.is_some() && matches!(file.io, Some((IoChoice::Passthrough, _))) {
+            // Writes through a mapping changed the backing file's times (and maybe its size)
+            // without a word to the kernel, which may hold the attributes from before for the
+            // attribute timeout: `make` deciding from a stale mtime builds wrong.
+            self.attributes_changed(file.ino);
+        }
         if self.passthrough() && file.staged.is_none() {
             let mut recent = self
                 .recent

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{ClawFs, Entry};
+use super::{ClawFs, Entry, Invalidation};
 use crate::attr::Attr;
 use crate::creds::Caller;
 use crate::error::FsResult;
@@ -51,6 +51,13 @@ impl ClawFs {
         match VirtualInodes::is_virtual(ino) {
             true => Duration::ZERO,
             false => Duration::from_nanos(self.cache_ttl_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Tells the kernel that the attributes of `ino` changed behind its cache.
+    pub(crate) fn attributes_changed(&self, ino: u64) {
+        if let Some(invalidate) = self.invalidator.get() {
+            invalidate(vec![Invalidation::Attributes { ino }]);
         }
     }
 

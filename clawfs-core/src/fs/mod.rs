@@ -244,6 +244,11 @@ pub enum Invalidation {
         /// Inode on the mount.
         ino: u64,
     },
+    /// The attributes of `ino` only (its cached data stays).
+    Attributes {
+        /// Inode on the mount.
+        ino: u64,
+    },
 }
 
 /// Delivers invalidations to the kernel and returns once they are done (or given up on).
