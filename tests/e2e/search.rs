@@ -487,3 +487,24 @@ fn workspace_db_is_the_index_as_the_caller_may_read_it() {
     let trail = crate::common::audit_until(&m, |all| all.iter().any(denied));
     assert!(trail.iter().any(denied), "{trail:?}");
 }
+
+/// Indexing a new file leaves its access time alone: the index's read is no one's read
+/// (xfstests generic/003 saw a file's atime change a second after it was created).
+#[test]
+fn indexing_does_not_touch_access_times() {
+    use std::os::unix::fs::MetadataExt;
+    let m = Mounted::new();
+    std::fs::write(m.ws().join("quiet.txt"), "a marmot keeps to itself\n").unwrap();
+    let backing = m.backing("workspaces/default/quiet.txt");
+    let atime = |p: &std::path::Path| {
+        let md = std::fs::metadata(p).unwrap();
+        (md.atime(), md.atime_nsec())
+    };
+    let before = atime(&backing);
+    until(&m, "marmot", "text", |h| !h.is_empty());
+    assert_eq!(
+        atime(&backing),
+        before,
+        "the index's read changed the atime"
+    );
+}

@@ -285,7 +285,14 @@ impl WorkspaceIndex {
     /// descriptor; symlinks are not followed). A file that is gone is forgotten. Returns whether
     /// anything changed.
     pub fn update(&self, ws: BorrowedFd<'_>, rel: &str) -> Result<bool, SearchError> {
-        let fd = match crate::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY) {
+        // The index reads without touching the access time: nobody read the file. O_NOATIME
+        // takes the file's owner or CAP_FOWNER; a daemon with neither reads it plainly.
+        let open = |flags| crate::beneath::open_file(ws, Path::new(rel), flags);
+        let opened = open(OFlags::RDONLY | OFlags::NOATIME).or_else(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => open(OFlags::RDONLY),
+            _ => Err(e),
+        });
+        let fd = match opened {
             Ok(fd) => fd,
             // Gone, or a folder, a symlink or a special file: not indexed.
             Err(_) => return self.forget(rel, false).map(|n| n > 0),
