@@ -103,6 +103,13 @@ impl Drop for TestCgroup {
 /// Held by the tests that start a monitor: one counts the tracepoints the process holds.
 static MONITORS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Waits until no other test of this file runs a monitor; keep the guard for the test.
+fn one_monitor_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    MONITORS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The raw tracepoint links open in this process (as `/proc/self/fdinfo` shows them): each
 /// attached raw tracepoint holds one.
 fn open_tracepoint_events() -> usize {
@@ -129,9 +136,7 @@ fn raw_tracepoint_links() -> std::collections::HashSet<u32> {
 #[test]
 fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
     require_root!();
-    let _one = MONITORS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_monitor_at_a_time();
     let before = open_tracepoint_events();
     let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     assert!(!monitor.is_attached(), "loaded, not attached");
@@ -206,9 +211,7 @@ fn a_detached_monitor_reports_nothing_and_holds_no_tracepoint() {
 #[test]
 fn exec_coverage_reports_execs_and_hooks_no_system_call() {
     require_root!();
-    let _one = MONITORS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_monitor_at_a_time();
     let before = open_tracepoint_events();
     let mut monitor = Monitor::start(Coverage::Exec).expect("start monitor");
     monitor.attach().unwrap();
@@ -262,9 +265,7 @@ except OSError:
 #[test]
 fn monitor_reports_exec_open_connect_of_watched_cgroup_only() {
     require_root!();
-    let _one = MONITORS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_monitor_at_a_time();
     let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("monitor");
@@ -552,9 +553,7 @@ fn egress_filter_allows_listed_ports_only_inside_the_cgroup() {
 #[test]
 fn availability_reports_each_kind_and_lsm_refusal() {
     require_root!();
-    let _one = MONITORS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_monitor_at_a_time();
     let a = availability();
     eprintln!("{a}");
     assert_eq!(a.monitor, Status::Available);
@@ -651,9 +650,7 @@ fn refuse_syscall(nr: u32) -> std::io::Result<()> {
 #[test]
 fn monitor_reports_refused_and_seccomp_refused_calls() {
     require_root!();
-    let _one = MONITORS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = one_monitor_at_a_time();
     let mut monitor = Monitor::start(Coverage::Syscalls).expect("start monitor");
     monitor.attach().expect("attach monitor");
     let cg = TestCgroup::new("refusals");

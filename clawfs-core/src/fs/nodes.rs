@@ -88,14 +88,13 @@ impl ClawFs {
             Ok(fd) => self.attr_of(&fd),
             // A directory removed while open (`fstat` after `rmdir`): its open descriptor
             // still names it.
-            Err(e) => match self
-                .dirs
-                .matching(|d| d.ino == ino && d.fd.is_some())
-                .first()
-            {
-                Some((_, dir)) => self.attr_of(dir.fd.as_ref().ok_or(e)?),
-                None => Err(e),
-            },
+            Err(e) => {
+                let open = self.dirs.matching(|d| d.ino == ino && d.fd.is_some());
+                match open.first().and_then(|(_, dir)| dir.fd.as_ref()) {
+                    Some(fd) => self.attr_of(fd),
+                    None => Err(e),
+                }
+            }
         }
     }
 
