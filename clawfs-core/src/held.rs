@@ -156,6 +156,15 @@ impl HeldUsage {
         self.lock().agents.get(&uid).cloned()
     }
 
+    /// The agent whose files `uid` owns now, if it owns any.
+    pub fn holder(&self, uid: u32) -> Option<String> {
+        let s = self.lock();
+        let held = s.by_uid.get(&uid).copied().unwrap_or_default();
+        (held != Held::default())
+            .then(|| s.agents.get(&uid).cloned())
+            .flatten()
+    }
+
     /// What `agent` holds: the sum over its uids.
     pub fn of_agent(&self, agent: &str) -> Held {
         let s = self.lock();

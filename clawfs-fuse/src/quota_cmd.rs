@@ -167,6 +167,16 @@ fn ask_daemon(store: &Store, pid: u32) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The agent whose files `uid` owns, as the daemon last counted them (none when it holds
+/// nothing, or no count can be read).
+pub fn agent_holding(store_root: &Path, uid: u32) -> Option<String> {
+    let saved = read_saved(&Store::open(store_root).ok()?).ok()?;
+    let held = saved.by_uid.get(&uid)?;
+    (held.files > 0 || held.bytes > 0)
+        .then(|| saved.agents.get(&uid).cloned())
+        .flatten()
+}
+
 fn read_saved(store: &Store) -> Result<Saved, Failure> {
     let path: PathBuf = store.private_dir().join(USAGE_FILE);
     match std::fs::read(&path) {

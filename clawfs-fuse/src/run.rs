@@ -817,6 +817,10 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
         Err(e) => {
             handle.close();
             let announce = match (&announce_path, must_announce) {
+                (Some(path), true) if e.raw_os_error() == Some(libc::EPERM) => format!(
+                    " (the daemon refused the agent's announcement at {}: its uid owns files counted for another agent; see the audit trail, rule ONE-UID)",
+                    path.display()
+                ),
                 (Some(path), true) => format!(
                     " (before it starts, the agent announces itself by opening {}: it must be able to reach the mount)",
                     path.display()
@@ -902,7 +906,7 @@ fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> 
 
 /// One agent, one uid: `--user` may not name a uid or gid that is another agent's (its ids in
 /// the policy, or its placeholder ids when the policy gives none; the owner of its directory;
-/// the uid of a process running as it now). Sharing them would let one agent ptrace or signal
+/// the uid of a process running as it now; a uid whose files are counted for it). Sharing them would let one agent ptrace or signal
 /// the other, or read what the other's group may read. (Root is refused later, unless the
 /// policy says `allow_root`.)
 fn check_own_ids(
@@ -931,6 +935,13 @@ fn check_own_ids(
                 "gid {gid} is agent {other}'s; give {agent} a group of its own"
             ));
         }
+    }
+    // The files a uid owns are counted for the agent it last acted as: a uid that holds an
+    // other agent's files would hand them, and their quota, to this one.
+    if let Some(other) = crate::quota_cmd::agent_holding(store, uid).filter(|a| a != agent) {
+        return Err(format!(
+            "uid {uid} owns files counted for agent {other} (clawfs quota); give {agent} a uid of its own, or remove those files and run clawfs quota rescan"
+        ));
     }
     // Root is refused on its own (below); a run's child is still root for a moment, inside its
     // agent's group, before it drops to its uid.

@@ -1,7 +1,7 @@
 //! An agent runs a second agent under its own uid, to ptrace it and read what it may read.
 
 use crate::common::Mounted;
-use crate::support::{run_as_user, text};
+use crate::support::{audit_until, run_as_user, text};
 
 fn run_as(m: &Mounted, agent: &str, user: &str) -> std::process::Output {
     run_as_user(m, agent, user, &["true"])
@@ -77,4 +77,52 @@ fn running_as(uid: u32) -> bool {
                 .is_some_and(|u| u == uid.to_string())
         })
     })
+}
+
+/// A uid that owns files counted for one agent is not handed to another: the files, and their
+/// weight on the quota, would change agent. `clawfs run` refuses it from the saved counts,
+/// and the daemon refuses the announcement from its live ones (audited, rule ONE-UID) when the
+/// saved counts say nothing. Once the files are gone and recounted, the uid is free.
+#[test]
+fn run_refuses_a_uid_whose_files_are_another_agents() {
+    let m = Mounted::new();
+    let ws = m.ws().display().to_string();
+    let out = run_as_user(
+        &m,
+        "kernel-engine",
+        "62555",
+        &["sh", "-c", &format!("echo mine > {ws}/k-file")],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // At once, whether or not the daemon has saved its counts yet.
+    let out = run_as(&m, "fs-engine", "62555");
+    assert!(!out.status.success(), "{}", text(&out));
+    // Saved (every 2 s): the run names the agent.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let out = run_as(&m, "fs-engine", "62555");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("kernel-engine"), "{}", text(&out));
+    // With no saved counts to read, the daemon refuses the announcement itself.
+    let usage = m.backing(".clawfs/quota-usage.json");
+    std::fs::write(&usage, "{}").unwrap();
+    let out = run_as(&m, "fs-engine", "62555");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("ONE-UID"), "{}", text(&out));
+    let all = audit_until(&m, |a| a.iter().any(|r| r["rule"] == "ONE-UID"));
+    let rec = all.iter().find(|r| r["rule"] == "ONE-UID").unwrap();
+    assert_eq!(rec["agent"], "fs-engine", "{rec}");
+    assert_eq!(rec["errno"], libc::EPERM, "{rec}");
+    assert!(
+        rec["reason"].as_str().unwrap().contains("kernel-engine"),
+        "{rec}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.ws().join("k-file")).unwrap(),
+        "mine\n"
+    );
+    std::fs::remove_file(m.ws().join("k-file")).unwrap();
+    let out = crate::common::cli(&m, &["quota", "rescan"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run_as(&m, "fs-engine", "62555");
+    assert!(out.status.success(), "{}", text(&out));
 }

@@ -107,27 +107,51 @@ fn extending_preallocating_tools_and_identity_rewrites_are_charged_too() {
     assert!(kept <= 16, "{kept} identity backups kept");
 }
 
+/// Backups are charged to the agent whose edits keep them: with a 300 KiB quota, edits of a
+/// 100 KB file stop when the next backup would cross it. An edit the file's permissions
+/// refuse writes nothing, backup included.
 #[test]
 fn tool_backups_are_charged_and_a_refused_edit_writes_none() {
     let m = Mounted::new();
     agent_policy(&m, "fs-engine", "quota = { bytes = \"300KiB\" }");
-    // A 100 KB file the agent may edit; each edit keeps a backup of the old content.
     let mut body = String::from("TOKENA\n");
     body.push_str(&"line of text abc\n".repeat(6000));
-    fs::write(m.ws().join("big.md"), &body).unwrap();
+    let big = m.ws().join("big.md");
+    fs::write(&big, &body).unwrap();
     let mnt = m.mnt.display();
-    let out = m.run_agent(
-        "fs-engine",
-        &format!(
-            "for i in 1 2 3 4 5 6; do
-               exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENA\",\"new\":\"TOKENB\"}}' >&3; cat <&3; echo; exec 3>&-
-               exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENB\",\"new\":\"TOKENA\"}}' >&3; cat <&3; echo; exec 3>&-
-             done"
-        ),
+    let edits = |n: usize| {
+        let out = m.run_agent(
+            "fs-engine",
+            &format!(
+                "i=0; while [ $i -lt {n} ]; do
+                   exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENA\",\"new\":\"TOKENB\"}}' >&3; cat <&3; echo; exec 3>&-
+                   exec 3<>{mnt}/tools/call/edit_exact; printf '%s' '{{\"path\":\"big.md\",\"old\":\"TOKENB\",\"new\":\"TOKENA\"}}' >&3; cat <&3; echo; exec 3>&-
+                   i=$((i+1))
+                 done"
+            ),
+        );
+        text(&out)
+    };
+    // Root's 0644 file: refused by its mode, before any backup.
+    let out = edits(1);
+    assert!(
+        out.contains("refused by the permissions of the file"),
+        "{out}"
     );
-    let out = text(&out);
+    let backups = m.backing("workspaces/default/.clawfs/backups");
+    assert_eq!(
+        walk_sizes(&backups),
+        0,
+        "a refused edit left a backup: {out}"
+    );
+    assert_eq!(fs::read_to_string(&big).unwrap(), body);
+    // Writable by the agent: each edit keeps a backup of the old content, charged to it.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&big, fs::Permissions::from_mode(0o666)).unwrap();
+    let out = edits(6);
+    assert!(out.contains("\"ok\":true"), "{out}");
     assert!(out.contains("quota"), "{out}");
-    let kept: u64 = walk_sizes(&m.backing("workspaces/default/.clawfs/backups"));
+    let kept = walk_sizes(&backups);
     assert!(
         kept <= 300 << 10,
         "{kept} bytes of backups with a 300 KiB quota: {out}"
@@ -447,4 +471,80 @@ except OSError as e:
         bytes,
         "the running count drifted from the store"
     );
+}
+
+/// Tool calls are counted as they change the store, not at the next recount: a file a call
+/// makes, the backups its edits keep (at most ten per file), what it deletes into the trash
+/// and gives back by emptying it. The running count agrees with a recount of the store after
+/// each step; emptying the trash gives the bytes back; a call that would pass the agent's file
+/// quota is refused, audited, and makes nothing.
+#[test]
+fn tool_calls_are_counted_as_they_change_the_store() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"4MiB\" }");
+    let call = |script: &str| {
+        let out = m.run_agent_as(
+            "fs-engine",
+            &[],
+            &format!(
+                "call() {{ exec 3<>{mnt}/tools/call/$1; printf '%s' \"$2\" >&3; cat <&3; echo; exec 3>&-; }}\n{script}",
+                mnt = m.mnt.display()
+            ),
+        );
+        text(&out)
+    };
+    let recounted = |m: &Mounted| {
+        let live = held(m, "fs-engine");
+        let out = crate::common::cli(m, &["quota", "rescan"]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(
+            held(m, "fs-engine"),
+            live,
+            "the running count drifted from the store"
+        );
+        live
+    };
+    let (base, _) = held(&m, "fs-engine");
+    let o = call(
+        r#"big=$(head -c 20000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"notes/a.md\",\"content\":\"T0 $big\"}"
+           i=1; while [ $i -le 12 ]; do
+             call edit_exact "{\"path\":\"notes/a.md\",\"old\":\"T$((i-1)) \",\"new\":\"T$i \"}"
+             i=$((i+1))
+           done
+           call write_file '{"path":"deep/x/b.md","content":"b"}'
+           call delete '{"path":"deep"}'
+           call delete '{"path":"notes/a.md"}'"#,
+    );
+    assert_eq!(o.matches("\"ok\":true").count(), 16, "{o}");
+    let backups = m.backing("workspaces/default/.clawfs/backups/notes");
+    assert_eq!(fs::read_dir(&backups).unwrap().count(), 10, "{o}");
+    let (trashed, _) = recounted(&m);
+    // The file in the trash and its ten backups are the agent's.
+    assert!(trashed >= base + 11 * 20_000, "{base} -> {trashed}");
+    let o = call("call empty_trash '{}'");
+    assert!(o.contains("\"ok\":true"), "{o}");
+    assert_eq!(fs::read_dir(&backups).unwrap().count(), 0, "{o}");
+    let (emptied, files) = recounted(&m);
+    assert!(emptied < base + 20_000, "{base} -> {emptied}: {o}");
+    // The file quota: two more files fit, the third call makes nothing.
+    crate::support::edit_policy(&m, |p| {
+        p.replace(
+            "quota = { bytes = \"4MiB\" }",
+            &format!("quota = {{ bytes = \"4MiB\", files = {} }}", files + 2),
+        )
+    });
+    let o = call(
+        r#"for f in c1 c2 c3; do call write_file "{\"path\":\"$f.md\",\"content\":\"x\"}"; done"#,
+    );
+    assert_eq!(o.matches("\"ok\":true").count(), 2, "{o}");
+    assert!(o.contains("quota.files"), "{o}");
+    assert!(!m.ws().join("c3.md").exists());
+    let all = audit_until(&m, |a| {
+        a.iter().any(|r| {
+            r["operation"] == "tool:write_file" && r["result"] == "denied" && r["target"] == "c3.md"
+        })
+    });
+    assert!(!all.is_empty());
+    recounted(&m);
 }

@@ -421,6 +421,33 @@ fn every_tool(iface: Iface) {
     );
     s.fails(&m, iface, "restore", json!({"trash_id": id}), "not_found");
 
+    // empty_trash: for good
+    s.ok(
+        &m,
+        iface,
+        "write_file",
+        json!({"path": "gone.md", "content": "x"}),
+    );
+    let r = s.ok(&m, iface, "delete", json!({"path": "gone.md"}));
+    let id = r["trash_id"].as_str().unwrap().to_string();
+    let r = s.ok(&m, iface, "empty_trash", json!({"trash_id": id}));
+    assert_eq!(r["removed"], json!([id]), "{r}");
+    s.fails(&m, iface, "restore", json!({"trash_id": id}), "not_found");
+    s.fails(
+        &m,
+        iface,
+        "empty_trash",
+        json!({"trash_id": id}),
+        "not_found",
+    );
+    s.fails(
+        &m,
+        iface,
+        "empty_trash",
+        json!({"trash_id": "../x"}),
+        "invalid_args",
+    );
+
     // create_folder
     let r = s.ok(&m, iface, "create_folder", json!({"path": "f/g/h"}));
     assert_eq!(r["created"], true);

@@ -245,6 +245,26 @@ impl Policy {
         Ok(())
     }
 
+    /// Checks that the agent `who` may act as `uid`, whose files are counted for `holder` (if
+    /// anyone): not when that is another agent, whose files and quota it would take.
+    pub fn check_uid_claim(
+        &self,
+        who: &Identity,
+        uid: u32,
+        holder: Option<&str>,
+    ) -> Result<(), Denial> {
+        match (who, holder) {
+            (Identity::Agent(name), Some(other)) if other != name.as_str() => deny(
+                rule::ONE_UID,
+                DenyKind::Permission,
+                format!(
+                    "uid {uid} owns files counted for agent {other} (clawfs quota), so it cannot act as agent {name}; give {name} a uid of its own, or remove those files and run clawfs quota rescan"
+                ),
+            ),
+            _ => Ok(()),
+        }
+    }
+
     fn check_user(&self, access: Access, path: &NsPath) -> Result<(), Denial> {
         if path.get(0) == Some(VAULT) && path.get(1) == Some("secrets") && path.depth() > 2 {
             // Plaintext is for the admin and the agents granted the secret, whatever `users`.

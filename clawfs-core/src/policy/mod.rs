@@ -70,6 +70,8 @@ pub mod rule {
     pub const QUOTA: &str = "QUOTA";
     /// A tool call refused by the policy (the message names the rule behind it).
     pub const TOOL_DENIED: &str = "TOOL-DENIED";
+    /// One uid, one agent: a uid whose files are counted for an agent cannot act as another.
+    pub const ONE_UID: &str = "ONE-UID";
 }
 
 // ---------------------------------------------------------------------------------------------

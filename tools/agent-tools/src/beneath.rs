@@ -253,12 +253,14 @@ pub(crate) fn mkdir(dir: impl AsFd, name: &str, mode: u32) -> io::Result<()> {
 }
 
 /// Opens the folder `comps` below `base` with `flags`, creating the missing ones (with `mode`)
-/// one name at a time. Also returns the index of the first folder created, if any.
+/// one name at a time, each told to `made` (its folder, its name). Also returns the index of
+/// the first folder created, if any.
 pub(crate) fn mkdirs(
     base: impl AsFd,
     comps: &[&str],
     mode: u32,
     flags: OFlags,
+    made: &mut dyn FnMut(&File, &str),
 ) -> io::Result<(File, Option<usize>)> {
     let mut cur = open(base, "", DIR_PATH)?;
     let mut first_new = None;
@@ -268,6 +270,7 @@ pub(crate) fn mkdirs(
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 match mkdir(&cur, c, mode) {
                     Ok(()) => {
+                        made(&cur, c);
                         first_new.get_or_insert(i);
                     }
                     // Created meanwhile by someone else: use it.
@@ -371,9 +374,9 @@ mod tests {
     fn creating_and_renaming_act_on_names_in_a_folder() {
         let t = tempfile::TempDir::new().unwrap();
         let root = rustix::fs::open(t.path(), DIR_PATH, Mode::empty()).unwrap();
-        let (d, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ).unwrap();
+        let (d, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, &mut |_, _| {}).unwrap();
         assert_eq!(first, Some(0));
-        let (_, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ).unwrap();
+        let (_, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, &mut |_, _| {}).unwrap();
         assert_eq!(first, None);
         let (tmp, f) = create_temp(&d, 0o644).unwrap();
         drop(f);
@@ -385,11 +388,11 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
         unlink(&root, "x").unwrap();
         rmdir(&d, "").unwrap_err();
-        let (b, _) = mkdirs(&root, &["a", "b"], 0o755, DIR_PATH).unwrap();
+        let (b, _) = mkdirs(&root, &["a", "b"], 0o755, DIR_PATH, &mut |_, _| {}).unwrap();
         rmdir(&b, "c").unwrap();
         symlink(t.path(), t.path().join("a/link")).unwrap();
         assert!(is_changed(
-            &mkdirs(&root, &["a", "link", "z"], 0o755, DIR_PATH).unwrap_err()
+            &mkdirs(&root, &["a", "link", "z"], 0o755, DIR_PATH, &mut |_, _| {}).unwrap_err()
         ));
         assert!(!t.path().join("z").exists());
     }

@@ -91,64 +91,113 @@ pub(crate) fn atomic_write(
     bytes: &[u8],
     old: Option<(&Metadata, Option<&File>)>,
 ) -> ToolResult<()> {
-    root.charge((bytes.len() as u64).saturating_sub(old.map_or(0, |(m, _)| m.len())))?;
+    root.charge(
+        (bytes.len() as u64).saturating_sub(old.map_or(0, |(m, _)| m.len())),
+        u64::from(old.is_none()),
+    )?;
     let action = format!("writing '{}'", show(rel));
     let ctx = |e| ToolError::io(action.clone(), e);
-    // Refused by the permissions of the file itself (rewritten in place) or of its folder (a
-    // new file): say whose they are and what would allow the write.
-    let denied_by = |e: std::io::Error, file: Option<&Metadata>| {
-        if e.kind() != std::io::ErrorKind::PermissionDenied {
-            return ctx(e);
-        }
-        let Ok(folder) = slot.dir.metadata() else {
-            return ctx(e);
-        };
-        let like = Some(std::os::unix::fs::MetadataExt::gid(&folder));
-        match file {
-            Some(m) => root.refused_by_mode(&action, ("the file", &root.shown_path(rel)), m, like),
-            None => {
-                let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
-                root.refused_by_mode(
-                    &action,
-                    ("its folder", &root.shown_path(dir)),
-                    &folder,
-                    like,
-                )
-            }
-        }
-    };
+    let denied_by = |e, file| write_refused(root, slot, rel, e, file);
     match old {
-        None => beneath::write_atomic(
-            &slot.dir,
-            &slot.name,
-            bytes,
-            beneath::FileMode::mode(root.file_mode()),
-        )
-        .map_err(|e| denied_by(e, None))?,
-        // A file with other names (hard links) is rewritten in place: a replacement would
-        // leave the other names on the old content.
-        Some((m, _)) if std::os::unix::fs::MetadataExt::nlink(m) > 1 => {
-            write_in_place(slot, bytes).map_err(|e| denied_by(e, Some(m)))?
-        }
-        Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
-            let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
-            beneath::write_atomic_with(
+        None => {
+            beneath::write_atomic(
                 &slot.dir,
                 &slot.name,
                 bytes,
-                beneath::FileMode::mode(mode),
-                |new| carry_attributes(f, m, new),
+                beneath::FileMode::mode(root.file_mode()),
             )
-            .map_err(ctx)?
+            .map_err(|e| denied_by(e, None))?;
+            root.made(&slot.dir, &slot.name);
+        }
+        // A file with other names (hard links) is rewritten in place: a replacement would
+        // leave the other names on the old content.
+        Some((m, _)) if std::os::unix::fs::MetadataExt::nlink(m) > 1 => {
+            write_in_place(root, slot, bytes).map_err(|e| denied_by(e, Some(m)))?
+        }
+        Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
+            let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+            root.removing(&slot.dir, &slot.name, || {
+                beneath::write_atomic_with(
+                    &slot.dir,
+                    &slot.name,
+                    bytes,
+                    beneath::FileMode::mode(mode),
+                    |new| carry_attributes(f, m, new),
+                )
+            })
+            .map_err(ctx)?;
+            root.made(&slot.dir, &slot.name);
         }
         // A replacement would belong to the caller: a file someone else owns (or whose group
         // differs), or one whose attributes the caller cannot read to copy, is rewritten in
         // place instead, which needs write permission on the file itself and keeps everything
         // about it, as an editor saving it would.
-        Some((m, _)) => write_in_place(slot, bytes).map_err(|e| denied_by(e, Some(m)))?,
+        Some((m, _)) => write_in_place(root, slot, bytes).map_err(|e| denied_by(e, Some(m)))?,
     }
     root.changed(abs);
     Ok(())
+}
+
+/// The error for writing `rel` (in `slot`), refused with `e`: when by the permissions of the
+/// file itself (`file`, rewritten in place) or of its folder (a new file), it says whose they
+/// are and what would allow the write.
+fn write_refused(
+    root: &ToolRoot,
+    slot: &Slot,
+    rel: &str,
+    e: std::io::Error,
+    file: Option<&Metadata>,
+) -> ToolError {
+    let action = format!("writing '{}'", show(rel));
+    if e.kind() != std::io::ErrorKind::PermissionDenied {
+        return ToolError::io(action, e);
+    }
+    let Ok(folder) = slot.dir.metadata() else {
+        return ToolError::io(action, e);
+    };
+    let like = Some(std::os::unix::fs::MetadataExt::gid(&folder));
+    match file {
+        Some(m) => root.refused_by_mode(&action, ("the file", &root.shown_path(rel)), m, like),
+        None => {
+            let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+            root.refused_by_mode(
+                &action,
+                ("its folder", &root.shown_path(dir)),
+                &folder,
+                like,
+            )
+        }
+    }
+}
+
+/// Refuses, before anything is written (a backup first of all), an edit of the existing file
+/// `rel` (status `m`) that [`atomic_write`] would be refused: the caller may write neither the
+/// file itself nor, owning it, a replacement in its folder.
+pub(crate) fn may_rewrite(root: &ToolRoot, slot: &Slot, rel: &str, m: &Metadata) -> ToolResult<()> {
+    use rustix::fs::{Access, AtFlags};
+    let may = |at: &str, how| {
+        rustix::fs::accessat(
+            &slot.dir,
+            at,
+            how,
+            AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+    };
+    if may(&slot.name, Access::WRITE_OK)
+        || (may(".", Access::WRITE_OK | Access::EXEC_OK)
+            && std::os::unix::fs::MetadataExt::nlink(m) <= 1
+            && owned_by_caller(&slot.dir, m).unwrap_or(false))
+    {
+        return Ok(());
+    }
+    Err(write_refused(
+        root,
+        slot,
+        rel,
+        std::io::ErrorKind::PermissionDenied.into(),
+        Some(m),
+    ))
 }
 
 /// Copies to `new` what a replacement must keep of `old` (status `m`): its `user.` attributes
@@ -226,7 +275,7 @@ fn owned_by_caller(dir: &File, m: &Metadata) -> std::io::Result<bool> {
 
 /// Rewrites the existing file of `slot` through a descriptor opened for writing as the caller
 /// (refused when it may not write the file), then fsyncs it.
-fn write_in_place(slot: &Slot, bytes: &[u8]) -> std::io::Result<()> {
+fn write_in_place(root: &ToolRoot, slot: &Slot, bytes: &[u8]) -> std::io::Result<()> {
     let fd = rustix::fs::openat(
         &slot.dir,
         slot.name.as_str(),
@@ -236,13 +285,16 @@ fn write_in_place(slot: &Slot, bytes: &[u8]) -> std::io::Result<()> {
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?;
-    let mut f = File::from(fd);
+    let f = File::from(fd);
     if !f.metadata()?.is_file() {
         return Err(rustix::io::Errno::INVAL.into());
     }
-    f.set_len(0)?;
-    f.write_all(bytes)?;
-    f.sync_all()
+    root.rewriting(&f, || {
+        let mut w = &f;
+        w.set_len(0)?;
+        w.write_all(bytes)?;
+        w.sync_all()
+    })
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, for backup and trash names.
@@ -279,9 +331,10 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// `like`, before an edit) into the backup directory, mirroring the file's workspace path.
 /// Returns the backup's shown path.
 ///
-/// With an elevation (the daemon), the backup takes the file's owner, group and mode, and each
-/// folder it makes takes those of the file's folder at that place: whoever could read the file
-/// can read its backup, and nobody else. Without, it is the caller's, 0600 in 0700 folders.
+/// With an elevation (the daemon), the backup belongs to the caller (who is charged for it)
+/// with the file's group and mode, and each folder it makes takes the owner, group and mode of
+/// the file's folder at that place: whoever could read the file can read its backup. Without,
+/// it is the caller's, 0600 in 0700 folders. At most [`BACKUPS_KEPT`] are kept per file.
 pub(crate) fn backup(
     root: &ToolRoot,
     rel: &str,
@@ -290,7 +343,7 @@ pub(crate) fn backup(
 ) -> ToolResult<String> {
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
     // A backup is bytes the caller makes the store keep: charged like a write.
-    root.charge(bytes.len() as u64)?;
+    root.charge(bytes.len() as u64, 1)?;
     let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
     let name = comps.pop().unwrap_or("file");
     let cand = root
@@ -325,6 +378,9 @@ fn write_backup(
                 .metadata()?;
             take_status(&next, orig.uid(), orig.gid(), orig.mode())?;
         }
+        if made {
+            root.made(&dir, c);
+        }
         dir = next;
     }
     let stamped = backup_name(name, &stamp());
@@ -339,15 +395,147 @@ fn write_backup(
             Ok(mut f) => {
                 f.write_all(bytes)?;
                 if let Some(m) = like {
-                    take_status(&f, m.uid(), m.gid(), m.mode())?;
+                    // The caller's, who keeps it and is charged for it; the file's group
+                    // and mode, so those who could read the file can read it.
+                    let owner = root.caller.as_ref().map_or(m.uid(), |c| c.uid);
+                    take_status(&f, owner, m.gid(), m.mode())?;
                 }
                 f.sync_all()?;
+                root.made(&dir, &cand);
+                prune_backups(root, &dir, name);
                 return Ok(cand);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// How many backups of one file are kept: writing one more removes the oldest past this.
+pub const BACKUPS_KEPT: usize = 10;
+
+/// Removes the oldest backups of the file `name` in the backup folder `dir` past the newest
+/// [`BACKUPS_KEPT`]: an edit loop keeps a bounded history, not one copy per edit for ever.
+fn prune_backups(root: &ToolRoot, dir: &File, name: &str) {
+    let ours = backups_of(dir, name);
+    let surplus = ours.len().saturating_sub(BACKUPS_KEPT);
+    for old in ours.into_iter().take(surplus) {
+        let _ = root.removing(dir, &old, || beneath::unlink(dir, &old));
+    }
+}
+
+/// The backups of the file `name` in the backup folder `dir`, oldest first.
+fn backups_of(dir: &File, name: &str) -> Vec<String> {
+    let prefix = backup_name(name, "");
+    let Ok(entries) = beneath::list(dir) else {
+        return vec![];
+    };
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    // `<prefix>YYYYmmdd-HHMMSS[-n]`: by stamp, then by n.
+    let mut ours: Vec<(String, u32, String)> = entries
+        .into_iter()
+        .filter_map(|e| {
+            let rest = e.strip_prefix(&prefix)?;
+            let stamp = rest.get(..15)?;
+            let n = match &rest[15..] {
+                "" => 1,
+                tail => tail.strip_prefix('-')?.parse().ok()?,
+            };
+            let stamped = stamp.as_bytes()[8] == b'-' && digits(&stamp[..8]) && digits(&stamp[9..]);
+            stamped.then(|| (stamp.to_string(), n, e.clone()))
+        })
+        .collect();
+    ours.sort();
+    ours.into_iter().map(|(_, _, e)| e).collect()
+}
+
+/// Removes the backups of `rel` (a file's, or all those kept under a folder) once nothing is
+/// at `rel` any more: emptying a deleted item from the trash gives its history back too. With
+/// the daemon's credentials where backups are written so (they are the file's owner's); the
+/// caller could remove the item itself.
+pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io::Result<()> {
+    match beneath::open(&root.root_fd, rel, beneath::ENTRY) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // There, or not known to be gone.
+        _ => return Ok(()),
+    }
+    let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    let Some(name) = comps.pop() else {
+        return Ok(());
+    };
+    root.elevated(|_| {
+        let backups = match root.store_dir(&root.backup_dir, None) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let dir = match beneath::open(&backups, &comps.join("/"), beneath::DIR_READ) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !folder {
+            for old in backups_of(&dir, name) {
+                root.removing(&dir, &old, || beneath::unlink(&dir, &old))?;
+            }
+            return Ok(());
+        }
+        let mirror = match beneath::open(&dir, name, beneath::DIR_READ) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        remove_tree(root, &mirror, &mut |_| {})?;
+        root.removing(&dir, name, || beneath::rmdir(&dir, name))
+    })
+}
+
+/// Removes everything in the folder `top`, depth first, by descriptor (a symlink is removed,
+/// never followed), telling the ledger of each removal and `removed` of each entry's status.
+pub(crate) fn remove_tree(
+    root: &ToolRoot,
+    top: &File,
+    removed: &mut dyn FnMut(&Metadata),
+) -> std::io::Result<()> {
+    struct Level {
+        dir: File,
+        names: Vec<String>,
+        name: String,
+        meta: Option<Metadata>,
+    }
+    let mut stack = vec![Level {
+        names: beneath::list(top)?,
+        dir: beneath::open(top, "", beneath::DIR_READ)?,
+        name: String::new(),
+        meta: None,
+    }];
+    while let Some(level) = stack.last_mut() {
+        let Some(name) = level.names.pop() else {
+            let done = stack.pop().expect("a level");
+            if let (Some(parent), Some(meta)) = (stack.last(), done.meta) {
+                root.removing(&parent.dir, &done.name, || {
+                    beneath::rmdir(&parent.dir, &done.name)
+                })?;
+                removed(&meta);
+            }
+            continue;
+        };
+        let meta = beneath::lstat(&level.dir, &name)?;
+        if meta.is_dir() {
+            let dir = beneath::open(&level.dir, &name, beneath::DIR_READ)?;
+            stack.push(Level {
+                names: beneath::list(&dir)?,
+                dir,
+                name,
+                meta: Some(meta),
+            });
+        } else {
+            let dir = &level.dir;
+            root.removing(dir, &name, || beneath::unlink(dir, &name))?;
+            removed(&meta);
+        }
+    }
+    Ok(())
 }
 
 /// `<name>.bak.<stamp>`, within the filesystem's 255 bytes: a longer name is cut (on a

@@ -29,6 +29,7 @@ mod tools;
 
 use std::collections::BTreeSet;
 use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -65,8 +66,10 @@ pub struct ToolRoot {
     umask: u32,
     /// Told the absolute path of every entry a call creates, replaces, moves or removes.
     observer: Option<Observer>,
-    /// Asked before each change, with the bytes it adds; an error refuses the change.
+    /// Asked before each change, with what it adds; an error refuses the change.
     meter: Option<Meter>,
+    /// Told of every inode a call makes or removes and every file it rewrites.
+    ledger: Option<Arc<dyn Ledger>>,
     /// The workspace's index, for `semantic_search`.
     semantic: Option<Arc<dyn SemanticIndex>>,
     /// Runs a closure with the daemon's own credentials (see [`ToolRoot::with_elevation`]).
@@ -83,8 +86,34 @@ pub struct ToolRoot {
 /// caller's (see [`ToolRoot::with_elevation`]).
 pub type Elevation = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
-/// A callback asked before each change with the bytes it adds (see [`ToolRoot::with_meter`]).
-pub type Meter = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
+/// A callback asked before each change with what it adds (see [`ToolRoot::with_meter`]).
+pub type Meter = Arc<dyn Fn(Growth) -> Result<(), String> + Send + Sync>;
+
+/// What one change adds to what the caller holds, at most: bytes past a file's old size (or a
+/// new file's, a backup's), and new inodes (files, folders, trash entries).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Growth {
+    /// Bytes added.
+    pub bytes: u64,
+    /// Inodes added.
+    pub files: u64,
+}
+
+/// Told, as a call changes the store, of every inode it makes or removes and every file it
+/// rewrites in place, with a descriptor of the folder (or file) to measure it by: the daemon
+/// keeps what each owner holds counted this way (its quotas), exactly as its own file
+/// operations do. Each method is called as the caller, or with the daemon's credentials where
+/// the call is elevated (backups).
+pub trait Ledger: Send + Sync {
+    /// `name` in `dir` was just made (a file, a folder), with its final owner and content.
+    fn made(&self, dir: BorrowedFd<'_>, name: &str);
+    /// `name` in `dir` is about to lose that name (removed, or replaced by a rename onto it).
+    /// The returned closure is called once it has; never if the removal failed.
+    fn removing(&self, dir: BorrowedFd<'_>, name: &str) -> Box<dyn FnOnce() + Send>;
+    /// The regular file `file` is about to be rewritten in place; the returned closure is
+    /// called with it once it has been.
+    fn rewriting(&self, file: BorrowedFd<'_>) -> Box<dyn FnOnce(BorrowedFd<'_>) + Send>;
+}
 
 /// A callback told of every changed path (see [`ToolRoot::with_observer`]).
 pub type Observer = Arc<dyn Fn(&Path) + Send + Sync>;
@@ -130,6 +159,7 @@ impl ToolRoot {
             umask: 0o022,
             observer: None,
             meter: None,
+            ledger: None,
             semantic: None,
             elevation: None,
             mount: None,
@@ -241,23 +271,68 @@ impl ToolRoot {
         self
     }
 
-    /// Asks `meter` right before each change a call makes (a write, with how many bytes it adds
-    /// past the file's old size; a move, a removal to the trash, a restore or a new folder, with
-    /// 0); an error refuses the change with its message (the daemon charges an agent's byte
-    /// quota this way, and refuses every change once an emergency stop is in force).
+    /// Asks `meter` right before each change a call makes (a write, with the bytes it adds
+    /// past the file's old size; a new file, folder, backup or trash entry, with the inodes it
+    /// adds; a move, removal or restore, with nothing); an error refuses the change with its
+    /// message (the daemon checks an agent's quota this way, and refuses every change once an
+    /// emergency stop is in force).
     pub fn with_meter(mut self, meter: Meter) -> ToolRoot {
         self.meter = Some(meter);
         self
     }
 
-    /// Asks the meter whether a change may be made now, adding `bytes` (0 for a move or a new
-    /// folder); refused as `denied`. Called right before the change, after whatever the call
-    /// computed: a caller stopped meanwhile changes nothing.
-    pub(crate) fn charge(&self, bytes: u64) -> ToolResult<()> {
+    /// Tells `ledger` of every inode a call makes or removes and every file it rewrites (see
+    /// [`Ledger`]).
+    pub fn with_ledger(mut self, ledger: Arc<dyn Ledger>) -> ToolRoot {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// Asks the meter whether a change adding `bytes` and `files` may be made now; refused as
+    /// `denied`. Called right before the change, after whatever the call computed: a caller
+    /// stopped meanwhile changes nothing.
+    pub(crate) fn charge(&self, bytes: u64, files: u64) -> ToolResult<()> {
         match &self.meter {
-            Some(m) => m(bytes).map_err(ToolError::Denied),
+            Some(m) => m(Growth { bytes, files }).map_err(ToolError::Denied),
             None => Ok(()),
         }
+    }
+
+    /// Tells the ledger that `name` in `dir` was made.
+    pub(crate) fn made(&self, dir: impl AsFd, name: &str) {
+        if let Some(l) = &self.ledger {
+            l.made(dir.as_fd(), name);
+        }
+    }
+
+    /// Removes `name` from `dir` with `remove`, telling the ledger.
+    pub(crate) fn removing<T>(
+        &self,
+        dir: impl AsFd,
+        name: &str,
+        remove: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let done = self.ledger.as_ref().map(|l| l.removing(dir.as_fd(), name));
+        let out = remove()?;
+        if let Some(done) = done {
+            done();
+        }
+        Ok(out)
+    }
+
+    /// Rewrites the open regular file `file` with `rewrite`, telling the ledger.
+    pub(crate) fn rewriting<T>(
+        &self,
+        file: &File,
+        rewrite: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let done = self.ledger.as_ref().map(|l| l.rewriting(file.as_fd()));
+        let out = rewrite();
+        // A rewrite that failed half way changed the file too.
+        if let Some(done) = done {
+            done(file.as_fd());
+        }
+        out
     }
 
     /// Calls `observer` with the absolute path of every entry a call creates, replaces, moves
@@ -327,7 +402,8 @@ impl ToolRoot {
             return match create {
                 Some(mode) => {
                     let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-                    Ok(beneath::mkdirs(&self.root_fd, &comps, mode, flags)?.0)
+                    let made = &mut |dir: &File, name: &str| self.made(dir, name);
+                    Ok(beneath::mkdirs(&self.root_fd, &comps, mode, flags, made)?.0)
                 }
                 None => beneath::open(&self.root_fd, rel, flags),
             };

@@ -425,12 +425,14 @@ impl ToolRoot {
     /// folder mode, one name at a time, reports the topmost one created, and returns it opened
     /// for reading. `for_rel` names the path the folders are for, in errors.
     pub(crate) fn create_dirs(&self, rel: &str, for_rel: &str) -> ToolResult<File> {
-        self.charge(0)?;
+        // Called when the folder is missing: one at least is made.
+        self.charge(0, 1)?;
         let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-        let (dir, first_new) = beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ)
-            .map_err(|e| {
-                ToolError::io(format!("creating the folders for '{}'", show(for_rel)), e)
-            })?;
+        let made = &mut |dir: &File, name: &str| self.made(dir, name);
+        let (dir, first_new) =
+            beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ, made).map_err(
+                |e| ToolError::io(format!("creating the folders for '{}'", show(for_rel)), e),
+            )?;
         if let Some(i) = first_new {
             self.changed(&self.abs_of(&comps[..=i].join("/")));
         }

@@ -1804,3 +1804,136 @@ fn tree(dir: &Path) -> Vec<(String, String)> {
     out.sort();
     out
 }
+
+// ---------- the ledger, bounded backups, emptying the trash ----------
+
+/// Counts what a call tells its ledger: +1 per inode made, -1 per removal done.
+#[derive(Default, Clone)]
+struct Tally(Arc<std::sync::atomic::AtomicI64>);
+
+impl Tally {
+    fn get(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl clawfs_agent_tools::Ledger for Tally {
+    fn made(&self, _dir: std::os::fd::BorrowedFd<'_>, _name: &str) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn removing(&self, _dir: std::os::fd::BorrowedFd<'_>, _name: &str) -> Box<dyn FnOnce() + Send> {
+        let n = Arc::clone(&self.0);
+        Box::new(move || {
+            n.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    }
+    fn rewriting(
+        &self,
+        _file: std::os::fd::BorrowedFd<'_>,
+    ) -> Box<dyn FnOnce(std::os::fd::BorrowedFd<'_>) + Send> {
+        Box::new(|_| {})
+    }
+}
+
+/// Every inode under `dir` (the workspace with its trash and backups), the root not counted.
+fn inodes(dir: &Path) -> i64 {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            n += 1;
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    n
+}
+
+/// Every inode a call makes or removes is told to the ledger (the daemon counts quotas from
+/// it): after writes, edits, folders, moves, deletes, restores and emptying the trash, what the
+/// ledger was told adds up to the inodes the workspace gained. Edits keep at most ten backups
+/// of a file; emptying the trash removes its entries and the backups of what they held (but
+/// not of a path that has a file again), so everything comes back.
+#[test]
+fn the_ledger_hears_of_every_inode_and_the_trash_empties_for_good() {
+    let mut w = ws();
+    let tally = Tally::default();
+    w.root = ToolRoot::new(&w.dir)
+        .unwrap()
+        .with_ledger(Arc::new(tally.clone()));
+    let start = inodes(&w.dir);
+    w.ok(
+        "write_file",
+        json!({"path": "notes/a.md", "content": "T0\n"}),
+    );
+    for i in 1..=14 {
+        w.ok(
+            "edit_exact",
+            json!({"path": "notes/a.md", "old": format!("T{}", i - 1), "new": format!("T{i}")}),
+        );
+    }
+    let backups = w.dir.join(".clawfs/backups/notes");
+    assert_eq!(
+        fs::read_dir(&backups).unwrap().count(),
+        10,
+        "ten backups kept"
+    );
+    w.ok(
+        "write_file",
+        json!({"path": "deep/x/y/b.md", "content": "b\n"}),
+    );
+    w.ok(
+        "edit_exact",
+        json!({"path": "deep/x/y/b.md", "old": "b", "new": "c"}),
+    );
+    w.ok("create_folder", json!({"path": "empty/one"}));
+    w.ok("move", json!({"from": "empty", "to": "moved/empty"}));
+    w.ok("write_file", json!({"path": "keep.md", "content": "k\n"}));
+    w.ok(
+        "edit_exact",
+        json!({"path": "keep.md", "old": "k", "new": "K"}),
+    );
+    let deep = w.ok("delete", json!({"path": "deep"}))["trash_id"].clone();
+    let a = w.ok("delete", json!({"path": "notes/a.md"}))["trash_id"].clone();
+    let kept = w.ok("delete", json!({"path": "keep.md"}))["trash_id"].clone();
+    w.ok("restore", json!({"trash_id": kept}));
+    w.ok("delete", json!({"path": "keep.md"}));
+    w.ok(
+        "write_file",
+        json!({"path": "keep.md", "content": "again\n"}),
+    );
+    assert_eq!(tally.get(), inodes(&w.dir) - start);
+    // One entry, then the rest.
+    let r = w.ok("empty_trash", json!({"trash_id": a}));
+    assert_eq!(r["removed"], json!([a]), "{r}");
+    // a.md's 4 bytes and the entry's record.
+    assert_eq!(r["entries"], 2, "{r}");
+    assert!(r["bytes"].as_u64().unwrap() > 4, "{r}");
+    assert!(!backups.join("a.md.bak").exists());
+    assert_eq!(
+        fs::read_dir(&backups).unwrap().count(),
+        0,
+        "a.md's backups go with it"
+    );
+    let r = w.ok("empty_trash", json!({}));
+    assert_eq!(r["removed"].as_array().unwrap().len(), 2, "{r}");
+    assert!(r["removed"].as_array().unwrap().contains(&deep), "{r}");
+    assert_eq!(w.ok("list_trash", json!({}))["total"], 0);
+    assert!(
+        !w.dir.join(".clawfs/backups/deep").exists(),
+        "deep's backups go"
+    );
+    // keep.md is there again: its backups stay.
+    assert_eq!(
+        fs::read_dir(w.dir.join(".clawfs/backups"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("keep.md.bak."))
+            .count(),
+        1
+    );
+    assert_eq!(tally.get(), inodes(&w.dir) - start);
+    w.err("empty_trash", json!({"trash_id": a}), "not_found");
+    w.err("empty_trash", json!({"trash_id": "../x"}), "invalid_args");
+}

@@ -21,6 +21,9 @@ use crate::policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyE
 mod estop;
 mod paths;
 mod quota;
+mod tool_ledger;
+
+pub(in crate::fs) use tool_ledger::ToolLedger;
 
 /// A caller's pid, uid and gid: what the identity cache is keyed by.
 type Credentials = (u32, u32, u32);

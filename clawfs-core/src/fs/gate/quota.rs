@@ -115,14 +115,19 @@ impl ClawFs {
                 FileType::from_raw_mode(st.st_mode),
                 FileType::RegularFile | FileType::Directory
             ) {
-                let d = held.settle(crate::held::cost_of(&st));
-                let to = match d.bytes > 0 {
-                    true => self.payer(writer, st.st_uid),
-                    false => st.st_uid,
-                };
-                self.gate.held.apply(to, d);
+                self.held_grew(held.settle(crate::held::cost_of(&st)), writer, st.st_uid);
             }
         }
+    }
+
+    /// Counts `d`, a change in what an inode of `owner` costs made by `writer`: growth for
+    /// whoever pays it ([`Self::payer`]), the rest for the owner.
+    pub(in crate::fs) fn held_grew(&self, d: Delta, writer: Option<(&Identity, u32)>, owner: u32) {
+        let to = match d.bytes > 0 {
+            true => self.payer(writer, owner),
+            false => owner,
+        };
+        self.gate.held.apply(to, d);
     }
 
     /// Counts a new name in the folder `parent` (reached by `dir`), which may have grown, for
@@ -165,17 +170,7 @@ impl ClawFs {
     /// the cost of its inode, if this is its last name. Pass it to [`Self::held_removed`] once
     /// the removal succeeded.
     pub(in crate::fs) fn held_cost(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Option<Removal> {
-        let (st, cost) = crate::held::cost_at(dir, name).ok()?;
-        let folder = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
-        (folder || st.st_nlink <= 1).then_some(Removal {
-            uid: st.st_uid,
-            data: match folder {
-                true => 0,
-                false => crate::held::cost_of(&st),
-            },
-            cost,
-            ino: st.st_ino,
-        })
+        Removal::measure(dir, name)
     }
 
     /// Gives back what a removed last name held (see [`Self::held_cost`]); a file that is still
@@ -237,19 +232,6 @@ impl ClawFs {
         self.gate.held.snapshot(false)
     }
 
-    /// Charges `bytes` a tool call added to files of `uid` (a tool writes by descriptor as the
-    /// caller, past the file operations that count).
-    pub fn held_tool_growth(&self, uid: u32, agent: &AgentName, bytes: u64) {
-        self.learn_agent_uid(uid, agent);
-        self.gate.held.apply(
-            uid,
-            Delta {
-                bytes: bytes as i64,
-                files: 0,
-            },
-        );
-    }
-
     /// Loads the usage saved by a previous daemon; recomputes it from the store when there is
     /// none, when it is of another format, or when that daemon did not stop cleanly.
     pub(in crate::fs) fn load_usage(&self) {
@@ -277,6 +259,24 @@ impl ClawFs {
         self.learn_policy_uids();
         // Until it stops cleanly, the saved usage says it may be stale.
         self.write_usage(false);
+    }
+
+    /// An agent announces itself as the caller's uid (a `clawfs run --user` uid, say): refused,
+    /// audited, when that uid owns files counted for another agent; else learned.
+    pub(in crate::fs) fn claim_agent_uid(
+        &self,
+        caller: &Caller,
+        agent: &AgentName,
+        path: &NsPath,
+    ) -> FsResult<()> {
+        let who = Identity::Agent(agent.clone());
+        let holder = self.gate.held.holder(caller.uid);
+        let verdict = self
+            .policy()
+            .check_uid_claim(&who, caller.uid, holder.as_deref());
+        self.conclude_refusal(caller, &who, "announce", path, None, verdict)?;
+        self.learn_agent_uid(caller.uid, agent);
+        Ok(())
     }
 
     /// Records that `uid` acts as `agent` (a `clawfs run --user` uid, say): it is counted as
@@ -351,10 +351,29 @@ impl ClawFs {
 }
 
 /// What a removal gives back: see [`ClawFs::held_cost`].
+#[derive(Debug)]
 pub(in crate::fs) struct Removal {
     uid: u32,
     /// The data part of `cost` (a regular file's).
     data: u64,
     cost: u64,
     ino: u64,
+}
+
+impl Removal {
+    /// What removing `name` from `dir` would give back, measured now: `None` unless it is the
+    /// inode's last name.
+    pub(in crate::fs) fn measure(dir: BorrowedFd<'_>, name: &OsStr) -> Option<Removal> {
+        let (st, cost) = crate::held::cost_at(dir, name).ok()?;
+        let folder = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        (folder || st.st_nlink <= 1).then_some(Removal {
+            uid: st.st_uid,
+            data: match folder {
+                true => 0,
+                false => crate::held::cost_of(&st),
+            },
+            cost,
+            ino: st.st_ino,
+        })
+    }
 }

@@ -9,7 +9,7 @@ use crate::attr::{Attr, FileKind};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::open_files::DirEntry;
-use crate::policy::Identity;
+use crate::policy::{Identity, NsPath};
 use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualNode};
 
 impl ClawFs {
@@ -173,7 +173,8 @@ impl ClawFs {
             VirtualNode::SelfInfo => {
                 if let Identity::Agent(agent) = self.identify(caller) {
                     // Named in the kernel's ACLs before the agent runs (a `--user` uid).
-                    self.learn_agent_uid(caller.uid, &agent);
+                    let path = NsPath::parse("/agents/self").expect("a valid path");
+                    self.claim_agent_uid(caller, &agent, &path)?;
                     self.agent_starting(caller.pid);
                 }
                 exchange.response = Some(self.self_info(caller));

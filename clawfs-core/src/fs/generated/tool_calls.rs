@@ -6,7 +6,7 @@ use std::sync::PoisonError;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller};
-use crate::policy::{Identity, NsPath, Policy};
+use crate::policy::{Identity, NsPath, Policy, Quota};
 use crate::virtual_files::{self, Exchange};
 
 impl ClawFs {
@@ -180,36 +180,45 @@ impl ClawFs {
             }));
         }
         // An agent's call changes nothing once an emergency stop is in force (it may have been
-        // computing since before), and its byte quota: the call may add what is left of it, and
-        // is charged what it added when it is done.
-        let added = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // computing since before), and stays within its quota: the call may add what is left
+        // of it. What it really adds and gives back is counted from its ledger when it is done.
         if let Identity::Agent(agent) = who {
-            let left = self.metered(who).then(|| {
-                self.policy()
-                    .quota(agent)
-                    .bytes
-                    .saturating_sub(self.usage(agent).bytes)
-            });
-            let added = std::sync::Arc::clone(&added);
+            let left = {
+                let (quota, held) = (self.policy().quota(agent), self.usage(agent));
+                let left = |limit: u64, used: u64| {
+                    (limit != Quota::UNLIMITED).then(|| limit.saturating_sub(used))
+                };
+                (left(quota.bytes, held.bytes), left(quota.files, held.files))
+            };
+            let added = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64)));
             let stopped = self.estop_switch();
             let name = agent.as_str().to_string();
-            root = root.with_meter(std::sync::Arc::new(move |bytes| {
-                use std::sync::atomic::Ordering;
-                if stopped.load(Ordering::Acquire) {
+            root = root.with_meter(std::sync::Arc::new(move |g: clawfs_agent_tools::Growth| {
+                if stopped.load(std::sync::atomic::Ordering::Acquire) {
                     return Err(crate::fs::gate::ESTOP_REASON.to_string());
                 }
-                let Some(left) = left else { return Ok(()) };
-                let before = added.fetch_add(bytes, Ordering::AcqRel);
-                if before.saturating_add(bytes) <= left {
-                    return Ok(());
+                let mut added = added.lock().unwrap_or_else(PoisonError::into_inner);
+                let (bytes, files) = (added.0.saturating_add(g.bytes), added.1.saturating_add(g.files));
+                if let Some(left) = left.0.filter(|&l| bytes > l) {
+                    return Err(format!(
+                        "agent {name} has {} bytes of its quota left and this write adds {}; ask an admin to raise quota.bytes",
+                        left.saturating_sub(added.0),
+                        g.bytes
+                    ));
                 }
-                added.fetch_sub(bytes, Ordering::AcqRel);
-                Err(format!(
-                    "agent {name} has {} bytes of its quota left and this write adds {bytes}; ask an admin to raise quota.bytes",
-                    left.saturating_sub(before)
-                ))
+                if let Some(left) = left.1.filter(|&l| files > l) {
+                    return Err(format!(
+                        "agent {name} has {} files of its quota left and this change makes {}; remove files (empty_trash gives deleted ones back) or ask an admin to raise quota.files",
+                        left.saturating_sub(added.1),
+                        g.files
+                    ));
+                }
+                *added = (bytes, files);
+                Ok(())
             }));
         }
+        let ledger = crate::fs::gate::ToolLedger::default();
+        root = root.with_ledger(std::sync::Arc::new(ledger.clone()));
         // Backups take the file's owner, group and mode, which only the daemon may give.
         let backup_creds = creds.clone();
         root = root.with_elevation(std::sync::Arc::new(move |f: &mut dyn FnMut()| {
@@ -245,12 +254,7 @@ impl ClawFs {
         };
         let out = clawfs_agent_tools::run(&root, tool, &request);
         drop(as_caller);
-        if let Identity::Agent(agent) = who {
-            let bytes = added.load(std::sync::atomic::Ordering::Acquire);
-            if bytes > 0 {
-                self.held_tool_growth(creds.caller.uid, agent, bytes);
-            }
-        }
+        self.count_tool_changes(&ledger, (who, creds.caller.uid));
         // The tool wrote the backing files directly: the kernel's view of them is stale until
         // told, and the caller must see its change as soon as it has the answer.
         let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::access::Access;
 use crate::beneath::{self, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{atomic_write, backup, read_limited, sha256_hex};
+use crate::fsops::{atomic_write, backup, may_rewrite, read_limited, sha256_hex};
 use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
@@ -91,6 +91,7 @@ fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
             show(rel)
         ))
     })?;
+    may_rewrite(root, &slot, rel, &l.f.meta)?;
     let b = backup(root, rel, &l.bytes, &l.f.meta)?;
     atomic_write(
         root,
@@ -530,6 +531,7 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
                 m.len() <= max,
             ) {
                 (Ok(f), true) => {
+                    may_rewrite(root, &slot, &rel, m)?;
                     let bytes = read_limited(&f, &rel, max)?;
                     backup_path = Some(backup(root, &rel, &bytes, m)?);
                     Some(f)

@@ -1,5 +1,5 @@
-//! Managing tools: move, delete (into the trash), restore, list_trash, create_folder,
-//! get_file_info.
+//! Managing tools: move, delete (into the trash), restore, list_trash, empty_trash,
+//! create_folder, get_file_info.
 //!
 //! Trash layout: `<trash_dir>/<trash_id>/item` is the deleted entry itself (renamed, so a delete is
 //! atomic and cheap) and `<trash_dir>/<trash_id>/meta.json` records where it came from. A trash id
@@ -20,7 +20,7 @@ use super::EntryType;
 use crate::access::Access;
 use crate::beneath::{self, DIR_PATH, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{rfc3339, show_store_path, stamp};
+use crate::fsops::{drop_backups, remove_tree, rfc3339, show_store_path, stamp};
 use crate::limits::{MAX_WALK_ENTRIES, TRASH_LIST_MAX};
 use crate::paths::{show, Lookup, Slot};
 use crate::ToolRoot;
@@ -110,7 +110,7 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
     let from = slot_of(root, &src.rel)?;
     let to = new_slot(root, &to_rel)?;
-    root.charge(0)?;
+    root.charge(0, 0)?;
     beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
         .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
     root.changed(&src.abs);
@@ -178,13 +178,17 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     let kind = EntryType::of(&src.meta);
     let ctx = |e| ToolError::io(format!("moving '{}' to the trash", src.rel), e);
     let from = slot_of(root, &src.rel)?;
-    root.charge(0)?;
+    // The entry's folder and its meta.json.
+    root.charge(0, 2)?;
     let trash = root.store_dir(&root.trash_dir, Some(0o777)).map_err(ctx)?;
     let id = loop {
         let id = new_trash_id();
         // Private to whoever deleted the item.
         match beneath::mkdir(&trash, &id, 0o700) {
-            Ok(()) => break id,
+            Ok(()) => {
+                root.made(&trash, &id);
+                break id;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(ctx(e)),
         }
@@ -202,11 +206,13 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     };
     let meta = serde_json::to_vec_pretty(&item).unwrap_or_default();
     let res = beneath::open(&trash, &id, DIR_PATH).and_then(|entry| {
-        beneath::create(&entry, "meta.json", 0o600)?.write_all(&meta)?;
+        let written = beneath::create(&entry, "meta.json", 0o600)?.write_all(&meta);
+        root.made(&entry, "meta.json");
+        written?;
         beneath::rename(&from.dir, &from.name, &entry, "item")
     });
     if let Err(e) = res {
-        remove_trash_entry(&trash, &id);
+        remove_trash_entry(root, &trash, &id);
         return Err(ctx(e));
     }
     root.changed(&src.abs);
@@ -247,11 +253,11 @@ pub struct RestoreResult {
 }
 
 /// Removes a trash entry's folder once its item is gone (restored, or never moved in).
-fn remove_trash_entry(trash: &File, id: &str) {
+fn remove_trash_entry(root: &ToolRoot, trash: &File, id: &str) {
     if let Ok(entry) = beneath::open(trash, id, DIR_PATH) {
-        let _ = beneath::unlink(&entry, "meta.json");
+        let _ = root.removing(&entry, "meta.json", || beneath::unlink(&entry, "meta.json"));
     }
-    let _ = beneath::rmdir(trash, id);
+    let _ = root.removing(trash, id, || beneath::rmdir(trash, id));
 }
 
 /// Opens the trash folder, `None` when there is none yet.
@@ -315,12 +321,12 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     }
     let _guard = root.locks.lock(&[&abs, &root.trash_dir.join(&a.trash_id)]);
     let to = new_slot(root, &rel)?;
-    root.charge(0)?;
+    root.charge(0, 0)?;
     beneath::open(&trash, &a.trash_id, DIR_PATH)
         .and_then(|entry| beneath::rename_noreplace(&entry, "item", &to.dir, &to.name))
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
     root.changed(&abs);
-    remove_trash_entry(&trash, &a.trash_id);
+    remove_trash_entry(root, &trash, &a.trash_id);
     Ok(RestoreResult {
         trash_id: a.trash_id,
         path: rel,
@@ -374,6 +380,101 @@ pub(crate) fn list_trash(root: &ToolRoot, a: ListTrashArgs) -> ToolResult<ListTr
         items,
         total,
     })
+}
+
+/// `empty_trash` arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyTrashArgs {
+    /// Remove only this entry (from delete or list_trash); else every entry you deleted. The
+    /// backups of what it held go with it, unless something is at its path again.
+    #[serde(default)]
+    pub trash_id: Option<String>,
+}
+
+/// `empty_trash` result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EmptyTrashResult {
+    /// The entries removed for good.
+    pub removed: Vec<String>,
+    /// Files, folders and links removed with them.
+    pub entries: u64,
+    /// Bytes of file data given back, each entry's record included (its backups besides).
+    pub bytes: u64,
+    /// Entries that could not be removed, with why (what was removed of them stays removed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<EmptyTrashFailure>,
+}
+
+/// An entry `empty_trash` could not remove.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EmptyTrashFailure {
+    /// The entry.
+    pub trash_id: String,
+    /// Why.
+    pub message: String,
+}
+
+pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<EmptyTrashResult> {
+    if let Some(id) = &a.trash_id {
+        check_trash_id(id)?;
+    }
+    let mut out = EmptyTrashResult {
+        removed: vec![],
+        entries: 0,
+        bytes: 0,
+        failed: vec![],
+    };
+    let Some(trash) = open_trash(root)? else {
+        return match a.trash_id {
+            Some(id) => Err(no_trash_entry(&id)),
+            None => Ok(out),
+        };
+    };
+    let ids = match a.trash_id {
+        Some(id) => vec![id],
+        None => beneath::list(&trash)
+            .map_err(|e| ToolError::io("listing the trash", e))?
+            .into_iter()
+            .filter(|id| check_trash_id(id).is_ok())
+            .collect(),
+    };
+    let one = ids.len() == 1;
+    for id in ids {
+        // Each entry is private to whoever deleted it: others' are not the caller's to see.
+        let entry =
+            match beneath::open(&trash, &id, DIR_PATH).and_then(|e| beneath::list(&e).map(|_| e)) {
+                Ok(e) => e,
+                Err(e) if !one && e.kind() == std::io::ErrorKind::PermissionDenied => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(no_trash_entry(&id));
+                }
+                Err(e) => return Err(ToolError::io(format!("opening trash entry '{id}'"), e)),
+            };
+        root.charge(0, 0)?;
+        let item = read_trash_item(&trash, &id).ok();
+        let (entries, bytes) = (&mut out.entries, &mut out.bytes);
+        let counted = &mut |m: &std::fs::Metadata| {
+            *entries += 1;
+            if m.is_file() && m.nlink() <= 1 {
+                *bytes += m.len();
+            }
+        };
+        let gone = remove_tree(root, &entry, counted)
+            .and_then(|()| root.removing(&trash, &id, || beneath::rmdir(&trash, &id)))
+            .and_then(|()| match &item {
+                Some(it) => drop_backups(root, &it.path, it.kind == EntryType::Folder),
+                None => Ok(()),
+            });
+        match gone {
+            Ok(()) => out.removed.push(id),
+            Err(e) => out.failed.push(EmptyTrashFailure {
+                trash_id: id,
+                message: format!("could not remove all of it: {e}"),
+            }),
+        }
+    }
+    Ok(out)
 }
 
 /// `create_folder` result.

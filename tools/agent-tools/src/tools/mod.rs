@@ -146,6 +146,8 @@ tool_table! {
         "Put a trashed item back at its original path (or at to). Refuses when that path exists.";
     "list_trash" => manage::list_trash, manage::ListTrashArgs, manage::ListTrashResult,
         "The items in the workspace trash, newest first, with their trash_id and original path.";
+    "empty_trash" => manage::empty_trash, manage::EmptyTrashArgs, manage::EmptyTrashResult,
+        "Remove trash entries for good (one by trash_id, else every entry you deleted), giving their space back to your quota. Cannot be undone.";
     "create_folder" => manage::create_folder, manage::PathArgs, manage::CreateFolderResult,
         "Create a folder and any missing parents. Succeeds with created=false if it already exists.";
     "get_file_info" => manage::get_file_info, manage::PathArgs, manage::FileInfoResult,
