@@ -1133,7 +1133,7 @@ fn two_users_share_a_folder_and_edits_keep_what_the_file_is() {
         (Some(61101), Some(61200))
     );
 
-    // Three backups, each readable by exactly who could read the note: alice and the team.
+    // Three backups, each its editor's (who is charged for it), readable by the team.
     let backups = m.backing("workspaces/default/.clawfs/backups");
     let bmd = fs::metadata(&backups).unwrap();
     assert_eq!((bmd.uid(), bmd.mode() & 0o7777), (0, 0o711));
@@ -1147,8 +1147,11 @@ fn two_users_share_a_folder_and_edits_keep_what_the_file_is() {
         .map(|e| e.unwrap().metadata().unwrap())
         .collect();
     assert_eq!(kept.len(), 3);
+    let mut owners: Vec<u32> = kept.iter().map(|b| b.uid()).collect();
+    owners.sort_unstable();
+    assert_eq!(owners, [alice, alice, bob]);
     for b in &kept {
-        assert_eq!((b.uid(), b.gid(), b.mode() & 0o7777), (alice, team, 0o660));
+        assert_eq!((b.gid(), b.mode() & 0o7777), (team, 0o660));
     }
     // carol, outside the team, can neither edit the note nor read it.
     let r = tool_as(
