@@ -94,6 +94,30 @@ impl BackingHandle {
         self.open(mount_fd, libc::O_PATH | libc::O_NOFOLLOW)
     }
 
+    /// The handle as bytes, to be saved ([`Self::from_bytes`] reads them back).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    /// A handle saved by [`Self::to_bytes`]; `None` unless the bytes are the shape of one (a
+    /// damaged file gives no handle; a wrong one only fails to open).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if !bytes.len().is_multiple_of(4) {
+            return None;
+        }
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let len = *words.first()? as usize;
+        (words.len() > HEADER_WORDS
+            && len <= MAX_HANDLE_SZ
+            && words.len() == HEADER_WORDS + len.div_ceil(4))
+        .then(|| Self {
+            words: words.into_boxed_slice(),
+        })
+    }
+
     /// A generation number for the kernel: distinct for two files that reuse one inode number.
     pub fn generation(&self) -> u64 {
         let mut h = DefaultHasher::new();

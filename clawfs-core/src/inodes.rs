@@ -40,10 +40,27 @@ struct Slot {
 
 /// Inode number → node, with lookup counts.
 ///
-/// Lock order: this table's lock is a leaf; nothing else is locked while holding it.
+/// Lock order: this table's locks are leaves; nothing else is locked while holding one, and
+/// never both at once.
 pub struct InodeTable {
     slots: Mutex<HashMap<u64, Slot>>,
     root_backing_ino: u64,
+    /// The last [`FORGOTTEN`] nodes the kernel forgot: how to reach each again when a file
+    /// handle names it (`open_by_handle_at`, an NFS re-export), and the directory and name it
+    /// was last reached by.
+    forgotten: Mutex<lru::LruCache<u64, Forgotten>>,
+}
+
+/// How many forgotten nodes the table keeps the way back to (about 100 bytes each).
+pub const FORGOTTEN: usize = 1 << 18;
+
+/// A node the kernel forgot, as [`InodeTable::forgotten`] keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forgotten {
+    /// How to reach the backing inode.
+    pub handle: BackingHandle,
+    /// The directory (mount inode) and name it was last reached by.
+    pub link: Option<(u64, OsString)>,
 }
 
 impl InodeTable {
@@ -67,7 +84,52 @@ impl InodeTable {
         Self {
             slots: Mutex::new(slots),
             root_backing_ino,
+            forgotten: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(FORGOTTEN).expect("not zero"),
+            )),
         }
+    }
+
+    /// How to reach `ino` again, if the kernel forgot it lately.
+    pub fn forgotten(&self, ino: u64) -> Option<Forgotten> {
+        let mut f = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f.get(&ino).cloned()
+    }
+
+    /// Every forgotten node kept, oldest first (saved at a clean stop).
+    pub fn all_forgotten(&self) -> Vec<(u64, Forgotten)> {
+        let f = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f.iter().rev().map(|(&ino, n)| (ino, n.clone())).collect()
+    }
+
+    /// Every node the kernel holds now, as it would be kept once forgotten.
+    pub fn live_nodes(&self) -> Vec<(u64, Forgotten)> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .iter()
+            .map(|(&ino, s)| {
+                let f = Forgotten {
+                    handle: (*s.node.handle).clone(),
+                    link: s.node.link.as_deref().cloned(),
+                };
+                (ino, f)
+            })
+            .collect()
+    }
+
+    /// Keeps the way back to `ino` (saved by an earlier daemon, or just forgotten).
+    pub fn keep_forgotten(&self, ino: u64, node: Forgotten) {
+        let mut f = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f.put(ino, node);
     }
 
     /// The inode number the mount shows for a backing inode number.
@@ -156,15 +218,30 @@ impl InodeTable {
         if ino == ROOT_INO {
             return false;
         }
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = slots.get_mut(&ino) {
-            slot.lookups = slot.lookups.saturating_sub(n);
-            if slot.lookups == 0 {
-                slots.remove(&ino);
-                return true;
+        let gone = {
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            match slots.get_mut(&ino) {
+                Some(slot) => {
+                    slot.lookups = slot.lookups.saturating_sub(n);
+                    match slot.lookups {
+                        0 => slots.remove(&ino).map(|s| s.node),
+                        _ => None,
+                    }
+                }
+                None => None,
             }
-        }
-        false
+        };
+        let Some(node) = gone else {
+            return false;
+        };
+        self.keep_forgotten(
+            ino,
+            Forgotten {
+                handle: (*node.handle).clone(),
+                link: node.link.as_deref().cloned(),
+            },
+        );
+        true
     }
 
     /// How many inodes the kernel currently holds (for status and leak tests).

@@ -223,6 +223,7 @@ impl Filesystem for Adapter {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_EXPORT_SUPPORT
             // The kernel's own checks must see what the policy grants per agent
             // (`clawfs_core::policy::kernel_acl`).
             | InitFlags::FUSE_POSIX_ACL;

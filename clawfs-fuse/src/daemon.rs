@@ -395,6 +395,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         ix.stop();
     }
     fs.save_usage_at_stop();
+    fs.save_handles_at_stop();
     if let Some(audit) = fs.audit_log() {
         // Ends a signed stretch with its `audit:hmac-off` and checkpoint, then flushes.
         if let Err(e) = audit.close() {

@@ -214,3 +214,105 @@ fn a_running_program_is_not_truncated_by_a_read_only_open() {
         let _ = child.wait();
     }
 }
+
+/// A kernel file handle of `path` (`name_to_handle_at`), as `struct file_handle` bytes.
+fn handle_of(path: &Path) -> Vec<u8> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut buf = vec![0u32; 2 + 128 / 4];
+    buf[0] = 128;
+    let mut mount_id = 0;
+    // SAFETY: `buf` is an aligned `file_handle` with room for 128 bytes, as its size field says.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "{}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    buf.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+/// Opens the handle `h` on the filesystem of `mount` (`open_by_handle_at`).
+fn open_handle(mount: &Path, h: &[u8], flags: i32) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let m = fs::File::open(mount)?;
+    let mut words: Vec<u32> = h
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    // SAFETY: `words` holds a `file_handle` as `name_to_handle_at` wrote it.
+    let fd = unsafe { libc::open_by_handle_at(m.as_raw_fd(), words.as_mut_ptr().cast(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
+/// The kernel drops every unused dentry and inode: the daemon is told to forget them.
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+/// File handles survive (FUSE_EXPORT_SUPPORT): a handle from `name_to_handle_at` opens its
+/// file or folder after the kernel dropped the inode and after a remount; a removed file's
+/// handle is stale (ESTALE), as on a local filesystem.
+#[test]
+fn file_handles_open_after_the_kernel_forgot_the_inode_and_after_a_remount() {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let m = Mounted::new();
+    let dir = m.ws().join("fh");
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    fs::write(dir.join("a"), "alpha").unwrap();
+    fs::write(dir.join("sub/b"), "beta").unwrap();
+    fs::write(dir.join("gone"), "x").unwrap();
+    let (a, sub, gone) = (
+        handle_of(&dir.join("a")),
+        handle_of(&dir.join("sub")),
+        handle_of(&dir.join("gone")),
+    );
+    fs::remove_file(dir.join("gone")).unwrap();
+    let check = |round: &str| {
+        drop_caches();
+        let mut text = String::new();
+        open_handle(&m.mnt, &a, libc::O_RDONLY)
+            .unwrap_or_else(|e| panic!("{round}: a: {e}"))
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "alpha", "{round}");
+        let d = open_handle(&m.mnt, &sub, libc::O_RDONLY | libc::O_DIRECTORY)
+            .unwrap_or_else(|e| panic!("{round}: sub: {e}"));
+        let names: Vec<_> = fs::read_dir(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&d)
+        ))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+        assert_eq!(names, ["b"], "{round}");
+        let b = fs::File::open(dir.join("sub/b")).unwrap();
+        let mut buf = [0u8; 4];
+        b.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"beta");
+        assert_eq!(
+            errno(open_handle(&m.mnt, &gone, libc::O_RDONLY)),
+            libc::ESTALE,
+            "{round}"
+        );
+    };
+    check("after the kernel forgot");
+    let out = m.umount();
+    assert!(out.status.success(), "{}", text(&out));
+    m.mount(&[]);
+    check("after a remount");
+}

@@ -43,6 +43,7 @@ mod gate;
 mod generated;
 mod git_config;
 mod git_repos;
+mod handles;
 mod kernel_cache;
 mod listings;
 mod namespace;
@@ -360,6 +361,7 @@ impl ClawFs {
             listings: Default::default(),
         };
         fs.load_usage();
+        fs.load_handles();
         Ok(fs)
     }
 

@@ -11,6 +11,13 @@ impl ClawFs {
                 std::thread::sleep(*delay);
             }
         }
+        // From a file handle: the node itself, or a directory's parent.
+        if name == "." {
+            return self.lookup_self(parent);
+        }
+        if name == ".." {
+            return self.lookup_parent(parent);
+        }
         if let Route::Generated(dir) = self.route(parent)? {
             return self.lookup_virtual(caller, dir, name);
         }

@@ -16,9 +16,10 @@ impl ClawFs {
             }
             Err(e) => return Err(e.into()),
         };
-        let rel = real
-            .strip_prefix(self.store.root())
-            .map_err(|_| FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
+        let Ok(rel) = real.strip_prefix(self.store.root()) else {
+            // Reached by a file handle without its folder (a disconnected name): rebuilt.
+            return self.ns_path_by_links(fd.as_fd());
+        };
         Ok(NsPath::from_components(
             rel.components().map(|c| c.as_os_str()),
         )?)
@@ -38,7 +39,20 @@ impl ClawFs {
         while ino != crate::inodes::ROOT_INO {
             let node = self.inodes.get(ino).ok_or_else(stale)?;
             let (parent, name) = node.link.as_deref().ok_or_else(stale)?;
-            let pnode = self.inodes.get(*parent).ok_or_else(stale)?;
+            let Some(pnode) = self.inodes.get(*parent) else {
+                // A folder the kernel forgot, reached by its handle, has its path.
+                let dir = self.parent_fd(*parent)?;
+                let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+                if child.st_ino != backing_ino {
+                    return Err(stale());
+                }
+                names.push(name.clone());
+                let mut path = self.ns_path(&*dir)?;
+                for n in names.iter().rev() {
+                    path = path.join(n)?;
+                }
+                return Ok(path);
+            };
             let dir = self.open_path(&pnode)?;
             let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
             if child.st_ino != backing_ino {
