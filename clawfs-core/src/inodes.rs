@@ -108,6 +108,25 @@ impl InodeTable {
         f.iter().rev().map(|(&ino, n)| (ino, n.clone())).collect()
     }
 
+    /// `ino` was moved (renamed) to `name` in the directory `parent`: the link it is reached
+    /// by again, known or forgotten.
+    pub fn relink(&self, ino: u64, parent: u64, name: &OsStr) {
+        {
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(slot) = slots.get_mut(&ino) {
+                slot.node.link = Some(Arc::new((parent, name.to_owned())));
+                return;
+            }
+        }
+        let mut f = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(node) = f.peek_mut(&ino) {
+            node.link = Some((parent, name.to_owned()));
+        }
+    }
+
     /// Every node the kernel holds now, as it would be kept once forgotten.
     pub fn live_nodes(&self) -> Vec<(u64, Forgotten)> {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);

@@ -264,8 +264,9 @@ fn drop_caches() {
 }
 
 /// File handles survive (FUSE_EXPORT_SUPPORT): a handle from `name_to_handle_at` opens its
-/// file or folder after the kernel dropped the inode and after a remount; a removed file's
-/// handle is stale (ESTALE), as on a local filesystem.
+/// file or folder after the kernel dropped the inode and after a remount, also once the file
+/// was moved to another folder or kept only by a hard link; a removed file's handle is stale
+/// (ESTALE), as on a local filesystem.
 #[test]
 fn file_handles_open_after_the_kernel_forgot_the_inode_and_after_a_remount() {
     use std::io::Read;
@@ -276,12 +277,22 @@ fn file_handles_open_after_the_kernel_forgot_the_inode_and_after_a_remount() {
     fs::write(dir.join("a"), "alpha").unwrap();
     fs::write(dir.join("sub/b"), "beta").unwrap();
     fs::write(dir.join("gone"), "x").unwrap();
+    fs::write(dir.join("moved"), "moved").unwrap();
+    fs::write(dir.join("linked"), "linked").unwrap();
     let (a, sub, gone) = (
         handle_of(&dir.join("a")),
         handle_of(&dir.join("sub")),
         handle_of(&dir.join("gone")),
     );
+    let (moved, linked) = (
+        handle_of(&dir.join("moved")),
+        handle_of(&dir.join("linked")),
+    );
     fs::remove_file(dir.join("gone")).unwrap();
+    drop_caches();
+    fs::rename(dir.join("moved"), dir.join("sub/moved-here")).unwrap();
+    fs::hard_link(dir.join("linked"), dir.join("sub/link")).unwrap();
+    fs::remove_file(dir.join("linked")).unwrap();
     let check = |round: &str| {
         drop_caches();
         let mut text = String::new();
@@ -299,7 +310,17 @@ fn file_handles_open_after_the_kernel_forgot_the_inode_and_after_a_remount() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-        assert_eq!(names, ["b"], "{round}");
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, ["b", "link", "moved-here"], "{round}");
+        for (h, want) in [(&moved, "moved"), (&linked, "linked")] {
+            let mut text = String::new();
+            open_handle(&m.mnt, h, libc::O_RDONLY)
+                .unwrap_or_else(|e| panic!("{round}: {want}: {e}"))
+                .read_to_string(&mut text)
+                .unwrap();
+            assert_eq!(text, want, "{round}");
+        }
         let b = fs::File::open(dir.join("sub/b")).unwrap();
         let mut buf = [0u8; 4];
         b.read_exact_at(&mut buf, 0).unwrap();

@@ -6,7 +6,7 @@
 //! also survive a remount. A node whose backing inode is gone is stale (ESTALE), as on a local
 //! filesystem. Only callers with `CAP_DAC_READ_SEARCH` may open by handle.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -30,6 +30,47 @@ struct Saved {
 
 fn stale() -> FsError {
     FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE))
+}
+
+/// `name` in the folder `dir` if it still leads to the inode `ino`; else another name of it
+/// there (renamed, or a hard link whose first name was removed), as the kernel's own export
+/// code looks for one; else stale.
+pub(in crate::fs) fn name_in(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> FsResult<OsString> {
+    let same =
+        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| st.st_ino == ino);
+    match same {
+        true => Ok(name.to_owned()),
+        false => name_of(dir, ino)?.ok_or_else(stale),
+    }
+}
+
+/// A name of the inode `ino` in the folder `dir`, if it has one there.
+fn name_of(dir: BorrowedFd<'_>, ino: u64) -> FsResult<Option<OsString>> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOATIME,
+        Mode::empty(),
+    )
+    .or_else(|_| {
+        rustix::fs::openat(
+            dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    })?;
+    let mut entries = rustix::fs::Dir::read_from(&fd)?;
+    while let Some(e) = entries.next() {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if e.ino() == ino && name != b"." && name != b".." {
+            return Ok(Some(
+                <OsString as std::os::unix::ffi::OsStringExt>::from_vec(name.to_vec()),
+            ));
+        }
+    }
+    Ok(None)
 }
 
 impl ClawFs {
@@ -87,7 +128,7 @@ impl ClawFs {
         if self.inodes.mount_ino(st.st_ino) != ino {
             return Err(stale());
         }
-        let path = self.reached_path(fd, link.as_ref())?;
+        let (path, link) = self.reached_path(fd, link.as_ref())?;
         let mut place = Place::MountRoot;
         for c in path.components() {
             place = place.child(c.as_ref()).ok_or_else(stale)?;
@@ -112,22 +153,24 @@ impl ClawFs {
     }
 
     /// The namespace path of a node reached by handle: its descriptor's, or, for a file the
-    /// backing filesystem reached without its folder (a disconnected name), its folder's path
-    /// and the name it was last reached by, if that name still leads to it.
-    fn reached_path(&self, fd: BorrowedFd<'_>, link: Option<&(u64, OsString)>) -> FsResult<NsPath> {
+    /// backing filesystem reached without its folder (a disconnected name), its last folder's
+    /// path and a name of it there ([`name_in`]); with the folder and name it is reached by.
+    fn reached_path(
+        &self,
+        fd: BorrowedFd<'_>,
+        link: Option<&(u64, OsString)>,
+    ) -> FsResult<(NsPath, Option<(u64, OsString)>)> {
         let err = match self.ns_path(fd) {
-            Ok(path) => return Ok(path),
+            Ok(path) => return Ok((path, link.cloned())),
             Err(e) => e,
         };
         let Some((parent, name)) = link else {
             return Err(err);
         };
         let dir = self.parent_fd(*parent)?;
-        let child = rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)?;
-        if child.st_ino != rustix::fs::fstat(fd)?.st_ino {
-            return Err(stale());
-        }
-        Ok(self.ns_path(dir.as_fd())?.join(name)?)
+        let name = name_in(dir.as_fd(), name, rustix::fs::fstat(fd)?.st_ino)?;
+        let path = self.ns_path(dir.as_fd())?.join(&name)?;
+        Ok((path, Some((*parent, name))))
     }
 
     /// A descriptor of the directory `ino`, known or forgotten (a directory reached by handle

@@ -43,7 +43,7 @@ mod gate;
 mod generated;
 mod git_config;
 mod git_repos;
-mod handles;
+pub(crate) mod handles;
 mod kernel_cache;
 mod listings;
 mod namespace;

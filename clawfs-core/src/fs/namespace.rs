@@ -316,6 +316,16 @@ impl ClawFs {
         }
         self.held_named((&who, caller.uid), newparent, newdir.as_fd());
         self.paths_changed();
+        // Where a file handle finds them again.
+        let mut moved = vec![(newparent, &newdir, newname)];
+        if mode.exchange {
+            moved.push((parent, &dir, name));
+        }
+        for (p, d, n) in moved {
+            if let Ok(st) = rustix::fs::statat(&**d, n, AtFlags::SYMLINK_NOFOLLOW) {
+                self.inodes.relink(self.inodes.mount_ino(st.st_ino), p, n);
+            }
+        }
         let is_folder = |dir: &OwnedFd, name: &OsStr| {
             rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
