@@ -60,8 +60,7 @@ fn name_of(dir: BorrowedFd<'_>, ino: u64) -> FsResult<Option<OsString>> {
             Mode::empty(),
         )
     })?;
-    let mut entries = rustix::fs::Dir::read_from(&fd)?;
-    while let Some(e) = entries.next() {
+    for e in rustix::fs::Dir::read_from(&fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();
         if e.ino() == ino && name != b"." && name != b".." {
