@@ -142,8 +142,11 @@ fi
 n=\${#args[@]}
 [ \$n -ge 2 ] || { echo "mount wrapper: need SOURCE DIR" >&2; exit 1; }
 store=\${args[\$((n-2))]}; dir=\${args[\$((n-1))]}
+extra=()
 for o in "\${opts[@]}"; do
 	case ",\$o," in *,ro,*) echo "mount: ClawFS has no read-only mounts" >&2; exit 32 ;; esac
+	case ",\$o," in *,strictatime,*) echo "mount: ClawFS does not offer strictatime" >&2; exit 32 ;; esac
+	case ",\$o," in *,noatime,*) extra=(--atime noatime) ;; *,nodiratime,*) extra=(--atime nodiratime) ;; esac
 done
 hidden="$WORKDIR/hidden/\$(basename "\$store")"
 mkdir -p "\$hidden"
@@ -153,7 +156,7 @@ other=\$(findmnt -rn -t fuse.clawfs -S "\$store" -o TARGET 2>/dev/null | head -1
 if [ -n "\$other" ]; then /usr/bin/mount --bind "\$other" "\$dir" && exit 0; exit 32; fi
 # After an unmount the previous daemon needs a moment to exit and release the store.
 for i in \$(seq 50); do
-	out=\$($BIN mount "\$hidden" --store "\$store" 2>&1); rc=\$?
+	out=\$($BIN mount "\$hidden" --store "\$store" "\${extra[@]}" 2>&1); rc=\$?
 	echo "\$out" >>"$WORKDIR/mount.log"
 	[ \$rc = 0 ] && break
 	case "\$out" in *"already served"*) sleep 0.2 ;; *) break ;; esac

@@ -71,8 +71,18 @@ impl BackingHandle {
     }
 
     /// Opens the inode. `mount_fd` is any descriptor on the backing filesystem. Needs
-    /// CAP_DAC_READ_SEARCH, so call it before switching to a caller's credentials.
+    /// CAP_DAC_READ_SEARCH, so call it before switching to a caller's credentials. `O_NOATIME`
+    /// is dropped where it is not allowed (an inode of another owner, without CAP_FOWNER).
     pub fn open(&self, mount_fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
+        match self.open_with(mount_fd, flags) {
+            Err(e) if flags & libc::O_NOATIME != 0 && e.raw_os_error() == Some(libc::EPERM) => {
+                self.open_with(mount_fd, flags & !libc::O_NOATIME)
+            }
+            other => other,
+        }
+    }
+
+    fn open_with(&self, mount_fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
         // SAFETY: the buffer is a valid `file_handle` produced by `name_to_handle_at`; the
         // kernel only reads it, so the const-to-mut cast is sound.
         let fd = unsafe {

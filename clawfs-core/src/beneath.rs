@@ -50,9 +50,35 @@ pub fn open(base: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::R
     )?)
 }
 
-/// The directory `rel` beneath `base`, opened for `*at` calls and fsync.
+/// The directory `rel` beneath `base`, opened for `*at` calls, fsync and the daemon's own
+/// listings, which leave its access time alone (`O_NOATIME` where allowed).
 pub fn open_dir(base: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
-    open(base, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+    match open(base, rel, flags | OFlags::NOATIME, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(base, rel, flags, 0),
+        other => other,
+    }
+}
+
+/// Opens the folder `name` in `dir` for listing, by one name, never following a symlink, with
+/// `O_NOATIME` where allowed (the daemon's own reads leave access times alone; without
+/// CAP_FOWNER, another owner's folder is opened plainly).
+pub fn open_dir_noatime(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::NOATIME,
+        rustix::fs::Mode::empty(),
+    ) {
+        Err(rustix::io::Errno::PERM) => Ok(rustix::fs::openat(
+            dir,
+            name,
+            flags,
+            rustix::fs::Mode::empty(),
+        )?),
+        other => Ok(other?),
+    }
 }
 
 /// The directory `rel` beneath `base`, created (mode `mode`, then `owner`) step by step where

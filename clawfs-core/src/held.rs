@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, PoisonError};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType};
 use serde::{Deserialize, Serialize};
 
 /// The least a directory costs, whatever the backing filesystem makes of it: one block.
@@ -269,12 +269,8 @@ pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashM
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut counted = 0u64;
     let open_dir = |d: BorrowedFd<'_>, n: &OsStr| -> io::Result<OwnedFd> {
-        Ok(rustix::fs::openat(
-            d,
-            n,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?)
+        // A recount reads folders without touching their access times.
+        Ok(crate::beneath::open_dir_noatime(d, n)?)
     };
     let mut stack = Vec::new();
     for area in COUNTED_AREAS {

@@ -315,4 +315,29 @@ pub struct MountArgs {
     /// trail); without it such a store is refused (exit 5).
     #[arg(long)]
     pub allow_tampered_system: bool,
+    /// Access times: as the store's filesystem keeps them (relatime, normally), never updated
+    /// by reads (noatime), or not by listing folders (nodiratime). strictatime is not offered.
+    #[arg(long, value_enum, default_value_t = AtimeArg::Relatime)]
+    pub atime: AtimeArg,
+}
+
+/// `clawfs mount --atime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AtimeArg {
+    /// The store's filesystem's rule.
+    Relatime,
+    /// Reads never update access times.
+    Noatime,
+    /// Listing a folder never updates its access time.
+    Nodiratime,
+}
+
+impl From<AtimeArg> for clawfs_core::fs::Atime {
+    fn from(a: AtimeArg) -> Self {
+        match a {
+            AtimeArg::Relatime => Self::Relatime,
+            AtimeArg::Noatime => Self::NoAtime,
+            AtimeArg::Nodiratime => Self::NoDirAtime,
+        }
+    }
 }

@@ -159,6 +159,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         attr_timeout,
         no_search,
         allow_tampered_system,
+        atime,
     } = args;
     let mut argv: Vec<std::ffi::OsString> = vec![
         "mount".into(),
@@ -170,6 +171,11 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         threads.to_string().into(),
         "--attr-timeout".into(),
         attr_timeout.to_string().into(),
+        "--atime".into(),
+        clap::ValueEnum::to_possible_value(atime)
+            .expect("every value has a name")
+            .get_name()
+            .into(),
     ];
     for (on, flag) in [
         (no_passthrough, "--no-passthrough"),
@@ -287,7 +293,11 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // Checked again by the daemon itself: a foreground mount has only this check, and the
     // allowance is recorded on the audit trail below.
     let tampered = check_system(&store, args.allow_tampered_system)?;
-    let fs = Arc::new(ClawFs::new(store).context("opening the store root")?);
+    let fs = Arc::new(
+        ClawFs::new(store)
+            .context("opening the store root")?
+            .with_atime(args.atime.into()),
+    );
     fs.set_mountpoint(mp.to_path_buf());
     if args.no_audit {
         warn!("the audit trail is off (--no-audit)");
@@ -328,6 +338,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         MountOption::NoSuid,
         MountOption::NoDev,
     ];
+    if args.atime == crate::cli::AtimeArg::Noatime {
+        options.push(MountOption::NoAtime);
+    }
     if which("fusermount3") {
         // A SIGKILLed daemon then leaves no "Transport endpoint is not connected" behind.
         options.push(MountOption::AutoUnmount);

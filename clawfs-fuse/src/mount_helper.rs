@@ -27,7 +27,7 @@ pub fn is_helper(argv0: &std::ffi::OsStr) -> bool {
 
 /// mount(8) options that are not ClawFS's to act on.
 fn generic(option: &str) -> bool {
-    const GENERIC: [&str; 22] = [
+    const GENERIC: [&str; 21] = [
         "defaults",
         "rw",
         "auto",
@@ -47,7 +47,6 @@ fn generic(option: &str) -> bool {
         "async",
         "sync",
         "atime",
-        "noatime",
         "relatime",
         "allow_other",
     ];
@@ -56,6 +55,9 @@ fn generic(option: &str) -> bool {
         || option.starts_with("comment=")
         || option.starts_with("helper=")
 }
+
+/// Why `strictatime` is refused.
+pub const STRICTATIME: &str = "strictatime is not supported: reads go to the store's files, whose filesystem updates access times by its own rule (relatime unless it is mounted otherwise); noatime and nodiratime are";
 
 /// The `clawfs mount` arguments for a helper command line (without argv0).
 pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
@@ -99,6 +101,8 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
             ("no_passthrough", None) => out.push("--no-passthrough".into()),
             ("no_audit", None) => out.push("--no-audit".into()),
             ("trace_syscalls", None) => out.push("--trace-syscalls".into()),
+            ("noatime" | "nodiratime", None) => out.extend(["--atime".into(), key.into()]),
+            ("strictatime", None) => return Err(STRICTATIME.into()),
             ("ro", None) => return Err("read-only ClawFS mounts are not supported".into()),
             _ if generic(option) => {}
             _ if sloppy => {}
@@ -160,8 +164,15 @@ mod tests {
         assert_eq!(args("clawfs /m").unwrap(), ["clawfs", "mount", "/m"]);
         assert_eq!(
             args("none /m -onoatime -n").unwrap(),
-            ["clawfs", "mount", "/m"]
+            ["clawfs", "mount", "/m", "--atime", "noatime"]
         );
+        assert_eq!(
+            args("none /m -o relatime,nodiratime").unwrap(),
+            ["clawfs", "mount", "/m", "--atime", "nodiratime"]
+        );
+        assert!(args("none /m -o strictatime")
+            .unwrap_err()
+            .contains("relatime"));
     }
 
     #[test]

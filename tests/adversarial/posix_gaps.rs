@@ -337,3 +337,48 @@ fn file_handles_open_after_the_kernel_forgot_the_inode_and_after_a_remount() {
     m.mount(&[]);
     check("after a remount");
 }
+
+/// The access time of `p`, in nanoseconds.
+fn atime(p: &Path) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(p).unwrap();
+    i128::from(m.atime()) * 1_000_000_000 + i128::from(m.atime_nsec())
+}
+
+/// Access times follow the mount's mode (`--atime`, or `noatime`/`nodiratime` in fstab): the
+/// daemon's own reads (a lookup of a missing name reads the folder) never change a folder's
+/// access time; with `noatime` reading a file does not either, with `nodiratime` listing a
+/// folder does not; by default (the store's relatime) a first read does.
+#[test]
+fn access_times_follow_the_mount_mode() {
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    for mode in ["relatime", "noatime", "nodiratime"] {
+        let m = Mounted::with_args(&["--atime", mode]);
+        let dir = m.ws().join("at");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("seed"), "x").unwrap();
+        let before = atime(&dir);
+        pause();
+        // Looking up missing names, then creating one: the folder was not read by anyone.
+        for i in 0..3 {
+            assert!(!dir.join(format!("missing{i}")).exists());
+        }
+        fs::write(dir.join("new"), "new").unwrap();
+        assert_eq!(
+            atime(&dir),
+            before,
+            "{mode}: a create changed the folder's atime"
+        );
+        let file = dir.join("new");
+        let (f0, d0) = (atime(&file), atime(&dir));
+        pause();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "new");
+        let _ = fs::read_dir(&dir).unwrap().count();
+        let (f1, d1) = (atime(&file), atime(&dir));
+        match mode {
+            "relatime" => assert!(f1 > f0 && d1 > d0, "{mode}: {f0} {f1} {d0} {d1}"),
+            "noatime" => assert!(f1 == f0 && d1 == d0, "{mode}: {f0} {f1} {d0} {d1}"),
+            _ => assert!(f1 > f0 && d1 == d0, "{mode}: {f0} {f1} {d0} {d1}"),
+        }
+    }
+}

@@ -13,9 +13,10 @@ impl ClawFs {
         } else {
             let node = self.node(ino)?;
             // Opening now reports a vanished or unreadable directory at opendir, not later.
-            let fd = node
-                .handle
-                .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+            let fd = node.handle.open(
+                self.mount_fd(),
+                libc::O_RDONLY | libc::O_DIRECTORY | self.atime_flag(true),
+            )?;
             self.decide(
                 caller,
                 "opendir",
@@ -54,9 +55,10 @@ impl ClawFs {
             return self.list_virtual_dir(caller, dir);
         }
         let node = self.node(ino)?;
-        let fd = node
-            .handle
-            .open(self.mount_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let fd = node.handle.open(
+            self.mount_fd(),
+            libc::O_RDONLY | libc::O_DIRECTORY | self.atime_flag(true),
+        )?;
         let parent_ino = if ino == ROOT_INO {
             ROOT_INO
         } else {

@@ -68,7 +68,9 @@ impl ClawFs {
             // O_DIRECT is the kernel's business on the mount side; the daemon's own buffers
             // are not aligned for it.
             let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT);
-            let fd = node.handle.open(self.mount_fd(), flags)?;
+            let fd = node
+                .handle
+                .open(self.mount_fd(), flags | self.atime_flag(false))?;
             Arc::new(BackingFile::new(File::from(fd)))
         };
         // Signed files are served from the copy that was checked, through the daemon.
@@ -198,12 +200,14 @@ impl ClawFs {
             Err(errno(libc::EROFS))
         } else {
             node.handle
-                .open(self.mount_fd(), libc::O_RDWR)
+                .open(self.mount_fd(), libc::O_RDWR | self.atime_flag(false))
                 .map_err(FsError::from)
         };
         let fd = match rw {
             Ok(fd) => fd,
-            Err(_) => node.handle.open(self.mount_fd(), libc::O_RDONLY)?,
+            Err(_) => node
+                .handle
+                .open(self.mount_fd(), libc::O_RDONLY | self.atime_flag(false))?,
         };
         Ok(File::from(fd))
     }
@@ -237,10 +241,13 @@ impl ClawFs {
                     Mode::from_raw_mode(mode & 0o7777),
                 )
             };
+            // O_NOATIME is the owner's to ask: a racing creator's file is opened without.
+            let noatime = self.atime_flag(false);
             match self.passthrough() {
                 // An existing file (a racing creator) may not be writable by the caller.
-                true => open(shared).or_else(|_| open(flags))?,
-                false => open(flags & !libc::O_DIRECT)?,
+                true => open(shared | noatime).or_else(|_| open(flags))?,
+                false => open((flags & !libc::O_DIRECT) | noatime)
+                    .or_else(|_| open(flags & !libc::O_DIRECT))?,
             }
         };
         let entry = self.entry_of_fd(fd.as_fd(), place, (parent, name))?;

@@ -46,20 +46,7 @@ pub(in crate::fs) fn name_in(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> FsR
 
 /// A name of the inode `ino` in the folder `dir`, if it has one there.
 fn name_of(dir: BorrowedFd<'_>, ino: u64) -> FsResult<Option<OsString>> {
-    let fd = rustix::fs::openat(
-        dir,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOATIME,
-        Mode::empty(),
-    )
-    .or_else(|_| {
-        rustix::fs::openat(
-            dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-    })?;
+    let fd = crate::beneath::open_dir_noatime(dir, OsStr::new("."))?;
     for e in rustix::fs::Dir::read_from(&fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();

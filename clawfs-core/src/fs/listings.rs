@@ -33,8 +33,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{Mode, OFlags};
-
 /// Misses in one folder before its names are read: a folder looked up once or twice is never
 /// listed.
 const MISSES_BEFORE_LISTING: u32 = 8;
@@ -343,13 +341,9 @@ impl Listings {
         if !before.settled_by(now, self.settled) {
             return Err(NotListed::Unsettled);
         }
-        let open = rustix::fs::openat(
-            dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|_| NotListed::Unsettled)?;
+        // The daemon's own read: nobody listed the folder, its access time stays.
+        let open = crate::beneath::open_dir_noatime(dir, ".".as_ref())
+            .map_err(|_| NotListed::Unsettled)?;
         match rustix::fs::ioctl_getflags(&open) {
             Ok(flags) if flags.bits() & (FS_CASEFOLD_FL | FS_ENCRYPT_FL) != 0 => {
                 return Err(NotListed::Never)

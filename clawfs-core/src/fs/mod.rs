@@ -60,6 +60,22 @@ pub use staged::{
 };
 pub use xattr_ops::SETTLE as SETTLE_XATTR;
 
+/// How the mount keeps access times. A read through the mount (passthrough or served by the
+/// daemon) reads the backing file, so the store's filesystem updates its access time by its
+/// own mount's rule (normally `relatime`); `noatime` and `nodiratime` keep the daemon's reads
+/// of files and folders (or of folders only) from touching it. The daemon's own reads (the
+/// index, its listings, recounts) never do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// The store's filesystem's rule (`relatime` unless it is mounted otherwise).
+    #[default]
+    Relatime,
+    /// Reads never update access times.
+    NoAtime,
+    /// Listing a folder never updates its access time.
+    NoDirAtime,
+}
+
 /// What a lookup-like call returns: the node's attributes and generation.
 #[derive(Clone, Copy, Debug)]
 pub struct Entry {
@@ -215,6 +231,8 @@ pub struct ClawFs {
     /// The names of folders where lookups keep missing, to answer misses without asking the
     /// store (leaf lock).
     listings: listings::Listings,
+    /// How reads on callers' behalf keep access times (`clawfs mount --atime`).
+    atime: Atime,
 }
 
 /// The permission bits the mount's root shows: everyone may look in, through the "other" bits.
@@ -359,10 +377,26 @@ impl ClawFs {
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
             listings: Default::default(),
+            atime: Atime::default(),
         };
         fs.load_usage();
         fs.load_handles();
         Ok(fs)
+    }
+
+    /// Serves reads with the access-time mode `atime` (the default is the store's own).
+    pub fn with_atime(mut self, atime: Atime) -> Self {
+        self.atime = atime;
+        self
+    }
+
+    /// The open flag that keeps a read on a caller's behalf of a file (or a folder: `dir`)
+    /// from changing its access time, as the mount's mode asks.
+    fn atime_flag(&self, dir: bool) -> i32 {
+        match (self.atime, dir) {
+            (Atime::NoAtime, _) | (Atime::NoDirAtime, true) => libc::O_NOATIME,
+            _ => 0,
+        }
     }
 
     /// Whether the kernel serves reads and writes itself (FUSE passthrough), as negotiated at
