@@ -270,7 +270,7 @@ pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashM
     let mut counted = 0u64;
     let open_dir = |d: BorrowedFd<'_>, n: &OsStr| -> io::Result<OwnedFd> {
         // A recount reads folders without touching their access times.
-        Ok(crate::beneath::open_dir_noatime(d, n)?)
+        crate::beneath::open_dir_noatime(d, n)
     };
     let mut stack = Vec::new();
     for area in COUNTED_AREAS {
