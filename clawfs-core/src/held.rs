@@ -434,6 +434,7 @@ impl HeldSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::{Mode, OFlags};
     use std::os::unix::fs::chown;
 
     #[test]
