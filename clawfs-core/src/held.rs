@@ -81,10 +81,13 @@ impl Held {
 }
 
 /// The held usage of a store: per owner uid, and which agent each uid belongs to (learned as
-/// agents make files; an agent runs as one uid that no other agent uses). Leaf lock.
+/// agents make files; an agent runs as one uid that no other agent uses). Its two locks are
+/// leaves, never held together.
 #[derive(Debug, Default)]
 pub struct HeldUsage {
     state: Mutex<Saved>,
+    /// Growth promised to tool calls still running, by agent (see [`Self::reserve`]).
+    reserved: Mutex<HashMap<String, Held>>,
 }
 
 /// What is saved in `.clawfs/quota-usage.json`.
@@ -151,18 +154,72 @@ impl HeldUsage {
         s.agents.iter().map(|(&u, a)| (u, a.clone())).collect()
     }
 
+    /// Promises `add` to a running tool call of `agent`, if what the agent holds, what other
+    /// running calls were promised and `add` stay within `limit` (bytes, files: each only
+    /// checked when it grows); else answers what is left. Calls made at once so cannot
+    /// together pass the quota; [`Self::unreserve`] once the call's changes are counted.
+    pub fn reserve(&self, agent: &str, limit: Held, add: Held) -> Result<(), Held> {
+        let held = self.of_agent(agent);
+        let mut r = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
+        let promised = r.entry(agent.to_string()).or_default();
+        let used = Held {
+            bytes: held.bytes.saturating_add(promised.bytes),
+            files: held.files.saturating_add(promised.files),
+        };
+        let over = |used: u64, add: u64, limit: u64| add > 0 && used.saturating_add(add) > limit;
+        if over(used.bytes, add.bytes, limit.bytes) || over(used.files, add.files, limit.files) {
+            return Err(Held {
+                bytes: limit.bytes.saturating_sub(used.bytes),
+                files: limit.files.saturating_sub(used.files),
+            });
+        }
+        promised.bytes = promised.bytes.saturating_add(add.bytes);
+        promised.files = promised.files.saturating_add(add.files);
+        Ok(())
+    }
+
+    /// Takes back what [`Self::reserve`] promised a call of `agent`.
+    pub fn unreserve(&self, agent: &str, promised: Held) {
+        let mut r = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = r.get_mut(agent) {
+            p.bytes = p.bytes.saturating_sub(promised.bytes);
+            p.files = p.files.saturating_sub(promised.files);
+            if *p == Held::default() {
+                r.remove(agent);
+            }
+        }
+    }
+
+    /// Records that `uid` acts as `agent`, unless it is another agent's and `in_use` (its
+    /// processes run) or it owns files: then that agent is answered. Checked and recorded
+    /// under one lock, so two agents announcing one uid at once cannot both have it.
+    pub fn claim(&self, uid: u32, agent: &str, in_use: bool) -> Result<bool, String> {
+        if uid == 0 {
+            return Ok(false);
+        }
+        let mut s = self.lock();
+        match s.agents.get(&uid) {
+            Some(a) if a == agent => Ok(false),
+            Some(other) => {
+                let holds = s.by_uid.get(&uid).is_some_and(|h| *h != Held::default());
+                if holds || in_use {
+                    return Err(other.clone());
+                }
+                s.agents.insert(uid, agent.to_string());
+                s.dirty = true;
+                Ok(true)
+            }
+            None => {
+                s.agents.insert(uid, agent.to_string());
+                s.dirty = true;
+                Ok(true)
+            }
+        }
+    }
+
     /// The agent `uid` belongs to, if any.
     pub fn agent_of(&self, uid: u32) -> Option<String> {
         self.lock().agents.get(&uid).cloned()
-    }
-
-    /// The agent whose files `uid` owns now, if it owns any.
-    pub fn holder(&self, uid: u32) -> Option<String> {
-        let s = self.lock();
-        let held = s.by_uid.get(&uid).copied().unwrap_or_default();
-        (held != Held::default())
-            .then(|| s.agents.get(&uid).cloned())
-            .flatten()
     }
 
     /// What `agent` holds: the sum over its uids.
@@ -468,6 +525,42 @@ mod tests {
         // are not listed, only what is in them.
         assert_eq!(by_uid[&0].files, 2);
         assert_eq!(last, 5);
+    }
+
+    #[test]
+    fn promises_share_one_quota_and_a_uid_is_one_agents() {
+        let u = HeldUsage::default();
+        u.learn(61006, "fs-engine");
+        u.apply(61006, Delta::created(600));
+        let limit = Held {
+            bytes: 1000,
+            files: 10,
+        };
+        let add = |bytes| Held { bytes, files: 0 };
+        assert_eq!(u.reserve("fs-engine", limit, add(300)), Ok(()));
+        // A second call at once: 600 held + 300 promised leaves 100.
+        assert_eq!(
+            u.reserve("fs-engine", limit, add(300)),
+            Err(Held {
+                bytes: 100,
+                files: 9
+            })
+        );
+        u.unreserve("fs-engine", add(300));
+        assert_eq!(u.reserve("fs-engine", limit, add(300)), Ok(()));
+        // A uid holding files, or running, stays its agent's.
+        assert_eq!(
+            u.claim(61006, "kernel-engine", false),
+            Err("fs-engine".into())
+        );
+        assert_eq!(u.claim(62000, "fs-engine", false), Ok(true));
+        assert_eq!(
+            u.claim(62000, "kernel-engine", true),
+            Err("fs-engine".into())
+        );
+        assert_eq!(u.claim(62000, "kernel-engine", false), Ok(true));
+        assert_eq!(u.agent_of(62000).as_deref(), Some("kernel-engine"));
+        assert_eq!(u.claim(0, "fs-engine", false), Ok(false));
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod missing_names;
 mod one_agent_one_uid;
 mod posix_gaps;
 mod quota;
+mod quota_tools;
 mod root_writes;
 mod sandbox;
 mod sandbox_network;

@@ -246,7 +246,7 @@ fn installs_and_removals_give_their_bytes_back() {
 }
 
 /// What `clawfs quota --json` says `agent` holds: (bytes, files).
-fn held(m: &Mounted, agent: &str) -> (u64, u64) {
+pub(crate) fn held(m: &Mounted, agent: &str) -> (u64, u64) {
     // The daemon saves its counts every 2 s.
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let out = crate::common::cli(m, &["quota", "--json"]);

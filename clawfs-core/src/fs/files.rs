@@ -62,6 +62,17 @@ impl ClawFs {
                 return Ok(Opened::Backing(fh, file));
             }
         }
+        if flags & libc::O_TRUNC != 0 {
+            // What the file holds before the truncation is what the truncation gives back: its
+            // charge is settled from there (a file not yet settled since the daemon met it
+            // would otherwise start from its truncated size).
+            let st = match (&shared, &opath) {
+                (Some(b), _) => rustix::fs::fstat(&b.file)?,
+                (None, Some(fd)) => rustix::fs::fstat(&**fd)?,
+                (None, None) => rustix::fs::fstat(&*self.open_path(&node)?)?,
+            };
+            node.held.base(crate::held::cost_of(&st));
+        }
         let backing = if let Some(shared) = shared {
             shared
         } else {

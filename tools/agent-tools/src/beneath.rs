@@ -253,14 +253,14 @@ pub(crate) fn mkdir(dir: impl AsFd, name: &str, mode: u32) -> io::Result<()> {
 }
 
 /// Opens the folder `comps` below `base` with `flags`, creating the missing ones (with `mode`)
-/// one name at a time, each told to `made` (its folder, its name). Also returns the index of
-/// the first folder created, if any.
+/// one name at a time with `mkdir` (its folder, name and mode). Also returns the index of the
+/// first folder created, if any.
 pub(crate) fn mkdirs(
     base: impl AsFd,
     comps: &[&str],
     mode: u32,
     flags: OFlags,
-    made: &mut dyn FnMut(&File, &str),
+    mkdir: &mut dyn FnMut(&File, &str, u32) -> io::Result<()>,
 ) -> io::Result<(File, Option<usize>)> {
     let mut cur = open(base, "", DIR_PATH)?;
     let mut first_new = None;
@@ -270,7 +270,6 @@ pub(crate) fn mkdirs(
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 match mkdir(&cur, c, mode) {
                     Ok(()) => {
-                        made(&cur, c);
                         first_new.get_or_insert(i);
                     }
                     // Created meanwhile by someone else: use it.
@@ -283,6 +282,20 @@ pub(crate) fn mkdirs(
         };
     }
     Ok((open(&cur, "", flags)?, first_new))
+}
+
+/// How many of the folders `comps` below `base` are missing (all those from the first that
+/// is), for a charge before [`mkdirs`] makes them.
+pub(crate) fn missing_dirs(base: impl AsFd, comps: &[&str]) -> io::Result<usize> {
+    let mut cur = open(base, "", DIR_PATH)?;
+    for (i, c) in comps.iter().enumerate() {
+        cur = match open(&cur, c, DIR_PATH) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(comps.len() - i),
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(0)
 }
 
 /// Renames `from` in `from_dir` to `to` in `to_dir`, replacing `to`.
@@ -374,9 +387,23 @@ mod tests {
     fn creating_and_renaming_act_on_names_in_a_folder() {
         let t = tempfile::TempDir::new().unwrap();
         let root = rustix::fs::open(t.path(), DIR_PATH, Mode::empty()).unwrap();
-        let (d, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, &mut |_, _| {}).unwrap();
+        let (d, first) = mkdirs(
+            &root,
+            &["a", "b", "c"],
+            0o755,
+            DIR_READ,
+            &mut |d: &File, n: &str, m| mkdir(d, n, m),
+        )
+        .unwrap();
         assert_eq!(first, Some(0));
-        let (_, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, &mut |_, _| {}).unwrap();
+        let (_, first) = mkdirs(
+            &root,
+            &["a", "b", "c"],
+            0o755,
+            DIR_READ,
+            &mut |d: &File, n: &str, m| mkdir(d, n, m),
+        )
+        .unwrap();
         assert_eq!(first, None);
         let (tmp, f) = create_temp(&d, 0o644).unwrap();
         drop(f);
@@ -388,11 +415,25 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
         unlink(&root, "x").unwrap();
         rmdir(&d, "").unwrap_err();
-        let (b, _) = mkdirs(&root, &["a", "b"], 0o755, DIR_PATH, &mut |_, _| {}).unwrap();
+        let (b, _) = mkdirs(
+            &root,
+            &["a", "b"],
+            0o755,
+            DIR_PATH,
+            &mut |d: &File, n: &str, m| mkdir(d, n, m),
+        )
+        .unwrap();
         rmdir(&b, "c").unwrap();
         symlink(t.path(), t.path().join("a/link")).unwrap();
         assert!(is_changed(
-            &mkdirs(&root, &["a", "link", "z"], 0o755, DIR_PATH, &mut |_, _| {}).unwrap_err()
+            &mkdirs(
+                &root,
+                &["a", "link", "z"],
+                0o755,
+                DIR_PATH,
+                &mut |d: &File, n: &str, m| mkdir(d, n, m)
+            )
+            .unwrap_err()
         ));
         assert!(!t.path().join("z").exists());
     }

@@ -2,8 +2,10 @@
 //! (temp + fsync + rename + directory fsync), timestamped backups, and time formatting. All of
 //! them work on descriptors opened beneath the root (see `beneath.rs`), never on path strings.
 
+use std::ffi::OsString;
 use std::fs::{File, Metadata};
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -91,15 +93,36 @@ pub(crate) fn atomic_write(
     bytes: &[u8],
     old: Option<(&Metadata, Option<&File>)>,
 ) -> ToolResult<()> {
-    root.charge(
-        (bytes.len() as u64).saturating_sub(old.map_or(0, |(m, _)| m.len())),
-        u64::from(old.is_none()),
-    )?;
+    root.charge_growth(write_growth(bytes, old.map(|(m, _)| m)))?;
+    write_charged(root, slot, rel, abs, bytes, old)
+}
+
+/// What writing `bytes` over a file of status `old` (or a new one) adds, and for whom: the
+/// growth of an existing file is its owner's.
+pub(crate) fn write_growth(bytes: &[u8], old: Option<&Metadata>) -> crate::Growth {
+    use std::os::unix::fs::MetadataExt;
+    crate::Growth {
+        bytes: (bytes.len() as u64).saturating_sub(old.map_or(0, |m| m.len())),
+        files: u64::from(old.is_none()),
+        owner: old.map(|m| m.uid()),
+    }
+}
+
+/// [`atomic_write`] once its growth was charged ([`write_growth`]), before a backup is kept.
+pub(crate) fn write_charged(
+    root: &ToolRoot,
+    slot: &Slot,
+    rel: &str,
+    abs: &Path,
+    bytes: &[u8],
+    old: Option<(&Metadata, Option<&File>)>,
+) -> ToolResult<()> {
     let action = format!("writing '{}'", show(rel));
     let ctx = |e| ToolError::io(action.clone(), e);
     let denied_by = |e, file| write_refused(root, slot, rel, e, file);
     match old {
         None => {
+            let made = root.making(&slot.dir);
             beneath::write_atomic(
                 &slot.dir,
                 &slot.name,
@@ -107,7 +130,7 @@ pub(crate) fn atomic_write(
                 beneath::FileMode::mode(root.file_mode()),
             )
             .map_err(|e| denied_by(e, None))?;
-            root.made(&slot.dir, &slot.name);
+            made.done(&slot.name);
         }
         // A file with other names (hard links) is rewritten in place: a replacement would
         // leave the other names on the old content.
@@ -116,6 +139,7 @@ pub(crate) fn atomic_write(
         }
         Some((m, Some(f))) if owned_by_caller(&slot.dir, m).map_err(ctx)? => {
             let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+            let made = root.making(&slot.dir);
             root.removing(&slot.dir, &slot.name, || {
                 beneath::write_atomic_with(
                     &slot.dir,
@@ -126,7 +150,7 @@ pub(crate) fn atomic_write(
                 )
             })
             .map_err(ctx)?;
-            root.made(&slot.dir, &slot.name);
+            made.done(&slot.name);
         }
         // A replacement would belong to the caller: a file someone else owns (or whose group
         // differs), or one whose attributes the caller cannot read to copy, is rewritten in
@@ -342,10 +366,19 @@ pub(crate) fn backup(
     like: &Metadata,
 ) -> ToolResult<String> {
     let ctx = |e| ToolError::io(format!("writing the backup of '{}'", show(rel)), e);
-    // A backup is bytes the caller makes the store keep: charged like a write.
-    root.charge(bytes.len() as u64, 1)?;
     let mut comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
     let name = comps.pop().unwrap_or("file");
+    // A backup is bytes the caller makes the store keep: charged like a write, with the
+    // folders it needs.
+    let folders = match root.store_dir(&root.backup_dir, None) {
+        Ok(dir) => beneath::missing_dirs(&dir, &comps).map_err(ctx)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => comps.len() + 1,
+        Err(e) => return Err(ctx(e)),
+    } as u64;
+    root.charge(
+        bytes.len() as u64 + folders * crate::FOLDER_BYTES,
+        1 + folders,
+    )?;
     let cand = root
         .elevated(|mirror| write_backup(root, &comps, name, bytes, mirror.then_some(like)))
         .map_err(ctx)?;
@@ -366,6 +399,7 @@ fn write_backup(
     let private = 0o700;
     let mut dir = root.store_dir(&root.backup_dir, Some(private))?;
     for (i, c) in comps.iter().enumerate() {
+        let making = root.making(&dir);
         let made = match beneath::mkdir(&dir, c, private) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
@@ -379,12 +413,13 @@ fn write_backup(
             take_status(&next, orig.uid(), orig.gid(), orig.mode())?;
         }
         if made {
-            root.made(&dir, c);
+            making.done(c);
         }
         dir = next;
     }
     let stamped = backup_name(name, &stamp());
     let mut n = 1;
+    let made = root.making(&dir);
     loop {
         let cand = if n == 1 {
             stamped.clone()
@@ -401,7 +436,7 @@ fn write_backup(
                     take_status(&f, owner, m.gid(), m.mode())?;
                 }
                 f.sync_all()?;
-                root.made(&dir, &cand);
+                made.done(&cand);
                 prune_backups(root, &dir, name);
                 return Ok(cand);
             }
@@ -449,11 +484,12 @@ fn backups_of(dir: &File, name: &str) -> Vec<String> {
     ours.into_iter().map(|(_, _, e)| e).collect()
 }
 
-/// Removes the backups of `rel` (a file's, or all those kept under a folder) once nothing is
-/// at `rel` any more: emptying a deleted item from the trash gives its history back too. With
-/// the daemon's credentials where backups are written so (they are the file's owner's); the
-/// caller could remove the item itself.
+/// Removes the caller's backups of `rel` (a file's, or those kept under a folder) once nothing
+/// is at `rel` any more: emptying a deleted item from the trash gives its history back too.
+/// Backups other editors keep are theirs (and at most [`BACKUPS_KEPT`] per file). With the
+/// daemon's credentials where backups are written so; the caller could remove the item.
 pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     match beneath::open(&root.root_fd, rel, beneath::ENTRY) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         // There, or not known to be gone.
@@ -463,6 +499,8 @@ pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io:
     let Some(name) = comps.pop() else {
         return Ok(());
     };
+    let caller = root.caller.as_ref().map(|c| c.uid);
+    let theirs = |uid: u32| caller.is_some_and(|c| c != uid);
     root.elevated(|_| {
         let backups = match root.store_dir(&root.backup_dir, None) {
             Ok(d) => d,
@@ -476,7 +514,9 @@ pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io:
         };
         if !folder {
             for old in backups_of(&dir, name) {
-                root.removing(&dir, &old, || beneath::unlink(&dir, &old))?;
+                if beneath::lstat(&dir, &old).is_ok_and(|m| !theirs(m.uid())) {
+                    root.removing(&dir, &old, || beneath::unlink(&dir, &old))?;
+                }
             }
             return Ok(());
         }
@@ -485,57 +525,104 @@ pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io:
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        remove_tree(root, &mirror, &mut |_| {})?;
-        root.removing(&dir, name, || beneath::rmdir(&dir, name))
+        // The folders go once empty; others' backups keep theirs.
+        let keep = |st: &rustix::fs::Stat| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
+                && theirs(st.st_uid)
+        };
+        if remove_tree(root, &mirror, &keep, &mut |_| {})? {
+            root.removing(&dir, name, || beneath::rmdir(&dir, name))?;
+        }
+        Ok(())
     })
 }
 
-/// Removes everything in the folder `top`, depth first, by descriptor (a symlink is removed,
-/// never followed), telling the ledger of each removal and `removed` of each entry's status.
+/// The names in the folder `dir`, whatever their bytes (without `.` and `..`).
+fn names_in(dir: &File) -> std::io::Result<Vec<OsString>> {
+    let fd = beneath::open(dir, "", beneath::DIR_READ)?;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(&fd)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(OsString::from_vec(name.to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+/// Removes what is in the folder `top`, depth first, by descriptor (a symlink is removed,
+/// never followed; any name, UTF-8 or not), except the files `keep` keeps and the folders left
+/// holding them; tells the ledger of each removal and `removed` of each inode's status.
+/// Returns whether `top` is empty now.
 pub(crate) fn remove_tree(
     root: &ToolRoot,
     top: &File,
-    removed: &mut dyn FnMut(&Metadata),
-) -> std::io::Result<()> {
+    keep: &dyn Fn(&rustix::fs::Stat) -> bool,
+    removed: &mut dyn FnMut(&rustix::fs::Stat),
+) -> std::io::Result<bool> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     struct Level {
         dir: File,
-        names: Vec<String>,
-        name: String,
-        meta: Option<Metadata>,
+        names: Vec<OsString>,
+        /// Its name in the level above, and status (none for `top`).
+        name: OsString,
+        st: Option<rustix::fs::Stat>,
+        /// Something in it stays.
+        kept: bool,
     }
     let mut stack = vec![Level {
-        names: beneath::list(top)?,
+        names: names_in(top)?,
         dir: beneath::open(top, "", beneath::DIR_READ)?,
-        name: String::new(),
-        meta: None,
+        name: OsString::new(),
+        st: None,
+        kept: false,
     }];
-    while let Some(level) = stack.last_mut() {
+    loop {
+        let level = stack.last_mut().expect("the top stays until the end");
         let Some(name) = level.names.pop() else {
             let done = stack.pop().expect("a level");
-            if let (Some(parent), Some(meta)) = (stack.last(), done.meta) {
-                root.removing(&parent.dir, &done.name, || {
-                    beneath::rmdir(&parent.dir, &done.name)
-                })?;
-                removed(&meta);
+            let Some(parent) = stack.last_mut() else {
+                return Ok(!done.kept);
+            };
+            match (done.kept, done.st) {
+                (false, Some(st)) => {
+                    let d = &parent.dir;
+                    root.removing(d, &done.name, || {
+                        Ok(rustix::fs::unlinkat(d, &done.name, AtFlags::REMOVEDIR)?)
+                    })?;
+                    removed(&st);
+                }
+                _ => parent.kept = true,
             }
             continue;
         };
-        let meta = beneath::lstat(&level.dir, &name)?;
-        if meta.is_dir() {
-            let dir = beneath::open(&level.dir, &name, beneath::DIR_READ)?;
+        let st = rustix::fs::statat(&level.dir, &name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            let fd = rustix::fs::openat(
+                &level.dir,
+                &name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let dir = File::from(fd);
             stack.push(Level {
-                names: beneath::list(&dir)?,
+                names: names_in(&dir)?,
                 dir,
                 name,
-                meta: Some(meta),
+                st: Some(st),
+                kept: false,
             });
+        } else if keep(&st) {
+            level.kept = true;
         } else {
-            let dir = &level.dir;
-            root.removing(dir, &name, || beneath::unlink(dir, &name))?;
-            removed(&meta);
+            let d = &level.dir;
+            root.removing(d, &name, || {
+                Ok(rustix::fs::unlinkat(d, &name, AtFlags::empty())?)
+            })?;
+            removed(&st);
         }
     }
-    Ok(())
 }
 
 /// `<name>.bak.<stamp>`, within the filesystem's 255 bytes: a longer name is cut (on a

@@ -28,6 +28,7 @@ mod text;
 mod tools;
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -89,30 +90,52 @@ pub type Elevation = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 /// A callback asked before each change with what it adds (see [`ToolRoot::with_meter`]).
 pub type Meter = Arc<dyn Fn(Growth) -> Result<(), String> + Send + Sync>;
 
-/// What one change adds to what the caller holds, at most: bytes past a file's old size (or a
-/// new file's, a backup's), and new inodes (files, folders, trash entries).
+/// What one change adds, at most: bytes past a file's old size (or a new file's, a backup's,
+/// a folder's or trash entry's), and new inodes (files, folders, trash entries), held by the
+/// owner of the file grown (`owner`) or, for what the call makes, by the caller.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Growth {
     /// Bytes added.
     pub bytes: u64,
     /// Inodes added.
     pub files: u64,
+    /// The owner of the existing file that grows; `None` for what the caller makes.
+    pub owner: Option<u32>,
 }
 
+/// What one new folder costs at least, in [`Growth`]: one block.
+pub const FOLDER_BYTES: u64 = 4096;
+
+/// Told the name a [`Ledger::making`] made, once it is made.
+pub type Made = Box<dyn FnOnce(&OsStr) + Send>;
+
 /// Told, as a call changes the store, of every inode it makes or removes and every file it
-/// rewrites in place, with a descriptor of the folder (or file) to measure it by: the daemon
-/// keeps what each owner holds counted this way (its quotas), exactly as its own file
-/// operations do. Each method is called as the caller, or with the daemon's credentials where
-/// the call is elevated (backups).
+/// rewrites in place, with descriptors to measure them by before and after: the daemon keeps
+/// what each owner holds counted this way (its quotas), as its own file operations do. Each
+/// method is called as the caller, or with the daemon's credentials where the call is
+/// elevated (backups).
 pub trait Ledger: Send + Sync {
-    /// `name` in `dir` was just made (a file, a folder), with its final owner and content.
-    fn made(&self, dir: BorrowedFd<'_>, name: &str);
+    /// A name is about to be made in `dir` (a file, a folder). The returned closure is called
+    /// with it once it is made, with its final owner and content; never if making failed.
+    fn making(&self, dir: BorrowedFd<'_>) -> Made;
     /// `name` in `dir` is about to lose that name (removed, or replaced by a rename onto it).
     /// The returned closure is called once it has; never if the removal failed.
-    fn removing(&self, dir: BorrowedFd<'_>, name: &str) -> Box<dyn FnOnce() + Send>;
+    fn removing(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Box<dyn FnOnce() + Send>;
     /// The regular file `file` is about to be rewritten in place; the returned closure is
     /// called with it once it has been.
     fn rewriting(&self, file: BorrowedFd<'_>) -> Box<dyn FnOnce(BorrowedFd<'_>) + Send>;
+}
+
+/// A name about to be made, told to the ledger once it is ([`ToolRoot::making`]).
+pub(crate) struct Making(Option<Made>);
+
+impl Making {
+    /// The name was made (with its final owner and content).
+    pub(crate) fn done(self, name: impl AsRef<OsStr>) {
+        if let Some(f) = self.0 {
+            f(name.as_ref());
+        }
+    }
 }
 
 /// A callback told of every changed path (see [`ToolRoot::with_observer`]).
@@ -288,36 +311,54 @@ impl ToolRoot {
         self
     }
 
-    /// Asks the meter whether a change adding `bytes` and `files` may be made now; refused as
-    /// `denied`. Called right before the change, after whatever the call computed: a caller
-    /// stopped meanwhile changes nothing.
+    /// Asks the meter whether a change adding `bytes` and `files` for the caller may be made
+    /// now; refused as `denied`. Called right before the change, after whatever the call
+    /// computed: a caller stopped meanwhile changes nothing.
     pub(crate) fn charge(&self, bytes: u64, files: u64) -> ToolResult<()> {
+        self.charge_growth(Growth {
+            bytes,
+            files,
+            owner: None,
+        })
+    }
+
+    /// [`Self::charge`] for any growth (of a file someone else may own).
+    pub(crate) fn charge_growth(&self, g: Growth) -> ToolResult<()> {
         match &self.meter {
-            Some(m) => m(Growth { bytes, files }).map_err(ToolError::Denied),
+            Some(m) => m(g).map_err(ToolError::Denied),
             None => Ok(()),
         }
     }
 
-    /// Tells the ledger that `name` in `dir` was made.
-    pub(crate) fn made(&self, dir: impl AsFd, name: &str) {
-        if let Some(l) = &self.ledger {
-            l.made(dir.as_fd(), name);
-        }
+    /// A name is about to be made in `dir`: call [`Making::done`] once it is.
+    pub(crate) fn making(&self, dir: &impl AsFd) -> Making {
+        Making(self.ledger.as_ref().map(|l| l.making(dir.as_fd())))
     }
 
     /// Removes `name` from `dir` with `remove`, telling the ledger.
     pub(crate) fn removing<T>(
         &self,
         dir: impl AsFd,
-        name: &str,
+        name: impl AsRef<OsStr>,
         remove: impl FnOnce() -> std::io::Result<T>,
     ) -> std::io::Result<T> {
-        let done = self.ledger.as_ref().map(|l| l.removing(dir.as_fd(), name));
+        let done = self
+            .ledger
+            .as_ref()
+            .map(|l| l.removing(dir.as_fd(), name.as_ref()));
         let out = remove()?;
         if let Some(done) = done {
             done();
         }
         Ok(out)
+    }
+
+    /// Makes the folder `name` in `dir`, telling the ledger.
+    pub(crate) fn mkdir(&self, dir: &File, name: &str, mode: u32) -> std::io::Result<()> {
+        let made = self.making(dir);
+        beneath::mkdir(dir, name, mode)?;
+        made.done(name);
+        Ok(())
     }
 
     /// Rewrites the open regular file `file` with `rewrite`, telling the ledger.
@@ -402,8 +443,8 @@ impl ToolRoot {
             return match create {
                 Some(mode) => {
                     let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-                    let made = &mut |dir: &File, name: &str| self.made(dir, name);
-                    Ok(beneath::mkdirs(&self.root_fd, &comps, mode, flags, made)?.0)
+                    let mkdir = &mut |dir: &File, name: &str, mode| self.mkdir(dir, name, mode);
+                    Ok(beneath::mkdirs(&self.root_fd, &comps, mode, flags, mkdir)?.0)
                 }
                 None => beneath::open(&self.root_fd, rel, flags),
             };

@@ -425,12 +425,15 @@ impl ToolRoot {
     /// folder mode, one name at a time, reports the topmost one created, and returns it opened
     /// for reading. `for_rel` names the path the folders are for, in errors.
     pub(crate) fn create_dirs(&self, rel: &str, for_rel: &str) -> ToolResult<File> {
-        // Called when the folder is missing: one at least is made.
-        self.charge(0, 1)?;
         let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
-        let made = &mut |dir: &File, name: &str| self.made(dir, name);
+        // Each folder made is charged (a deep path makes many).
+        let missing = beneath::missing_dirs(&self.root_fd, &comps).map_err(|e| {
+            ToolError::io(format!("creating the folders for '{}'", show(for_rel)), e)
+        })? as u64;
+        self.charge(missing * crate::FOLDER_BYTES, missing)?;
+        let mkdir = &mut |dir: &File, name: &str, mode| self.mkdir(dir, name, mode);
         let (dir, first_new) =
-            beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ, made).map_err(
+            beneath::mkdirs(&self.root_fd, &comps, self.dir_mode(), DIR_READ, mkdir).map_err(
                 |e| ToolError::io(format!("creating the folders for '{}'", show(for_rel)), e),
             )?;
         if let Some(i) = first_new {

@@ -1818,10 +1818,20 @@ impl Tally {
 }
 
 impl clawfs_agent_tools::Ledger for Tally {
-    fn made(&self, _dir: std::os::fd::BorrowedFd<'_>, _name: &str) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    fn making(
+        &self,
+        _dir: std::os::fd::BorrowedFd<'_>,
+    ) -> Box<dyn FnOnce(&std::ffi::OsStr) + Send> {
+        let n = Arc::clone(&self.0);
+        Box::new(move |_| {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
     }
-    fn removing(&self, _dir: std::os::fd::BorrowedFd<'_>, _name: &str) -> Box<dyn FnOnce() + Send> {
+    fn removing(
+        &self,
+        _dir: std::os::fd::BorrowedFd<'_>,
+        _name: &std::ffi::OsStr,
+    ) -> Box<dyn FnOnce() + Send> {
         let n = Arc::clone(&self.0);
         Box::new(move || {
             n.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);

@@ -23,7 +23,7 @@ mod paths;
 mod quota;
 mod tool_ledger;
 
-pub(in crate::fs) use tool_ledger::ToolLedger;
+pub(in crate::fs) use tool_ledger::{Promised, ToolLedger};
 
 /// A caller's pid, uid and gid: what the identity cache is keyed by.
 type Credentials = (u32, u32, u32);
@@ -51,7 +51,7 @@ pub struct Gate {
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each owner holds, and which agent each uid is (leaf).
-    held: crate::held::HeldUsage,
+    held: Arc<crate::held::HeldUsage>,
     /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.

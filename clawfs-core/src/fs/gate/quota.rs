@@ -262,21 +262,30 @@ impl ClawFs {
     }
 
     /// An agent announces itself as the caller's uid (a `clawfs run --user` uid, say): refused,
-    /// audited, when that uid owns files counted for another agent; else learned.
+    /// audited, when that uid is another agent's and owns files or runs processes other than
+    /// the caller; else learned.
     pub(in crate::fs) fn claim_agent_uid(
         &self,
         caller: &Caller,
         agent: &AgentName,
         path: &NsPath,
     ) -> FsResult<()> {
-        let who = Identity::Agent(agent.clone());
-        let holder = self.gate.held.holder(caller.uid);
-        let verdict = self
-            .policy()
-            .check_uid_claim(&who, caller.uid, holder.as_deref());
-        self.conclude_refusal(caller, &who, "announce", path, None, verdict)?;
-        self.learn_agent_uid(caller.uid, agent);
-        Ok(())
+        let in_use = uid_runs_elsewhere(caller.uid, caller.pid);
+        match self.gate.held.claim(caller.uid, agent.as_str(), in_use) {
+            Ok(news) => {
+                if news {
+                    self.policy_acls_changed();
+                }
+                Ok(())
+            }
+            Err(other) => {
+                let who = Identity::Agent(agent.clone());
+                let verdict = self
+                    .policy()
+                    .check_uid_claim(&who, caller.uid, Some(&other));
+                self.conclude_refusal(caller, &who, "announce", path, None, verdict)
+            }
+        }
     }
 
     /// Records that `uid` acts as `agent` (a `clawfs run --user` uid, say): it is counted as
@@ -376,4 +385,25 @@ impl Removal {
             ino: st.st_ino,
         })
     }
+}
+
+/// Whether a process other than `pid` runs with `uid` as its real or effective uid.
+fn uid_runs_elsewhere(uid: u32, pid: u32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.filter_map(Result::ok).any(|e| {
+        let Some(other) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            return false;
+        };
+        if other == pid {
+            return false;
+        }
+        std::fs::read_to_string(e.path().join("status")).is_ok_and(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .is_some_and(|ids| ids.split_whitespace().take(2).any(|v| v == uid.to_string()))
+        })
+    })
 }

@@ -6,7 +6,7 @@ use std::sync::PoisonError;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller};
-use crate::policy::{Identity, NsPath, Policy, Quota};
+use crate::policy::{Identity, NsPath, Policy};
 use crate::virtual_files::{self, Exchange};
 
 impl ClawFs {
@@ -180,42 +180,12 @@ impl ClawFs {
             }));
         }
         // An agent's call changes nothing once an emergency stop is in force (it may have been
-        // computing since before), and stays within its quota: the call may add what is left
-        // of it. What it really adds and gives back is counted from its ledger when it is done.
+        // computing since before), and stays within the quotas it grows (promised growth of
+        // calls running at once included). What it really adds and gives back is counted from
+        // its ledger when it is done.
+        let promised = crate::fs::gate::Promised::default();
         if let Identity::Agent(agent) = who {
-            let left = {
-                let (quota, held) = (self.policy().quota(agent), self.usage(agent));
-                let left = |limit: u64, used: u64| {
-                    (limit != Quota::UNLIMITED).then(|| limit.saturating_sub(used))
-                };
-                (left(quota.bytes, held.bytes), left(quota.files, held.files))
-            };
-            let added = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64)));
-            let stopped = self.estop_switch();
-            let name = agent.as_str().to_string();
-            root = root.with_meter(std::sync::Arc::new(move |g: clawfs_agent_tools::Growth| {
-                if stopped.load(std::sync::atomic::Ordering::Acquire) {
-                    return Err(crate::fs::gate::ESTOP_REASON.to_string());
-                }
-                let mut added = added.lock().unwrap_or_else(PoisonError::into_inner);
-                let (bytes, files) = (added.0.saturating_add(g.bytes), added.1.saturating_add(g.files));
-                if let Some(left) = left.0.filter(|&l| bytes > l) {
-                    return Err(format!(
-                        "agent {name} has {} bytes of its quota left and this write adds {}; ask an admin to raise quota.bytes",
-                        left.saturating_sub(added.0),
-                        g.bytes
-                    ));
-                }
-                if let Some(left) = left.1.filter(|&l| files > l) {
-                    return Err(format!(
-                        "agent {name} has {} files of its quota left and this change makes {}; remove files (empty_trash gives deleted ones back) or ask an admin to raise quota.files",
-                        left.saturating_sub(added.1),
-                        g.files
-                    ));
-                }
-                *added = (bytes, files);
-                Ok(())
-            }));
+            root = root.with_meter(self.tool_meter(agent, creds.caller.uid, promised.clone()));
         }
         let ledger = crate::fs::gate::ToolLedger::default();
         root = root.with_ledger(std::sync::Arc::new(ledger.clone()));
@@ -255,6 +225,7 @@ impl ClawFs {
         let out = clawfs_agent_tools::run(&root, tool, &request);
         drop(as_caller);
         self.count_tool_changes(&ledger, (who, creds.caller.uid));
+        self.keep_promises(&promised);
         // The tool wrote the backing files directly: the kernel's view of them is stale until
         // told, and the caller must see its change as soon as it has the answer.
         let changed = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));

@@ -9,7 +9,9 @@ use serde_json::json;
 use crate::access::Access;
 use crate::beneath::{self, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{atomic_write, backup, may_rewrite, read_limited, sha256_hex};
+use crate::fsops::{
+    atomic_write, backup, may_rewrite, read_limited, sha256_hex, write_charged, write_growth,
+};
 use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
@@ -92,8 +94,10 @@ fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
         ))
     })?;
     may_rewrite(root, &slot, rel, &l.f.meta)?;
+    // The write is charged before the backup: a write over quota keeps no backup either.
+    root.charge_growth(write_growth(new.as_bytes(), Some(&l.f.meta)))?;
     let b = backup(root, rel, &l.bytes, &l.f.meta)?;
-    atomic_write(
+    write_charged(
         root,
         &slot,
         rel,
@@ -533,6 +537,7 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
                 (Ok(f), true) => {
                     may_rewrite(root, &slot, &rel, m)?;
                     let bytes = read_limited(&f, &rel, max)?;
+                    root.charge_growth(write_growth(a.content.as_bytes(), Some(m)))?;
                     backup_path = Some(backup(root, &rel, &bytes, m)?);
                     Some(f)
                 }
@@ -545,7 +550,12 @@ pub(crate) fn write_file(root: &ToolRoot, a: WriteFileArgs) -> ToolResult<WriteF
         }
         None => None,
     };
-    atomic_write(
+    // Charged already when a backup was kept.
+    let write = match backup_path {
+        Some(_) => write_charged,
+        None => atomic_write,
+    };
+    write(
         root,
         &slot,
         &rel,

@@ -178,21 +178,7 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
     let kind = EntryType::of(&src.meta);
     let ctx = |e| ToolError::io(format!("moving '{}' to the trash", src.rel), e);
     let from = slot_of(root, &src.rel)?;
-    // The entry's folder and its meta.json.
-    root.charge(0, 2)?;
-    let trash = root.store_dir(&root.trash_dir, Some(0o777)).map_err(ctx)?;
-    let id = loop {
-        let id = new_trash_id();
-        // Private to whoever deleted the item.
-        match beneath::mkdir(&trash, &id, 0o700) {
-            Ok(()) => {
-                root.made(&trash, &id);
-                break id;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(ctx(e)),
-        }
-    };
+    let id = new_trash_id();
     let item = TrashItem {
         trash_id: id.clone(),
         path: src.rel.clone(),
@@ -205,9 +191,15 @@ pub(crate) fn delete(root: &ToolRoot, a: PathArgs) -> ToolResult<DeleteResult> {
         },
     };
     let meta = serde_json::to_vec_pretty(&item).unwrap_or_default();
+    // The entry's folder and its meta.json; the item keeps what it held.
+    root.charge(crate::FOLDER_BYTES + meta.len() as u64, 2)?;
+    let trash = root.store_dir(&root.trash_dir, Some(0o777)).map_err(ctx)?;
+    // Private to whoever deleted the item. An id is unique by its counter.
+    root.mkdir(&trash, &id, 0o700).map_err(ctx)?;
     let res = beneath::open(&trash, &id, DIR_PATH).and_then(|entry| {
+        let made = root.making(&entry);
         let written = beneath::create(&entry, "meta.json", 0o600)?.write_all(&meta);
-        root.made(&entry, "meta.json");
+        made.done("meta.json");
         written?;
         beneath::rename(&from.dir, &from.name, &entry, "item")
     });
@@ -369,7 +361,16 @@ pub(crate) fn list_trash(root: &ToolRoot, a: ListTrashArgs) -> ToolResult<ListTr
         .into_iter()
         .take(MAX_WALK_ENTRIES)
         .filter(|id| check_trash_id(id).is_ok())
-        .filter_map(|id| read_trash_item(&trash, &id).ok())
+        .filter_map(|id| {
+            read_trash_item(&trash, &id).ok().or_else(|| {
+                // Someone else's entry holding the caller's own file: the caller's to see.
+                root.elevated(|up| {
+                    up.then(|| callers_own_entry(root, &trash, &id))
+                        .flatten()
+                        .and_then(|_| read_trash_item(&trash, &id).ok())
+                })
+            })
+        })
         .filter(|it| root.check(&it.path, Access::Read).is_ok())
         .collect();
     items.sort_by(|a, b| b.trash_id.cmp(&a.trash_id));
@@ -431,6 +432,7 @@ pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<Empt
             None => Ok(out),
         };
     };
+    let one = a.trash_id.is_some();
     let ids = match a.trash_id {
         Some(id) => vec![id],
         None => beneath::list(&trash)
@@ -439,33 +441,53 @@ pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<Empt
             .filter(|id| check_trash_id(id).is_ok())
             .collect(),
     };
-    let one = ids.len() == 1;
     for id in ids {
-        // Each entry is private to whoever deleted it: others' are not the caller's to see.
-        let entry =
-            match beneath::open(&trash, &id, DIR_PATH).and_then(|e| beneath::list(&e).map(|_| e)) {
-                Ok(e) => e,
-                Err(e) if !one && e.kind() == std::io::ErrorKind::PermissionDenied => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(no_trash_entry(&id));
+        // Each entry is private to whoever deleted it; an entry holding the caller's own file
+        // (deleted by someone else) is the caller's to remove too, with the daemon's rights.
+        let (entry, elevated) = match beneath::open(&trash, &id, DIR_PATH)
+            .and_then(|e| beneath::list(&e).map(|_| e))
+        {
+            Ok(e) => (e, false),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                match root.elevated(|up| up.then(|| callers_own_entry(root, &trash, &id)).flatten())
+                {
+                    Some(e) => (e, true),
+                    None if one => {
+                        return Err(ToolError::io(format!("opening trash entry '{id}'"), e))
+                    }
+                    None => continue,
                 }
-                Err(e) => return Err(ToolError::io(format!("opening trash entry '{id}'"), e)),
-            };
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(no_trash_entry(&id));
+            }
+            Err(e) => return Err(ToolError::io(format!("opening trash entry '{id}'"), e)),
+        };
         root.charge(0, 0)?;
-        let item = read_trash_item(&trash, &id).ok();
+        let item = read_trash_item(&trash, &id)
+            .ok()
+            .or_else(|| root.elevated(|_| read_trash_item(&trash, &id).ok()));
         let (entries, bytes) = (&mut out.entries, &mut out.bytes);
-        let counted = &mut |m: &std::fs::Metadata| {
+        let counted = &mut |st: &rustix::fs::Stat| {
             *entries += 1;
-            if m.is_file() && m.nlink() <= 1 {
-                *bytes += m.len();
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && st.st_nlink <= 1
+            {
+                *bytes += st.st_size as u64;
             }
         };
-        let gone = remove_tree(root, &entry, counted)
-            .and_then(|()| root.removing(&trash, &id, || beneath::rmdir(&trash, &id)))
-            .and_then(|()| match &item {
-                Some(it) => drop_backups(root, &it.path, it.kind == EntryType::Folder),
-                None => Ok(()),
-            });
+        let remove = |counted: &mut dyn FnMut(&rustix::fs::Stat)| {
+            remove_tree(root, &entry, &|_| false, counted)?;
+            root.removing(&trash, &id, || beneath::rmdir(&trash, &id))
+        };
+        let gone = match elevated {
+            true => root.elevated(|_| remove(counted)),
+            false => remove(counted),
+        }
+        .and_then(|()| match &item {
+            Some(it) => drop_backups(root, &it.path, it.kind == EntryType::Folder),
+            None => Ok(()),
+        });
         match gone {
             Ok(()) => out.removed.push(id),
             Err(e) => out.failed.push(EmptyTrashFailure {
@@ -475,6 +497,56 @@ pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<Empt
         }
     }
     Ok(out)
+}
+
+/// The trash entry `id`, opened, if what it holds is all the caller's (a file of the caller's
+/// that someone else deleted): the caller holds its bytes and may give them back. Call with
+/// the daemon's credentials.
+fn callers_own_entry(root: &ToolRoot, trash: &File, id: &str) -> Option<File> {
+    let uid = root.caller.as_ref()?.uid;
+    let entry = beneath::open(trash, id, DIR_PATH).ok()?;
+    let item = beneath::lstat(&entry, "item").ok()?;
+    if item.uid() != uid {
+        return None;
+    }
+    if item.is_dir() {
+        let dir = beneath::open(&entry, "item", beneath::DIR_READ).ok()?;
+        if !owned_by(&dir, uid).ok()? {
+            return None;
+        }
+    }
+    Some(entry)
+}
+
+/// Whether everything below the folder `dir` belongs to `uid`.
+fn owned_by(dir: &File, uid: u32) -> std::io::Result<bool> {
+    let mut stack = vec![beneath::open(dir, "", beneath::DIR_READ)?];
+    while let Some(d) = stack.pop() {
+        for e in rustix::fs::Dir::read_from(&d)? {
+            let e = e?;
+            let name = e.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let st = rustix::fs::statat(&d, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if st.st_uid != uid {
+                return Ok(false);
+            }
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                let sub = rustix::fs::openat(
+                    &d,
+                    name,
+                    rustix::fs::OFlags::RDONLY
+                        | rustix::fs::OFlags::DIRECTORY
+                        | rustix::fs::OFlags::NOFOLLOW
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )?;
+                stack.push(File::from(sub));
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// `create_folder` result.

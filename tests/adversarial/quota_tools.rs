@@ -1,0 +1,203 @@
+//! An agent uses the tools (file-interface calls) to hold more than its quota, or to make
+//! another agent hold what it cannot give back: folders grown by long names, deep paths,
+//! calls made at once, another agent's file, trash entries, truncations, deletes of another
+//! agent's file, and the trash's backups. After each, the running count must agree with a
+//! recount of the store, and no agent may hold more than its quota.
+
+use std::fs;
+
+use crate::common::Mounted;
+use crate::quota::held;
+use crate::support::{agent_policy, text};
+
+/// Runs `script` as `agent` in the default sandbox, in the workspace, with `call TOOL JSON`
+/// making a tool call; its output.
+fn as_agent(m: &Mounted, agent: &str, script: &str) -> String {
+    let out = m.run_agent_as(
+        agent,
+        &[],
+        &format!(
+            "call() {{ exec 3<>{mnt}/tools/call/$1; printf '%s' \"$2\" >&3; cat <&3; echo; exec 3>&-; }}\ncd {ws} || exit 9\n{script}",
+            mnt = m.mnt.display(),
+            ws = m.ws().display()
+        ),
+    );
+    text(&out)
+}
+
+/// What `agent` holds, after checking that the running count agrees with a recount.
+fn recounted(m: &Mounted, agent: &str) -> (u64, u64) {
+    let live = held(m, agent);
+    let out = crate::common::cli(m, &["quota", "rescan"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        held(m, agent),
+        live,
+        "{agent}: the running count drifted from the store"
+    );
+    live
+}
+
+/// Folders a call grows with long names are counted whether or not the kernel knows them,
+/// so growing and removing them mints nothing; a deep path is charged folder by folder and
+/// refused at the quota.
+#[test]
+fn folders_tools_grow_and_deep_paths_are_charged() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"call create_folder '{"path":"g"}'
+           long=$(head -c 240 /dev/zero | tr '\0' n)
+           i=0; while [ $i -lt 120 ]; do call write_file "{\"path\":\"g/$long$i\",\"content\":\"\"}" >/dev/null; i=$((i+1)); done
+           echo made"#,
+    );
+    assert!(o.contains("made"), "{o}");
+    recounted(&m, "fs-engine");
+    let o = as_agent(&m, "fs-engine", "rm -rf g && echo removed");
+    assert!(o.contains("removed"), "{o}");
+    recounted(&m, "fs-engine");
+    let deep = vec!["q"; 400].join("/");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        &format!("call create_folder '{{\"path\":\"{deep}\"}}'"),
+    );
+    assert!(o.contains("\"denied\"") && o.contains("quota"), "{o}");
+    let (bytes, _) = recounted(&m, "fs-engine");
+    assert!(bytes <= 1 << 20, "holds {bytes} with a 1 MiB quota");
+}
+
+/// Calls made at once share one quota: twelve 300 KB writes together leave at most 1 MiB.
+#[test]
+fn calls_made_at_once_cannot_pass_the_quota_together() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"big=$(head -c 300000 /dev/zero | tr '\0' a)
+           for i in 1 2 3 4 5 6 7 8 9 10 11 12; do call write_file "{\"path\":\"p$i.txt\",\"content\":\"$big\"}" > out$i 2>&1 & done
+           wait; cat out*; rm -f out*"#,
+    );
+    assert!(o.contains("\"ok\":true") && o.contains("quota"), "{o}");
+    let (bytes, _) = recounted(&m, "fs-engine");
+    assert!(bytes <= 1 << 20, "holds {bytes} with a 1 MiB quota: {o}");
+}
+
+/// Growing another agent's file through a tool is checked against the owner's quota, as a
+/// write through the mount is; a trash entry costs its folder and record.
+#[test]
+fn another_agents_file_and_trash_entries_are_charged_to_who_holds_them() {
+    let m = Mounted::new();
+    agent_policy(&m, "kernel-engine", "quota = { bytes = \"1MiB\" }");
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"400KiB\" }");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "echo hi > shared.txt && chmod 666 shared.txt && echo ok",
+    );
+    assert!(o.contains("ok"), "{o}");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"big=$(head -c 2000000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"shared.txt\",\"content\":\"$big\"}""#,
+    );
+    assert!(
+        o.contains("\"denied\"") && o.contains("kernel-engine"),
+        "{o}"
+    );
+    assert_eq!(
+        fs::read_to_string(m.ws().join("shared.txt")).unwrap(),
+        "hi\n"
+    );
+    // At its quota, the agent cannot park bytes in trash entries.
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"big=$(head -c 380000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"fill.txt\",\"content\":\"$big\"}"
+           i=0; while [ $i -lt 60 ]; do touch e$i; call delete "{\"path\":\"e$i\"}"; i=$((i+1)); done"#,
+    );
+    assert!(o.contains("quota"), "{o}");
+    let (bytes, _) = recounted(&m, "fs-engine");
+    assert!(bytes <= 400 << 10, "holds {bytes} with a 400 KiB quota");
+    recounted(&m, "kernel-engine");
+}
+
+/// Truncating, through the mount, a file a tool wrote gives its bytes back.
+#[test]
+fn truncating_a_file_a_tool_wrote_gives_its_bytes_back() {
+    let m = Mounted::new();
+    let (base, _) = held(&m, "fs-engine");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"big=$(head -c 300000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"tr.txt\",\"content\":\"$big\"}"
+           : > tr.txt && echo truncated"#,
+    );
+    assert!(o.contains("truncated"), "{o}");
+    let (bytes, _) = recounted(&m, "fs-engine");
+    assert!(bytes < base + 100_000, "{base} -> {bytes}");
+}
+
+/// Another agent deleting an agent's file through a tool puts it in its own trash: the
+/// owner, who still holds it, sees it and may empty it; emptying the trash leaves the backups
+/// other agents keep; an empty_trash that finds nothing of one's own is no refusal.
+#[test]
+fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
+    let m = Mounted::new();
+    let (base, _) = held(&m, "kernel-engine");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        r#"big=$(head -c 500000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"k.bin\",\"content\":\"$big\"}"
+           chmod 666 k.bin
+           call write_file '{"path":"sh/notes.md","content":"one"}'
+           call write_file '{"path":"sh/notes.md","content":"two"}'
+           call write_file '{"path":"sh/notes.md","content":"three"}'
+           call move '{"from":"sh","to":"sh-final"}'"#,
+    );
+    assert_eq!(o.matches("\"ok\":true").count(), 5, "{o}");
+    let backups = m.backing("workspaces/default/.clawfs/backups/sh");
+    assert_eq!(fs::read_dir(&backups).unwrap().count(), 2);
+    let o = as_agent(&m, "fs-engine", r#"call delete '{"path":"k.bin"}'"#);
+    assert!(o.contains("\"ok\":true"), "{o}");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "call list_trash '{}'; call empty_trash '{}'",
+    );
+    assert!(o.contains("\"path\":\"k.bin\""), "{o}");
+    assert!(o.contains("\"removed\":[\""), "{o}");
+    let (bytes, _) = recounted(&m, "kernel-engine");
+    assert!(bytes < base + 100_000, "{base} -> {bytes}: {o}");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"call create_folder '{"path":"sh"}'
+           call delete '{"path":"sh"}'
+           call empty_trash '{}'"#,
+    );
+    assert_eq!(o.matches("\"ok\":true").count(), 3, "{o}");
+    assert_eq!(
+        fs::read_dir(&backups).unwrap().count(),
+        2,
+        "others' backups were removed: {o}"
+    );
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "touch mine && call delete '{\"path\":\"mine\"}'",
+    );
+    assert!(o.contains("\"ok\":true"), "{o}");
+    let o = as_agent(&m, "fs-engine", "call empty_trash '{}'");
+    assert!(
+        o.contains("\"ok\":true") && o.contains("\"removed\":[]"),
+        "{o}"
+    );
+}
