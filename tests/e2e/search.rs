@@ -508,3 +508,40 @@ fn indexing_does_not_touch_access_times() {
         "the index's read changed the atime"
     );
 }
+
+/// The indexer runs at the back of the machine: its threads are `SCHED_IDLE` for the CPU and
+/// in the idle I/O class, so agents' builds and the host's work go first.
+#[test]
+fn the_indexer_runs_at_idle_priority() {
+    let m = Mounted::new();
+    let pid = m.daemon_pid();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let indexer: Vec<String> = tasks
+        .flatten()
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == "indexer")
+        })
+        .collect();
+    assert_eq!(indexer.len(), 1, "one indexer thread");
+    let tid = &indexer[0];
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis; the policy is field 41 (SCHED_IDLE = 5).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    assert_eq!(fields[41 - 3], "5", "scheduling policy: {stat}");
+    let out = std::process::Command::new("ionice")
+        .args(["-p", tid])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("idle"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

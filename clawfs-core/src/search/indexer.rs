@@ -180,13 +180,7 @@ impl Indexer {
             let handle = std::thread::Builder::new()
                 .name("indexer".into())
                 .spawn(move || {
-                    // Background work at the lowest priority (inherited by the threads it
-                    // starts): it takes a core only when writers and readers leave one free.
-                    if let Err(e) =
-                        rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19)
-                    {
-                        tracing::debug!(error = %e, "indexer priority unchanged");
-                    }
+                    background_priority();
                     run(&shared, &rx)
                 })
                 .map_err(|e| SearchError::io("starting the indexer", e))?;
@@ -430,6 +424,27 @@ fn save_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
                 tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
             }
         }
+    }
+}
+
+/// Puts the calling thread (and the threads it starts, which inherit it) at the back of the
+/// machine: `SCHED_IDLE` for the CPU, the idle I/O class for the disk, so indexing takes a
+/// core or the disk only when nothing else wants them (nice 19 where `SCHED_IDLE` is refused).
+fn background_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's policy from a valid parameter block.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+            tracing::debug!(error = %e, "indexer priority unchanged");
+        }
+    }
+    // IOPRIO_WHO_PROCESS of this thread, IOPRIO_CLASS_IDLE (3) << IOPRIO_CLASS_SHIFT (13).
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IDLE: libc::c_long = 3 << 13;
+    // SAFETY: ioprio_set takes three integers; a refusal changes nothing.
+    let tid = libc::c_long::from(rustix::thread::gettid().as_raw_nonzero().get());
+    if unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IDLE) } != 0 {
+        tracing::debug!("indexer I/O priority unchanged");
     }
 }
 
