@@ -240,7 +240,8 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     let workspaces = root.join("workspaces");
     dir(&workspaces, 0o750, Some((0, users_group)))?;
     let default = workspaces.join("default");
-    dir(&default, 0o770, Some((0, users_group)))?;
+    // Sticky, like /tmp: members add files and folders, and move or remove only their own.
+    dir(&default, 0o1770, Some((0, users_group)))?;
     dir(&default.join("snapshots"), 0o770, Some((0, users_group)))?;
     file(
         &default.join("metadata.json"),

@@ -474,6 +474,11 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
                     // changed in the store; forget their cached entries and compare every one
                     // with its index.
                     fs.workspaces_replaced();
+                    // Files came and went behind the daemon's back: what owners hold is
+                    // counted again before the sender is told.
+                    if let Err(e) = fs.rescan_usage(&mut |_| {}) {
+                        warn!(error = %e, "recounting what owners hold");
+                    }
                     if let Some(ix) = fs.indexer() {
                         info!("re-indexing every workspace (SIGUSR1)");
                         let _ = ix.rescan_all();

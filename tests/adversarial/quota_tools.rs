@@ -55,7 +55,18 @@ fn folders_tools_grow_and_deep_paths_are_charged() {
     );
     assert!(o.contains("made"), "{o}");
     recounted(&m, "fs-engine");
-    let o = as_agent(&m, "fs-engine", "rm -rf g && echo removed");
+    // Moving them grows another folder: counted too, as are restores.
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"call create_folder '{"path":"h"}'
+           long=$(head -c 240 /dev/zero | tr '\0' n)
+           i=0; while [ $i -lt 120 ]; do call move "{\"from\":\"g/$long$i\",\"to\":\"h/$long$i\"}" >/dev/null; i=$((i+1)); done
+           echo moved"#,
+    );
+    assert!(o.contains("moved"), "{o}");
+    recounted(&m, "fs-engine");
+    let o = as_agent(&m, "fs-engine", "rm -rf g h && echo removed");
     assert!(o.contains("removed"), "{o}");
     recounted(&m, "fs-engine");
     let deep = vec!["q"; 400].join("/");
@@ -144,8 +155,8 @@ fn truncating_a_file_a_tool_wrote_gives_its_bytes_back() {
     assert!(bytes < base + 100_000, "{base} -> {bytes}");
 }
 
-/// Another agent deleting an agent's file through a tool puts it in its own trash: the
-/// owner, who still holds it, sees it and may empty it; emptying the trash leaves the backups
+/// Another agent deleting an agent's file (in a folder the owner opened to all) through a tool
+/// puts it in its own trash: the owner, who still holds it, sees it and may empty it; emptying the trash leaves the backups
 /// other agents keep; an empty_trash that finds nothing of one's own is no refusal.
 #[test]
 fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
@@ -155,8 +166,7 @@ fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
         &m,
         "kernel-engine",
         r#"big=$(head -c 500000 /dev/zero | tr '\0' a)
-           call write_file "{\"path\":\"k.bin\",\"content\":\"$big\"}"
-           chmod 666 k.bin
+           mkdir -m 777 open && call write_file "{\"path\":\"open/k.bin\",\"content\":\"$big\"}"
            call write_file '{"path":"sh/notes.md","content":"one"}'
            call write_file '{"path":"sh/notes.md","content":"two"}'
            call write_file '{"path":"sh/notes.md","content":"three"}'
@@ -165,14 +175,14 @@ fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
     assert_eq!(o.matches("\"ok\":true").count(), 5, "{o}");
     let backups = m.backing("workspaces/default/.clawfs/backups/sh");
     assert_eq!(fs::read_dir(&backups).unwrap().count(), 2);
-    let o = as_agent(&m, "fs-engine", r#"call delete '{"path":"k.bin"}'"#);
+    let o = as_agent(&m, "fs-engine", r#"call delete '{"path":"open/k.bin"}'"#);
     assert!(o.contains("\"ok\":true"), "{o}");
     let o = as_agent(
         &m,
         "kernel-engine",
         "call list_trash '{}'; call empty_trash '{}'",
     );
-    assert!(o.contains("\"path\":\"k.bin\""), "{o}");
+    assert!(o.contains("\"path\":\"open/k.bin\""), "{o}");
     assert!(o.contains("\"removed\":[\""), "{o}");
     let (bytes, _) = recounted(&m, "kernel-engine");
     assert!(bytes < base + 100_000, "{base} -> {bytes}: {o}");
@@ -200,4 +210,61 @@ fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
         o.contains("\"ok\":true") && o.contains("\"removed\":[]"),
         "{o}"
     );
+}
+
+/// The workspace root is sticky, like /tmp: another agent can neither move an agent's file
+/// into a folder of its own (out of the owner's reach, where the owner's quota still counts
+/// it) nor remove it, through the mount or a tool; the owner still can.
+#[test]
+fn nobody_moves_or_removes_another_agents_file_in_a_workspace_root() {
+    let m = Mounted::new();
+    let o = as_agent(&m, "kernel-engine", "echo mine > kv && echo ok");
+    assert!(o.contains("ok"), "{o}");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"mkdir hide && chmod 700 hide
+           mv kv hide/ 2>&1 || echo mv-refused
+           rm -f kv 2>&1 || echo rm-refused
+           call move '{"from":"kv","to":"hide/kv"}'
+           call delete '{"path":"kv"}'"#,
+    );
+    assert!(o.contains("mv-refused") && o.contains("rm-refused"), "{o}");
+    assert_eq!(o.matches("\"ok\":false").count(), 2, "{o}");
+    assert_eq!(fs::read_to_string(m.ws().join("kv")).unwrap(), "mine\n");
+    let o = as_agent(&m, "kernel-engine", "mv kv kv2 && rm kv2 && echo gone");
+    assert!(o.contains("gone"), "{o}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(m.backing("workspaces/default"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o1000, 0o1000, "{mode:o}");
+}
+
+/// A snapshot restore behind the mount's back is counted before the command returns: the
+/// agent is not refused for bytes it no longer holds.
+#[test]
+fn a_snapshot_restore_is_counted_at_once() {
+    let m = Mounted::new();
+    let out = crate::common::cli(&m, &["snapshot", "create", "default", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = made["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string();
+    let (base, _) = held(&m, "fs-engine");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        "head -c 300000 /dev/zero > big && echo written",
+    );
+    assert!(o.contains("written"), "{o}");
+    assert!(held(&m, "fs-engine").0 >= base + 300_000);
+    let out = crate::common::cli(&m, &["snapshot", "restore", "default", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!m.ws().join("big").exists());
+    let (after, _) = recounted(&m, "fs-engine");
+    assert!(after < base + 100_000, "{base} -> {after}");
 }

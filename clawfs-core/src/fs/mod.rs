@@ -381,7 +381,44 @@ impl ClawFs {
         };
         fs.load_usage();
         fs.load_handles();
+        fs.sticky_workspaces();
         Ok(fs)
+    }
+
+    /// Makes every workspace root sticky, as new ones are made (a store from before they were):
+    /// in a folder several agents write, each moves or removes only its own files, so none can
+    /// move another's out of its reach (where its quota still counts them).
+    fn sticky_workspaces(&self) {
+        let area = std::path::Path::new(crate::area::Area::Workspaces.dir_name());
+        let Ok(dir) = crate::beneath::open_dir(self.store.root_fd(), area) else {
+            return;
+        };
+        let Ok(entries) = rustix::fs::Dir::read_from(&dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_bytes().starts_with(b".") || e.file_type() != rustix::fs::FileType::Directory
+            {
+                continue;
+            }
+            let Ok(ws) =
+                crate::beneath::open_dir_noatime(dir.as_fd(), OsStr::from_bytes(name.to_bytes()))
+            else {
+                continue;
+            };
+            if let Ok(st) = rustix::fs::fstat(&ws) {
+                if st.st_mode & 0o1000 == 0 {
+                    let sticky = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o1000);
+                    match rustix::fs::fchmod(&ws, sticky) {
+                        Ok(()) => tracing::info!(workspace = ?name, "workspace made sticky"),
+                        Err(e) => {
+                            tracing::warn!(workspace = ?name, error = %e, "making a workspace sticky")
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Serves reads with the access-time mode `atime` (the default is the store's own).

@@ -356,8 +356,9 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// Returns the backup's shown path.
 ///
 /// With an elevation (the daemon), the backup belongs to the caller (who is charged for it)
-/// with the file's group and mode, and each folder it makes takes the owner, group and mode of
-/// the file's folder at that place: whoever could read the file can read its backup. Without,
+/// with the file's group and mode, and each folder it makes is the daemon's (root's), with the
+/// group and mode of the file's folder at that place: whoever could read the file can read its
+/// backup, and nobody else's backups grow a folder someone is charged for. Without,
 /// it is the caller's, 0600 in 0700 folders. At most [`BACKUPS_KEPT`] are kept per file.
 pub(crate) fn backup(
     root: &ToolRoot,
@@ -407,10 +408,11 @@ fn write_backup(
         };
         let next = beneath::open(&dir, c, beneath::DIR_READ)?;
         if let (true, Some(_)) = (made, like) {
-            // The file's folder at this place: its owner, group and mode.
+            // The group and mode of the file's folder at this place; the daemon's own, so
+            // that backups made there by others never charge that folder's owner.
             let orig = beneath::open(&root.root_fd, &comps[..=i].join("/"), beneath::DIR_PATH)?
                 .metadata()?;
-            take_status(&next, orig.uid(), orig.gid(), orig.mode())?;
+            take_status(&next, 0, orig.gid(), orig.mode())?;
         }
         if made {
             making.done(c);

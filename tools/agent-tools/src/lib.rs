@@ -124,6 +124,9 @@ pub trait Ledger: Send + Sync {
     /// The regular file `file` is about to be rewritten in place; the returned closure is
     /// called with it once it has been.
     fn rewriting(&self, file: BorrowedFd<'_>) -> Box<dyn FnOnce(BorrowedFd<'_>) + Send>;
+    /// The names in the folder `dir` are about to change (an entry moved in or out); the
+    /// returned closure is called once they have.
+    fn renaming(&self, dir: BorrowedFd<'_>) -> Box<dyn FnOnce() + Send>;
 }
 
 /// A name about to be made, told to the ledger once it is ([`ToolRoot::making`]).
@@ -349,6 +352,25 @@ impl ToolRoot {
         let out = remove()?;
         if let Some(done) = done {
             done();
+        }
+        Ok(out)
+    }
+
+    /// Moves `from` (in its folder) to `to` (in its) with `rename`, telling the ledger how both
+    /// folders changed.
+    pub(crate) fn renaming<T>(
+        &self,
+        (from, to): (&File, &File),
+        rename: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let done = self
+            .ledger
+            .as_ref()
+            .map(|l| (l.renaming(from.as_fd()), l.renaming(to.as_fd())));
+        let out = rename()?;
+        if let Some((a, b)) = done {
+            a();
+            b();
         }
         Ok(out)
     }

@@ -1843,6 +1843,9 @@ impl clawfs_agent_tools::Ledger for Tally {
     ) -> Box<dyn FnOnce(std::os::fd::BorrowedFd<'_>) + Send> {
         Box::new(|_| {})
     }
+    fn renaming(&self, _dir: std::os::fd::BorrowedFd<'_>) -> Box<dyn FnOnce() + Send> {
+        Box::new(|| {})
+    }
 }
 
 /// Every inode under `dir` (the workspace with its trash and backups), the root not counted.

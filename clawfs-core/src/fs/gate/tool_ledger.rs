@@ -108,6 +108,16 @@ impl clawfs_agent_tools::Ledger for ToolLedger {
         })
     }
 
+    fn renaming(&self, dir: BorrowedFd<'_>) -> Box<dyn FnOnce() + Send> {
+        let before = folder_cost(dir);
+        let (this, dir) = (self.clone(), rustix::io::dup(dir).ok());
+        Box::new(move || {
+            if let Some(dir) = dir {
+                this.folder(dir.as_fd(), before);
+            }
+        })
+    }
+
     fn rewriting(&self, file: BorrowedFd<'_>) -> Box<dyn FnOnce(BorrowedFd<'_>) + Send> {
         let before = rustix::fs::fstat(file).ok();
         let this = self.clone();

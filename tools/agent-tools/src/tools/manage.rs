@@ -111,8 +111,10 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
     let from = slot_of(root, &src.rel)?;
     let to = new_slot(root, &to_rel)?;
     root.charge(0, 0)?;
-    beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
-        .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
+    root.renaming((&from.dir, &to.dir), || {
+        beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
+    })
+    .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
     root.changed(&src.abs);
     root.changed(&to_abs);
     let _ = to.dir.sync_all();
@@ -315,7 +317,11 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     let to = new_slot(root, &rel)?;
     root.charge(0, 0)?;
     beneath::open(&trash, &a.trash_id, DIR_PATH)
-        .and_then(|entry| beneath::rename_noreplace(&entry, "item", &to.dir, &to.name))
+        .and_then(|entry| {
+            root.renaming((&entry, &to.dir), || {
+                beneath::rename_noreplace(&entry, "item", &to.dir, &to.name)
+            })
+        })
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
     root.changed(&abs);
     remove_trash_entry(root, &trash, &a.trash_id);
