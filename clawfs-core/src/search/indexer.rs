@@ -441,8 +441,8 @@ fn background_priority() {
     // IOPRIO_WHO_PROCESS of this thread, IOPRIO_CLASS_IDLE (3) << IOPRIO_CLASS_SHIFT (13).
     const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     const IDLE: libc::c_long = 3 << 13;
-    // SAFETY: ioprio_set takes three integers; a refusal changes nothing.
     let tid = libc::c_long::from(rustix::thread::gettid().as_raw_nonzero().get());
+    // SAFETY: ioprio_set takes three integers; a refusal changes nothing.
     if unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IDLE) } != 0 {
         tracing::debug!("indexer I/O priority unchanged");
     }
