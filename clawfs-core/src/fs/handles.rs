@@ -35,7 +35,7 @@ fn stale() -> FsError {
 /// `name` in the folder `dir` if it still leads to the inode `ino`; else another name of it
 /// there (renamed, or a hard link whose first name was removed), as the kernel's own export
 /// code looks for one; else stale.
-pub(in crate::fs) fn name_in(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> FsResult<OsString> {
+fn name_in(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> FsResult<OsString> {
     let same =
         rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| st.st_ino == ino);
     match same {

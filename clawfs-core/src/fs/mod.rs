@@ -578,8 +578,14 @@ impl ClawFs {
             // The store root is root's alone (0700); on the mount everyone may look in.
             Some(Place::MountRoot) => attr.perm = MOUNT_ROOT_MODE,
             // Places with a kernel ACL show its mask (see `kernel_acl`).
-            Some(Place::AgentRoot | Place::WorkspaceRoot) => {
+            Some(Place::AgentRoot) => {
                 attr.perm = crate::policy::kernel_acl::presented_perm(attr.perm)
+            }
+            // A workspace root's sticky bit is enforced by the store's filesystem, where the
+            // daemon and the tools act as the caller. Shown to the kernel, it would also keep
+            // everyone but the root's owner from its `user.clawfs.*` settings.
+            Some(Place::WorkspaceRoot) => {
+                attr.perm = crate::policy::kernel_acl::presented_perm(attr.perm) & !0o1000
             }
             _ => {}
         }

@@ -88,7 +88,12 @@ impl ClawFs {
             let who = self.identify(caller);
             self.decide_quota(caller, &who, "setxattr", &self.ns_path(&fd)?, adding)?;
         }
-        let _as = AsCaller::enter(caller)?;
+        // A ClawFS attribute, decided and validated, is the daemon's to write (the caller may
+        // not be the owner of a sticky workspace root); any other as the caller.
+        let _as = match effect {
+            Some(_) => None,
+            None => Some(AsCaller::enter(caller)?),
+        };
         // A ClawFS attribute takes effect in metadata.json: prepared (and validated) first, so
         // that a refusal leaves the attribute unset.
         let metadata = match effect {

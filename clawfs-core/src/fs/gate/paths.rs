@@ -27,8 +27,8 @@ impl ClawFs {
 
     /// The namespace path of the node open as `fd`, from the directory and name each node on
     /// the way up was last reached by, each step checked against the store (the name still
-    /// leads to that inode, or another name of it in that directory is found), so a stale name
-    /// is an error, never a wrong path.
+    /// leads to that inode), so a stale name is an error, never a wrong path. Never another name
+    /// of the inode: an open checks by this that a file still sits where it was reached.
     pub(in crate::fs) fn ns_path_by_links(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
@@ -43,7 +43,11 @@ impl ClawFs {
             let Some(pnode) = self.inodes.get(*parent) else {
                 // A folder the kernel forgot, reached by its handle, has its path.
                 let dir = self.parent_fd(*parent)?;
-                names.push(crate::fs::handles::name_in(dir.as_fd(), name, backing_ino)?);
+                let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+                if child.st_ino != backing_ino {
+                    return Err(stale());
+                }
+                names.push(name.clone());
                 let mut path = self.ns_path(&*dir)?;
                 for n in names.iter().rev() {
                     path = path.join(n)?;
@@ -51,7 +55,11 @@ impl ClawFs {
                 return Ok(path);
             };
             let dir = self.open_path(&pnode)?;
-            names.push(crate::fs::handles::name_in(dir.as_fd(), name, backing_ino)?);
+            let child = rustix::fs::statat(&*dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if child.st_ino != backing_ino {
+                return Err(stale());
+            }
+            names.push(name.clone());
             backing_ino = rustix::fs::fstat(&*dir)?.st_ino;
             ino = *parent;
         }
