@@ -27,3 +27,13 @@ pub fn print_json(value: &impl serde::Serialize) -> io::Result<()> {
         r => r,
     }
 }
+
+/// Prints `text` on stdout; a closed pipe (`| head`) ends quietly.
+pub fn print_text(text: &str) -> io::Result<()> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}

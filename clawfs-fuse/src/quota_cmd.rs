@@ -64,11 +64,11 @@ pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
             "counted_while_serving": !saved.clean,
             "agents": agents,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::output::print_json(&doc).context("writing to stdout")?;
         return Ok(());
     }
-    println!(
-        "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}",
+    let mut table = format!(
+        "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}\n",
         "AGENT", "BYTES", "LIMIT", "USE%", "FILES", "LIMIT"
     );
     for r in &rows {
@@ -76,16 +76,17 @@ pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
             Quota::UNLIMITED | 0 => "-".to_string(),
             l => format!("{}", r.held.bytes.saturating_mul(100) / l),
         };
-        println!(
-            "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}",
+        table.push_str(&format!(
+            "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}\n",
             r.agent,
             human(r.held.bytes),
             limit_text(r.limit.bytes, human),
             pct,
             r.held.files,
             limit_text(r.limit.files, |n| n.to_string()),
-        );
+        ));
     }
+    crate::output::print_text(&table).context("writing to stdout")?;
     Ok(())
 }
 

@@ -102,6 +102,18 @@ pub(crate) fn list(dir: impl AsFd) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Opens the folder `name` (any bytes, one name) in `dir` for listing, never following a
+/// symlink.
+pub(crate) fn open_subdir(dir: impl AsFd, name: &std::ffi::OsStr) -> io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
 /// Creates the new file `name` in `dir` for writing; never follows or reuses an existing entry.
 pub fn create(dir: impl AsFd, name: &str, mode: u32) -> io::Result<File> {
     single(name)?;
@@ -387,23 +399,10 @@ mod tests {
     fn creating_and_renaming_act_on_names_in_a_folder() {
         let t = tempfile::TempDir::new().unwrap();
         let root = rustix::fs::open(t.path(), DIR_PATH, Mode::empty()).unwrap();
-        let (d, first) = mkdirs(
-            &root,
-            &["a", "b", "c"],
-            0o755,
-            DIR_READ,
-            &mut |d: &File, n: &str, m| mkdir(d, n, m),
-        )
-        .unwrap();
+        let plain = &mut |d: &File, n: &str, m| mkdir(d, n, m);
+        let (d, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, plain).unwrap();
         assert_eq!(first, Some(0));
-        let (_, first) = mkdirs(
-            &root,
-            &["a", "b", "c"],
-            0o755,
-            DIR_READ,
-            &mut |d: &File, n: &str, m| mkdir(d, n, m),
-        )
-        .unwrap();
+        let (_, first) = mkdirs(&root, &["a", "b", "c"], 0o755, DIR_READ, plain).unwrap();
         assert_eq!(first, None);
         let (tmp, f) = create_temp(&d, 0o644).unwrap();
         drop(f);

@@ -563,7 +563,7 @@ pub(crate) fn remove_tree(
     keep: &dyn Fn(&rustix::fs::Stat) -> bool,
     removed: &mut dyn FnMut(&rustix::fs::Stat),
 ) -> std::io::Result<bool> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use rustix::fs::{AtFlags, FileType};
     struct Level {
         dir: File,
         names: Vec<OsString>,
@@ -601,13 +601,7 @@ pub(crate) fn remove_tree(
         };
         let st = rustix::fs::statat(&level.dir, &name, AtFlags::SYMLINK_NOFOLLOW)?;
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-            let fd = rustix::fs::openat(
-                &level.dir,
-                &name,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            let dir = File::from(fd);
+            let dir = beneath::open_subdir(&level.dir, &name)?;
             stack.push(Level {
                 names: names_in(&dir)?,
                 dir,

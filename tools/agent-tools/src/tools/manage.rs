@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -539,16 +540,8 @@ fn owned_by(dir: &File, uid: u32) -> std::io::Result<bool> {
                 return Ok(false);
             }
             if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-                let sub = rustix::fs::openat(
-                    &d,
-                    name,
-                    rustix::fs::OFlags::RDONLY
-                        | rustix::fs::OFlags::DIRECTORY
-                        | rustix::fs::OFlags::NOFOLLOW
-                        | rustix::fs::OFlags::CLOEXEC,
-                    rustix::fs::Mode::empty(),
-                )?;
-                stack.push(File::from(sub));
+                let name = std::ffi::OsStr::from_bytes(name.to_bytes());
+                stack.push(beneath::open_subdir(&d, name)?);
             }
         }
     }
