@@ -268,3 +268,90 @@ fn a_snapshot_restore_is_counted_at_once() {
     let (after, _) = recounted(&m, "fs-engine");
     assert!(after < base + 100_000, "{base} -> {after}");
 }
+
+/// Growing another agent's file by truncation is checked against the owner's quota (as a write
+/// is), and an agent over its quota may still truncate and shrink its own files.
+#[test]
+fn truncation_is_checked_for_the_owner_and_never_refused_when_it_shrinks() {
+    let m = Mounted::new();
+    agent_policy(&m, "kernel-engine", "quota = { bytes = \"1MiB\" }");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "echo v > kv.md && chmod 666 kv.md && head -c 900000 /dev/zero > mine && echo ok",
+    );
+    assert!(o.contains("ok"), "{o}");
+    let o = as_agent(
+        &m,
+        "build-engine",
+        "truncate -s 3000000 kv.md 2>&1 || echo refused",
+    );
+    assert!(o.contains("refused") && o.contains("quota"), "{o}");
+    assert_eq!(fs::metadata(m.ws().join("kv.md")).unwrap().len(), 2);
+    // The policy lowers the quota under what the agent holds: shrinking still works.
+    crate::support::edit_policy(&m, |p| {
+        p.replace(
+            "quota = { bytes = \"1MiB\" }",
+            "quota = { bytes = \"100KiB\" }",
+        )
+    });
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "truncate -s 1000 mine && : > kv.md && echo shrunk; head -c 200000 /dev/zero >> mine 2>&1 || echo grow-refused",
+    );
+    assert!(o.contains("shrunk") && o.contains("grow-refused"), "{o}");
+    recounted(&m, "kernel-engine");
+}
+
+/// An entry empty_trash cannot remove whole stays listed and restorable (its record goes
+/// last); another agent's entry holding an agent's files gives that agent its bytes back.
+#[test]
+fn a_stuck_entry_stays_listed_and_owners_empty_their_files_from_others_entries() {
+    let m = Mounted::new();
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"mkdir -p ro/inner && head -c 50000 /dev/zero > ro/inner/f && chmod 500 ro/inner
+           call delete '{"path":"ro"}'
+           call empty_trash '{}'
+           call list_trash '{}'"#,
+    );
+    assert!(
+        o.contains("\"failed\"") && o.contains("\"path\":\"ro\""),
+        "{o}"
+    );
+    let id = o
+        .split("\"trash_id\":\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("{o}"))
+        .to_string();
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        &format!("call restore '{{\"trash_id\":\"{id}\"}}'"),
+    );
+    assert!(o.contains("\"ok\":true"), "{o}");
+    assert!(m.ws().join("ro/inner/f").exists());
+    recounted(&m, "fs-engine");
+    // kernel-engine's file in fs-engine's shared folder, trashed by fs-engine.
+    let (base, _) = held(&m, "kernel-engine");
+    let o = as_agent(&m, "fs-engine", "mkdir -m 777 shared && echo ok");
+    assert!(o.contains("ok"), "{o}");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        "head -c 300000 /dev/zero > shared/kbig && echo ok",
+    );
+    assert!(o.contains("ok"), "{o}");
+    let o = as_agent(&m, "fs-engine", r#"call delete '{"path":"shared"}'"#);
+    assert!(o.contains("\"ok\":true"), "{o}");
+    let o = as_agent(&m, "kernel-engine", "call empty_trash '{}'");
+    assert!(o.contains("\"ok\":true"), "{o}");
+    let (after, _) = recounted(&m, "kernel-engine");
+    assert!(after < base + 100_000, "{base} -> {after}: {o}");
+    // fs-engine's entry is still there, without kernel-engine's file.
+    let o = as_agent(&m, "fs-engine", "call list_trash '{}'");
+    assert!(o.contains("\"path\":\"shared\""), "{o}");
+}

@@ -44,14 +44,10 @@ impl ClawFs {
             crate::policy::Access::Read
         };
         let who = self.decide(caller, "open", access, &path)?;
+        // An open for writing adds nothing yet (each write, fallocate or truncation up is
+        // checked against the quota as it comes): an agent over its quota may still open a
+        // file to truncate or shrink it.
         if writes {
-            self.decide_quota(
-                caller,
-                &who,
-                "open",
-                &path,
-                crate::policy::Quota { bytes: 1, files: 0 },
-            )?;
             if let Some(agent) = staged::identity_file_agent(&path) {
                 let opath = match opath {
                     Some(fd) => fd,

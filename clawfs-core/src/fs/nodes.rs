@@ -127,14 +127,11 @@ impl ClawFs {
             return Err(FsError::Managed("identity.json (write it whole)".into()));
         }
         let before = rustix::fs::fstat(&*fd)?;
-        if let Some(size) = change.size.filter(|_| self.metered(&who)) {
-            // Extending a file makes it cost its new size (see `crate::held`).
+        if let Some(size) = change.size {
+            // Extending a file makes it cost its new size (see `crate::held`), held by its
+            // owner (or by an agent growing root's or a user's file).
             let growth = size.saturating_sub(crate::held::cost_of(&before));
-            let adding = crate::policy::Quota {
-                bytes: growth,
-                files: 0,
-            };
-            self.decide_quota(caller, &who, "setattr", &ns, adding)?;
+            self.decide_growth(caller, &who, "setattr", &ns, growth, before.st_uid)?;
         }
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());

@@ -554,8 +554,8 @@ fn names_in(dir: &File) -> std::io::Result<Vec<OsString>> {
 }
 
 /// Removes what is in the folder `top`, depth first, by descriptor (a symlink is removed,
-/// never followed; any name, UTF-8 or not), except the files `keep` keeps and the folders left
-/// holding them; tells the ledger of each removal and `removed` of each inode's status.
+/// never followed; any name, UTF-8 or not), except what `keep` keeps and the folders left
+/// holding it; tells the ledger of each removal and `removed` of each inode's status.
 /// Returns whether `top` is empty now.
 pub(crate) fn remove_tree(
     root: &ToolRoot,
@@ -588,7 +588,7 @@ pub(crate) fn remove_tree(
                 return Ok(!done.kept);
             };
             match (done.kept, done.st) {
-                (false, Some(st)) => {
+                (false, Some(st)) if !keep(&st) => {
                     let d = &parent.dir;
                     root.removing(d, &done.name, || {
                         Ok(rustix::fs::unlinkat(d, &done.name, AtFlags::REMOVEDIR)?)

@@ -63,18 +63,34 @@ impl ClawFs {
         bytes: u64,
         owner: u32,
     ) -> FsResult<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
         let caller = Caller {
             uid: 0,
             gid: 0,
             pid: w.pid,
         };
+        self.decide_growth(&caller, &w.who, op, &w.path, bytes, owner)
+    }
+
+    /// Checks that the agent `who` may add `bytes` to an inode `owner` owns: against the quota
+    /// of whoever will hold them — the owner when that is an agent, else `who` (see
+    /// [`Self::payer`]); refused with EDQUOT, audited as `who`'s.
+    pub(in crate::fs) fn decide_growth(
+        &self,
+        caller: &Caller,
+        who: &Identity,
+        op: &'static str,
+        path: &NsPath,
+        bytes: u64,
+        owner: u32,
+    ) -> FsResult<()> {
+        // Only agents are limited: root and users grow what they may.
+        if bytes == 0 || !matches!(who, Identity::Agent(_)) {
+            return Ok(());
+        }
         let adding = Quota { bytes, files: 0 };
         let holder = match self.gate.held.agent_of(owner).map(|a| AgentName::new(&a)) {
             Some(Ok(agent)) => Identity::Agent(agent),
-            _ => w.who.clone(),
+            _ => who.clone(),
         };
         let verdict = match &holder {
             Identity::Agent(agent) => self
@@ -82,7 +98,7 @@ impl ClawFs {
                 .check_quota(&holder, self.usage(agent), adding),
             _ => Ok(()),
         };
-        self.conclude_refusal(&caller, &w.who, op, &w.path, None, verdict)
+        self.conclude_refusal(caller, who, op, path, None, verdict)
     }
 
     /// Who holds what `writer` adds to a file `owner` owns: the owner, as `quota(1)` counts;

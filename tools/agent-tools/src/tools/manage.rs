@@ -449,27 +449,36 @@ pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<Empt
             .collect(),
     };
     for id in ids {
-        // Each entry is private to whoever deleted it; an entry holding the caller's own file
-        // (deleted by someone else) is the caller's to remove too, with the daemon's rights.
-        let (entry, elevated) = match beneath::open(&trash, &id, DIR_PATH)
-            .and_then(|e| beneath::list(&e).map(|_| e))
-        {
-            Ok(e) => (e, false),
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                match root.elevated(|up| up.then(|| callers_own_entry(root, &trash, &id)).flatten())
-                {
-                    Some(e) => (e, true),
-                    None if one => {
-                        return Err(ToolError::io(format!("opening trash entry '{id}'"), e))
+        // Each entry is private to whoever deleted it; an entry holding only the caller's own
+        // files (deleted by someone else) is the caller's to remove too, and from any other the
+        // caller's own files, with the daemon's rights: they are the caller's bytes.
+        let caller = root.caller.as_ref().map(|c| c.uid);
+        let (entry, how) =
+            match beneath::open(&trash, &id, DIR_PATH).and_then(|e| beneath::list(&e).map(|_| e)) {
+                Ok(e) => (e, Emptying::Whole),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    let up = root.elevated(|up| {
+                        up.then(|| match callers_own_entry(root, &trash, &id) {
+                            Some(entry) => Some((entry, Emptying::WholeAsDaemon)),
+                            None => beneath::open(&trash, &id, DIR_PATH)
+                                .ok()
+                                .map(|entry| (entry, Emptying::CallersFiles)),
+                        })
+                        .flatten()
+                    });
+                    match (up, caller) {
+                        (Some(found), Some(_)) => found,
+                        _ if one => {
+                            return Err(ToolError::io(format!("opening trash entry '{id}'"), e))
+                        }
+                        _ => continue,
                     }
-                    None => continue,
                 }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(no_trash_entry(&id));
-            }
-            Err(e) => return Err(ToolError::io(format!("opening trash entry '{id}'"), e)),
-        };
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(no_trash_entry(&id));
+                }
+                Err(e) => return Err(ToolError::io(format!("opening trash entry '{id}'"), e)),
+            };
         root.charge(0, 0)?;
         let item = read_trash_item(&trash, &id)
             .ok()
@@ -483,27 +492,92 @@ pub(crate) fn empty_trash(root: &ToolRoot, a: EmptyTrashArgs) -> ToolResult<Empt
                 *bytes += st.st_size as u64;
             }
         };
-        let remove = |counted: &mut dyn FnMut(&rustix::fs::Stat)| {
-            remove_tree(root, &entry, &|_| false, counted)?;
-            root.removing(&trash, &id, || beneath::rmdir(&trash, &id))
+        let others = |st: &rustix::fs::Stat| Some(st.st_uid) != caller;
+        let gone = match how {
+            Emptying::Whole => empty_entry(root, &trash, &id, &entry, &|_| false, counted),
+            Emptying::WholeAsDaemon => {
+                root.elevated(|_| empty_entry(root, &trash, &id, &entry, &|_| false, counted))
+            }
+            Emptying::CallersFiles => {
+                root.elevated(|_| empty_entry(root, &trash, &id, &entry, &others, counted))
+            }
         };
-        let gone = match elevated {
-            true => root.elevated(|_| remove(counted)),
-            false => remove(counted),
-        }
-        .and_then(|()| match &item {
-            Some(it) => drop_backups(root, &it.path, it.kind == EntryType::Folder),
-            None => Ok(()),
-        });
         match gone {
-            Ok(()) => out.removed.push(id),
+            Ok(true) => {
+                if let Some(it) = &item {
+                    if let Err(e) = drop_backups(root, &it.path, it.kind == EntryType::Folder) {
+                        out.failed.push(EmptyTrashFailure {
+                            trash_id: id.clone(),
+                            message: format!("removed, but not its backups: {e}"),
+                        });
+                    }
+                }
+                out.removed.push(id);
+            }
+            // Only the caller's files went: the entry stays its deleter's.
+            Ok(false) => {}
             Err(e) => out.failed.push(EmptyTrashFailure {
                 trash_id: id,
-                message: format!("could not remove all of it: {e}"),
+                message: format!(
+                    "could not remove all of it (what was removed stays removed; the entry stays): {e}"
+                ),
             }),
         }
     }
     Ok(out)
+}
+
+/// How much of a trash entry `empty_trash` removes.
+enum Emptying {
+    /// The caller's own entry, as the caller.
+    Whole,
+    /// An entry holding only the caller's files, with the daemon's rights.
+    WholeAsDaemon,
+    /// The caller's files in someone else's entry, with the daemon's rights.
+    CallersFiles,
+}
+
+/// Removes trash entry `id` (`entry`): its item first, then its record and folder, so an item
+/// that cannot be removed whole stays listed. What `keep` keeps stays (then the entry does
+/// too). Whether the entry is gone.
+fn empty_entry(
+    root: &ToolRoot,
+    trash: &File,
+    id: &str,
+    entry: &File,
+    keep: &dyn Fn(&rustix::fs::Stat) -> bool,
+    counted: &mut dyn FnMut(&rustix::fs::Stat),
+) -> std::io::Result<bool> {
+    let item = std::ffi::OsStr::new("item");
+    match rustix::fs::statat(entry, item, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+        Ok(st)
+            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                == rustix::fs::FileType::Directory =>
+        {
+            let dir = beneath::open_subdir(entry, item)?;
+            if !remove_tree(root, &dir, keep, counted)? || keep(&st) {
+                return Ok(false);
+            }
+            root.removing(entry, item, || beneath::rmdir(entry, "item"))?;
+            counted(&st);
+        }
+        Ok(st) if keep(&st) => return Ok(false),
+        Ok(st) => {
+            root.removing(entry, item, || beneath::unlink(entry, "item"))?;
+            counted(&st);
+        }
+    }
+    match rustix::fs::statat(entry, "meta.json", rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        // Someone else's entry: its record and folder are theirs.
+        Ok(st) if keep(&st) => return Ok(false),
+        Ok(_) => root.removing(entry, "meta.json", || beneath::unlink(entry, "meta.json"))?,
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    root.removing(trash, id, || beneath::rmdir(trash, id))?;
+    Ok(true)
 }
 
 /// The trash entry `id`, opened, if what it holds is all the caller's (a file of the caller's
