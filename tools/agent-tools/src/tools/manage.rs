@@ -405,9 +405,10 @@ pub struct EmptyTrashArgs {
 pub struct EmptyTrashResult {
     /// The entries removed for good.
     pub removed: Vec<String>,
-    /// Files, folders and links removed with them.
+    /// Files, folders and links of the items removed.
     pub entries: u64,
-    /// Bytes of file data given back, each entry's record included (its backups besides).
+    /// Bytes of the items' file data given back (their backups and the entries' records
+    /// besides).
     pub bytes: u64,
     /// Entries that could not be removed, with why (what was removed of them stays removed).
     #[serde(skip_serializing_if = "Vec::is_empty")]
