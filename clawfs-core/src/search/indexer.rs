@@ -129,6 +129,9 @@ struct Shared {
     /// Set by [`Indexer::stop`]: the thread ends at the next file instead of finishing its
     /// batch (minutes for a large tree, during which the daemon outlived its unmount).
     stopping: AtomicBool,
+    /// The indexer thread's id, so that [`Indexer::stop`] can give it back a normal priority:
+    /// a stopping thread left at the back of a busy machine would keep the daemon alive.
+    tid: std::sync::atomic::AtomicI32,
 }
 
 /// Every workspace's index and the thread that keeps them current.
@@ -169,6 +172,7 @@ impl Indexer {
             embedder,
             open: Mutex::default(),
             stopping: AtomicBool::new(false),
+            tid: std::sync::atomic::AtomicI32::new(0),
         });
         let indexer = Arc::new(Indexer {
             shared: Arc::clone(&shared),
@@ -180,7 +184,9 @@ impl Indexer {
             let handle = std::thread::Builder::new()
                 .name("indexer".into())
                 .spawn(move || {
-                    background_priority();
+                    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+                    shared.tid.store(tid, Ordering::Relaxed);
+                    set_priority(tid, true);
                     run(&shared, &rx)
                 })
                 .map_err(|e| SearchError::io("starting the indexer", e))?;
@@ -259,6 +265,11 @@ impl Indexer {
     /// found by the rescan of the next mount.
     pub fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
+        // It finishes its file and saves at once, whatever else the machine does.
+        match self.shared.tid.load(Ordering::Relaxed) {
+            0 => {}
+            tid => set_priority(tid, false),
+        }
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -427,23 +438,36 @@ fn save_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
     }
 }
 
-/// Puts the calling thread (and the threads it starts, which inherit it) at the back of the
-/// machine: `SCHED_IDLE` for the CPU, the idle I/O class for the disk, so indexing takes a
-/// core or the disk only when nothing else wants them (nice 19 where `SCHED_IDLE` is refused).
-fn background_priority() {
+/// Puts the thread `tid` (and the threads it starts, which inherit it) at the back of the
+/// machine (`background`): `SCHED_IDLE` for the CPU, the idle I/O class for the disk, so
+/// indexing takes a core or the disk only when nothing else wants them (nice 19 where
+/// `SCHED_IDLE` is refused); or back to a normal priority.
+fn set_priority(tid: i32, background: bool) {
+    let (policy, io_class) = match background {
+        true => (libc::SCHED_IDLE, 3),
+        false => (libc::SCHED_OTHER, 2),
+    };
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sets the calling thread's policy from a valid parameter block.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+    // SAFETY: sets a thread's policy from a valid parameter block.
+    if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 && background {
+        let thread = rustix::process::Pid::from_raw(tid);
+        if let Err(e) = rustix::process::setpriority_process(thread, 19) {
             tracing::debug!(error = %e, "indexer priority unchanged");
         }
     }
-    // IOPRIO_WHO_PROCESS of this thread, IOPRIO_CLASS_IDLE (3) << IOPRIO_CLASS_SHIFT (13).
+    // IOPRIO_WHO_PROCESS of the thread; the class << IOPRIO_CLASS_SHIFT (13), level 4.
     const IOPRIO_WHO_PROCESS: libc::c_long = 1;
-    const IDLE: libc::c_long = 3 << 13;
-    let tid = libc::c_long::from(rustix::thread::gettid().as_raw_nonzero().get());
+    let prio = libc::c_long::from((io_class << 13) | 4);
     // SAFETY: ioprio_set takes three integers; a refusal changes nothing.
-    if unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IDLE) } != 0 {
+    if unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            libc::c_long::from(tid),
+            prio,
+        )
+    } != 0
+    {
         tracing::debug!("indexer I/O priority unchanged");
     }
 }
