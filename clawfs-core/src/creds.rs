@@ -177,6 +177,22 @@ impl Drop for AsDaemon<'_> {
     }
 }
 
+/// Runs `f` with the daemon's own filesystem uid and gid, whatever caller's the thread has
+/// taken on, then returns to those: for the daemon's private files (the store's tables) that a
+/// caller's call reads or writes.
+pub fn with_daemon_ids<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: per-thread filesystem ids, as in `AsCaller`; each call returns the previous id,
+    // which is restored below. Back to fsuid 0 also restores the filesystem capabilities.
+    let (uid, gid) = unsafe { (libc::setfsuid(0), libc::setfsgid(0)) };
+    let out = f();
+    // SAFETY: as above.
+    unsafe {
+        libc::setfsgid(gid as libc::gid_t);
+        libc::setfsuid(uid as libc::uid_t);
+    }
+    out
+}
+
 impl Drop for AsCaller {
     fn drop(&mut self) {
         if !self.switched {

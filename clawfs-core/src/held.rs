@@ -16,6 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, PoisonError};
 
+use crate::xattr_spill::Spill;
 use rustix::fs::{AtFlags, FileType};
 use serde::{Deserialize, Serialize};
 
@@ -303,15 +304,20 @@ pub fn cost_of(st: &rustix::fs::Stat) -> u64 {
     }
 }
 
-/// The full cost of `name` in `dir` as it is now (with its `user.*` xattrs), with its stat.
-pub fn cost_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(rustix::fs::Stat, u64)> {
+/// The full cost of `name` in `dir` as it is now (with its `user.*` xattrs, those kept in
+/// `spill` too), with its stat.
+pub fn cost_at(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    spill: &Spill,
+) -> io::Result<(rustix::fs::Stat, u64)> {
     let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
     let mut cost = cost_of(&st);
     if matches!(
         FileType::from_raw_mode(st.st_mode),
         FileType::RegularFile | FileType::Directory
     ) {
-        cost += user_xattr_bytes(&fd_path(dir).join(name));
+        cost += user_xattr_bytes(&fd_path(dir).join(name)) + spill.bytes_at(dir, name);
     }
     Ok((st, cost))
 }
@@ -319,9 +325,14 @@ pub fn cost_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(rustix::fs::Sta
 /// Progress of a [`rescan`]: called with the inodes counted so far.
 pub type Progress<'a> = &'a mut dyn FnMut(u64);
 
-/// Recomputes what each owner holds under [`COUNTED_AREAS`] of the store at `store`: every
-/// folder reached by descriptor, no symlink followed, each inode counted once.
-pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashMap<u32, Held>> {
+/// Recomputes what each owner holds under [`COUNTED_AREAS`] of the store at `store` (whose
+/// attributes past what backing inodes hold are in `spill`): every folder reached by
+/// descriptor, no symlink followed, each inode counted once.
+pub fn rescan(
+    store: BorrowedFd<'_>,
+    spill: &Spill,
+    progress: Progress<'_>,
+) -> io::Result<HashMap<u32, Held>> {
     let mut by_uid: HashMap<u32, Held> = HashMap::new();
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut counted = 0u64;
@@ -345,7 +356,7 @@ pub fn rescan(store: BorrowedFd<'_>, progress: Progress<'_>) -> io::Result<HashM
             if name == "." || name == ".." {
                 continue;
             }
-            let (st, cost) = match cost_at(dir.as_fd(), name) {
+            let (st, cost) = match cost_at(dir.as_fd(), name, spill) {
                 Ok(c) => c,
                 // Gone since it was listed.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -512,7 +523,8 @@ mod tests {
         std::os::unix::fs::lchown(root.join("agents/a/s"), Some(61006), None).unwrap();
         let fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
         let mut last = 0;
-        let by_uid = rescan(fd.as_fd(), &mut |n| last = n).unwrap();
+        let spill = Spill::new(&root.join(".clawfs"));
+        let by_uid = rescan(fd.as_fd(), &spill, &mut |n| last = n).unwrap();
         // d (4096 + "user.topic" + 50), f (8192, counted once), s (300).
         assert_eq!(
             by_uid[&61006],

@@ -33,6 +33,7 @@ pub mod store;
 pub mod tree;
 pub mod vault;
 pub mod virtual_files;
+pub mod xattr_spill;
 pub mod xattrs;
 
 pub use error::{FsError, FsResult, OpenError};

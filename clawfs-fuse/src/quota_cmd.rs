@@ -110,7 +110,8 @@ fn rescan_here(store: &Store) -> Result<(), Failure> {
         indicatif::ProgressStyle::with_template("{spinner} {pos} files counted {elapsed}")
             .expect("a valid template"),
     );
-    let by_uid = clawfs_core::held::rescan(store.root_fd(), &mut |n| bar.set_position(n))
+    let spill = clawfs_core::xattr_spill::Spill::new(&store.private_dir());
+    let by_uid = clawfs_core::held::rescan(store.root_fd(), &spill, &mut |n| bar.set_position(n))
         .context("counting the store")?;
     bar.finish();
     let previous = read_saved(store).unwrap_or_default();

@@ -382,3 +382,131 @@ fn access_times_follow_the_mount_mode() {
         }
     }
 }
+
+/// The rows the store keeps of user attributes past what backing inodes hold.
+fn kept_attribute_rows(m: &Mounted) -> usize {
+    let spill = clawfs_core::xattr_spill::Spill::new(&m.backing(".clawfs"));
+    spill.bytes_by_handle().unwrap().len()
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// A file holds 1,000 user attributes and a 64 KiB value whatever the backing filesystem holds
+/// per inode (ext4: about 110 small ones, no value past a block), with the kernel's rules: the
+/// create and replace flags, ENODATA once removed, names kept across links and renames, and
+/// another user's change refused as the file's mode says, nothing changed. The store forgets
+/// them with the file's last name.
+#[test]
+fn a_thousand_user_attributes_and_values_of_64_kib() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let f = m.ws().join("many");
+    fs::write(&f, "x").unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "i=0; while [ $i -lt 1000 ]; do setfattr -n user.attribute_$i -v value_$i {} || exit 1; i=$((i+1)); done",
+            f.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dump = crate::common::sh(&format!("getfattr -d --absolute-names {}", f.display()));
+    assert_eq!(
+        dump.lines()
+            .filter(|l| l.starts_with("user.attribute_"))
+            .count(),
+        1000
+    );
+    for i in [0, 500, 999] {
+        let v = xattr::get(&f, format!("user.attribute_{i}")).unwrap();
+        assert_eq!(v, Some(format!("value_{i}").into_bytes()));
+    }
+    assert!(kept_attribute_rows(&m) > 0, "ext4 alone would have refused");
+    let long = vec![0xabu8; 65536];
+    xattr::set(&f, "user.long_attr", &long).unwrap();
+    assert_eq!(xattr::get(&f, "user.long_attr").unwrap(), Some(long));
+    // The flags, on an attribute kept beside the file and on one that is nowhere.
+    assert_eq!(
+        errno(set_xattr(
+            &f,
+            "user.attribute_999",
+            b"again",
+            libc::XATTR_CREATE
+        )),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno(set_xattr(&f, "user.nowhere", b"v", libc::XATTR_REPLACE)),
+        libc::ENODATA
+    );
+    set_xattr(&f, "user.attribute_999", b"replaced", libc::XATTR_REPLACE).unwrap();
+    assert_eq!(
+        xattr::get(&f, "user.attribute_999").unwrap(),
+        Some(b"replaced".to_vec())
+    );
+    xattr::remove(&f, "user.attribute_998").unwrap();
+    assert_eq!(xattr::get(&f, "user.attribute_998").unwrap(), None);
+    assert_eq!(
+        errno(xattr::remove(&f, "user.attribute_998")),
+        libc::ENODATA
+    );
+    // Another user may read them where the mode lets it, and change none.
+    let user = TempUser::new("xa");
+    let get = |who: &TempUser| who.sh(&format!("getfattr -n user.attribute_999 {}", f.display()));
+    let out = get(&user);
+    assert!(
+        out.status.success() && text(&out).contains("replaced"),
+        "{}",
+        text(&out)
+    );
+    for change in [
+        format!("setfattr -n user.attribute_999 -v evil {}", f.display()),
+        format!("setfattr -x user.attribute_997 {}", f.display()),
+        format!("setfattr -n user.new_one -v evil {}", f.display()),
+    ] {
+        let out = user.sh(&change);
+        assert!(!out.status.success(), "{change}: {}", text(&out));
+        assert!(text(&out).contains("Permission denied"), "{}", text(&out));
+    }
+    assert_eq!(
+        xattr::get(&f, "user.attribute_999").unwrap(),
+        Some(b"replaced".to_vec())
+    );
+    assert!(xattr::get(&f, "user.attribute_997").unwrap().is_some());
+    assert_eq!(xattr::get(&f, "user.new_one").unwrap(), None);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = get(&user);
+    assert!(!out.status.success(), "{}", text(&out));
+    // A link and a rename keep them; the last name removed forgets them.
+    let link = m.ws().join("link");
+    fs::hard_link(&f, &link).unwrap();
+    let moved = m.ws().join("moved");
+    fs::rename(&f, &moved).unwrap();
+    assert_eq!(
+        xattr::get(&link, "user.attribute_999").unwrap(),
+        Some(b"replaced".to_vec())
+    );
+    fs::remove_file(&moved).unwrap();
+    assert!(kept_attribute_rows(&m) > 0, "one name is left");
+    fs::remove_file(&link).unwrap();
+    assert_eq!(kept_attribute_rows(&m), 0);
+}

@@ -12,7 +12,7 @@ use crate::support::{agent_policy, text};
 
 /// Runs `script` as `agent` in the default sandbox, in the workspace, with `call TOOL JSON`
 /// making a tool call; its output.
-fn as_agent(m: &Mounted, agent: &str, script: &str) -> String {
+pub(crate) fn as_agent(m: &Mounted, agent: &str, script: &str) -> String {
     let out = m.run_agent_as(
         agent,
         &[],
@@ -26,7 +26,7 @@ fn as_agent(m: &Mounted, agent: &str, script: &str) -> String {
 }
 
 /// What `agent` holds, after checking that the running count agrees with a recount.
-fn recounted(m: &Mounted, agent: &str) -> (u64, u64) {
+pub(crate) fn recounted(m: &Mounted, agent: &str) -> (u64, u64) {
     let live = held(m, agent);
     let out = crate::common::cli(m, &["quota", "rescan"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -354,4 +354,46 @@ fn a_stuck_entry_stays_listed_and_owners_empty_their_files_from_others_entries()
     // fs-engine's entry is still there, without kernel-engine's file.
     let o = as_agent(&m, "fs-engine", "call list_trash '{}'");
     assert!(o.contains("\"path\":\"shared\""), "{o}");
+}
+
+/// User attributes past what the backing inode holds (kept beside it by the store) are the
+/// file's owner's: counted as they are set, refused at the quota, carried to the replacement a
+/// tool's edit writes, and given back with the file, the running count agreeing with a
+/// recount at each step.
+#[test]
+fn attributes_kept_beside_a_file_are_charged_carried_and_given_back() {
+    let m = Mounted::new();
+    agent_policy(&m, "fs-engine", "quota = { bytes = \"1MiB\" }");
+    let (base, _) = recounted(&m, "fs-engine");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"printf 'one\ntwo\n' > a.txt
+           v=$(printf '%01000d' 0)
+           i=0; while [ $i -lt 300 ]; do setfattr -n user.a$i -v $v a.txt || exit 1; i=$((i+1)); done
+           echo set"#,
+    );
+    assert!(o.contains("set"), "{o}");
+    let (bytes, _) = recounted(&m, "fs-engine");
+    assert!(bytes >= base + 300 * 1000, "{base} → {bytes}");
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        r#"call edit_file '{"path":"a.txt","edits":[{"old":"two","new":"three"}]}'
+           getfattr -d a.txt | grep -c '^user.a'
+           v=$(printf '%01000d' 0)
+           i=0; while [ $i -lt 1000 ]; do setfattr -n user.b$i -v $v a.txt 2>err || break; i=$((i+1)); done
+           cat err"#,
+    );
+    assert!(o.contains("\n300\n"), "the edit kept them: {o}");
+    assert!(o.contains("Disk quota exceeded"), "{o}");
+    let (full, _) = recounted(&m, "fs-engine");
+    assert!(full <= 1 << 20 && full > bytes, "{bytes} → {full}");
+    let o = as_agent(&m, "fs-engine", "rm a.txt && echo removed");
+    assert!(o.contains("removed"), "{o}");
+    // What stays is the edit's backup of the 8-byte file (its content and creation time).
+    let after = recounted(&m, "fs-engine").0;
+    assert!((base..base + 100).contains(&after), "{base} → {after}");
+    let spill = clawfs_core::xattr_spill::Spill::new(&m.backing(".clawfs"));
+    assert!(spill.bytes_by_handle().unwrap().is_empty());
 }

@@ -224,6 +224,8 @@ pub struct ClawFs {
     recent: std::sync::Mutex<lru::LruCache<u64, Arc<BackingFile>>>,
     /// The HMAC key the audit trail is signed with now (the vault's, while unlocked; leaf).
     audit_key: std::sync::Mutex<Option<[u8; 32]>>,
+    /// User attributes the backing inodes cannot hold.
+    spill: Arc<crate::xattr_spill::Spill>,
     /// Recently used `O_PATH` descriptors by backing handle (leaf lock: opened outside it).
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
     /// Namespace paths of nodes in use, for policy decisions (leaf lock).
@@ -354,6 +356,7 @@ impl ClawFs {
             Err(e) => return Err(e.into()),
         };
         let fs = Self {
+            spill: Arc::new(crate::xattr_spill::Spill::new(&store.private_dir())),
             gate: gate::Gate::new(policy, st.st_uid),
             #[cfg(feature = "fault-injection")]
             faults: Faults::from_env(),
@@ -382,6 +385,7 @@ impl ClawFs {
         fs.load_usage();
         fs.load_handles();
         fs.sticky_workspaces();
+        fs.sweep_spilled_xattrs();
         Ok(fs)
     }
 

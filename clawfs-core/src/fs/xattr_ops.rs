@@ -29,9 +29,17 @@ impl ClawFs {
         };
         let node = self.node(ino)?;
         let fd = self.decided_fd(caller, "getxattr", crate::policy::Access::Read, &node)?;
-        let _as = AsCaller::enter(caller)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
-        xattr::get_deref(path, name)?.ok_or_else(|| errno(libc::ENODATA))
+        // Asked of the backing file as the caller, so the kernel decides whether the caller
+        // may read the file's attributes, wherever this one is kept.
+        let stored = {
+            let _as = AsCaller::enter(caller)?;
+            xattr::get_deref(path, name)?
+        };
+        match self.spill.get(fd.as_fd(), name)? {
+            Some(kept) => Ok(kept),
+            None => stored.ok_or_else(|| errno(libc::ENODATA)),
+        }
     }
 
     /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
@@ -41,14 +49,19 @@ impl ClawFs {
         }
         let node = self.node(ino)?;
         let fd = self.decided_fd(caller, "listxattr", crate::policy::Access::Read, &node)?;
-        let _as = AsCaller::enter(caller)?;
-        let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
-        let mut out = Vec::new();
-        for name in xattr::list_deref(path)? {
-            if name.to_str().is_some_and(xattrs::is_user) {
-                out.extend_from_slice(name.as_bytes());
-                out.push(0);
+        let mut names = {
+            let _as = AsCaller::enter(caller)?;
+            user_names(&fd)?
+        };
+        for kept in self.spill.names(fd.as_fd())? {
+            if !names.contains(&kept) {
+                names.push(kept);
             }
+        }
+        let mut out = Vec::new();
+        for name in names {
+            out.extend_from_slice(name.as_bytes());
+            out.push(0);
         }
         Ok(out)
     }
@@ -76,7 +89,18 @@ impl ClawFs {
         // What the attribute adds to what the file's owner holds (see `crate::held`), read by
         // the daemon: the caller may lack read access.
         let path = proc_fd_path(&fd);
-        let old = xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?;
+        let kept = self.spill.get(fd.as_fd(), name)?;
+        let old = match kept {
+            Some(_) => kept.clone(),
+            None => xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)?,
+        };
+        let flags = XattrFlags::from_bits_retain(flags as u32);
+        if flags.contains(XattrFlags::CREATE) && old.is_some() {
+            return Err(errno(libc::EEXIST));
+        }
+        if flags.contains(XattrFlags::REPLACE) && old.is_none() {
+            return Err(errno(libc::ENODATA));
+        }
         let grows = (name.len() + value.len()) as i64
             - old.as_ref().map_or(0, |v| (name.len() + v.len()) as i64);
         let owner = rustix::fs::fstat(&*fd)?.st_uid;
@@ -90,7 +114,7 @@ impl ClawFs {
         }
         // A ClawFS attribute, decided and validated, is the daemon's to write (the caller may
         // not be the owner of a sticky workspace root); any other as the caller.
-        let _as = match effect {
+        let mut _as = match effect {
             Some(_) => None,
             None => Some(AsCaller::enter(caller)?),
         };
@@ -104,12 +128,21 @@ impl ClawFs {
             Some(_) => old,
             None => None,
         };
-        rustix::fs::setxattr(
-            path.as_c_str(),
-            name,
-            value,
-            XattrFlags::from_bits_retain(flags as u32),
-        )?;
+        let keep = match kept {
+            Some(_) => Some(Keep::Asking),
+            None => match rustix::fs::setxattr(path.as_c_str(), name, value, flags) {
+                // More than the backing inode holds: kept beside it (ClawFS's own attributes
+                // are few and small, and read from the backing file).
+                Err(rustix::io::Errno::NOSPC | rustix::io::Errno::TOOBIG) if effect.is_none() => {
+                    Some(Keep::NoRoom)
+                }
+                r => r.map(|()| None)?,
+            },
+        };
+        if let Some(keep) = keep {
+            drop(_as.take());
+            self.keep_xattr(caller, &fd, name, value, keep)?;
+        }
         self.held_changed(owner, grows);
         if let Some((bytes, mode)) = metadata {
             let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
@@ -162,10 +195,20 @@ impl ClawFs {
         let old = xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)
             .ok()
             .flatten();
+        let kept = self.spill.get(fd.as_fd(), name)?;
         let owner = rustix::fs::fstat(&*fd)?.st_uid;
+        let old = kept.clone().or(old);
         let _as = AsCaller::enter(caller)?;
-        rustix::fs::removexattr(path.as_c_str(), name)?;
+        match rustix::fs::removexattr(path.as_c_str(), name) {
+            // Asked as the caller of the backing file, where it is not: the kernel's answer
+            // says whether the caller may remove the file's attributes.
+            Err(rustix::io::Errno::NODATA) if kept.is_some() => {}
+            r => r?,
+        }
         drop(_as);
+        if kept.is_some() {
+            self.spill.remove(fd.as_fd(), name)?;
+        }
         if let Some(v) = old {
             self.held_changed(owner, -((name.len() + v.len()) as i64));
         }
@@ -245,6 +288,62 @@ impl ClawFs {
         Ok(fd)
     }
 
+    /// Keeps `name` = `value` beside the backing file `fd` ([`crate::xattr_spill`]) for
+    /// `caller`: the backing file had no room for it, so the caller may set its attributes,
+    /// or that is asked of the kernel now. Refused with ENOSPC when the file's names would no
+    /// longer fit one `listxattr` answer.
+    fn keep_xattr(
+        &self,
+        caller: &Caller,
+        fd: &OwnedFd,
+        name: &str,
+        value: &[u8],
+        keep: Keep,
+    ) -> FsResult<()> {
+        let path = proc_fd_path(fd);
+        let listed = {
+            let _as = AsCaller::enter(caller)?;
+            if keep == Keep::Asking {
+                // Removing it from the backing file, where it is not, is refused as setting
+                // it would be if the caller may not; a copy a crash left there goes.
+                match rustix::fs::removexattr(path.as_c_str(), name) {
+                    Ok(()) | Err(rustix::io::Errno::NODATA) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            user_names(fd)?
+        };
+        let listed: usize = listed
+            .into_iter()
+            .chain(self.spill.names(fd.as_fd())?)
+            .filter(|n| n != name)
+            .map(|n| n.len() + 1)
+            .sum();
+        if listed + name.len() + 1 > crate::xattr_spill::LIST_MAX {
+            return Err(errno(libc::ENOSPC));
+        }
+        // Kept by the daemon: the table is in the store's private area.
+        self.spill.put(fd.as_fd(), name, value)?;
+        // A value grown past what the backing inode holds leaves the smaller one there.
+        match rustix::fs::removexattr(path.as_c_str(), name) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Forgets the kept attributes of inodes that are gone (a crash between a removal and its
+    /// forgetting): at mount.
+    pub(super) fn sweep_spilled_xattrs(&self) {
+        if self.spill.unused() {
+            return;
+        }
+        match self.spill.sweep(self.store.root_fd()) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(n, "attributes of removed files forgotten"),
+            Err(e) => tracing::warn!(error = %e, "kept attributes could not be swept"),
+        }
+    }
+
     pub(super) fn user_xattr_name<'a>(&self, name: &'a OsStr) -> FsResult<&'a str> {
         name.to_str()
             .filter(|n| xattrs::is_user(n))
@@ -280,4 +379,22 @@ impl ClawFs {
         bytes.push(b'\n');
         Ok((bytes, mode))
     }
+}
+
+/// The `user.*` attribute names on the backing file `fd`, as the credentials in force see them.
+fn user_names(fd: &OwnedFd) -> FsResult<Vec<String>> {
+    let path = OsStr::from_bytes(proc_fd_path(fd).as_bytes()).to_owned();
+    Ok(xattr::list_deref(path)?
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| xattrs::is_user(n))
+        .collect())
+}
+
+/// Why an attribute is kept beside its backing file.
+#[derive(PartialEq, Eq)]
+enum Keep {
+    /// The backing inode had no room for it.
+    NoRoom,
+    /// It is kept there already; whether the caller may set it is still to be asked.
+    Asking,
 }

@@ -146,7 +146,7 @@ pub(crate) fn write_charged(
                     &slot.name,
                     bytes,
                     beneath::FileMode::mode(mode),
-                    |new| carry_attributes(f, m, new),
+                    |new| carry_attributes(f, m, new).and_then(|()| root.replacing(f, new)),
                 )
             })
             .map_err(ctx)?;

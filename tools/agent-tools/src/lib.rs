@@ -127,6 +127,13 @@ pub trait Ledger: Send + Sync {
     /// The names in the folder `dir` are about to change (an entry moved in or out); the
     /// returned closure is called once they have.
     fn renaming(&self, dir: BorrowedFd<'_>) -> Box<dyn FnOnce() + Send>;
+    /// The new file `to` is about to replace `from` under its name: what the store keeps of
+    /// `from` beside its inode (attributes it had no room for) is given to `to`, as its
+    /// attributes are.
+    fn replacing(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> std::io::Result<()> {
+        let _ = (from, to);
+        Ok(())
+    }
 }
 
 /// A name about to be made, told to the ledger once it is ([`ToolRoot::making`]).
@@ -381,6 +388,14 @@ impl ToolRoot {
         beneath::mkdir(dir, name, mode)?;
         made.done(name);
         Ok(())
+    }
+
+    /// Gives the new file `to`, about to replace `from`, what the ledger's store keeps of it.
+    pub(crate) fn replacing(&self, from: &impl AsFd, to: &impl AsFd) -> std::io::Result<()> {
+        match &self.ledger {
+            Some(l) => l.replacing(from.as_fd(), to.as_fd()),
+            None => Ok(()),
+        }
     }
 
     /// Rewrites the open regular file `file` with `rewrite`, telling the ledger.

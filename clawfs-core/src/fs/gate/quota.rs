@@ -6,6 +6,7 @@
 use rustix::fs::{AtFlags, FileType};
 
 use super::*;
+use crate::backing::BackingHandle;
 use crate::held::{Delta, Held};
 
 /// A recomputation of the held usage asked of a running daemon (`clawfs quota rescan`),
@@ -186,12 +187,15 @@ impl ClawFs {
     /// the cost of its inode, if this is its last name. Pass it to [`Self::held_removed`] once
     /// the removal succeeded.
     pub(in crate::fs) fn held_cost(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Option<Removal> {
-        Removal::measure(dir, name)
+        Removal::measure(dir, name, &self.spill)
     }
 
     /// Gives back what a removed last name held (see [`Self::held_cost`]); a file that is still
     /// open stays charged until its last close.
     pub(in crate::fs) fn held_removed(&self, r: Removal) {
+        if let Some(handle) = &r.handle {
+            self.spill.forget(handle);
+        }
         let node = self.inodes.get(self.inodes.mount_ino(r.ino));
         let kept = node
             .as_ref()
@@ -232,7 +236,7 @@ impl ClawFs {
             FileType::from_raw_mode(st.st_mode),
             FileType::RegularFile | FileType::Directory
         ) {
-            cost += crate::held::user_xattr_bytes(&crate::held::fd_path(fd));
+            cost += crate::held::user_xattr_bytes(&crate::held::fd_path(fd)) + self.spill.bytes(fd);
         }
         self.gate.held.transfer(from, st.st_uid, cost);
     }
@@ -330,7 +334,7 @@ impl ClawFs {
     /// Recomputes what every owner holds from the store ([`crate::held::rescan`]), replacing
     /// the counts (changes made while it runs may be counted or not).
     pub fn rescan_usage(&self, progress: crate::held::Progress<'_>) -> std::io::Result<()> {
-        let by_uid = crate::held::rescan(self.store.root_fd(), progress)?;
+        let by_uid = crate::held::rescan(self.store.root_fd(), &self.spill, progress)?;
         self.gate.held.replace(by_uid, HashMap::new());
         self.write_usage(false);
         Ok(())
@@ -383,13 +387,18 @@ pub(in crate::fs) struct Removal {
     data: u64,
     cost: u64,
     ino: u64,
+    handle: Option<BackingHandle>,
 }
 
 impl Removal {
     /// What removing `name` from `dir` would give back, measured now: `None` unless it is the
     /// inode's last name.
-    pub(in crate::fs) fn measure(dir: BorrowedFd<'_>, name: &OsStr) -> Option<Removal> {
-        let (st, cost) = crate::held::cost_at(dir, name).ok()?;
+    pub(in crate::fs) fn measure(
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        spill: &crate::xattr_spill::Spill,
+    ) -> Option<Removal> {
+        let (st, cost) = crate::held::cost_at(dir, name, spill).ok()?;
         let folder = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
         (folder || st.st_nlink <= 1).then_some(Removal {
             uid: st.st_uid,
@@ -399,6 +408,11 @@ impl Removal {
             },
             cost,
             ino: st.st_ino,
+            // Its attributes kept beside it go with it.
+            handle: match spill.unused() {
+                true => None,
+                false => BackingHandle::at(dir, name).ok(),
+            },
         })
     }
 }

@@ -43,8 +43,13 @@ enum Change {
 }
 
 /// Records a call's changes (see the module).
-#[derive(Debug, Default, Clone)]
-pub struct ToolLedger(Arc<Mutex<Vec<Change>>>);
+#[derive(Clone)]
+pub struct ToolLedger {
+    changes: Arc<Mutex<Vec<Change>>>,
+    /// The store's attributes past what backing inodes hold: counted, and carried to a
+    /// replacement.
+    spill: Arc<crate::xattr_spill::Spill>,
+}
 
 /// A folder's cost now, with its inode and owner.
 fn folder_cost(dir: BorrowedFd<'_>) -> Option<(u64, u32, u64)> {
@@ -53,8 +58,16 @@ fn folder_cost(dir: BorrowedFd<'_>) -> Option<(u64, u32, u64)> {
 }
 
 impl ToolLedger {
+    /// A ledger for one call on the store whose kept attributes are `spill`.
+    pub(in crate::fs) fn new(spill: Arc<crate::xattr_spill::Spill>) -> Self {
+        Self {
+            changes: Default::default(),
+            spill,
+        }
+    }
+
     fn push(&self, c: Change) {
-        self.0
+        self.changes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(c);
@@ -73,7 +86,7 @@ impl ToolLedger {
     }
 
     fn take(&self) -> Vec<Change> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -83,7 +96,7 @@ impl clawfs_agent_tools::Ledger for ToolLedger {
         let (this, dir) = (self.clone(), rustix::io::dup(dir).ok());
         Box::new(move |name| {
             let Some(dir) = dir else { return };
-            match crate::held::cost_at(dir.as_fd(), name) {
+            match crate::held::cost_at(dir.as_fd(), name, &this.spill) {
                 Ok((st, cost)) => this.push(Change::Made {
                     uid: st.st_uid,
                     cost,
@@ -95,7 +108,7 @@ impl clawfs_agent_tools::Ledger for ToolLedger {
     }
 
     fn removing(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Box<dyn FnOnce() + Send> {
-        let removal = Removal::measure(dir, name);
+        let removal = Removal::measure(dir, name, &self.spill);
         let before = folder_cost(dir);
         let (this, dir) = (self.clone(), rustix::io::dup(dir).ok());
         Box::new(move || {
@@ -106,6 +119,10 @@ impl clawfs_agent_tools::Ledger for ToolLedger {
                 this.folder(dir.as_fd(), before);
             }
         })
+    }
+
+    fn replacing(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> std::io::Result<()> {
+        self.spill.copy(from, to)
     }
 
     fn renaming(&self, dir: BorrowedFd<'_>) -> Box<dyn FnOnce() + Send> {

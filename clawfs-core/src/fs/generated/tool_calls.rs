@@ -187,7 +187,7 @@ impl ClawFs {
         if let Identity::Agent(agent) = who {
             root = root.with_meter(self.tool_meter(agent, creds.caller.uid, promised.clone()));
         }
-        let ledger = crate::fs::gate::ToolLedger::default();
+        let ledger = crate::fs::gate::ToolLedger::new(self.spill.clone());
         root = root.with_ledger(std::sync::Arc::new(ledger.clone()));
         // Backups take the file's owner, group and mode, which only the daemon may give.
         let backup_creds = creds.clone();
