@@ -45,6 +45,17 @@ pub struct Adapter {
 /// FLUSH round trip.
 const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
+/// Open flags for a backing file the kernel serves by passthrough, opened with `flags`. One
+/// opened for reading and writing may be written through a shared mapping, which changes the
+/// backing file's times behind the kernel's attribute cache: its FLUSH, which `close` (and a
+/// writer's exit) waits for, is where the daemon tells the kernel (`ClawFs::flush`).
+fn passthrough_open_flags(flags: i32) -> FopenFlags {
+    match flags & libc::O_ACCMODE == libc::O_RDWR {
+        true => FopenFlags::empty(),
+        false => FILE_OPEN_FLAGS,
+    }
+}
+
 /// Open flags for a file served through the page cache; without `keep_cache` the kernel drops
 /// the pages it has (they may predate a passthrough write).
 fn cached_open_flags(keep_cache: bool) -> FopenFlags {
@@ -450,7 +461,9 @@ impl Filesystem for Adapter {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }
             Ok(Opened::Backing(fh, file)) => match self.serving(&file, |f| reply.open_backing(f)) {
-                Ok(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN_FLAGS, id),
+                Ok(id) => {
+                    reply.opened_passthrough(FileHandle(fh), passthrough_open_flags(flags.0), id)
+                }
                 Err(flags) => reply.opened(FileHandle(fh), flags),
             },
             // Generated content: every read and write reaches the daemon.
@@ -491,7 +504,7 @@ impl Filesystem for Adapter {
                         &attr,
                         generation,
                         FileHandle(fh),
-                        FILE_OPEN_FLAGS,
+                        passthrough_open_flags(flags),
                         id,
                     ),
                     Err(flags) => reply.created(&ttl, &attr, generation, FileHandle(fh), flags),
@@ -545,8 +558,9 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("flush", fh = fh.0).entered();
-        // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered); only generated
-        // files get here, where closing a tool request runs it.
+        // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered) but for passthrough
+        // opens for reading and writing (see `passthrough_open_flags`); generated files get
+        // here too, where closing a tool request runs it.
         Self::reply_empty(
             "flush",
             self.fs.audited(|| self.fs.flush(&caller(req), ino.0, fh.0)),

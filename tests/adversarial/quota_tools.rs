@@ -397,3 +397,69 @@ fn attributes_kept_beside_a_file_are_charged_carried_and_given_back() {
     let spill = clawfs_core::xattr_spill::Spill::new(&m.backing(".clawfs"));
     assert!(spill.bytes_by_handle().unwrap().is_empty());
 }
+
+/// Attributes another agent or a local user sets on an agent's file are the owner's to hold:
+/// refused at the owner's quota (EDQUOT, audited) however many files they spread over, as
+/// data growth is. Attributes set on a file after its last name is gone add nothing counted
+/// and nothing kept beside it: the file gives back what it held at its last close, and the
+/// running count agrees with a recount.
+#[test]
+fn attributes_others_set_are_held_to_the_owners_quota() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    agent_policy(&m, "build-engine", "quota = { bytes = \"1MiB\" }");
+    let o = as_agent(
+        &m,
+        "build-engine",
+        "mkdir -m 777 open && for i in 1 2 3 4 5 6; do echo s > open/f$i; chmod 666 open/f$i; done && echo made",
+    );
+    assert!(o.contains("made"), "{o}");
+    let fill = |dir: &str| {
+        format!(
+            r#"v=$(printf '%060000d' 0)
+               for f in 1 2 3 4 5 6; do i=0; while [ $i -lt 64 ]; do
+                 e=$(setfattr -n user.x$i -v $v {dir}/open/f$f 2>&1) || {{ echo "$e"; break 2; }}
+                 i=$((i+1)); done; done"#
+        )
+    };
+    let ws = m.ws().display().to_string();
+    let o = as_agent(&m, "fs-engine", &fill(&ws));
+    assert!(o.contains("Disk quota exceeded"), "{o}");
+    let (held, _) = recounted(&m, "build-engine");
+    assert!(held <= 1 << 20, "build-engine holds {held}");
+    let user = crate::support::TempUser::new("xq");
+    let out = user.sh(&fill(&ws));
+    assert!(text(&out).contains("Disk quota exceeded"), "{}", text(&out));
+    assert!(recounted(&m, "build-engine").0 <= 1 << 20);
+    let refused = crate::common::audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "setxattr" && r["agent"] == "fs-engine" && r["result"] == "denied"
+        })
+    });
+    assert!(!refused.is_empty());
+    // A removed file still open: what is set on it counts for nothing, and goes with it.
+    let o = as_agent(
+        &m,
+        "build-engine",
+        r#"rm -f open/f*
+           python3 -c '
+import os
+fd = os.open("gone", os.O_RDWR | os.O_CREAT, 0o600)
+os.unlink("gone")
+n = 0
+for i in range(200):
+    try:
+        os.setxattr(fd, "user.u%d" % i, b"x" * 60000)
+        n += 1
+    except OSError as e:
+        print("stopped", e.errno)
+        break
+os.close(fd)
+print("set", n)'"#,
+    );
+    assert!(o.contains("stopped"), "{o}");
+    let (after, _) = recounted(&m, "build-engine");
+    assert!(after < 100_000, "{after}");
+    let spill = clawfs_core::xattr_spill::Spill::new(&m.backing(".clawfs"));
+    assert!(spill.bytes_by_handle().unwrap().is_empty());
+}

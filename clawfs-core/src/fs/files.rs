@@ -387,6 +387,14 @@ impl ClawFs {
             return self.flush_virtual(fh);
         }
         let file = self.files.get(fh)?;
+        if file.writer.is_some() && matches!(file.io, Some((IoChoice::Passthrough, _))) {
+            // Writes through a mapping changed the backing file's times (and maybe its size)
+            // without a word to the kernel, which may hold the attributes from before for the
+            // attribute timeout: `make` deciding from a stale mtime builds wrong. Told before
+            // the flush is answered, so before `close` (or the writer's exit) returns; the
+            // release comes later, in the background.
+            self.attributes_changed(file.ino);
+        }
         self.commit_staged(caller, &file)
     }
 
@@ -423,12 +431,6 @@ impl ClawFs {
             self.index_file(&w.path);
         }
         self.held_closed(&file.held);
-        if file.writer.is_some() && matches!(file.io, Some((IoChoice::Passthrough, _))) {
-            // Writes through a mapping changed the backing file's times (and maybe its size)
-            // without a word to the kernel, which may hold the attributes from before for the
-            // attribute timeout: `make` deciding from a stale mtime builds wrong.
-            self.attributes_changed(file.ino);
-        }
         if self.passthrough() && file.staged.is_none() {
             let mut recent = self
                 .recent

@@ -103,14 +103,16 @@ impl ClawFs {
         }
         let grows = (name.len() + value.len()) as i64
             - old.as_ref().map_or(0, |v| (name.len() + v.len()) as i64);
-        let owner = rustix::fs::fstat(&*fd)?.st_uid;
-        if grows > 0 {
-            let adding = crate::policy::Quota {
-                bytes: grows as u64,
-                files: 0,
-            };
-            let who = self.identify(caller);
-            self.decide_quota(caller, &who, "setxattr", &self.ns_path(&fd)?, adding)?;
+        let st = rustix::fs::fstat(&*fd)?;
+        // A file whose last name is gone stays charged what it held then, until its last
+        // close: its attributes change nothing counted from then on, and none is kept beside
+        // it (nothing would forget it).
+        let gone = st.st_nlink == 0;
+        let who = self.identify(caller);
+        let payer = self.payer(Some((&who, caller.uid)), st.st_uid);
+        if grows > 0 && !gone {
+            let ns = self.ns_path(&fd)?;
+            self.decide_growth(caller, &who, "setxattr", &ns, grows as u64, st.st_uid)?;
         }
         // A ClawFS attribute, decided and validated, is the daemon's to write (the caller may
         // not be the owner of a sticky workspace root); any other as the caller.
@@ -133,7 +135,9 @@ impl ClawFs {
             None => match rustix::fs::setxattr(path.as_c_str(), name, value, flags) {
                 // More than the backing inode holds: kept beside it (ClawFS's own attributes
                 // are few and small, and read from the backing file).
-                Err(rustix::io::Errno::NOSPC | rustix::io::Errno::TOOBIG) if effect.is_none() => {
+                Err(rustix::io::Errno::NOSPC | rustix::io::Errno::TOOBIG)
+                    if effect.is_none() && !gone =>
+                {
                     Some(Keep::NoRoom)
                 }
                 r => r.map(|()| None)?,
@@ -143,7 +147,9 @@ impl ClawFs {
             drop(_as.take());
             self.keep_xattr(caller, &fd, name, value, keep)?;
         }
-        self.held_changed(owner, grows);
+        if !gone {
+            self.held_changed(payer, grows);
+        }
         if let Some((bytes, mode)) = metadata {
             let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
             let written = crate::beneath::write_atomic(
@@ -196,7 +202,8 @@ impl ClawFs {
             .ok()
             .flatten();
         let kept = self.spill.get(fd.as_fd(), name)?;
-        let owner = rustix::fs::fstat(&*fd)?.st_uid;
+        let st = rustix::fs::fstat(&*fd)?;
+        let payer = self.payer(Some((&self.identify(caller), caller.uid)), st.st_uid);
         let old = kept.clone().or(old);
         let _as = AsCaller::enter(caller)?;
         match rustix::fs::removexattr(path.as_c_str(), name) {
@@ -209,8 +216,9 @@ impl ClawFs {
         if kept.is_some() {
             self.spill.remove(fd.as_fd(), name)?;
         }
-        if let Some(v) = old {
-            self.held_changed(owner, -((name.len() + v.len()) as i64));
+        // A file whose last name is gone gives back what it held then at its last close.
+        if let Some(v) = old.filter(|_| st.st_nlink > 0) {
+            self.held_changed(payer, -((name.len() + v.len()) as i64));
         }
         self.index_file(&self.ns_path(&fd)?);
         Ok(())
@@ -332,8 +340,8 @@ impl ClawFs {
     }
 
     /// Forgets the kept attributes of inodes that are gone (a crash between a removal and its
-    /// forgetting): at mount.
-    pub(super) fn sweep_spilled_xattrs(&self) {
+    /// forgetting, files replaced behind the daemon's back): at mount and at each recount.
+    pub(in crate::fs) fn sweep_spilled_xattrs(&self) {
         if self.spill.unused() {
             return;
         }

@@ -72,9 +72,9 @@ impl ClawFs {
         self.decide_growth(&caller, &w.who, op, &w.path, bytes, owner)
     }
 
-    /// Checks that the agent `who` may add `bytes` to an inode `owner` owns: against the quota
-    /// of whoever will hold them — the owner when that is an agent, else `who` (see
-    /// [`Self::payer`]); refused with EDQUOT, audited as `who`'s.
+    /// Checks that `who` may add `bytes` to an inode `owner` owns: against the quota of
+    /// whoever will hold them — the owner when that is an agent, else `who` (see
+    /// [`Self::payer`]); refused with EDQUOT, audited as `who`'s. Admins are never refused.
     pub(in crate::fs) fn decide_growth(
         &self,
         caller: &Caller,
@@ -84,8 +84,9 @@ impl ClawFs {
         bytes: u64,
         owner: u32,
     ) -> FsResult<()> {
-        // Only agents are limited: root and users grow what they may.
-        if bytes == 0 || !matches!(who, Identity::Agent(_)) {
+        // Only agents are limited, whoever grows what they hold (as `quota(1)` refuses a user
+        // growing another's file past the owner's quota); admins grow what they may.
+        if bytes == 0 || matches!(who, Identity::Admin) {
             return Ok(());
         }
         let adding = Quota { bytes, files: 0 };
@@ -106,7 +107,7 @@ impl ClawFs {
     /// but an agent that grows a file of root's or of a user's (who have no quota) holds that
     /// growth itself until a recount gives it to the owner, or writing to such files would
     /// fill the disk past any quota.
-    fn payer(&self, writer: Option<(&Identity, u32)>, owner: u32) -> u32 {
+    pub(in crate::fs) fn payer(&self, writer: Option<(&Identity, u32)>, owner: u32) -> u32 {
         match writer {
             Some((Identity::Agent(_), uid)) if self.gate.held.agent_of(owner).is_none() => uid,
             _ => owner,
@@ -334,6 +335,7 @@ impl ClawFs {
     /// Recomputes what every owner holds from the store ([`crate::held::rescan`]), replacing
     /// the counts (changes made while it runs may be counted or not).
     pub fn rescan_usage(&self, progress: crate::held::Progress<'_>) -> std::io::Result<()> {
+        self.sweep_spilled_xattrs();
         let by_uid = crate::held::rescan(self.store.root_fd(), &self.spill, progress)?;
         self.gate.held.replace(by_uid, HashMap::new());
         self.write_usage(false);
