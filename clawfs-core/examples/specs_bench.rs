@@ -79,7 +79,7 @@ fn main() {
         let t = Instant::now();
         for i in 0..docs {
             let rel = format!("bench/D-{i:05}.md");
-            let file = clawfs_core::beneath::open_file(
+            let file = clawfs_store::beneath::open_file(
                 fd,
                 &Path::new("specs").join(&rel),
                 rustix::fs::OFlags::RDONLY,

@@ -93,31 +93,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Cgr
     }
 }
 
-/// One line of `/proc/self/mountinfo`, the fields used here.
-struct MountEntry {
-    /// `major:minor`: one per superblock, so one per cgroup hierarchy.
-    dev: String,
-    /// The path, inside the filesystem, that is mounted (for cgroups: a cgroup path).
-    root: String,
-    mount: PathBuf,
-    fstype: String,
-    /// Superblock options (for cgroup v1: `rw,memory`, `rw,cpu,cpuacct`, `rw,name=systemd`, …).
-    super_opts: String,
-}
-
-fn mount_entries(text: &str) -> impl Iterator<Item = MountEntry> + '_ {
-    text.lines().filter_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        // The separator follows the six fixed fields and the optional ones.
-        let sep = 6 + fields.iter().skip(6).position(|f| *f == "-")?;
-        Some(MountEntry {
-            dev: fields.get(2)?.to_string(),
-            root: crate::mountinfo::unescape(fields.get(3)?),
-            mount: PathBuf::from(crate::mountinfo::unescape(fields.get(4)?)),
-            fstype: fields.get(sep + 1)?.to_string(),
-            super_opts: fields.get(sep + 3).copied().unwrap_or("").to_string(),
-        })
-    })
+fn mount_entries(text: &str) -> impl Iterator<Item = clawfs_store::mountinfo::MountEntry> {
+    clawfs_store::mountinfo::parse(text).into_iter()
 }
 
 /// The agent whose group holds `cgroup_path` in a hierarchy whose mount shows the cgroup `root`:
@@ -163,7 +140,7 @@ impl Cgroup2 {
         let mut found: Vec<Cgroup2> = mount_entries(text)
             .filter(|m| m.fstype == "cgroup2")
             .map(|m| Cgroup2 {
-                mount: m.mount,
+                mount: m.mount_point,
                 root: m.root,
             })
             .collect();
@@ -279,10 +256,10 @@ impl CgroupV1 {
     /// mounts of one (bind mounts), the first whose root is `/`, else the first. Named
     /// hierarchies without a controller (`name=systemd`) are left out.
     pub fn all_from_mountinfo(text: &str) -> Vec<CgroupV1> {
-        let mut found: Vec<(String, CgroupV1)> = Vec::new();
+        let mut found: Vec<(u64, CgroupV1)> = Vec::new();
         for m in mount_entries(text).filter(|m| m.fstype == "cgroup") {
             let controllers: Vec<String> = m
-                .super_opts
+                .super_options
                 .split(',')
                 .filter(|o| !o.is_empty() && !o.contains('=') && !V1_MOUNT_OPTIONS.contains(o))
                 .map(str::to_string)
@@ -291,7 +268,7 @@ impl CgroupV1 {
                 continue;
             }
             let h = CgroupV1 {
-                mount: m.mount,
+                mount: m.mount_point,
                 root: m.root,
                 controllers,
             };
@@ -503,7 +480,7 @@ pub fn v1_limit(key: &str, limits: &BTreeMap<String, String>) -> V1Limit {
 
 /// Whether `name` is a valid agent name (`[a-z0-9-]+`, ≤ 64 bytes, no hyphen at either end).
 pub fn valid_agent(name: &str) -> bool {
-    crate::names::check_system_name(std::ffi::OsStr::new(name)).is_ok()
+    clawfs_store::names::check_system_name(std::ffi::OsStr::new(name)).is_ok()
 }
 
 /// What happened to each controller `enable_controllers` was asked for.

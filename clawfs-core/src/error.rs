@@ -3,6 +3,8 @@
 
 use std::io;
 
+pub use clawfs_store::ToErrno;
+
 use crate::area::Area;
 
 /// Why a filesystem could not be opened over a store.
@@ -121,9 +123,16 @@ impl FsError {
         matches!(self, FsError::Io(e) if e.raw_os_error() == Some(libc::ENOENT))
     }
 
-    /// The errno the caller gets: the one place where every refusal picks EACCES, EPERM,
-    /// EROFS, … on purpose (every variant matched, no fallback).
-    pub fn errno(&self) -> i32 {
+    /// Wraps the last OS error.
+    pub fn last_os_error() -> Self {
+        FsError::Io(io::Error::last_os_error())
+    }
+}
+
+/// The errno the caller gets: every refusal picks EACCES, EPERM, EROFS, … on purpose (every
+/// variant matched, no fallback); the errors of the crates below pick their own.
+impl ToErrno for FsError {
+    fn errno(&self) -> i32 {
         match self {
             FsError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
             FsError::ReadOnly(_) | FsError::SnapshotReadOnly => libc::EROFS,
@@ -139,58 +148,27 @@ impl FsError {
             FsError::Corrupt { .. } => libc::EIO,
             // The document exists but must not be served: an I/O error, as for a bad block.
             FsError::Tampered(_) => libc::EIO,
-            FsError::Denied(d) => crate::policy::errno_of(d.kind),
+            FsError::Denied(d) => d.errno(),
             FsError::Refused { errno, .. } => *errno,
-            FsError::Vault(e) => vault_errno(e),
+            FsError::Vault(e) => e.errno(),
             // A name the backing store holds but the namespace cannot: an I/O error to the caller.
             FsError::Path(_) => libc::EIO,
-            FsError::Search(e) => search_errno(e),
+            FsError::Search(e) => e.errno(),
         }
     }
+}
 
-    /// Wraps the last OS error.
-    pub fn last_os_error() -> Self {
-        FsError::Io(io::Error::last_os_error())
+impl From<clawfs_store::NameError> for FsError {
+    fn from(e: clawfs_store::NameError) -> Self {
+        FsError::InvalidName {
+            name: e.name,
+            reason: e.reason,
+        }
     }
 }
 
 impl From<rustix::io::Errno> for FsError {
     fn from(e: rustix::io::Errno) -> Self {
         FsError::Io(e.into())
-    }
-}
-
-/// The errno of a search error met through the mount (a search, `workspace.db`): every variant
-/// matched, so a new one picks its errno on purpose.
-fn search_errno(e: &crate::search::SearchError) -> i32 {
-    use crate::search::SearchError as S;
-    match e {
-        S::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-        S::Db(_) | S::Corrupt(_) | S::Hnsw(_) | S::Embed(_) | S::Config(_) => libc::EIO,
-        // Search is off in this daemon, or not ready for this query.
-        S::Unavailable(_) => libc::ENOENT,
-        S::Invalid(_) => libc::EINVAL,
-    }
-}
-
-fn vault_errno(e: &crate::vault::VaultError) -> i32 {
-    use crate::vault::VaultError as V;
-    match e {
-        V::NotFound(_) => libc::ENOENT,
-        // The key is not available to the daemon: the vault must be unlocked (or initialised).
-        V::Locked | V::NotInitialized | V::PassphraseRequired | V::WrongPassphrase => libc::ENOKEY,
-        V::BadName { .. } => libc::EINVAL,
-        V::AlreadyInitialized(_) => libc::EEXIST,
-        // The key cannot be unsealed here (no TPM, a policy or counter that does not match, a
-        // host key that does not open it): the key has been rejected.
-        V::NoTpm(_)
-        | V::PcrMismatch
-        | V::RolledBack { .. }
-        | V::RollbackCounter { .. }
-        | V::HostKey { .. } => libc::EKEYREJECTED,
-        // Data that fails authentication or an interrupted rotation: the content is bad.
-        V::Tampered { .. } | V::Rotation(_) => libc::EBADMSG,
-        V::Tpm(_) | V::Keyring(_) => libc::EIO,
-        V::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
     }
 }

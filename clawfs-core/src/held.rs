@@ -284,7 +284,7 @@ pub fn user_xattr_bytes(path: &std::path::Path) -> u64 {
 
 /// The `/proc/self/fd/N` path of `fd`, for the xattr calls that take paths.
 pub fn fd_path(fd: impl AsFd) -> std::path::PathBuf {
-    let path = crate::backing::proc_fd_path(&fd);
+    let path = clawfs_store::backing::proc_fd_path(&fd);
     std::path::PathBuf::from(OsStr::from_bytes(path.as_bytes()))
 }
 
@@ -338,7 +338,7 @@ pub fn rescan(
     let mut counted = 0u64;
     let open_dir = |d: BorrowedFd<'_>, n: &OsStr| -> io::Result<OwnedFd> {
         // A recount reads folders without touching their access times.
-        crate::beneath::open_dir_noatime(d, n)
+        clawfs_store::beneath::open_dir_noatime(d, n)
     };
     let mut stack = Vec::new();
     for area in COUNTED_AREAS {

@@ -10,8 +10,8 @@ use std::ffi::{OsStr, OsString};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::area::Place;
-use crate::backing::BackingHandle;
 use crate::io_mode::IoMode;
+use clawfs_store::backing::BackingHandle;
 
 /// The inode number FUSE reserves for the mount root.
 pub const ROOT_INO: u64 = 1;

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::backing::BackingHandle;
 use crate::policy::NsPath;
+use clawfs_store::backing::BackingHandle;
 
 /// Entries kept before the cache starts over; a path is cheap to compute again.
 const CAPACITY: usize = 65_536;

@@ -10,9 +10,11 @@ use std::path::Path;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use clawfs_store::accounts;
+
 use crate::identity;
-use crate::names::DEFAULT_AGENTS;
 use crate::store::atomic_write;
+use clawfs_store::names::DEFAULT_AGENTS;
 
 /// The frozen ClawFS specification, served under `specs/p1/`.
 pub const SPEC_P1_4: &str = include_str!("../assets/P1.4-clawfs-spec.md");
@@ -24,55 +26,14 @@ pub const APPARMOR_PROFILE: &str = include_str!("../assets/clawos-fs.apparmor");
 /// Default vector dimension of a workspace (P1.4 §4.4).
 pub const DEFAULT_VECTOR_DIMENSION: u32 = 1536;
 
-/// RFC 3339 "now", seconds precision, UTC.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 /// The gid of `clawos-agents`, the group of the agent directories, if it exists.
 pub fn agents_group() -> Option<u32> {
-    group_id("clawos-agents")
+    accounts::group_id("clawos-agents")
 }
 
 /// The gid of `clawos-users`, the group of the workspaces, if it exists.
 pub fn users_group() -> Option<u32> {
-    group_id("clawos-users")
-}
-
-/// The numeric id of a group in /etc/group, if it exists.
-fn group_id(name: &str) -> Option<u32> {
-    id_from_db("/etc/group", name)
-}
-
-/// The numeric id of a user in /etc/passwd, if it exists.
-fn user_id(name: &str) -> Option<u32> {
-    id_from_db("/etc/passwd", name)
-}
-
-/// The login name of `uid`, or the number when /etc/passwd does not know it.
-pub fn user_name(uid: u32) -> String {
-    name_from_db("/etc/passwd", uid).unwrap_or_else(|| uid.to_string())
-}
-
-/// The name of the group `gid` in /etc/group, if it has one.
-pub fn group_name(gid: u32) -> Option<String> {
-    name_from_db("/etc/group", gid)
-}
-
-/// The name of the entry of `db` (passwd or group format) whose id is `id`.
-fn name_from_db(db: &str, id: u32) -> Option<String> {
-    fs::read_to_string(db).ok()?.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 2 && f[2].parse() == Ok(id)).then(|| f[0].to_string())
-    })
-}
-
-fn id_from_db(db: &str, name: &str) -> Option<u32> {
-    fs::read_to_string(db).ok()?.lines().find_map(|l| {
-        let mut f = l.split(':');
-        (f.next()? == name).then_some(())?;
-        f.nth(1)?.parse().ok()
-    })
+    accounts::group_id("clawos-users")
 }
 
 fn is_root() -> bool {
@@ -149,11 +110,11 @@ fn quotas() -> serde_json::Value {
 
 /// Lays out the areas and their default content under `root`.
 pub fn lay_out(root: &Path) -> io::Result<()> {
-    let now = now_rfc3339();
+    let now = clawfs_store::clock::now_rfc3339();
     let root_owner = Some((0, 0));
-    let agents_group = group_id("clawos-agents").unwrap_or(0);
-    let users_group = group_id("clawos-users").unwrap_or(0);
-    let tools_owner = user_id("wasm-agent").unwrap_or(0);
+    let agents_group = agents_group().unwrap_or(0);
+    let users_group = users_group().unwrap_or(0);
+    let tools_owner = accounts::user_named("wasm-agent").map_or(0, |a| a.uid);
 
     // The store is root's alone; the mount shows its root as 0755.
     fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;

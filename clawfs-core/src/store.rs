@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::beneath::FileMode;
 use crate::seed;
+use clawfs_store::beneath::FileMode;
 
 /// The store format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -164,7 +164,7 @@ impl Store {
         .map_err(|e| io_err(path)(e.into()))?;
         // Written again for the real mount at every mount.
         seed::write_tool_registry(path, Path::new(DEFAULT_MOUNT))?;
-        crate::integrity::system::record_all(root.as_fd(), &seed::now_rfc3339())?;
+        crate::integrity::system::record_all(root.as_fd(), &clawfs_store::clock::now_rfc3339())?;
         atomic_write(
             &path.join(PRIVATE_DIR),
             "format",
@@ -211,7 +211,7 @@ impl Store {
     /// areas keep the modes the mount shows: nobody but root can reach them in the store.
     pub fn close_to_others(&self) -> Result<ModeRepair, StoreError> {
         let mut repair = ModeRepair::default();
-        let private = crate::beneath::open_dir(self.root_fd(), Path::new(PRIVATE_DIR))
+        let private = clawfs_store::beneath::open_dir(self.root_fd(), Path::new(PRIVATE_DIR))
             .map_err(io_err(&self.private_dir()))?;
         for (fd, path) in [
             (self.root_fd(), self.root.clone()),
@@ -238,7 +238,7 @@ impl Store {
         bytes: &[u8],
         how: FileMode,
     ) -> io::Result<()> {
-        crate::beneath::write_atomic_beneath(self.root_fd(), rel_dir, name, bytes, how)
+        clawfs_store::beneath::write_atomic_beneath(self.root_fd(), rel_dir, name, bytes, how)
     }
 
     /// Opens the store at `path`, initialising it first if it has never been (the embedded
@@ -312,7 +312,7 @@ impl Store {
 }
 
 /// Writes `dir/name` so that a crash leaves the old or the new content, never a mix (see
-/// [`crate::beneath::write_atomic`]). For directories only root can write (the private area,
+/// [`clawfs_store::beneath::write_atomic`]). For directories only root can write (the private area,
 /// `system/`, `vault/`); where an agent or user can write, use [`Store::write_beneath`].
 pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = rustix::fs::open(
@@ -323,7 +323,7 @@ pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Resu
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?;
-    crate::beneath::write_atomic(dir.as_fd(), name, bytes, FileMode::mode(mode))
+    clawfs_store::beneath::write_atomic(dir.as_fd(), name, bytes, FileMode::mode(mode))
 }
 
 /// The modes that close the store to everyone but root: agents and users reach its data only

@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::backing::BackingHandle;
+use clawfs_store::backing::BackingHandle;
 
 /// The table's file in the store's private area.
 pub const SPILL_FILE: &str = "xattrs.db";

@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use clawfs_core::creds::Caller;
 use clawfs_core::fs::Opened;
 use clawfs_core::inodes::ROOT_INO;
+use clawfs_core::error::ToErrno;
 use clawfs_core::{ClawFs, FsError, Store};
 
 fn is_root() -> bool {

@@ -790,8 +790,9 @@ fn policy_refusal(
     use clawfs_core::policy::{Access, AgentName, Identity, NsPath};
     let path = NsPath::parse(ns).ok()?;
     // Looked for in the store, never through the mount this daemon serves.
-    let exists =
-        || clawfs_core::tree::stat(shared.fs.store().root_fd(), ns.trim_start_matches('/')).is_ok();
+    let exists = || {
+        clawfs_store::tree::stat(shared.fs.store().root_fd(), ns.trim_start_matches('/')).is_ok()
+    };
     let (access, fuse_op) = match op {
         "open" | "openat" | "openat2" | "creat" if !exists() => (Access::Create, "create"),
         "open" | "openat" | "openat2" => (Access::Read, "open"),

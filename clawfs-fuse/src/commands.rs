@@ -252,7 +252,7 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
             "policy.toml",
             &text,
             0o444,
-            &clawfs_core::seed::now_rfc3339(),
+            &clawfs_store::clock::now_rfc3339(),
         )
         .with_context(|| format!("installing {}", target.display()))?;
         crate::integrity_cmd::seal_after(&store, key)?;
@@ -341,7 +341,7 @@ pub fn identity_verify(store: &Option<PathBuf>, agent: Option<&str>) -> Result<(
         let rel = Path::new(Area::Agents.dir_name())
             .join(name)
             .join("identity.json");
-        let read = clawfs_core::beneath::read(
+        let read = clawfs_store::beneath::read(
             store.root_fd(),
             &rel,
             clawfs_core::fs::MAX_IDENTITY_BYTES + 1,

@@ -394,7 +394,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         pid: std::process::id(),
         mountpoint: mp.to_path_buf(),
         version: clawfs_core::VERSION.into(),
-        started_at: clawfs_core::seed::now_rfc3339(),
+        started_at: clawfs_store::clock::now_rfc3339(),
         passthrough: !args.no_passthrough,
     })?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
@@ -594,7 +594,7 @@ fn reload_policy(fs: &ClawFs, private: &Path) {
     // waits for the file to change.
     static RELOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = RELOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    let now = clawfs_core::seed::now_rfc3339();
+    let now = clawfs_store::clock::now_rfc3339();
     let status = match fs.reload_policy() {
         Ok(()) => {
             info!("policy reloaded");

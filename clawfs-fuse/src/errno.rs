@@ -1,10 +1,11 @@
-//! Core errors as FUSE errnos: the mapping itself is `FsError::errno` in clawfs-core (the
+//! Core errors as FUSE errnos: the mapping itself is `ToErrno for FsError` in clawfs-core (the
 //! audit trail records the same errno the caller gets).
 
 use clawfs_core::FsError;
+use clawfs_store::ToErrno;
 use fuser::Errno;
 
-/// The errno the kernel returns to the caller for `e` (chosen in `FsError::errno`).
+/// The errno the kernel returns to the caller for `e` (chosen by its `ToErrno`).
 pub fn to_errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
 }

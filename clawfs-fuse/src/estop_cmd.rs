@@ -68,14 +68,14 @@ pub fn record(store: &Store, by: &str, reason: Option<&str>) -> Result<String, F
             .unwrap_or_default()
     );
     let mut flag = serde_json::json!({
-        "time": clawfs_core::seed::now_rfc3339(),
+        "time": clawfs_store::clock::now_rfc3339(),
         "by": by,
         "id": id,
     });
     if let Some(reason) = reason {
         flag["reason"] = reason.into();
     }
-    let how = clawfs_core::beneath::FileMode::mode(0o600);
+    let how = clawfs_store::beneath::FileMode::mode(0o600);
     store
         .write_beneath(
             Path::new(PRIVATE_DIR),

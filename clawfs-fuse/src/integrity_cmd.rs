@@ -155,7 +155,7 @@ pub(crate) fn seal_after(store: &Store, key: Option<[u8; 32]>) -> Result<(), Fai
 }
 
 fn now() -> String {
-    clawfs_core::seed::now_rfc3339()
+    clawfs_store::clock::now_rfc3339()
 }
 
 /// The signing key of `signer`, from the vault.

@@ -8,68 +8,35 @@ use std::path::{Path, PathBuf};
 /// The filesystem type ClawFS mounts show in mountinfo.
 pub const FSTYPE: &str = "fuse.clawfs";
 
-/// One line of mountinfo.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MountEntry {
-    /// Where it is mounted.
-    pub mount_point: PathBuf,
-    /// Filesystem type, e.g. `fuse.clawfs`.
-    pub fstype: String,
-    /// Mount source; for ClawFS, the store path.
-    pub source: String,
-    /// The device of the mounted filesystem, as a `dev_t` (`st_dev` of its files).
-    pub dev: u64,
-    /// The filesystem's own options (for FUSE, `user_id=` names who mounted it).
-    pub super_options: String,
-}
-
-/// Parses mountinfo text.
-pub fn parse(text: &str) -> Vec<MountEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let (major, minor) = fields.get(2)?.split_once(':')?;
-            Some(MountEntry {
-                dev: libc::makedev(major.parse().ok()?, minor.parse().ok()?),
-                mount_point: PathBuf::from(clawfs_core::mountinfo::unescape(fields.get(4)?)),
-                fstype: fields.get(sep + 1)?.to_string(),
-                source: clawfs_core::mountinfo::unescape(fields.get(sep + 2)?),
-                super_options: fields.get(sep + 3).unwrap_or(&"").to_string(),
-            })
-        })
-        .collect()
-}
+pub use clawfs_store::mountinfo::MountEntry;
 
 /// All mounts of this mount namespace.
 pub fn all() -> io::Result<Vec<MountEntry>> {
-    Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    clawfs_store::mountinfo::read()
 }
 
 /// The ClawFS mounts.
 pub fn clawfs_mounts() -> io::Result<Vec<MountEntry>> {
-    Ok(all()?.into_iter().filter(MountEntry::is_clawfs).collect())
+    Ok(all()?.into_iter().filter(is_clawfs).collect())
 }
 
-impl MountEntry {
-    /// Whether this is a ClawFS mount: of type `fuse.clawfs`, or plain `fuse` with a ClawFS store
-    /// for source (the daemon mounted without `fusermount3`, and the kernel's `mount(2)` got no
-    /// subtype); mounted by root (or by the user running this command) either way. Type and
-    /// source are the mounter's words, and `fusermount3` lets any user choose both for a mount
-    /// of their own, which would then pass for a store's mount; `user_id=` is the kernel's.
-    pub fn is_clawfs(&self) -> bool {
-        // SAFETY: geteuid has no preconditions.
-        let me = format!("user_id={}", unsafe { libc::geteuid() });
-        let trusted = self
-            .super_options
-            .split(',')
-            .any(|o| o == "user_id=0" || o == me);
-        let typed = self.fstype == FSTYPE
-            || (self.fstype == "fuse"
-                && self.source.starts_with('/')
-                && Path::new(&self.source).join(".clawfs").is_dir());
-        trusted && typed
-    }
+/// Whether `m` is a ClawFS mount: of type `fuse.clawfs`, or plain `fuse` with a ClawFS store for
+/// source (the daemon mounted without `fusermount3`, and the kernel's `mount(2)` got no
+/// subtype); mounted by root (or by the user running this command) either way. Type and source
+/// are the mounter's words, and `fusermount3` lets any user choose both for a mount of their
+/// own, which would then pass for a store's mount; `user_id=` is the kernel's.
+pub fn is_clawfs(m: &MountEntry) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let me = format!("user_id={}", unsafe { libc::geteuid() });
+    let trusted = m
+        .super_options
+        .split(',')
+        .any(|o| o == "user_id=0" || o == me);
+    let typed = m.fstype == FSTYPE
+        || (m.fstype == "fuse"
+            && m.source.starts_with('/')
+            && Path::new(&m.source).join(".clawfs").is_dir());
+    trusted && typed
 }
 
 /// The ClawFS mount at `path`, if any (the last one wins when stacked).
@@ -227,6 +194,7 @@ pub fn store_for(store: &Option<PathBuf>, mount: Option<&Path>) -> Result<PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clawfs_store::mountinfo::parse;
 
     #[test]
     fn parses_clawfs_lines() {
@@ -238,13 +206,13 @@ mod tests {
         assert_eq!(m[0].fstype, FSTYPE);
         assert_eq!(m[0].source, "/var/lib/claw fs");
         assert_eq!(m[0].dev, libc::makedev(98, 0));
-        assert!(m[0].is_clawfs());
+        assert!(is_clawfs(&m[0]));
     }
 
     #[test]
     fn a_users_own_fuse_mount_does_not_pass_for_clawfs() {
         // `fusermount3 -o fsname=/var/lib/clawfs,subtype=clawfs` by uid 1000.
         let text = "36 35 98:0 / /home/u/m rw,nosuid,nodev - fuse.clawfs /var/lib/clawfs rw,user_id=1000,group_id=1000\n";
-        assert!(!parse(text)[0].is_clawfs());
+        assert!(!is_clawfs(&parse(text)[0]));
     }
 }

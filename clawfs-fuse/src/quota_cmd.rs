@@ -128,7 +128,7 @@ fn rescan_here(store: &Store) -> Result<(), Failure> {
             Path::new(PRIVATE_DIR),
             USAGE_FILE,
             &json,
-            clawfs_core::beneath::FileMode::mode(0o600),
+            clawfs_store::beneath::FileMode::mode(0o600),
         )
         .context("saving the counts")?;
     Ok(())
@@ -141,7 +141,7 @@ fn ask_daemon(store: &Store, pid: u32) -> Result<(), Failure> {
             Path::new(PRIVATE_DIR),
             RESCAN_FILE,
             b"{}",
-            clawfs_core::beneath::FileMode::mode(0o600),
+            clawfs_store::beneath::FileMode::mode(0o600),
         )
         .context("asking the daemon to recount")?;
     // SAFETY: sending SIGHUP to the daemon recorded for this store.

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use anyhow::anyhow;
 use clawfs_core::area::Area;
 use clawfs_core::cgroup::{self, Cgroup2, RunGroup, DEFAULT_CONTROLLERS};
-use clawfs_core::names::{check_system_name, DEFAULT_AGENTS};
 use clawfs_core::store::Store;
+use clawfs_store::names::{check_system_name, DEFAULT_AGENTS};
 use serde_json::Value;
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
@@ -360,48 +360,26 @@ pub fn parse_quotas(text: &str, agent: &str) -> Result<BTreeMap<String, String>,
     Ok(limits)
 }
 
-fn db_lookup(db: &str, key: &str) -> Option<Vec<String>> {
-    fs::read_to_string(db).ok()?.lines().find_map(|l| {
-        let f: Vec<String> = l.split(':').map(str::to_string).collect();
-        (f.len() > 3 && f[0] == key).then_some(f)
-    })
-}
-
 /// Parses `--user`: `UID`, `UID:GID`, `NAME` or `NAME:GROUP`. Without a group: the user's
-/// primary group from /etc/passwd, or GID = UID for a uid it does not know.
+/// primary group, or GID = UID for a uid without an account.
 pub fn parse_user(s: &str) -> Result<(u32, u32), String> {
+    use clawfs_store::accounts;
     let (user, group) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
     let (uid, primary) = match user.parse::<u32>() {
-        Ok(uid) => {
-            let primary = fs::read_to_string("/etc/passwd").ok().and_then(|db| {
-                db.lines().find_map(|l| {
-                    let f: Vec<&str> = l.split(':').collect();
-                    (f.len() > 3 && f[2].parse() == Ok(uid))
-                        .then(|| f[3].parse().ok())
-                        .flatten()
-                })
-            });
-            (uid, primary.unwrap_or(uid))
-        }
+        Ok(uid) => (uid, accounts::user_of(uid).map_or(uid, |a| a.gid)),
         Err(_) => {
-            let f = db_lookup("/etc/passwd", user).ok_or("no such user")?;
-            let uid = f[2].parse().map_err(|_| "bad /etc/passwd entry")?;
-            let gid = f[3].parse().map_err(|_| "bad /etc/passwd entry")?;
-            (uid, gid)
+            let a = accounts::user_named(user).ok_or("no such user")?;
+            (a.uid, a.gid)
         }
     };
     let gid = match group {
         None => primary,
         Some(g) => match g.parse::<u32>() {
             Ok(gid) => gid,
-            Err(_) => db_lookup("/etc/group", g)
-                .ok_or("no such group")?
-                .get(2)
-                .and_then(|v| v.parse().ok())
-                .ok_or("bad /etc/group entry")?,
+            Err(_) => accounts::group_id(g).ok_or("no such group")?,
         },
     };
     Ok((uid, gid))
@@ -882,7 +860,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
 fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> {
     let dir = Path::new(Area::Agents.dir_name()).join(agent);
     let shown = store.root().join(&dir).join("identity.json");
-    match clawfs_core::beneath::open(
+    match clawfs_store::beneath::open(
         store.root_fd(),
         &dir.join("identity.json"),
         rustix::fs::OFlags::PATH,
@@ -892,10 +870,10 @@ fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> 
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(format!("{}: {e}", shown.display()))),
     }
-    let doc = clawfs_core::identity::new_identity(agent, &clawfs_core::seed::now_rfc3339());
+    let doc = clawfs_core::identity::new_identity(agent, &clawfs_store::clock::now_rfc3339());
     let mut bytes = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
     bytes.push(b'\n');
-    let how = clawfs_core::beneath::FileMode {
+    let how = clawfs_store::beneath::FileMode {
         mode: 0o640,
         owner: Some((uid, clawfs_core::seed::agents_group().unwrap_or(0))),
     };

@@ -264,7 +264,7 @@ pub fn prepare(
             path: store.root().join(WHITELIST).display().to_string(),
             source,
         };
-    let text = clawfs_core::beneath::read(store.root_fd(), Path::new(WHITELIST), 1 << 20)
+    let text = clawfs_store::beneath::read(store.root_fd(), Path::new(WHITELIST), 1 << 20)
         .map_err(|e| whitelist_error(Box::new(e)))?
         .ok_or_else(|| whitelist_error("missing".into()))?;
     let text = String::from_utf8(text).map_err(|e| whitelist_error(Box::new(e)))?;
@@ -552,8 +552,8 @@ impl PrivateTmp {
             .filter(|m| {
                 let p = &m.mount_point;
                 let hidden = shared.iter().any(|s| p.starts_with(s) && p != s);
-                let other_clawfs =
-                    m.is_clawfs() && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
+                let other_clawfs = crate::mounts::is_clawfs(m)
+                    && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
                 hidden || other_clawfs
             })
             .map(|m| m.mount_point)

@@ -445,7 +445,7 @@ fn grant(
         "policy.toml",
         new.as_bytes(),
         mode,
-        &clawfs_core::seed::now_rfc3339(),
+        &clawfs_store::clock::now_rfc3339(),
     )
     .with_context(|| format!("writing {}", path.display()))?;
     crate::integrity_cmd::seal_after(&store, key)?;

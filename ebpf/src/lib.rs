@@ -119,14 +119,11 @@ pub fn cgroup_id(cgroup_dir: &Path) -> io::Result<u64> {
 
 /// The mount point of the cgroup v2 hierarchy, from `/proc/self/mountinfo`.
 pub fn cgroup2_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        left.split_whitespace().nth(4).map(PathBuf::from)
-    })
+    clawfs_store::mountinfo::read()
+        .ok()?
+        .into_iter()
+        .find(|m| m.fstype == "cgroup2")
+        .map(|m| m.mount_point)
 }
 
 /// What an agent process did.

@@ -31,7 +31,7 @@ fn ls_shows_the_six_roots_with_their_modes() {
 #[test]
 fn init_lays_out_real_content() {
     let m = Mounted::new();
-    for agent in clawfs_core::names::DEFAULT_AGENTS {
+    for agent in clawfs_store::names::DEFAULT_AGENTS {
         let dir = m.path(&format!("agents/{agent}"));
         for sub in ["logs", "cache"] {
             assert!(dir.join(sub).is_dir(), "{agent}/{sub}");

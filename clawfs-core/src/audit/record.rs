@@ -176,7 +176,7 @@ impl AuditEvent {
 /// Whether `s` follows the agent-name rule (`[a-z0-9-]+`, ≤ 64 bytes, no leading or trailing
 /// hyphen) and is not `admin`.
 pub fn is_agent_name(s: &str) -> bool {
-    crate::names::check_system_name(std::ffi::OsStr::new(s)).is_ok() && s != "admin"
+    clawfs_store::names::check_system_name(std::ffi::OsStr::new(s)).is_ok() && s != "admin"
 }
 
 /// An event as written: its place in the chain and the chain links.

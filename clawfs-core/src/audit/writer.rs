@@ -35,7 +35,7 @@ use super::{
     AuditError, Outcome, GENESIS, OP_CHECKPOINT_MISMATCH, OP_HMAC_INTERRUPTED, OP_HMAC_OFF,
     OP_HMAC_ON, SYSTEM_AGENT,
 };
-use crate::beneath::{self, FileMode};
+use clawfs_store::beneath::{self, FileMode};
 
 /// How an [`AuditLog`] is set up. [`AuditConfig::new`] gives the defaults; the `with_*` methods
 /// change one setting each; [`AuditConfig::open`] starts the log.

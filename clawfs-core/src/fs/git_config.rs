@@ -209,7 +209,8 @@ fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
 /// file is: no symlink, no blocking on a FIFO), refused past [`MAX_GIT_CONFIG`] bytes rather
 /// than checked in part.
 fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
-    let fd = crate::beneath::open_file(dir.as_fd(), std::path::Path::new(name), OFlags::RDONLY)?;
+    let fd =
+        clawfs_store::beneath::open_file(dir.as_fd(), std::path::Path::new(name), OFlags::RDONLY)?;
     if rustix::fs::fstat(&fd)?.st_size as u64 > MAX_GIT_CONFIG {
         return Err(FsError::Refused {
             errno: libc::EFBIG,

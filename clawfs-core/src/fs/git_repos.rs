@@ -46,9 +46,10 @@ impl<'a> Repos<'a> {
         }
         let top: std::path::PathBuf = parts[..AREA_TOP_DEPTH].iter().collect();
         let flags = OFlags::PATH | OFlags::DIRECTORY;
-        let mut out = vec![crate::beneath::open(self.store, &top, flags, 0).ok()?];
+        let mut out = vec![clawfs_store::beneath::open(self.store, &top, flags, 0).ok()?];
         for name in &parts[AREA_TOP_DEPTH..parts.len() - 1] {
-            let next = crate::beneath::open(out.last()?.as_fd(), Path::new(name), flags, 0).ok()?;
+            let next =
+                clawfs_store::beneath::open(out.last()?.as_fd(), Path::new(name), flags, 0).ok()?;
             out.push(next);
         }
         Some(out)

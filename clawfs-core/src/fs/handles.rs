@@ -46,7 +46,7 @@ fn name_in(dir: BorrowedFd<'_>, name: &OsStr, ino: u64) -> FsResult<OsString> {
 
 /// A name of the inode `ino` in the folder `dir`, if it has one there.
 fn name_of(dir: BorrowedFd<'_>, ino: u64) -> FsResult<Option<OsString>> {
-    let fd = crate::beneath::open_dir_noatime(dir, OsStr::new("."))?;
+    let fd = clawfs_store::beneath::open_dir_noatime(dir, OsStr::new("."))?;
     for e in rustix::fs::Dir::read_from(&fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();
@@ -190,7 +190,7 @@ impl ClawFs {
             .collect();
         let json = serde_json::to_vec(&saved).expect("handles serialise");
         let dir = Path::new(crate::store::PRIVATE_DIR);
-        let how = crate::beneath::FileMode::mode(0o600);
+        let how = clawfs_store::beneath::FileMode::mode(0o600);
         if let Err(e) = self.store.write_beneath(dir, HANDLES_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save the file handles' nodes");
         }
@@ -200,7 +200,7 @@ impl ClawFs {
     /// damaged entry is skipped.
     pub(super) fn load_handles(&self) {
         let path = Path::new(crate::store::PRIVATE_DIR).join(HANDLES_FILE);
-        let Some(text) = crate::beneath::read(self.store.root_fd(), &path, 256 << 20)
+        let Some(text) = clawfs_store::beneath::read(self.store.root_fd(), &path, 256 << 20)
             .ok()
             .flatten()
         else {

@@ -342,7 +342,7 @@ impl Listings {
             return Err(NotListed::Unsettled);
         }
         // The daemon's own read: nobody listed the folder, its access time stays.
-        let open = crate::beneath::open_dir_noatime(dir, ".".as_ref())
+        let open = clawfs_store::beneath::open_dir_noatime(dir, ".".as_ref())
             .map_err(|_| NotListed::Unsettled)?;
         match rustix::fs::ioctl_getflags(&open) {
             Ok(flags) if flags.bits() & (FS_CASEFOLD_FL | FS_ENCRYPT_FL) != 0 => {

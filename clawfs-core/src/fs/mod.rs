@@ -20,12 +20,10 @@ use rustix::fs::{AtFlags, Mode, RenameFlags, Timespec, Timestamps, XattrFlags};
 
 use crate::area::{Area, Place};
 use crate::attr::{decode_dev, Attr, FileKind};
-use crate::backing::{proc_fd_path, BackingHandle};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
 use crate::inodes::{InodeTable, Node, ROOT_INO};
 use crate::io_mode::{IoChoice, IoMode, CACHED_MAX_SIZE, FMODE_EXEC};
-use crate::names;
 use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
 };
@@ -35,6 +33,8 @@ use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::VirtualInodes;
 use crate::xattrs::{self, ClawfsAttr};
+use clawfs_store::backing::{proc_fd_path, BackingHandle};
+use clawfs_store::names;
 use generated::Route;
 
 mod dirs;
@@ -394,7 +394,7 @@ impl ClawFs {
     /// move another's out of its reach (where its quota still counts them).
     fn sticky_workspaces(&self) {
         let area = std::path::Path::new(crate::area::Area::Workspaces.dir_name());
-        let Ok(dir) = crate::beneath::open_dir(self.store.root_fd(), area) else {
+        let Ok(dir) = clawfs_store::beneath::open_dir(self.store.root_fd(), area) else {
             return;
         };
         let Ok(entries) = rustix::fs::Dir::read_from(&dir) else {
@@ -406,9 +406,10 @@ impl ClawFs {
             {
                 continue;
             }
-            let Ok(ws) =
-                crate::beneath::open_dir_noatime(dir.as_fd(), OsStr::from_bytes(name.to_bytes()))
-            else {
+            let Ok(ws) = clawfs_store::beneath::open_dir_noatime(
+                dir.as_fd(),
+                OsStr::from_bytes(name.to_bytes()),
+            ) else {
                 continue;
             };
             if let Ok(st) = rustix::fs::fstat(&ws) {

@@ -62,18 +62,22 @@ impl ClawFs {
         name: &OsStr,
         mode: u32,
     ) -> FsResult<()> {
-        let ws = crate::beneath::open_dir(parent, std::path::Path::new(name))?;
+        let ws = clawfs_store::beneath::open_dir(parent, std::path::Path::new(name))?;
         // Sticky, like /tmp: whoever may add to it moves or removes only what is theirs.
         let made = rustix::fs::fstat(&ws)?.st_mode;
         rustix::fs::fchmod(&ws, Mode::from_raw_mode((made & 0o7777) | 0o1000))?;
         rustix::fs::mkdirat(&ws, "snapshots", Mode::from_raw_mode(mode & 0o7777))?;
-        let owner = seed::user_name(caller.uid);
-        let meta = seed::workspace_metadata(&name.to_string_lossy(), &owner, &seed::now_rfc3339());
-        crate::beneath::write_atomic(
+        let owner = clawfs_store::accounts::user_name(caller.uid);
+        let meta = seed::workspace_metadata(
+            &name.to_string_lossy(),
+            &owner,
+            &clawfs_store::clock::now_rfc3339(),
+        );
+        clawfs_store::beneath::write_atomic(
             ws.as_fd(),
             "metadata.json",
             &meta,
-            crate::beneath::FileMode::mode(mode & 0o666),
+            clawfs_store::beneath::FileMode::mode(mode & 0o666),
         )?;
         Ok(())
     }

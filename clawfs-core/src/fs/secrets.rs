@@ -3,6 +3,7 @@
 //! unlocked; a locked vault answers ENOKEY); an admin's write is encrypted and stored when the
 //! file is closed. Plaintext never touches the store's disk and is never passthrough.
 
+use clawfs_store::ToErrno;
 use std::sync::PoisonError;
 
 use super::ClawFs;

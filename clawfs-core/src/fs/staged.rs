@@ -4,6 +4,7 @@
 //! replaces the file atomically. A document that does not validate is refused (`close()` fails
 //! with EINVAL, the reason goes to the denials file and the log) and the old version stays.
 
+use clawfs_store::ToErrno;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsFd;
@@ -77,7 +78,7 @@ impl ClawFs {
         agent: &str,
         truncate: bool,
     ) -> FsResult<(u64, Arc<OpenFile>)> {
-        let staging = crate::beneath::create_dir_all(
+        let staging = clawfs_store::beneath::create_dir_all(
             self.store.root_fd(),
             &Path::new(crate::store::PRIVATE_DIR).join("staging"),
             0o700,
@@ -91,7 +92,7 @@ impl ClawFs {
         )?);
         if !truncate {
             // Through the node's own descriptor: the file the caller opened, whatever its name.
-            let proc = crate::backing::proc_fd_path(node_fd);
+            let proc = clawfs_store::backing::proc_fd_path(node_fd);
             let mut current = File::from(rustix::fs::open(
                 proc.as_c_str(),
                 OFlags::RDONLY | OFlags::CLOEXEC,
@@ -176,15 +177,19 @@ impl ClawFs {
                     .map(|()| false)
             }
         };
-        doc["updated_at"] = Value::String(crate::seed::now_rfc3339());
+        doc["updated_at"] = Value::String(clawfs_store::clock::now_rfc3339());
         doc["checksum"] = Value::String(crate::identity::checksum(&doc));
         let mut out = serde_json::to_vec_pretty(&doc).expect("a Value serialises");
         out.push(b'\n');
         // The agent's directory is writable by the agent: every step by descriptor, no
         // symlink followed, so a planted link never redirects these root writes.
-        let dir = crate::beneath::open_dir(self.store.root_fd(), &target.dir)?;
-        let current =
-            crate::beneath::open(dir.as_fd(), Path::new("identity.json"), OFlags::RDONLY, 0)?;
+        let dir = clawfs_store::beneath::open_dir(self.store.root_fd(), &target.dir)?;
+        let current = clawfs_store::beneath::open(
+            dir.as_fd(),
+            Path::new("identity.json"),
+            OFlags::RDONLY,
+            0,
+        )?;
         let st = rustix::fs::fstat(&current)?;
         let mut old = Vec::new();
         File::from(current)
@@ -201,21 +206,21 @@ impl ClawFs {
             self.decide_quota(caller, &who, "write", &path, adding)?;
         }
         let backups =
-            crate::beneath::create_dir_all(dir.as_fd(), Path::new("backups"), 0o750, None)?;
+            clawfs_store::beneath::create_dir_all(dir.as_fd(), Path::new("backups"), 0o750, None)?;
         prune_backups(backups.as_fd())?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
         let owner = Some((st.st_uid, st.st_gid));
-        let keep = crate::beneath::FileMode {
+        let keep = clawfs_store::beneath::FileMode {
             mode: st.st_mode & 0o777,
             owner,
         };
-        crate::beneath::write_atomic(
+        clawfs_store::beneath::write_atomic(
             backups.as_fd(),
             &format!("identity-{stamp}.json"),
             &old,
             keep,
         )?;
-        crate::beneath::write_atomic(dir.as_fd(), "identity.json", &out, keep)?;
+        clawfs_store::beneath::write_atomic(dir.as_fd(), "identity.json", &out, keep)?;
         let current = self.store.root().join(&target.dir).join("identity.json");
         self.invalidate_paths(&[current]);
         Ok(true)

@@ -152,11 +152,11 @@ impl ClawFs {
         }
         if let Some((bytes, mode)) = metadata {
             let dir = rustix::fs::openat(&*fd, ".", rustix::fs::OFlags::RDONLY, Mode::empty())?;
-            let written = crate::beneath::write_atomic(
+            let written = clawfs_store::beneath::write_atomic(
                 dir.as_fd(),
                 "metadata.json",
                 &bytes,
-                crate::beneath::FileMode::mode(mode),
+                clawfs_store::beneath::FileMode::mode(mode),
             );
             if let Err(e) = written {
                 let _ = match previous {
@@ -369,7 +369,7 @@ impl ClawFs {
             path: "metadata.json".into(),
             reason,
         };
-        let file = crate::beneath::open_file(
+        let file = clawfs_store::beneath::open_file(
             ws.as_fd(),
             std::path::Path::new("metadata.json"),
             rustix::fs::OFlags::RDONLY,
@@ -382,7 +382,10 @@ impl ClawFs {
             .as_object_mut()
             .ok_or_else(|| corrupt("not a JSON object".into()))?;
         obj.insert("vector_dimension".into(), dim.into());
-        obj.insert("updated_at".into(), seed::now_rfc3339().into());
+        obj.insert(
+            "updated_at".into(),
+            clawfs_store::clock::now_rfc3339().into(),
+        );
         let mut bytes = serde_json::to_vec_pretty(&meta).expect("a Value serialises");
         bytes.push(b'\n');
         Ok((bytes, mode))

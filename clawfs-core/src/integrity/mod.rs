@@ -6,7 +6,7 @@
 //! Checking needs only public keys, so it works while the vault is locked; signing needs a
 //! signer's private key, which lives in the vault as the secret `signer-<name>`.
 //!
-//! Everything here is reached by descriptor beneath the store root (`crate::beneath`): the
+//! Everything here is reached by descriptor beneath the store root (`clawfs_store::beneath`): the
 //! daemon checks what agents read, so a symlink planted in the store never redirects it.
 
 pub mod seal;
@@ -110,7 +110,8 @@ pub(crate) fn walk(
     max_depth: usize,
     visit: &mut Visit<'_>,
 ) -> Result<(), IntegrityError> {
-    let dir = crate::beneath::open_dir(store, Path::new(top)).map_err(IntegrityError::io(top))?;
+    let dir =
+        clawfs_store::beneath::open_dir(store, Path::new(top)).map_err(IntegrityError::io(top))?;
     walk_below(dir.as_fd(), top, "", max_depth, visit)
 }
 
@@ -152,7 +153,7 @@ fn walk_below(
         };
         let rel = join(prefix, &name);
         // Opened without following anything; what it is comes from the descriptor.
-        let fd = match crate::beneath::open(dir, Path::new(&name), OFlags::PATH, 0) {
+        let fd = match clawfs_store::beneath::open(dir, Path::new(&name), OFlags::PATH, 0) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 visit(&rel, None)?;
@@ -164,7 +165,7 @@ fn walk_below(
         match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => visit(&rel, Some((dir, &name)))?,
             FileType::Directory if depth_left > 0 => {
-                let sub = crate::beneath::open_dir(dir, Path::new(&name))
+                let sub = clawfs_store::beneath::open_dir(dir, Path::new(&name))
                     .map_err(IntegrityError::io(what(&rel)))?;
                 walk_below(sub.as_fd(), top, &rel, depth_left - 1, visit)?;
             }
@@ -209,8 +210,8 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     store: BorrowedFd<'_>,
     rel: &str,
 ) -> Result<Option<T>, IntegrityError> {
-    let Some(bytes) =
-        crate::beneath::read(store, Path::new(rel), MAX_FILE).map_err(IntegrityError::io(rel))?
+    let Some(bytes) = clawfs_store::beneath::read(store, Path::new(rel), MAX_FILE)
+        .map_err(IntegrityError::io(rel))?
     else {
         return Ok(None);
     };
@@ -229,7 +230,7 @@ pub(crate) fn stamp(st: &rustix::fs::Stat) -> Stamp {
 
 /// The stamp of `rel` beneath the store root `store` (all zero if it cannot be reached).
 pub(crate) fn stamp_of(store: BorrowedFd<'_>, rel: &str) -> Stamp {
-    crate::beneath::open(store, Path::new(rel), rustix::fs::OFlags::PATH, 0)
+    clawfs_store::beneath::open(store, Path::new(rel), rustix::fs::OFlags::PATH, 0)
         .and_then(|fd| Ok(rustix::fs::fstat(&fd)?))
         .map_or((0, 0, 0, 0), |st| stamp(&st))
 }

@@ -47,7 +47,7 @@ impl Signers {
     /// behind ClawFS's back is refused, not trusted.
     pub fn load(store: BorrowedFd<'_>) -> Result<Signers, IntegrityError> {
         let bytes =
-            crate::beneath::read(store, std::path::Path::new(SIGNERS_FILE), super::MAX_FILE)
+            clawfs_store::beneath::read(store, std::path::Path::new(SIGNERS_FILE), super::MAX_FILE)
                 .map_err(IntegrityError::io(SIGNERS_FILE))?;
         super::system::check_recorded(store, "signers.json", bytes.as_deref())?;
         match bytes {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::signers::{self, Signers, SIGNERS_FILE};
 use super::{sha256_fd, IntegrityError, Verdict};
-use crate::beneath::{self, FileMode};
+use clawfs_store::beneath::{self, FileMode};
 
 /// The signatures file, relative to `specs/`.
 pub const SIGNATURES: &str = "signatures.json";

@@ -10,7 +10,7 @@ use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
 use super::{sha256_fd, IntegrityError};
-use crate::beneath::{self, FileMode};
+use clawfs_store::beneath::{self, FileMode};
 
 /// The manifest, relative to the store root (in root's `vault/`, not served through the
 /// mount's `vault/`, which shows secrets only).

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::signers::{self, Signers, SigningKey};
 use super::{IntegrityError, Verdict};
-use crate::beneath::{self, FileMode};
+use clawfs_store::beneath::{self, FileMode};
 
 /// `tools/`, relative to the store root.
 const TOOLS: &str = "tools";

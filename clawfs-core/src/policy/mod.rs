@@ -24,8 +24,7 @@ use std::path::{Path, PathBuf};
 pub use decide::{EveryRepoForeign, GitRepos};
 pub use path::{NsPath, NsPathError};
 
-use crate::error::FsError;
-use crate::names::check_system_name;
+use clawfs_store::names::check_system_name;
 
 /// The policy shipped with ClawFS and installed by `clawfs init`.
 pub const DEFAULT_POLICY_TOML: &str = include_str!("../../../policy/default.toml");
@@ -86,13 +85,13 @@ pub struct AgentName(String);
 
 impl AgentName {
     /// Validates `name` as an agent name.
-    pub fn new(name: &str) -> Result<AgentName, FsError> {
+    pub fn new(name: &str) -> Result<AgentName, clawfs_store::NameError> {
         let s = check_system_name(OsStr::new(name))?;
         if RESERVED_AGENT_NAMES.contains(&s) {
-            return Err(FsError::InvalidName {
-                name: s.to_string(),
-                reason: "is reserved (/agents/self tells a caller who it is)",
-            });
+            return Err(clawfs_store::NameError::new(
+                OsStr::new(s),
+                "is reserved (/agents/self tells a caller who it is)",
+            ));
         }
         Ok(AgentName(s.to_string()))
     }
@@ -220,6 +219,12 @@ pub fn errno_of(kind: DenyKind) -> i32 {
         DenyKind::Permission => libc::EPERM,
         DenyKind::ReadOnly => libc::EROFS,
         DenyKind::Quota => libc::EDQUOT,
+    }
+}
+
+impl clawfs_store::ToErrno for Denial {
+    fn errno(&self) -> i32 {
+        errno_of(self.kind)
     }
 }
 

@@ -16,8 +16,7 @@ use super::{
     AgentName, AgentSpec, Endpoint, Grant, Layer, Network, Policy, PolicyError, Quota, SandboxSpec,
     UsersMode, WorkspaceGrants, POLICY_VERSION,
 };
-use crate::error::FsError;
-use crate::names::{check_system_name, RESERVED_WORKSPACES};
+use clawfs_store::names::{check_system_name, RESERVED_WORKSPACES};
 
 /// Protected names when the policy does not list any (`[defaults] protected` absent).
 pub(super) const DEFAULT_PROTECTED: [&str; 3] = [".git", ".obsidian", ".smarthole"];
@@ -81,11 +80,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
-fn reason(e: FsError) -> String {
-    match e {
-        FsError::InvalidName { reason, .. } => reason.to_string(),
-        other => other.to_string(),
-    }
+fn reason(e: clawfs_store::NameError) -> &'static str {
+    e.reason
 }
 
 /// One-of list for messages: `"a", "b" or "c"`.

@@ -2,7 +2,7 @@
 //! and the one-pass error report.
 
 use super::*;
-use crate::names::DEFAULT_AGENTS;
+use clawfs_store::names::DEFAULT_AGENTS;
 
 const ALL: [Access; 5] = [
     Access::Read,

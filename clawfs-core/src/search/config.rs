@@ -50,8 +50,9 @@ impl SearchConfig {
         let root = std::fs::File::open(store_root)
             .map_err(|e| SearchError::io(format!("opening {}", store_root.display()), e))?;
         let bad = |why: String| SearchError::Config(format!("{CONFIG_FILE}: {why}"));
-        let Some(bytes) = crate::beneath::read(root.as_fd(), Path::new(CONFIG_FILE), 1 << 20)
-            .map_err(|e| SearchError::io(format!("reading {CONFIG_FILE}"), e))?
+        let Some(bytes) =
+            clawfs_store::beneath::read(root.as_fd(), Path::new(CONFIG_FILE), 1 << 20)
+                .map_err(|e| SearchError::io(format!("reading {CONFIG_FILE}"), e))?
         else {
             return Ok(SearchConfig::default());
         };

@@ -159,7 +159,7 @@ impl Indexer {
                 e.into(),
             )
         })?;
-        let workspaces = crate::beneath::open(
+        let workspaces = clawfs_store::beneath::open(
             root.as_fd(),
             Path::new(crate::area::Area::Workspaces.dir_name()),
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
@@ -221,7 +221,7 @@ impl Indexer {
 
     /// The workspaces of the store.
     pub fn workspace_names(&self) -> Result<Vec<String>, SearchError> {
-        let dir = crate::beneath::open_dir(self.shared.workspaces.as_fd(), Path::new("."))
+        let dir = clawfs_store::beneath::open_dir(self.shared.workspaces.as_fd(), Path::new("."))
             .map_err(|e| SearchError::io("listing workspaces/", e))?;
         let mut names = Vec::new();
         let mut it = rustix::fs::Dir::read_from(&dir)
@@ -231,7 +231,7 @@ impl Indexer {
                 continue;
             }
             if let Ok(n) = ent.file_name().to_str() {
-                if crate::names::check_system_name(std::ffi::OsStr::new(n)).is_ok() {
+                if clawfs_store::names::check_system_name(std::ffi::OsStr::new(n)).is_ok() {
                     names.push(n.to_string());
                 }
             }
@@ -298,9 +298,9 @@ impl Indexer {
 
 /// The workspace folder `workspace`, by descriptor beneath the store.
 fn workspace_fd(shared: &Shared, workspace: &str) -> Result<OwnedFd, SearchError> {
-    crate::names::check_system_name(std::ffi::OsStr::new(workspace))
+    clawfs_store::names::check_system_name(std::ffi::OsStr::new(workspace))
         .map_err(|e| SearchError::Unavailable(format!("workspace {workspace:?}: {e}")))?;
-    crate::beneath::open_dir(shared.workspaces.as_fd(), Path::new(workspace)).map_err(|e| {
+    clawfs_store::beneath::open_dir(shared.workspaces.as_fd(), Path::new(workspace)).map_err(|e| {
         match e.kind() {
             std::io::ErrorKind::NotFound => {
                 SearchError::Unavailable(format!("there is no workspace {workspace:?}"))
@@ -318,7 +318,7 @@ fn workspace_settings(ws: &OwnedFd) -> (usize, HnswParams) {
         vector_dimension: Option<usize>,
         hnsw_params: Option<HnswParams>,
     }
-    let meta = crate::beneath::read(ws.as_fd(), Path::new("metadata.json"), 1 << 20)
+    let meta = clawfs_store::beneath::read(ws.as_fd(), Path::new("metadata.json"), 1 << 20)
         .ok()
         .flatten()
         .and_then(|b| serde_json::from_slice::<Meta>(&b).ok());

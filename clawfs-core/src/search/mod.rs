@@ -63,6 +63,21 @@ pub enum SearchError {
     Config(String),
 }
 
+/// The errno of a search error met through the mount (a search, `workspace.db`): every variant
+/// matched, so a new one picks its errno on purpose.
+impl clawfs_store::ToErrno for SearchError {
+    fn errno(&self) -> i32 {
+        use SearchError as S;
+        match self {
+            S::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            S::Db(_) | S::Corrupt(_) | S::Hnsw(_) | S::Embed(_) | S::Config(_) => libc::EIO,
+            // Search is off in this daemon, or not ready for this query.
+            S::Unavailable(_) => libc::ENOENT,
+            S::Invalid(_) => libc::EINVAL,
+        }
+    }
+}
+
 impl SearchError {
     /// An I/O error while doing `what`.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> SearchError {

@@ -287,7 +287,7 @@ impl WorkspaceIndex {
     pub fn update(&self, ws: BorrowedFd<'_>, rel: &str) -> Result<bool, SearchError> {
         // The index reads without touching the access time: nobody read the file. O_NOATIME
         // takes the file's owner or CAP_FOWNER; a daemon with neither reads it plainly.
-        let open = |flags| crate::beneath::open_file(ws, Path::new(rel), flags);
+        let open = |flags| clawfs_store::beneath::open_file(ws, Path::new(rel), flags);
         let opened = open(OFlags::RDONLY | OFlags::NOATIME).or_else(|e| match e.raw_os_error() {
             Some(libc::EPERM) => open(OFlags::RDONLY),
             _ => Err(e),
@@ -636,7 +636,7 @@ pub fn is_managed(rel: &str) -> bool {
 
 /// Every regular file below `ws`, workspace-relative, without following symlinks.
 fn list_files(ws: BorrowedFd<'_>) -> Result<Vec<String>, SearchError> {
-    let entries = crate::tree::walk(ws, &is_managed)
+    let entries = clawfs_store::tree::walk(ws, &is_managed)
         .map_err(|e| SearchError::io("listing the workspace", e))?;
     Ok(entries
         .entries

@@ -55,7 +55,7 @@ pub enum SnapshotError {
     },
     /// A name breaks the naming rules.
     #[error(transparent)]
-    BadName(#[from] crate::error::FsError),
+    BadName(#[from] clawfs_store::NameError),
     /// The target exists.
     #[error("workspace {0:?} exists already")]
     Exists(String),
@@ -163,13 +163,14 @@ impl Workspaces {
             Mode::empty(),
         )
         .map_err(io(format!("opening the store {}", store_root.display())))?;
-        let workspaces = crate::beneath::open_dir(
+        let workspaces = clawfs_store::beneath::open_dir(
             root.as_fd(),
             Path::new(crate::area::Area::Workspaces.dir_name()),
         )
         .map_err(io("opening workspaces/"))?;
-        let private = crate::beneath::open_dir(root.as_fd(), Path::new(crate::store::PRIVATE_DIR))
-            .map_err(io("opening the store's private folder"))?;
+        let private =
+            clawfs_store::beneath::open_dir(root.as_fd(), Path::new(crate::store::PRIVATE_DIR))
+                .map_err(io("opening the store's private folder"))?;
         Ok(Workspaces {
             workspaces,
             private,
@@ -177,12 +178,12 @@ impl Workspaces {
     }
 
     fn workspace(&self, ws: &str) -> Result<OwnedFd, SnapshotError> {
-        crate::names::check_system_name(std::ffi::OsStr::new(ws))?;
-        crate::beneath::open_dir(self.workspaces.as_fd(), Path::new(ws)).map_err(|e| {
-            match e.kind() {
-                std::io::ErrorKind::NotFound => SnapshotError::NoWorkspace(ws.into()),
-                _ => SnapshotError::io(format!("opening workspace {ws}"), e),
-            }
+        clawfs_store::names::check_system_name(std::ffi::OsStr::new(ws))?;
+        clawfs_store::beneath::open_dir(self.workspaces.as_fd(), Path::new(ws)).map_err(|e| match e
+            .kind()
+        {
+            std::io::ErrorKind::NotFound => SnapshotError::NoWorkspace(ws.into()),
+            _ => SnapshotError::io(format!("opening workspace {ws}"), e),
         })
     }
 
@@ -193,9 +194,9 @@ impl Workspaces {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(SnapshotError::io("making snapshots/", e.into())),
         }
-        let dir = crate::beneath::open_dir(ws_fd, Path::new("snapshots"))
+        let dir = clawfs_store::beneath::open_dir(ws_fd, Path::new("snapshots"))
             .map_err(io("opening snapshots/"))?;
-        crate::beneath::chown_fd(&dir, 0, 0).map_err(io("snapshots/"))?;
+        clawfs_store::beneath::chown_fd(&dir, 0, 0).map_err(io("snapshots/"))?;
         rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700)).map_err(io("snapshots/"))?;
         Ok(dir)
     }
@@ -235,8 +236,8 @@ impl Workspaces {
         let w = Writer::create(path)?;
         w.set_info("format", archive::FORMAT)?;
         w.set_info("workspace", ws)?;
-        w.set_info("created_at", &crate::seed::now_rfc3339())?;
-        let listing = crate::tree::walk(ws_fd, &|rel| rel == "snapshots")
+        w.set_info("created_at", &clawfs_store::clock::now_rfc3339())?;
+        let listing = clawfs_store::tree::walk(ws_fd, &|rel| rel == "snapshots")
             .map_err(io(format!("listing workspace {ws}")))?;
         let mut skipped = listing.unlisted;
         // Read and packed a group at a time on every core (compressing is most of the work),
@@ -323,7 +324,7 @@ impl Workspaces {
     /// The snapshots of `ws`, oldest first.
     pub fn list(&self, ws: &str) -> Result<Vec<SnapshotInfo>, SnapshotError> {
         let ws_fd = self.workspace(ws)?;
-        let snaps = match crate::beneath::open_dir(ws_fd.as_fd(), Path::new("snapshots")) {
+        let snaps = match clawfs_store::beneath::open_dir(ws_fd.as_fd(), Path::new("snapshots")) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(SnapshotError::io("opening snapshots/", e)),
@@ -335,7 +336,7 @@ impl Workspaces {
             let Ok(name) = ent.file_name().to_str() else {
                 continue;
             };
-            if crate::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
+            if clawfs_store::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
                 continue;
             }
             match self.info(snaps.as_fd(), name) {
@@ -357,13 +358,13 @@ impl Workspaces {
         ws_fd: BorrowedFd<'_>,
         name: &str,
     ) -> Result<(OwnedFd, Reader), SnapshotError> {
-        crate::names::check_snapshot_name(std::ffi::OsStr::new(name))?;
+        clawfs_store::names::check_snapshot_name(std::ffi::OsStr::new(name))?;
         let missing = || SnapshotError::NoSnapshot {
             workspace: ws.into(),
             name: name.into(),
         };
-        let snaps =
-            crate::beneath::open_dir(ws_fd, Path::new("snapshots")).map_err(|_| missing())?;
+        let snaps = clawfs_store::beneath::open_dir(ws_fd, Path::new("snapshots"))
+            .map_err(|_| missing())?;
         let st =
             rustix::fs::statat(&snaps, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|_| missing())?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -413,7 +414,7 @@ impl Workspaces {
         // root's alone, rather than lose what no snapshot holds.
         let kept_at = match saved.skipped.is_empty() {
             true => {
-                if let Err(e) = crate::tree::remove_all(tmp_parent.as_fd(), &tmp) {
+                if let Err(e) = clawfs_store::tree::remove_all(tmp_parent.as_fd(), &tmp) {
                     tracing::warn!(error = %e, "removing the replaced workspace tree");
                 }
                 None
@@ -431,7 +432,7 @@ impl Workspaces {
     /// Makes workspace `new` from the current state of `ws`, or from its snapshot `from`.
     pub fn fork(&self, ws: &str, new: &str, from: Option<&str>) -> Result<Forked, SnapshotError> {
         let ws_fd = self.workspace(ws)?;
-        crate::names::check_workspace_name(std::ffi::OsStr::new(new))?;
+        clawfs_store::names::check_workspace_name(std::ffi::OsStr::new(new))?;
         if rustix::fs::statat(&self.workspaces, new, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
             return Err(SnapshotError::Exists(new.into()));
         }
@@ -455,7 +456,7 @@ impl Workspaces {
                 self.fork_metadata(ws, ws_fd.as_fd(), dst, new, from)?;
                 // Root's alone, like every snapshots/ that holds snapshots.
                 drop(
-                    crate::tree::create_dir(dst, "snapshots", 0o700)
+                    clawfs_store::tree::create_dir(dst, "snapshots", 0o700)
                         .map_err(io("making snapshots/"))?,
                 );
                 copy_dir_status(ws_fd.as_fd(), dst)?;
@@ -482,7 +483,7 @@ impl Workspaces {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(SnapshotError::io("making .clawfs/replaced", e.into())),
         }
-        let dir = crate::beneath::open_dir(self.private.as_fd(), Path::new("replaced"))
+        let dir = clawfs_store::beneath::open_dir(self.private.as_fd(), Path::new("replaced"))
             .map_err(io("opening .clawfs/replaced"))?;
         let kept = format!(
             "{ws}-{}-{}",
@@ -500,7 +501,7 @@ impl Workspaces {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(SnapshotError::io("making .clawfs/tmp", e.into())),
         }
-        let parent = crate::beneath::open_dir(self.private.as_fd(), Path::new("tmp"))
+        let parent = clawfs_store::beneath::open_dir(self.private.as_fd(), Path::new("tmp"))
             .map_err(io("opening .clawfs/tmp"))?;
         let name = format!("{what}-{}", random_hex());
         rustix::fs::mkdirat(&parent, name.as_str(), Mode::from_raw_mode(0o700))
@@ -521,7 +522,7 @@ impl Workspaces {
         build: impl FnOnce(BorrowedFd<'_>) -> Result<T, SnapshotError>,
     ) -> Result<(T, (OwnedFd, String)), SnapshotError> {
         let (parent, name) = self.staging(what)?;
-        let built = crate::beneath::open_dir(parent.as_fd(), Path::new(&name))
+        let built = clawfs_store::beneath::open_dir(parent.as_fd(), Path::new(&name))
             .map_err(io(format!("opening the {what} folder")))
             .and_then(|dir| build(dir.as_fd()))
             .and_then(|value| {
@@ -532,7 +533,7 @@ impl Workspaces {
         match built {
             Ok(value) => Ok((value, (parent, name))),
             Err(e) => {
-                let _ = crate::tree::remove_all(parent.as_fd(), &name);
+                let _ = clawfs_store::tree::remove_all(parent.as_fd(), &name);
                 Err(e)
             }
         }
@@ -547,8 +548,8 @@ impl Workspaces {
     ) -> Result<(), SnapshotError> {
         let src = self.snapshots_dir(from)?;
         let st = rustix::fs::fstat(&src).map_err(io("snapshots/"))?;
-        let dst =
-            crate::tree::create_dir(to, "snapshots", 0o700).map_err(io("making snapshots/"))?;
+        let dst = clawfs_store::tree::create_dir(to, "snapshots", 0o700)
+            .map_err(io("making snapshots/"))?;
         let mut it = rustix::fs::Dir::read_from(&src).map_err(io("listing snapshots/"))?;
         while let Some(ent) = it.read() {
             let ent = ent.map_err(io("listing snapshots/"))?;
@@ -558,13 +559,13 @@ impl Workspaces {
             let Ok(name) = ent.file_name().to_str() else {
                 continue;
             };
-            if crate::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
+            if clawfs_store::names::check_snapshot_name(std::ffi::OsStr::new(name)).is_err() {
                 continue;
             }
             rustix::fs::linkat(&src, name, &dst, name, AtFlags::empty())
                 .map_err(io(format!("keeping snapshot {name}")))?;
         }
-        crate::tree::set_status(dst.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
+        clawfs_store::tree::set_status(dst.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
             .map_err(io("snapshots/"))
     }
 
@@ -577,9 +578,9 @@ impl Workspaces {
         new: &str,
         from: Option<&str>,
     ) -> Result<(), SnapshotError> {
-        let src = crate::beneath::read(ws_fd, Path::new("metadata.json"), 1 << 20)
+        let src = clawfs_store::beneath::read(ws_fd, Path::new("metadata.json"), 1 << 20)
             .map_err(io("reading metadata.json"))?;
-        let now = crate::seed::now_rfc3339();
+        let now = clawfs_store::clock::now_rfc3339();
         let mut meta: serde_json::Value = src
             .and_then(|b| serde_json::from_slice(&b).ok())
             .filter(serde_json::Value::is_object)
@@ -596,13 +597,13 @@ impl Workspaces {
             .map_err(|e| SnapshotError::io("metadata.json", e.into()))?;
         text.push(b'\n');
         let st = rustix::fs::statat(ws_fd, "metadata.json", AtFlags::SYMLINK_NOFOLLOW).ok();
-        let f =
-            crate::tree::create_file(dst, "metadata.json", 0o600).map_err(io("metadata.json"))?;
+        let f = clawfs_store::tree::create_file(dst, "metadata.json", 0o600)
+            .map_err(io("metadata.json"))?;
         std::fs::File::from(rustix::io::dup(&f).map_err(io("metadata.json"))?)
             .write_all(&text)
             .map_err(io("writing metadata.json"))?;
         if let Some(st) = st {
-            crate::tree::set_status(f.as_fd(), st.st_uid, st.st_gid, st.st_mode, now_ns())
+            clawfs_store::tree::set_status(f.as_fd(), st.st_uid, st.st_gid, st.st_mode, now_ns())
                 .map_err(io("metadata.json"))?;
         }
         Ok(())
@@ -637,16 +638,19 @@ fn leave_out(rel: &str, e: SnapshotError, skipped: &mut Vec<String>) -> Result<(
 }
 
 /// The archive entry of `e` below `ws` (None for kinds a snapshot does not keep).
-fn archived(ws: BorrowedFd<'_>, e: &crate::tree::Entry) -> Result<Option<Item>, SnapshotError> {
+fn archived(
+    ws: BorrowedFd<'_>,
+    e: &clawfs_store::tree::Entry,
+) -> Result<Option<Item>, SnapshotError> {
     let at = |err: std::io::Error| SnapshotError::io(e.rel.clone(), err);
     Ok(Some(match e.kind {
         FileType::Directory => {
-            let st = crate::tree::stat(ws, &e.rel).map_err(at)?;
+            let st = clawfs_store::tree::stat(ws, &e.rel).map_err(at)?;
             item_of(&e.rel, &st, Content::Dir)
         }
         FileType::Symlink => {
-            let st = crate::tree::stat(ws, &e.rel).map_err(at)?;
-            let Some(target) = crate::tree::read_link(ws, &e.rel).map_err(at)? else {
+            let st = clawfs_store::tree::stat(ws, &e.rel).map_err(at)?;
+            let Some(target) = clawfs_store::tree::read_link(ws, &e.rel).map_err(at)? else {
                 return Ok(None);
             };
             item_of(&e.rel, &st, Content::Symlink(target))
@@ -718,7 +722,7 @@ fn read_stable(
     };
     let stamp = crate::search::index::FileStamp::of;
     for attempt in 0..STABLE_ATTEMPTS {
-        let fd = crate::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY)
+        let fd = clawfs_store::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY)
             .map_err(io(format!("opening {rel}")))?;
         let before = rustix::fs::fstat(&fd).map_err(io(rel.to_string()))?;
         if before.st_size as u64 > MAX_FILE_BYTES {
@@ -760,22 +764,22 @@ fn extract(
         let at = |e: std::io::Error| SnapshotError::io(format!("restoring {}", item.name), e);
         match &item.content {
             Content::Dir => {
-                drop(crate::tree::create_dir(root, &item.name, 0o700).map_err(at)?);
+                drop(clawfs_store::tree::create_dir(root, &item.name, 0o700).map_err(at)?);
                 dirs.push(item);
             }
             Content::Symlink(target) => {
-                crate::tree::create_symlink(root, &item.name, target).map_err(at)?;
-                crate::tree::chown_link(root, &item.name, item.uid, item.gid).map_err(at)?;
+                clawfs_store::tree::create_symlink(root, &item.name, target).map_err(at)?;
+                clawfs_store::tree::chown_link(root, &item.name, item.uid, item.gid).map_err(at)?;
             }
             Content::File(bytes) => {
-                let f = crate::tree::create_file(root, &item.name, 0o600).map_err(at)?;
+                let f = clawfs_store::tree::create_file(root, &item.name, 0o600).map_err(at)?;
                 std::fs::File::from(rustix::io::dup(&f).map_err(|e| at(e.into()))?)
                     .write_all(bytes)
                     .map_err(at)?;
                 // An archive can claim any owner: a file comes back without setuid or setgid
                 // (the mount is nosuid anyway), so no archive makes a root program.
                 let mode = item.mode & !(libc::S_ISUID | libc::S_ISGID);
-                crate::tree::set_status(f.as_fd(), item.uid, item.gid, mode, item.mtime_ns)
+                clawfs_store::tree::set_status(f.as_fd(), item.uid, item.gid, mode, item.mtime_ns)
                     .map_err(at)?;
                 files += 1;
             }
@@ -783,8 +787,9 @@ fn extract(
         Ok(())
     })?;
     for d in dirs.iter().rev() {
-        let fd = crate::beneath::open_dir(root, Path::new(&d.name)).map_err(io(d.name.clone()))?;
-        crate::tree::set_status(fd.as_fd(), d.uid, d.gid, d.mode, d.mtime_ns)
+        let fd = clawfs_store::beneath::open_dir(root, Path::new(&d.name))
+            .map_err(io(d.name.clone()))?;
+        clawfs_store::tree::set_status(fd.as_fd(), d.uid, d.gid, d.mode, d.mtime_ns)
             .map_err(io(format!("restoring {}", d.name)))?;
     }
     Ok(files)
@@ -800,11 +805,11 @@ fn copy_tree(
 ) -> Result<(u64, u64), SnapshotError> {
     let (mut files, mut reflinked) = (0, 0);
     let mut dirs = Vec::new();
-    let listing = crate::tree::walk(src, skip).map_err(io("listing the workspace"))?;
+    let listing = clawfs_store::tree::walk(src, skip).map_err(io("listing the workspace"))?;
     skipped.extend(listing.unlisted);
     for e in listing.entries {
         let at = |err: std::io::Error| SnapshotError::io(format!("copying {}", e.rel), err);
-        let st = match crate::tree::stat(src, &e.rel) {
+        let st = match clawfs_store::tree::stat(src, &e.rel) {
             Ok(st) => st,
             Err(err) => {
                 leave_out(&e.rel, at(err), skipped)?;
@@ -813,15 +818,15 @@ fn copy_tree(
         };
         match e.kind {
             FileType::Directory => {
-                drop(crate::tree::create_dir(dst, &e.rel, 0o700).map_err(at)?);
+                drop(clawfs_store::tree::create_dir(dst, &e.rel, 0o700).map_err(at)?);
                 dirs.push((e.rel.clone(), st));
             }
             FileType::Symlink => {
-                let Some(target) = crate::tree::read_link(src, &e.rel).map_err(at)? else {
+                let Some(target) = clawfs_store::tree::read_link(src, &e.rel).map_err(at)? else {
                     continue;
                 };
-                crate::tree::create_symlink(dst, &e.rel, &target).map_err(at)?;
-                crate::tree::chown_link(dst, &e.rel, st.st_uid, st.st_gid).map_err(at)?;
+                clawfs_store::tree::create_symlink(dst, &e.rel, &target).map_err(at)?;
+                clawfs_store::tree::chown_link(dst, &e.rel, st.st_uid, st.st_gid).map_err(at)?;
             }
             FileType::RegularFile => match copy_stable(src, dst, &e.rel) {
                 Ok(r) => {
@@ -834,8 +839,8 @@ fn copy_tree(
         }
     }
     for (rel, st) in dirs.iter().rev() {
-        let fd = crate::beneath::open_dir(dst, Path::new(rel)).map_err(io(rel.clone()))?;
-        crate::tree::set_status(fd.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(st))
+        let fd = clawfs_store::beneath::open_dir(dst, Path::new(rel)).map_err(io(rel.clone()))?;
+        clawfs_store::tree::set_status(fd.as_fd(), st.st_uid, st.st_gid, st.st_mode, mtime_ns(st))
             .map_err(io(rel.clone()))?;
     }
     Ok((files, reflinked))
@@ -845,15 +850,16 @@ fn copy_tree(
 fn copy_stable(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, rel: &str) -> Result<bool, SnapshotError> {
     let at = |e: std::io::Error| SnapshotError::io(format!("copying {rel}"), e);
     for attempt in 0..STABLE_ATTEMPTS {
-        let from = crate::beneath::open_file(src, Path::new(rel), OFlags::RDONLY).map_err(at)?;
+        let from =
+            clawfs_store::beneath::open_file(src, Path::new(rel), OFlags::RDONLY).map_err(at)?;
         let before = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
-        let _ = crate::tree::remove_all(dst, rel);
-        let to = crate::tree::create_file(dst, rel, 0o600).map_err(at)?;
-        let reflinked = crate::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
+        let _ = clawfs_store::tree::remove_all(dst, rel);
+        let to = clawfs_store::tree::create_file(dst, rel, 0o600).map_err(at)?;
+        let reflinked = clawfs_store::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
         let after = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
         let stamp = crate::search::index::FileStamp::of;
         if stamp(&before) == stamp(&after) {
-            crate::tree::set_status(
+            clawfs_store::tree::set_status(
                 to.as_fd(),
                 after.st_uid,
                 after.st_gid,
@@ -870,7 +876,7 @@ fn copy_stable(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, rel: &str) -> Result<bo
 
 /// Copies the regular file `name` of `from` into `to`, with its status.
 fn copy_file(from: BorrowedFd<'_>, to: BorrowedFd<'_>, name: &str) -> Result<(), SnapshotError> {
-    match crate::beneath::open_file(from, Path::new(name), OFlags::RDONLY) {
+    match clawfs_store::beneath::open_file(from, Path::new(name), OFlags::RDONLY) {
         Ok(_) => copy_stable(from, to, name).map(|_| ()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(SnapshotError::io(format!("opening {name}"), e)),
@@ -891,6 +897,6 @@ fn copy_dir_status(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), Snaps
             }
         }
     }
-    crate::tree::set_status(to, st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
+    clawfs_store::tree::set_status(to, st.st_uid, st.st_gid, st.st_mode, mtime_ns(&st))
         .map_err(io("the workspace folder"))
 }

@@ -117,3 +117,31 @@ pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Vault
     let path = path.into();
     move |source| VaultError::Io { path, source }
 }
+
+/// The errno a caller of the mount gets (reading a secret): every variant matched, so a new one
+/// picks its errno on purpose.
+impl clawfs_store::ToErrno for VaultError {
+    fn errno(&self) -> i32 {
+        use VaultError as V;
+        match self {
+            V::NotFound(_) => libc::ENOENT,
+            // The key is not available to the daemon: the vault must be unlocked (or initialised).
+            V::Locked | V::NotInitialized | V::PassphraseRequired | V::WrongPassphrase => {
+                libc::ENOKEY
+            }
+            V::BadName { .. } => libc::EINVAL,
+            V::AlreadyInitialized(_) => libc::EEXIST,
+            // The key cannot be unsealed here (no TPM, a policy or counter that does not match, a
+            // host key that does not open it): the key has been rejected.
+            V::NoTpm(_)
+            | V::PcrMismatch
+            | V::RolledBack { .. }
+            | V::RollbackCounter { .. }
+            | V::HostKey { .. } => libc::EKEYREJECTED,
+            // Data that fails authentication or an interrupted rotation: the content is bad.
+            V::Tampered { .. } | V::Rotation(_) => libc::EBADMSG,
+            V::Tpm(_) | V::Keyring(_) => libc::EIO,
+            V::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}

@@ -139,21 +139,15 @@ pub fn resolve_tcti(config: &VaultConfig) -> Option<String> {
 
 /// Checks a secret name: `[a-z0-9-]+`, at most 64 bytes, no leading or trailing hyphen.
 pub fn check_secret_name(name: &str) -> Result<&str, VaultError> {
-    crate::names::check_system_name(std::ffi::OsStr::new(name)).map_err(|e| match e {
-        crate::FsError::InvalidName { reason, .. } => VaultError::BadName {
+    clawfs_store::names::check_system_name(std::ffi::OsStr::new(name)).map_err(|e| {
+        VaultError::BadName {
             name: name.into(),
-            reason,
-        },
-        _ => VaultError::BadName {
-            name: name.into(),
-            reason: "invalid",
-        },
+            reason: e.reason,
+        }
     })
 }
 
-pub(crate) fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
+pub(crate) use clawfs_store::clock::now_rfc3339;
 
 /// Writes `dir/name` atomically (temp + fsync + rename + fsync dir), mode 0600.
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), VaultError> {

@@ -8,9 +8,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use clawfs_core::beneath::FileMode;
 use clawfs_core::search::import::{Document, Placed};
 use clawfs_core::search::index::FileStamp;
+use clawfs_store::beneath::FileMode;
 use rustix::fs::AtFlags;
 use sha2::{Digest, Sha256};
 
@@ -121,7 +121,7 @@ impl WorkspaceFiles {
 
     fn dir(&mut self) -> Result<&OwnedFd, MigrateError> {
         if self.dir.is_none() {
-            let dir = clawfs_core::beneath::create_dir_all(
+            let dir = clawfs_store::beneath::create_dir_all(
                 self.workspace.as_fd(),
                 Path::new(&self.into),
                 self.mode,
@@ -140,7 +140,7 @@ impl Placement for WorkspaceFiles {
     }
 
     fn check_fresh(&self) -> Result<(), MigrateError> {
-        match clawfs_core::beneath::open(
+        match clawfs_store::beneath::open(
             self.workspace.as_fd(),
             Path::new(&self.into),
             rustix::fs::OFlags::PATH,
@@ -163,7 +163,7 @@ impl Placement for WorkspaceFiles {
             mode,
             owner: Some(owner),
         };
-        clawfs_core::beneath::write_atomic_unsynced(dir, &name, doc.content.as_bytes(), how)
+        clawfs_store::beneath::write_atomic_unsynced(dir, &name, doc.content.as_bytes(), how)
             .map_err(io(&name))?;
         let st = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| io(&name)(e.into()))?;

@@ -28,7 +28,7 @@ impl ClawFs {
     /// The flag as the store holds it now (an unreadable flag is a stop: failing closed).
     pub(in crate::fs) fn read_estop(&self) -> Option<serde_json::Value> {
         let path = Path::new(crate::store::PRIVATE_DIR).join(ESTOP_FILE);
-        match crate::beneath::read(self.store.root_fd(), &path, 1 << 16) {
+        match clawfs_store::beneath::read(self.store.root_fd(), &path, 1 << 16) {
             Ok(None) => None,
             Ok(Some(bytes)) => Some(
                 serde_json::from_slice(&bytes)
@@ -75,20 +75,21 @@ impl ClawFs {
         }
         let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
         let dir = Path::new(crate::store::PRIVATE_DIR);
-        let acked = crate::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
-            .ok()
-            .flatten()
-            .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| v["in_force"] == in_force && Some(&v["id"]) == seen_id.as_ref());
+        let acked =
+            clawfs_store::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
+                .ok()
+                .flatten()
+                .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+                .is_some_and(|v| v["in_force"] == in_force && Some(&v["id"]) == seen_id.as_ref());
         if acked || (!in_force && seen_id.is_none()) {
             return in_force;
         }
         let seen = serde_json::json!({
             "in_force": in_force,
             "id": seen_id,
-            "at": crate::seed::now_rfc3339(),
+            "at": clawfs_store::clock::now_rfc3339(),
         });
-        let how = crate::beneath::FileMode::mode(0o644);
+        let how = clawfs_store::beneath::FileMode::mode(0o644);
         if let Err(e) =
             self.store
                 .write_beneath(dir, ESTOP_SEEN_FILE, seen.to_string().as_bytes(), how)

@@ -2,6 +2,7 @@
 //! mapping, admin, user), the policy decision on every call that reaches the daemon, the audit
 //! record of each decision, the per-agent denials file, and quotas.
 
+use clawfs_store::ToErrno;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -12,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use super::ClawFs;
 use crate::audit::{AuditEvent, AuditLog};
-use crate::backing::proc_fd_path;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::inodes::Node;
 use crate::policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
+use clawfs_store::backing::proc_fd_path;
 
 mod estop;
 mod paths;
@@ -223,7 +224,7 @@ impl ClawFs {
     pub fn record_kernel_refusal(&self, ev: AuditEvent) {
         if let Ok(agent) = AgentName::new(&ev.agent) {
             let line = serde_json::json!({
-                "time": crate::seed::now_rfc3339(),
+                "time": clawfs_store::clock::now_rfc3339(),
                 "operation": ev.operation,
                 "path": ev.path,
                 "target": ev.target,
@@ -473,7 +474,7 @@ impl ClawFs {
         denial: &Denial,
     ) {
         let line = serde_json::json!({
-            "time": crate::seed::now_rfc3339(),
+            "time": clawfs_store::clock::now_rfc3339(),
             "operation": op,
             "path": path.to_string(),
             "target": target.map(|t| t.to_string()),
@@ -495,7 +496,7 @@ impl ClawFs {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mine = all.entry(agent.as_str().to_string()).or_insert_with(|| {
-            crate::beneath::read(self.store.root_fd(), &dir.join("denials"), 4 << 20)
+            clawfs_store::beneath::read(self.store.root_fd(), &dir.join("denials"), 4 << 20)
                 .ok()
                 .flatten()
                 .map(|t| {
@@ -516,7 +517,7 @@ impl ClawFs {
             .collect::<Vec<_>>()
             .join("\n");
         text.push('\n');
-        let how = crate::beneath::FileMode {
+        let how = clawfs_store::beneath::FileMode {
             mode: 0o640,
             owner: Some((0, crate::seed::agents_group().unwrap_or(0))),
         };
@@ -546,7 +547,7 @@ pub fn installed_policy(store: BorrowedFd<'_>) -> Result<Policy, Vec<PolicyError
             message,
         }]
     };
-    let bytes = crate::beneath::read(store, Path::new(POLICY_FILE), 1 << 20)
+    let bytes = clawfs_store::beneath::read(store, Path::new(POLICY_FILE), 1 << 20)
         .map_err(|e| refused(format!("{POLICY_FILE}: {e}")))?;
     crate::integrity::system::check_recorded(store, "policy.toml", bytes.as_deref())
         .map_err(|e| refused(e.to_string()))?;

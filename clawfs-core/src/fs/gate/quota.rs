@@ -6,8 +6,8 @@
 use rustix::fs::{AtFlags, FileType};
 
 use super::*;
-use crate::backing::BackingHandle;
 use crate::held::{Delta, Held};
+use clawfs_store::backing::BackingHandle;
 
 /// A recomputation of the held usage asked of a running daemon (`clawfs quota rescan`),
 /// relative to the store's private area: removed when done.
@@ -259,7 +259,7 @@ impl ClawFs {
         // A stop recorded before this daemon started is in force from its first request.
         self.set_estop(self.read_estop());
         let path = Path::new(crate::store::PRIVATE_DIR).join(QUOTA_USAGE_FILE);
-        let saved = crate::beneath::read(self.store.root_fd(), &path, 64 << 20)
+        let saved = clawfs_store::beneath::read(self.store.root_fd(), &path, 64 << 20)
             .ok()
             .flatten()
             .and_then(|t| serde_json::from_slice::<crate::held::Saved>(&t).ok());
@@ -346,14 +346,14 @@ impl ClawFs {
     pub fn rescan_if_asked(&self) {
         let dir = Path::new(crate::store::PRIVATE_DIR);
         let Ok(Some(_)) =
-            crate::beneath::read(self.store.root_fd(), &dir.join(QUOTA_RESCAN_FILE), 4096)
+            clawfs_store::beneath::read(self.store.root_fd(), &dir.join(QUOTA_RESCAN_FILE), 4096)
         else {
             return;
         };
         if let Err(e) = self.rescan_usage(&mut |_| {}) {
             tracing::warn!(error = %e, "quota rescan");
         }
-        if let Ok(d) = crate::beneath::open_dir(self.store.root_fd(), dir) {
+        if let Ok(d) = clawfs_store::beneath::open_dir(self.store.root_fd(), dir) {
             let _ = rustix::fs::unlinkat(&d, QUOTA_RESCAN_FILE, AtFlags::empty());
         }
     }
@@ -374,7 +374,7 @@ impl ClawFs {
         let snapshot = self.gate.held.snapshot(clean);
         let json = serde_json::to_vec(&snapshot).expect("usage serialises");
         let dir = Path::new(crate::store::PRIVATE_DIR);
-        let how = crate::beneath::FileMode::mode(0o600);
+        let how = clawfs_store::beneath::FileMode::mode(0o600);
         if let Err(e) = self.store.write_beneath(dir, QUOTA_USAGE_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save quota usage");
         }

@@ -43,7 +43,7 @@ impl ClawFs {
             VirtualNode::RequestsDir => None,
             VirtualNode::SecretsDir => name
                 .to_str()
-                .filter(|n| crate::names::check_system_name(OsStr::new(n)).is_ok())
+                .filter(|n| clawfs_store::names::check_system_name(OsStr::new(n)).is_ok())
                 .filter(|n| self.secret_exists(n))
                 .map(|n| VirtualNode::Secret(n.to_string())),
             VirtualNode::SearchDir(workspace) => name
@@ -279,7 +279,7 @@ impl ClawFs {
     ) -> FsResult<(Entry, Opened)> {
         if dir == VirtualNode::SecretsDir {
             // A new secret, written by an admin; stored encrypted when closed.
-            let secret = crate::names::check_system_name(name)?.to_string();
+            let secret = clawfs_store::names::check_system_name(name)?.to_string();
             let node = VirtualNode::Secret(secret.clone());
             let mut exchange = Exchange::default();
             self.open_secret(caller, &secret, true, &mut exchange)?;
@@ -356,7 +356,7 @@ impl ClawFs {
         name: &OsStr,
     ) -> FsResult<()> {
         if dir == VirtualNode::SecretsDir {
-            let name = crate::names::check_system_name(name)?;
+            let name = clawfs_store::names::check_system_name(name)?;
             return self.remove_secret(caller, name);
         }
         if dir != VirtualNode::ResponsesDir {

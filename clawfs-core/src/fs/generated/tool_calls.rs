@@ -114,7 +114,7 @@ impl ClawFs {
         let (workspace, request) = split_workspace(request);
         use clawfs_agent_tools::ToolError;
         let error = |e: ToolError| (None, Err(e));
-        if let Err(e) = crate::names::check_system_name(OsStr::new(&workspace)) {
+        if let Err(e) = clawfs_store::names::check_system_name(OsStr::new(&workspace)) {
             return error(ToolError::InvalidArgs(format!("\"workspace\": {e}")));
         }
         let ws_dir = self
@@ -130,7 +130,7 @@ impl ClawFs {
         // The tools start from the workspace, opened by the daemon; the caller must be able to
         // reach it through /workspaces/ as it would by path. Checked before anything is made
         // in it for the call.
-        let area = match crate::beneath::open(
+        let area = match clawfs_store::beneath::open(
             self.store.root_fd(),
             std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
@@ -205,8 +205,8 @@ impl ClawFs {
                 groups: creds.groups.clone(),
             })
             .with_id_names(std::sync::Arc::new(|id| match id {
-                clawfs_agent_tools::Id::User(uid) => Some(crate::seed::user_name(uid)),
-                clawfs_agent_tools::Id::Group(gid) => crate::seed::group_name(gid),
+                clawfs_agent_tools::Id::User(uid) => Some(clawfs_store::accounts::user_name(uid)),
+                clawfs_agent_tools::Id::Group(gid) => clawfs_store::accounts::group_name(gid),
             }))
             .with_umask(creds.umask)
             .with_observer(std::sync::Arc::new({

@@ -4,8 +4,8 @@
 //! temp file with an unpredictable name created `O_EXCL | O_NOFOLLOW`. An agent that plants a
 //! symlink or a temp name in a directory it may write therefore never redirects a root write.
 //!
-//! Atomic writes are the tools' [`write_atomic`] (one implementation for the daemon and the
-//! tools); this module adds how the daemon reaches its directories in the store.
+//! Atomic writes are [`crate::atomic`]'s (one implementation for the daemon and the tools);
+//! this module adds how the daemon reaches its directories in the store.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -16,7 +16,7 @@ use std::path::Path;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-pub use clawfs_agent_tools::beneath::{sync_dir, write_atomic, write_atomic_unsynced, FileMode};
+pub use crate::atomic::{sync_dir, write_atomic, write_atomic_unsynced, FileMode};
 
 /// How every step of a path beneath a trusted directory is resolved.
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH

@@ -3,7 +3,33 @@
 
 use std::ffi::OsStr;
 
-use crate::error::FsError;
+use crate::ToErrno;
+
+/// A name that breaks the naming rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid name {name:?}: {reason}")]
+pub struct NameError {
+    /// The refused name, lossily decoded.
+    pub name: String,
+    /// Which rule it breaks.
+    pub reason: &'static str,
+}
+
+impl NameError {
+    /// `name` breaks the rule `reason`.
+    pub fn new(name: &OsStr, reason: &'static str) -> Self {
+        NameError {
+            name: name.to_string_lossy().into_owned(),
+            reason,
+        }
+    }
+}
+
+impl ToErrno for NameError {
+    fn errno(&self) -> i32 {
+        libc::EINVAL
+    }
+}
 
 /// Longest workspace or agent name (P1.4 §2.4).
 pub const MAX_NAME_LEN: usize = 64;
@@ -23,15 +49,12 @@ pub const DEFAULT_AGENTS: [&str; 8] = [
     "build-engine",
 ];
 
-fn invalid(name: &OsStr, reason: &'static str) -> FsError {
-    FsError::InvalidName {
-        name: name.to_string_lossy().into_owned(),
-        reason,
-    }
+fn invalid(name: &OsStr, reason: &'static str) -> NameError {
+    NameError::new(name, reason)
 }
 
 /// Checks the `[a-z0-9-]+`, ≤ 64 bytes rule shared by workspace and agent names.
-pub fn check_system_name(name: &OsStr) -> Result<&str, FsError> {
+pub fn check_system_name(name: &OsStr) -> Result<&str, NameError> {
     let s = name
         .to_str()
         .ok_or_else(|| invalid(name, "must be ASCII"))?;
@@ -57,7 +80,7 @@ pub fn check_system_name(name: &OsStr) -> Result<&str, FsError> {
 }
 
 /// Checks a new workspace name: the shared rule plus the reserved names.
-pub fn check_workspace_name(name: &OsStr) -> Result<&str, FsError> {
+pub fn check_workspace_name(name: &OsStr) -> Result<&str, NameError> {
     let s = check_system_name(name)?;
     if RESERVED_WORKSPACES.contains(&s) {
         return Err(invalid(name, "is a reserved workspace name"));
@@ -67,7 +90,7 @@ pub fn check_workspace_name(name: &OsStr) -> Result<&str, FsError> {
 
 /// Checks a snapshot file name: `snapshot-YYYY-MM-DD.db` with a real date (P1.4 §2.5), or
 /// `snapshot-YYYY-MM-DD-N.db` (N from 2) for the day's later snapshots.
-pub fn check_snapshot_name(name: &OsStr) -> Result<&str, FsError> {
+pub fn check_snapshot_name(name: &OsStr) -> Result<&str, NameError> {
     const RULE: &str = "snapshots are named snapshot-YYYY-MM-DD.db or snapshot-YYYY-MM-DD-N.db";
     let s = name.to_str().ok_or_else(|| invalid(name, RULE))?;
     let stem = s
@@ -93,7 +116,7 @@ pub fn check_snapshot_name(name: &OsStr) -> Result<&str, FsError> {
 mod tests {
     use super::*;
 
-    fn ok(f: fn(&OsStr) -> Result<&str, FsError>, s: &str) -> bool {
+    fn ok(f: fn(&OsStr) -> Result<&str, NameError>, s: &str) -> bool {
         f(OsStr::new(s)).is_ok()
     }
 
