@@ -3,6 +3,7 @@
 #
 #   bash bench/xfstests.sh [--src DIR] [--clawfs-bin BIN] [--tests "generic/quick"]
 #                          [--workdir DIR] [--timeout SECONDS] [--max-time SECONDS]
+#                          [--store-size SIZE]
 #
 # Builds xfstests from source (clones it into WORKDIR/xfstests unless --src names an existing
 # checkout, which is then built in place), creates two ClawFS stores (test and scratch) and runs
@@ -38,6 +39,7 @@
 # --timeout seconds (default 300; it is then reported as failed and listed in
 # WORKDIR/timeouts) and, if it is stuck in a FUSE request, aborts the FUSE connection.
 # --max-time stops the whole run after that many seconds (the summary then counts what ran).
+# --store-size is the size of the ext4 image the two stores live on (default 16G, sparse).
 #
 # Output: WORKDIR/check.log (the ./check output), WORKDIR/results/ (xfstests results: *.out.bad,
 # *.full), and a summary on stdout: passed / failed / not run, and the failing tests each
@@ -52,6 +54,7 @@ TESTS="generic/quick"
 WORKDIR=/tmp/clawfs-xfstests
 TIMEOUT=300
 MAX_TIME=0
+STORE_SIZE=16G
 EXCLUDE="$HERE/xfstests.exclude"
 
 while [ $# -gt 0 ]; do
@@ -62,6 +65,7 @@ while [ $# -gt 0 ]; do
 	--workdir) WORKDIR=$2; shift 2 ;;
 	--timeout) TIMEOUT=$2; shift 2 ;;
 	--max-time) MAX_TIME=$2; shift 2 ;;
+	--store-size) STORE_SIZE=$2; shift 2 ;;
 	--exclude) EXCLUDE=$2; shift 2 ;;
 	-h|--help) sed -n '2,45p' "$0"; exit 0 ;;
 	*) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -112,8 +116,20 @@ if [ ! -x "$SRC/ltp/fsstress" ] || [ ! -x "$SRC/src/xfsctl" ]; then
 fi
 
 # --- stores, mount points, mount wrapper, config -------------------------------------------
-TEST_STORE="$WORKDIR/test-store"
-SCRATCH_STORE="$WORKDIR/scratch-store"
+# The stores live on an ext4 image of their own (--store-size, sparse): a test that fills its
+# filesystem on purpose (the ENOSPC cases) fills the image, never the host's disk.
+STORES="$WORKDIR/stores"
+mkdir -p "$STORES"
+if ! findmnt -rn -M "$STORES" >/dev/null 2>&1; then
+	img="$WORKDIR/stores.img"
+	if [ ! -e "$img" ]; then
+		truncate -s "$STORE_SIZE" "$img" && mkfs.ext4 -q -F "$img" ||
+			{ rm -f "$img"; die "could not make the stores' image $img"; }
+	fi
+	mount -o loop "$img" "$STORES" || die "could not mount the stores' image $img"
+fi
+TEST_STORE="$STORES/test-store"
+SCRATCH_STORE="$STORES/scratch-store"
 for d in test scratch hidden/test-store hidden/scratch-store bin results; do mkdir -p "$WORKDIR/$d"; done
 for s in "$TEST_STORE" "$SCRATCH_STORE"; do
 	[ -d "$s/.clawfs" ] || [ -d "$s/workspaces" ] || "$BIN" init --store "$s" >/dev/null ||
@@ -262,6 +278,8 @@ elapsed=$(($(date +%s) - start))
 for m in "$WORKDIR/test" "$WORKDIR/scratch" "$WORKDIR/hidden/test-store" "$WORKDIR/hidden/scratch-store"; do
 	findmnt -rn -M "$m" >/dev/null 2>&1 && { umount "$m" 2>/dev/null || umount -l "$m"; }
 done
+# The daemons release the stores once their mounts are gone.
+for _ in 1 2 3 4 5 6 7 8 9 10; do umount "$STORES" 2>/dev/null && break; sleep 1; done
 
 # --- summary ----------------------------------------------------------------------------
 # ./check prints one line per test: "generic/001 3s ...  2s" (passed), "generic/002 [not run] why",
