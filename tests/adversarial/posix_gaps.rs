@@ -9,8 +9,9 @@ use std::path::Path;
 use crate::common::{errno, Mounted};
 use crate::support::{text, TempUser};
 
+/// The permission bits of `p` as the kernel reports them, from its cache if it holds them.
 fn mode(p: &Path) -> u32 {
-    fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    cached_mode(p)
 }
 
 #[test]
@@ -511,23 +512,56 @@ fn a_thousand_user_attributes_and_values_of_64_kib() {
     assert_eq!(kept_attribute_rows(&m), 0);
 }
 
-/// The mtime and ctime of `p` in nanoseconds, asked of `statx` alone as `stat -c %Y` does:
-/// the kernel answers from its cache unless it knows them changed (`std::fs::metadata`, and
-/// `stat(2)`, ask for more, which may send it to the daemon whatever it holds).
-fn stat_times(p: &Path) -> (i128, i128) {
+/// `statx` of `p` asked for `mask` alone, as `stat -c %Y` or `%A` asks: the kernel answers from
+/// its cache unless it knows those fields changed (`std::fs::metadata`, and `stat(2)`, ask for
+/// more, which may send it to the daemon whatever it holds).
+fn statx_only(p: &Path, mask: u32) -> libc::statx {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
     // SAFETY: a NUL-terminated path and a zeroed `statx` the call fills.
-    let st = unsafe {
+    unsafe {
         let mut st = std::mem::zeroed::<libc::statx>();
-        let mask = libc::STATX_MTIME | libc::STATX_CTIME;
         let rc = libc::statx(libc::AT_FDCWD, path.as_ptr(), 0, mask, &mut st);
         assert_eq!(rc, 0);
         st
-    };
+    }
+}
+
+/// The mtime and ctime of `p` in nanoseconds, from the kernel's cache if it holds them.
+fn stat_times(p: &Path) -> (i128, i128) {
+    let st = statx_only(p, libc::STATX_MTIME | libc::STATX_CTIME);
     let ns =
         |t: libc::statx_timestamp| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
     (ns(st.stx_mtime), ns(st.stx_ctime))
+}
+
+/// The permission bits of `p`, from the kernel's cache if it holds them.
+fn cached_mode(p: &Path) -> u32 {
+    u32::from(statx_only(p, libc::STATX_MODE).stx_mode) & 0o7777
+}
+
+/// The owner's own `O_DIRECT` write to its setuid/setgid file, served by passthrough, clears
+/// the bits as a local filesystem does (setgid only where the group may execute), and the
+/// kernel reports the new mode at once, asked for the mode alone (xfstests generic/355).
+#[test]
+fn an_owners_direct_write_clears_setuid_and_the_mode_shows_it_at_once() {
+    let m = Mounted::with_args(&["--attr-timeout", "60"]);
+    m.open_workspace_to_all();
+    let user = TempUser::new("dw");
+    let f = m.ws().join("direct");
+    for (bits, after) in [(0o6644, 0o2644), (0o6754, 0o754)] {
+        fs::write(&f, "this is a test\n").unwrap();
+        std::os::unix::fs::chown(&f, Some(user.uid), Some(user.uid)).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(bits)).unwrap();
+        assert_eq!(cached_mode(&f), bits);
+        let out = user.sh(&format!(
+            "dd if=/dev/zero of={} bs=4096 count=1 oflag=direct conv=notrunc status=none",
+            f.display()
+        ));
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(cached_mode(&f), after, "{bits:o}");
+        fs::remove_file(&f).unwrap();
+    }
 }
 
 /// A write through a shared mapping of a file opened with passthrough changes its mtime and

@@ -39,9 +39,9 @@ impl ClawFs {
             None => self.node_path(&node, opath.insert(self.open_path(&node)?))?,
         };
         let access = if writes {
-            crate::policy::Access::Write
+            clawfs_policy::Access::Write
         } else {
-            crate::policy::Access::Read
+            clawfs_policy::Access::Read
         };
         let who = self.decide(caller, "open", access, &path)?;
         // An open for writing adds nothing yet (each write, fallocate or truncation up is
@@ -103,7 +103,7 @@ impl ClawFs {
         }
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             // Truncated by the daemon (root): clear what a truncation by the caller clears.
-            drop_suidgid(&backing.file)?;
+            self.kill_suidgid(ino, &backing.file)?;
         }
         let writer = match writes {
             true => {
@@ -142,8 +142,8 @@ impl ClawFs {
                         mode.close(*choice);
                     }
                     let denial = Denial {
-                        rule: crate::policy::rule::PROTECTED,
-                        kind: crate::policy::DenyKind::ReadOnly,
+                        rule: clawfs_policy::rule::PROTECTED,
+                        kind: clawfs_policy::DenyKind::ReadOnly,
                         reason: format!("{} is being renamed onto git's config, whose settings were checked; it may not be opened for writing now", w.path),
                     };
                     self.refuse(caller, "open", &w.path, denial)?;
@@ -351,7 +351,7 @@ impl ClawFs {
             self.charge_growth(w, "write", end, &file)?;
         }
         if kill_suidgid {
-            drop_suidgid(&file.backing.file)?;
+            self.kill_suidgid(ino, &file.backing.file)?;
         }
         let n = file.backing.file.write_at(data, offset)?;
         if file.writer.as_ref().is_some_and(|w| w.metered) {
@@ -441,6 +441,16 @@ impl ClawFs {
         Ok(())
     }
 
+    /// Clears the setuid bit of the backing `file` of `ino`, and its setgid bit where the group
+    /// may execute, as a write by a caller without `CAP_FSETID` does; the kernel, which holds
+    /// the mode from before and is not told by the write, is told.
+    fn kill_suidgid(&self, ino: u64, file: &File) -> FsResult<()> {
+        if drop_suidgid(file)? {
+            self.attributes_changed(ino);
+        }
+        Ok(())
+    }
+
     /// Allocates or punches space in `fh`. `kill_suidgid`: the caller is not root, so a
     /// setuid/setgid file loses those bits, as a local filesystem's `fallocate` (any mode) does
     /// for a caller without `CAP_FSETID` (FUSE does not say whether the caller has it; the daemon
@@ -466,7 +476,7 @@ impl ClawFs {
             }
         }
         if kill_suidgid {
-            drop_suidgid(&file.backing.file)?;
+            self.kill_suidgid(file.ino, &file.backing.file)?;
         }
         rustix::fs::fallocate(
             &file.backing.file,
@@ -534,7 +544,7 @@ pub(super) fn has_suidgid(file: &File) -> FsResult<bool> {
 
 /// Clears setuid, and setgid on a group-executable file, as the kernel does when someone
 /// without `CAP_FSETID` writes or truncates a file.
-pub(super) fn drop_suidgid(file: &File) -> FsResult<()> {
+pub(super) fn drop_suidgid(file: &File) -> FsResult<bool> {
     let mode = rustix::fs::fstat(file)?.st_mode & 0o7777;
     let mut kept = mode & !libc::S_ISUID;
     if mode & libc::S_IXGRP != 0 {
@@ -543,5 +553,5 @@ pub(super) fn drop_suidgid(file: &File) -> FsResult<()> {
     if kept != mode {
         rustix::fs::fchmod(file, Mode::from_raw_mode(kept))?;
     }
-    Ok(())
+    Ok(kept != mode)
 }
