@@ -15,7 +15,7 @@ pub enum OpenError {
     Io(#[from] io::Error),
     /// The policy in force does not load.
     #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyLoadError),
+    Policy(#[from] clawfs_policy::PolicyLoadError),
 }
 
 impl From<rustix::io::Errno> for OpenError {
@@ -84,7 +84,7 @@ pub enum FsError {
     },
     /// The policy refuses the call for this caller.
     #[error("{0}")]
-    Denied(crate::policy::Denial),
+    Denied(clawfs_policy::Denial),
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
     Tampered(String),
@@ -103,7 +103,7 @@ pub enum FsError {
     Vault(#[from] crate::vault::VaultError),
     /// A backing name that no namespace path can hold.
     #[error(transparent)]
-    Path(#[from] crate::policy::NsPathError),
+    Path(#[from] clawfs_policy::NsPathError),
     /// The search index failed (serving `workspace.db`).
     #[error(transparent)]
     Search(#[from] crate::search::SearchError),

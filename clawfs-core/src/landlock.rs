@@ -206,24 +206,9 @@ pub const DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
-/// Paths no grant of the default sandbox may cover: password and group shadows, sudo's rules,
-/// SSH host keys, TLS private keys, PAM's password history, root's home, and ClawFS's default
-/// store. Add the store actually used to [`Sandbox::deny`].
-pub const DEFAULT_DENY: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssh/ssh_host_rsa_key",
-    "/etc/ssh/ssh_host_ecdsa_key",
-    "/etc/ssh/ssh_host_ed25519_key",
-    "/etc/ssl/private",
-    "/etc/security/opasswd",
-    "/root",
-    "/var/lib/clawfs",
-];
+/// Paths no grant of the default sandbox may cover (the policy refuses grants over them too).
+/// Add the store actually used to [`Sandbox::deny`].
+pub use clawfs_policy::DEFAULT_DENY;
 
 /// What an agent process may reach. Plain data: build one with [`Sandbox::agent_defaults`] and
 /// push the agent's own paths, or fill every field yourself.

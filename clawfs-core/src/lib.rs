@@ -21,7 +21,6 @@ pub mod io_mode;
 pub mod landlock;
 pub mod open_files;
 pub mod path_cache;
-pub mod policy;
 pub mod search;
 pub mod seed;
 pub mod snapshot;

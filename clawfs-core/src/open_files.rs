@@ -35,13 +35,13 @@ impl BackingFile {
 #[derive(Debug)]
 pub struct WriteHandle {
     /// The writer.
-    pub who: crate::policy::Identity,
+    pub who: clawfs_policy::Identity,
     /// Its process.
     pub pid: u32,
     /// Its fs uid.
     pub uid: u32,
     /// The file's namespace path at open.
-    pub path: crate::policy::NsPath,
+    pub path: clawfs_policy::NsPath,
     /// The size at open.
     pub size_at_open: u64,
     /// The writer is an agent with a byte quota: every write is charged as it is made (such a

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::policy::NsPath;
+use clawfs_policy::NsPath;
 use clawfs_store::backing::BackingHandle;
 
 /// Entries kept before the cache starts over; a path is cheap to compute again.

@@ -135,7 +135,7 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     ];
     file(
         &system.join("policy.toml"),
-        crate::policy::DEFAULT_POLICY_TOML.as_bytes(),
+        clawfs_policy::DEFAULT_POLICY_TOML.as_bytes(),
         0o444,
         root_owner,
     )?;
@@ -165,9 +165,9 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     // Each agent owns its directory. The directories are group-writable by clawos-agents on
     // purpose: POSIX lets every agent try, so that the daemon (not the kernel's mode check)
     // decides, records the refusal and tells the agent why (RULE-001). logs/ is ClawFS's.
-    let policy = crate::policy::Policy::default_policy();
+    let policy = clawfs_policy::Policy::default_policy();
     for agent in DEFAULT_AGENTS {
-        let uid = crate::policy::AgentName::new(agent)
+        let uid = clawfs_policy::AgentName::new(agent)
             .ok()
             .and_then(|n| policy.agent(&n).and_then(|a| a.run_as()))
             .map_or(0, |(uid, _)| uid);

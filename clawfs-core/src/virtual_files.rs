@@ -295,7 +295,7 @@ pub struct VirtualHandle {
     pub caller: crate::creds::Caller,
     /// Who the opener was and what it acted with, fixed at open: a call that runs later runs
     /// as them, whatever holds the descriptor or the pid by then.
-    pub opener: (crate::policy::Identity, crate::creds::Credentials),
+    pub opener: (clawfs_policy::Identity, crate::creds::Credentials),
     /// State of the exchange.
     pub state: Mutex<Exchange>,
     /// A file served as it is, read at the caller's offsets (the index view).

@@ -6,9 +6,9 @@
 use std::ffi::OsStr;
 
 use clawfs_core::creds::Caller;
+use clawfs_core::error::ToErrno;
 use clawfs_core::fs::Opened;
 use clawfs_core::inodes::ROOT_INO;
-use clawfs_core::error::ToErrno;
 use clawfs_core::{ClawFs, FsError, Store};
 
 fn is_root() -> bool {
@@ -295,7 +295,7 @@ fn readdirplus_takes_a_reference_per_entry_it_answers_and_gives_back_what_did_no
 /// credentials (root's pid reused by an agent's process) is asked about again.
 #[test]
 fn a_pids_identity_is_remembered_for_its_credentials_only() {
-    use clawfs_core::policy::Identity;
+    use clawfs_policy::Identity;
     require_root!();
     let (_dir, fs) = fs();
     let pid = std::process::id();

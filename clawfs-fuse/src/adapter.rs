@@ -236,7 +236,7 @@ impl Filesystem for Adapter {
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_EXPORT_SUPPORT
             // The kernel's own checks must see what the policy grants per agent
-            // (`clawfs_core::policy::kernel_acl`).
+            // (`clawfs_policy::kernel_acl`).
             | InitFlags::FUSE_POSIX_ACL;
         let _ = config.add_capabilities(wanted & config.capabilities());
         if !config.capabilities().contains(InitFlags::FUSE_POSIX_ACL) {

@@ -786,8 +786,8 @@ fn policy_refusal(
     ev: &Event,
     op: &str,
     ns: &str,
-) -> Option<(String, clawfs_core::policy::Denial)> {
-    use clawfs_core::policy::{Access, AgentName, Identity, NsPath};
+) -> Option<(String, clawfs_policy::Denial)> {
+    use clawfs_policy::{Access, AgentName, Identity, NsPath};
     let path = NsPath::parse(ns).ok()?;
     // Looked for in the store, never through the mount this daemon serves.
     let exists = || {

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use anyhow::anyhow;
-use clawfs_core::policy::Policy;
+use clawfs_policy::Policy;
 
 use crate::error::Failure;
 
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn default_policy_is_ok() {
-        let (r, out, err, path) = run(clawfs_core::policy::DEFAULT_POLICY_TOML);
+        let (r, out, err, path) = run(clawfs_policy::DEFAULT_POLICY_TOML);
         assert!(r.is_ok());
         assert_eq!(out, format!("{}: ok (8 agents)\n", path.display()));
         assert!(err.is_empty());

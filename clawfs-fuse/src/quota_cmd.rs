@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use clawfs_core::held::{Held, Saved};
-use clawfs_core::policy::Quota;
 use clawfs_core::store::{Store, PRIVATE_DIR};
+use clawfs_policy::Quota;
 
 use crate::error::Failure;
 

@@ -159,7 +159,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
     }
     // The policy in force decides who may run and as which uid.
     let policy = installed_policy(&store)?;
-    let spec_in_policy = clawfs_core::policy::AgentName::new(&agent)
+    let spec_in_policy = clawfs_policy::AgentName::new(&agent)
         .ok()
         .and_then(|n| policy.agent(&n).cloned())
         .ok_or_else(|| {
@@ -520,7 +520,7 @@ const SANDBOX_ENV: [&str; 9] = [
 
 /// The policy in force: the one installed in the store, refused if it was changed behind
 /// ClawFS's back (as the daemon refuses it).
-pub(crate) fn installed_policy(store: &Store) -> Result<clawfs_core::policy::Policy, Failure> {
+pub(crate) fn installed_policy(store: &Store) -> Result<clawfs_policy::Policy, Failure> {
     clawfs_core::fs::installed_policy(store.root_fd()).map_err(|errors| {
         fail(
             errors
@@ -889,13 +889,13 @@ fn ensure_identity(store: &Store, agent: &str, uid: u32) -> Result<(), Failure> 
 /// policy says `allow_root`.)
 fn check_own_ids(
     store: &Path,
-    policy: &clawfs_core::policy::Policy,
+    policy: &clawfs_policy::Policy,
     agent: &str,
     (uid, gid): (u32, u32),
 ) -> Result<(), String> {
     for other in roster(store).into_iter().filter(|a| a != agent) {
         let placeholder = placeholder_uid(store, &other);
-        let (o_uid, o_gid) = clawfs_core::policy::AgentName::new(&other)
+        let (o_uid, o_gid) = clawfs_policy::AgentName::new(&other)
             .ok()
             .and_then(|n| policy.agent(&n).and_then(|s| s.run_as()))
             .unwrap_or((placeholder, placeholder));

@@ -423,7 +423,7 @@ fn grant(
         writeln!(out, "{agent} {what} {name}; policy unchanged").map_err(|e| anyhow!(e))?;
         return Ok(());
     };
-    if let Err(errors) = clawfs_core::policy::Policy::parse(&new) {
+    if let Err(errors) = clawfs_policy::Policy::parse(&new) {
         let msgs: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
         return Err(anyhow!(
             "{}: the edited policy would be invalid: {}",
@@ -540,20 +540,20 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(edit_policy(POLICY, "nobody", "a", true).is_err());
-        clawfs_core::policy::Policy::parse(&t3).unwrap();
+        clawfs_policy::Policy::parse(&t3).unwrap();
     }
 
     #[test]
     fn default_policy_grant_is_valid() {
         let t = edit_policy(
-            clawfs_core::policy::DEFAULT_POLICY_TOML,
+            clawfs_policy::DEFAULT_POLICY_TOML,
             "fs-engine",
             "openai-api-key",
             true,
         )
         .unwrap()
         .unwrap();
-        let p = clawfs_core::policy::Policy::parse(&t).unwrap();
+        let p = clawfs_policy::Policy::parse(&t).unwrap();
         assert_eq!(p.agents().len(), 8);
     }
 

@@ -154,7 +154,7 @@ impl Policy {
     }
 
     /// Whether `path` is a git config file an agent may make only by renaming a finished file
-    /// onto it, whose settings the daemon checks first ([`crate::gitconfig`]): `.git/config`, or
+    /// onto it, whose settings the daemon checks first (`clawfs_core::gitconfig`): `.git/config`, or
     /// the `config` of a submodule's git dir, in any letter case, where `.git` is protected.
     pub fn is_git_config(&self, path: &NsPath) -> bool {
         if !self.guards_git() {
@@ -736,7 +736,7 @@ fn git_guard(
         "the state of a rebase, git am or cherry-pick in progress, which says what its owner's git runs when it continues (exec lines, merge strategies)"
     } else if config {
         // Made the way git makes it: a finished file renamed onto it, whose settings the daemon
-        // checks ([`crate::gitconfig`]); never opened for writing.
+        // checks (`clawfs_core::gitconfig`); never opened for writing.
         if access == Access::Create && renamed_onto {
             return Ok(());
         }

@@ -5,7 +5,7 @@
 //! [`Policy::parse`] validates a whole file and reports every mistake with its line and column;
 //! [`Policy::check`] answers "may `who` do `access` at `path`?" with no I/O, so it is cheap enough
 //! for every open and can be tested exhaustively without a mount. Counting bytes and files for
-//! quotas, cgroup lookups and writing denials belong to the daemon; this module only decides.
+//! quotas, cgroup lookups and writing denials belong to the daemon; this crate only decides.
 //!
 //! Admins and ordinary users keep plain POSIX semantics (the backing filesystem applies the mode
 //! bits); the policy only tightens what ordinary users get through [`UsersMode`]. Agents get POSIX
@@ -27,7 +27,26 @@ pub use path::{NsPath, NsPathError};
 use clawfs_store::names::check_system_name;
 
 /// The policy shipped with ClawFS and installed by `clawfs init`.
-pub const DEFAULT_POLICY_TOML: &str = include_str!("../../../policy/default.toml");
+pub const DEFAULT_POLICY_TOML: &str = include_str!("../default.toml");
+
+/// Paths no grant of the default sandbox may cover: password and group shadows, sudo's rules,
+/// SSH host keys, TLS private keys, PAM's password history, root's home, and ClawFS's default
+/// store. The sandbox denies them to every agent, and a policy grant may not cover one.
+pub const DEFAULT_DENY: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/root",
+    "/var/lib/clawfs",
+];
 
 /// The only policy format version this build reads.
 pub const POLICY_VERSION: i64 = 1;

@@ -468,7 +468,7 @@ fn sandbox_table(errs: &mut Errors<'_>, agent: &AgentName, v: &Val<'_>) -> Sandb
 
 /// Checks one `read` path of a sandbox: absolute, plain (no `.` or `..`), and not `/`, `/etc`
 /// or anything equal to, above or inside the paths no sandbox grant may cover
-/// ([`crate::landlock::DEFAULT_DENY`]: the shadow files, `/root`, the default store, …). The
+/// ([`crate::DEFAULT_DENY`]: the shadow files, `/root`, the default store, …). The
 /// store actually used is checked again when the sandbox is prepared.
 fn sandbox_read_path(s: &str) -> Result<std::path::PathBuf, String> {
     use std::path::{Component, Path, PathBuf};
@@ -493,7 +493,7 @@ fn sandbox_read_path(s: &str) -> Result<std::path::PathBuf, String> {
     if clean == Path::new("/etc") {
         return Err("would make all of /etc readable (password hashes, keys); list the files the agent needs".to_string());
     }
-    for deny in crate::landlock::DEFAULT_DENY {
+    for deny in crate::DEFAULT_DENY {
         let deny = Path::new(deny);
         if clean.starts_with(deny) || deny.starts_with(&clean) {
             return Err(format!(

@@ -20,7 +20,7 @@ impl ClawFs {
             self.decide(
                 caller,
                 "opendir",
-                crate::policy::Access::List,
+                clawfs_policy::Access::List,
                 &self.node_path(&node, &fd)?,
             )?;
             held = Some(fd);

@@ -15,7 +15,7 @@ use super::{ClawFs, RenameMode};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::inodes::Node;
-use crate::policy::{rule, Denial, DenyKind, NsPath};
+use clawfs_policy::{rule, Denial, DenyKind, NsPath};
 
 /// The largest git config file an agent may put in place.
 pub const MAX_GIT_CONFIG: u64 = 1 << 20;
@@ -33,7 +33,7 @@ impl ClawFs {
         (from, to): (&NsPath, &NsPath),
         mode: RenameMode,
     ) -> FsResult<Option<Node>> {
-        use crate::policy::GitRepos;
+        use clawfs_policy::GitRepos;
         let policy = self.policy();
         let git = self.repos(caller);
         let refuse = |reason: String| {

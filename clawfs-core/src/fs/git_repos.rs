@@ -1,5 +1,5 @@
 //! Who owns the git repositories around a path: what the git guard asks the store before it
-//! refuses (see [`crate::policy::GitRepos`]). git itself trusts a repository only when whoever
+//! refuses (see [`clawfs_policy::GitRepos`]). git itself trusts a repository only when whoever
 //! runs it owns the `.git` and the worktree (`safe.directory`), so a repository an agent owns is
 //! its own business, and the guard keeps only repositories someone else owns.
 //!
@@ -11,7 +11,7 @@ use std::path::Path;
 
 use rustix::fs::{AtFlags, OFlags};
 
-use crate::policy::NsPath;
+use clawfs_policy::NsPath;
 
 /// The areas where agents make repositories, and how deep their own top folders sit
 /// (`workspaces/W`, `agents/A`): repositories are looked for from there down.
@@ -65,7 +65,7 @@ fn git_in(dir: impl AsFd) -> rustix::io::Result<Option<rustix::fs::Stat>> {
     }
 }
 
-impl crate::policy::GitRepos for Repos<'_> {
+impl clawfs_policy::GitRepos for Repos<'_> {
     fn foreign_git_above(&self, path: &NsPath) -> bool {
         let Some(folders) = self.folders(path) else {
             return true;
@@ -97,7 +97,7 @@ impl crate::policy::GitRepos for Repos<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::GitRepos;
+    use clawfs_policy::GitRepos;
     use std::os::unix::fs::chown;
 
     fn p(s: &str) -> NsPath {

@@ -28,11 +28,11 @@ use crate::open_files::{
     BackingFile, DirEntry, HandleTable, OpenDir, OpenFile, SharedByInode, WriteHandle,
 };
 use crate::path_cache::PathCache;
-use crate::policy::{Denial, Identity, NsPath};
 use crate::seed;
 use crate::store::Store;
 use crate::virtual_files::VirtualInodes;
 use crate::xattrs::{self, ClawfsAttr};
+use clawfs_policy::{Denial, Identity, NsPath};
 use clawfs_store::backing::{proc_fd_path, BackingHandle};
 use clawfs_store::names;
 use generated::Route;
@@ -345,13 +345,13 @@ impl ClawFs {
     pub fn new(store: Store) -> Result<Self, crate::error::OpenError> {
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
-        let policy = match crate::policy::Policy::load(&store.root().join(POLICY_FILE)) {
+        let policy = match clawfs_policy::Policy::load(&store.root().join(POLICY_FILE)) {
             Ok(p) => p,
-            Err(crate::policy::PolicyLoadError::Io { source, .. })
+            Err(clawfs_policy::PolicyLoadError::Io { source, .. })
                 if source.kind() == io::ErrorKind::NotFound =>
             {
                 tracing::warn!("{POLICY_FILE} is missing; using the default policy");
-                crate::policy::Policy::default_policy()
+                clawfs_policy::Policy::default_policy()
             }
             Err(e) => return Err(e.into()),
         };
@@ -584,13 +584,13 @@ impl ClawFs {
             Some(Place::MountRoot) => attr.perm = MOUNT_ROOT_MODE,
             // Places with a kernel ACL show its mask (see `kernel_acl`).
             Some(Place::AgentRoot) => {
-                attr.perm = crate::policy::kernel_acl::presented_perm(attr.perm)
+                attr.perm = clawfs_policy::kernel_acl::presented_perm(attr.perm)
             }
             // A workspace root's sticky bit is enforced by the store's filesystem, where the
             // daemon and the tools act as the caller. Shown to the kernel, it would also keep
             // everyone but the root's owner from its `user.clawfs.*` settings.
             Some(Place::WorkspaceRoot) => {
-                attr.perm = crate::policy::kernel_acl::presented_perm(attr.perm) & !0o1000
+                attr.perm = clawfs_policy::kernel_acl::presented_perm(attr.perm) & !0o1000
             }
             _ => {}
         }
@@ -678,12 +678,12 @@ impl ClawFs {
         {
             // A gitdir file of the agent's own, in a folder of its own (git submodule, git
             // worktree), is one git trusts for the agent alone; a symlink is never made.
-            use crate::policy::GitRepos;
+            use clawfs_policy::GitRepos;
             let git = self.repos(caller);
             if kind != FileKind::File || git.foreign_git_above(&path) || !git.owns_folder(&path) {
                 let denial = Denial {
-                    rule: crate::policy::rule::PROTECTED,
-                    kind: crate::policy::DenyKind::Permission,
+                    rule: clawfs_policy::rule::PROTECTED,
+                    kind: clawfs_policy::DenyKind::Permission,
                     reason: format!("{path}: a .git that is not a folder (a symlink, or a gitdir file in a folder you do not own) would send git to a repository of its choosing, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init)"),
                 };
                 self.refuse(caller, op, &path, denial)?;

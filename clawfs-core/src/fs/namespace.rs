@@ -112,7 +112,7 @@ impl ClawFs {
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
         let path = self.ns_child(&dir, name)?;
-        self.decide(caller, op, crate::policy::Access::Delete, &path)?;
+        self.decide(caller, op, clawfs_policy::Access::Delete, &path)?;
         let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
         let removal = self.held_cost(dir.as_fd(), name);
         {
@@ -173,17 +173,17 @@ impl ClawFs {
         caller: &Caller,
         who: &Identity,
         op: &'static str,
-        path: &crate::policy::NsPath,
+        path: &clawfs_policy::NsPath,
     ) -> FsResult<()> {
         if !matches!(who, Identity::Agent(_))
             || !self.policy().is_in_git_dir(path)
-            || !crate::policy::GitRepos::foreign_git_above(&self.repos(caller), path)
+            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), path)
         {
             return Ok(());
         }
         let denial = Denial {
-            rule: crate::policy::rule::PROTECTED,
-            kind: crate::policy::DenyKind::ReadOnly,
+            rule: clawfs_policy::rule::PROTECTED,
+            kind: clawfs_policy::DenyKind::ReadOnly,
             reason: format!("{path} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
         };
         self.refuse(caller, op, path, denial)
@@ -239,7 +239,7 @@ impl ClawFs {
         }
         // A name is no inode, but it grows its folder: an agent at its quota adds none. Checked
         // once the link is made, so a link the kernel refuses (another's file) costs nothing.
-        let name = crate::policy::Quota {
+        let name = clawfs_policy::Quota {
             bytes: newname.len() as u64,
             files: 0,
         };

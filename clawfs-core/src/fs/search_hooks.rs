@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::ClawFs;
-use crate::policy::NsPath;
 use crate::search::{Change, Indexer};
+use clawfs_policy::NsPath;
 
 impl ClawFs {
     /// Starts following changes with `indexer`.

@@ -10,9 +10,9 @@ use super::ClawFs;
 use crate::audit::AuditEvent;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
-use crate::policy::{Access, Identity, NsPath};
 use crate::vault::{Vault, VaultConfig};
 use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
+use clawfs_policy::{Access, Identity, NsPath};
 
 fn secret_path(name: &str) -> FsResult<NsPath> {
     Ok(NsPath::parse(&format!("/vault/secrets/{name}"))?)
@@ -169,12 +169,12 @@ impl ClawFs {
         op: &'static str,
         path: &NsPath,
     ) -> FsResult<()> {
-        let denial = crate::policy::Denial {
-            rule: crate::policy::rule::VAULT_GRANT,
+        let denial = clawfs_policy::Denial {
+            rule: clawfs_policy::rule::VAULT_GRANT,
             reason: format!(
                 "only the admin changes secrets ({path}); use `clawfs vault put` as root"
             ),
-            kind: crate::policy::DenyKind::Access,
+            kind: clawfs_policy::DenyKind::Access,
         };
         self.refuse(caller, op, path, denial)
     }

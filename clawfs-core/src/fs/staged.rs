@@ -19,7 +19,7 @@ use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::open_files::{BackingFile, OpenFile};
-use crate::policy::NsPath;
+use clawfs_policy::NsPath;
 
 /// The largest identity document accepted.
 pub const MAX_IDENTITY_BYTES: u64 = 1 << 20;
@@ -199,7 +199,7 @@ impl ClawFs {
         if self.metered(&who) {
             let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
             let growth = (out.len() as u64).saturating_sub(old.len() as u64);
-            let adding = crate::policy::Quota {
+            let adding = clawfs_policy::Quota {
                 bytes: growth,
                 files: 0,
             };
@@ -233,10 +233,10 @@ impl ClawFs {
         reason: &str,
     ) -> FsResult<()> {
         let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
-        let denial = crate::policy::Denial {
+        let denial = clawfs_policy::Denial {
             rule: "IDENTITY-SCHEMA",
             reason: format!("identity.json was not saved: {reason}; the previous version stays"),
-            kind: crate::policy::DenyKind::Permission,
+            kind: clawfs_policy::DenyKind::Permission,
         };
         // On record as a refusal; the writer gets EINVAL: the content, not its right, is wrong.
         let _ = self.refuse(caller, "write", &path, denial);

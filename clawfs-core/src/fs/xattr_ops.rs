@@ -1,8 +1,8 @@
 //! Extended attributes through the mount: get, list, set, remove.
 
 use super::*;
-use crate::policy::kernel_acl;
 use crate::virtual_files::VirtualNode;
+use clawfs_policy::kernel_acl;
 
 /// Asked of the mount's root by `clawfs run` (root) when its run has ended: answered once the
 /// activity monitor has recorded what the run did ([`ClawFs::settle_activity`]), `settled` or
@@ -28,7 +28,7 @@ impl ClawFs {
             return Err(errno(libc::ENODATA));
         };
         let node = self.node(ino)?;
-        let fd = self.decided_fd(caller, "getxattr", crate::policy::Access::Read, &node)?;
+        let fd = self.decided_fd(caller, "getxattr", clawfs_policy::Access::Read, &node)?;
         let path = OsStr::from_bytes(proc_fd_path(&fd).as_bytes()).to_owned();
         // Asked of the backing file as the caller, so the kernel decides whether the caller
         // may read the file's attributes, wherever this one is kept.
@@ -48,7 +48,7 @@ impl ClawFs {
             return Ok(Vec::new());
         }
         let node = self.node(ino)?;
-        let fd = self.decided_fd(caller, "listxattr", crate::policy::Access::Read, &node)?;
+        let fd = self.decided_fd(caller, "listxattr", clawfs_policy::Access::Read, &node)?;
         let mut names = {
             let _as = AsCaller::enter(caller)?;
             user_names(&fd)?
@@ -85,7 +85,7 @@ impl ClawFs {
         } else {
             None
         };
-        let fd = self.decided_fd(caller, "setxattr", crate::policy::Access::Write, &node)?;
+        let fd = self.decided_fd(caller, "setxattr", clawfs_policy::Access::Write, &node)?;
         // What the attribute adds to what the file's owner holds (see `crate::held`), read by
         // the daemon: the caller may lack read access.
         let path = proc_fd_path(&fd);
@@ -196,7 +196,7 @@ impl ClawFs {
                 reason: "ClawFS attributes cannot be removed; set a new value".into(),
             }));
         }
-        let fd = self.decided_fd(caller, "removexattr", crate::policy::Access::Write, &node)?;
+        let fd = self.decided_fd(caller, "removexattr", clawfs_policy::Access::Write, &node)?;
         let path = proc_fd_path(&fd);
         let old = xattr::get_deref(OsStr::from_bytes(path.as_bytes()), name)
             .ok()
@@ -225,7 +225,7 @@ impl ClawFs {
     }
 
     /// The access ACL of `ino` when the policy decides who may use it per agent (an agent's
-    /// folder, a workspace, the secrets): see [`crate::policy::kernel_acl`]. Asked by the
+    /// folder, a workspace, the secrets): see [`clawfs_policy::kernel_acl`]. Asked by the
     /// kernel for its own permission check, whoever's call it checks: nothing is decided or
     /// audited here, and the answer is the same for every caller.
     fn kernel_acl(&self, ino: u64) -> FsResult<Option<Vec<u8>>> {
@@ -288,7 +288,7 @@ impl ClawFs {
         &self,
         caller: &Caller,
         op: &'static str,
-        access: crate::policy::Access,
+        access: clawfs_policy::Access,
         node: &Node,
     ) -> FsResult<Arc<OwnedFd>> {
         let fd = self.open_path(node)?;

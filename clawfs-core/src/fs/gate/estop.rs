@@ -105,7 +105,7 @@ impl ClawFs {
             Identity::Agent(_) if self.estop_in_force() => Err(Denial {
                 rule: ESTOP_RULE,
                 reason: ESTOP_REASON.to_string(),
-                kind: crate::policy::DenyKind::Permission,
+                kind: clawfs_policy::DenyKind::Permission,
             }),
             _ => Ok(()),
         }
@@ -157,7 +157,7 @@ impl ClawFs {
         let denial = Denial {
             rule: ESTOP_RULE,
             reason: ESTOP_REASON.to_string(),
-            kind: crate::policy::DenyKind::Permission,
+            kind: clawfs_policy::DenyKind::Permission,
         };
         if let Ok(ns) = NsPath::parse("/tools") {
             self.write_denial(agent, &op, &ns, None, &denial);

@@ -16,7 +16,7 @@ use crate::audit::{AuditEvent, AuditLog};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::inodes::Node;
-use crate::policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
+use clawfs_policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
 use clawfs_store::backing::proc_fd_path;
 
 mod estop;
@@ -366,15 +366,15 @@ impl ClawFs {
         self.record(
             AuditEvent::new(audit_name(&who), caller.pid, op, path.clone()).denied(
                 e.errno(),
-                crate::policy::rule::NAMESPACE,
+                clawfs_policy::rule::NAMESPACE,
                 e.to_string(),
             ),
         );
         if let (Identity::Agent(agent), Ok(ns)) = (&who, NsPath::parse(&path)) {
             let denial = Denial {
-                rule: crate::policy::rule::NAMESPACE,
+                rule: clawfs_policy::rule::NAMESPACE,
                 reason: e.to_string(),
-                kind: crate::policy::DenyKind::Permission,
+                kind: clawfs_policy::DenyKind::Permission,
             };
             self.write_denial(agent, op, &ns, None, &denial);
         }
@@ -454,7 +454,7 @@ impl ClawFs {
         // The refusal is the operation's record: what was allowed before it (the access, when
         // the quota refuses) did not happen.
         PENDING.with(|p| p.borrow_mut().clear());
-        let errno = crate::policy::errno_of(denial.kind);
+        let errno = clawfs_policy::errno_of(denial.kind);
         let ev =
             event(caller, who, op, path, target).denied(errno, denial.rule, denial.reason.clone());
         self.record(ev);

@@ -10,7 +10,7 @@ use std::os::unix::fs::DirBuilderExt;
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller, Credentials};
 use crate::error::{FsError, FsResult};
-use crate::policy::{Access, NsPath};
+use clawfs_policy::{Access, NsPath};
 
 /// The folder of the store's private area where views are made (emptied when search starts).
 pub const VIEWS_DIR: &str = "views";

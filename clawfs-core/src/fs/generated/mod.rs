@@ -179,7 +179,7 @@ impl Generated {
             perm: match node {
                 // They carry a kernel ACL: their group bits show its mask.
                 VirtualNode::SecretsDir | VirtualNode::Secret(_) => {
-                    crate::policy::kernel_acl::presented_perm(node.perm())
+                    clawfs_policy::kernel_acl::presented_perm(node.perm())
                 }
                 _ => node.perm(),
             },

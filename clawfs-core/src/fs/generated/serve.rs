@@ -9,8 +9,8 @@ use crate::attr::{Attr, FileKind};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::open_files::DirEntry;
-use crate::policy::{Identity, NsPath};
 use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualNode};
+use clawfs_policy::{Identity, NsPath};
 
 impl ClawFs {
     /// Whose requests and responses a caller sees.

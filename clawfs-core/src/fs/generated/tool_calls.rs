@@ -6,8 +6,8 @@ use std::sync::PoisonError;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller};
-use crate::policy::{Identity, NsPath, Policy};
 use crate::virtual_files::{self, Exchange};
+use clawfs_policy::{Identity, NsPath, Policy};
 
 impl ClawFs {
     /// Runs one tool call for `caller` and returns the JSON response; the call is on the audit
@@ -15,7 +15,7 @@ impl ClawFs {
     /// failure is a JSON error response, never an errno.
     pub(super) fn run_tool(
         &self,
-        (who, creds): &(crate::policy::Identity, crate::creds::Credentials),
+        (who, creds): &(clawfs_policy::Identity, crate::creds::Credentials),
         tool: Option<&str>,
         exchange: &Exchange,
     ) -> Vec<u8> {
@@ -49,7 +49,7 @@ impl ClawFs {
     pub(super) fn record_tool(
         &self,
         caller: &Caller,
-        who: &crate::policy::Identity,
+        who: &clawfs_policy::Identity,
         (tool, target): (&str, Option<&str>),
         workspace: Option<&str>,
         result: &clawfs_agent_tools::ToolResult<serde_json::Value>,
@@ -75,8 +75,8 @@ impl ClawFs {
         let code = e.code().to_string();
         let message = e.to_string();
         let rule = match code.as_str() {
-            "protected" => Some(crate::policy::rule::PROTECTED),
-            "denied" => Some(crate::policy::rule::TOOL_DENIED),
+            "protected" => Some(clawfs_policy::rule::PROTECTED),
+            "denied" => Some(clawfs_policy::rule::TOOL_DENIED),
             _ => None,
         };
         let Some(rule) = rule else {
@@ -87,13 +87,13 @@ impl ClawFs {
             return;
         };
         self.record(ev.denied(libc::EACCES, rule, message.clone()));
-        if let crate::policy::Identity::Agent(agent) = who {
-            let denial = crate::policy::Denial {
+        if let clawfs_policy::Identity::Agent(agent) = who {
+            let denial = clawfs_policy::Denial {
                 rule,
                 reason: message,
-                kind: crate::policy::DenyKind::Access,
+                kind: clawfs_policy::DenyKind::Access,
             };
-            if let Ok(ns) = crate::policy::NsPath::parse(&path) {
+            if let Ok(ns) = clawfs_policy::NsPath::parse(&path) {
                 self.write_denial(agent, &format!("tool:{tool}"), &ns, None, &denial);
             }
         }
@@ -104,7 +104,7 @@ impl ClawFs {
     pub(super) fn call_tool(
         &self,
         creds: &crate::creds::Credentials,
-        who: &crate::policy::Identity,
+        who: &clawfs_policy::Identity,
         tool: Option<&str>,
         request: &[u8],
     ) -> (
@@ -369,8 +369,8 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             clawfs_agent_tools::ToolError::InvalidArgs(format!("{rel:?} is not a valid path"))
         })?;
         let access = match access {
-            clawfs_agent_tools::Access::Read => crate::policy::Access::Read,
-            clawfs_agent_tools::Access::Write => crate::policy::Access::Write,
+            clawfs_agent_tools::Access::Read => clawfs_policy::Access::Read,
+            clawfs_agent_tools::Access::Write => clawfs_policy::Access::Write,
         };
         self.policy
             .check(&self.who, access, &path)
@@ -381,9 +381,9 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         let all = || vec!["**".to_string()];
         let (read, write) = match &self.who {
             Identity::Agent(a) => match self.policy.workspace_grant(a, &self.workspace) {
-                crate::policy::Grant::ReadWrite => (all(), all()),
-                crate::policy::Grant::Read => (all(), Vec::new()),
-                crate::policy::Grant::None => (Vec::new(), Vec::new()),
+                clawfs_policy::Grant::ReadWrite => (all(), all()),
+                clawfs_policy::Grant::Read => (all(), Vec::new()),
+                clawfs_policy::Grant::None => (Vec::new(), Vec::new()),
             },
             _ => (all(), all()),
         };
