@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use clawfs_core::audit::{AuditEvent, AuditLog};
+use clawfs_audit::{AuditEvent, AuditLog};
 
 fn main() {
     let tmp = std::env::temp_dir().join(format!("clawfs-audit-bench-{}", std::process::id()));

@@ -7,7 +7,6 @@
 
 pub mod area;
 pub mod attr;
-pub mod audit;
 pub mod cgroup;
 pub mod creds;
 pub mod error;

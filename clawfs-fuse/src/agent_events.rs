@@ -60,7 +60,7 @@ use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use clawfs_core::audit::AuditEvent;
+use clawfs_audit::AuditEvent;
 use clawfs_core::cgroup::Cgroup2;
 use clawfs_core::ClawFs;
 pub use clawfs_ebpf;

@@ -1,5 +1,5 @@
 //! `clawfs audit verify | tail | search | key` (CLI layer): reads the trail in
-//! `<store>/.clawfs/audit` through `clawfs_core::audit` and prints it. Needs no running daemon.
+//! `<store>/.clawfs/audit` through `clawfs_audit` and prints it. Needs no running daemon.
 
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use chrono::SecondsFormat;
 use clap::Subcommand;
-use clawfs_core::audit::{self, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
+use clawfs_audit::{self as audit, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
 use clawfs_core::vault::{Vault, VaultConfig};
 use zeroize::Zeroizing;
 
@@ -399,7 +399,7 @@ fn quote(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clawfs_core::audit::{AuditEvent, AuditLog};
+    use clawfs_audit::{AuditEvent, AuditLog};
 
     #[test]
     fn verify_tail_search_and_broken_trail() {

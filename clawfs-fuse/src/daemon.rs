@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clawfs_core::audit::{audit_dir, AuditLog};
+use clawfs_audit::{audit_dir, AuditLog};
 use clawfs_core::fs::{Invalidation, Invalidator};
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
@@ -312,7 +312,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         warn!(%differences, "serving a store whose system/ differs from its manifest (--allow-tampered-system)");
         if let Some(log) = fs.audit_log() {
             log.record(
-                clawfs_core::audit::AuditEvent::new("root", std::process::id(), "mount", "/system")
+                clawfs_audit::AuditEvent::new("root", std::process::id(), "mount", "/system")
                     .reason(format!("--allow-tampered-system: {differences}")),
             );
         }
@@ -569,7 +569,7 @@ fn check_seal_at_unlock(fs: &ClawFs) {
     tracing::error!("{reason}");
     if let Some(audit) = fs.audit_log() {
         audit.record(
-            clawfs_core::audit::AuditEvent::new(
+            clawfs_audit::AuditEvent::new(
                 "admin",
                 0,
                 "system:seal",

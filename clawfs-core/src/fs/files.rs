@@ -418,7 +418,7 @@ impl ClawFs {
             let now = file.backing.file.metadata()?.len();
             let bytes = now.saturating_sub(w.size_at_open);
             self.record(
-                crate::audit::AuditEvent::new(
+                clawfs_audit::AuditEvent::new(
                     audit_name(&w.who),
                     w.pid,
                     "close",

@@ -7,11 +7,11 @@ use clawfs_store::ToErrno;
 use std::sync::PoisonError;
 
 use super::ClawFs;
-use crate::audit::AuditEvent;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::vault::{Vault, VaultConfig};
 use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
+use clawfs_audit::AuditEvent;
 use clawfs_policy::{Access, Identity, NsPath};
 
 fn secret_path(name: &str) -> FsResult<NsPath> {

@@ -126,7 +126,7 @@ impl ClawFs {
         };
         let result = self.commit_staged_file(caller, file, target);
         let ev = || {
-            crate::audit::AuditEvent::new(
+            clawfs_audit::AuditEvent::new(
                 super::audit_name(&self.identify(caller)),
                 caller.pid,
                 "identity:commit",

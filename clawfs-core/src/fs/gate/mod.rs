@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::ClawFs;
-use crate::audit::{AuditEvent, AuditLog};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::inodes::Node;
+use clawfs_audit::{AuditEvent, AuditLog};
 use clawfs_policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
 use clawfs_store::backing::proc_fd_path;
 

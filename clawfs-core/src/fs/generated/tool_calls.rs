@@ -58,7 +58,7 @@ impl ClawFs {
             Some(ws) => format!("/workspaces/{ws}"),
             None => "/tools".to_string(),
         };
-        let mut ev = crate::audit::AuditEvent::new(
+        let mut ev = clawfs_audit::AuditEvent::new(
             super::super::audit_name(who),
             caller.pid,
             format!("tool:{tool}"),
