@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use clawfs_core::vault::{SealerChoice, SealerKind, Vault, VaultConfig};
+use clawfs_vault::{SealerChoice, SealerKind, Vault, VaultConfig};
 
 fn main() {
     let n: usize = std::env::args()
@@ -32,7 +32,7 @@ fn main() {
     v.unlock(None).expect("unlock");
     // Calibration on this (shared) machine, same run: one derivation, and the speed-up two
     // threads give right now.
-    let k = clawfs_core::vault::Key256::random();
+    let k = clawfs_vault::Key256::random();
     let derive = |i: usize| {
         let _ = k.pbkdf2(format!("cal-{i}:v1").as_bytes(), 600_000);
     };

@@ -100,7 +100,7 @@ pub enum FsError {
     },
     /// The vault refused or failed (locked, no such secret, tampered, TPM…), with its error.
     #[error(transparent)]
-    Vault(#[from] crate::vault::VaultError),
+    Vault(#[from] clawfs_vault::VaultError),
     /// A backing name that no namespace path can hold.
     #[error(transparent)]
     Path(#[from] clawfs_policy::NsPathError),

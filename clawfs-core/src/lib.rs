@@ -24,7 +24,6 @@ pub mod search;
 pub mod seed;
 pub mod snapshot;
 pub mod store;
-pub mod vault;
 pub mod virtual_files;
 pub mod xattr_spill;
 pub mod xattrs;

@@ -24,7 +24,7 @@ use clawfs_store::beneath::FileMode;
 /// The store format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// The private area, hidden from the mount.
-pub const PRIVATE_DIR: &str = ".clawfs";
+pub use clawfs_store::layout::PRIVATE_DIR;
 
 /// Why a store could not be created, opened or locked.
 #[derive(Debug, thiserror::Error)]
@@ -311,20 +311,7 @@ impl Store {
     }
 }
 
-/// Writes `dir/name` so that a crash leaves the old or the new content, never a mix (see
-/// [`clawfs_store::beneath::write_atomic`]). For directories only root can write (the private area,
-/// `system/`, `vault/`); where an agent or user can write, use [`Store::write_beneath`].
-pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = rustix::fs::open(
-        dir,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    clawfs_store::beneath::write_atomic(dir.as_fd(), name, bytes, FileMode::mode(mode))
-}
+pub use clawfs_store::atomic::atomic_write;
 
 /// The modes that close the store to everyone but root: agents and users reach its data only
 /// through the mount, where the policy and the audit see them.

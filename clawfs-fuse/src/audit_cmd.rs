@@ -11,7 +11,7 @@ use anyhow::{anyhow, Context};
 use chrono::SecondsFormat;
 use clap::Subcommand;
 use clawfs_audit::{self as audit, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
-use clawfs_core::vault::{Vault, VaultConfig};
+use clawfs_vault::{Vault, VaultConfig};
 use zeroize::Zeroizing;
 
 use crate::error::Failure;

@@ -12,7 +12,7 @@ use clawfs_core::integrity::specs::{Approved, SpecBook, Status};
 use clawfs_core::integrity::system::{self, Verification};
 use clawfs_core::integrity::IntegrityError;
 use clawfs_core::store::Store;
-use clawfs_core::vault::{Vault, VaultConfig};
+use clawfs_vault::{Vault, VaultConfig};
 
 use crate::error::Failure;
 
@@ -139,7 +139,7 @@ fn refused(e: IntegrityError) -> Failure {
 /// which could not be sealed. `None`: the store has no vault, nothing is sealed.
 pub(crate) fn sealing_key(store: &Store) -> Result<Option<[u8; 32]>, Failure> {
     seal::key_of(store).map_err(|e| match e {
-        clawfs_core::vault::VaultError::Locked => Failure::Other(anyhow!(
+        clawfs_vault::VaultError::Locked => Failure::Other(anyhow!(
             "the vault is locked: changes to system/, specs/ and tools/ are sealed with its key; unlock it first (`clawfs vault unlock`)"
         )),
         e => Failure::Other(anyhow!("the vault, whose key seals system/: {e}")),

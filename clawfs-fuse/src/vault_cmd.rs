@@ -1,4 +1,4 @@
-//! `clawfs vault …`: the vault's command line over `clawfs_core::vault`, plus `grant`/`revoke`,
+//! `clawfs vault …`: the vault's command line over `clawfs_vault`, plus `grant`/`revoke`,
 //! which edit the agents' `secrets` lists in `<store>/system/policy.toml` (formatting and
 //! comments preserved).
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 use clap::{Subcommand, ValueEnum};
-use clawfs_core::vault::{
+use clawfs_vault::{
     check_secret_name, SealerChoice, SealerKind, Vault, VaultConfig, VaultError, VaultStatus,
 };
 use zeroize::Zeroizing;

@@ -215,7 +215,7 @@ pub struct ClawFs {
     invalidator: std::sync::OnceLock<Invalidator>,
     /// The daemon's monitor of agent activity (see [`ClawFs::set_activity_monitor`]).
     activity: std::sync::OnceLock<std::sync::Weak<dyn ActivityMonitor>>,
-    vault: std::sync::OnceLock<crate::vault::Vault>,
+    vault: std::sync::OnceLock<clawfs_vault::Vault>,
     /// The workspaces' indexes, when search is on (set once at mount).
     indexer: std::sync::OnceLock<Arc<crate::search::Indexer>>,
     /// Backing descriptors of recently closed files, kept (with their passthrough

@@ -9,10 +9,10 @@ use std::sync::PoisonError;
 use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
-use crate::vault::{Vault, VaultConfig};
 use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
 use clawfs_audit::AuditEvent;
 use clawfs_policy::{Access, Identity, NsPath};
+use clawfs_vault::{Vault, VaultConfig};
 
 fn secret_path(name: &str) -> FsResult<NsPath> {
     Ok(NsPath::parse(&format!("/vault/secrets/{name}"))?)

@@ -1,5 +1,5 @@
 //! The seal of the system manifest: an HMAC-SHA256, keyed from the vault's master key
-//! ([`crate::vault::Vault::integrity_key`]), over the manifest and the high-water marks of what
+//! ([`clawfs_vault::Vault::integrity_key`]), over the manifest and the high-water marks of what
 //! is signed — each document's latest version in `specs/signatures.json`, each added tool's
 //! latest version in `tools/registry.json`.
 //!
@@ -161,8 +161,8 @@ pub enum SealCheck {
 
 /// The vault's key for sealing, or why there is none: `Err` when a set-up vault is locked or
 /// unreadable.
-pub fn key_of(store: &crate::store::Store) -> Result<Option<[u8; 32]>, crate::vault::VaultError> {
-    crate::vault::Vault::open(store.root(), crate::vault::VaultConfig::default())?.integrity_key()
+pub fn key_of(store: &crate::store::Store) -> Result<Option<[u8; 32]>, clawfs_vault::VaultError> {
+    clawfs_vault::Vault::open(store.root(), clawfs_vault::VaultConfig::default())?.integrity_key()
 }
 
 /// [`system::verify`], and with the vault unlocked the seal and the marks too.

@@ -69,7 +69,7 @@ impl SearchConfig {
 pub fn vault_keys(store_root: &Path) -> KeySource {
     let root = store_root.to_path_buf();
     Arc::new(move |name: &str| {
-        let vault = crate::vault::Vault::open(&root, crate::vault::VaultConfig::default())
+        let vault = clawfs_vault::Vault::open(&root, clawfs_vault::VaultConfig::default())
             .map_err(|e| e.to_string())?;
         let bytes = vault.get(name).map_err(|e| e.to_string())?;
         let text =

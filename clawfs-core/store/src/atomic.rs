@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::path::Path;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -155,4 +156,12 @@ pub fn single(name: &str) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// [`write_atomic`] of `name` in the directory `dir`, opened `O_NOFOLLOW`, with `mode`: for
+/// directories only root can write (the store's private area, `system/`).
+pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::open(dir, flags, Mode::empty())?;
+    write_atomic(dir.as_fd(), name, bytes, FileMode::mode(mode))
 }

@@ -8,6 +8,7 @@
 //! - [`mountinfo`]: the one reader of `/proc/self/mountinfo`;
 //! - [`accounts`]: users and groups, as the system's name service knows them;
 //! - [`clock`]: the one "now" written into ClawFS's documents;
+//! - [`layout`]: where things are in a store;
 //! - [`ToErrno`]: how each crate's errors say which errno a caller gets.
 
 pub mod accounts;
@@ -16,6 +17,7 @@ pub mod backing;
 pub mod beneath;
 pub mod clock;
 mod errno;
+pub mod layout;
 pub mod mountinfo;
 pub mod names;
 pub mod tree;

@@ -93,7 +93,7 @@ impl RemoteConfig {
             }
         }
         if let Some(name) = &self.api_key_secret {
-            crate::vault::check_secret_name(name).map_err(|e| format!("api_key_secret: {e}"))?;
+            clawfs_vault::check_secret_name(name).map_err(|e| format!("api_key_secret: {e}"))?;
         }
         Ok(())
     }

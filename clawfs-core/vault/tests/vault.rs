@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clawfs_core::vault::{
+use clawfs_vault::{
     fault::FAULT_ENV, tpm, SealerChoice, SealerKind, Vault, VaultConfig, VaultError,
 };
 use serde_json::Value;
@@ -715,7 +715,7 @@ fn tpm_pcr_policy_refuses_after_extend() {
     let _l2 = Locker(&v2);
     v2.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
     v2.lock().unwrap();
-    clawfs_core::vault::tpm::pcr_extend(&tpm.tcti(), 23, b"new boot state").unwrap();
+    clawfs_vault::tpm::pcr_extend(&tpm.tcti(), 23, b"new boot state").unwrap();
     assert!(matches!(v2.unlock(None), Err(VaultError::PcrMismatch)));
 }
 

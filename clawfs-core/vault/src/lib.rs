@@ -151,7 +151,7 @@ pub(crate) use clawfs_store::clock::now_rfc3339;
 
 /// Writes `dir/name` atomically (temp + fsync + rename + fsync dir), mode 0600.
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), VaultError> {
-    crate::store::atomic_write(dir, name, bytes, 0o600).map_err(io_at(dir.join(name)))
+    clawfs_store::atomic::atomic_write(dir, name, bytes, 0o600).map_err(io_at(dir.join(name)))
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), VaultError> {
@@ -229,7 +229,7 @@ impl Vault {
     fn host_key_path(&self) -> PathBuf {
         self.config.host_key_path.clone().unwrap_or_else(|| {
             self.store_root
-                .join(crate::store::PRIVATE_DIR)
+                .join(clawfs_store::layout::PRIVATE_DIR)
                 .join("host.key")
         })
     }
@@ -721,7 +721,7 @@ impl Vault {
         Some(master.hmac(b"clawfs-audit-hmac-v1"))
     }
 
-    /// The key that seals the system manifest (`crate::integrity::seal`), derived from the
+    /// The key that seals the system manifest (`clawfs_core::integrity::seal`), derived from the
     /// master key under its own label. `Ok(None)` when the vault is not set up;
     /// [`VaultError::Locked`] when it is set up but locked.
     pub fn integrity_key(&self) -> Result<Option<[u8; 32]>, VaultError> {
