@@ -90,6 +90,45 @@ pub enum ToolError {
 /// Shorthand for tool results.
 pub type ToolResult<T> = Result<T, ToolError>;
 
+/// The errno a failed call is recorded with on the audit trail (and a `semantic_search` read
+/// through the mount fails with): every variant matched, so a new one picks its errno on
+/// purpose.
+impl clawfs_store::ToErrno for ToolError {
+    fn errno(&self) -> i32 {
+        match self {
+            ToolError::NotFound(_) => libc_errno::ENOENT,
+            ToolError::TooLarge(_) => libc_errno::EFBIG,
+            ToolError::Exists(_) => libc_errno::EEXIST,
+            // The file is not what the caller read: try again after reading it anew.
+            ToolError::HashMismatch { .. } => libc_errno::ESTALE,
+            ToolError::Denied(_) | ToolError::Protected(_) => libc_errno::EACCES,
+            ToolError::NotAFile(_) => libc_errno::EISDIR,
+            ToolError::NotADirectory(_) => libc_errno::ENOTDIR,
+            ToolError::Io { source, .. } => clawfs_store::ToErrno::errno(source),
+            ToolError::MultipleMatches { .. }
+            | ToolError::PatchFailed { .. }
+            | ToolError::AlreadyApplied(_)
+            | ToolError::InvalidArgs(_)
+            | ToolError::UnknownTool { .. }
+            | ToolError::InvalidJson(_)
+            | ToolError::NotText(_) => libc_errno::EINVAL,
+        }
+    }
+}
+
+/// The errno values, as the kernel numbers them.
+mod libc_errno {
+    use rustix::io::Errno;
+    pub const ENOENT: i32 = Errno::NOENT.raw_os_error();
+    pub const EFBIG: i32 = Errno::FBIG.raw_os_error();
+    pub const EEXIST: i32 = Errno::EXIST.raw_os_error();
+    pub const ESTALE: i32 = Errno::STALE.raw_os_error();
+    pub const EACCES: i32 = Errno::ACCESS.raw_os_error();
+    pub const EISDIR: i32 = Errno::ISDIR.raw_os_error();
+    pub const ENOTDIR: i32 = Errno::NOTDIR.raw_os_error();
+    pub const EINVAL: i32 = Errno::INVAL.raw_os_error();
+}
+
 impl ToolError {
     /// The stable error code sent as `"error"`. Matches every variant, with no fallback.
     pub fn code(&self) -> &'static str {

@@ -38,7 +38,7 @@ impl ClawFs {
         );
         let value = result.map_err(|e| {
             FsError::Io(std::io::Error::from_raw_os_error(
-                super::tool_calls::tool_errno(e.code()),
+                clawfs_store::ToErrno::errno(&e),
             ))
         })?;
         let mut out: Vec<(String, String)> = Vec::new();

@@ -4,6 +4,8 @@
 use std::ffi::OsStr;
 use std::sync::PoisonError;
 
+use clawfs_store::ToErrno;
+
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller};
 use crate::virtual_files::{self, Exchange};
@@ -72,19 +74,15 @@ impl ClawFs {
             Ok(_) => return self.record(ev),
             Err(e) => e,
         };
-        let code = e.code().to_string();
         let message = e.to_string();
-        let rule = match code.as_str() {
-            "protected" => Some(clawfs_policy::rule::PROTECTED),
-            "denied" => Some(clawfs_policy::rule::TOOL_DENIED),
-            _ => None,
-        };
-        let Some(rule) = rule else {
-            self.record(
-                ev.failed(tool_errno(&code))
-                    .reason(format!("{code}: {message}")),
-            );
-            return;
+        let rule = match e {
+            clawfs_agent_tools::ToolError::Protected(_) => clawfs_policy::rule::PROTECTED,
+            clawfs_agent_tools::ToolError::Denied(_) => clawfs_policy::rule::TOOL_DENIED,
+            _ => {
+                let code = e.code();
+                self.record(ev.failed(e.errno()).reason(format!("{code}: {message}")));
+                return;
+            }
         };
         self.record(ev.denied(libc::EACCES, rule, message.clone()));
         if let clawfs_policy::Identity::Agent(agent) = who {
@@ -297,18 +295,6 @@ impl RequestHead {
             (None, Some(from), Some(to)) => Some(format!("{from} -> {to}")),
             (None, from, to) => from.or(to),
         }
-    }
-}
-
-/// The errno a failed tool call is recorded with, by its error code.
-pub(super) fn tool_errno(code: &str) -> i32 {
-    match code {
-        "not_found" => libc::ENOENT,
-        "too_large" => libc::EFBIG,
-        "io_error" | "internal" => libc::EIO,
-        "exists" | "already_exists" => libc::EEXIST,
-        "hash_mismatch" | "conflict" => libc::ESTALE,
-        _ => libc::EINVAL,
     }
 }
 
