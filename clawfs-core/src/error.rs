@@ -87,7 +87,7 @@ pub enum FsError {
     Denied(clawfs_policy::Denial),
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
-    Tampered(String),
+    Tampered(crate::integrity::IntegrityError),
     /// A call ClawFS does not serve on this node, decided by ClawFS itself (not the backing
     /// filesystem's answer): writing a generated read-only file, changing generated nodes, a
     /// second way of serving one inode. Logged as a refusal, with its reason.

@@ -622,10 +622,12 @@ impl ClawFs {
         {
             // system/, specs/ and tools/ hold files and folders only; a symlink or FIFO there
             // was planted in the store and would bypass the checks on their files.
-            return Err(FsError::Tampered(format!(
-                "{} in a checked area is a {kind:?}, not a file or folder: not served",
-                name.to_string_lossy()
-            )));
+            return Err(FsError::Tampered(
+                crate::integrity::IntegrityError::Refused(format!(
+                    "{} in a checked area is a {kind:?}, not a file or folder: not served",
+                    name.to_string_lossy()
+                )),
+            ));
         }
         let ino = self.inodes.mount_ino(st.st_ino);
         let generation = handle.generation();

@@ -208,9 +208,11 @@ impl ClawFs {
         // the open (a superseded version moved in and out of a current name) would otherwise
         // be checked against the signature of where it went, and served under the name asked.
         if !matches!(self.ns_path_by_links(fd.as_fd()), Ok(reached) if reached == ns) {
-            return Err(FsError::Tampered(format!(
-                "{ns} was moved while it was opened: not served"
-            )));
+            return Err(FsError::Tampered(
+                crate::integrity::IntegrityError::Mismatch(format!(
+                    "{ns} was moved while it was opened: not served"
+                )),
+            ));
         }
         let mut parts = ns.components();
         let area = parts.next();

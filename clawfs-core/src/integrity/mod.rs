@@ -236,7 +236,7 @@ pub(crate) fn stamp_of(store: BorrowedFd<'_>, rel: &str) -> Stamp {
 }
 
 /// Whether a file may be served, or why not.
-pub type Verdict = Result<(), String>;
+pub type Verdict = Result<(), IntegrityError>;
 
 /// Index files as parsed, with the stamps they were read at.
 type Indexes<B> = ((Stamp, Stamp), std::sync::Arc<B>);

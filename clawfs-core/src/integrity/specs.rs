@@ -248,7 +248,6 @@ impl SpecChecker {
                 || Ok((load_book(store)?, Signers::load(store)?)),
             )
             .and_then(|b| verdict(&b.0, &b.1, rel, sha256))
-            .map_err(|e| e.to_string())
     }
 }
 

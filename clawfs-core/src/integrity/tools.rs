@@ -528,7 +528,6 @@ impl ToolChecker {
                 || signed_packages(store),
             )
             .and_then(|packages| verdict(&packages, rel, sha256, mount))
-            .map_err(|e| e.to_string())
     }
 }
 
