@@ -784,7 +784,7 @@ impl Ruleset {
                         Err(e) => {
                             return Err(Error::Open {
                                 path,
-                                source: io::Error::other(e.to_string()),
+                                source: io::Error::other(e),
                             })
                         }
                     };

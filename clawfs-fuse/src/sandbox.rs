@@ -662,7 +662,7 @@ impl PrivateTmp {
 /// A new directory under the system's temporary directory, the agent's alone (0700).
 fn private_tmp(agent: &str, uid: u32, gid: u32) -> std::io::Result<TempDir> {
     let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    getrandom::fill(&mut random).map_err(std::io::Error::other)?;
     let dir = std::env::temp_dir().join(format!("clawfs-{agent}-{}", hex::encode(random)));
     std::fs::create_dir(&dir)?;
     let dir = TempDir(dir);

@@ -292,7 +292,7 @@ fn read_trash_item(trash: &File, id: &str) -> ToolResult<TrashItem> {
         .map_err(|_| no_trash_entry(id))?;
     serde_json::from_slice(&bytes).map_err(|e| ToolError::Io {
         context: format!("reading trash entry '{id}'"),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(e),
     })
 }
 

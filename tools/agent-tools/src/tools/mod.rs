@@ -71,7 +71,7 @@ fn parse_args<T: DeserializeOwned>(tool: &str, mut args: Value) -> ToolResult<T>
 fn to_value<T: Serialize>(r: T) -> ToolResult<Value> {
     serde_json::to_value(r).map_err(|e| ToolError::Io {
         context: "encoding the result".into(),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(e),
     })
 }
 
