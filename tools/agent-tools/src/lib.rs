@@ -22,6 +22,7 @@ mod patch;
 mod paths;
 pub mod perms;
 mod registry;
+mod schema;
 pub mod semantic;
 mod stream;
 mod text;

@@ -100,8 +100,8 @@ macro_rules! tool_table {
             match tool {
                 $( $name => Some((
                     $desc,
-                    crate::registry::schema_of::<$args>(),
-                    crate::registry::schema_of::<$res>(),
+                    crate::schema::schema_of::<$args>(),
+                    crate::schema::schema_of::<$res>(),
                 )), )*
                 _ => None,
             }
