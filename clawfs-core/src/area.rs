@@ -96,15 +96,16 @@ pub enum Place {
     Inside(Area),
 }
 
+/// The name of the search folder in every workspace (looked up, never listed).
+pub const SEARCH_DIR: &str = ".search";
+
+/// The name of the index view in every workspace (listed).
+pub const INDEX_VIEW: &str = "workspace.db";
+
 /// Names inside a workspace root that ClawFS manages and nobody creates, renames or removes:
 /// the metadata and snapshots it keeps there, and the names of its generated search folder
 /// and index view.
-pub const WORKSPACE_MANAGED: [&str; 4] = [
-    "metadata.json",
-    "snapshots",
-    crate::virtual_files::SEARCH_DIR,
-    crate::virtual_files::INDEX_VIEW,
-];
+pub const WORKSPACE_MANAGED: [&str; 4] = ["metadata.json", "snapshots", SEARCH_DIR, INDEX_VIEW];
 
 /// Names inside an agent's directory that ClawFS manages: `identity.json` changes only whole and
 /// validated (a staged write), never by removing it and creating another file in its place.

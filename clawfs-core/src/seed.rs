@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use clawfs_store::accounts;
 
 use crate::identity;
-use crate::store::atomic_write;
+use clawfs_store::atomic::atomic_write;
 use clawfs_store::names::DEFAULT_AGENTS;
 
 /// The frozen ClawFS specification, served under `specs/p1/`.

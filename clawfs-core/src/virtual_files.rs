@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::{Mutex, PoisonError};
 
-use crate::area::{Area, Place};
+use crate::area::{Area, Place, INDEX_VIEW, SEARCH_DIR};
 
 /// First inode number of virtual nodes. Backing filesystems hand out far smaller numbers.
 pub const VIRTUAL_INO_BASE: u64 = 1 << 63;
@@ -70,12 +70,6 @@ pub enum VirtualNode {
         target: String,
     },
 }
-
-/// The name of the search folder in every workspace (looked up, never listed).
-pub const SEARCH_DIR: &str = ".search";
-
-/// The name of the index view in every workspace (listed).
-pub const INDEX_VIEW: &str = "workspace.db";
 
 /// Whether `name` is a generated child of every workspace folder (when the daemon indexes
 /// workspaces). Tested before the workspace is named: naming it costs a system call, and

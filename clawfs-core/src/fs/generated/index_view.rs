@@ -30,7 +30,7 @@ impl ClawFs {
             caller,
             "open",
             Access::Read,
-            &ws_path.join(crate::virtual_files::INDEX_VIEW)?,
+            &ws_path.join(crate::area::INDEX_VIEW)?,
         )?;
         let indexer = self.indexer().ok_or_else(|| {
             crate::search::SearchError::Unavailable("search is off in this daemon".into())
