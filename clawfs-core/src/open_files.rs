@@ -49,6 +49,18 @@ pub struct WriteHandle {
     pub metered: bool,
 }
 
+/// Where a staged write goes when it is closed (an identity file: `crate::fs::staged`).
+#[derive(Debug)]
+pub struct StagedTarget {
+    /// The agent whose identity file this is.
+    pub agent: String,
+    /// The agent's directory, relative to the store root (`agents/<agent>`).
+    pub dir: std::path::PathBuf,
+    /// Written since the last commit. Only writes count: a descriptor closed without writing
+    /// (a shell's copy after `dup2`, or a bare truncation) commits nothing.
+    pub dirty: std::sync::atomic::AtomicBool,
+}
+
 /// An open regular file.
 pub struct OpenFile {
     /// Inode number on the mount.
@@ -62,7 +74,7 @@ pub struct OpenFile {
     /// it records the bytes it added (and counts them against an agent's quota).
     pub writer: Option<WriteHandle>,
     /// For a staged write (an identity file): where it goes when it is closed.
-    pub staged: Option<crate::fs::StagedTarget>,
+    pub staged: Option<StagedTarget>,
     /// With passthrough on: how this open is served, counted in its inode's mode.
     pub io: Option<(IoChoice, Arc<IoMode>)>,
     /// For an open by `execve`: the inode's modes, where it is counted until released.

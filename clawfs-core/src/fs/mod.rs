@@ -55,9 +55,7 @@ mod xattr_ops;
 
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
-pub use staged::{
-    identity_file_agent, validate as validate_identity, StagedTarget, MAX_IDENTITY_BYTES,
-};
+pub use staged::{identity_file_agent, validate as validate_identity, MAX_IDENTITY_BYTES};
 pub use xattr_ops::SETTLE as SETTLE_XATTR;
 
 /// How the mount keeps access times. A read through the mount (passthrough or served by the

@@ -8,7 +8,7 @@ use clawfs_store::ToErrno;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::OFlags;
 use std::sync::Arc;
@@ -18,23 +18,11 @@ use serde_json::Value;
 use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
-use crate::open_files::{BackingFile, OpenFile};
+use crate::open_files::{BackingFile, OpenFile, StagedTarget};
 use clawfs_policy::NsPath;
 
 /// The largest identity document accepted.
 pub const MAX_IDENTITY_BYTES: u64 = 1 << 20;
-
-/// Where a staged write goes when it is closed.
-#[derive(Debug)]
-pub struct StagedTarget {
-    /// The agent whose identity file this is.
-    pub agent: String,
-    /// The agent's directory, relative to the store root (`agents/<agent>`).
-    pub dir: PathBuf,
-    /// Written since the last commit. Only writes count: a descriptor closed without writing
-    /// (a shell's copy after `dup2`, or a bare truncation) commits nothing.
-    pub dirty: std::sync::atomic::AtomicBool,
-}
 
 /// The agent whose `identity.json` `path` is, if it is one.
 pub fn identity_file_agent(path: &NsPath) -> Option<&str> {
