@@ -80,9 +80,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     }
 }
 
-/// Where a store is mounted by convention (`clawfs mount /clawfs`): what generated files name
-/// until the store is served somewhere.
-pub const DEFAULT_MOUNT: &str = "/clawfs";
+pub use clawfs_store::layout::DEFAULT_MOUNT;
 
 /// What a running daemon records about itself in `.clawfs/daemon.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

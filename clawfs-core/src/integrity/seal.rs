@@ -15,21 +15,11 @@ use std::os::fd::BorrowedFd;
 
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use super::system::HighWater;
 use super::system::{self, Difference, Manifest};
 use super::IntegrityError;
-
-/// What the seal remembers of the signed books.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HighWater {
-    /// Each document's latest signed version, by spec id.
-    pub specs: BTreeMap<String, u32>,
-    /// Each added tool's latest published version (`X.Y.Z`), by tool id.
-    pub tools: BTreeMap<String, String>,
-}
 
 /// Each document's latest signed version, by spec id.
 type SpecMarks = BTreeMap<String, u32>;

@@ -22,6 +22,16 @@ const SYSTEM: &str = "system";
 /// How deep `system/` may nest; deeper is reported, not followed.
 const MAX_DEPTH: usize = 16;
 
+/// What the seal remembers of the signed books (`super::seal`): their high-water marks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HighWater {
+    /// Each document's latest signed version, by spec id.
+    pub specs: BTreeMap<String, u32>,
+    /// Each added tool's latest published version (`X.Y.Z`), by tool id.
+    pub tools: BTreeMap<String, String>,
+}
+
 /// `vault/system-manifest.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,7 +44,7 @@ pub struct Manifest {
     pub files: BTreeMap<String, String>,
     /// What the signed books held when the manifest was sealed ([`super::seal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub book: Option<super::seal::HighWater>,
+    pub book: Option<HighWater>,
     /// `hmac-sha256:<hex>` under the vault's integrity key ([`super::seal`]); dropped by every
     /// change, set again by sealing.
     #[serde(default, skip_serializing_if = "Option::is_none")]

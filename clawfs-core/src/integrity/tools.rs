@@ -504,7 +504,7 @@ fn hex_sha256(bytes: &[u8]) -> String {
 #[derive(Default)]
 pub struct ToolChecker {
     packages: super::Indexed<Signed>,
-    /// Where the store is served; [`crate::store::DEFAULT_MOUNT`] until told.
+    /// Where the store is served; [`clawfs_store::layout::DEFAULT_MOUNT`] until told.
     mount: std::sync::OnceLock<std::path::PathBuf>,
 }
 
@@ -520,7 +520,9 @@ impl ToolChecker {
         let mount = self
             .mount
             .get()
-            .map_or(Path::new(crate::store::DEFAULT_MOUNT), |m| m.as_path());
+            .map_or(Path::new(clawfs_store::layout::DEFAULT_MOUNT), |m| {
+                m.as_path()
+            });
         self.packages
             .get(
                 store,
