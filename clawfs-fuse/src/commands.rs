@@ -9,9 +9,10 @@ use clawfs_core::area::Area;
 use clawfs_core::store::{InitOutcome, Store};
 use serde_json::json;
 
-use crate::daemon::{store_path, unmount};
+use crate::daemon::unmount;
 use crate::error::{mountpoint, Failure};
 use crate::mounts;
+use crate::mounts::store_path;
 
 /// `clawfs init`.
 pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {

@@ -25,11 +25,6 @@ use crate::mounts;
 /// How long `clawfs mount` waits for a background daemon's mount to appear.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The store path a command acts on.
-pub fn store_path(arg: &Option<PathBuf>) -> PathBuf {
-    arg.clone().unwrap_or_else(Store::default_path)
-}
-
 /// Checks that `mp` can take a mount and returns its canonical path.
 pub fn check_mountpoint(mp: &Path) -> Result<PathBuf, Failure> {
     let shown = mp.display();
@@ -86,7 +81,7 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
         )));
     }
     let mp = check_mountpoint(&args.mountpoint)?;
-    let store = open_store(&store_path(&args.store.store))?;
+    let store = open_store(&crate::mounts::store_path(&args.store.store))?;
     // Refused here, on the user's terminal, before any daemon starts (a foreground mount is
     // checked by `serve`).
     let checked = match args.foreground {

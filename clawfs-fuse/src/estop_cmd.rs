@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clawfs_core::store::{Store, PRIVATE_DIR};
 
-use crate::daemon::store_path;
 use crate::error::Failure;
+use crate::mounts::store_path;
 
 /// The flag, in the store's private area (the daemon's gate reads the same name).
 const ESTOP_FILE: &str = "estop";

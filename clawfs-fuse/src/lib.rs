@@ -52,10 +52,10 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Mcp(args) => return child_exit(mcp_cmd::mcp(args)),
         Command::McpServe(args) => mcp_cmd::serve(args).map_err(Into::into),
         Command::Audit { store, command } => {
-            audit_cmd::run(&daemon::store_path(&store.store), command)
+            audit_cmd::run(&mounts::store_path(&store.store), command)
         }
         Command::Vault { store, command } => {
-            vault_cmd::run(&daemon::store_path(&store.store), command)
+            vault_cmd::run(&mounts::store_path(&store.store), command)
         }
         Command::Identity {
             command: cli::IdentityCommand::Verify { agent, store },
@@ -82,25 +82,25 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::Search(args) => search_cmd::search(args),
         Command::Index { store, command } => {
-            search_cmd::index(&daemon::store_path(&store.store), command)
+            search_cmd::index(&mounts::store_path(&store.store), command)
         }
         Command::Specs { store, command } => {
-            integrity_cmd::specs(&daemon::store_path(&store.store), command)
+            integrity_cmd::specs(&mounts::store_path(&store.store), command)
         }
         Command::Tools { store, command } => {
-            integrity_cmd::tools(&daemon::store_path(&store.store), command)
+            integrity_cmd::tools(&mounts::store_path(&store.store), command)
         }
         Command::System { store, command } => {
-            integrity_cmd::system(&daemon::store_path(&store.store), command)
+            integrity_cmd::system(&mounts::store_path(&store.store), command)
         }
         Command::Snapshot { store, command } => {
-            snapshot_cmd::snapshot(&daemon::store_path(&store.store), command)
+            snapshot_cmd::snapshot(&mounts::store_path(&store.store), command)
         }
         Command::Import { store, command } => {
-            import_cmd::import(&daemon::store_path(&store.store), command)
+            import_cmd::import(&mounts::store_path(&store.store), command)
         }
         Command::Workspace { store, command } => {
-            snapshot_cmd::workspace(&daemon::store_path(&store.store), command)
+            snapshot_cmd::workspace(&mounts::store_path(&store.store), command)
         }
         Command::Policy { command } => match command {
             cli::PolicyCommand::Check { file } => policy_cmd::check(file),

@@ -163,7 +163,7 @@ pub fn served_mount(
     store: &Option<PathBuf>,
     requested: Option<&Path>,
 ) -> Result<PathBuf, MountError> {
-    let path = crate::daemon::store_path(store);
+    let path = store_path(store);
     let root = std::fs::canonicalize(&path).unwrap_or(path);
     let daemon = clawfs_core::store::Store::open(&root)
         .ok()
@@ -182,12 +182,18 @@ pub fn store_of_mount(mount: &Path) -> Result<PathBuf, MountError> {
         .ok_or_else(|| MountError::NoStore(mount.to_path_buf()))
 }
 
+/// The store path a command acts on.
+pub fn store_path(arg: &Option<PathBuf>) -> PathBuf {
+    arg.clone()
+        .unwrap_or_else(clawfs_core::store::Store::default_path)
+}
+
 /// The store a command works on: `--store`; else, given only `--mount`, the store that mount
 /// serves; else the default store.
 pub fn store_for(store: &Option<PathBuf>, mount: Option<&Path>) -> Result<PathBuf, MountError> {
     match (store, mount) {
         (None, Some(m)) => store_of_mount(m),
-        (s, _) => Ok(crate::daemon::store_path(s)),
+        (s, _) => Ok(store_path(s)),
     }
 }
 
