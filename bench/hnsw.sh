@@ -9,6 +9,6 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case ${1:-} in -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-(cd "$REPO" && cargo build --release -q -p clawfs-core --example hnsw_build)
+(cd "$REPO" && cargo build --release -q -p clawfs-search --example hnsw_build)
 echo "## HNSW build — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, commit $(git -C "$REPO" rev-parse --short HEAD)"
 "$REPO/target/release/examples/hnsw_build" "$@"

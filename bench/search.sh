@@ -11,7 +11,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case ${1:-} in -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-(cd "$REPO" && cargo build --release -q -p clawfs-core --example search_bench --example retrieval_quality)
+(cd "$REPO" && cargo build --release -q -p clawfs-search --example search_bench --example retrieval_quality)
 echo "## Workspace index — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, commit $(git -C "$REPO" rev-parse --short HEAD)"
 "$REPO/target/release/examples/retrieval_quality"
 "$REPO/target/release/examples/search_bench" "${1:-100000}" "${2:-200}"

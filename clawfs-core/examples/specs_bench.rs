@@ -9,8 +9,8 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::Instant;
 
-use clawfs_core::integrity::signers::{self, Signers};
-use clawfs_core::integrity::specs::{SpecBook, SpecChecker};
+use clawfs_integrity::signers::{self, Signers};
+use clawfs_integrity::specs::{SpecBook, SpecChecker};
 
 fn main() {
     let args: Vec<usize> = std::env::args()
@@ -28,10 +28,10 @@ fn main() {
     let key = signers::generate();
     let mut trusted = Signers::load(fd).unwrap();
     trusted.add("bench", &key.verifying_key(), "now").unwrap();
-    clawfs_core::integrity::system::install(
+    clawfs_integrity::system::install(
         fd,
         "signers.json",
-        &clawfs_core::integrity::to_pretty(&trusted),
+        &clawfs_integrity::to_pretty(&trusted),
         0o444,
         "now",
     )
@@ -85,7 +85,7 @@ fn main() {
                 rustix::fs::OFlags::RDONLY,
             )
             .unwrap();
-            let (_copy, sha256) = clawfs_core::integrity::sealed_copy(file.as_fd()).unwrap();
+            let (_copy, sha256) = clawfs_integrity::sealed_copy(file.as_fd()).unwrap();
             checker.check(fd, &rel, &sha256).unwrap();
         }
         rounds_us.push(t.elapsed().as_secs_f64() * 1e6 / docs as f64);

@@ -5,7 +5,7 @@ use std::io;
 
 pub use clawfs_store::ToErrno;
 
-use crate::area::Area;
+use clawfs_store::area::Area;
 
 /// Why a filesystem could not be opened over a store.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +87,7 @@ pub enum FsError {
     Denied(clawfs_policy::Denial),
     /// A frozen document whose SHA-256 does not match its signature, or that is unsigned.
     #[error("{0}")]
-    Tampered(crate::integrity::IntegrityError),
+    Tampered(clawfs_integrity::IntegrityError),
     /// A call ClawFS does not serve on this node, decided by ClawFS itself (not the backing
     /// filesystem's answer): writing a generated read-only file, changing generated nodes, a
     /// second way of serving one inode. Logged as a refusal, with its reason.
@@ -106,7 +106,7 @@ pub enum FsError {
     Path(#[from] clawfs_policy::NsPathError),
     /// The search index failed (serving `workspace.db`).
     #[error(transparent)]
-    Search(#[from] crate::search::SearchError),
+    Search(#[from] clawfs_search::SearchError),
     /// A ClawFS-managed JSON file in the store could not be read or written.
     #[error("{path}: {reason}")]
     Corrupt {

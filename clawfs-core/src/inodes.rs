@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::area::Place;
 use crate::io_mode::IoMode;
+use clawfs_store::area::Place;
 use clawfs_store::backing::BackingHandle;
 
 /// The inode number FUSE reserves for the mount root.

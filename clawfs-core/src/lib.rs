@@ -5,7 +5,6 @@
 //! without a mount.
 #![warn(missing_docs)]
 
-pub mod area;
 pub mod attr;
 pub mod cgroup;
 pub mod creds;
@@ -15,14 +14,11 @@ pub mod gitconfig;
 pub mod held;
 pub mod identity;
 pub mod inodes;
-pub mod integrity;
 pub mod io_mode;
 pub mod landlock;
 pub mod open_files;
 pub mod path_cache;
-pub mod search;
 pub mod seed;
-pub mod snapshot;
 pub mod store;
 pub mod virtual_files;
 pub mod xattr_spill;

@@ -23,9 +23,6 @@ pub const SECCOMP_WHITELIST: &str = include_str!("../assets/seccomp-whitelist.js
 /// The AppArmor profile of P1.4 §8.3 (`system/apparmor/clawos-fs`).
 pub const APPARMOR_PROFILE: &str = include_str!("../assets/clawos-fs.apparmor");
 
-/// Default vector dimension of a workspace (P1.4 §4.4).
-pub const DEFAULT_VECTOR_DIMENSION: u32 = 1536;
-
 /// The gid of `clawos-agents`, the group of the agent directories, if it exists.
 pub fn agents_group() -> Option<u32> {
     accounts::group_id("clawos-agents")
@@ -83,7 +80,7 @@ pub fn workspace_metadata(name: &str, owner: &str, now: &str) -> Vec<u8> {
         "workspace_id": name,
         "created_at": now,
         "updated_at": now,
-        "vector_dimension": DEFAULT_VECTOR_DIMENSION,
+        "vector_dimension": clawfs_search::DEFAULT_VECTOR_DIMENSION,
         "hnsw_params": { "m": 16, "ef_construction": 200, "ef_search": 50 },
         "owner": owner,
         "encryption_enabled": false
@@ -258,14 +255,14 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
 pub fn write_tool_registry(
     root: &Path,
     mount: &Path,
-) -> Result<(), crate::integrity::IntegrityError> {
+) -> Result<(), clawfs_integrity::IntegrityError> {
     use std::os::fd::AsFd;
     let fd = rustix::fs::open(
         root,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| crate::integrity::IntegrityError::io(root.display().to_string())(e.into()))?;
-    let packages = crate::integrity::tools::load_packages(fd.as_fd())?;
-    crate::integrity::tools::write_registry(fd.as_fd(), &packages, mount)
+    .map_err(|e| clawfs_integrity::IntegrityError::io(root.display().to_string())(e.into()))?;
+    let packages = clawfs_integrity::tools::load_packages(fd.as_fd())?;
+    clawfs_integrity::tools::write_registry(fd.as_fd(), &packages, mount)
 }

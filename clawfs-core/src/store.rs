@@ -62,7 +62,7 @@ pub enum StoreError {
     },
     /// The system manifest could not be recorded.
     #[error("recording the system manifest: {0}")]
-    Integrity(#[from] crate::integrity::IntegrityError),
+    Integrity(#[from] clawfs_integrity::IntegrityError),
     /// An I/O error on a store path.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -162,7 +162,7 @@ impl Store {
         .map_err(|e| io_err(path)(e.into()))?;
         // Written again for the real mount at every mount.
         seed::write_tool_registry(path, Path::new(DEFAULT_MOUNT))?;
-        crate::integrity::system::record_all(root.as_fd(), &clawfs_store::clock::now_rfc3339())?;
+        clawfs_integrity::system::record_all(root.as_fd(), &clawfs_store::clock::now_rfc3339())?;
         atomic_write(
             &path.join(PRIVATE_DIR),
             "format",
@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(Store::init(&path).unwrap(), InitOutcome::Created);
         assert_eq!(Store::init(&path).unwrap(), InitOutcome::AlreadyInitialised);
         let store = Store::open(&path).unwrap();
-        for area in crate::area::Area::ALL {
+        for area in clawfs_store::area::Area::ALL {
             assert!(store.root().join(area.dir_name()).is_dir(), "{area}");
         }
         let lock = store.lock().unwrap();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::{Mutex, PoisonError};
 
-use crate::area::{Area, Place, INDEX_VIEW, SEARCH_DIR};
+use clawfs_store::area::{Area, Place, INDEX_VIEW, SEARCH_DIR};
 
 /// First inode number of virtual nodes. Backing filesystems hand out far smaller numbers.
 pub const VIRTUAL_INO_BASE: u64 = 1 << 63;

@@ -1,15 +1,13 @@
 //! Extended attributes: only the `user.` namespace is stored (as real xattrs on the backing
 //! file); `user.clawfs.*` names are ClawFS's own and are validated.
 
-use crate::area::Place;
 use crate::error::{FsError, FsResult};
+use clawfs_store::area::Place;
 
 /// Prefix of ClawFS's own attributes.
 pub const CLAWFS_PREFIX: &str = "user.clawfs.";
 /// The vector dimension of a workspace's index (P1.4 §7.2).
 pub const VECTOR_DIMENSION: &str = "user.clawfs.vector_dimension";
-/// Allowed vector dimensions (P1.4 §4.4).
-pub const VECTOR_DIMENSION_RANGE: std::ops::RangeInclusive<u32> = 128..=4096;
 
 /// Whether `name` is in the namespace ClawFS stores.
 pub fn is_user(name: &str) -> bool {
@@ -39,7 +37,7 @@ pub fn parse_clawfs(place: Place, name: &str, value: &[u8]) -> FsResult<ClawfsAt
                 .trim()
                 .parse()
                 .map_err(|_| bad(format!("{text:?} is not a whole number")))?;
-            if !VECTOR_DIMENSION_RANGE.contains(&dim) {
+            if !clawfs_search::VECTOR_DIMENSION_RANGE.contains(&dim) {
                 return Err(bad(format!("{dim} is outside 128..=4096")));
             }
             Ok(ClawfsAttr::VectorDimension(dim))
@@ -51,7 +49,7 @@ pub fn parse_clawfs(place: Place, name: &str, value: &[u8]) -> FsResult<ClawfsAt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::area::Area;
+    use clawfs_store::area::Area;
 
     #[test]
     fn vector_dimension_rules() {

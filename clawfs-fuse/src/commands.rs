@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clawfs_core::area::Area;
 use clawfs_core::store::{InitOutcome, Store};
+use clawfs_store::area::Area;
 use serde_json::json;
 
 use crate::daemon::unmount;
@@ -248,7 +248,7 @@ pub fn policy_reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(),
         crate::policy_cmd::check_bytes(file, &text)?;
         let key = crate::integrity_cmd::sealing_key(&store)?;
         // Installed with its hash recorded in the system manifest, sealed again.
-        clawfs_core::integrity::system::install(
+        clawfs_integrity::system::install(
             store.root_fd(),
             "policy.toml",
             &text,

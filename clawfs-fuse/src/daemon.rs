@@ -91,7 +91,7 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
     if let Some(differences) = checked {
         eprintln!(
             "clawfs: serving although system/ differs from {} (--allow-tampered-system): {differences}",
-            clawfs_core::integrity::system::MANIFEST
+            clawfs_integrity::system::MANIFEST
         );
     }
     if !args.foreground {
@@ -109,9 +109,9 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
 /// Compares the store's `system/` with its manifest. A difference, or no manifest, refuses the
 /// mount (exit 5) unless `allow`, when it is returned for the record.
 fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
-    use clawfs_core::integrity::seal::{self, SealCheck};
-    use clawfs_core::integrity::system::{self, Verification};
-    let (verdict, sealed) = seal::verify(store)
+    use clawfs_integrity::seal::{self, SealCheck};
+    use clawfs_integrity::system::{self, Verification};
+    let (verdict, sealed) = seal::verify(store.root(), store.root_fd())
         .map_err(|e| anyhow::anyhow!("checking system/ against its manifest: {e}"))?;
     if sealed == SealCheck::Locked {
         // Checked by the daemon when the vault is unlocked.
@@ -276,7 +276,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         Ok(()) => {}
         // A damaged registry stays as it is, for the admin to see: tools/ then serves none of
         // its files (EIO, audited at each read) and the rest of the store is served.
-        Err(e @ clawfs_core::integrity::IntegrityError::Json { .. }) => {
+        Err(e @ clawfs_integrity::IntegrityError::Json { .. }) => {
             warn!(error = %e, "the tool registry is damaged: tools/ serves none of its files until it is repaired");
         }
         Err(e) => {
@@ -315,7 +315,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // A wrong search.toml stops the mount before it happens: indexing with another embedder
     // than the one asked for would re-embed every workspace.
     let embedder = (!args.no_search)
-        .then(|| clawfs_core::search::EmbedderChoice::for_store(&store_root))
+        .then(|| clawfs_search::EmbedderChoice::for_store(&store_root))
         .transpose()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let adapter = Adapter::new(
@@ -374,7 +374,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             None
         }
         Some(embedder) => {
-            let ix = clawfs_core::search::Indexer::new(&store_root, embedder, true)
+            let ix = clawfs_search::Indexer::new(&store_root, embedder, true)
                 .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
             // Changes made while unmounted, or behind the daemon's back.
             if let Err(e) = ix.rescan_all() {
@@ -543,9 +543,9 @@ fn spawn_vault_watch(
 /// now. If it does not hold (the manifest or a signed book was changed without the vault's
 /// key while it was locked), agents are stopped as by `clawfs estop`, and the record says why.
 fn check_seal_at_unlock(fs: &ClawFs) {
-    use clawfs_core::integrity::{seal, system};
+    use clawfs_integrity::{seal, system};
     let store = fs.store();
-    let differences = match seal::verify(store) {
+    let differences = match seal::verify(store.root(), store.root_fd()) {
         Ok((system::Verification::Tampered(d), seal::SealCheck::Checked)) => d,
         Ok(_) => return,
         Err(e) => {

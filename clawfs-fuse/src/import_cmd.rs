@@ -4,8 +4,8 @@
 
 use anyhow::anyhow;
 use clap::Subcommand;
-use clawfs_core::search::{EmbedderChoice, Indexer};
 use clawfs_core::store::Store;
+use clawfs_search::{EmbedderChoice, Indexer};
 use migrate_pg::options::{EmbeddingArgs, SourceArgs};
 use migrate_pg::place::WorkspaceFiles;
 use migrate_pg::source::Source;

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use clap::Subcommand;
-use clawfs_core::integrity::seal;
-use clawfs_core::integrity::signers::{self, Signers, SIGNERS_FILE};
-use clawfs_core::integrity::specs::{Approved, SpecBook, Status};
-use clawfs_core::integrity::system::{self, Verification};
-use clawfs_core::integrity::IntegrityError;
 use clawfs_core::store::Store;
+use clawfs_integrity::seal;
+use clawfs_integrity::signers::{self, Signers, SIGNERS_FILE};
+use clawfs_integrity::specs::{Approved, SpecBook, Status};
+use clawfs_integrity::system::{self, Verification};
+use clawfs_integrity::IntegrityError;
 use clawfs_vault::{Vault, VaultConfig};
 
 use crate::error::Failure;
@@ -138,7 +138,7 @@ fn refused(e: IntegrityError) -> Failure {
 /// seal covers (`system/`, the signed books): a set-up vault that is locked refuses the change,
 /// which could not be sealed. `None`: the store has no vault, nothing is sealed.
 pub(crate) fn sealing_key(store: &Store) -> Result<Option<[u8; 32]>, Failure> {
-    seal::key_of(store).map_err(|e| match e {
+    seal::key_of(store.root()).map_err(|e| match e {
         clawfs_vault::VaultError::Locked => Failure::Other(anyhow!(
             "the vault is locked: changes to system/, specs/ and tools/ are sealed with its key; unlock it first (`clawfs vault unlock`)"
         )),
@@ -200,7 +200,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
             vault
                 .put(&signers::vault_secret(signer), key.as_bytes())
                 .map_err(|e| anyhow!("storing the private key in the vault: {e}"))?;
-            let json = clawfs_core::integrity::to_pretty(&trusted);
+            let json = clawfs_integrity::to_pretty(&trusted);
             system::install(fd, SIGNERS_FILE, &json, 0o444, &now()).map_err(refused)?;
             writeln!(
                 out,
@@ -290,7 +290,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
 
 /// Runs one `clawfs tools` command on the store at `root`.
 pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
-    use clawfs_core::integrity::tools::{self as registry, Added};
+    use clawfs_integrity::tools::{self as registry, Added};
     let store = Store::open(root)?;
     let fd = store.root_fd();
     let mut out = std::io::stdout().lock();
@@ -400,7 +400,7 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
     let w = |e: std::io::Error| Failure::Other(anyhow!(e));
     match cmd {
         SystemCommand::Verify { json } => {
-            let (verdict, sealed) = seal::verify(&store).map_err(refused)?;
+            let (verdict, sealed) = seal::verify(store.root(), store.root_fd()).map_err(refused)?;
             if sealed == seal::SealCheck::Locked {
                 eprintln!(
                     "clawfs: the vault is locked: the manifest's seal and the signed books' marks were not checked"
@@ -490,7 +490,7 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
                     policy_changed = true;
                 }
                 if rel.ends_with(".json") {
-                    clawfs_core::integrity::strict_json(&content)
+                    clawfs_integrity::strict_json(&content)
                         .with_context(|| format!("{file}: system/{rel} must be JSON"))?;
                 }
                 if rel == "signers.json" {

@@ -23,9 +23,9 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::anyhow;
-use clawfs_core::area::Area;
 use clawfs_core::cgroup::{self, Cgroup2, RunGroup, DEFAULT_CONTROLLERS};
 use clawfs_core::store::Store;
+use clawfs_store::area::Area;
 use clawfs_store::names::{check_system_name, DEFAULT_AGENTS};
 use serde_json::Value;
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};

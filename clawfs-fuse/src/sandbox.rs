@@ -12,11 +12,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use clawfs_core::area::Area;
 use clawfs_core::cgroup::{Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 use clawfs_core::landlock::{Compat, Prepared, Ruleset, Sandbox};
 use clawfs_core::store::Store;
 use clawfs_policy::{AgentName, Grant, Layer, Network, Policy, SandboxSpec};
+use clawfs_store::area::Area;
 
 /// The layers of one sandboxed run, ready to apply in the child.
 pub struct Layers {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use clap::Subcommand;
-use clawfs_core::search::{EmbedderChoice, Indexer};
 use clawfs_core::store::Store;
+use clawfs_search::{EmbedderChoice, Indexer};
 
 use crate::error::Failure;
 
@@ -183,7 +183,7 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
         let report = match dir.join("index.db").exists() {
             false => serde_json::json!({"workspace": ws, "indexed": false}),
             true => {
-                let db = clawfs_core::search::index::IndexDb::open(&dir.join("index.db"), &ws)
+                let db = clawfs_search::index::IndexDb::open(&dir.join("index.db"), &ws)
                     .map_err(|e| anyhow!("{ws}: {e}"))?;
                 let (chunks, files) = db.counts().map_err(|e| anyhow!(e))?;
                 serde_json::json!({

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use clap::Subcommand;
-use clawfs_core::snapshot::Workspaces;
 use clawfs_core::store::Store;
+use clawfs_search::snapshot::Workspaces;
 
 use crate::error::Failure;
 
@@ -72,8 +72,8 @@ pub enum WorkspaceCommand {
 }
 
 fn index_db(store: &Store, workspace: &str) -> PathBuf {
-    clawfs_core::search::index::index_dir(&store.private_dir(), workspace)
-        .join(clawfs_core::search::index::DB_FILE)
+    clawfs_search::index::index_dir(&store.private_dir(), workspace)
+        .join(clawfs_search::index::DB_FILE)
 }
 
 fn open(store_root: &Path) -> Result<(Store, Workspaces), Failure> {

@@ -273,7 +273,7 @@ pub fn run_with(
             // The seal is checked under the old key, and made again under the new one.
             let before = clawfs_core::store::Store::open(store_root)
                 .ok()
-                .and_then(|s| clawfs_core::integrity::seal::key_of(&s).ok().flatten());
+                .and_then(|s| clawfs_integrity::seal::key_of(s.root()).ok().flatten());
             let pass = passphrase_if_needed(&vault)?;
             let r = vault
                 .rotate(pass.as_deref().map(|s| s.as_str()), &|_| {})
@@ -355,7 +355,7 @@ fn seal_as_it_is(
     store_root: &Path,
     checked_with: Option<Option<[u8; 32]>>,
 ) -> Result<String, Failure> {
-    use clawfs_core::integrity::{seal, system};
+    use clawfs_integrity::{seal, system};
     // A vault outside a ClawFS store (a bare directory) has no system/ to seal.
     let Ok(store) = clawfs_core::store::Store::open(store_root) else {
         return Ok(String::new());
@@ -440,7 +440,7 @@ fn grant(
     let store = clawfs_core::store::Store::open(store_root)?;
     let key = crate::integrity_cmd::sealing_key(&store)?;
     // Installed with its hash recorded in the system manifest, sealed again.
-    clawfs_core::integrity::system::install(
+    clawfs_integrity::system::install(
         store.root_fd(),
         "policy.toml",
         new.as_bytes(),

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use crate::common::postgres::Postgres;
 use crate::common::{clawfs, migrate_pg, ok, text, Mounted};
-use clawfs_core::search::EmbedderChoice;
+use clawfs_search::EmbedderChoice;
 
 /// P1.4 §6's tables, embeddings of type `embedding_type`.
 fn tables(pg: &Postgres, embedding_type: &str) {

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clawfs_core::search::embed::remote::KeySource;
-use clawfs_core::search::embed::{EmbedError, Embedder, RemoteClient, RemoteConfig};
-use clawfs_core::search::hnsw::HnswParams;
-use clawfs_core::search::workspace::IndexFiles;
-use clawfs_core::search::{Mode, Query, WorkspaceIndex};
+use clawfs_search::embed::remote::KeySource;
+use clawfs_search::embed::{EmbedError, Embedder, RemoteClient, RemoteConfig};
+use clawfs_search::hnsw::HnswParams;
+use clawfs_search::workspace::IndexFiles;
+use clawfs_search::{Mode, Query, WorkspaceIndex};
 use serde_json::json;
 use zeroize::Zeroizing;
 

@@ -119,7 +119,7 @@ impl ClawFs {
                     .generated
                     .ino(&crate::virtual_files::VirtualNode::IndexView(ws)),
                 kind: FileKind::File,
-                name: OsString::from(crate::area::INDEX_VIEW),
+                name: OsString::from(clawfs_store::area::INDEX_VIEW),
             });
         }
         Ok(out)

@@ -18,7 +18,6 @@ use std::time::SystemTime;
 
 use rustix::fs::{AtFlags, Mode, RenameFlags, Timespec, Timestamps, XattrFlags};
 
-use crate::area::{Area, Place};
 use crate::attr::{decode_dev, Attr, FileKind};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
@@ -33,6 +32,7 @@ use crate::store::Store;
 use crate::virtual_files::VirtualInodes;
 use crate::xattrs::{self, ClawfsAttr};
 use clawfs_policy::{Denial, Identity, NsPath};
+use clawfs_store::area::{Area, Place};
 use clawfs_store::backing::{proc_fd_path, BackingHandle};
 use clawfs_store::names;
 use generated::Route;
@@ -199,8 +199,8 @@ pub struct ClawFs {
     generated: generated::Generated,
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: std::sync::OnceLock<std::path::PathBuf>,
-    specs: crate::integrity::specs::SpecChecker,
-    tool_files: crate::integrity::tools::ToolChecker,
+    specs: clawfs_integrity::specs::SpecChecker,
+    tool_files: clawfs_integrity::tools::ToolChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
@@ -215,7 +215,7 @@ pub struct ClawFs {
     activity: std::sync::OnceLock<std::sync::Weak<dyn ActivityMonitor>>,
     vault: std::sync::OnceLock<clawfs_vault::Vault>,
     /// The workspaces' indexes, when search is on (set once at mount).
-    indexer: std::sync::OnceLock<Arc<crate::search::Indexer>>,
+    indexer: std::sync::OnceLock<Arc<clawfs_search::Indexer>>,
     /// Backing descriptors of recently closed files, kept (with their passthrough
     /// registration) so that reopening a file costs no open and no registration. An entry goes
     /// when the kernel forgets the inode, so an unlinked file's space is not held (leaf lock).
@@ -391,7 +391,7 @@ impl ClawFs {
     /// in a folder several agents write, each moves or removes only its own files, so none can
     /// move another's out of its reach (where its quota still counts them).
     fn sticky_workspaces(&self) {
-        let area = std::path::Path::new(crate::area::Area::Workspaces.dir_name());
+        let area = std::path::Path::new(clawfs_store::area::Area::Workspaces.dir_name());
         let Ok(dir) = clawfs_store::beneath::open_dir(self.store.root_fd(), area) else {
             return;
         };
@@ -621,7 +621,7 @@ impl ClawFs {
             // system/, specs/ and tools/ hold files and folders only; a symlink or FIFO there
             // was planted in the store and would bypass the checks on their files.
             return Err(FsError::Tampered(
-                crate::integrity::IntegrityError::Refused(format!(
+                clawfs_integrity::IntegrityError::Refused(format!(
                     "{} in a checked area is a {kind:?}, not a file or folder: not served",
                     name.to_string_lossy()
                 )),

@@ -209,7 +209,7 @@ impl ClawFs {
         // be checked against the signature of where it went, and served under the name asked.
         if !matches!(self.ns_path_by_links(fd.as_fd()), Ok(reached) if reached == ns) {
             return Err(FsError::Tampered(
-                crate::integrity::IntegrityError::Mismatch(format!(
+                clawfs_integrity::IntegrityError::Mismatch(format!(
                     "{ns} was moved while it was opened: not served"
                 )),
             ));
@@ -222,7 +222,7 @@ impl ClawFs {
         if !specs && !tools {
             return Ok(None);
         }
-        let (copy, sha256) = crate::integrity::sealed_copy(fd.as_fd())?;
+        let (copy, sha256) = clawfs_integrity::sealed_copy(fd.as_fd())?;
         let verdict = match specs {
             true => self.specs.check(self.store.root_fd(), &rel, &sha256),
             false => self.tool_files.check(self.store.root_fd(), &rel, &sha256),

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::ClawFs;
-use crate::search::{Change, Indexer};
 use clawfs_policy::NsPath;
+use clawfs_search::{Change, Indexer};
 
 impl ClawFs {
     /// Starts following changes with `indexer`.
@@ -73,7 +73,7 @@ impl ClawFs {
         let workspaces = self
             .store
             .root()
-            .join(crate::area::Area::Workspaces.dir_name());
+            .join(clawfs_store::area::Area::Workspaces.dir_name());
         for p in paths {
             let Ok(rel) = p.strip_prefix(&workspaces) else {
                 continue;
@@ -112,5 +112,5 @@ fn in_workspace(path: &NsPath) -> Option<(String, String)> {
     }
     let rel = rel.join("/");
     // ClawFS's own files in a workspace are never indexed.
-    (!crate::search::workspace::is_managed(&rel)).then_some((ws, rel))
+    (!clawfs_search::workspace::is_managed(&rel)).then_some((ws, rel))
 }

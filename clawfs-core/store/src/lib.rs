@@ -1,5 +1,6 @@
 //! The ground floor of ClawFS: what every other crate of it stands on, and nothing above.
 //!
+//! - [`area`]: the six roots of the namespace;
 //! - [`names`]: the naming rules of the names ClawFS creates or validates ([`NameError`]);
 //! - [`beneath`], [`tree`]: files reached by descriptor beneath a directory, never through a
 //!   symlink or `..`;
@@ -12,6 +13,7 @@
 //! - [`ToErrno`]: how each crate's errors say which errno a caller gets.
 
 pub mod accounts;
+pub mod area;
 pub mod atomic;
 pub mod backing;
 pub mod beneath;

@@ -721,7 +721,7 @@ impl Vault {
         Some(master.hmac(b"clawfs-audit-hmac-v1"))
     }
 
-    /// The key that seals the system manifest (`clawfs_core::integrity::seal`), derived from the
+    /// The key that seals the system manifest (`clawfs_integrity::seal`), derived from the
     /// master key under its own label. `Ok(None)` when the vault is not set up;
     /// [`VaultError::Locked`] when it is set up but locked.
     pub fn integrity_key(&self) -> Result<Option<[u8; 32]>, VaultError> {

@@ -9,7 +9,7 @@
 //! - [`wire`]: what the server sends, read as untrusted (bounded, checked, escaped).
 //! - [`options`]: the options `migrate-pg-to-sqlite` and `clawfs import pg` share.
 //!
-//! The SQLite half is ClawFS's own ([`clawfs_core::search::import`]), so an imported document
+//! The SQLite half is ClawFS's own ([`clawfs_search::import`]), so an imported document
 //! is indexed exactly as the daemon indexes a file.
 
 pub mod cli;
@@ -35,7 +35,7 @@ pub enum MigrateError {
     Target(String),
     /// The index failed.
     #[error(transparent)]
-    Index(#[from] clawfs_core::search::SearchError),
+    Index(#[from] clawfs_search::SearchError),
 }
 
 /// The exit status of a verification that found the two sides different (as `clawfs`'s for a

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use clawfs_core::search::embed::{EmbedError, Embedder};
-use clawfs_core::search::hnsw::HnswParams;
-use clawfs_core::search::index::IndexDb;
-use clawfs_core::search::workspace::IndexFiles;
-use clawfs_core::search::{EmbedderChoice, WorkspaceIndex};
+use clawfs_search::embed::{EmbedError, Embedder};
+use clawfs_search::hnsw::HnswParams;
+use clawfs_search::index::IndexDb;
+use clawfs_search::workspace::IndexFiles;
+use clawfs_search::{EmbedderChoice, WorkspaceIndex};
 use migrate_pg::cli::Cli;
 use migrate_pg::place::{check_into, PathsOnly};
 use migrate_pg::source::Source;
@@ -77,7 +77,7 @@ fn migrate(cli: &Cli) -> Result<migrate_pg::Report, MigrateError> {
         &cli.embedding.embedding_model,
     ) {
         (true, _, _) => {
-            let dim = clawfs_core::seed::DEFAULT_VECTOR_DIMENSION as usize;
+            let dim = clawfs_search::DEFAULT_VECTOR_DIMENSION as usize;
             (
                 EmbedderChoice::builtin_or_text_only().for_dimension(dim),
                 dim,
@@ -92,7 +92,7 @@ fn migrate(cli: &Cli) -> Result<migrate_pg::Report, MigrateError> {
         ),
         (false, dim, _) => (
             None,
-            dim.unwrap_or(clawfs_core::seed::DEFAULT_VECTOR_DIMENSION as usize),
+            dim.unwrap_or(clawfs_search::DEFAULT_VECTOR_DIMENSION as usize),
         ),
     };
     // Before anything is written.

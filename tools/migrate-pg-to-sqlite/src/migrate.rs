@@ -4,9 +4,9 @@
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use clawfs_core::search::embed::Embedder;
-use clawfs_core::search::import::{checksum, Document, Placed, Progress};
-use clawfs_core::search::WorkspaceIndex;
+use clawfs_search::embed::Embedder;
+use clawfs_search::import::{checksum, Document, Placed, Progress};
+use clawfs_search::WorkspaceIndex;
 use sha2::{Digest, Sha256};
 
 use crate::options::{EmbeddingArgs, SourceArgs};

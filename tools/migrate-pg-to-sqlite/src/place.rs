@@ -8,8 +8,8 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use clawfs_core::search::import::{Document, Placed};
-use clawfs_core::search::index::FileStamp;
+use clawfs_search::import::{Document, Placed};
+use clawfs_search::index::FileStamp;
 use clawfs_store::beneath::FileMode;
 use rustix::fs::AtFlags;
 use sha2::{Digest, Sha256};
@@ -54,7 +54,7 @@ pub fn check_into(into: &str) -> Result<(), MigrateError> {
                 && part != ".."
                 && !part.starts_with(".clawfs")
                 && !part.chars().any(char::is_control)
-                && !clawfs_core::search::workspace::is_managed(part)
+                && !clawfs_search::workspace::is_managed(part)
         });
     match ok {
         true => Ok(()),

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use clawfs_core::search::import::{row_digest, Document};
+use clawfs_search::import::{row_digest, Document};
 use postgres::types::ToSql;
 use postgres::NoTls;
 
@@ -507,8 +507,8 @@ fn decode(r: &postgres::Row, workspace: &str) -> Result<Document, MigrateError> 
 }
 
 /// The most text one document may have: what the daemon indexes of a file
-/// ([`clawfs_core::search::chunk::MAX_FILE_BYTES`]).
-pub const MAX_DOCUMENT_BYTES: u64 = clawfs_core::search::chunk::MAX_FILE_BYTES;
+/// ([`clawfs_search::chunk::MAX_FILE_BYTES`]).
+pub const MAX_DOCUMENT_BYTES: u64 = clawfs_search::chunk::MAX_FILE_BYTES;
 
 /// A bound on the size of a value, checked in SQL before anything is written (and again on
 /// every row read, by [`decode`]).

@@ -30,7 +30,7 @@ pub const MAX_TIME_BYTES: usize = 256;
 /// The most bytes of a name the server reports (a table, a type).
 pub const MAX_NAME_BYTES: usize = 1024;
 /// The most components an embedding may have: the largest workspace dimension.
-pub const MAX_DIMENSION: usize = *clawfs_core::xattrs::VECTOR_DIMENSION_RANGE.end() as usize;
+pub const MAX_DIMENSION: usize = *clawfs_search::VECTOR_DIMENSION_RANGE.end() as usize;
 
 /// The most characters of server text shown in one message.
 const SHOWN_CHARS: usize = 200;

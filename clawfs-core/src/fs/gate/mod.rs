@@ -549,7 +549,7 @@ pub fn installed_policy(store: BorrowedFd<'_>) -> Result<Policy, Vec<PolicyError
     };
     let bytes = clawfs_store::beneath::read(store, Path::new(POLICY_FILE), 1 << 20)
         .map_err(|e| refused(format!("{POLICY_FILE}: {e}")))?;
-    crate::integrity::system::check_recorded(store, "policy.toml", bytes.as_deref())
+    clawfs_integrity::system::check_recorded(store, "policy.toml", bytes.as_deref())
         .map_err(|e| refused(e.to_string()))?;
     let Some(bytes) = bytes else {
         return Ok(Policy::default_policy());

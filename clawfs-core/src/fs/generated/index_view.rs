@@ -30,10 +30,10 @@ impl ClawFs {
             caller,
             "open",
             Access::Read,
-            &ws_path.join(crate::area::INDEX_VIEW)?,
+            &ws_path.join(clawfs_store::area::INDEX_VIEW)?,
         )?;
         let indexer = self.indexer().ok_or_else(|| {
-            crate::search::SearchError::Unavailable("search is off in this daemon".into())
+            clawfs_search::SearchError::Unavailable("search is off in this daemon".into())
         })?;
         // Each open is a copy of the index on disk: a caller holds a few at a time.
         let node = crate::virtual_files::VirtualNode::IndexView(ws.to_string());

@@ -385,12 +385,12 @@ impl ClawFs {
             Ok(self.inodes.mount_ino(st.st_ino))
         };
         let parent = match &dir {
-            VirtualNode::SecretsDir => stored_parent(crate::area::Area::Vault.dir_name())?,
+            VirtualNode::SecretsDir => stored_parent(clawfs_store::area::Area::Vault.dir_name())?,
             VirtualNode::SearchDir(ws) => stored_parent(&format!("workspaces/{ws}"))?,
             VirtualNode::SearchResults { workspace, .. } => self
                 .generated
                 .ino(&VirtualNode::SearchDir(workspace.clone())),
-            _ => stored_parent(crate::area::Area::Tools.dir_name())?,
+            _ => stored_parent(clawfs_store::area::Area::Tools.dir_name())?,
         };
         let mut out = DirEntry::dots(ino, parent);
         if let VirtualNode::SearchResults { workspace, query } = &dir {

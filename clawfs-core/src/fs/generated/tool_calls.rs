@@ -118,7 +118,7 @@ impl ClawFs {
         let ws_dir = self
             .store
             .root()
-            .join(crate::area::Area::Workspaces.dir_name())
+            .join(clawfs_store::area::Area::Workspaces.dir_name())
             .join(&workspace);
         if !ws_dir.is_dir() {
             return error(ToolError::NotFound(format!(
@@ -130,7 +130,7 @@ impl ClawFs {
         // in it for the call.
         let area = match clawfs_store::beneath::open(
             self.store.root_fd(),
-            std::path::Path::new(crate::area::Area::Workspaces.dir_name()),
+            std::path::Path::new(clawfs_store::area::Area::Workspaces.dir_name()),
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
             0,
         ) {
@@ -172,7 +172,7 @@ impl ClawFs {
                 .with_mount(mp);
         }
         if let Some(ix) = self.indexer() {
-            root = root.with_semantic(std::sync::Arc::new(crate::search::ToolIndex {
+            root = root.with_semantic(std::sync::Arc::new(clawfs_search::ToolIndex {
                 indexer: std::sync::Arc::clone(ix),
                 workspace: workspace.clone(),
             }));
@@ -341,8 +341,9 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         clawfs_agent_tools::access::check_protected(rel)?;
         let top = rel.split('/').find(|c| !c.is_empty());
         if access == clawfs_agent_tools::Access::Write
-            && top
-                .is_some_and(|t| crate::area::Place::WorkspaceRoot.is_managed_child(OsStr::new(t)))
+            && top.is_some_and(|t| {
+                clawfs_store::area::Place::WorkspaceRoot.is_managed_child(OsStr::new(t))
+            })
         {
             // The workspace's metadata, snapshots and generated names are ClawFS's: the mount
             // refuses to make, remove or rename them, and so do the tools, which cannot tell a

@@ -1,16 +1,16 @@
 //! Retrieval quality of text, vector and hybrid search with the built-in model, over the
-//! project's retrieval set (`clawfs-core/src/search/quality/retrieval-set.json`): hit@1, hit@3
+//! project's retrieval set (`clawfs-core/search/src/quality/retrieval-set.json`): hit@1, hit@3
 //! and MRR, for the queries that share meaning but few words with their note, the keyword
 //! queries, and all. `bench/search.sh` runs it.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use clawfs_core::search::embed::{BuiltinModel, Embedder};
-use clawfs_core::search::hnsw::HnswParams;
-use clawfs_core::search::quality::RetrievalSet;
-use clawfs_core::search::workspace::IndexFiles;
-use clawfs_core::search::{Mode, WorkspaceIndex};
+use clawfs_search::embed::{BuiltinModel, Embedder};
+use clawfs_search::hnsw::HnswParams;
+use clawfs_search::quality::RetrievalSet;
+use clawfs_search::workspace::IndexFiles;
+use clawfs_search::{Mode, WorkspaceIndex};
 
 fn main() -> anyhow::Result<()> {
     let set = RetrievalSet::builtin();

@@ -13,6 +13,7 @@
 //! - [`import`]: documents brought in from another agent memory (PostgreSQL + pgvector).
 //! - [`indexer`]: the background thread that follows changes.
 //! - [`quality`]: retrieval quality (hit@1, hit@3, MRR) over the project's own set.
+//! - [`snapshot`]: a workspace's files and index, kept and brought back whole.
 
 pub mod chunk;
 pub mod config;
@@ -23,10 +24,16 @@ pub mod index;
 pub mod indexer;
 pub mod quality;
 mod rank;
+pub mod snapshot;
 pub mod workspace;
 
 pub use indexer::{Change, EmbedderChoice, Indexer};
 pub use workspace::{Answer, Hit, Mode, Query, WorkspaceIndex};
+
+/// Default vector dimension of a workspace (P1.4 §4.4).
+pub const DEFAULT_VECTOR_DIMENSION: u32 = 1536;
+/// Allowed vector dimensions (P1.4 §4.4).
+pub const VECTOR_DIMENSION_RANGE: std::ops::RangeInclusive<u32> = 128..=4096;
 
 /// Why the index could not do what was asked.
 #[derive(Debug, thiserror::Error)]

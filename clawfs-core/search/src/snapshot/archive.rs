@@ -157,7 +157,7 @@ impl Writer {
     /// Copies the workspace's search index (the database at `index_db`, read in one
     /// transaction) into `index_*` tables; the text stays searchable with FTS5.
     pub fn add_index(&self, index_db: &Path) -> Result<(), SnapshotError> {
-        Ok(crate::search::index::copy_index(
+        Ok(crate::index::copy_index(
             &self.conn, index_db, "index_", None,
         )?)
     }

@@ -2,7 +2,7 @@
 //! from 1 and 8 threads for a burst that fits the queue (the cost a FUSE callback pays), and the
 //! writer's sustained throughput (records numbered, hashed, written and synced per second).
 //!
-//! `cargo run --release -p clawfs-core --example audit_record_cost [DIR]`
+//! `cargo run --release -p clawfs-audit --example audit_record_cost [DIR]`
 
 use std::sync::Arc;
 use std::time::Instant;

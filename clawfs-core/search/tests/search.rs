@@ -5,10 +5,10 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 
-use clawfs_core::search::embed::{BuiltinModel, Embedder, HashingEmbedder};
-use clawfs_core::search::hnsw::HnswParams;
-use clawfs_core::search::workspace::IndexFiles;
-use clawfs_core::search::{Mode, Query, WorkspaceIndex};
+use clawfs_search::embed::{BuiltinModel, Embedder, HashingEmbedder};
+use clawfs_search::hnsw::HnswParams;
+use clawfs_search::workspace::IndexFiles;
+use clawfs_search::{Mode, Query, WorkspaceIndex};
 
 fn model() -> BuiltinModel {
     BuiltinModel::load(&BuiltinModel::model_dir(), 256)
@@ -356,7 +356,7 @@ fn a_swapped_file_does_not_inherit_chunks() {
 /// docs/benchmarks.md; `cargo run --release --example retrieval_quality` prints them.)
 #[test]
 fn vector_and_hybrid_find_notes_by_meaning_where_text_cannot() {
-    use clawfs_core::search::quality::RetrievalSet;
+    use clawfs_search::quality::RetrievalSet;
     let set = RetrievalSet::builtin();
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");

@@ -12,10 +12,10 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clawfs_core::search::embed::{BuiltinModel, Embedder};
-use clawfs_core::search::hnsw::HnswParams;
-use clawfs_core::search::workspace::IndexFiles;
-use clawfs_core::search::{Mode, Query, WorkspaceIndex};
+use clawfs_search::embed::{BuiltinModel, Embedder};
+use clawfs_search::hnsw::HnswParams;
+use clawfs_search::workspace::IndexFiles;
+use clawfs_search::{Mode, Query, WorkspaceIndex};
 
 /// Words the synthetic documents are made of: topics, so that queries have real neighbours.
 const TOPICS: &[&[&str]] = &[
@@ -255,9 +255,9 @@ fn main() {
     });
 
     // Recall@10 of the graph against an exact scan of every vector.
-    let db = clawfs_core::search::index::IndexDb::open(&ixdir.join("index.db"), "bench").unwrap();
+    let db = clawfs_search::index::IndexDb::open(&ixdir.join("index.db"), "bench").unwrap();
     let vectors = db.all_vectors().unwrap();
-    let graph = clawfs_core::search::hnsw::Hnsw::new(dim, HnswParams::default()).unwrap();
+    let graph = clawfs_search::hnsw::Hnsw::new(dim, HnswParams::default()).unwrap();
     for (id, v) in &vectors {
         graph.add(*id, v).unwrap();
     }

@@ -277,7 +277,7 @@ impl WorkspaceIndex {
                 ))
             }
         };
-        crate::store::atomic_write(dir, &name, generation.as_bytes(), 0o600)
+        clawfs_store::atomic::atomic_write(dir, &name, generation.as_bytes(), 0o600)
             .map_err(|e| SearchError::io("saving the graph's generation", e))
     }
 

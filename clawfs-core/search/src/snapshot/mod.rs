@@ -76,7 +76,7 @@ pub enum SnapshotError {
     Db(#[from] rusqlite::Error),
     /// Copying the search index failed.
     #[error("copying the search index: {0}")]
-    Index(#[from] crate::search::SearchError),
+    Index(#[from] crate::SearchError),
     /// A file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -165,12 +165,14 @@ impl Workspaces {
         .map_err(io(format!("opening the store {}", store_root.display())))?;
         let workspaces = clawfs_store::beneath::open_dir(
             root.as_fd(),
-            Path::new(crate::area::Area::Workspaces.dir_name()),
+            Path::new(clawfs_store::area::Area::Workspaces.dir_name()),
         )
         .map_err(io("opening workspaces/"))?;
-        let private =
-            clawfs_store::beneath::open_dir(root.as_fd(), Path::new(crate::store::PRIVATE_DIR))
-                .map_err(io("opening the store's private folder"))?;
+        let private = clawfs_store::beneath::open_dir(
+            root.as_fd(),
+            Path::new(clawfs_store::layout::PRIVATE_DIR),
+        )
+        .map_err(io("opening the store's private folder"))?;
         Ok(Workspaces {
             workspaces,
             private,
@@ -492,7 +494,10 @@ impl Workspaces {
         );
         rustix::fs::renameat_with(parent, name, &dir, kept.as_str(), RenameFlags::NOREPLACE)
             .map_err(io("keeping the replaced tree"))?;
-        Ok(format!("{}/replaced/{kept}", crate::store::PRIVATE_DIR))
+        Ok(format!(
+            "{}/replaced/{kept}",
+            clawfs_store::layout::PRIVATE_DIR
+        ))
     }
 
     /// A new, empty, root-only folder in the private area's `tmp/`, and its name there.
@@ -720,7 +725,7 @@ fn read_stable(
             .map_err(io(format!("reading {rel}")))?;
         Ok(bytes)
     };
-    let stamp = crate::search::index::FileStamp::of;
+    let stamp = crate::index::FileStamp::of;
     for attempt in 0..STABLE_ATTEMPTS {
         let fd = clawfs_store::beneath::open_file(ws, Path::new(rel), OFlags::RDONLY)
             .map_err(io(format!("opening {rel}")))?;
@@ -857,7 +862,7 @@ fn copy_stable(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, rel: &str) -> Result<bo
         let to = clawfs_store::tree::create_file(dst, rel, 0o600).map_err(at)?;
         let reflinked = clawfs_store::tree::copy_contents(from.as_fd(), to.as_fd()).map_err(at)?;
         let after = rustix::fs::fstat(&from).map_err(|e| at(e.into()))?;
-        let stamp = crate::search::index::FileStamp::of;
+        let stamp = crate::index::FileStamp::of;
         if stamp(&before) == stamp(&after) {
             clawfs_store::tree::set_status(
                 to.as_fd(),

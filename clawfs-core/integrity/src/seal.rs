@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
+use std::path::Path;
 
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
@@ -151,17 +152,17 @@ pub enum SealCheck {
 
 /// The vault's key for sealing, or why there is none: `Err` when a set-up vault is locked or
 /// unreadable.
-pub fn key_of(store: &crate::store::Store) -> Result<Option<[u8; 32]>, clawfs_vault::VaultError> {
-    clawfs_vault::Vault::open(store.root(), clawfs_vault::VaultConfig::default())?.integrity_key()
+pub fn key_of(root: &Path) -> Result<Option<[u8; 32]>, clawfs_vault::VaultError> {
+    clawfs_vault::Vault::open(root, clawfs_vault::VaultConfig::default())?.integrity_key()
 }
 
 /// [`system::verify`], and with the vault unlocked the seal and the marks too.
 pub fn verify(
-    store: &crate::store::Store,
+    root: &Path,
+    fd: BorrowedFd<'_>,
 ) -> Result<(system::Verification, SealCheck), IntegrityError> {
-    let fd = store.root_fd();
     let verdict = system::verify(fd)?;
-    let key = match key_of(store) {
+    let key = match key_of(root) {
         Ok(Some(key)) => key,
         // A sealed manifest without its vault: the seal cannot hold.
         Ok(None) if system::load(fd)?.is_some_and(|m| m.seal.is_some()) => {

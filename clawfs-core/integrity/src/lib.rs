@@ -51,7 +51,8 @@ pub enum IntegrityError {
 }
 
 impl IntegrityError {
-    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> IntegrityError {
+    /// An I/O failure on `what` (a file relative to the store), as a `map_err` closure.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> IntegrityError {
         let what = what.into();
         move |source| IntegrityError::Io { what, source }
     }

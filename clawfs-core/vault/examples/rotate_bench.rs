@@ -3,7 +3,7 @@
 //! the keyring and caches are empty and the rotation pays both derivations per secret (old and
 //! new key), as a rotation right after `unlock` does.
 //!
-//! `cargo run --release -p clawfs-core --example rotate_bench [N]`
+//! `cargo run --release -p clawfs-vault --example rotate_bench [N]`
 
 use std::time::Instant;
 

@@ -161,14 +161,16 @@ impl Indexer {
         })?;
         let workspaces = clawfs_store::beneath::open(
             root.as_fd(),
-            Path::new(crate::area::Area::Workspaces.dir_name()),
+            Path::new(clawfs_store::area::Area::Workspaces.dir_name()),
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
             0,
         )
         .map_err(|e| SearchError::io("opening workspaces/", e))?;
         let shared = Arc::new(Shared {
             workspaces,
-            index_root: store_root.join(crate::store::PRIVATE_DIR).join("index"),
+            index_root: store_root
+                .join(clawfs_store::layout::PRIVATE_DIR)
+                .join("index"),
             embedder,
             open: Mutex::default(),
             stopping: AtomicBool::new(false),
@@ -326,7 +328,7 @@ fn workspace_settings(ws: &OwnedFd) -> (usize, HnswParams) {
         .as_ref()
         .and_then(|m| m.vector_dimension)
         .filter(|d| (128..=4096).contains(d))
-        .unwrap_or(crate::seed::DEFAULT_VECTOR_DIMENSION as usize);
+        .unwrap_or(crate::DEFAULT_VECTOR_DIMENSION as usize);
     let params = meta
         .and_then(|m| m.hnsw_params)
         .unwrap_or_default()
