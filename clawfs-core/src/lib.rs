@@ -6,7 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod attr;
-pub mod cgroup;
 pub mod creds;
 pub mod error;
 pub mod fs;
@@ -15,7 +14,6 @@ pub mod held;
 pub mod identity;
 pub mod inodes;
 pub mod io_mode;
-pub mod landlock;
 pub mod open_files;
 pub mod path_cache;
 pub mod seed;

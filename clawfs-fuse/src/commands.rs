@@ -99,7 +99,7 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
 /// (mounting fusectl at its usual place if it is not there).
 fn abort_connection(dev: u64) -> std::io::Result<()> {
     let dir = Path::new("/sys/fs/fuse/connections");
-    let mounted = mounts::all()?
+    let mounted = clawfs_store::mountinfo::read()?
         .iter()
         .any(|m| m.fstype == "fusectl" && m.mount_point == dir);
     if !mounted {

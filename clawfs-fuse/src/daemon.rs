@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clawfs_audit::{audit_dir, AuditLog};
-use clawfs_core::fs::{Invalidation, Invalidator};
+use clawfs_core::fs::{ActivityMonitor, Invalidation, Invalidator};
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
+use clawfs_sandbox::events::AgentEvents;
 use fuser::{Config, MountOption, SessionACL};
 use std::sync::Arc;
 use tracing::{info, warn};
@@ -20,6 +21,7 @@ use tracing::{info, warn};
 use crate::adapter::{Adapter, AdapterConfig};
 use crate::cli::MountArgs;
 use crate::error::{mountpoint, Failure};
+use crate::monitor::{Monitor, Recorder};
 use crate::mounts;
 
 /// How long `clawfs mount` waits for a background daemon's mount to appear.
@@ -360,14 +362,21 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .audit_log()
         .is_some()
         .then(|| {
-            crate::agent_events::AgentEvents::start(Arc::clone(&fs), &store_root, mp, coverage)
+            AgentEvents::start(
+                Arc::new(Recorder(Arc::clone(&fs))),
+                &store_root,
+                mp,
+                coverage,
+            )
         })
         .flatten()
         .map(Arc::new);
-    if let Some(events) = &agent_events {
-        let monitor: Arc<dyn clawfs_core::fs::ActivityMonitor> = events.clone();
+    // Held for as long as the session: the filesystem keeps only a weak reference.
+    let _monitor = agent_events.clone().map(|events| {
+        let monitor: Arc<dyn ActivityMonitor> = Arc::new(Monitor(events));
         fs.set_activity_monitor(Arc::downgrade(&monitor));
-    }
+        monitor
+    });
     let indexer = match embedder {
         None => {
             warn!("workspace indexing is off (--no-search)");
@@ -509,7 +518,7 @@ const VAULT_WATCH: Duration = Duration::from_secs(2);
 /// The same loop keeps the eBPF monitor's watched agent groups current.
 fn spawn_vault_watch(
     fs: Arc<ClawFs>,
-    agent_events: Option<Arc<crate::agent_events::AgentEvents>>,
+    agent_events: Option<Arc<AgentEvents>>,
 ) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("vault-watch".into())

@@ -101,8 +101,8 @@ fn stop(store: &Store) -> Result<(), Failure> {
     // run whose `clawfs run` is gone (killed) is nobody's: its agents are stopped too.
     let this_store = std::fs::canonicalize(store.root()).unwrap_or_else(|_| store.root().into());
     let of_this_store =
-        |run_pid: u32| crate::run::store_of_run(run_pid).is_none_or(|s| s == this_store);
-    match clawfs_core::cgroup::kill_agent_runs(KILL_TIMEOUT, of_this_store) {
+        |run_pid: u32| clawfs_sandbox::runs::store_of_run(run_pid).is_none_or(|s| s == this_store);
+    match clawfs_sandbox::cgroup::kill_agent_runs(KILL_TIMEOUT, of_this_store) {
         Ok(killed) if killed.is_empty() => println!("no agent was running"),
         Ok(killed) => {
             for k in &killed {

@@ -1,7 +1,6 @@
 //! The `clawfs` command and the thin FUSE adapter over `clawfs-core`.
 
 pub mod adapter;
-pub mod agent_events;
 pub mod audit_cmd;
 pub mod cli;
 pub mod commands;
@@ -13,17 +12,16 @@ pub mod import_cmd;
 pub mod integrity_cmd;
 pub mod logging;
 pub mod mcp_cmd;
+pub mod monitor;
 pub mod mount_helper;
 pub mod mounts;
 pub mod output;
 pub mod policy_cmd;
 pub mod quota_cmd;
 pub mod run;
-pub mod sandbox;
 pub mod sandbox_cmd;
 pub mod search_cmd;
 pub mod snapshot_cmd;
-pub mod spawn;
 pub mod vault_cmd;
 
 use std::process::ExitCode;

@@ -5,52 +5,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The filesystem type ClawFS mounts show in mountinfo.
-pub const FSTYPE: &str = "fuse.clawfs";
-
-pub use clawfs_store::mountinfo::MountEntry;
-
-/// All mounts of this mount namespace.
-pub fn all() -> io::Result<Vec<MountEntry>> {
-    clawfs_store::mountinfo::read()
-}
-
-/// The ClawFS mounts.
-pub fn clawfs_mounts() -> io::Result<Vec<MountEntry>> {
-    Ok(all()?.into_iter().filter(is_clawfs).collect())
-}
-
-/// Whether `m` is a ClawFS mount: of type `fuse.clawfs`, or plain `fuse` with a ClawFS store for
-/// source (the daemon mounted without `fusermount3`, and the kernel's `mount(2)` got no
-/// subtype); mounted by root (or by the user running this command) either way. Type and source
-/// are the mounter's words, and `fusermount3` lets any user choose both for a mount of their
-/// own, which would then pass for a store's mount; `user_id=` is the kernel's.
-pub fn is_clawfs(m: &MountEntry) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let me = format!("user_id={}", unsafe { libc::geteuid() });
-    let trusted = m
-        .super_options
-        .split(',')
-        .any(|o| o == "user_id=0" || o == me);
-    let typed = m.fstype == FSTYPE
-        || (m.fstype == "fuse"
-            && m.source.starts_with('/')
-            && Path::new(&m.source).join(".clawfs").is_dir());
-    trusted && typed
-}
-
-/// The ClawFS mount at `path`, if any (the last one wins when stacked).
-pub fn clawfs_mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
-    Ok(clawfs_mounts()?
-        .into_iter()
-        .rev()
-        .find(|m| m.mount_point == path))
-}
-
-/// Any mount at `path`, if any.
-pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
-    Ok(all()?.into_iter().rev().find(|m| m.mount_point == path))
-}
+pub use clawfs_store::mountinfo::{
+    clawfs_mount_at, clawfs_mounts, is_clawfs, mount_at, MountEntry, FSTYPE,
+};
 
 /// Why a command could not find the mount it works through.
 #[derive(Debug, thiserror::Error)]
@@ -194,31 +151,5 @@ pub fn store_for(store: &Option<PathBuf>, mount: Option<&Path>) -> Result<PathBu
     match (store, mount) {
         (None, Some(m)) => store_of_mount(m),
         (s, _) => Ok(store_path(s)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clawfs_store::mountinfo::parse;
-
-    #[test]
-    fn parses_clawfs_lines() {
-        let text = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - fuse.clawfs /var/lib/claw\\040fs rw,user_id=0\n\
-                    37 35 98:0 / /proc rw - proc proc rw\n";
-        let m = parse(text);
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
-        assert_eq!(m[0].fstype, FSTYPE);
-        assert_eq!(m[0].source, "/var/lib/claw fs");
-        assert_eq!(m[0].dev, libc::makedev(98, 0));
-        assert!(is_clawfs(&m[0]));
-    }
-
-    #[test]
-    fn a_users_own_fuse_mount_does_not_pass_for_clawfs() {
-        // `fusermount3 -o fsname=/var/lib/clawfs,subtype=clawfs` by uid 1000.
-        let text = "36 35 98:0 / /home/u/m rw,nosuid,nodev - fuse.clawfs /var/lib/clawfs rw,user_id=1000,group_id=1000\n";
-        assert!(!is_clawfs(&parse(text)[0]));
     }
 }

@@ -3,7 +3,7 @@
 //! every process of the run to exit, removes the run's group and exits with CMD's status.
 //!
 //! Identity comes from the cgroup alone: the child is created in `clawfs/agent-NAME/run-<pid>`
-//! ([`crate::spawn`]), while still root, and only then drops to the agent's uid and sets
+//! ([`clawfs_sandbox::spawn`]), while still root, and only then drops to the agent's uid and sets
 //! no_new_privs, so neither it nor any descendant can write a `cgroup.procs` to leave. `CLAWFS_AGENT` is set for the agent's information only; the daemon never reads it.
 //!
 //! The command gets a session of its own (no controlling terminal: it cannot inject input into
@@ -23,18 +23,19 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::anyhow;
-use clawfs_core::cgroup::{self, Cgroup2, RunGroup, DEFAULT_CONTROLLERS};
 use clawfs_core::store::Store;
+use clawfs_sandbox::cgroup::{self, Cgroup2, RunGroup, DEFAULT_CONTROLLERS};
 use clawfs_store::area::Area;
 use clawfs_store::names::{check_system_name, DEFAULT_AGENTS};
-use serde_json::Value;
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use tracing::warn;
 
 use crate::cli::StoreArg;
 use crate::error::Failure;
-use crate::{mounts, spawn};
+use crate::mounts;
+use clawfs_sandbox::runs::{RunRecord, RUNS_DIR};
+use clawfs_sandbox::spawn;
 
 /// First uid of the placeholder range: agent `i` of the roster runs as `AGENT_UID_BASE + i` until
 /// the policy assigns uids.
@@ -95,6 +96,8 @@ pub struct RunArgs {
 pub struct RunSpec {
     /// The agent (its group is `clawfs/agent-<agent>`).
     pub agent: String,
+    /// The store the run serves (canonical), as its record says ([`clawfs_sandbox::runs`]).
+    pub store: PathBuf,
     /// The uid the command runs as.
     pub uid: u32,
     /// The gid the command runs as.
@@ -257,7 +260,8 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         }
     };
     Ok(RunSpec {
-        limits: load_quotas(store.root(), &agent)?,
+        store: store.root().to_path_buf(),
+        limits: cgroup::load_quotas(store.root(), &agent).map_err(fail)?,
         agent,
         uid,
         gid,
@@ -306,58 +310,6 @@ pub fn placeholder_uid(store: &Path, agent: &str) -> u32 {
         .position(|a| a == agent)
         .unwrap_or(others.len());
     AGENT_UID_BASE + (DEFAULT_AGENTS.len() + i) as u32
-}
-
-/// The cgroup limits for `agent` from `<store>/system/cgroup/quotas.json`:
-/// `{"defaults": {KEY: VALUE, …}, "agents": {NAME: {KEY: VALUE, …}}}`, the agent's entries
-/// overriding the defaults. Values are strings or numbers; `null` removes a default. A missing
-/// file means no limits; a malformed one is an error (quotas are not silently dropped).
-pub fn load_quotas(store: &Path, agent: &str) -> Result<BTreeMap<String, String>, Failure> {
-    let path = store.join("system/cgroup/quotas.json");
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
-    };
-    parse_quotas(&text, agent).map_err(|e| fail(format!("{}: {e}", path.display())))
-}
-
-/// Parses quotas.json text for `agent` (see [`load_quotas`]).
-pub fn parse_quotas(text: &str, agent: &str) -> Result<BTreeMap<String, String>, String> {
-    let doc: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    let mut limits = BTreeMap::new();
-    let mut merge = |section: Option<&Value>, what: &str| -> Result<(), String> {
-        let Some(section) = section else {
-            return Ok(());
-        };
-        let map = section
-            .as_object()
-            .ok_or_else(|| format!("{what} must be an object"))?;
-        for (key, value) in map {
-            cgroup::check_limit_key(key).map_err(|e| format!("{what}: {e}"))?;
-            match value {
-                Value::String(s) => {
-                    limits.insert(key.clone(), s.clone());
-                }
-                Value::Number(n) => {
-                    limits.insert(key.clone(), n.to_string());
-                }
-                Value::Null => {
-                    limits.remove(key);
-                }
-                _ => return Err(format!("{what}.{key} must be a string or a number")),
-            }
-        }
-        Ok(())
-    };
-    merge(doc.get("defaults"), "defaults")?;
-    if let Some(agents) = doc.get("agents") {
-        let agents = agents
-            .as_object()
-            .ok_or_else(|| "agents must be an object".to_string())?;
-        merge(agents.get(agent), &format!("agents.{agent}"))?;
-    }
-    Ok(limits)
 }
 
 /// Parses `--user`: `UID`, `UID:GID`, `NAME` or `NAME:GROUP`. Without a group: the user's
@@ -424,6 +376,9 @@ pub fn execute(spec: &RunSpec) -> Result<u8, Failure> {
             "{e}; clawfs run needs it to give agents an identity"
         ))
     })?;
+    // Kept until the group is gone (dropped last): the daemon and `clawfs estop` learn from it whose run this is.
+    let _record = RunRecord::create(&spec.store)
+        .map_err(|e| fail(format!("recording the run in {}: {e}", RUNS_DIR)))?;
     let (group, report) = RunGroup::create(
         &cg,
         &spec.agent,
@@ -474,45 +429,6 @@ fn settle(mount: &Path) {
     }
 }
 
-/// The store a `clawfs run` process (pid `run_pid`) serves: its `--store DIR` / `--store=DIR`
-/// argument, else the default store; canonical. `None` if the process is gone, or is not a
-/// `clawfs run` (its pid was reused).
-pub fn store_of_run(run_pid: u32) -> Option<PathBuf> {
-    // A runner is outside every agent group: a process inside one (an agent that took the pid
-    // of its dead runner) is no run, whatever its command line says; its agents are orphans.
-    if !matches!(clawfs_core::cgroup::agent_of_pid(run_pid), Ok(None)) {
-        return None;
-    }
-    let cmdline = std::fs::read(format!("/proc/{run_pid}/cmdline")).ok()?;
-    let mut args: Vec<std::ffi::OsString> = cmdline
-        .split(|&b| b == 0)
-        .map(|a| <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(a.to_vec()))
-        .collect();
-    if args.last().is_some_and(|a| a.is_empty()) {
-        args.pop();
-    }
-    // Read as the run itself read it: what follows the agent's command is the agent's (its own
-    // `--store` included), and a pid reused by another program is not a run.
-    let store = match <crate::cli::Cli as clap::Parser>::try_parse_from(args)
-        .ok()?
-        .command
-    {
-        crate::cli::Command::Run(run) => run.store.store,
-        crate::cli::Command::Mcp(mcp) => mcp.store.store,
-        _ => return None,
-    };
-    let store = store.unwrap_or_else(clawfs_core::store::Store::default_path);
-    let store = if store.is_absolute() {
-        store
-    } else {
-        // Relative to the run's working directory.
-        std::fs::read_link(format!("/proc/{run_pid}/cwd"))
-            .ok()?
-            .join(store)
-    };
-    Some(std::fs::canonicalize(&store).unwrap_or(store))
-}
-
 /// The caller's environment variables a sandboxed run keeps (everything else is dropped).
 const SANDBOX_ENV: [&str; 9] = [
     "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
@@ -537,11 +453,14 @@ fn prepare_sandbox(
     spec: &RunSpec,
     store: &Path,
     mount: &Path,
-) -> Result<crate::sandbox::Layers, Failure> {
+) -> Result<clawfs_sandbox::layers::Layers, Failure> {
     let store = Store::open(store)?;
     let policy = installed_policy(&store)?;
-    let layers = crate::sandbox::prepare(
-        &store,
+    let layers = clawfs_sandbox::layers::prepare(
+        clawfs_sandbox::layers::StoreDir {
+            path: store.root(),
+            fd: store.root_fd(),
+        },
         &policy,
         mount,
         &spec.agent,
@@ -777,7 +696,7 @@ fn spawn_and_wait(spec: &RunSpec, group: &RunGroup) -> Result<u8, Failure> {
     // detached when this function returns (the run has ended; its group is removed after).
     let _network = layers
         .as_ref()
-        .and_then(|l| crate::sandbox::attach_network(group.run().path(), &l.network));
+        .and_then(|l| clawfs_sandbox::layers::attach_network(group.run().path(), &l.network));
     let mut signals = Signals::new(FORWARDED_SIGNALS)
         .map_err(|e| fail(format!("installing signal handlers: {e}")))?;
     let handle = signals.handle();
@@ -957,27 +876,6 @@ fn running_agent_with_uid(uid: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quotas_merge_defaults_and_agent_overrides() {
-        let text = r#"{
-            "version": 1,
-            "defaults": {"memory.max": "1073741824", "pids.max": 512, "cpu.max": "100000 100000"},
-            "agents": {"a": {"pids.max": "64", "cpu.max": null}, "b": {}}
-        }"#;
-        let a = parse_quotas(text, "a").unwrap();
-        assert_eq!(a.get("memory.max").map(String::as_str), Some("1073741824"));
-        assert_eq!(a.get("pids.max").map(String::as_str), Some("64"));
-        assert_eq!(a.get("cpu.max"), None);
-        let c = parse_quotas(text, "c").unwrap();
-        assert_eq!(c.get("pids.max").map(String::as_str), Some("512"));
-        assert_eq!(c.len(), 3);
-        assert!(parse_quotas("{", "a").is_err());
-        assert!(parse_quotas(r#"{"defaults": {"cgroup.procs": "1"}}"#, "a").is_err());
-        assert!(parse_quotas(r#"{"defaults": {"memory.max": true}}"#, "a").is_err());
-        assert!(parse_quotas(r#"{"agents": []}"#, "a").is_err());
-        assert!(parse_quotas("{}", "a").unwrap().is_empty());
-    }
 
     #[test]
     fn user_specs() {

@@ -5,7 +5,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::error::Failure;
-use clawfs_core::cgroup::{Cgroup2, CgroupV1, Group};
+use clawfs_sandbox::cgroup::{Cgroup2, CgroupV1, Group};
 
 /// One layer's state on this host.
 struct Layer {
@@ -53,10 +53,13 @@ fn cgroups() -> Layer {
 }
 
 fn landlock() -> Layer {
-    let abi = clawfs_core::landlock::abi();
+    let abi = clawfs_sandbox::landlock::abi();
     Layer {
         name: "landlock",
-        available: matches!(abi, clawfs_core::landlock::Availability::Available { .. }),
+        available: matches!(
+            abi,
+            clawfs_sandbox::landlock::Availability::Available { .. }
+        ),
         detail: abi.to_string(),
     }
 }

@@ -39,8 +39,7 @@
 //! under it, its agent is read from `/proc/PID/cgroup` (and that group is watched at once).
 //!
 //! Agent groups are host-wide: only events of runs of this daemon's store are recorded (the
-//! `clawfs run` process named by the `run-PID` leaf has `--store` this store, or none and this is
-//! the default store). A run settles before it ends ([`AgentEvents::settle`]), so its events are
+//! `clawfs run` process named by the `run-PID` leaf recorded this store: [`crate::runs`]). A run settles before it ends ([`AgentEvents::settle`]), so its events are
 //! read while it is there; an event of a run that could not (its `clawfs run` killed) read after
 //! its process and run are gone cannot be placed and is dropped.
 //!
@@ -53,7 +52,7 @@
 //! fit is counted as dropped too.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -61,9 +60,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clawfs_audit::AuditEvent;
-use clawfs_core::cgroup::Cgroup2;
-use clawfs_core::ClawFs;
-pub use clawfs_ebpf;
+use clawfs_policy::Policy;
+
+use crate::cgroup::Cgroup2;
 use clawfs_ebpf::{Coverage, Event, EventKind, Monitor, Refusal, RefusedObject};
 use rustix::event::{PollFd, PollFlags};
 use tracing::{debug, warn};
@@ -99,6 +98,25 @@ pub const RULE_SECCOMP: &str = "SECCOMP";
 /// Rule of a connect refused by the agent's egress filter.
 pub const RULE_NETWORK: &str = "NETWORK";
 
+/// What the consumer asks of the filesystem it records for (the daemon's).
+pub trait Served: Send + Sync {
+    /// Puts an activity record on the audit trail (if auditing is on).
+    fn record(&self, event: AuditEvent);
+    /// Puts a kernel-side refusal on record: the audit trail and the agent's denials file.
+    fn record_refusal(&self, event: AuditEvent);
+    /// Waits until what was recorded so far is written.
+    fn flush_records(&self) -> Result<(), clawfs_audit::AuditError>;
+    /// Whether the daemon itself refused a request of thread `tid` (and so recorded it) between
+    /// the two `CLOCK_MONOTONIC` instants, in nanoseconds.
+    fn answered_refusal(&self, tid: u32, span_ns: (u64, u64)) -> bool;
+    /// The store directory, by descriptor.
+    fn store_fd(&self) -> BorrowedFd<'_>;
+    /// The policy in force.
+    fn policy(&self) -> Arc<Policy>;
+    /// The namespace path (`/workspaces/w/f`) of the mount's inode `ino`, if it is known.
+    fn ns_path_of_ino(&self, ino: u64) -> Option<String>;
+}
+
 /// What the event thread hands to the recording thread.
 enum Out {
     /// An activity record.
@@ -121,7 +139,7 @@ struct Shared {
     /// The store, canonical: only its runs are recorded.
     store: PathBuf,
     mountpoint: PathBuf,
-    fs: Arc<ClawFs>,
+    fs: Arc<dyn Served>,
     /// The mount's device (kernel encoding), read from mountinfo when first needed.
     mount_dev: std::sync::OnceLock<Option<u32>>,
     settle: Settle,
@@ -202,10 +220,10 @@ impl Watching {
 }
 
 impl AgentEvents {
-    /// Starts the monitor and its threads, recording with `fs`'s audit log; `None` (after one
-    /// warning) where eBPF monitoring is not available. Never fails the mount.
+    /// Starts the monitor and its threads, recording with `fs`; `None` (after one warning)
+    /// where eBPF monitoring is not available. Never fails the mount.
     pub fn start(
-        fs: Arc<ClawFs>,
+        fs: Arc<dyn Served>,
         store: &Path,
         mountpoint: &Path,
         coverage: Coverage,
@@ -259,17 +277,11 @@ impl AgentEvents {
             .spawn(move || {
                 for out in rx {
                     match out {
-                        Out::Record(ev) => {
-                            if let Some(audit) = fs.audit_log() {
-                                audit.record(ev);
-                            }
-                        }
-                        Out::Refusal(ev) => fs.record_kernel_refusal(ev),
+                        Out::Record(ev) => fs.record(ev),
+                        Out::Refusal(ev) => fs.record_refusal(ev),
                         Out::Settled(point) => {
-                            if let Some(audit) = fs.audit_log() {
-                                if let Err(e) = audit.flush() {
-                                    warn!(error = %e, "flushing the audit trail");
-                                }
+                            if let Err(e) = fs.flush_records() {
+                                warn!(error = %e, "flushing the audit trail");
                             }
                             forwarding.settle.reach(point);
                         }
@@ -418,16 +430,6 @@ impl AgentEvents {
                 .and_then(|n| n.parse::<u32>().ok())
                 .is_some_and(|pid| populated(&run.path()) && self.shared.serves(pid))
         })
-    }
-}
-
-impl clawfs_core::fs::ActivityMonitor for AgentEvents {
-    fn agent_starting(&self, tid: u32) {
-        self.arm(tid);
-    }
-
-    fn settle(&self) -> bool {
-        AgentEvents::settle(self)
     }
 }
 
@@ -611,7 +613,7 @@ struct Runs {
 impl Shared {
     /// Whether the `clawfs run` process `run_pid` serves this store.
     fn serves(&self, run_pid: u32) -> bool {
-        crate::run::store_of_run(run_pid).is_some_and(|s| s == self.store)
+        crate::runs::store_of_run(run_pid).is_some_and(|s| s == self.store)
     }
 }
 
@@ -790,9 +792,8 @@ fn policy_refusal(
     use clawfs_policy::{Access, AgentName, Identity, NsPath};
     let path = NsPath::parse(ns).ok()?;
     // Looked for in the store, never through the mount this daemon serves.
-    let exists = || {
-        clawfs_store::tree::stat(shared.fs.store().root_fd(), ns.trim_start_matches('/')).is_ok()
-    };
+    let exists =
+        || clawfs_store::tree::stat(shared.fs.store_fd(), ns.trim_start_matches('/')).is_ok();
     let (access, fuse_op) = match op {
         "open" | "openat" | "openat2" | "creat" if !exists() => (Access::Create, "create"),
         "open" | "openat" | "openat2" => (Access::Read, "open"),
@@ -839,13 +840,13 @@ fn in_mount(
     } else {
         let (dev, ino) = base?;
         let mount_dev = *shared.mount_dev.get_or_init(|| {
-            crate::mounts::mount_at(&shared.mountpoint)
+            clawfs_store::mountinfo::mount_at(&shared.mountpoint)
                 .ok()
                 .flatten()
                 .map(|m| clawfs_ebpf::kernel_dev(m.dev))
         });
         let dir = if mount_dev == Some(dev) {
-            let ns = shared.fs.ns_path_of_ino(ino)?.to_string();
+            let ns = shared.fs.ns_path_of_ino(ino)?;
             shared.mountpoint.join(ns.trim_start_matches('/'))
         } else {
             let link = if dirfd == libc::AT_FDCWD {

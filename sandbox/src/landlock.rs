@@ -1,4 +1,4 @@
-//! Landlock sandbox for agent processes (core, Linux-only): what an agent may open outside the
+//! Landlock sandbox for agent processes (Linux-only): what an agent may open outside the
 //! mount, and which TCP ports it may reach, enforced by the kernel for the agent and everything it
 //! starts.
 //!

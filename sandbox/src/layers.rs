@@ -12,11 +12,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use clawfs_core::cgroup::{Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
-use clawfs_core::landlock::{Compat, Prepared, Ruleset, Sandbox};
-use clawfs_core::store::Store;
+use crate::cgroup::{Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
+use crate::landlock::{Compat, Prepared, Ruleset, Sandbox};
 use clawfs_policy::{AgentName, Grant, Layer, Network, Policy, SandboxSpec};
 use clawfs_store::area::Area;
+use std::os::fd::BorrowedFd;
 
 /// The layers of one sandboxed run, ready to apply in the child.
 pub struct Layers {
@@ -121,7 +121,7 @@ pub enum SandboxError {
     Tmp(std::io::Error),
     /// The Landlock ruleset.
     #[error("Landlock: {0}")]
-    Landlock(#[from] clawfs_core::landlock::Error),
+    Landlock(#[from] crate::landlock::Error),
     /// The whitelist file.
     #[error("{path}: {source}")]
     Whitelist {
@@ -172,13 +172,22 @@ pub enum SandboxError {
     },
 }
 
+/// The store a run is prepared for: its directory, and a descriptor of it.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreDir<'a> {
+    /// The store directory (canonical).
+    pub path: &'a Path,
+    /// A descriptor of it: what is read of the store is read beneath it.
+    pub fd: BorrowedFd<'a>,
+}
+
 /// The whitelist, relative to the store.
 const WHITELIST: &str = "system/seccomp/whitelist.json";
 
 /// Prepares the sandbox of `agent` (running as `uid`:`gid`) over the mount at `mount`;
 /// `programs` may be executed besides the system's.
 pub fn prepare(
-    store: &Store,
+    store: StoreDir<'_>,
     policy: &Policy,
     mount: &Path,
     agent: &str,
@@ -200,12 +209,12 @@ pub fn prepare(
     }
     rules.tcp_connect = spec.network.tcp_connect_ports();
     rules.tcp_bind = spec.network.tcp_bind_ports();
-    let landlock_abi = clawfs_core::landlock::abi();
+    let landlock_abi = crate::landlock::abi();
     if rules.tcp_connect.is_some() && landlock_abi.abi_version() < 4 {
         return Err(SandboxError::Network {
             agent: agent.to_string(),
             why: match &landlock_abi {
-                clawfs_core::landlock::Availability::NotAvailable { why } => {
+                crate::landlock::Availability::NotAvailable { why } => {
                     format!("Landlock is not available: {why}")
                 }
                 available => {
@@ -241,9 +250,9 @@ pub fn prepare(
             }
         }
     }
-    rules.deny.push(store.root().to_path_buf());
+    rules.deny.push(store.path.to_path_buf());
     let apparmor = apparmor_layer(&apparmor_inputs(
-        store.root(),
+        store.path,
         agent,
         mount,
         &rules,
@@ -261,10 +270,10 @@ pub fn prepare(
     let landlock = Ruleset::build(&rules)?;
     let whitelist_error =
         |source: Box<dyn std::error::Error + Send + Sync>| SandboxError::Whitelist {
-            path: store.root().join(WHITELIST).display().to_string(),
+            path: store.path.join(WHITELIST).display().to_string(),
             source,
         };
-    let text = clawfs_store::beneath::read(store.root_fd(), Path::new(WHITELIST), 1 << 20)
+    let text = clawfs_store::beneath::read(store.fd, Path::new(WHITELIST), 1 << 20)
         .map_err(|e| whitelist_error(Box::new(e)))?
         .ok_or_else(|| whitelist_error("missing".into()))?;
     let text = String::from_utf8(text).map_err(|e| whitelist_error(Box::new(e)))?;
@@ -337,7 +346,7 @@ fn apparmor_layer(
 /// Refuses a policy `read` path that is the store, inside it or above it (the policy parser
 /// already refused relative paths, `/`, `/etc` and the default deny list, but not the store this
 /// run uses).
-fn check_read_path(store: &Store, agent: &str, path: &Path) -> Result<(), SandboxError> {
+fn check_read_path(store: StoreDir<'_>, agent: &str, path: &Path) -> Result<(), SandboxError> {
     let refuse = |why: String| SandboxError::ReadPath {
         agent: agent.to_string(),
         path: path.display().to_string(),
@@ -347,7 +356,7 @@ fn check_read_path(store: &Store, agent: &str, path: &Path) -> Result<(), Sandbo
         return Err(refuse("not an absolute path".to_string()));
     }
     let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let store_root = real(store.root());
+    let store_root = real(store.path);
     for p in [path.to_path_buf(), real(path)] {
         if p.starts_with(&store_root) || store_root.starts_with(&p) {
             return Err(refuse(format!(
@@ -361,11 +370,11 @@ fn check_read_path(store: &Store, agent: &str, path: &Path) -> Result<(), Sandbo
 
 /// Checks every layer the policy's `require` names.
 fn check_required(
-    store: &Store,
+    store: StoreDir<'_>,
     agent: &str,
     spec: &SandboxSpec,
     rules: &Sandbox,
-    landlock: &clawfs_core::landlock::Availability,
+    landlock: &crate::landlock::Availability,
 ) -> Result<(), SandboxError> {
     for &layer in &spec.require {
         let missing = match layer {
@@ -406,7 +415,7 @@ fn check_required(
 /// Whether the agent's cgroup, which `clawfs run` set up before the sandbox is prepared, has
 /// every controller ClawFS uses and every limit of `system/cgroup/quotas.json` in force (the
 /// same conditions under which the setup report has no warning).
-fn cgroup_in_force(store: &Store, agent: &str) -> Result<(), String> {
+fn cgroup_in_force(store: StoreDir<'_>, agent: &str) -> Result<(), String> {
     let cg = Cgroup2::cached().map_err(|e| format!("cgroup v2 is not usable: {e}"))?;
     let dir = cg.agent_dir(agent);
     let enabled = std::fs::read_to_string(dir.join("cgroup.controllers"))
@@ -419,7 +428,7 @@ fn cgroup_in_force(store: &Store, agent: &str) -> Result<(), String> {
         .copied()
         .filter(|c| !enabled.contains(c) && !through_v1(c))
         .collect();
-    let limits = crate::run::load_quotas(store.root(), agent).map_err(|e| e.to_string())?;
+    let limits = crate::cgroup::load_quotas(store.path, agent).map_err(|e| e.to_string())?;
     let mut not_enforced = Vec::new();
     for key in limits.keys() {
         let controller = key.split('.').next().unwrap_or_default();
@@ -448,8 +457,8 @@ fn cgroup_in_force(store: &Store, agent: &str) -> Result<(), String> {
 }
 
 /// The workspaces of the store.
-fn workspaces(store: &Store) -> Vec<String> {
-    std::fs::read_dir(store.root().join(Area::Workspaces.dir_name()))
+fn workspaces(store: StoreDir<'_>) -> Vec<String> {
+    std::fs::read_dir(store.path.join(Area::Workspaces.dir_name()))
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -546,13 +555,13 @@ impl PrivateTmp {
                 })
             })
             .collect::<std::io::Result<_>>()?;
-        let mounts = crate::mounts::all().unwrap_or_default();
+        let mounts = clawfs_store::mountinfo::read().unwrap_or_default();
         let mut detached: Vec<PathBuf> = mounts
             .into_iter()
             .filter(|m| {
                 let p = &m.mount_point;
                 let hidden = shared.iter().any(|s| p.starts_with(s) && p != s);
-                let other_clawfs = crate::mounts::is_clawfs(m)
+                let other_clawfs = clawfs_store::mountinfo::is_clawfs(m)
                     && !reach.iter().any(|r| p.starts_with(r) || r.starts_with(p));
                 hidden || other_clawfs
             })

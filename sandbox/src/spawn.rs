@@ -4,7 +4,7 @@
 //! process afterwards with a `cgroup.procs` write would take the kernel's global threadgroup
 //! lock for writing, which waits for an RCU grace period: 5 to 20 ms of every start-up on the
 //! hosts measured. (Cgroup v1 groups are joined by the child writing to their `tasks` files,
-//! which does not take that lock: see [`clawfs_core::cgroup::Group::tasks_file`].) Kernels
+//! which does not take that lock: see [`crate::cgroup::Group::tasks_file`].) Kernels
 //! without `clone3` or `CLONE_INTO_CGROUP` get a `fork` whose child writes `cgroup.procs`.
 //!
 //! Between clone and exec the child runs only the caller's `in_child` hook, then `execvpe`: all

@@ -1,4 +1,4 @@
-//! `clawfs_core::landlock` against the real kernel: every check runs a child process (`Command` +
+//! `clawfs_sandbox::landlock` against the real kernel: every check runs a child process (`Command` +
 //! `pre_exec`) under the sandbox; the test process itself is never restricted. Run as root, so that
 //! a refusal comes from Landlock and not from the mode bits. Temp dirs and listeners are RAII
 //! values, removed or closed when a test ends, failed or not; every child is waited for.
@@ -18,7 +18,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use clawfs_core::landlock::{
+use clawfs_sandbox::landlock::{
     abi, Availability, Compat, Enforcement, Error, Prepared, ProcAccess, Ruleset, Sandbox, FULL_ABI,
 };
 use tempfile::TempDir;

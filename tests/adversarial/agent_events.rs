@@ -15,7 +15,7 @@ const AGENT: &str = "fs-engine";
 
 /// Whether this host can run the eBPF monitor; says the test is skipped when not.
 fn monitor_or_skip() -> bool {
-    let a = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    let a = clawfs_ebpf::availability();
     if !a.monitor.is_available() {
         crate::common::skip("this test", &format!("eBPF monitor {}", a.monitor));
     }

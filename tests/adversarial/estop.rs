@@ -75,13 +75,15 @@ fn agent_pids(agent: &str, store: &std::path::Path) -> Vec<String> {
         .expect("a cgroup2 mount")
         .to_string();
     let agent_dir = std::path::Path::new(&mount).join(format!("clawfs/agent-{agent}"));
+    let store = fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
     let mut pids = Vec::new();
     for run in fs::read_dir(agent_dir).into_iter().flatten().flatten() {
         let name = run.file_name().to_string_lossy().into_owned();
         let ours = name
             .strip_prefix("run-")
-            .and_then(|pid| fs::read(format!("/proc/{pid}/cmdline")).ok())
-            .is_some_and(|c| String::from_utf8_lossy(&c).contains(&*store.to_string_lossy()));
+            .and_then(|pid| pid.parse().ok())
+            .and_then(clawfs_sandbox::runs::store_of_run)
+            .is_some_and(|s| s == store);
         if ours {
             let procs = fs::read_to_string(run.path().join("cgroup.procs")).unwrap_or_default();
             pids.extend(procs.lines().map(str::to_string));

@@ -71,7 +71,7 @@ call("syscall", 425, 8, 0)             # io_uring_setup
 
     // The errno alone does not say why: each refusal is explained in the agent's denials file
     // and on the audit trail, by name.
-    let monitor = clawfs_fuse::agent_events::clawfs_ebpf::availability().monitor;
+    let monitor = clawfs_ebpf::availability().monitor;
     if !monitor.is_available() {
         println!("denials of seccomp refusals not checked: eBPF monitor {monitor}");
         return;

@@ -71,7 +71,7 @@ fn a_sandboxed_agent_connects_only_to_the_ports_its_policy_allows() {
     expect(&run(&m, false, ports), ports, ["ok", "ok"]);
 
     // The refused connect is explained: a NETWORK denial naming the destination.
-    let monitor = clawfs_fuse::agent_events::clawfs_ebpf::availability().monitor;
+    let monitor = clawfs_ebpf::availability().monitor;
     if !monitor.is_available() {
         println!("denials of refused connects not checked: eBPF monitor {monitor}");
         return;
@@ -146,7 +146,7 @@ fn required_layers_this_host_has_let_the_run_start() {
 /// allows that address only, not every host on its port.
 #[test]
 fn udp_and_other_addresses_are_held_to_the_allow_list() {
-    let avail = clawfs_fuse::agent_events::clawfs_ebpf::availability();
+    let avail = clawfs_ebpf::availability();
     if !avail.egress_filter.is_available() {
         crate::common::skip(
             "udp_and_other_addresses_are_held_to_the_allow_list",

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use clap::Parser;
-use clawfs_core::cgroup::{agent_of_pid, Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 use clawfs_fuse::run::{RunArgs, AGENT_UID_BASE};
+use clawfs_sandbox::cgroup::{agent_of_pid, Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 
 const HELPER_ENV: &str = "CLAWFS_RUN_TEST_HELPER";
 

@@ -1,5 +1,6 @@
 //! The ground floor of ClawFS: what every other crate of it stands on, and nothing above.
 //!
+//! - [`agent_groups`]: which agent a process is, from its cgroup;
 //! - [`area`]: the six roots of the namespace;
 //! - [`names`]: the naming rules of the names ClawFS creates or validates ([`NameError`]);
 //! - [`beneath`], [`tree`]: files reached by descriptor beneath a directory, never through a
@@ -13,6 +14,7 @@
 //! - [`ToErrno`]: how each crate's errors say which errno a caller gets.
 
 pub mod accounts;
+pub mod agent_groups;
 pub mod area;
 pub mod atomic;
 pub mod backing;

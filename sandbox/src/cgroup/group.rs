@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// Whether `name` is a valid agent name (`[a-z0-9-]+`, ≤ 64 bytes, no hyphen at either end).
-pub fn valid_agent(name: &str) -> bool {
-    clawfs_store::names::check_system_name(std::ffi::OsStr::new(name)).is_ok()
-}
-
 /// What happened to each controller `enable_controllers` was asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControllerReport {

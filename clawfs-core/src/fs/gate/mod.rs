@@ -255,7 +255,7 @@ impl ClawFs {
             }
         }
         let policy = self.policy();
-        let by_cgroup = match crate::cgroup::agent_of_pid(caller.pid) {
+        let by_cgroup = match clawfs_store::agent_groups::agent_of_pid(caller.pid) {
             Ok(Some(agent)) => AgentName::new(&agent).ok(),
             _ => None,
         };
