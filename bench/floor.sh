@@ -44,7 +44,7 @@ die() { echo "floor.sh: $*" >&2; exit 1; }
 for n in "$CALLS" "$ROUNDS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "numeric option expected, got '$n'"; done
 
 if [[ -z $CLAWFS || -z $FLOOR || -z $URING ]]; then
-    (cd "$REPO" && cargo build --release -p clawfs-fuse --bin clawfs --example fuse_floor \
+    (cd "$REPO" && cargo build --release -p clawfs-cli --bin clawfs -p clawfs-fuse --example fuse_floor \
         --example fuse_uring_floor) >&2 || die "cargo build failed"
 fi
 CLAWFS=$(realpath "${CLAWFS:-$REPO/target/release/clawfs}")

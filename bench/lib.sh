@@ -27,7 +27,7 @@ release_clawfs() {
     if [[ -n $1 ]]; then echo "$1"; return; fi
     local repo
     repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    (cd "$repo" && cargo build --release -q -p clawfs-fuse) >&2 || return 1
+    (cd "$repo" && cargo build --release -q -p clawfs-cli) >&2 || return 1
     echo "$repo/target/release/clawfs"
 }
 

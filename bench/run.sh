@@ -91,8 +91,8 @@ SLOW_RUNS=$((RUNS < 3 ? RUNS : 3))
 # ---------------------------------------------------------------- ClawFS binary
 if ((!NATIVE_ONLY)); then
     if [[ -z $CLAWFS ]]; then
-        log "building the release binary (cargo build --release -p clawfs-fuse)"
-        (cd "$REPO" && cargo build --release -p clawfs-fuse) >&2 || die "cargo build failed"
+        log "building the release binary (cargo build --release -p clawfs-cli)"
+        (cd "$REPO" && cargo build --release -p clawfs-cli) >&2 || die "cargo build failed"
         CLAWFS=$REPO/target/release/clawfs
     fi
     [[ -x $CLAWFS ]] || die "clawfs binary not executable: $CLAWFS"

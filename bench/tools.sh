@@ -74,8 +74,8 @@ SLOW_RUNS=$((RUNS / 5 > 20 ? RUNS / 5 : 20))
 PATCH_RUNS=$((RUNS / 3 > 20 ? RUNS / 3 : 20))
 
 if [[ -z $CLAWFS ]]; then
-    log "building the release binary (cargo build --release -p clawfs-fuse)"
-    (cd "$REPO" && cargo build --release -p clawfs-fuse) >&2 || die "cargo build failed"
+    log "building the release binary (cargo build --release -p clawfs-cli)"
+    (cd "$REPO" && cargo build --release -p clawfs-cli) >&2 || die "cargo build failed"
     CLAWFS=$REPO/target/release/clawfs
 fi
 [[ -x $CLAWFS ]] || die "clawfs binary not executable: $CLAWFS"

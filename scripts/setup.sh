@@ -13,7 +13,7 @@ clawfs_install_packages
 clawfs_require_cargo
 mountpoint=${1:-/clawfs}
 
-cargo build --release --locked -p clawfs-fuse -p vaultctl -p clawfs-clidocs -p migrate-pg-to-sqlite
+cargo build --release --locked -p clawfs-cli -p vaultctl -p clawfs-clidocs -p migrate-pg-to-sqlite
 for bin in clawfs vaultctl vaultctl-ssh migrate-pg-to-sqlite; do
   install -m 0755 "target/release/$bin" "/usr/local/bin/$bin"
 done

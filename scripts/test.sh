@@ -26,7 +26,7 @@ status=0
 # A hung mount must fail the run, not stall it.
 # The daemon pjdfstest mounts, built as the end-to-end tests build it (so they find it
 # current), whether or not they get to run.
-cargo build --locked -p clawfs-fuse --bin clawfs --features fault-injection
+cargo build --locked -p clawfs-cli --bin clawfs --features fault-injection
 # Every test binary runs even after one fails, so the counts below are complete.
 timeout 1800 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 pjd=0

@@ -1,32 +1,22 @@
-//! The `clawfs` command and the thin FUSE adapter over `clawfs-core`.
+//! The `clawfs` command: [`run`] dispatches a parsed command line ([`clawfs_args::Cli`]) to
+//! its command, one file each under [`commands`].
 
-pub mod adapter;
-pub mod audit_cmd;
-pub mod cli;
 pub mod commands;
-pub mod daemon;
-pub mod errno;
 pub mod error;
-pub mod estop_cmd;
-pub mod import_cmd;
-pub mod integrity_cmd;
 pub mod logging;
-pub mod mcp_cmd;
 pub mod monitor;
 pub mod mount_helper;
 pub mod mounts;
 pub mod output;
-pub mod policy_cmd;
-pub mod quota_cmd;
-pub mod run;
-pub mod sandbox_cmd;
-pub mod search_cmd;
-pub mod snapshot_cmd;
-pub mod vault_cmd;
 
 use std::process::ExitCode;
 
-use cli::{Cli, Command};
+use clawfs_args::{Cli, Command};
+
+use commands::{
+    audit, estop, identity, import, integrity, mcp, mount, policy, quota, run as run_cmd, sandbox,
+    search, snapshot, store, vault,
+};
 
 /// The exit code of a command that ran a child: the child's own, or ours if it never ran.
 fn child_exit(result: Result<u8, error::Failure>) -> ExitCode {
@@ -42,30 +32,26 @@ fn child_exit(result: Result<u8, error::Failure>) -> ExitCode {
 /// Runs one `clawfs` command; prints a one-line error and returns its exit code on failure.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match &cli.command {
-        Command::Init { store } => commands::init(&store.store),
-        Command::Mount(args) => daemon::mount(args),
-        Command::Umount { mountpoint, lazy } => commands::umount(mountpoint, *lazy),
-        Command::Status { mountpoint, json } => commands::status(mountpoint.as_deref(), *json),
-        Command::Run(args) => return child_exit(run::run(args)),
-        Command::Mcp(args) => return child_exit(mcp_cmd::mcp(args)),
-        Command::McpServe(args) => mcp_cmd::serve(args).map_err(Into::into),
-        Command::Audit { store, command } => {
-            audit_cmd::run(&mounts::store_path(&store.store), command)
-        }
-        Command::Vault { store, command } => {
-            vault_cmd::run(&mounts::store_path(&store.store), command)
-        }
+        Command::Init { store } => store::init(&store.store),
+        Command::Mount(args) => mount::mount(args),
+        Command::Umount { mountpoint, lazy } => store::umount(mountpoint, *lazy),
+        Command::Status { mountpoint, json } => store::status(mountpoint.as_deref(), *json),
+        Command::Run(args) => return child_exit(run_cmd::run(args)),
+        Command::Mcp(args) => return child_exit(mcp::mcp(args)),
+        Command::McpServe(args) => mcp::serve(args).map_err(Into::into),
+        Command::Audit { store, command } => audit::run(&mounts::store_path(&store.store), command),
+        Command::Vault { store, command } => vault::run(&mounts::store_path(&store.store), command),
         Command::Identity {
-            command: cli::IdentityCommand::Verify { agent, store },
-        } => commands::identity_verify(&store.store, agent.as_deref()),
+            command: clawfs_args::IdentityCommand::Verify { agent, store },
+        } => identity::identity_verify(&store.store, agent.as_deref()),
         Command::Sandbox {
-            command: cli::SandboxCommand::Check { json },
-        } => sandbox_cmd::check(*json),
+            command: clawfs_args::SandboxCommand::Check { json },
+        } => sandbox::check(*json),
         Command::Estop {
             store,
             clear,
             status,
-        } => estop_cmd::run(&store.store, *clear, *status),
+        } => estop::run(&store.store, *clear, *status),
         Command::Quota {
             store,
             mount,
@@ -74,36 +60,36 @@ pub fn run(cli: Cli) -> ExitCode {
         } => match mounts::store_for(&store.store, mount.as_deref()) {
             Err(e) => Err(e.into()),
             Ok(root) => match command {
-                Some(cli::QuotaCommand::Rescan) => quota_cmd::rescan(&root),
-                None => quota_cmd::show(&root, *json),
+                Some(clawfs_args::QuotaCommand::Rescan) => quota::rescan(&root),
+                None => quota::show(&root, *json),
             },
         },
-        Command::Search(args) => search_cmd::search(args),
+        Command::Search(args) => search::search(args),
         Command::Index { store, command } => {
-            search_cmd::index(&mounts::store_path(&store.store), command)
+            search::index(&mounts::store_path(&store.store), command)
         }
         Command::Specs { store, command } => {
-            integrity_cmd::specs(&mounts::store_path(&store.store), command)
+            integrity::specs(&mounts::store_path(&store.store), command)
         }
         Command::Tools { store, command } => {
-            integrity_cmd::tools(&mounts::store_path(&store.store), command)
+            integrity::tools(&mounts::store_path(&store.store), command)
         }
         Command::System { store, command } => {
-            integrity_cmd::system(&mounts::store_path(&store.store), command)
+            integrity::system(&mounts::store_path(&store.store), command)
         }
         Command::Snapshot { store, command } => {
-            snapshot_cmd::snapshot(&mounts::store_path(&store.store), command)
+            snapshot::snapshot(&mounts::store_path(&store.store), command)
         }
         Command::Import { store, command } => {
-            import_cmd::import(&mounts::store_path(&store.store), command)
+            import::import(&mounts::store_path(&store.store), command)
         }
         Command::Workspace { store, command } => {
-            snapshot_cmd::workspace(&mounts::store_path(&store.store), command)
+            snapshot::workspace(&mounts::store_path(&store.store), command)
         }
         Command::Policy { command } => match command {
-            cli::PolicyCommand::Check { file } => policy_cmd::check(file),
-            cli::PolicyCommand::Reload { file, store } => {
-                commands::policy_reload(&store.store, file.as_deref())
+            clawfs_args::PolicyCommand::Check { file } => policy::check(file),
+            clawfs_args::PolicyCommand::Reload { file, store } => {
+                policy::reload(&store.store, file.as_deref())
             }
         },
     };

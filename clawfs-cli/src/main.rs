@@ -4,16 +4,16 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    clawfs_fuse::mount_helper::default_path();
+    clawfs_cli::mount_helper::default_path();
     let mut args = std::env::args_os();
     if args
         .next()
-        .is_some_and(|argv0| clawfs_fuse::mount_helper::is_helper(&argv0))
+        .is_some_and(|argv0| clawfs_cli::mount_helper::is_helper(&argv0))
     {
         let rest: Vec<_> = args.collect();
-        return clawfs_fuse::mount_helper::main(&rest);
+        return clawfs_cli::mount_helper::main(&rest);
     }
-    let cli = clawfs_fuse::cli::Cli::parse();
-    clawfs_fuse::logging::init();
-    clawfs_fuse::run(cli)
+    let cli = clawfs_args::Cli::parse();
+    clawfs_cli::logging::init();
+    clawfs_cli::run(cli)
 }

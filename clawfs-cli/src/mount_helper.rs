@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::Cli;
+use clawfs_args::Cli;
 
 /// Whether `argv0` names the mount helper.
 pub fn is_helper(argv0: &std::ffi::OsStr) -> bool {

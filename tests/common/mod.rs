@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// The `clawfs` binary under test: the one beside the test executable's `deps/` directory,
-/// brought up to date with `cargo build -p clawfs-fuse --bin clawfs --features fault-injection`
+/// brought up to date with `cargo build -p clawfs-cli --bin clawfs --features fault-injection`
 /// once per test process when
 /// the tests run under cargo (instant when nothing changed), so a test never runs an old build.
 ///
@@ -35,18 +35,18 @@ pub fn clawfs_bin() -> &'static str {
         if let Some(cargo) = std::env::var_os("CARGO") {
             let release = profile_dir.file_name() == Some(OsStr::new("release"));
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "clawfs-fuse", "--bin", "clawfs"])
+                .args(["build", "--quiet", "-p", "clawfs-cli", "--bin", "clawfs"])
                 // The daemon's test hooks (CLAWFS_FAULT_SLOW_LOOKUP), as this crate builds it.
                 .args(["--features", "fault-injection"])
                 .args(release.then_some("--release"))
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("run cargo build");
-            assert!(status.success(), "cargo build -p clawfs-fuse failed");
+            assert!(status.success(), "cargo build -p clawfs-cli failed");
         }
         assert!(
             bin.exists(),
-            "{} is missing: cargo build -p clawfs-fuse",
+            "{} is missing: cargo build -p clawfs-cli",
             bin.display()
         );
         bin.to_string_lossy().into_owned()

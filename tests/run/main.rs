@@ -5,7 +5,7 @@
 //!
 //! This file has its own small harness (`harness = false`): started with
 //! `CLAWFS_RUN_TEST_HELPER=1`, the test binary *is* `clawfs run` (it parses [`RunArgs`] and calls
-//! [`clawfs_fuse::run::run`]), so the tests drive a real separate process they can signal. Tests
+//! [`clawfs_cli::commands::run::run`]), so the tests drive a real separate process they can signal. Tests
 //! run in parallel threads; each uses its own store and agent names, since cgroups are host-wide.
 //! They need root and cgroup v2; without them every test is reported as ignored, with the reason.
 
@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use clap::Parser;
-use clawfs_fuse::run::{RunArgs, AGENT_UID_BASE};
+use clawfs_args::run::RunArgs;
+use clawfs_cli::commands::run::AGENT_UID_BASE;
 use clawfs_sandbox::cgroup::{agent_of_pid, Cgroup2, CgroupV1, DEFAULT_CONTROLLERS};
 
 const HELPER_ENV: &str = "CLAWFS_RUN_TEST_HELPER";
@@ -32,9 +33,9 @@ struct Helper {
 }
 
 fn helper_main() -> ExitCode {
-    clawfs_fuse::logging::init();
+    clawfs_cli::logging::init();
     let args = Helper::parse();
-    match clawfs_fuse::run::run(&args.run) {
+    match clawfs_cli::commands::run::run(&args.run) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("clawfs: {e}");

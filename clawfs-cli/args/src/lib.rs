@@ -1,4 +1,16 @@
-//! Command-line interface of `clawfs`.
+//! The command line of `clawfs`: every clap definition, and nothing else, so that what reads
+//! them (the man pages and completions) builds without the filesystem.
+
+pub mod audit;
+pub mod import;
+pub mod integrity;
+pub mod mcp;
+pub mod mount;
+pub mod pg;
+pub mod run;
+pub mod search;
+pub mod snapshot;
+pub mod vault;
 
 use std::path::PathBuf;
 
@@ -70,7 +82,7 @@ pub enum Command {
         store: StoreArg,
     },
     /// Serve a store at MOUNTPOINT (initialising the default store on first use).
-    Mount(MountArgs),
+    Mount(mount::MountArgs),
     /// Unmount a ClawFS mount (also clears a mount left by a killed daemon).
     #[command(alias = "unmount")]
     Umount {
@@ -89,14 +101,14 @@ pub enum Command {
         json: bool,
     },
     /// Search a workspace by meaning and words, as you: only files you may read are searched.
-    Search(crate::search_cmd::SearchArgs),
+    Search(crate::search::SearchArgs),
     /// The workspaces' search indexes: rebuild, status.
     Index {
         #[command(flatten)]
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::search_cmd::IndexCommand,
+        command: crate::search::IndexCommand,
     },
     /// Snapshots of a workspace: create, list, restore, rm.
     Snapshot {
@@ -104,7 +116,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::snapshot_cmd::SnapshotCommand,
+        command: crate::snapshot::SnapshotCommand,
     },
     /// Bring another agent memory into a workspace: PostgreSQL + pgvector (pg).
     Import {
@@ -112,7 +124,7 @@ pub enum Command {
         store: StoreArg,
         /// What to import.
         #[command(subcommand)]
-        command: crate::import_cmd::ImportCommand,
+        command: crate::import::ImportCommand,
     },
     /// Workspaces: fork one into a new one.
     Workspace {
@@ -120,7 +132,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::snapshot_cmd::WorkspaceCommand,
+        command: crate::snapshot::WorkspaceCommand,
     },
     /// Run a command as an agent: in a cgroup of its own that identifies it to the daemon, inside
     /// the kernel sandbox.
@@ -128,17 +140,17 @@ pub enum Command {
     /// Serve the agent tools to an MCP client on standard input and output, as an agent: the
     /// server runs like `clawfs run` (the agent's cgroup, uid and sandbox) and makes every call
     /// through the mount.
-    Mcp(crate::mcp_cmd::McpArgs),
+    Mcp(crate::mcp::McpArgs),
     /// The MCP server itself, started by `clawfs mcp` as the agent.
     #[command(hide = true)]
-    McpServe(crate::mcp_cmd::ServeArgs),
+    McpServe(crate::mcp::ServeArgs),
     /// Read and verify the audit trail.
     Audit {
         #[command(flatten)]
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::audit_cmd::AuditCommand,
+        command: crate::audit::AuditCommand,
     },
     /// The vault: sealed master key, encrypted secrets, grants, rotation.
     Vault {
@@ -146,7 +158,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::vault_cmd::VaultCommand,
+        command: crate::vault::VaultCommand,
     },
     /// Signed documents of specs/: signing keys, drafts, freezing, verification, changes
     /// approved by two signers.
@@ -155,7 +167,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::integrity_cmd::SpecsCommand,
+        command: crate::integrity::SpecsCommand,
     },
     /// Published tools: add one (definition + WebAssembly binary, signed), list them.
     Tools {
@@ -163,7 +175,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::integrity_cmd::ToolsCommand,
+        command: crate::integrity::ToolsCommand,
     },
     /// The files of system/ against their manifest (vault/system-manifest.json): verify, update.
     System {
@@ -171,7 +183,7 @@ pub enum Command {
         store: StoreArg,
         /// What to do.
         #[command(subcommand)]
-        command: crate::integrity_cmd::SystemCommand,
+        command: crate::integrity::SystemCommand,
     },
     /// Check agents' identity files: reports any whose checksum does not match its content
     /// (e.g. edited in the store behind ClawFS's back).
@@ -276,68 +288,4 @@ pub enum PolicyCommand {
         #[command(flatten)]
         store: StoreArg,
     },
-}
-
-/// Arguments of `clawfs mount`.
-#[derive(Debug, Clone, Args)]
-pub struct MountArgs {
-    /// Where to mount (an existing, empty directory).
-    pub mountpoint: PathBuf,
-    #[command(flatten)]
-    pub store: StoreArg,
-    /// Stay attached to the terminal instead of running in the background.
-    #[arg(long, short = 'f')]
-    pub foreground: bool,
-    /// Serve file I/O through the daemon instead of kernel FUSE passthrough.
-    #[arg(long)]
-    pub no_passthrough: bool,
-    /// Worker threads serving requests.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub threads: u16,
-    /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
-    #[arg(long)]
-    pub no_audit: bool,
-    /// Also record what agent processes do outside ClawFS's own requests: their opens outside
-    /// the mount, their connects, and the system calls the kernel refused them (file modes and
-    /// ACLs, Landlock, seccomp, the network filter). This hooks every system call of the host
-    /// while an agent runs, which then takes the kernel's slower path (a loop of system calls
-    /// ~1.6x as long); without it, only agents' execs are hooked, at no cost to other calls.
-    #[arg(long)]
-    pub trace_syscalls: bool,
-    /// Seconds the kernel may cache names and attributes.
-    #[arg(long, default_value_t = 10.0)]
-    pub attr_timeout: f64,
-    /// Do not index the workspaces (semantic_search and `clawfs search` then find nothing; for
-    /// measuring indexing's cost).
-    #[arg(long)]
-    pub no_search: bool,
-    /// Serve even if system/ differs from vault/system-manifest.json (recorded on the audit
-    /// trail); without it such a store is refused (exit 5).
-    #[arg(long)]
-    pub allow_tampered_system: bool,
-    /// Access times: as the store's filesystem keeps them (relatime, normally), never updated
-    /// by reads (noatime), or not by listing folders (nodiratime). strictatime is not offered.
-    #[arg(long, value_enum, default_value_t = AtimeArg::Relatime)]
-    pub atime: AtimeArg,
-}
-
-/// `clawfs mount --atime`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum AtimeArg {
-    /// The store's filesystem's rule.
-    Relatime,
-    /// Reads never update access times.
-    Noatime,
-    /// Listing a folder never updates its access time.
-    Nodiratime,
-}
-
-impl From<AtimeArg> for clawfs_core::fs::Atime {
-    fn from(a: AtimeArg) -> Self {
-        match a {
-            AtimeArg::Relatime => Self::Relatime,
-            AtimeArg::Noatime => Self::NoAtime,
-            AtimeArg::Nodiratime => Self::NoDirAtime,
-        }
-    }
 }

@@ -9,70 +9,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use chrono::SecondsFormat;
-use clap::Subcommand;
 use clawfs_audit::{self as audit, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
 use clawfs_vault::{Vault, VaultConfig};
 use zeroize::Zeroizing;
 
-use crate::error::Failure;
+use clawfs_args::audit::AuditCommand;
 
-/// The `clawfs audit` subcommands.
-#[derive(Debug, Clone, Subcommand)]
-pub enum AuditCommand {
-    /// Replay the chain across all files and name the first broken record (exit 1 if any). With
-    /// --key-file also check the signatures and the signed checkpoint, which shows a trail cut at
-    /// its end or rebuilt without its signatures.
-    Verify {
-        /// Also check HMACs and the checkpoint with this key: a file holding 64 hex digits (or 32
-        /// raw bytes), as written by `clawfs audit key`.
-        #[arg(long, value_name = "FILE")]
-        key_file: Option<PathBuf>,
-        /// A copy of an earlier checkpoint.json kept elsewhere: the trail must still hold its
-        /// record unchanged (repeatable; needs --key-file).
-        #[arg(long = "checkpoint", value_name = "FILE", requires = "key_file")]
-        checkpoints: Vec<PathBuf>,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Write the audit HMAC key (derived from the vault's master key; the vault must be unlocked)
-    /// to a new file, mode 0600, for `verify --key-file`.
-    Key {
-        /// The file to create (it must not exist).
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-    },
-    /// Print the last records.
-    Tail {
-        /// How many.
-        #[arg(short = 'n', long = "lines", default_value_t = 20)]
-        n: usize,
-        /// Print records as JSON lines, exactly as stored.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the records that match every condition given, oldest first.
-    Search {
-        /// Only this caller: an agent name, `admin` or `user:<uid>`.
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only records on this path or under it (namespace path, e.g. /workspaces/default).
-        #[arg(long, value_name = "PATH")]
-        path: Option<String>,
-        /// Only records since this time: RFC 3339, a date (2024-02-24) or an age (10m, 2h, 1d).
-        #[arg(long, value_name = "TIME")]
-        since: Option<String>,
-        /// Only refusals.
-        #[arg(long)]
-        denied: bool,
-        /// At most this many records (the oldest that match).
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Print records as JSON lines, exactly as stored.
-        #[arg(long)]
-        json: bool,
-    },
-}
+use crate::error::Failure;
 
 /// Runs one `clawfs audit` subcommand against the store at `store_root`.
 pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {

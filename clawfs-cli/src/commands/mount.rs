@@ -18,11 +18,11 @@ use fuser::{Config, MountOption, SessionACL};
 use std::sync::Arc;
 use tracing::{info, warn};
 
-use crate::adapter::{Adapter, AdapterConfig};
-use crate::cli::MountArgs;
 use crate::error::{mountpoint, Failure};
 use crate::monitor::{Monitor, Recorder};
 use crate::mounts;
+use clawfs_args::mount::{AtimeArg, MountArgs};
+use clawfs_fuse::adapter::{Adapter, AdapterConfig};
 
 /// How long `clawfs mount` waits for a background daemon's mount to appear.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -97,7 +97,7 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
         );
     }
     if !args.foreground {
-        crate::commands::report_repair(&store.close_to_others()?);
+        crate::commands::store::report_repair(&store.close_to_others()?);
     }
     if args.foreground {
         serve(args, &mp, store)
@@ -293,7 +293,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let fs = Arc::new(
         ClawFs::new(store)
             .context("opening the store root")?
-            .with_atime(args.atime.into()),
+            .with_atime(atime(args.atime)),
     );
     fs.set_mountpoint(mp.to_path_buf());
     if args.no_audit {
@@ -335,7 +335,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         MountOption::NoSuid,
         MountOption::NoDev,
     ];
-    if args.atime == crate::cli::AtimeArg::Noatime {
+    if args.atime == clawfs_args::mount::AtimeArg::Noatime {
         options.push(MountOption::NoAtime);
     }
     if which("fusermount3") {
@@ -583,7 +583,7 @@ fn check_seal_at_unlock(fs: &ClawFs) {
             .reason(reason.clone()),
         );
     }
-    match crate::estop_cmd::record(store, "clawfs daemon (system seal)", Some(&reason)) {
+    match crate::commands::estop::record(store, "clawfs daemon (system seal)", Some(&reason)) {
         Ok(_) => {
             fs.refresh_estop();
         }
@@ -612,7 +612,7 @@ fn reload_policy(fs: &ClawFs, private: &Path) {
     };
     if let Err(e) = clawfs_core::store::atomic_write(
         private,
-        crate::commands::POLICY_STATUS,
+        crate::commands::policy::POLICY_STATUS,
         status.to_string().as_bytes(),
         0o644,
     ) {
@@ -683,12 +683,21 @@ fn which(bin: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// How the filesystem keeps access times, as `--atime` asks.
+fn atime(a: AtimeArg) -> clawfs_core::fs::Atime {
+    match a {
+        AtimeArg::Relatime => clawfs_core::fs::Atime::Relatime,
+        AtimeArg::Noatime => clawfs_core::fs::Atime::NoAtime,
+        AtimeArg::Nodiratime => clawfs_core::fs::Atime::NoDirAtime,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use clawfs_args::{Cli, Command};
 
     fn mount_args(argv: &[&str]) -> MountArgs {
         match Cli::parse_from(std::iter::once("clawfs").chain(argv.iter().copied())).command {
@@ -722,7 +731,7 @@ mod tests {
                 "{:?}",
                 MountArgs {
                     foreground: false,
-                    store: crate::cli::StoreArg { store: None },
+                    store: clawfs_args::StoreArg { store: None },
                     ..m.clone()
                 }
             )

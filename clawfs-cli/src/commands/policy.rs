@@ -2,12 +2,15 @@
 //! `FILE:LINE:COL: message`, the way compilers do, so editors can jump to each one.
 
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use anyhow::{anyhow, Context};
+use clawfs_core::store::Store;
 use clawfs_policy::Policy;
 
 use crate::error::Failure;
+use crate::mounts::store_path;
 
 /// `clawfs policy check FILE`: prints `FILE: ok (N agents)` on success; otherwise prints every
 /// error as `FILE:LINE:COL: message` on stderr and fails.
@@ -27,7 +30,12 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
 }
 
 fn check_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Failure> {
-    check_bytes_to(path, &crate::integrity_cmd::read_input(path)?, out, err)
+    check_bytes_to(
+        path,
+        &crate::commands::integrity::read_input(path)?,
+        out,
+        err,
+    )
 }
 
 fn check_bytes_to(
@@ -111,5 +119,92 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("/nonexistent/policy.toml"));
+    }
+}
+
+/// Where the daemon reports the outcome of its last policy load.
+pub const POLICY_STATUS: &str = "policy-status.json";
+
+/// `clawfs policy reload [FILE]`: installs FILE (after checking it), then makes the daemon
+/// re-read the policy and reports what it says.
+pub fn reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(), Failure> {
+    let store = Store::open(&store_path(store))?;
+    let target = store.root().join(clawfs_core::fs::POLICY_FILE);
+    if let Some(file) = file {
+        // Read once (a regular file, bounded): what is checked is what is installed.
+        let text = crate::commands::integrity::read_input(file)?;
+        crate::commands::policy::check_bytes(file, &text)?;
+        let key = crate::commands::integrity::sealing_key(&store)?;
+        // Installed with its hash recorded in the system manifest, sealed again.
+        clawfs_integrity::system::install(
+            store.root_fd(),
+            "policy.toml",
+            &text,
+            0o444,
+            &clawfs_store::clock::now_rfc3339(),
+        )
+        .with_context(|| format!("installing {}", target.display()))?;
+        crate::commands::integrity::seal_after(&store, key)?;
+    } else {
+        crate::commands::policy::check(&target)?;
+    }
+    match apply_policy(&store)? {
+        Applied::NoDaemon => println!(
+            "{}: the policy takes effect at the next mount (no daemon serves this store)",
+            target.display()
+        ),
+        Applied::ByDaemon(pid) => {
+            println!("policy reloaded by pid {pid} ({})", target.display())
+        }
+    }
+    Ok(())
+}
+
+/// Where a policy change stands after [`apply_policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The daemon serving the store (this pid) has it in force.
+    ByDaemon(u32),
+    /// No daemon serves the store: the next mount reads it.
+    NoDaemon,
+}
+
+/// Makes the daemon serving `store` re-read its policy file (SIGHUP) and waits, up to 10 s,
+/// for it to report the outcome; an error if it refused the file (keeping the old policy).
+pub fn apply_policy(store: &Store) -> Result<Applied, Failure> {
+    let Some(daemon) = store.daemon_info() else {
+        return Ok(Applied::NoDaemon);
+    };
+    let status_path = store.private_dir().join(POLICY_STATUS);
+    let before = std::fs::read(&status_path).ok();
+    // SAFETY: sending SIGHUP to the daemon recorded for this store.
+    if unsafe { libc::kill(daemon.pid as i32, libc::SIGHUP) } != 0 {
+        return Err(Failure::Other(anyhow::anyhow!(
+            "signalling the daemon (pid {}): {}",
+            daemon.pid,
+            io::Error::last_os_error()
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = std::fs::read(&status_path).ok();
+        if now.is_some() && now != before {
+            let v: serde_json::Value = serde_json::from_slice(&now.unwrap_or_default())
+                .context("reading the daemon's policy status")?;
+            if v["ok"] == true {
+                return Ok(Applied::ByDaemon(daemon.pid));
+            }
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon refused the policy and kept the old one: {}",
+                v["errors"]
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::Other(anyhow::anyhow!(
+                "the daemon (pid {}) did not report a reload within 10 s",
+                daemon.pid
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -31,9 +31,9 @@ use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIG
 use signal_hook::iterator::Signals;
 use tracing::warn;
 
-use crate::cli::StoreArg;
 use crate::error::Failure;
 use crate::mounts;
+use clawfs_args::run::RunArgs;
 use clawfs_sandbox::runs::{RunRecord, RUNS_DIR};
 use clawfs_sandbox::spawn;
 
@@ -48,47 +48,6 @@ const ESTOPPED: i32 = libc::ECANCELED;
 
 /// Signals `clawfs run` passes on to the command (to the whole run once the command has exited).
 pub const FORWARDED_SIGNALS: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
-
-/// Arguments of `clawfs run`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RunArgs {
-    /// The agent to run as (a directory under the store's agents/).
-    #[arg(long, value_name = "NAME")]
-    pub agent: String,
-    /// Start in `<mount>/workspaces/WS`.
-    #[arg(long, value_name = "WS")]
-    pub workspace: Option<String>,
-    /// Run as this uid (and gid; default: the user's primary group, or GID = UID), a number or a
-    /// name from /etc/passwd. Default: the agent's own unprivileged uid.
-    #[arg(long, value_name = "UID[:GID]")]
-    pub user: Option<String>,
-    /// Where ClawFS is mounted (for --workspace and the sandbox). Default: where the store is
-    /// served (its daemon's mount, found in mountinfo); a DIR that does not serve the store is
-    /// an error. Given without --store, the store is the one DIR serves.
-    #[arg(long, value_name = "DIR")]
-    pub mount: Option<PathBuf>,
-    /// Run outside the kernel sandbox (cgroup quotas still apply). By default every run is
-    /// sandboxed: Landlock (its part of the mount, a private temporary directory that is also its
-    /// HOME, the system files programs need; never the store), seccomp (the store's
-    /// system/seccomp/whitelist.json), the eBPF egress filter, and AppArmor where the host has
-    /// it. Refused when the policy's [agents.NAME.sandbox] require names a layer. See `clawfs
-    /// sandbox check`.
-    #[arg(long)]
-    pub no_sandbox: bool,
-    /// The default, kept for scripts that ask for it explicitly.
-    #[arg(long, hide = true, conflicts_with = "no_sandbox")]
-    pub sandbox: bool,
-    #[command(flatten)]
-    pub store: StoreArg,
-    /// The command and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
-    pub command: Vec<OsString>,
-}
 
 /// Everything needed to start one agent process; [`run`] builds it from the command line, the
 /// policy layer may build it itself.
@@ -126,7 +85,7 @@ pub struct RunSpec {
     /// wrong monitor). `None`: the store is not mounted (a `--no-sandbox` run), nobody to tell.
     pub mount: Option<PathBuf>,
     /// The store's emergency-stop flag: the child looks for it once it is in its group, before
-    /// anything of the agent's runs (see [`crate::estop_cmd`]). `None`: not looked for.
+    /// anything of the agent's runs (see [`crate::commands::estop`]). `None`: not looked for.
     pub estop_flag: Option<PathBuf>,
 }
 
@@ -171,7 +130,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
                 clawfs_core::fs::POLICY_FILE
             ))
         })?;
-    if crate::estop_cmd::read_flag(store.root()).is_some() {
+    if crate::commands::estop::read_flag(store.root()).is_some() {
         return Err(fail(ESTOP_IN_FORCE));
     }
     if args.no_sandbox && !spec_in_policy.sandbox.require.is_empty() {
@@ -276,7 +235,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         },
         programs: Vec::new(),
         mount,
-        estop_flag: Some(crate::estop_cmd::flag_file(store.root())),
+        estop_flag: Some(crate::commands::estop::flag_file(store.root())),
     })
 }
 
@@ -835,7 +794,7 @@ fn check_own_ids(
     }
     // The files a uid owns are counted for the agent it last acted as: a uid that holds an
     // other agent's files would hand them, and their quota, to this one.
-    if let Some(other) = crate::quota_cmd::agent_holding(store, uid).filter(|a| a != agent) {
+    if let Some(other) = crate::commands::quota::agent_holding(store, uid).filter(|a| a != agent) {
         return Err(format!(
             "uid {uid} owns files counted for agent {other} (clawfs quota); give {agent} a uid of its own, or remove those files and run clawfs quota rescan"
         ));

@@ -1,61 +1,15 @@
 //! `clawfs search` (through the mount, as the caller) and `clawfs index` (the store's indexes).
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context};
-use clap::Subcommand;
 use clawfs_core::store::Store;
 use clawfs_search::{EmbedderChoice, Indexer};
 
+use clawfs_args::search::{IndexCommand, SearchArgs};
+
 use crate::error::Failure;
-
-/// `clawfs search` arguments.
-#[derive(Debug, clap::Args)]
-pub struct SearchArgs {
-    /// The workspace.
-    pub workspace: String,
-    /// What to look for.
-    pub query: String,
-    /// hybrid (meaning and words), vector (meaning) or text (every word; BM25).
-    #[arg(long, default_value = "hybrid", value_parser = ["text", "vector", "hybrid"])]
-    pub mode: String,
-    /// How many hits.
-    #[arg(long, short = 'n', default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
-    pub limit: u16,
-    /// Only paths matching this glob.
-    #[arg(long, value_name = "GLOB")]
-    pub path: Option<String>,
-    /// Only files tagged TAG (in their `user.xdg.tags` or `user.tags` attribute, comma-separated);
-    /// repeat for files carrying every one.
-    #[arg(long = "tag", value_name = "TAG")]
-    pub tags: Vec<String>,
-    /// Where ClawFS is mounted. Default: where the store is served (found in mountinfo); a DIR
-    /// that does not serve the store is an error.
-    #[arg(long, value_name = "DIR")]
-    pub mount: Option<PathBuf>,
-    #[command(flatten)]
-    pub store: crate::cli::StoreArg,
-    /// Print JSON Lines: one object per hit.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `clawfs index` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum IndexCommand {
-    /// Re-index a workspace from its files (changes made in the store behind ClawFS's back).
-    Rebuild {
-        /// The workspace (default: every workspace).
-        workspace: Option<String>,
-    },
-    /// Files, chunks and vectors indexed per workspace.
-    Status {
-        /// Print JSON Lines.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 /// `clawfs search`: runs the `semantic_search` tool through the mount, so the query runs as
 /// the caller and shows only what the caller may read.
@@ -136,7 +90,7 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
     if let IndexCommand::Rebuild { workspace } = cmd {
         if let Some(d) = store.daemon_info() {
             // The serving daemon owns the indexes: it rescans (SIGUSR1), in the background.
-            crate::daemon::refresh_daemon(&store)?;
+            crate::commands::mount::refresh_daemon(&store)?;
             println!(
                 "the daemon serving {} (pid {}) is re-indexing every workspace in the background",
                 d.mountpoint.display(),

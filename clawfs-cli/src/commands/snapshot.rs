@@ -4,72 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
-use clap::Subcommand;
 use clawfs_core::store::Store;
 use clawfs_search::snapshot::Workspaces;
 
+use clawfs_args::snapshot::{SnapshotCommand, WorkspaceCommand};
+
 use crate::error::Failure;
-
-/// `clawfs snapshot` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum SnapshotCommand {
-    /// Take a snapshot of a workspace: every file, consistent while agents write, and its search
-    /// index, in `snapshots/snapshot-YYYY-MM-DD[-N].db` (a SQLite Archive: `sqlite3 -A -t -f`
-    /// lists it).
-    Create {
-        /// The workspace.
-        workspace: String,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// List a workspace's snapshots, oldest first.
-    List {
-        /// The workspace.
-        workspace: String,
-        /// Print JSON Lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Replace a workspace's files with a snapshot's, atomically; what is replaced is
-    /// snapshotted first. metadata.json and snapshots/ stay.
-    Restore {
-        /// The workspace.
-        workspace: String,
-        /// The snapshot (as `clawfs snapshot list` names it).
-        snapshot: String,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Remove a snapshot.
-    Rm {
-        /// The workspace.
-        workspace: String,
-        /// The snapshot.
-        snapshot: String,
-    },
-}
-
-/// `clawfs workspace` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum WorkspaceCommand {
-    /// Make a new workspace from the current state of another, or from one of its snapshots:
-    /// files keep their owners and modes; reflinks share blocks where the store's filesystem has
-    /// them.
-    Fork {
-        /// The workspace to fork.
-        workspace: String,
-        /// The new workspace's name.
-        new: String,
-        /// Fork this snapshot of it instead of its current state.
-        #[arg(long, value_name = "SNAPSHOT")]
-        from: Option<String>,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 fn index_db(store: &Store, workspace: &str) -> PathBuf {
     clawfs_search::index::index_dir(&store.private_dir(), workspace)
@@ -137,7 +77,7 @@ pub fn snapshot(store_root: &Path, cmd: &SnapshotCommand) -> Result<(), Failure>
                 .restore(workspace, snapshot, Some(&index_db(&store, workspace)))
                 .map_err(|e| anyhow!(e))?;
             // A daemon serving the store shows the change before this returns.
-            crate::daemon::refresh_daemon(&store)?;
+            crate::commands::mount::refresh_daemon(&store)?;
             if let (Some(kept), false) = (&r.kept_at, json) {
                 eprintln!(
                     "clawfs snapshot: warning: the snapshot of what was replaced left files out; the replaced tree is kept whole in {}/{kept}",
@@ -177,7 +117,7 @@ pub fn workspace(store_root: &Path, cmd: &WorkspaceCommand) -> Result<(), Failur
                 .fork(workspace, new, from.as_deref())
                 .map_err(|e| anyhow!(e))?;
             // A daemon serving the store shows the change before this returns.
-            crate::daemon::refresh_daemon(&store)?;
+            crate::commands::mount::refresh_daemon(&store)?;
             if !json {
                 for why in &f.skipped {
                     eprintln!("clawfs workspace: warning: left out {why}");

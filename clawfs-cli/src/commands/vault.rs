@@ -4,121 +4,19 @@
 
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
-use clap::{Subcommand, ValueEnum};
 use clawfs_vault::{
     check_secret_name, SealerChoice, SealerKind, Vault, VaultConfig, VaultError, VaultStatus,
 };
 use zeroize::Zeroizing;
 
+use clawfs_args::vault::{SealerArg, VaultCommand};
+
 use crate::error::Failure;
 
 /// Environment variable holding the vault passphrase (else it is prompted on the terminal).
 pub const PASSPHRASE_ENV: &str = "CLAWFS_VAULT_PASSPHRASE";
-
-/// `--sealer` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SealerArg {
-    /// TPM 2.0 (`/dev/tpmrm0`, `--tcti`, or TPM2TOOLS_TCTI/TCTI).
-    Tpm,
-    /// An admin passphrase (PBKDF2-HMAC-SHA256, 600,000 iterations).
-    Passphrase,
-    /// A root-only key file, `<store>/.clawfs/host.key`.
-    HostKey,
-}
-
-/// The `clawfs vault` subcommands.
-#[derive(Debug, Clone, Subcommand)]
-pub enum VaultCommand {
-    /// Create the master key and seal it (default: TPM if reachable, else passphrase if
-    /// CLAWFS_VAULT_PASSPHRASE is set, else host key). Leaves the vault unlocked.
-    Init {
-        /// Which sealer protects the master key.
-        #[arg(long, value_enum)]
-        sealer: Option<SealerArg>,
-        /// TPM TCTI, e.g. `device:/dev/tpmrm0` or `swtpm:host=127.0.0.1,port=2321`.
-        #[arg(long)]
-        tcti: Option<String>,
-        /// Bind the TPM-sealed key to these SHA-256 PCRs (comma-separated indices, e.g. 0,2,7).
-        #[arg(long, value_delimiter = ',')]
-        pcrs: Vec<u8>,
-    },
-    /// Unseal the master key into the kernel keyring (finishing an interrupted rotation first).
-    Unlock {
-        /// How long the key stays in the keyring: seconds, or with a unit (90s, 30m, 8h).
-        #[arg(long, default_value = "1h", value_parser = parse_duration)]
-        timeout: Duration,
-    },
-    /// Remove the master key and every cached derived key from the kernel keyring.
-    Lock,
-    /// Sealer, locked or unlocked, number of secrets, key id and generation.
-    Status {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Store a secret read from stdin (one trailing newline is dropped unless --raw).
-    Put {
-        /// Secret name ([a-z0-9-]+).
-        name: String,
-        /// Keep stdin byte for byte.
-        #[arg(long)]
-        raw: bool,
-    },
-    /// Print a secret to stdout.
-    Get {
-        /// Secret name.
-        name: String,
-    },
-    /// List secret names.
-    List,
-    /// Remove a secret.
-    Rm {
-        /// Secret name.
-        name: String,
-    },
-    /// Let AGENT read secret NAME (edits system/policy.toml; the daemon serving the store
-    /// applies it at once).
-    Grant {
-        /// Agent name.
-        agent: String,
-        /// Secret name.
-        name: String,
-    },
-    /// Withdraw AGENT's access to secret NAME.
-    Revoke {
-        /// Agent name.
-        agent: String,
-        /// Secret name.
-        name: String,
-    },
-    /// Re-encrypt every secret under a new master key; archive the old one for 30 days.
-    Rotate,
-    /// TPM sealer: accept the vault's current state as its latest (a backup put back on purpose,
-    /// a lost TPM rollback counter) and unlock; every other copy is refused from then on.
-    RebindCounter,
-}
-
-/// `90`, `90s`, `30m`, `8h`, `1d`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 's')) => (&s[..i], 1),
-        Some((i, 'm')) => (&s[..i], 60),
-        Some((i, 'h')) => (&s[..i], 3600),
-        Some((i, 'd')) => (&s[..i], 86400),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: want seconds or a number with s, m, h or d"))?;
-    if n == 0 {
-        return Err("the timeout must be positive".into());
-    }
-    Ok(Duration::from_secs(n.saturating_mul(mult)))
-}
 
 fn fail(e: VaultError) -> Failure {
     Failure::Other(anyhow!(e))
@@ -394,9 +292,9 @@ fn seal_as_it_is(
         }
         None => {}
     }
-    let key = crate::integrity_cmd::sealing_key(&store)?
+    let key = crate::commands::integrity::sealing_key(&store)?
         .ok_or_else(|| anyhow::anyhow!("the vault has no key to seal with"))?;
-    crate::integrity_cmd::seal_after(&store, Some(key))?;
+    crate::commands::integrity::seal_after(&store, Some(key))?;
     Ok(format!("{} sealed with the vault's key", system::MANIFEST))
 }
 
@@ -438,7 +336,7 @@ fn grant(
             .permissions(),
     ) & 0o7777;
     let store = clawfs_core::store::Store::open(store_root)?;
-    let key = crate::integrity_cmd::sealing_key(&store)?;
+    let key = crate::commands::integrity::sealing_key(&store)?;
     // Installed with its hash recorded in the system manifest, sealed again.
     clawfs_integrity::system::install(
         store.root_fd(),
@@ -448,15 +346,15 @@ fn grant(
         &clawfs_store::clock::now_rfc3339(),
     )
     .with_context(|| format!("writing {}", path.display()))?;
-    crate::integrity_cmd::seal_after(&store, key)?;
+    crate::commands::integrity::seal_after(&store, key)?;
     let verb = if add { "granted" } else { "revoked" };
     let to = if add { "to" } else { "from" };
     // What the running daemon enforces changes now, not at the next reload.
-    let state = match crate::commands::apply_policy(&store)? {
-        crate::commands::Applied::ByDaemon(pid) => {
+    let state = match crate::commands::policy::apply_policy(&store)? {
+        crate::commands::policy::Applied::ByDaemon(pid) => {
             format!("in force now (the daemon serving the store, pid {pid}, reloaded its policy)")
         }
-        crate::commands::Applied::NoDaemon => {
+        crate::commands::policy::Applied::NoDaemon => {
             "no daemon serves this store; the next mount applies it".to_string()
         }
     };
@@ -558,15 +456,6 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("h").is_err());
-    }
-
-    #[test]
     fn cli_round_trip_with_host_key() {
         let d = tempfile::tempdir().unwrap();
         let run = |cmd: VaultCommand| {
@@ -598,7 +487,7 @@ mod tests {
             .to_string()
             .contains("locked"));
         run(VaultCommand::Unlock {
-            timeout: Duration::from_secs(60),
+            timeout: std::time::Duration::from_secs(60),
         })
         .unwrap();
         run(VaultCommand::Rm { name: "k".into() }).unwrap();

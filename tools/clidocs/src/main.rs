@@ -10,7 +10,7 @@ use clap_complete::Shell;
 /// The commands, as their binaries are named.
 fn commands() -> Vec<clap::Command> {
     vec![
-        clawfs_fuse::cli::Cli::command(),
+        clawfs_args::Cli::command(),
         vaultctl::cli::Cli::command(),
         vaultctl::ssh::SshArgs::command(),
         migrate_pg::cli::Cli::command(),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::options::{EmbeddingArgs, SourceArgs};
+use clawfs_args::pg::{EmbeddingArgs, SourceArgs};
 
 /// Move a PostgreSQL + pgvector agent memory into a ClawFS index database
 ///

@@ -7,14 +7,13 @@
 //! - [`migrate`]: the copy (a transaction per batch, resumable) and the verification.
 //! - [`cli`]: the command line of `migrate-pg-to-sqlite`.
 //! - [`wire`]: what the server sends, read as untrusted (bounded, checked, escaped).
-//! - [`options`]: the options `migrate-pg-to-sqlite` and `clawfs import pg` share.
+//! - the options it shares with `clawfs import pg` are `clawfs_args::pg`.
 //!
 //! The SQLite half is ClawFS's own ([`clawfs_search::import`]), so an imported document
 //! is indexed exactly as the daemon indexes a file.
 
 pub mod cli;
 pub mod migrate;
-pub mod options;
 pub mod place;
 pub mod source;
 pub mod wire;

@@ -9,10 +9,10 @@ use clawfs_search::import::{checksum, Document, Placed, Progress};
 use clawfs_search::WorkspaceIndex;
 use sha2::{Digest, Sha256};
 
-use crate::options::{EmbeddingArgs, SourceArgs};
 use crate::place::Placement;
 use crate::source::Source;
 use crate::MigrateError;
+use clawfs_args::pg::{EmbeddingArgs, SourceArgs};
 
 /// Texts per call of the target's embedder (`--reembed`).
 const EMBED_BATCH: usize = 64;

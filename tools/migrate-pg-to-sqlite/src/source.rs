@@ -16,12 +16,12 @@ use clawfs_search::import::{row_digest, Document};
 use postgres::types::ToSql;
 use postgres::NoTls;
 
-use crate::options::SourceArgs;
 use crate::wire::{
     count, more_rows, shown, text, value, Conn, Embedding, MAX_DIMENSION, MAX_ID_BYTES,
     MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_TIME_BYTES,
 };
 use crate::MigrateError;
+use clawfs_args::pg::SourceArgs;
 
 /// How long connecting may take when the URL does not say.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -459,7 +459,7 @@ struct Names {
 }
 
 impl Names {
-    fn of(c: &crate::options::Columns) -> Names {
+    fn of(c: &clawfs_args::pg::Columns) -> Names {
         Names {
             d: ident(&c.documents_table),
             v: ident(&c.vectors_table),

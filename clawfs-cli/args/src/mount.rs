@@ -1,0 +1,61 @@
+//! The arguments of `clawfs mount`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::StoreArg;
+
+/// Arguments of `clawfs mount`.
+#[derive(Debug, Clone, Args)]
+pub struct MountArgs {
+    /// Where to mount (an existing, empty directory).
+    pub mountpoint: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Stay attached to the terminal instead of running in the background.
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Serve file I/O through the daemon instead of kernel FUSE passthrough.
+    #[arg(long)]
+    pub no_passthrough: bool,
+    /// Worker threads serving requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
+    #[arg(long)]
+    pub no_audit: bool,
+    /// Also record what agent processes do outside ClawFS's own requests: their opens outside
+    /// the mount, their connects, and the system calls the kernel refused them (file modes and
+    /// ACLs, Landlock, seccomp, the network filter). This hooks every system call of the host
+    /// while an agent runs, which then takes the kernel's slower path (a loop of system calls
+    /// ~1.6x as long); without it, only agents' execs are hooked, at no cost to other calls.
+    #[arg(long)]
+    pub trace_syscalls: bool,
+    /// Seconds the kernel may cache names and attributes.
+    #[arg(long, default_value_t = 10.0)]
+    pub attr_timeout: f64,
+    /// Do not index the workspaces (semantic_search and `clawfs search` then find nothing; for
+    /// measuring indexing's cost).
+    #[arg(long)]
+    pub no_search: bool,
+    /// Serve even if system/ differs from vault/system-manifest.json (recorded on the audit
+    /// trail); without it such a store is refused (exit 5).
+    #[arg(long)]
+    pub allow_tampered_system: bool,
+    /// Access times: as the store's filesystem keeps them (relatime, normally), never updated
+    /// by reads (noatime), or not by listing folders (nodiratime). strictatime is not offered.
+    #[arg(long, value_enum, default_value_t = AtimeArg::Relatime)]
+    pub atime: AtimeArg,
+}
+
+/// `clawfs mount --atime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AtimeArg {
+    /// The store's filesystem's rule.
+    Relatime,
+    /// Reads never update access times.
+    Noatime,
+    /// Listing a folder never updates its access time.
+    Nodiratime,
+}
