@@ -27,6 +27,8 @@ status=0
 # The daemon pjdfstest mounts, built as the end-to-end tests build it (so they find it
 # current), whether or not they get to run.
 cargo build --locked -p clawfs-cli --bin clawfs --features fault-injection
+# The other binaries the end-to-end tests run (cargo hands a test only its own package's).
+cargo build --locked -p vaultctl -p migrate-pg-to-sqlite --bins
 # Every test binary runs even after one fails, so the counts below are complete.
 timeout 1800 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 pjd=0

@@ -13,43 +13,16 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The `clawfs` binary under test: the one beside the test executable's `deps/` directory,
-/// brought up to date with `cargo build -p clawfs-cli --bin clawfs --features fault-injection`
-/// once per test process when
-/// the tests run under cargo (instant when nothing changed), so a test never runs an old build.
+/// The `clawfs` binary under test: the one cargo built for these tests (with the daemon's test
+/// hooks, `fault-injection`), so a test never runs an old build.
 ///
 /// `CLAWFS_TEST_BIN=PATH` runs the tests against another build (e.g. to show that an attack
 /// test fails on an older one).
 pub fn clawfs_bin() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("CLAWFS_TEST_BIN") {
-            return bin.to_string_lossy().into_owned();
-        }
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps/<test>");
-        let bin = profile_dir.join("clawfs");
-        if let Some(cargo) = std::env::var_os("CARGO") {
-            let release = profile_dir.file_name() == Some(OsStr::new("release"));
-            let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "clawfs-cli", "--bin", "clawfs"])
-                // The daemon's test hooks (CLAWFS_FAULT_SLOW_LOOKUP), as this crate builds it.
-                .args(["--features", "fault-injection"])
-                .args(release.then_some("--release"))
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "cargo build -p clawfs-cli failed");
-        }
-        assert!(
-            bin.exists(),
-            "{} is missing: cargo build -p clawfs-cli",
-            bin.display()
-        );
-        bin.to_string_lossy().into_owned()
+    BIN.get_or_init(|| match std::env::var_os("CLAWFS_TEST_BIN") {
+        Some(bin) => bin.to_string_lossy().into_owned(),
+        None => env!("CARGO_BIN_EXE_clawfs").to_string(),
     })
 }
 
