@@ -32,10 +32,19 @@ macro_rules! require_root {
 
 /// A fresh store and the filesystem over it (no mount).
 fn fs() -> (tempfile::TempDir, ClawFs) {
+    fs_with(|b| b)
+}
+
+/// [`fs`], built with what `with` adds.
+fn fs_with(
+    with: impl FnOnce(clawfs_core::fs::ClawFsBuilder) -> clawfs_core::fs::ClawFsBuilder,
+) -> (tempfile::TempDir, ClawFs) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     Store::init(&root).unwrap();
-    let fs = ClawFs::new(Store::open(&root).unwrap()).unwrap();
+    let fs = with(ClawFs::builder(Store::open(&root).unwrap()))
+        .build()
+        .unwrap();
     (dir, fs)
 }
 
@@ -252,8 +261,7 @@ fn virtual_files_answer_per_caller() {
 #[test]
 fn readdirplus_takes_a_reference_per_entry_it_answers_and_gives_back_what_did_not_fit() {
     require_root!();
-    let (_d, fs) = fs();
-    fs.set_cache_ttl(std::time::Duration::from_secs(7));
+    let (_d, fs) = fs_with(|b| b.cache_ttl(std::time::Duration::from_secs(7)));
     let agents = lookup(&fs, ROOT_INO, "agents");
     let fh = fs.opendir(&ADMIN, agents).unwrap();
     // Room for `.`, `..` and one entry: the second entry does not fit and is given back.

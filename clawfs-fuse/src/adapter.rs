@@ -24,11 +24,10 @@ use tracing::{debug, info, warn};
 
 use crate::errno::{is_refusal, to_errno};
 
-/// Adapter settings.
+/// Adapter settings (how long the kernel may cache entries is the filesystem's:
+/// `ClawFsBuilder::cache_ttl`).
 #[derive(Clone, Copy, Debug)]
 pub struct AdapterConfig {
-    /// How long the kernel may cache entries and attributes.
-    pub ttl: Duration,
     /// Ask the kernel for FUSE passthrough of regular-file I/O.
     pub passthrough: bool,
 }
@@ -126,7 +125,6 @@ fn fail(op: &str, e: FsError) -> Errno {
 impl Adapter {
     /// An adapter serving `fs`.
     pub fn new(fs: std::sync::Arc<ClawFs>, config: AdapterConfig) -> Self {
-        fs.set_cache_ttl(config.ttl);
         Self {
             fs,
             config,

@@ -34,7 +34,8 @@ fn mcp_session_at(
     extra: &[&str],
     calls: Value,
 ) -> Value {
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/clients/mcp_client.py");
+    let client =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/clients/mcp_client.py");
     let mut cmd = Command::new(python());
     cmd.arg(client)
         .arg(clawfs_bin())

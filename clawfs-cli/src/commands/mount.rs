@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clawfs_audit::{audit_dir, AuditLog};
-use clawfs_core::fs::{ActivityMonitor, Invalidation, Invalidator};
+use clawfs_core::fs::{
+    invalidation_channel, ActivityLink, ActivityMonitor, Invalidation, InvalidationQueue,
+};
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
 use clawfs_sandbox::events::AgentEvents;
@@ -290,24 +292,19 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // Checked again by the daemon itself: a foreground mount has only this check, and the
     // allowance is recorded on the audit trail below.
     let tampered = check_system(&store, args.allow_tampered_system)?;
-    let fs = Arc::new(
-        ClawFs::new(store)
-            .context("opening the store root")?
-            .with_atime(atime(args.atime)),
-    );
-    fs.set_mountpoint(mp.to_path_buf());
-    if args.no_audit {
+    let audit = if args.no_audit {
         warn!("the audit trail is off (--no-audit)");
+        None
     } else {
         let audit = AuditLog::builder(audit_dir(&store_root))
             .with_agent_logs(store_root.join("agents"))
             .open()
             .context("opening the audit trail")?;
-        fs.set_audit(Arc::new(audit));
-    }
+        Some(Arc::new(audit))
+    };
     if let Some(differences) = tampered {
         warn!(%differences, "serving a store whose system/ differs from its manifest (--allow-tampered-system)");
-        if let Some(log) = fs.audit_log() {
+        if let Some(log) = &audit {
             log.record(
                 clawfs_audit::AuditEvent::new("root", std::process::id(), "mount", "/system")
                     .reason(format!("--allow-tampered-system: {differences}")),
@@ -320,10 +317,43 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         .then(|| clawfs_search::EmbedderChoice::for_store(&store_root))
         .transpose()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let indexer = match embedder {
+        None => {
+            warn!("workspace indexing is off (--no-search)");
+            None
+        }
+        Some(embedder) => {
+            let ix = clawfs_search::Indexer::new(&store_root, embedder, true)
+                .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
+            // Changes made while unmounted, or behind the daemon's back.
+            if let Err(e) = ix.rescan_all() {
+                warn!(error = %e, "queueing the workspaces for indexing");
+            }
+            Some(ix)
+        }
+    };
+    // The kernel learns of changes made behind its back through the session, which needs the
+    // filesystem first: the filesystem is built with the sending end, the session drains it.
+    let (invalidations, invalidation_queue) = invalidation_channel();
+    let activity = ActivityLink::default();
+    let mut builder = ClawFs::builder(store)
+        .atime(atime(args.atime))
+        .cache_ttl(Duration::from_secs_f64(
+            args.attr_timeout.clamp(0.0, 3600.0),
+        ))
+        .mountpoint(mp.to_path_buf())
+        .invalidations(invalidations)
+        .activity(activity.clone());
+    if let Some(audit) = &audit {
+        builder = builder.audit(Arc::clone(audit));
+    }
+    if let Some(ix) = &indexer {
+        builder = builder.indexer(Arc::clone(ix));
+    }
+    let fs = Arc::new(builder.build().context("opening the store root")?);
     let adapter = Adapter::new(
         Arc::clone(&fs),
         AdapterConfig {
-            ttl: Duration::from_secs_f64(args.attr_timeout.clamp(0.0, 3600.0)),
             passthrough: !args.no_passthrough,
         },
     );
@@ -350,7 +380,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
 
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;
-    fs.set_invalidator(spawn_notifier(session.notifier())?);
+    spawn_notifier(session.notifier(), invalidation_queue)?;
     // Agent execs (and with --trace-syscalls opens, connects and kernel refusals) on the audit
     // trail (not with --no-audit); started before the daemon reports ready, so runs after
     // `clawfs mount` are seen.
@@ -358,8 +388,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         true => clawfs_ebpf::Coverage::Syscalls,
         false => clawfs_ebpf::Coverage::Exec,
     };
-    let agent_events = fs
-        .audit_log()
+    let agent_events = audit
         .is_some()
         .then(|| {
             AgentEvents::start(
@@ -374,25 +403,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // Held for as long as the session: the filesystem keeps only a weak reference.
     let _monitor = agent_events.clone().map(|events| {
         let monitor: Arc<dyn ActivityMonitor> = Arc::new(Monitor(events));
-        fs.set_activity_monitor(Arc::downgrade(&monitor));
+        activity.attach(Arc::downgrade(&monitor));
         monitor
     });
-    let indexer = match embedder {
-        None => {
-            warn!("workspace indexing is off (--no-search)");
-            None
-        }
-        Some(embedder) => {
-            let ix = clawfs_search::Indexer::new(&store_root, embedder, true)
-                .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
-            // Changes made while unmounted, or behind the daemon's back.
-            if let Err(e) = ix.rescan_all() {
-                warn!(error = %e, "queueing the workspaces for indexing");
-            }
-            fs.set_indexer(Arc::clone(&ix));
-            Some(ix)
-        }
-    };
     let reopened = Store::open(&store_root)?;
     reopened.write_daemon_info(&DaemonInfo {
         pid: std::process::id(),
@@ -620,19 +633,14 @@ fn reload_policy(fs: &ClawFs, private: &Path) {
     }
 }
 
-/// How long a tool call waits for the kernel to drop stale cache entries before answering.
-const INVALIDATION_WAIT: Duration = Duration::from_secs(2);
-
 /// Kernel cache invalidations go through this thread, never from inside a callback, so a
 /// notification that needs a directory lock held by a request in progress cannot deadlock
-/// the request's own thread; the caller waits for the batch, at most [`INVALIDATION_WAIT`].
-fn spawn_notifier(notifier: fuser::Notifier) -> Result<Invalidator, Failure> {
-    type Batch = (Vec<Invalidation>, std::sync::mpsc::Sender<()>);
-    let (tx, rx) = std::sync::mpsc::channel::<Batch>();
+/// the request's own thread; the caller waits for its batch (`Invalidations::deliver`).
+fn spawn_notifier(notifier: fuser::Notifier, queue: InvalidationQueue) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("notifier".into())
         .spawn(move || {
-            for (batch, done) in rx {
+            while let Some((batch, done)) = queue.next() {
                 for inv in batch {
                     // ENOENT: the kernel had nothing cached, which is fine.
                     let _ = match &inv {
@@ -648,21 +656,11 @@ fn spawn_notifier(notifier: fuser::Notifier) -> Result<Invalidator, Failure> {
                         }
                     };
                 }
-                let _ = done.send(());
+                done();
             }
         })
         .context("starting the notifier thread")?;
-    let tx = std::sync::Mutex::new(tx);
-    Ok(Box::new(move |batch| {
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let sent = tx
-            .lock()
-            .map(|tx| tx.send((batch, done_tx)).is_ok())
-            .unwrap_or(false);
-        if sent && done_rx.recv_timeout(INVALIDATION_WAIT).is_err() {
-            warn!("the kernel did not take cache invalidations in time");
-        }
-    }))
+    Ok(())
 }
 
 /// Unmounts `mp`; `lazy` detaches it even while files are open.

@@ -504,14 +504,17 @@ fn hex_sha256(bytes: &[u8]) -> String {
 #[derive(Default)]
 pub struct ToolChecker {
     packages: super::Indexed<Signed>,
-    /// Where the store is served; [`clawfs_store::layout::DEFAULT_MOUNT`] until told.
-    mount: std::sync::OnceLock<std::path::PathBuf>,
+    /// Where the store is served; [`clawfs_store::layout::DEFAULT_MOUNT`] if not said.
+    mount: Option<std::path::PathBuf>,
 }
 
 impl ToolChecker {
-    /// Records where the store is served: the registry served must name that mount.
-    pub fn set_mount(&self, mount: std::path::PathBuf) {
-        let _ = self.mount.set(mount);
+    /// A checker for a store served at `mount`: the registry served must name that mount.
+    pub fn new(mount: Option<std::path::PathBuf>) -> Self {
+        Self {
+            packages: Default::default(),
+            mount,
+        }
     }
 
     /// Whether the stored file at `rel` (relative to `tools/`), whose bytes hash to `sha256`,
@@ -519,7 +522,7 @@ impl ToolChecker {
     pub fn check(&self, store: BorrowedFd<'_>, rel: &str, sha256: &str) -> Verdict {
         let mount = self
             .mount
-            .get()
+            .as_ref()
             .map_or(Path::new(clawfs_store::layout::DEFAULT_MOUNT), |m| {
                 m.as_path()
             });

@@ -39,12 +39,6 @@ pub struct PlusEntry<'a> {
 }
 
 impl ClawFs {
-    /// Sets how long the kernel may cache entries and attributes of stored nodes.
-    pub fn set_cache_ttl(&self, ttl: Duration) {
-        let ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
-        self.cache_ttl_ns.store(ns, Ordering::Relaxed);
-    }
-
     /// How long the kernel may cache `ino`'s entry and attributes: generated nodes differ per
     /// caller, so never.
     pub fn ttl(&self, ino: u64) -> Duration {
@@ -56,9 +50,7 @@ impl ClawFs {
 
     /// Tells the kernel that the attributes of `ino` changed behind its cache.
     pub(crate) fn attributes_changed(&self, ino: u64) {
-        if let Some(invalidate) = self.invalidator.get() {
-            invalidate(vec![Invalidation::Attributes { ino }]);
-        }
+        self.invalidate(vec![Invalidation::Attributes { ino }]);
     }
 
     /// How long the kernel may keep names looked up in `parent`, found or missing: like

@@ -37,6 +37,7 @@ use clawfs_store::backing::{proc_fd_path, BackingHandle};
 use clawfs_store::names;
 use generated::Route;
 
+mod builder;
 mod dirs;
 mod files;
 mod gate;
@@ -53,6 +54,9 @@ mod secrets;
 mod staged;
 mod xattr_ops;
 
+pub use builder::{
+    invalidation_channel, ActivityLink, ClawFsBuilder, InvalidationQueue, Invalidations,
+};
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{identity_file_agent, validate as validate_identity, MAX_IDENTITY_BYTES};
@@ -198,7 +202,7 @@ pub struct ClawFs {
     /// The generated files: their inodes, open handles and kept responses (leaf locks).
     generated: generated::Generated,
     /// Where the store is mounted, for tool requests that use absolute paths.
-    mountpoint: std::sync::OnceLock<std::path::PathBuf>,
+    mountpoint: Option<std::path::PathBuf>,
     specs: clawfs_integrity::specs::SpecChecker,
     tool_files: clawfs_integrity::tools::ToolChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
@@ -210,12 +214,13 @@ pub struct ClawFs {
     /// The shared backing descriptor of each open inode (lock: see `# Locks`).
     shared: SharedByInode<BackingFile>,
     gate: gate::Gate,
-    invalidator: std::sync::OnceLock<Invalidator>,
-    /// The daemon's monitor of agent activity (see [`ClawFs::set_activity_monitor`]).
-    activity: std::sync::OnceLock<std::sync::Weak<dyn ActivityMonitor>>,
+    /// How the kernel is told of changes made behind its back.
+    invalidations: Option<Invalidations>,
+    /// The daemon's monitor of agent activity, once it runs.
+    activity: ActivityLink,
     vault: std::sync::OnceLock<clawfs_vault::Vault>,
-    /// The workspaces' indexes, when search is on (set once at mount).
-    indexer: std::sync::OnceLock<Arc<clawfs_search::Indexer>>,
+    /// The workspaces' indexes, when search is on.
+    indexer: Option<Arc<clawfs_search::Indexer>>,
     /// Backing descriptors of recently closed files, kept (with their passthrough
     /// registration) so that reopening a file costs no open and no registration. An entry goes
     /// when the kernel forgets the inode, so an unlinked file's space is not held (leaf lock).
@@ -269,9 +274,6 @@ pub enum Invalidation {
         ino: u64,
     },
 }
-
-/// Delivers invalidations to the kernel and returns once they are done (or given up on).
-pub type Invalidator = Box<dyn Fn(Vec<Invalidation>) + Send + Sync>;
 
 /// The daemon's monitor of what agent processes do outside the mount. Before `clawfs run` hands a
 /// process to the agent's program, the process (already in its agent group, as the agent) opens
@@ -339,8 +341,28 @@ fn timespec(t: Option<SetTime>) -> Timespec {
 }
 
 impl ClawFs {
-    /// Serves `store`.
+    /// Serves `store`, with nothing else attached (no audit, no indexer, no mount): see
+    /// [`ClawFs::builder`].
     pub fn new(store: Store) -> Result<Self, crate::error::OpenError> {
+        Self::builder(store).build()
+    }
+
+    /// A filesystem over `store`, to be given what it serves with.
+    pub fn builder(store: Store) -> ClawFsBuilder {
+        ClawFsBuilder::new(store)
+    }
+
+    fn from_builder(b: ClawFsBuilder) -> Result<Self, crate::error::OpenError> {
+        let ClawFsBuilder {
+            store,
+            atime,
+            cache_ttl,
+            mountpoint,
+            audit,
+            indexer,
+            invalidations,
+            activity,
+        } = b;
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
         let policy = match clawfs_policy::Policy::load(&store.root().join(POLICY_FILE)) {
@@ -353,9 +375,13 @@ impl ClawFs {
             }
             Err(e) => return Err(e.into()),
         };
+        if indexer.is_some() {
+            // Views left by a daemon that stopped while callers had them open.
+            let _ = std::fs::remove_dir_all(store.private_dir().join(generated::VIEWS_DIR));
+        }
         let fs = Self {
             spill: Arc::new(crate::xattr_spill::Spill::new(&store.private_dir())),
-            gate: gate::Gate::new(policy, st.st_uid),
+            gate: gate::Gate::new(policy, st.st_uid, audit),
             #[cfg(feature = "fault-injection")]
             faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
@@ -363,22 +389,24 @@ impl ClawFs {
             files: HandleTable::default(),
             dirs: HandleTable::default(),
             generated: generated::Generated::new(),
-            mountpoint: Default::default(),
             specs: Default::default(),
-            tool_files: Default::default(),
+            tool_files: clawfs_integrity::tools::ToolChecker::new(mountpoint.clone()),
+            mountpoint,
             passthrough: Default::default(),
-            cache_ttl_ns: std::sync::atomic::AtomicU64::new(1_000_000_000),
+            cache_ttl_ns: std::sync::atomic::AtomicU64::new(
+                u64::try_from(cache_ttl.as_nanos()).unwrap_or(u64::MAX),
+            ),
             shared: Default::default(),
-            invalidator: Default::default(),
-            activity: Default::default(),
+            invalidations,
+            activity,
             vault: Default::default(),
-            indexer: std::sync::OnceLock::new(),
+            indexer,
             recent: std::sync::Mutex::new(lru::LruCache::new(RECENT_BACKINGS)),
             audit_key: Default::default(),
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
             listings: Default::default(),
-            atime: Atime::default(),
+            atime,
         };
         fs.load_usage();
         fs.load_handles();
@@ -424,12 +452,6 @@ impl ClawFs {
         }
     }
 
-    /// Serves reads with the access-time mode `atime` (the default is the store's own).
-    pub fn with_atime(mut self, atime: Atime) -> Self {
-        self.atime = atime;
-        self
-    }
-
     /// The open flag that keeps a read on a caller's behalf of a file (or a folder: `dir`)
     /// from changing its access time, as the mount's mode asks.
     fn atime_flag(&self, dir: bool) -> i32 {
@@ -450,20 +472,16 @@ impl ClawFs {
         self.passthrough.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Sets how the kernel is told about changes made behind its back.
-    pub fn set_invalidator(&self, invalidator: Invalidator) {
-        let _ = self.invalidator.set(invalidator);
-    }
-
-    /// Sets the monitor of agent activity (once: at mount). Held weakly: the monitor holds the
-    /// file system, not the other way round.
-    pub fn set_activity_monitor(&self, monitor: std::sync::Weak<dyn ActivityMonitor>) {
-        let _ = self.activity.set(monitor);
+    /// Hands `batch` to the kernel, if it is told anything, and waits until it is taken.
+    pub(crate) fn invalidate(&self, batch: Vec<Invalidation>) {
+        if let Some(invalidations) = &self.invalidations {
+            invalidations.deliver(batch);
+        }
     }
 
     /// Thread `tid` of an agent announced itself: tells the monitor, if any.
     pub(crate) fn agent_starting(&self, tid: u32) {
-        if let Some(m) = self.activity.get().and_then(std::sync::Weak::upgrade) {
+        if let Some(m) = self.activity.get() {
             m.agent_starting(tid);
         }
     }
@@ -471,19 +489,16 @@ impl ClawFs {
     /// Waits until the monitor has recorded what agents did so far; `true` when there is no
     /// monitor (nothing to wait for).
     pub(crate) fn settle_activity(&self) -> bool {
-        self.activity
-            .get()
-            .and_then(std::sync::Weak::upgrade)
-            .is_none_or(|m| m.settle())
+        self.activity.get().is_none_or(|m| m.settle())
     }
 
     /// Tells the kernel that the backing entries at `paths` (absolute, inside the store) changed:
     /// their names and their directories' attributes and listings are dropped from its caches.
     pub(crate) fn invalidate_paths(&self, paths: &[std::path::PathBuf]) {
         self.paths_changed(); // a tool may have moved a directory
-        let Some(invalidate) = self.invalidator.get() else {
+        if self.invalidations.is_none() {
             return;
-        };
+        }
         let mut batch = Vec::new();
         for p in paths {
             let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
@@ -500,7 +515,7 @@ impl ClawFs {
             batch.push(Invalidation::Inode { ino: parent });
         }
         if !batch.is_empty() {
-            invalidate(batch);
+            self.invalidate(batch);
         }
     }
 
@@ -512,13 +527,6 @@ impl ClawFs {
             .map(|it| it.filter_map(Result::ok).map(|e| e.path()).collect())
             .unwrap_or_default();
         self.invalidate_paths(&paths);
-    }
-
-    /// Records where the store is mounted: tool requests may use absolute paths under it, tool
-    /// messages name its files, and the registry served must name it.
-    pub fn set_mountpoint(&self, mountpoint: std::path::PathBuf) {
-        self.tool_files.set_mount(mountpoint.clone());
-        let _ = self.mountpoint.set(mountpoint);
     }
 
     /// The store being served.

@@ -8,29 +8,21 @@ use clawfs_policy::NsPath;
 use clawfs_search::{Change, Indexer};
 
 impl ClawFs {
-    /// Starts following changes with `indexer`.
-    pub fn set_indexer(&self, indexer: Arc<Indexer>) {
-        // Views left by a daemon that stopped while callers had them open.
-        let views = self.store.private_dir().join(super::generated::VIEWS_DIR);
-        let _ = std::fs::remove_dir_all(views);
-        let _ = self.indexer.set(indexer);
-    }
-
     /// The indexer, if search is on.
     pub fn indexer(&self) -> Option<&Arc<Indexer>> {
-        self.indexer.get()
+        self.indexer.as_ref()
     }
 
     /// `path` was written, truncated, created, or is gone.
     pub(super) fn index_file(&self, path: &NsPath) {
-        if let (Some(ix), Some((workspace, rel))) = (self.indexer.get(), in_workspace(path)) {
+        if let (Some(ix), Some((workspace, rel))) = (self.indexer.as_ref(), in_workspace(path)) {
             ix.notify(Change::File { workspace, rel });
         }
     }
 
     /// The folder `path` is gone.
     pub(super) fn index_tree_gone(&self, path: &NsPath) {
-        if let (Some(ix), Some((workspace, rel))) = (self.indexer.get(), in_workspace(path)) {
+        if let (Some(ix), Some((workspace, rel))) = (self.indexer.as_ref(), in_workspace(path)) {
             ix.notify(Change::Tree { workspace, rel });
         }
     }
@@ -38,7 +30,9 @@ impl ClawFs {
     /// `from` was renamed to `to`; `is_folder` says whether a folder moved (then everything
     /// below it did), asked only when search is on and a workspace is involved.
     pub(super) fn index_moved(&self, from: &NsPath, to: &NsPath, is_folder: impl FnOnce() -> bool) {
-        let Some(ix) = self.indexer.get() else { return };
+        let Some(ix) = self.indexer.as_ref() else {
+            return;
+        };
         if in_workspace(from).is_none() && in_workspace(to).is_none() {
             return;
         }
@@ -59,7 +53,7 @@ impl ClawFs {
     pub(super) fn index_reconfigured(&self, path: &NsPath) {
         let mut c = path.components();
         if let (Some(ix), Some("workspaces"), Some(ws), None) =
-            (self.indexer.get(), c.next(), c.next(), c.next())
+            (self.indexer.as_ref(), c.next(), c.next(), c.next())
         {
             ix.notify(Change::Reconfigure {
                 workspace: ws.to_string(),
@@ -69,7 +63,9 @@ impl ClawFs {
 
     /// Files a tool call changed, by their paths in the store.
     pub(super) fn index_store_paths(&self, paths: &[std::path::PathBuf]) {
-        let Some(ix) = self.indexer.get() else { return };
+        let Some(ix) = self.indexer.as_ref() else {
+            return;
+        };
         let workspaces = self
             .store
             .root()

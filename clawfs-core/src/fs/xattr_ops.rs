@@ -169,12 +169,10 @@ impl ClawFs {
             }
             drop(_as);
             // The kernel would go on serving the replaced file under the name.
-            if let Some(invalidate) = self.invalidator.get() {
-                invalidate(vec![Invalidation::Entry {
-                    parent: ino,
-                    name: "metadata.json".into(),
-                }]);
-            }
+            self.invalidate(vec![Invalidation::Entry {
+                parent: ino,
+                name: "metadata.json".into(),
+            }]);
             self.index_reconfigured(&self.ns_path(&fd)?);
         } else {
             // Its change time moved (and its tags may have): index it again.
@@ -265,9 +263,9 @@ impl ClawFs {
     /// Drops the ACLs the kernel holds of the places the policy governs, so that its next
     /// check asks again: after a policy reload.
     pub(super) fn policy_acls_changed(&self) {
-        let Some(invalidate) = self.invalidator.get() else {
+        if self.invalidations.is_none() {
             return;
-        };
+        }
         let mut inos = self
             .inodes
             .inos_at(|p| matches!(p, Place::AgentRoot | Place::WorkspaceRoot));
@@ -276,7 +274,7 @@ impl ClawFs {
                 .inodes
                 .inos_matching(|n| matches!(n, VirtualNode::SecretsDir | VirtualNode::Secret(_))),
         );
-        invalidate(
+        self.invalidate(
             inos.into_iter()
                 .map(|ino| Invalidation::Inode { ino })
                 .collect(),

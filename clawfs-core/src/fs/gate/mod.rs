@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::ClawFs;
@@ -48,7 +48,7 @@ pub struct Gate {
     /// pid → identity, for [`IDENTITY_TTL`]; `/proc` is read outside the lock (leaf).
     identities: Mutex<HashMap<Credentials, (Instant, Identity)>>,
     store_owner: u32,
-    audit: OnceLock<Arc<AuditLog>>,
+    audit: Option<Arc<AuditLog>>,
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each owner holds, and which agent each uid is (leaf).
@@ -91,13 +91,13 @@ pub const ESTOP_RULE: &str = "ESTOP";
 pub const ESTOP_REASON: &str = "an emergency stop is in force (clawfs estop): agents may not change anything or call tools until an admin runs `clawfs estop --clear`";
 
 impl Gate {
-    /// A gate with `policy`, for a store owned by `store_owner`.
-    pub fn new(policy: Policy, store_owner: u32) -> Self {
+    /// A gate with `policy`, for a store owned by `store_owner`, recording on `audit`.
+    pub fn new(policy: Policy, store_owner: u32, audit: Option<Arc<AuditLog>>) -> Self {
         Self {
             policy: RwLock::new(Arc::new(policy)),
             identities: Mutex::default(),
             store_owner,
-            audit: OnceLock::new(),
+            audit,
             denials: Mutex::default(),
             held: Default::default(),
             estop: RwLock::new(None),
@@ -171,14 +171,9 @@ impl ClawFs {
         Ok(())
     }
 
-    /// Starts recording decisions in `audit`.
-    pub fn set_audit(&self, audit: Arc<AuditLog>) {
-        let _ = self.gate.audit.set(audit);
-    }
-
     /// The audit trail, if one is attached.
     pub fn audit_log(&self) -> Option<&Arc<AuditLog>> {
-        self.gate.audit.get()
+        self.gate.audit.as_ref()
     }
 
     pub(super) fn record(&self, event: AuditEvent) {
@@ -193,7 +188,7 @@ impl ClawFs {
             }
             recent.push_back((event.pid, monotonic_ns()));
         }
-        if let Some(a) = self.gate.audit.get() {
+        if let Some(a) = self.gate.audit.as_ref() {
             a.record(event);
         }
     }
@@ -233,7 +228,7 @@ impl ClawFs {
             });
             self.append_denial(&agent, line.to_string());
         }
-        if let Some(a) = self.gate.audit.get() {
+        if let Some(a) = self.gate.audit.as_ref() {
             a.record(ev);
         }
     }

@@ -166,7 +166,7 @@ impl ClawFs {
                 who: who.clone(),
                 workspace: workspace.clone(),
             }));
-        if let Some(mp) = self.mountpoint.get() {
+        if let Some(mp) = &self.mountpoint {
             root = root
                 .with_alias(format!("{}/workspaces/{workspace}", mp.display()))
                 .with_mount(mp);
