@@ -318,10 +318,9 @@ impl Filesystem for Adapter {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        let r = self.fs.audited(|| {
-            self.fs
-                .setattr(&caller(req), ino.0, fh.map(|f| f.0), change)
-        });
+        let r = self
+            .fs
+            .setattr(&caller(req), ino.0, fh.map(|f| f.0), change);
         self.reply_attr("setattr", r, reply);
     }
 
@@ -341,9 +340,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
-        let r = self
-            .fs
-            .audited(|| self.fs.mknod(&caller(req), parent.0, name, mode, rdev));
+        let r = self.fs.mknod(&caller(req), parent.0, name, mode, rdev);
         self.reply_entry("mknod", r, reply);
     }
 
@@ -357,9 +354,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
-        let r = self
-            .fs
-            .audited(|| self.fs.mkdir(&caller(req), parent.0, name, mode));
+        let r = self.fs.mkdir(&caller(req), parent.0, name, mode);
         self.reply_entry("mkdir", r, reply);
     }
 
@@ -367,20 +362,14 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
         Self::reply_empty(
             "unlink",
-            self.fs
-                .audited(|| self.fs.unlink(&caller(req), parent.0, name)),
+            self.fs.unlink(&caller(req), parent.0, name),
             reply,
         );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
-        Self::reply_empty(
-            "rmdir",
-            self.fs
-                .audited(|| self.fs.rmdir(&caller(req), parent.0, name)),
-            reply,
-        );
+        Self::reply_empty("rmdir", self.fs.rmdir(&caller(req), parent.0, name), reply);
     }
 
     fn symlink(
@@ -392,10 +381,9 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
-        let r = self.fs.audited(|| {
-            self.fs
-                .symlink(&caller(req), parent.0, link_name, target.as_os_str())
-        });
+        let r = self
+            .fs
+            .symlink(&caller(req), parent.0, link_name, target.as_os_str());
         self.reply_entry("symlink", r, reply);
     }
 
@@ -425,10 +413,9 @@ impl Filesystem for Adapter {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        let r = self.fs.audited(|| {
-            self.fs
-                .rename(&caller(req), parent.0, name, newparent.0, newname, mode)
-        });
+        let r = self
+            .fs
+            .rename(&caller(req), parent.0, name, newparent.0, newname, mode);
         Self::reply_empty("rename", r, reply);
     }
 
@@ -442,18 +429,13 @@ impl Filesystem for Adapter {
     ) {
         let _s =
             tracing::debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
-        let r = self
-            .fs
-            .audited(|| self.fs.link(&caller(req), ino.0, newparent.0, newname));
+        let r = self.fs.link(&caller(req), ino.0, newparent.0, newname);
         self.reply_entry("link", r, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
-        match self
-            .fs
-            .audited(|| self.fs.open(&caller(req), ino.0, flags.0))
-        {
+        match self.fs.open(&caller(req), ino.0, flags.0) {
             // A staged identity write: served by the daemon, committed at close (FLUSH).
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
@@ -481,10 +463,7 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
-        match self
-            .fs
-            .audited(|| self.fs.create(&caller(req), parent.0, name, mode, flags))
-        {
+        match self.fs.create(&caller(req), parent.0, name, mode, flags) {
             Ok((entry, Opened::Virtual(fh))) => reply.created(
                 &Duration::ZERO,
                 &file_attr(&entry.attr),
@@ -559,11 +538,7 @@ impl Filesystem for Adapter {
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered) but for passthrough
         // opens for reading and writing (see `passthrough_open_flags`); generated files get
         // here too, where closing a tool request runs it.
-        Self::reply_empty(
-            "flush",
-            self.fs.audited(|| self.fs.flush(&caller(req), ino.0, fh.0)),
-            reply,
-        );
+        Self::reply_empty("flush", self.fs.flush(&caller(req), ino.0, fh.0), reply);
     }
 
     fn release(
@@ -594,7 +569,7 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
-        match self.fs.audited(|| self.fs.opendir(&caller(req), ino.0)) {
+        match self.fs.opendir(&caller(req), ino.0) {
             // Listings of real directories are cached by the kernel until the directory
             // changes; generated ones depend on the caller.
             Ok(fh) if !VirtualInodes::is_virtual(ino.0) => reply.opened(
@@ -698,9 +673,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("setxattr", ino = ino.0, ?name).entered();
-        let r = self
-            .fs
-            .audited(|| self.fs.setxattr(&caller(req), ino.0, name, value, flags));
+        let r = self.fs.setxattr(&caller(req), ino.0, name, value, flags);
         Self::reply_empty("setxattr", r, reply);
     }
 
@@ -708,8 +681,7 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name).entered();
         Self::reply_xattr(
             "getxattr",
-            self.fs
-                .audited(|| self.fs.getxattr(&caller(req), ino.0, name)),
+            self.fs.getxattr(&caller(req), ino.0, name),
             size,
             reply,
         );
@@ -719,7 +691,7 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("listxattr", ino = ino.0).entered();
         Self::reply_xattr(
             "listxattr",
-            self.fs.audited(|| self.fs.listxattr(&caller(req), ino.0)),
+            self.fs.listxattr(&caller(req), ino.0),
             size,
             reply,
         );
@@ -727,9 +699,7 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
-        let r = self
-            .fs
-            .audited(|| self.fs.removexattr(&caller(req), ino.0, name));
+        let r = self.fs.removexattr(&caller(req), ino.0, name);
         Self::reply_empty("removexattr", r, reply);
     }
 

@@ -5,6 +5,10 @@ use super::*;
 impl ClawFs {
     /// Opens the directory `ino`.
     pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
+        self.audited(|| self.opendir_decided(caller, ino))
+    }
+
+    fn opendir_decided(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
         let mut held = None;
         if let Route::Generated(node) = self.route(ino)? {
             if !node.is_dir() {

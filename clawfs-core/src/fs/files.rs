@@ -5,6 +5,10 @@ use super::*;
 impl ClawFs {
     /// Opens `ino` with `flags` (the caller's open flags).
     pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
+        self.audited(|| self.open_decided(caller, ino, flags))
+    }
+
+    fn open_decided(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
         if let Route::Generated(node) = self.route(ino)? {
             return self.open_virtual(caller, node, flags).map(Opened::Virtual);
         }
@@ -228,6 +232,17 @@ impl ClawFs {
         mode: u32,
         flags: i32,
     ) -> FsResult<(Entry, Opened)> {
+        self.audited(|| self.create_decided(caller, parent, name, mode, flags))
+    }
+
+    fn create_decided(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Entry, Opened)> {
         if let Route::Generated(dir) = self.route(parent)? {
             return self.create_virtual(caller, dir, name);
         }
@@ -382,6 +397,10 @@ impl ClawFs {
     /// A `close()` of a descriptor of `ino` (FLUSH): runs a two-file tool request, or
     /// validates and commits a staged identity file (its error is `close()`'s).
     pub fn flush(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
+        self.audited(|| self.flush_decided(caller, ino, fh))
+    }
+
+    fn flush_decided(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
         if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
             return self.flush_virtual(fh);

@@ -12,6 +12,17 @@ impl ClawFs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Entry> {
+        self.audited(|| self.mknod_decided(caller, parent, name, mode, rdev))
+    }
+
+    fn mknod_decided(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Entry> {
         let (place, dir, who, _) = self.begin_create(
             caller,
             "mknod",
@@ -35,6 +46,16 @@ impl ClawFs {
 
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Entry> {
+        self.audited(|| self.mkdir_decided(caller, parent, name, mode))
+    }
+
+    fn mkdir_decided(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<Entry> {
         let (place, dir, who, _) = self.begin_create(
             caller,
             "mkdir",
@@ -84,11 +105,19 @@ impl ClawFs {
 
     /// Removes a non-directory.
     pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.audited(|| self.unlink_decided(caller, parent, name))
+    }
+
+    fn unlink_decided(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         self.remove(caller, parent, name, AtFlags::empty())
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        self.audited(|| self.rmdir_decided(caller, parent, name))
+    }
+
+    fn rmdir_decided(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         self.remove(caller, parent, name, AtFlags::REMOVEDIR)
     }
 
@@ -149,6 +178,16 @@ impl ClawFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Entry> {
+        self.audited(|| self.symlink_decided(caller, parent, name, target))
+    }
+
+    fn symlink_decided(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> FsResult<Entry> {
         let (place, dir, who, path) = self.begin_create(
             caller,
             "symlink",
@@ -191,6 +230,16 @@ impl ClawFs {
 
     /// Creates a hard link to `ino` as `newparent/newname`.
     pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> FsResult<Entry> {
+        self.audited(|| self.link_decided(caller, ino, newparent, newname))
+    }
+
+    fn link_decided(
         &self,
         caller: &Caller,
         ino: u64,
@@ -254,6 +303,18 @@ impl ClawFs {
 
     /// Renames `parent/name` to `newparent/newname`.
     pub fn rename(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        mode: RenameMode,
+    ) -> FsResult<()> {
+        self.audited(|| self.rename_decided(caller, parent, name, newparent, newname, mode))
+    }
+
+    fn rename_decided(
         &self,
         caller: &Caller,
         parent: u64,

@@ -113,6 +113,16 @@ impl ClawFs {
         fh: Option<u64>,
         change: SetAttr,
     ) -> FsResult<Attr> {
+        self.audited(|| self.setattr_decided(caller, ino, fh, change))
+    }
+
+    fn setattr_decided(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: Option<u64>,
+        change: SetAttr,
+    ) -> FsResult<Attr> {
         if let Route::Generated(node) = self.route(ino)? {
             return self.virtual_setattr(&node, fh, change);
         }

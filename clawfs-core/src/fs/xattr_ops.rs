@@ -14,6 +14,10 @@ impl ClawFs {
     /// kernel checks where the policy grants per agent ([`ClawFs::kernel_acl`]), and root's
     /// [`SETTLE`] question.
     pub fn getxattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+        self.audited(|| self.getxattr_decided(caller, ino, name))
+    }
+
+    fn getxattr_decided(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<Vec<u8>> {
         if name == kernel_acl::POSIX_ACL_ACCESS {
             return self.kernel_acl(ino)?.ok_or_else(|| errno(libc::ENODATA));
         }
@@ -44,6 +48,10 @@ impl ClawFs {
 
     /// The names of the `user.*` xattrs of `ino`, NUL-terminated and concatenated.
     pub fn listxattr(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+        self.audited(|| self.listxattr_decided(caller, ino))
+    }
+
+    fn listxattr_decided(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
         if let Route::Generated(_) = self.route(ino)? {
             return Ok(Vec::new());
         }
@@ -68,6 +76,17 @@ impl ClawFs {
 
     /// Sets a `user.*` xattr; `user.clawfs.*` values are validated and take effect.
     pub fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        self.audited(|| self.setxattr_decided(caller, ino, name, value, flags))
+    }
+
+    fn setxattr_decided(
         &self,
         caller: &Caller,
         ino: u64,
@@ -183,6 +202,10 @@ impl ClawFs {
 
     /// Removes a `user.*` xattr. ClawFS's own attributes are set, never removed.
     pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        self.audited(|| self.removexattr_decided(caller, ino, name))
+    }
+
+    fn removexattr_decided(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
         let node = self.node(ino)?;
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "removexattr", &node, None, e))?;

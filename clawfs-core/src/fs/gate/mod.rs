@@ -73,9 +73,19 @@ pub fn monotonic_ns() -> u64 {
 }
 
 thread_local! {
-    /// The decisions of the request this thread is serving, recorded with its outcome by
-    /// [`ClawFs::audited`]. FUSE requests run start to end on one thread.
-    static PENDING: std::cell::RefCell<Vec<AuditEvent>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The decisions of the operation this thread is running, recorded with its outcome when
+    /// it ends ([`ClawFs::audited`]); `None` outside an operation. A request runs start to end
+    /// on one thread.
+    static PENDING: std::cell::RefCell<Option<Vec<AuditEvent>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Forgets what the running operation decided so far: a refusal is its only record.
+fn forget_pending() {
+    PENDING.with(|p| {
+        if let Some(pending) = p.borrow_mut().as_mut() {
+            pending.clear();
+        }
+    });
 }
 
 /// Where quota usage is kept across restarts, relative to the store's private area.
@@ -357,7 +367,7 @@ impl ClawFs {
         });
         let path = path.map_or_else(|| "?".to_string(), |p| p.to_string());
         let who = self.identify(caller);
-        PENDING.with(|p| p.borrow_mut().clear());
+        forget_pending();
         self.record(
             AuditEvent::new(audit_name(&who), caller.pid, op, path.clone()).denied(
                 e.errno(),
@@ -410,21 +420,40 @@ impl ClawFs {
         verdict: Result<(), Denial>,
     ) -> FsResult<()> {
         if verdict.is_ok() {
-            // Recorded when the operation has run, with its outcome (see `audited`).
-            PENDING.with(|p| p.borrow_mut().push(event(caller, who, op, path, target)));
+            // Recorded when the operation has run, with its outcome (see `audited`); a
+            // decision made outside one has no outcome to wait for and is recorded now.
+            let ev = event(caller, who, op, path, target);
+            let outside = PENDING.with(|p| match p.borrow_mut().as_mut() {
+                Some(pending) => {
+                    pending.push(ev);
+                    None
+                }
+                None => Some(ev),
+            });
+            if let Some(ev) = outside {
+                debug_assert!(false, "{op} decided outside an audited operation");
+                self.record(ev);
+            }
         }
         self.conclude_refusal(caller, who, op, path, target, verdict)
     }
 
-    /// Runs one request's core call and records what it decided with the final outcome: the
-    /// allowed operation as ok, or as failed with the errno the caller gets (ENOSPC, ENOTEMPTY,
-    /// EDQUOT…). A refusal is recorded where it is decided, as the operation's only record.
-    /// Wraps the calls that decide (namespace and metadata operations, opens); data calls
-    /// (read, write, release) decide nothing and are not wrapped.
-    pub fn audited<T>(&self, call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
-        PENDING.with(|p| p.borrow_mut().clear());
+    /// Runs one operation and records what it decided with its outcome: the allowed operation
+    /// as ok, or as failed with the errno the caller gets (ENOSPC, ENOTEMPTY, EDQUOT…). A
+    /// refusal is recorded where it is decided, as the operation's only record. Every public
+    /// operation that decides (namespace and metadata operations, opens) runs in one; data
+    /// calls (read, write, release) decide nothing. An operation run by another (nested)
+    /// belongs to the outer one, which records it.
+    pub(super) fn audited<T>(&self, call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        let outermost = PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            p.is_none().then(|| *p = Some(Vec::new())).is_some()
+        });
         let result = call();
-        let decided = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if !outermost {
+            return result;
+        }
+        let decided = PENDING.with(|p| p.borrow_mut().take().unwrap_or_default());
         for ev in decided {
             self.record(match &result {
                 Ok(_) => ev,
@@ -448,7 +477,7 @@ impl ClawFs {
         };
         // The refusal is the operation's record: what was allowed before it (the access, when
         // the quota refuses) did not happen.
-        PENDING.with(|p| p.borrow_mut().clear());
+        forget_pending();
         let errno = clawfs_policy::errno_of(denial.kind);
         let ev =
             event(caller, who, op, path, target).denied(errno, denial.rule, denial.reason.clone());
