@@ -116,6 +116,9 @@ impl Drop for TempDir {
 /// Why the sandbox could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// The store could not be opened.
+    #[error("the store: {0}")]
+    Store(#[source] std::io::Error),
     /// The private temporary directory.
     #[error("the run's temporary directory: {0}")]
     Tmp(std::io::Error),

@@ -4,10 +4,7 @@ use super::*;
 use crate::virtual_files::VirtualNode;
 use clawfs_policy::kernel_acl;
 
-/// Asked of the mount's root by `clawfs run` (root) when its run has ended: answered once the
-/// activity monitor has recorded what the run did ([`ClawFs::settle_activity`]), `settled` or
-/// `timeout`.
-pub const SETTLE: &str = "trusted.clawfs.settle";
+use clawfs_store::layout::SETTLE_XATTR as SETTLE;
 
 impl ClawFs {
     /// The value of xattr `name`; only `user.*` attributes exist, and the access ACL the
