@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::seed;
+use clawfs_store::atomic::atomic_write;
 use clawfs_store::beneath::FileMode;
+use clawfs_store::layout::{DEFAULT_MOUNT, PRIVATE_DIR};
 
 /// The store format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-/// The private area, hidden from the mount.
-pub use clawfs_store::layout::PRIVATE_DIR;
 
 /// Why a store could not be created, opened or locked.
 #[derive(Debug, thiserror::Error)]
@@ -79,8 +79,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
         source,
     }
 }
-
-pub use clawfs_store::layout::DEFAULT_MOUNT;
 
 /// What a running daemon records about itself in `.clawfs/daemon.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -308,8 +306,6 @@ impl Store {
         let _ = fs::remove_file(self.private_dir().join("daemon.json"));
     }
 }
-
-pub use clawfs_store::atomic::atomic_write;
 
 /// The modes that close the store to everyone but root: agents and users reach its data only
 /// through the mount, where the policy and the audit see them.

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clawfs_core::store::{Store, PRIVATE_DIR};
+use clawfs_core::store::Store;
+use clawfs_store::layout::PRIVATE_DIR;
 
 use crate::error::Failure;
 use crate::mounts::store_path;

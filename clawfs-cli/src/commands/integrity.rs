@@ -212,7 +212,7 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
             // The registry names the mount the store's daemon serves (a daemon serves only a
             // registry that names its mount); the next mount writes it again anyway.
             let mount = store.daemon_info().map_or_else(
-                || PathBuf::from(clawfs_core::store::DEFAULT_MOUNT),
+                || PathBuf::from(clawfs_store::layout::DEFAULT_MOUNT),
                 |d| d.mountpoint,
             );
             let added = registry::add(

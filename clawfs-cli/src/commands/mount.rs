@@ -502,7 +502,7 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
                     }
                     refreshed += 1;
                     // The sender waits for this: the mount shows the new folders from now on.
-                    if let Err(e) = clawfs_core::store::atomic_write(
+                    if let Err(e) = clawfs_store::atomic::atomic_write(
                         &private,
                         REFRESHED_FILE,
                         format!("{} {refreshed}\n", std::process::id()).as_bytes(),
@@ -623,7 +623,7 @@ fn reload_policy(fs: &ClawFs, private: &Path) {
             serde_json::json!({ "ok": false, "errors": errors, "at": now, "reload": seq })
         }
     };
-    if let Err(e) = clawfs_core::store::atomic_write(
+    if let Err(e) = clawfs_store::atomic::atomic_write(
         private,
         crate::commands::policy::POLICY_STATUS,
         status.to_string().as_bytes(),

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use clawfs_core::held::{Held, Saved};
-use clawfs_core::store::{Store, PRIVATE_DIR};
+use clawfs_core::store::Store;
 use clawfs_policy::Quota;
+use clawfs_store::layout::PRIVATE_DIR;
 
 use crate::error::Failure;
 

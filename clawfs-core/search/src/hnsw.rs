@@ -46,8 +46,14 @@ pub struct Hnsw {
     dim: usize,
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> SearchError {
-    SearchError::Hnsw(format!("{what}: {e}"))
+fn err(
+    what: &'static str,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> SearchError {
+    SearchError::Hnsw {
+        what,
+        source: source.into(),
+    }
 }
 
 impl Hnsw {

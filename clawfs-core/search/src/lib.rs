@@ -45,8 +45,13 @@ pub enum SearchError {
     #[error("index database is corrupt: {0}")]
     Corrupt(String),
     /// The HNSW graph failed.
-    #[error("vector graph: {0}")]
-    Hnsw(String),
+    #[error("vector graph: {what}: {source}")]
+    Hnsw {
+        /// What was being done.
+        what: &'static str,
+        /// The graph library's error, or why the step could not be taken.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Embedding failed or no embedder is available.
     #[error(transparent)]
     Embed(#[from] embed::EmbedError),
@@ -77,7 +82,7 @@ impl clawfs_store::ToErrno for SearchError {
         use SearchError as S;
         match self {
             S::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            S::Db(_) | S::Corrupt(_) | S::Hnsw(_) | S::Embed(_) | S::Config(_) => libc::EIO,
+            S::Db(_) | S::Corrupt(_) | S::Hnsw { .. } | S::Embed(_) | S::Config(_) => libc::EIO,
             // Search is off in this daemon, or not ready for this query.
             S::Unavailable(_) => libc::ENOENT,
             S::Invalid(_) => libc::EINVAL,

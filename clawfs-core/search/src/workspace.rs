@@ -272,9 +272,10 @@ impl WorkspaceIndex {
         ) {
             (Some(d), Some(n)) => (d, n.to_string_lossy()),
             _ => {
-                return Err(SearchError::Hnsw(
-                    "the graph's generation file has no folder".into(),
-                ))
+                return Err(SearchError::Hnsw {
+                    what: "saving the graph's generation",
+                    source: "its file has no folder".into(),
+                })
             }
         };
         clawfs_store::atomic::atomic_write(dir, &name, generation.as_bytes(), 0o600)

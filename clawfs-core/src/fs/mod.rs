@@ -756,7 +756,7 @@ impl ClawFs {
 /// ClawFS's private directory inside a workspace (tool trash and backups), hidden from the mount
 /// like the store's own private area.
 fn is_private(place: Place, name: &OsStr) -> bool {
-    place == Place::WorkspaceRoot && name == crate::store::PRIVATE_DIR
+    place == Place::WorkspaceRoot && name == clawfs_store::layout::PRIVATE_DIR
 }
 
 /// The refusal of a change at a read-only `place`.

@@ -27,7 +27,7 @@ impl ClawFs {
 
     /// The flag as the store holds it now (an unreadable flag is a stop: failing closed).
     pub(in crate::fs) fn read_estop(&self) -> Option<serde_json::Value> {
-        let path = Path::new(crate::store::PRIVATE_DIR).join(ESTOP_FILE);
+        let path = Path::new(clawfs_store::layout::PRIVATE_DIR).join(ESTOP_FILE);
         match clawfs_store::beneath::read(self.store.root_fd(), &path, 1 << 16) {
             Ok(None) => None,
             Ok(Some(bytes)) => Some(
@@ -74,7 +74,7 @@ impl ClawFs {
             self.set_estop(now.clone());
         }
         let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
-        let dir = Path::new(crate::store::PRIVATE_DIR);
+        let dir = Path::new(clawfs_store::layout::PRIVATE_DIR);
         let acked =
             clawfs_store::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
                 .ok()

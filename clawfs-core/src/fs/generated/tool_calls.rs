@@ -236,7 +236,7 @@ impl ClawFs {
     /// which only the daemon writes (each backup with the owner, group and mode of its file).
     fn prepare_tool_dirs(&self, ws_dir: &std::path::Path) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-        let private = ws_dir.join(crate::store::PRIVATE_DIR);
+        let private = ws_dir.join(clawfs_store::layout::PRIVATE_DIR);
         for (dir, mode) in [
             (private.clone(), 0o1777),
             (private.join("trash"), 0o1777),
