@@ -9,7 +9,8 @@ pub mod attr;
 pub mod creds;
 pub mod error;
 pub mod fs;
-pub mod gitconfig;
+pub mod generated_files;
+pub mod git_settings;
 pub mod held;
 pub mod identity;
 pub mod inodes;
@@ -18,7 +19,6 @@ pub mod open_files;
 pub mod path_cache;
 pub mod seed;
 pub mod store;
-pub mod virtual_files;
 pub mod xattr_spill;
 pub mod xattrs;
 

@@ -263,6 +263,6 @@ pub fn write_tool_registry(
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| clawfs_integrity::IntegrityError::io(root.display().to_string())(e.into()))?;
-    let packages = clawfs_integrity::tools::load_packages(fd.as_fd())?;
-    clawfs_integrity::tools::write_registry(fd.as_fd(), &packages, mount)
+    let packages = clawfs_integrity::registry::load_packages(fd.as_fd())?;
+    clawfs_integrity::registry::write_registry(fd.as_fd(), &packages, mount)
 }

@@ -1,6 +1,6 @@
 //! The filesystem without a mount: `ClawFs` built over a fresh store and driven the way the FUSE
 //! adapter drives it (lookup, forget, create, write, read, release, rename), so lookup counting,
-//! handles, the gate's decisions and virtual files are tested where they live. Needs root (the
+//! handles, the gate's decisions and generated files are tested where they live. Needs root (the
 //! store is root's, and calls run with the caller's credentials).
 
 use std::ffi::OsStr;
@@ -236,7 +236,7 @@ fn git_config_is_made_only_by_a_checked_rename() {
 }
 
 #[test]
-fn virtual_files_answer_per_caller() {
+fn generated_files_answer_per_caller() {
     require_root!();
     let (_d, fs) = fs();
     let agents = lookup(&fs, ROOT_INO, "agents");
@@ -246,7 +246,7 @@ fn virtual_files_answer_per_caller() {
             .unwrap()
             .attr
             .ino;
-        let Opened::Virtual(fh) = fs.open(caller, ino, libc::O_RDONLY).unwrap() else {
+        let Opened::Generated(fh) = fs.open(caller, ino, libc::O_RDONLY).unwrap() else {
             panic!("agents/self is generated")
         };
         let text = fs.read(ino, fh, 0, 1 << 16).unwrap();

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use clawfs_core::attr::{Attr, FileKind};
 use clawfs_core::creds::Caller;
 use clawfs_core::fs::{Entry, Opened, RenameMode, SetAttr, SetTime};
+use clawfs_core::generated_files::GeneratedInodes;
 use clawfs_core::open_files::OpenFile;
-use clawfs_core::virtual_files::VirtualInodes;
 use clawfs_core::{ClawFs, FsError};
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
@@ -447,7 +447,7 @@ impl Filesystem for Adapter {
                 Err(flags) => reply.opened(FileHandle(fh), flags),
             },
             // Generated content: every read and write reaches the daemon.
-            Ok(Opened::Virtual(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok(Opened::Generated(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(fail("open", e)),
         }
     }
@@ -464,7 +464,7 @@ impl Filesystem for Adapter {
     ) {
         let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
         match self.fs.create(&caller(req), parent.0, name, mode, flags) {
-            Ok((entry, Opened::Virtual(fh))) => reply.created(
+            Ok((entry, Opened::Generated(fh))) => reply.created(
                 &Duration::ZERO,
                 &file_attr(&entry.attr),
                 Generation(entry.generation),
@@ -572,7 +572,7 @@ impl Filesystem for Adapter {
         match self.fs.opendir(&caller(req), ino.0) {
             // Listings of real directories are cached by the kernel until the directory
             // changes; generated ones depend on the caller.
-            Ok(fh) if !VirtualInodes::is_virtual(ino.0) => reply.opened(
+            Ok(fh) if !GeneratedInodes::is_generated(ino.0) => reply.opened(
                 FileHandle(fh),
                 FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             ),

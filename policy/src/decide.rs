@@ -15,7 +15,7 @@ const VAULT: &str = "vault";
 /// A workspace's settings file, kept by ClawFS.
 const WORKSPACE_METADATA: &str = "metadata.json";
 
-/// The virtual file that tells a caller who ClawFS thinks it is: `/agents/self`.
+/// The generated file that tells a caller who ClawFS thinks it is: `/agents/self`.
 const SELF_FILE: &str = "self";
 
 /// Git's directory, its hooks folder and config file, and the submodule file: compared in any

@@ -181,7 +181,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
 
 /// Runs one `clawfs tools` command on the store at `root`.
 pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
-    use clawfs_integrity::tools::{self as registry, Added};
+    use clawfs_integrity::registry::{self as registry, Added};
     let store = Store::open(root)?;
     let fd = store.root_fd();
     let mut out = std::io::stdout().lock();

@@ -9,11 +9,11 @@
 //! Everything here is reached by descriptor beneath the store root (`clawfs_store::beneath`): the
 //! daemon checks what agents read, so a symlink planted in the store never redirects it.
 
+pub mod registry;
 pub mod seal;
 pub mod signers;
 pub mod specs;
 pub mod system;
-pub mod tools;
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

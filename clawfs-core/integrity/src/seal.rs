@@ -48,11 +48,11 @@ fn marks(store: BorrowedFd<'_>) -> (Option<SpecMarks>, Option<ToolMarks>) {
             }
             Err(_) => None,
         };
-    let tools = super::tools::load_packages(store).ok().map(|packages| {
+    let tools = super::registry::load_packages(store).ok().map(|packages| {
         let mut m: BTreeMap<String, String> = BTreeMap::new();
         for p in packages {
             if m.get(&p.tool_id)
-                .is_none_or(|v| super::tools::newer(&p.version, v))
+                .is_none_or(|v| super::registry::newer(&p.version, v))
             {
                 m.insert(p.tool_id.clone(), p.version.clone());
             }
@@ -127,7 +127,7 @@ pub fn check(
     }
     for (id, v) in tools.as_ref().map_or(&BTreeMap::new(), |_| &sealed.tools) {
         match tools.as_ref().and_then(|t| t.get(id)) {
-            Some(n) if !super::tools::newer(v, n) => {}
+            Some(n) if !super::registry::newer(v, n) => {}
             found => out.push(Difference::RolledBack {
                 what: format!(
                     "tools: {id} was at version {v}, now {}",

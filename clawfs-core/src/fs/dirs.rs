@@ -56,7 +56,7 @@ impl ClawFs {
 
     pub(super) fn list_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
         if let Route::Generated(dir) = self.route(ino)? {
-            return self.list_virtual_dir(caller, dir);
+            return self.list_generated_dir(caller, dir);
         }
         let node = self.node(ino)?;
         let fd = node.handle.open(
@@ -86,8 +86,8 @@ impl ClawFs {
                 continue; // the private area and strays are not part of the namespace
             }
             if is_private(node.place, name)
-                || crate::virtual_files::child_of_place(node.place, name).is_some()
-                || (workspace.is_some() && crate::virtual_files::is_workspace_child(name))
+                || crate::generated_files::child_of_place(node.place, name).is_some()
+                || (workspace.is_some() && crate::generated_files::is_workspace_child(name))
             {
                 continue; // hidden, or shadowed by a generated file
             }
@@ -104,9 +104,9 @@ impl ClawFs {
                 name: OsString::from(name),
             });
         }
-        for name in crate::virtual_files::children_of_place(node.place) {
-            let v = crate::virtual_files::child_of_place(node.place, OsStr::new(name))
-                .expect("listed virtual children exist");
+        for name in crate::generated_files::children_of_place(node.place) {
+            let v = crate::generated_files::child_of_place(node.place, OsStr::new(name))
+                .expect("listed generated children exist");
             out.push(DirEntry {
                 ino: self.generated.ino(&v),
                 kind: if v.is_dir() {
@@ -121,7 +121,7 @@ impl ClawFs {
             out.push(DirEntry {
                 ino: self
                     .generated
-                    .ino(&crate::virtual_files::VirtualNode::IndexView(ws)),
+                    .ino(&crate::generated_files::GeneratedNode::IndexView(ws)),
                 kind: FileKind::File,
                 name: OsString::from(clawfs_store::area::INDEX_VIEW),
             });

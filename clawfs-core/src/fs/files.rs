@@ -10,7 +10,9 @@ impl ClawFs {
 
     fn open_decided(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
         if let Route::Generated(node) = self.route(ino)? {
-            return self.open_virtual(caller, node, flags).map(Opened::Virtual);
+            return self
+                .open_generated(caller, node, flags)
+                .map(Opened::Generated);
         }
         let node = self.node(ino)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
@@ -244,7 +246,7 @@ impl ClawFs {
         flags: i32,
     ) -> FsResult<(Entry, Opened)> {
         if let Route::Generated(dir) = self.route(parent)? {
-            return self.create_virtual(caller, dir, name);
+            return self.create_generated(caller, dir, name);
         }
         let (place, dir, who, path) =
             self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
@@ -325,7 +327,7 @@ impl ClawFs {
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
-            return self.read_virtual(fh, offset, size);
+            return self.read_generated(fh, offset, size);
         }
         let file = self.files.get(fh)?;
         let mut buf = vec![0u8; size as usize];
@@ -358,7 +360,7 @@ impl ClawFs {
         kill_suidgid: bool,
     ) -> FsResult<u32> {
         if let Route::Generated(_) = self.route(ino)? {
-            return self.write_virtual(fh, offset, data);
+            return self.write_generated(fh, offset, data);
         }
         let file = self.files.get(fh)?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
@@ -403,7 +405,7 @@ impl ClawFs {
     fn flush_decided(&self, caller: &Caller, ino: u64, fh: u64) -> FsResult<()> {
         if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
-            return self.flush_virtual(fh);
+            return self.flush_generated(fh);
         }
         let file = self.files.get(fh)?;
         if file.writer.is_some() && matches!(file.io, Some((IoChoice::Passthrough, _))) {
@@ -421,7 +423,7 @@ impl ClawFs {
     pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
         if let Route::Generated(_) = self.route(ino)? {
             self.estop_tool_call(fh);
-            return self.release_virtual(fh);
+            return self.release_generated(fh);
         }
         let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
         if let Some((choice, mode)) = &file.io {

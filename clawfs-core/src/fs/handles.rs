@@ -63,7 +63,7 @@ impl ClawFs {
     /// The entry of `ino` itself (a LOOKUP of "."): the node the kernel knows, or one it
     /// forgot, reached again by its backing handle.
     pub(super) fn lookup_self(&self, ino: u64) -> FsResult<Entry> {
-        if VirtualInodes::is_virtual(ino) {
+        if GeneratedInodes::is_generated(ino) {
             return Err(stale());
         }
         let (handle, link) = match self.inodes.get(ino) {

@@ -11,7 +11,7 @@ use super::{ClawFs, Entry, Invalidation};
 use crate::attr::Attr;
 use crate::creds::Caller;
 use crate::error::FsResult;
-use crate::virtual_files::VirtualInodes;
+use crate::generated_files::GeneratedInodes;
 
 /// Entries with attributes in one READDIRPLUS answer. The kernel asks for "plus" on a listing's
 /// first call, and again only once stats of listed names follow (`ls -l`). A directory of at
@@ -42,7 +42,7 @@ impl ClawFs {
     /// How long the kernel may cache `ino`'s entry and attributes: generated nodes differ per
     /// caller, so never.
     pub fn ttl(&self, ino: u64) -> Duration {
-        match VirtualInodes::is_virtual(ino) {
+        match GeneratedInodes::is_generated(ino) {
             true => Duration::ZERO,
             false => Duration::from_nanos(self.cache_ttl_ns.load(Ordering::Relaxed)),
         }
@@ -67,7 +67,7 @@ impl ClawFs {
     /// How long the kernel may keep the entry of `ino`, found in `parent`: the shorter of
     /// [`ClawFs::ttl`] of the child and [`ClawFs::ttl_in`] of the parent.
     pub fn entry_ttl(&self, parent: u64, ino: u64) -> Duration {
-        match VirtualInodes::is_virtual(ino) {
+        match GeneratedInodes::is_generated(ino) {
             true => Duration::ZERO,
             false => self.ttl_in(parent),
         }
@@ -85,7 +85,7 @@ impl ClawFs {
     ) -> FsResult<Option<Entry>> {
         match self.lookup(caller, parent, name) {
             Ok(e) => Ok(Some(e)),
-            Err(e) if e.is_missing() && !VirtualInodes::is_virtual(parent) => Ok(None),
+            Err(e) if e.is_missing() && !GeneratedInodes::is_generated(parent) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -21,6 +21,7 @@ use rustix::fs::{AtFlags, Mode, RenameFlags, Timespec, Timestamps, XattrFlags};
 use crate::attr::{decode_dev, Attr, FileKind};
 use crate::creds::{AsCaller, Caller};
 use crate::error::{FsError, FsResult};
+use crate::generated_files::GeneratedInodes;
 use crate::inodes::{InodeTable, Node, ROOT_INO};
 use crate::io_mode::{IoChoice, IoMode, CACHED_MAX_SIZE, FMODE_EXEC};
 use crate::open_files::{
@@ -29,7 +30,6 @@ use crate::open_files::{
 use crate::path_cache::PathCache;
 use crate::seed;
 use crate::store::Store;
-use crate::virtual_files::VirtualInodes;
 use crate::xattrs::{self, ClawfsAttr};
 use clawfs_policy::{Denial, Identity, NsPath};
 use clawfs_store::area::{Area, Place};
@@ -42,7 +42,7 @@ mod dirs;
 mod files;
 mod gate;
 mod generated;
-mod git_config;
+mod git_guard;
 mod git_repos;
 pub(crate) mod handles;
 mod kernel_cache;
@@ -203,7 +203,7 @@ pub struct ClawFs {
     /// Where the store is mounted, for tool requests that use absolute paths.
     mountpoint: Option<std::path::PathBuf>,
     specs: clawfs_integrity::specs::SpecChecker,
-    tool_files: clawfs_integrity::tools::ToolChecker,
+    tool_files: clawfs_integrity::registry::ToolChecker,
     /// Whether the kernel does file I/O itself (passthrough): then every open of an inode
     /// shares one read-write backing descriptor.
     passthrough: std::sync::atomic::AtomicBool,
@@ -296,7 +296,7 @@ pub enum Opened {
     /// A backing file; the adapter may register it for passthrough.
     Backing(u64, Arc<OpenFile>),
     /// A generated file: never passthrough, never cached.
-    Virtual(u64),
+    Generated(u64),
 }
 
 fn not_found() -> FsError {
@@ -389,7 +389,7 @@ impl ClawFs {
             dirs: HandleTable::default(),
             generated: generated::Generated::new(),
             specs: Default::default(),
-            tool_files: clawfs_integrity::tools::ToolChecker::new(mountpoint.clone()),
+            tool_files: clawfs_integrity::registry::ToolChecker::new(mountpoint.clone()),
             mountpoint,
             passthrough: Default::default(),
             cache_ttl_ns: std::sync::atomic::AtomicU64::new(
@@ -547,7 +547,7 @@ impl ClawFs {
     }
 
     fn node(&self, ino: u64) -> FsResult<Node> {
-        if VirtualInodes::is_virtual(ino) {
+        if GeneratedInodes::is_generated(ino) {
             // Generated files have no backing node: nothing but their own calls applies.
             return Err(FsError::Refused {
                 errno: libc::EPERM,
@@ -701,7 +701,7 @@ impl ClawFs {
 
     /// May something named `name` of kind `kind` be created in `parent`? Returns its place.
     fn check_create(&self, parent: &Node, name: &OsStr, kind: FileKind) -> FsResult<Place> {
-        if crate::virtual_files::child_of_place(parent.place, name).is_some()
+        if crate::generated_files::child_of_place(parent.place, name).is_some()
             || is_private(parent.place, name)
         {
             return Err(FsError::Managed(name.to_string_lossy().into_owned()));

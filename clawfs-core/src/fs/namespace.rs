@@ -129,7 +129,7 @@ impl ClawFs {
         flags: AtFlags,
     ) -> FsResult<()> {
         if let Route::Generated(dir) = self.route(parent)? {
-            return self.remove_virtual(caller, dir, name);
+            return self.remove_generated(caller, dir, name);
         }
         let pnode = self.node(parent)?;
         let op = if flags.contains(AtFlags::REMOVEDIR) {

@@ -19,19 +19,19 @@ impl ClawFs {
             return self.lookup_parent(parent);
         }
         if let Route::Generated(dir) = self.route(parent)? {
-            return self.lookup_virtual(caller, dir, name);
+            return self.lookup_generated(caller, dir, name);
         }
         let pnode = self.node(parent)?;
-        if let Some(child) = crate::virtual_files::child_of_place(pnode.place, name) {
-            return Ok(self.entry_of_virtual(&child));
+        if let Some(child) = crate::generated_files::child_of_place(pnode.place, name) {
+            return Ok(self.entry_of_generated(&child));
         }
         if pnode.place == Place::WorkspaceRoot
-            && crate::virtual_files::is_workspace_child(name)
+            && crate::generated_files::is_workspace_child(name)
             && self.indexer().is_some()
         {
             let ws = self.workspace_of(&pnode)?;
-            if let Some(child) = crate::virtual_files::child_of_workspace(&ws, name) {
-                return Ok(self.entry_of_virtual(&child));
+            if let Some(child) = crate::generated_files::child_of_workspace(&ws, name) {
+                return Ok(self.entry_of_generated(&child));
             }
         }
         if is_private(pnode.place, name) {
@@ -58,7 +58,7 @@ impl ClawFs {
 
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
-        if VirtualInodes::is_virtual(ino) {
+        if GeneratedInodes::is_generated(ino) {
             self.generated.forget(ino);
             return;
         }
@@ -81,7 +81,7 @@ impl ClawFs {
     /// Attributes of `ino`, through the open file `fh` when given (works after unlink).
     pub fn getattr(&self, caller: &Caller, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
         if let Route::Generated(node) = self.route(ino)? {
-            return Ok(self.attr_of_open_virtual(caller, &node, fh));
+            return Ok(self.attr_of_open_generated(caller, &node, fh));
         }
         if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
             return self.attr_of(&file.backing.file);
@@ -124,7 +124,7 @@ impl ClawFs {
         change: SetAttr,
     ) -> FsResult<Attr> {
         if let Route::Generated(node) = self.route(ino)? {
-            return self.virtual_setattr(&node, fh, change);
+            return self.generated_setattr(&node, fh, change);
         }
         let node = self.node(ino)?;
         self.check_modify(&node)
@@ -196,7 +196,7 @@ impl ClawFs {
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         if let Route::Generated(node) = self.route(ino)? {
             return match node {
-                crate::virtual_files::VirtualNode::SearchHit { target, .. } => {
+                crate::generated_files::GeneratedNode::SearchHit { target, .. } => {
                     Ok(target.into_bytes())
                 }
                 _ => Err(errno(libc::EINVAL)),

@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
-use crate::virtual_files::{Exchange, VirtualHandle, VirtualNode};
+use crate::generated_files::{Exchange, GeneratedHandle, GeneratedNode};
 use clawfs_audit::AuditEvent;
 use clawfs_policy::{Access, Identity, NsPath};
 use clawfs_vault::{Vault, VaultConfig};
@@ -112,8 +112,8 @@ impl ClawFs {
 
     /// Stores what an admin wrote to `vault/secrets/<name>` (one trailing newline dropped, as
     /// `echo` adds it), encrypted; called when the file is closed.
-    pub(super) fn store_secret(&self, handle: &VirtualHandle) -> FsResult<()> {
-        let VirtualNode::Secret(name) = &handle.node else {
+    pub(super) fn store_secret(&self, handle: &GeneratedHandle) -> FsResult<()> {
+        let GeneratedNode::Secret(name) = &handle.node else {
             return Ok(());
         };
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);

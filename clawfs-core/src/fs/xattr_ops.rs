@@ -1,7 +1,7 @@
 //! Extended attributes through the mount: get, list, set, remove.
 
 use super::*;
-use crate::virtual_files::VirtualNode;
+use crate::generated_files::GeneratedNode;
 use clawfs_policy::kernel_acl;
 
 use clawfs_store::layout::SETTLE_XATTR as SETTLE;
@@ -256,11 +256,11 @@ impl ClawFs {
         };
         if let Route::Generated(node) = self.route(ino)? {
             let place = match &node {
-                VirtualNode::SecretsDir => Governed::SecretsDir,
-                VirtualNode::Secret(name) => Governed::Secret(name),
+                GeneratedNode::SecretsDir => Governed::SecretsDir,
+                GeneratedNode::Secret(name) => Governed::Secret(name),
                 _ => return Ok(None),
             };
-            let uid = self.attr_of_virtual(&node).uid;
+            let uid = self.attr_of_generated(&node).uid;
             return Ok(Some(acl(place, uid, node.perm())));
         }
         let node = self.node(ino)?;
@@ -290,9 +290,9 @@ impl ClawFs {
             .inodes
             .inos_at(|p| matches!(p, Place::AgentRoot | Place::WorkspaceRoot));
         inos.extend(
-            self.generated
-                .inodes
-                .inos_matching(|n| matches!(n, VirtualNode::SecretsDir | VirtualNode::Secret(_))),
+            self.generated.inodes.inos_matching(|n| {
+                matches!(n, GeneratedNode::SecretsDir | GeneratedNode::Secret(_))
+            }),
         );
         self.invalidate(
             inos.into_iter()

@@ -125,8 +125,8 @@ impl ClawFs {
             return;
         };
         let request = match &handle.node {
-            crate::virtual_files::VirtualNode::Call(_) => None,
-            crate::virtual_files::VirtualNode::Request { owner, id } => {
+            crate::generated_files::GeneratedNode::Call(_) => None,
+            crate::generated_files::GeneratedNode::Request { owner, id } => {
                 Some((owner.clone(), id.clone()))
             }
             _ => return,
@@ -136,7 +136,7 @@ impl ClawFs {
             return;
         }
         let tool = match &handle.node {
-            crate::virtual_files::VirtualNode::Call(t) => t.clone(),
+            crate::generated_files::GeneratedNode::Call(t) => t.clone(),
             _ => serde_json::from_slice::<serde_json::Value>(&state.request)
                 .ok()
                 .and_then(|v| v["tool"].as_str().map(str::to_string))

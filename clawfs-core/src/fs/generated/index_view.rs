@@ -36,7 +36,7 @@ impl ClawFs {
             clawfs_search::SearchError::Unavailable("search is off in this daemon".into())
         })?;
         // Each open is a copy of the index on disk: a caller holds a few at a time.
-        let node = crate::virtual_files::VirtualNode::IndexView(ws.to_string());
+        let node = crate::generated_files::GeneratedNode::IndexView(ws.to_string());
         if self.opens_of(caller, &node).len() >= MAX_OPEN_VIEWS {
             return Err(FsError::Refused {
                 errno: libc::EMFILE,

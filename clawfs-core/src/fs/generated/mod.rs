@@ -1,5 +1,5 @@
 //! The files ClawFS generates instead of storing (`agents/self`, `tools/call/<tool>`,
-//! `tools/requests/`, `tools/responses/`, `vault/secrets/`; see [`crate::virtual_files`]): their
+//! `tools/requests/`, `tools/responses/`, `vault/secrets/`; see [`crate::generated_files`]): their
 //! state, and [`Route`], the one place that tells a generated inode from a stored one.
 
 mod index_view;
@@ -15,8 +15,10 @@ use std::time::SystemTime;
 use super::ClawFs;
 use crate::attr::Attr;
 use crate::error::{FsError, FsResult};
+use crate::generated_files::{
+    GeneratedHandle, GeneratedInodes, GeneratedNode, MAX_RESPONSES_PER_CALLER,
+};
 use crate::open_files::HandleTable;
-use crate::virtual_files::{VirtualHandle, VirtualInodes, VirtualNode, MAX_RESPONSES_PER_CALLER};
 
 /// What an inode number names. Every call that serves both kinds matches on it, so a new kind
 /// of generated file is one more arm where it matters and nothing elsewhere.
@@ -24,13 +26,13 @@ pub(super) enum Route {
     /// A file, folder or link of the store: served from its backing node.
     Stored,
     /// A generated node: served from [`Generated`] and the daemon's own state.
-    Generated(VirtualNode),
+    Generated(GeneratedNode),
 }
 
 impl ClawFs {
     /// Where the calls on `ino` go.
     pub(super) fn route(&self, ino: u64) -> FsResult<Route> {
-        match VirtualInodes::is_virtual(ino) {
+        match GeneratedInodes::is_generated(ino) {
             true => Ok(Route::Generated(self.generated.node(ino)?)),
             false => Ok(Route::Stored),
         }
@@ -54,9 +56,9 @@ struct Kept {
 /// is held.
 pub(super) struct Generated {
     /// Generated nodes ↔ their inode numbers.
-    pub(super) inodes: VirtualInodes,
+    pub(super) inodes: GeneratedInodes,
     /// Open generated files by handle.
-    pub(super) handles: HandleTable<VirtualHandle>,
+    pub(super) handles: HandleTable<GeneratedHandle>,
     /// Answers of the two-file tool interface, per caller, oldest first.
     responses: Mutex<ResponsesByOwner>,
     /// When the daemon started: the times of generated nodes.
@@ -66,7 +68,7 @@ pub(super) struct Generated {
 impl Generated {
     pub(super) fn new() -> Generated {
         Generated {
-            inodes: VirtualInodes::default(),
+            inodes: GeneratedInodes::default(),
             handles: HandleTable::default(),
             responses: Mutex::default(),
             started: SystemTime::now(),
@@ -74,7 +76,7 @@ impl Generated {
     }
 
     /// The node of a generated inode number.
-    fn node(&self, ino: u64) -> FsResult<VirtualNode> {
+    fn node(&self, ino: u64) -> FsResult<GeneratedNode> {
         self.inodes.node(ino).ok_or(FsError::UnknownInode(ino))
     }
 
@@ -84,7 +86,7 @@ impl Generated {
     }
 
     /// The inode number of `node` (allocated on first use).
-    pub(super) fn ino(&self, node: &VirtualNode) -> u64 {
+    pub(super) fn ino(&self, node: &GeneratedNode) -> u64 {
         self.inodes.ino(node)
     }
 
@@ -157,13 +159,13 @@ impl Generated {
     }
 
     /// The attributes of `node`.
-    fn attr(&self, node: &VirtualNode) -> Attr {
+    fn attr(&self, node: &GeneratedNode) -> Attr {
         let (size, uid, gid) = match node {
-            VirtualNode::Response { owner, id } => self
+            GeneratedNode::Response { owner, id } => self
                 .kept(owner, id, |k| (k.response.len() as u64, k.uid, k.gid))
                 .unwrap_or((0, 0, 0)),
-            VirtualNode::SearchHit { target, .. } => (target.len() as u64, 0, 0),
-            VirtualNode::Secret(_) => (0, 0, crate::seed::agents_group().unwrap_or(0)),
+            GeneratedNode::SearchHit { target, .. } => (target.len() as u64, 0, 0),
+            GeneratedNode::Secret(_) => (0, 0, crate::seed::agents_group().unwrap_or(0)),
             _ => (0, 0, 0),
         };
         Attr {
@@ -178,7 +180,7 @@ impl Generated {
             kind: node.kind(),
             perm: match node {
                 // They carry a kernel ACL: their group bits show its mask.
-                VirtualNode::SecretsDir | VirtualNode::Secret(_) => {
+                GeneratedNode::SecretsDir | GeneratedNode::Secret(_) => {
                     clawfs_policy::kernel_acl::presented_perm(node.perm())
                 }
                 _ => node.perm(),

@@ -8,8 +8,8 @@ use super::super::{errno, ClawFs, Entry, Opened};
 use crate::attr::{Attr, FileKind};
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
+use crate::generated_files::{self, Exchange, GeneratedHandle, GeneratedNode};
 use crate::open_files::DirEntry;
-use crate::virtual_files::{self, Exchange, VirtualHandle, VirtualNode};
 use clawfs_policy::{Identity, NsPath};
 
 impl ClawFs {
@@ -23,63 +23,63 @@ impl ClawFs {
     }
 
     /// The child `name` of the generated folder `dir`.
-    pub(in crate::fs) fn lookup_virtual(
+    pub(in crate::fs) fn lookup_generated(
         &self,
         caller: &Caller,
-        dir: VirtualNode,
+        dir: GeneratedNode,
         name: &OsStr,
     ) -> FsResult<Entry> {
         let child = match dir {
-            VirtualNode::ResponsesDir => virtual_files::request_id(name).and_then(|id| {
+            GeneratedNode::ResponsesDir => generated_files::request_id(name).and_then(|id| {
                 let owner = self.owner_key(caller);
                 self.generated
                     .response(&owner, id)
-                    .map(|_| VirtualNode::Response {
+                    .map(|_| GeneratedNode::Response {
                         owner,
                         id: id.to_string(),
                     })
             }),
             // Requests are in flight only while their writer holds them open.
-            VirtualNode::RequestsDir => None,
-            VirtualNode::SecretsDir => name
+            GeneratedNode::RequestsDir => None,
+            GeneratedNode::SecretsDir => name
                 .to_str()
                 .filter(|n| clawfs_store::names::check_system_name(OsStr::new(n)).is_ok())
                 .filter(|n| self.secret_exists(n))
-                .map(|n| VirtualNode::Secret(n.to_string())),
-            VirtualNode::SearchDir(workspace) => name
+                .map(|n| GeneratedNode::Secret(n.to_string())),
+            GeneratedNode::SearchDir(workspace) => name
                 .to_str()
                 .filter(|q| !q.trim().is_empty())
-                .map(|q| VirtualNode::SearchResults {
+                .map(|q| GeneratedNode::SearchResults {
                     workspace,
                     query: q.to_string(),
                 }),
-            VirtualNode::SearchResults { workspace, query } => {
+            GeneratedNode::SearchResults { workspace, query } => {
                 let hits = self.search_links(caller, &workspace, &query)?;
                 hits.into_iter()
                     .find(|(n, _)| OsStr::new(n) == name)
-                    .map(|(name, target)| VirtualNode::SearchHit {
+                    .map(|(name, target)| GeneratedNode::SearchHit {
                         workspace,
                         query,
                         name,
                         target,
                     })
             }
-            dir => virtual_files::child_of_virtual(&dir, name),
+            dir => generated_files::child_of_generated(&dir, name),
         };
         let child = child.ok_or_else(|| errno(libc::ENOENT))?;
-        Ok(self.entry_of_virtual(&child))
+        Ok(self.entry_of_generated(&child))
     }
 
     /// The entry of a generated node (never cached, generation 0).
-    pub(in crate::fs) fn entry_of_virtual(&self, node: &VirtualNode) -> Entry {
+    pub(in crate::fs) fn entry_of_generated(&self, node: &GeneratedNode) -> Entry {
         Entry {
-            attr: self.attr_of_virtual(node),
+            attr: self.attr_of_generated(node),
             generation: 0,
         }
     }
 
     /// The attributes of a generated node.
-    pub(in crate::fs) fn attr_of_virtual(&self, node: &VirtualNode) -> Attr {
+    pub(in crate::fs) fn attr_of_generated(&self, node: &GeneratedNode) -> Attr {
         self.generated.attr(node)
     }
 
@@ -87,8 +87,8 @@ impl ClawFs {
     pub(in crate::fs) fn opens_of(
         &self,
         caller: &Caller,
-        node: &VirtualNode,
-    ) -> Vec<(u64, std::sync::Arc<crate::virtual_files::VirtualHandle>)> {
+        node: &GeneratedNode,
+    ) -> Vec<(u64, std::sync::Arc<crate::generated_files::GeneratedHandle>)> {
         let owner = self.owner_key(caller);
         // The owners are worked out after the table's lock is released.
         let mut opens = self.generated.handles.matching(|h| h.node == *node);
@@ -99,14 +99,14 @@ impl ClawFs {
     /// The attributes of a generated node as `caller` sees it: an index view has the size of
     /// the copy open on `fh`, or else of the caller's latest open copy (the kernel asks without
     /// a handle for `fstat`, and `sqlite3` believes the size it gets).
-    pub(in crate::fs) fn attr_of_open_virtual(
+    pub(in crate::fs) fn attr_of_open_generated(
         &self,
         caller: &Caller,
-        node: &VirtualNode,
+        node: &GeneratedNode,
         fh: Option<u64>,
     ) -> Attr {
-        let mut attr = self.attr_of_virtual(node);
-        if let VirtualNode::IndexView(_) = node {
+        let mut attr = self.attr_of_generated(node);
+        if let GeneratedNode::IndexView(_) = node {
             let open = fh
                 .and_then(|fh| self.generated.handles.get(fh).ok())
                 .filter(|h| h.node == *node)
@@ -128,9 +128,9 @@ impl ClawFs {
     }
 
     /// Only truncation to zero (a shell's `>`) is accepted: it clears the request.
-    pub(in crate::fs) fn virtual_setattr(
+    pub(in crate::fs) fn generated_setattr(
         &self,
-        node: &VirtualNode,
+        node: &GeneratedNode,
         fh: Option<u64>,
         change: super::super::SetAttr,
     ) -> FsResult<Attr> {
@@ -152,25 +152,25 @@ impl ClawFs {
             let handle = self.generated.handles.get(fh)?;
             *handle.state.lock().unwrap_or_else(PoisonError::into_inner) = Exchange::default();
         }
-        Ok(self.attr_of_virtual(node))
+        Ok(self.attr_of_generated(node))
     }
 
-    pub(in crate::fs) fn open_virtual(
+    pub(in crate::fs) fn open_generated(
         &self,
         caller: &Caller,
-        node: VirtualNode,
+        node: GeneratedNode,
         flags: i32,
     ) -> FsResult<u64> {
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mut exchange = Exchange::default();
         match &node {
-            VirtualNode::IndexView(_) if writes => return Err(read_only_generated()),
-            VirtualNode::IndexView(ws) => {
+            GeneratedNode::IndexView(_) if writes => return Err(read_only_generated()),
+            GeneratedNode::IndexView(ws) => {
                 let view = self.open_index_view(caller, ws)?;
-                return Ok(self.insert_virtual(caller, node, exchange, Some(view)));
+                return Ok(self.insert_generated(caller, node, exchange, Some(view)));
             }
-            VirtualNode::SelfInfo if writes => return Err(read_only_generated()),
-            VirtualNode::SelfInfo => {
+            GeneratedNode::SelfInfo if writes => return Err(read_only_generated()),
+            GeneratedNode::SelfInfo => {
                 if let Identity::Agent(agent) = self.identify(caller) {
                     // Named in the kernel's ACLs before the agent runs (a `--user` uid).
                     let path = NsPath::parse("/agents/self").expect("a valid path");
@@ -179,8 +179,8 @@ impl ClawFs {
                 }
                 exchange.response = Some(self.self_info(caller));
             }
-            VirtualNode::Response { .. } if writes => return Err(read_only_generated()),
-            VirtualNode::Response { owner, id } => {
+            GeneratedNode::Response { .. } if writes => return Err(read_only_generated()),
+            GeneratedNode::Response { owner, id } => {
                 if *owner != self.owner_key(caller) {
                     return Err(errno(libc::ENOENT));
                 }
@@ -190,34 +190,44 @@ impl ClawFs {
                         .ok_or_else(|| errno(libc::ENOENT))?,
                 );
             }
-            VirtualNode::Secret(name) => self.open_secret(caller, name, writes, &mut exchange)?,
-            VirtualNode::CallDir
-            | VirtualNode::RequestsDir
-            | VirtualNode::ResponsesDir
-            | VirtualNode::SecretsDir
-            | VirtualNode::SearchDir(_)
-            | VirtualNode::SearchResults { .. } => return Err(errno(libc::EISDIR)),
+            GeneratedNode::Secret(name) => self.open_secret(caller, name, writes, &mut exchange)?,
+            GeneratedNode::CallDir
+            | GeneratedNode::RequestsDir
+            | GeneratedNode::ResponsesDir
+            | GeneratedNode::SecretsDir
+            | GeneratedNode::SearchDir(_)
+            | GeneratedNode::SearchResults { .. } => return Err(errno(libc::EISDIR)),
             // A symlink is never opened itself (the kernel follows it, or O_NOFOLLOW fails).
-            VirtualNode::SearchHit { .. } => return Err(errno(libc::ELOOP)),
+            GeneratedNode::SearchHit { .. } => return Err(errno(libc::ELOOP)),
             // Reopening a request being written is not possible: each request is one file.
-            VirtualNode::Request { .. } => return Err(errno(libc::ENOENT)),
-            VirtualNode::Call(_) => {}
+            GeneratedNode::Request { .. } => return Err(errno(libc::ENOENT)),
+            GeneratedNode::Call(_) => {}
         }
-        Ok(self.insert_virtual(caller, node, exchange, None))
+        Ok(self.insert_generated(caller, node, exchange, None))
     }
 
-    pub(in crate::fs) fn write_virtual(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    pub(in crate::fs) fn write_generated(
+        &self,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<u32> {
         let handle = self.generated.handles.get(fh)?;
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         match handle.node {
-            VirtualNode::Call(_) | VirtualNode::Request { .. } | VirtualNode::Secret(_) => {
+            GeneratedNode::Call(_) | GeneratedNode::Request { .. } | GeneratedNode::Secret(_) => {
                 Ok(state.write(offset, data).map_err(errno)? as u32)
             }
             _ => Err(errno(libc::EBADF)),
         }
     }
 
-    pub(in crate::fs) fn read_virtual(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub(in crate::fs) fn read_generated(
+        &self,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> FsResult<Vec<u8>> {
         let handle = self.generated.handles.get(fh)?;
         if let Some(file) = &handle.content {
             let mut buf = vec![0; size as usize];
@@ -227,7 +237,7 @@ impl ClawFs {
         }
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.response.is_none() {
-            if let VirtualNode::Call(tool) = &handle.node {
+            if let GeneratedNode::Call(tool) = &handle.node {
                 // The call runs on this request thread; the other threads keep serving.
                 let response = self.run_tool(&handle.opener, Some(tool), &state);
                 state.response = Some(response);
@@ -238,14 +248,14 @@ impl ClawFs {
 
     /// Registers `caller`'s open of the generated file `node` (served from `content` when
     /// given); returns its handle.
-    fn insert_virtual(
+    fn insert_generated(
         &self,
         caller: &Caller,
-        node: VirtualNode,
+        node: GeneratedNode,
         exchange: Exchange,
         content: Option<std::fs::File>,
     ) -> u64 {
-        let (fh, _) = self.generated.handles.insert(VirtualHandle {
+        let (fh, _) = self.generated.handles.insert(GeneratedHandle {
             node,
             caller: *caller,
             opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
@@ -256,55 +266,55 @@ impl ClawFs {
     }
 
     /// The entry and open handle of a generated file `caller` has just created.
-    fn created_virtual(
+    fn created_generated(
         &self,
         caller: &Caller,
-        node: VirtualNode,
+        node: GeneratedNode,
         exchange: Exchange,
     ) -> (Entry, Opened) {
         let entry = Entry {
-            attr: self.attr_of_virtual(&node),
+            attr: self.attr_of_generated(&node),
             generation: 0,
         };
-        let fh = self.insert_virtual(caller, node, exchange, None);
-        (entry, Opened::Virtual(fh))
+        let fh = self.insert_generated(caller, node, exchange, None);
+        (entry, Opened::Generated(fh))
     }
 
     /// Creating `<id>.json` in `tools/requests/` starts a request.
-    pub(in crate::fs) fn create_virtual(
+    pub(in crate::fs) fn create_generated(
         &self,
         caller: &Caller,
-        dir: VirtualNode,
+        dir: GeneratedNode,
         name: &OsStr,
     ) -> FsResult<(Entry, Opened)> {
-        if dir == VirtualNode::SecretsDir {
+        if dir == GeneratedNode::SecretsDir {
             // A new secret, written by an admin; stored encrypted when closed.
             let secret = clawfs_store::names::check_system_name(name)?.to_string();
-            let node = VirtualNode::Secret(secret.clone());
+            let node = GeneratedNode::Secret(secret.clone());
             let mut exchange = Exchange::default();
             self.open_secret(caller, &secret, true, &mut exchange)?;
-            return Ok(self.created_virtual(caller, node, exchange));
+            return Ok(self.created_generated(caller, node, exchange));
         }
-        if dir != VirtualNode::RequestsDir {
+        if dir != GeneratedNode::RequestsDir {
             return Err(FsError::Refused {
                 errno: libc::EACCES,
                 why: "files are made in a generated folder only as tool requests (tools/requests/<id>.json)",
             });
         }
-        let id = virtual_files::request_id(name).ok_or_else(|| FsError::InvalidName {
+        let id = generated_files::request_id(name).ok_or_else(|| FsError::InvalidName {
             name: name.to_string_lossy().into_owned(),
             reason: "requests are named <id>.json, id of letters, digits, '.', '_' and '-'",
         })?;
-        let node = VirtualNode::Request {
+        let node = GeneratedNode::Request {
             owner: self.owner_key(caller),
             id: id.to_string(),
         };
-        Ok(self.created_virtual(caller, node, Exchange::default()))
+        Ok(self.created_generated(caller, node, Exchange::default()))
     }
 
     /// Closing a request runs it; its answer is in `tools/responses/<id>.json` by the time
     /// `close()` returns (the kernel's FLUSH is synchronous with `close()`, RELEASE is not).
-    pub(in crate::fs) fn flush_virtual(&self, fh: u64) -> FsResult<()> {
+    pub(in crate::fs) fn flush_generated(&self, fh: u64) -> FsResult<()> {
         let handle = self.generated.handles.get(fh)?;
         // A close before anything was written (a shell's copy of the descriptor, closed after
         // dup2) runs nothing; the last close runs even an empty request.
@@ -321,7 +331,7 @@ impl ClawFs {
     }
 
     /// The last close of a request that was never flushed also runs it.
-    pub(in crate::fs) fn release_virtual(&self, fh: u64) -> FsResult<()> {
+    pub(in crate::fs) fn release_generated(&self, fh: u64) -> FsResult<()> {
         let handle = self
             .generated
             .handles
@@ -333,8 +343,8 @@ impl ClawFs {
 
     /// Runs a request once; later flushes of the same descriptor (after more writes) run it
     /// again with the whole content.
-    fn run_request(&self, handle: &VirtualHandle) {
-        let VirtualNode::Request { owner, id } = &handle.node else {
+    fn run_request(&self, handle: &GeneratedHandle) {
+        let GeneratedNode::Request { owner, id } = &handle.node else {
             return;
         };
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -349,23 +359,23 @@ impl ClawFs {
     }
 
     /// Deleting a response in `tools/responses/` forgets it.
-    pub(in crate::fs) fn remove_virtual(
+    pub(in crate::fs) fn remove_generated(
         &self,
         caller: &Caller,
-        dir: VirtualNode,
+        dir: GeneratedNode,
         name: &OsStr,
     ) -> FsResult<()> {
-        if dir == VirtualNode::SecretsDir {
+        if dir == GeneratedNode::SecretsDir {
             let name = clawfs_store::names::check_system_name(name)?;
             return self.remove_secret(caller, name);
         }
-        if dir != VirtualNode::ResponsesDir {
+        if dir != GeneratedNode::ResponsesDir {
             return Err(FsError::Refused {
                 errno: libc::EPERM,
                 why: "only tool responses are removed from a generated folder",
             });
         }
-        let id = virtual_files::request_id(name).ok_or_else(|| errno(libc::ENOENT))?;
+        let id = generated_files::request_id(name).ok_or_else(|| errno(libc::ENOENT))?;
         match self.generated.forget_response(&self.owner_key(caller), id) {
             true => Ok(()),
             false => Err(errno(libc::ENOENT)),
@@ -373,10 +383,10 @@ impl ClawFs {
     }
 
     /// The entries of the generated folder `dir`, as `caller` sees them.
-    pub(in crate::fs) fn list_virtual_dir(
+    pub(in crate::fs) fn list_generated_dir(
         &self,
         caller: &Caller,
-        dir: VirtualNode,
+        dir: GeneratedNode,
     ) -> FsResult<Vec<DirEntry>> {
         let ino = self.generated.ino(&dir);
         // The folder above: a stored one (an area's root, the workspace), or a generated one.
@@ -385,17 +395,17 @@ impl ClawFs {
             Ok(self.inodes.mount_ino(st.st_ino))
         };
         let parent = match &dir {
-            VirtualNode::SecretsDir => stored_parent(clawfs_store::area::Area::Vault.dir_name())?,
-            VirtualNode::SearchDir(ws) => stored_parent(&format!("workspaces/{ws}"))?,
-            VirtualNode::SearchResults { workspace, .. } => self
+            GeneratedNode::SecretsDir => stored_parent(clawfs_store::area::Area::Vault.dir_name())?,
+            GeneratedNode::SearchDir(ws) => stored_parent(&format!("workspaces/{ws}"))?,
+            GeneratedNode::SearchResults { workspace, .. } => self
                 .generated
-                .ino(&VirtualNode::SearchDir(workspace.clone())),
+                .ino(&GeneratedNode::SearchDir(workspace.clone())),
             _ => stored_parent(clawfs_store::area::Area::Tools.dir_name())?,
         };
         let mut out = DirEntry::dots(ino, parent);
-        if let VirtualNode::SearchResults { workspace, query } = &dir {
+        if let GeneratedNode::SearchResults { workspace, query } = &dir {
             for (name, target) in self.search_links(caller, workspace, query)? {
-                let hit = VirtualNode::SearchHit {
+                let hit = GeneratedNode::SearchHit {
                     workspace: workspace.clone(),
                     query: query.clone(),
                     name: name.clone(),
@@ -410,28 +420,28 @@ impl ClawFs {
             return Ok(out);
         }
         let children = match dir {
-            VirtualNode::ResponsesDir => {
+            GeneratedNode::ResponsesDir => {
                 let owner = self.owner_key(caller);
                 self.generated
                     .response_ids(&owner)
                     .into_iter()
-                    .map(|id| VirtualNode::Response {
+                    .map(|id| GeneratedNode::Response {
                         owner: owner.clone(),
                         id,
                     })
                     .collect()
             }
-            VirtualNode::SecretsDir => self
+            GeneratedNode::SecretsDir => self
                 .visible_secrets(caller)
                 .into_iter()
-                .map(VirtualNode::Secret)
+                .map(GeneratedNode::Secret)
                 .collect(),
-            dir => virtual_files::children_of_virtual(&dir),
+            dir => generated_files::children_of_generated(&dir),
         };
         for child in children {
             let name = match &child {
-                VirtualNode::Call(t) | VirtualNode::Secret(t) => OsString::from(t),
-                VirtualNode::Request { id, .. } | VirtualNode::Response { id, .. } => {
+                GeneratedNode::Call(t) | GeneratedNode::Secret(t) => OsString::from(t),
+                GeneratedNode::Request { id, .. } | GeneratedNode::Response { id, .. } => {
                     OsString::from(format!("{id}.json"))
                 }
                 other => OsString::from(format!("{other:?}")),

@@ -8,7 +8,7 @@ use clawfs_store::ToErrno;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Caller};
-use crate::virtual_files::{self, Exchange};
+use crate::generated_files::{self, Exchange};
 use clawfs_policy::{Identity, NsPath, Policy};
 
 impl ClawFs {
@@ -31,7 +31,7 @@ impl ClawFs {
         let (workspace, result) = if exchange.is_cut() {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
-                virtual_files::MAX_CALL_REQUEST
+                generated_files::MAX_CALL_REQUEST
             );
             (None, Err(clawfs_agent_tools::ToolError::TooLarge(message)))
         } else {

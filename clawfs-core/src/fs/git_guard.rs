@@ -1,7 +1,7 @@
 //! An agent makes git's config file the way git does, by renaming a finished file onto it
 //! (`config.lock` → `config`), and only so (the policy refuses opening it for writing). Before
 //! such a rename the daemon reads the file and refuses settings that run commands or send git
-//! elsewhere ([`crate::gitconfig`]); so that what it read is what lands, the source inode is
+//! elsewhere ([`crate::git_settings`]); so that what it read is what lands, the source inode is
 //! sealed first — refused if anything has it open for writing, and no agent may open it for
 //! writing after — and stays sealed once it is the config.
 
@@ -130,7 +130,7 @@ impl ClawFs {
                 return Err(e);
             }
         };
-        let refused = match crate::gitconfig::refused_settings(&text) {
+        let refused = match crate::git_settings::refused_settings(&text) {
             Ok(refused) => refused,
             Err(why) => {
                 node.io.unseal();

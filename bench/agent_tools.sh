@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/tools.sh — latency of the agent tools through a ClawFS mount, against `cat`.
+# bench/agent_tools.sh — latency of the agent tools through a ClawFS mount, against `cat`.
 #
-#   bash bench/tools.sh [options]        (run from anywhere; needs root)
+#   bash bench/agent_tools.sh [options]        (run from anywhere; needs root)
 #
 # Same setup as bench/run.sh: a journaled ext4 image on a loop device, a ClawFS store on it,
 # mounted with the release binary. Then p50/p99 of each call through tools/call/<tool> (one
@@ -19,7 +19,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: bash bench/tools.sh [options]
+usage: bash bench/agent_tools.sh [options]
 
   --workdir DIR        scratch directory (default /tmp/clawfs-bench-tools); no spaces
   --clawfs-bin PATH    use this clawfs binary instead of building target/release/clawfs

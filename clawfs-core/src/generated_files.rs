@@ -9,15 +9,15 @@ use std::sync::{Mutex, PoisonError};
 
 use clawfs_store::area::{Area, Place, INDEX_VIEW, SEARCH_DIR};
 
-/// First inode number of virtual nodes. Backing filesystems hand out far smaller numbers.
-pub const VIRTUAL_INO_BASE: u64 = 1 << 63;
+/// First inode number of generated nodes. Backing filesystems hand out far smaller numbers.
+pub const GENERATED_INO_BASE: u64 = 1 << 63;
 
 /// The largest request a tool call accepts through the mount; larger writes fail with EFBIG.
 pub const MAX_CALL_REQUEST: usize = 4 << 20;
 
 /// A generated node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum VirtualNode {
+pub enum GeneratedNode {
     /// `agents/self`: the caller's identity as JSON.
     SelfInfo,
     /// `tools/call/`: one file per tool.
@@ -79,10 +79,10 @@ pub fn is_workspace_child(name: &OsStr) -> bool {
 }
 
 /// The generated child `name` of workspace `ws`'s folder, when the daemon indexes workspaces.
-pub fn child_of_workspace(ws: &str, name: &OsStr) -> Option<VirtualNode> {
+pub fn child_of_workspace(ws: &str, name: &OsStr) -> Option<GeneratedNode> {
     match name.to_str()? {
-        SEARCH_DIR => Some(VirtualNode::SearchDir(ws.to_string())),
-        INDEX_VIEW => Some(VirtualNode::IndexView(ws.to_string())),
+        SEARCH_DIR => Some(GeneratedNode::SearchDir(ws.to_string())),
+        INDEX_VIEW => Some(GeneratedNode::IndexView(ws.to_string())),
         _ => None,
     }
 }
@@ -102,17 +102,17 @@ pub fn request_id(name: &OsStr) -> Option<&str> {
     ok.then_some(id)
 }
 
-impl VirtualNode {
+impl GeneratedNode {
     /// Whether this node is a directory.
     pub fn is_dir(&self) -> bool {
         matches!(
             self,
-            VirtualNode::CallDir
-                | VirtualNode::RequestsDir
-                | VirtualNode::ResponsesDir
-                | VirtualNode::SecretsDir
-                | VirtualNode::SearchDir(_)
-                | VirtualNode::SearchResults { .. }
+            GeneratedNode::CallDir
+                | GeneratedNode::RequestsDir
+                | GeneratedNode::ResponsesDir
+                | GeneratedNode::SecretsDir
+                | GeneratedNode::SearchDir(_)
+                | GeneratedNode::SearchResults { .. }
         )
     }
 
@@ -120,20 +120,20 @@ impl VirtualNode {
     pub fn kind(&self) -> crate::attr::FileKind {
         match self {
             n if n.is_dir() => crate::attr::FileKind::Dir,
-            VirtualNode::SearchHit { .. } => crate::attr::FileKind::Symlink,
+            GeneratedNode::SearchHit { .. } => crate::attr::FileKind::Symlink,
             _ => crate::attr::FileKind::File,
         }
     }
 
-    /// The place of a virtual directory, for its children's rules.
+    /// The place of a generated directory, for its children's rules.
     pub fn place(&self) -> Place {
         match self {
-            VirtualNode::SelfInfo => Place::Inside(Area::Agents),
-            VirtualNode::SecretsDir | VirtualNode::Secret(_) => Place::Inside(Area::Vault),
-            VirtualNode::SearchDir(_)
-            | VirtualNode::SearchResults { .. }
-            | VirtualNode::SearchHit { .. }
-            | VirtualNode::IndexView(_) => Place::Inside(Area::Workspaces),
+            GeneratedNode::SelfInfo => Place::Inside(Area::Agents),
+            GeneratedNode::SecretsDir | GeneratedNode::Secret(_) => Place::Inside(Area::Vault),
+            GeneratedNode::SearchDir(_)
+            | GeneratedNode::SearchResults { .. }
+            | GeneratedNode::SearchHit { .. }
+            | GeneratedNode::IndexView(_) => Place::Inside(Area::Workspaces),
             _ => Place::Inside(Area::Tools),
         }
     }
@@ -142,43 +142,43 @@ impl VirtualNode {
     /// with exactly the caller's access), `self` is read-only.
     pub fn perm(&self) -> u16 {
         match self {
-            VirtualNode::SelfInfo | VirtualNode::Response { .. } | VirtualNode::IndexView(_) => {
-                0o444
-            }
-            VirtualNode::CallDir
-            | VirtualNode::SearchDir(_)
-            | VirtualNode::SearchResults { .. } => 0o555,
-            VirtualNode::SearchHit { .. } => 0o777,
+            GeneratedNode::SelfInfo
+            | GeneratedNode::Response { .. }
+            | GeneratedNode::IndexView(_) => 0o444,
+            GeneratedNode::CallDir
+            | GeneratedNode::SearchDir(_)
+            | GeneratedNode::SearchResults { .. } => 0o555,
+            GeneratedNode::SearchHit { .. } => 0o777,
             // Reading a secret needs a grant, writing is the admin's; listing is the admin's
             // (the kernel decides a watch from these bits and the ACL: a watch here would name
             // every secret read). Agents find their secrets in `agents/self`.
-            VirtualNode::SecretsDir => 0o711,
+            GeneratedNode::SecretsDir => 0o711,
             // Readable by mode only to root and the agents' group (the daemon still decides
             // each open by the policy): an ordinary user is refused by the kernel already.
-            VirtualNode::Secret(_) => 0o640,
+            GeneratedNode::Secret(_) => 0o640,
             // Everyone may drop requests, by name: nobody but root may list or watch them (a
             // watch would name everyone's calls as they are made).
-            VirtualNode::RequestsDir => 0o1733,
+            GeneratedNode::RequestsDir => 0o1733,
             // Everyone may list (their own), read and delete their own responses.
-            VirtualNode::ResponsesDir => 0o1777,
-            VirtualNode::Call(_) | VirtualNode::Request { .. } => 0o666,
+            GeneratedNode::ResponsesDir => 0o1777,
+            GeneratedNode::Call(_) | GeneratedNode::Request { .. } => 0o666,
         }
     }
 }
 
-/// The virtual child `name` of a real directory at `place`, if there is one.
-pub fn child_of_place(place: Place, name: &OsStr) -> Option<VirtualNode> {
+/// The generated child `name` of a real directory at `place`, if there is one.
+pub fn child_of_place(place: Place, name: &OsStr) -> Option<GeneratedNode> {
     match (place, name.to_str()?) {
-        (Place::AreaRoot(Area::Agents), "self") => Some(VirtualNode::SelfInfo),
-        (Place::AreaRoot(Area::Tools), "call") => Some(VirtualNode::CallDir),
-        (Place::AreaRoot(Area::Tools), "requests") => Some(VirtualNode::RequestsDir),
-        (Place::AreaRoot(Area::Tools), "responses") => Some(VirtualNode::ResponsesDir),
-        (Place::AreaRoot(Area::Vault), "secrets") => Some(VirtualNode::SecretsDir),
+        (Place::AreaRoot(Area::Agents), "self") => Some(GeneratedNode::SelfInfo),
+        (Place::AreaRoot(Area::Tools), "call") => Some(GeneratedNode::CallDir),
+        (Place::AreaRoot(Area::Tools), "requests") => Some(GeneratedNode::RequestsDir),
+        (Place::AreaRoot(Area::Tools), "responses") => Some(GeneratedNode::ResponsesDir),
+        (Place::AreaRoot(Area::Vault), "secrets") => Some(GeneratedNode::SecretsDir),
         _ => None,
     }
 }
 
-/// The virtual names listed in a real directory at `place`.
+/// The generated names listed in a real directory at `place`.
 pub fn children_of_place(place: Place) -> &'static [&'static str] {
     match place {
         Place::AreaRoot(Area::Agents) => &["self"],
@@ -188,49 +188,49 @@ pub fn children_of_place(place: Place) -> &'static [&'static str] {
     }
 }
 
-/// The child `name` of a virtual directory whose children do not depend on the caller.
-pub fn child_of_virtual(dir: &VirtualNode, name: &OsStr) -> Option<VirtualNode> {
+/// The child `name` of a generated directory whose children do not depend on the caller.
+pub fn child_of_generated(dir: &GeneratedNode, name: &OsStr) -> Option<GeneratedNode> {
     match dir {
-        VirtualNode::CallDir => {
+        GeneratedNode::CallDir => {
             let name = name.to_str()?;
             clawfs_agent_tools::TOOL_NAMES
                 .contains(&name)
-                .then(|| VirtualNode::Call(name.to_string()))
+                .then(|| GeneratedNode::Call(name.to_string()))
         }
         _ => None,
     }
 }
 
-/// The children of a virtual directory whose children do not depend on the caller.
-pub fn children_of_virtual(dir: &VirtualNode) -> Vec<VirtualNode> {
+/// The children of a generated directory whose children do not depend on the caller.
+pub fn children_of_generated(dir: &GeneratedNode) -> Vec<GeneratedNode> {
     match dir {
-        VirtualNode::CallDir => clawfs_agent_tools::TOOL_NAMES
+        GeneratedNode::CallDir => clawfs_agent_tools::TOOL_NAMES
             .iter()
-            .map(|t| VirtualNode::Call(t.to_string()))
+            .map(|t| GeneratedNode::Call(t.to_string()))
             .collect(),
         _ => Vec::new(),
     }
 }
 
-/// Interns virtual nodes: one stable inode number per node while the kernel knows it. Numbers
+/// Interns generated nodes: one stable inode number per node while the kernel knows it. Numbers
 /// are never reused; search results (one node per query and hit, named by callers) are dropped
 /// when the kernel forgets them, so they do not pile up.
 #[derive(Default)]
-pub struct VirtualInodes {
+pub struct GeneratedInodes {
     maps: Mutex<Interned>,
 }
 
 #[derive(Default)]
 struct Interned {
-    by_node: HashMap<VirtualNode, u64>,
-    by_ino: HashMap<u64, VirtualNode>,
+    by_node: HashMap<GeneratedNode, u64>,
+    by_ino: HashMap<u64, GeneratedNode>,
     allocated: u64,
 }
 
-impl VirtualInodes {
-    /// Whether `ino` is a virtual inode number.
-    pub fn is_virtual(ino: u64) -> bool {
-        ino >= VIRTUAL_INO_BASE
+impl GeneratedInodes {
+    /// Whether `ino` is a generated inode number.
+    pub fn is_generated(ino: u64) -> bool {
+        ino >= GENERATED_INO_BASE
     }
 
     fn maps(&self) -> std::sync::MutexGuard<'_, Interned> {
@@ -238,7 +238,7 @@ impl VirtualInodes {
     }
 
     /// The inode numbers given so far to nodes `wanted` picks.
-    pub fn inos_matching(&self, wanted: impl Fn(&VirtualNode) -> bool) -> Vec<u64> {
+    pub fn inos_matching(&self, wanted: impl Fn(&GeneratedNode) -> bool) -> Vec<u64> {
         let maps = self.maps();
         maps.by_ino
             .iter()
@@ -248,20 +248,20 @@ impl VirtualInodes {
     }
 
     /// The inode number of `node`.
-    pub fn ino(&self, node: &VirtualNode) -> u64 {
+    pub fn ino(&self, node: &GeneratedNode) -> u64 {
         let mut maps = self.maps();
         if let Some(&ino) = maps.by_node.get(node) {
             return ino;
         }
         maps.allocated += 1;
-        let ino = VIRTUAL_INO_BASE + maps.allocated;
+        let ino = GENERATED_INO_BASE + maps.allocated;
         maps.by_node.insert(node.clone(), ino);
         maps.by_ino.insert(ino, node.clone());
         ino
     }
 
-    /// The node of a virtual inode number.
-    pub fn node(&self, ino: u64) -> Option<VirtualNode> {
+    /// The node of a generated inode number.
+    pub fn node(&self, ino: u64) -> Option<GeneratedNode> {
         self.maps().by_ino.get(&ino).cloned()
     }
 
@@ -270,7 +270,7 @@ impl VirtualInodes {
         let mut maps = self.maps();
         let transient = matches!(
             maps.by_ino.get(&ino),
-            Some(VirtualNode::SearchResults { .. } | VirtualNode::SearchHit { .. })
+            Some(GeneratedNode::SearchResults { .. } | GeneratedNode::SearchHit { .. })
         );
         if transient {
             if let Some(node) = maps.by_ino.remove(&ino) {
@@ -280,11 +280,11 @@ impl VirtualInodes {
     }
 }
 
-/// One open of a virtual file: what the caller wrote and what it reads back.
+/// One open of a generated file: what the caller wrote and what it reads back.
 #[derive(Debug)]
-pub struct VirtualHandle {
+pub struct GeneratedHandle {
     /// The node opened.
-    pub node: VirtualNode,
+    pub node: GeneratedNode,
     /// The opener.
     pub caller: crate::creds::Caller,
     /// Who the opener was and what it acted with, fixed at open: a call that runs later runs
@@ -296,7 +296,7 @@ pub struct VirtualHandle {
     pub content: Option<std::fs::File>,
 }
 
-/// The request/response exchange of one open virtual file.
+/// The request/response exchange of one open generated file.
 #[derive(Debug, Default)]
 pub struct Exchange {
     /// Bytes written so far (the request).
@@ -393,14 +393,14 @@ mod tests {
     }
 
     #[test]
-    fn inodes_are_stable_and_virtual() {
-        let v = VirtualInodes::default();
-        let a = v.ino(&VirtualNode::SelfInfo);
-        let b = v.ino(&VirtualNode::Call("info".into()));
+    fn inodes_are_stable_and_generated() {
+        let v = GeneratedInodes::default();
+        let a = v.ino(&GeneratedNode::SelfInfo);
+        let b = v.ino(&GeneratedNode::Call("info".into()));
         assert_ne!(a, b);
-        assert_eq!(a, v.ino(&VirtualNode::SelfInfo));
-        assert!(VirtualInodes::is_virtual(a) && VirtualInodes::is_virtual(b));
-        assert_eq!(v.node(b), Some(VirtualNode::Call("info".into())));
+        assert_eq!(a, v.ino(&GeneratedNode::SelfInfo));
+        assert!(GeneratedInodes::is_generated(a) && GeneratedInodes::is_generated(b));
+        assert_eq!(v.node(b), Some(GeneratedNode::Call("info".into())));
     }
 
     #[test]

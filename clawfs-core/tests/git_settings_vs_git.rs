@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::Command;
 
-use clawfs_core::gitconfig::{allowed, refused_settings};
+use clawfs_core::git_settings::{allowed, refused_settings};
 use proptest::prelude::*;
 
 /// What git applies from `bytes`, as `(section, subsection?, key, value)`; `None` if git
