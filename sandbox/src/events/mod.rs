@@ -152,6 +152,13 @@ struct Shared {
     settle: Settle,
 }
 
+impl Shared {
+    /// The monitor and what it watches (`None` once stopped), locked.
+    fn watching(&self) -> std::sync::MutexGuard<'_, Option<Watching>> {
+        self.monitor.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Settle points ([`AgentEvents::settle`]): each request takes the next number and wakes the event
 /// thread; the number is reached when the events read after it are on record.
 struct Settle {
@@ -319,12 +326,7 @@ impl AgentEvents {
     /// calls it when the mount ends, so the detach (which can take a while) is over before the
     /// daemon exits and `clawfs umount` returns.
     pub fn stop(&self) {
-        let monitor = self
-            .shared
-            .monitor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let monitor = self.shared.watching().take();
         drop(monitor);
     }
 
@@ -339,11 +341,7 @@ impl AgentEvents {
         if !self.shared.serves(run) {
             return;
         }
-        let mut guard = self
-            .shared
-            .monitor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.shared.watching();
         let Some(w) = guard.as_mut() else { return };
         // Watched now, so that the run's events carry their agent even when the process is
         // gone before they are read.
@@ -394,11 +392,7 @@ impl AgentEvents {
                 }
             }
         }
-        let mut guard = self
-            .shared
-            .monitor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.shared.watching();
         let Some(w) = guard.as_mut() else { return };
         let gone: Vec<u64> = w
             .ids
@@ -472,13 +466,7 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
     let mut runs = Runs::default();
     // (agent, kind) → the volume of the current second.
     let mut budgets: HashMap<(String, String), Budget> = HashMap::new();
-    let ready = match shared
-        .monitor
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .map(|w| w.monitor.events_fd())
-    {
+    let ready = match shared.watching().as_ref().map(|w| w.monitor.events_fd()) {
         Some(Ok(fd)) => fd,
         Some(Err(e)) => {
             warn!(error = %e, "eBPF monitor: agent activity is no longer audited");
@@ -508,10 +496,7 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
         // in this read.
         let asked = shared.settle.asked();
         let (events, lost) = {
-            let mut guard = shared
-                .monitor
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut guard = shared.watching();
             let Some(w) = guard.as_mut() else { return };
             match w.monitor.next_events(Duration::ZERO) {
                 Ok(evs) => (evs, w.monitor.lost_events()),

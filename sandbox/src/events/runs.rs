@@ -2,7 +2,6 @@
 //! daemon's store (runs of every store share the host-wide agent groups).
 
 use std::collections::HashMap;
-use std::sync::PoisonError;
 use std::time::Instant;
 
 use clawfs_ebpf::Event;
@@ -75,12 +74,7 @@ pub(super) fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<S
     }
     if let Some((agent, run)) = leaf_of(shared, ev.pid) {
         if ev.agent == BASE {
-            if let Some(w) = shared
-                .monitor
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-            {
+            if let Some(w) = shared.watching().as_mut() {
                 w.watch_agent(shared.cgroup, &agent);
             }
         }
