@@ -17,6 +17,9 @@ mod parser;
 mod render;
 
 pub use onexec::OnExec;
+
+/// The profile of P1.4 §8.3 a new store gets (`system/apparmor/clawos-fs`).
+pub const CLAWOS_FS_PROFILE: &str = include_str!("../profiles/clawos-fs");
 pub use parser::{availability, check, load, parser_path, Availability, CheckError, FEATURES_FILE};
 pub use render::{
     profile_name, render, render_template, validate_agent, validate_path, Network, ProfileInputs,

@@ -8,6 +8,7 @@ pub mod monitor;
 pub mod mount_helper;
 pub mod mounts;
 pub mod output;
+pub mod store_ops;
 
 use std::process::ExitCode;
 

@@ -153,3 +153,15 @@ pub fn store_for(store: &Option<PathBuf>, mount: Option<&Path>) -> Result<PathBu
         (s, _) => Ok(store_path(s)),
     }
 }
+
+/// Unmounts `mp`; `lazy` detaches it even while files are open.
+pub fn unmount(mp: &Path, lazy: bool) -> io::Result<()> {
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

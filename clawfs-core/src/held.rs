@@ -111,6 +111,15 @@ pub struct Saved {
 /// The format of [`Saved`].
 pub const FORMAT: u32 = 2;
 
+/// A uid another agent holds (its files are counted for it, or its processes run), so it
+/// cannot act as a second agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("uid held by agent {agent}")]
+pub struct UidHeld {
+    /// The agent that holds it.
+    pub agent: String,
+}
+
 impl HeldUsage {
     fn lock(&self) -> std::sync::MutexGuard<'_, Saved> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -194,7 +203,7 @@ impl HeldUsage {
     /// Records that `uid` acts as `agent`, unless it is another agent's and `in_use` (its
     /// processes run) or it owns files: then that agent is answered. Checked and recorded
     /// under one lock, so two agents announcing one uid at once cannot both have it.
-    pub fn claim(&self, uid: u32, agent: &str, in_use: bool) -> Result<bool, String> {
+    pub fn claim(&self, uid: u32, agent: &str, in_use: bool) -> Result<bool, UidHeld> {
         if uid == 0 {
             return Ok(false);
         }
@@ -204,7 +213,9 @@ impl HeldUsage {
             Some(other) => {
                 let holds = s.by_uid.get(&uid).is_some_and(|h| *h != Held::default());
                 if holds || in_use {
-                    return Err(other.clone());
+                    return Err(UidHeld {
+                        agent: other.clone(),
+                    });
                 }
                 s.agents.insert(uid, agent.to_string());
                 s.dirty = true;
@@ -563,12 +574,16 @@ mod tests {
         // A uid holding files, or running, stays its agent's.
         assert_eq!(
             u.claim(61006, "kernel-engine", false),
-            Err("fs-engine".into())
+            Err(UidHeld {
+                agent: "fs-engine".into()
+            })
         );
         assert_eq!(u.claim(62000, "fs-engine", false), Ok(true));
         assert_eq!(
             u.claim(62000, "kernel-engine", true),
-            Err("fs-engine".into())
+            Err(UidHeld {
+                agent: "fs-engine".into()
+            })
         );
         assert_eq!(u.claim(62000, "kernel-engine", false), Ok(true));
         assert_eq!(u.agent_of(62000).as_deref(), Some("kernel-engine"));

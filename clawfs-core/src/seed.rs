@@ -18,10 +18,6 @@ use clawfs_store::names::DEFAULT_AGENTS;
 
 /// The frozen ClawFS specification, served under `specs/p1/`.
 pub const SPEC_P1_4: &str = include_str!("../assets/P1.4-clawfs-spec.md");
-/// The default seccomp whitelist (`system/seccomp/whitelist.json`).
-pub const SECCOMP_WHITELIST: &str = include_str!("../assets/seccomp-whitelist.json");
-/// The AppArmor profile of P1.4 §8.3 (`system/apparmor/clawos-fs`).
-pub const APPARMOR_PROFILE: &str = include_str!("../assets/clawos-fs.apparmor");
 
 /// The gid of `clawos-agents`, the group of the agent directories, if it exists.
 pub fn agents_group() -> Option<u32> {
@@ -125,9 +121,12 @@ pub fn lay_out(root: &Path) -> io::Result<()> {
     let system_files: [(&str, Vec<u8>); 3] = [
         (
             "seccomp/whitelist.json",
-            SECCOMP_WHITELIST.as_bytes().to_vec(),
+            clawfs_seccomp::DEFAULT_WHITELIST.as_bytes().to_vec(),
         ),
-        ("apparmor/clawos-fs", APPARMOR_PROFILE.as_bytes().to_vec()),
+        (
+            "apparmor/clawos-fs",
+            clawfs_apparmor::CLAWOS_FS_PROFILE.as_bytes().to_vec(),
+        ),
         ("cgroup/quotas.json", pretty(&quotas())),
     ];
     file(

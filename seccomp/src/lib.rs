@@ -24,6 +24,9 @@ mod error;
 mod whitelist;
 
 pub use avail::{available, Availability};
+
+/// The whitelist a new store gets (`system/seccomp/whitelist.json`).
+pub const DEFAULT_WHITELIST: &str = include_str!("../default-whitelist.json");
 pub use compile::Filter;
 pub use error::Error;
 pub use whitelist::{Action, CondOp, Condition, Rule, Whitelist};

@@ -2,7 +2,7 @@
 
 use super::*;
 
-const DEFAULT: &str = include_str!("../../clawfs-core/assets/seccomp-whitelist.json");
+const DEFAULT: &str = include_str!("../default-whitelist.json");
 
 fn doc(extra: &str) -> String {
     format!(

@@ -10,40 +10,12 @@ use clawfs_integrity::seal;
 use clawfs_integrity::signers::{self, Signers, SIGNERS_FILE};
 use clawfs_integrity::specs::{Approved, SpecBook, Status};
 use clawfs_integrity::system::{self, Verification};
-use clawfs_integrity::IntegrityError;
 use clawfs_vault::{Vault, VaultConfig};
 
 use clawfs_args::integrity::{SpecsCommand, SystemCommand, ToolsCommand};
 
 use crate::error::Failure;
-
-fn refused(e: IntegrityError) -> Failure {
-    match e {
-        IntegrityError::Mismatch(m) => Failure::Tampered(m),
-        e @ IntegrityError::Json { .. } => Failure::Tampered(e.to_string()),
-        e => Failure::Other(anyhow!(e)),
-    }
-}
-
-/// The vault's key that seals the system manifest, asked for before a command changes what the
-/// seal covers (`system/`, the signed books): a set-up vault that is locked refuses the change,
-/// which could not be sealed. `None`: the store has no vault, nothing is sealed.
-pub(crate) fn sealing_key(store: &Store) -> Result<Option<[u8; 32]>, Failure> {
-    seal::key_of(store.root()).map_err(|e| match e {
-        clawfs_vault::VaultError::Locked => Failure::Other(anyhow!(
-            "the vault is locked: changes to system/, specs/ and tools/ are sealed with its key; unlock it first (`clawfs vault unlock`)"
-        )),
-        e => Failure::Other(anyhow!("the vault, whose key seals system/: {e}")),
-    })
-}
-
-/// Seals the system manifest after a change, with the key [`sealing_key`] gave.
-pub(crate) fn seal_after(store: &Store, key: Option<[u8; 32]>) -> Result<(), Failure> {
-    match key {
-        Some(key) => seal::seal(store.root_fd(), &key, &now()).map_err(refused),
-        None => Ok(()),
-    }
-}
+use crate::store_ops::{read_input, refused, seal_after, sealing_key};
 
 fn now() -> String {
     clawfs_store::clock::now_rfc3339()
@@ -407,36 +379,4 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// The largest file the commands take in: the mount serves checked files from a sealed
-/// in-memory copy, so anything larger could never be read through it.
-const MAX_INPUT: u64 = 32 << 20;
-
-/// The regular file `path`, at most [`MAX_INPUT`] bytes. A FIFO, a device (`/dev/zero`) or a
-/// folder is refused at once instead of blocking or filling memory.
-pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>, Failure> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let what = || format!("reading {}", path.display());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .with_context(what)?;
-    let meta = file.metadata().with_context(what)?;
-    if !meta.is_file() {
-        return Err(anyhow!("{}: not a regular file", path.display()).into());
-    }
-    if meta.len() > MAX_INPUT {
-        return Err(anyhow!("{}: larger than {} MiB", path.display(), MAX_INPUT >> 20).into());
-    }
-    let mut out = Vec::new();
-    file.take(MAX_INPUT + 1)
-        .read_to_end(&mut out)
-        .with_context(what)?;
-    if out.len() as u64 > MAX_INPUT {
-        return Err(anyhow!("{}: larger than {} MiB", path.display(), MAX_INPUT >> 20).into());
-    }
-    Ok(out)
 }

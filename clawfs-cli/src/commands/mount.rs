@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::error::{mountpoint, Failure};
 use crate::monitor::{Monitor, Recorder};
-use crate::mounts;
+use crate::mounts::{self, unmount};
 use clawfs_args::mount::{AtimeArg, MountArgs};
 use clawfs_fuse::adapter::{Adapter, AdapterConfig};
 
@@ -99,7 +99,7 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
         );
     }
     if !args.foreground {
-        crate::commands::store::report_repair(&store.close_to_others()?);
+        crate::store_ops::report_repair(&store.close_to_others()?);
     }
     if args.foreground {
         serve(args, &mp, store)
@@ -660,18 +660,6 @@ fn spawn_notifier(notifier: fuser::Notifier, queue: InvalidationQueue) -> Result
             }
         })
         .context("starting the notifier thread")?;
-    Ok(())
-}
-
-/// Unmounts `mp`; `lazy` detaches it even while files are open.
-pub fn unmount(mp: &Path, lazy: bool) -> io::Result<()> {
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: `c` is a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
     Ok(())
 }
 

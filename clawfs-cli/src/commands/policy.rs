@@ -30,12 +30,7 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
 }
 
 fn check_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Failure> {
-    check_bytes_to(
-        path,
-        &crate::commands::integrity::read_input(path)?,
-        out,
-        err,
-    )
+    check_bytes_to(path, &crate::store_ops::read_input(path)?, out, err)
 }
 
 fn check_bytes_to(
@@ -132,9 +127,9 @@ pub fn reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(), Failur
     let target = store.root().join(clawfs_core::fs::POLICY_FILE);
     if let Some(file) = file {
         // Read once (a regular file, bounded): what is checked is what is installed.
-        let text = crate::commands::integrity::read_input(file)?;
+        let text = crate::store_ops::read_input(file)?;
         crate::commands::policy::check_bytes(file, &text)?;
-        let key = crate::commands::integrity::sealing_key(&store)?;
+        let key = crate::store_ops::sealing_key(&store)?;
         // Installed with its hash recorded in the system manifest, sealed again.
         clawfs_integrity::system::install(
             store.root_fd(),
@@ -144,7 +139,7 @@ pub fn reload(store: &Option<PathBuf>, file: Option<&Path>) -> Result<(), Failur
             &clawfs_store::clock::now_rfc3339(),
         )
         .with_context(|| format!("installing {}", target.display()))?;
-        crate::commands::integrity::seal_after(&store, key)?;
+        crate::store_ops::seal_after(&store, key)?;
     } else {
         crate::commands::policy::check(&target)?;
     }

@@ -23,7 +23,7 @@ const RESCAN_TIMEOUT: Duration = Duration::from_secs(3600);
 pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
     let store = Store::open(store_root)?;
     let saved = read_saved(&store)?;
-    let policy = crate::commands::run::installed_policy(&store)?;
+    let policy = crate::store_ops::installed_policy(&store)?;
     let rows: Vec<Row> = policy
         .agents()
         .map(|spec| {

@@ -63,7 +63,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
         )));
     }
     // The policy in force decides who may run and as which uid.
-    let policy = installed_policy(&store)?;
+    let policy = crate::store_ops::installed_policy(&store)?;
     let spec_in_policy = clawfs_policy::AgentName::new(&agent)
         .ok()
         .and_then(|n| policy.agent(&n).cloned())
@@ -253,20 +253,6 @@ pub fn require_root() -> Result<(), Failure> {
         ));
     }
     Ok(())
-}
-
-/// The policy in force: the one installed in the store, refused if it was changed behind
-/// ClawFS's back (as the daemon refuses it).
-pub(crate) fn installed_policy(store: &Store) -> Result<clawfs_policy::Policy, Failure> {
-    clawfs_core::fs::installed_policy(store.root_fd()).map_err(|errors| {
-        fail(
-            errors
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    })
 }
 
 /// Creates the agent's identity.json on its first run (P1.4 §5.4), owned by the agent. The

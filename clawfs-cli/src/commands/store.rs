@@ -9,10 +9,10 @@ use clawfs_core::store::{InitOutcome, Store};
 use clawfs_store::area::Area;
 use serde_json::json;
 
-use crate::commands::mount::unmount;
 use crate::error::{mountpoint, Failure};
 use crate::mounts;
 use crate::mounts::store_path;
+use crate::mounts::unmount;
 
 /// `clawfs init`.
 pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {
@@ -28,21 +28,11 @@ pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {
                 )
             } else {
                 println!("{} is already a ClawFS store", path.display());
-                report_repair(&repair);
+                crate::store_ops::report_repair(&repair);
             }
         }
     }
     Ok(())
-}
-
-/// Says which store modes were tightened (a store made by an older ClawFS, or by hand).
-pub fn report_repair(repair: &clawfs_core::store::ModeRepair) {
-    for (path, old, new) in &repair.changed {
-        println!(
-            "{}: mode {old:04o} -> {new:04o} (the store is reached only through the mount)",
-            path.display()
-        );
-    }
 }
 
 fn is_stale(mp: &Path) -> bool {

@@ -292,9 +292,9 @@ fn seal_as_it_is(
         }
         None => {}
     }
-    let key = crate::commands::integrity::sealing_key(&store)?
+    let key = crate::store_ops::sealing_key(&store)?
         .ok_or_else(|| anyhow::anyhow!("the vault has no key to seal with"))?;
-    crate::commands::integrity::seal_after(&store, Some(key))?;
+    crate::store_ops::seal_after(&store, Some(key))?;
     Ok(format!("{} sealed with the vault's key", system::MANIFEST))
 }
 
@@ -336,7 +336,7 @@ fn grant(
             .permissions(),
     ) & 0o7777;
     let store = clawfs_core::store::Store::open(store_root)?;
-    let key = crate::commands::integrity::sealing_key(&store)?;
+    let key = crate::store_ops::sealing_key(&store)?;
     // Installed with its hash recorded in the system manifest, sealed again.
     clawfs_integrity::system::install(
         store.root_fd(),
@@ -346,7 +346,7 @@ fn grant(
         &clawfs_store::clock::now_rfc3339(),
     )
     .with_context(|| format!("writing {}", path.display()))?;
-    crate::commands::integrity::seal_after(&store, key)?;
+    crate::store_ops::seal_after(&store, key)?;
     let verb = if add { "granted" } else { "revoked" };
     let to = if add { "to" } else { "from" };
     // What the running daemon enforces changes now, not at the next reload.

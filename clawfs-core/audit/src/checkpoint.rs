@@ -136,27 +136,47 @@ impl Checkpoint {
     }
 
     /// Parses and checks the shape of a checkpoint file's content (not its HMAC).
-    pub fn parse(bytes: &[u8]) -> Result<Checkpoint, String> {
-        let cp: Checkpoint = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    pub fn parse(bytes: &[u8]) -> Result<Checkpoint, InvalidCheckpoint> {
+        let cp: Checkpoint = serde_json::from_slice(bytes)?;
         let hex_of = |s: &str, n: usize| {
             s.len() == n
                 && s.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         };
         if cp.format != FORMAT {
-            return Err(format!("unknown format {}", cp.format));
+            return Err(InvalidCheckpoint::Format(cp.format));
         }
         if !hex_of(&cp.hash, 64) || !hex_of(&cp.hmac, 64) || !hex_of(&cp.key, 16) {
-            return Err("hash, hmac or key is not lowercase hex of the right length".into());
+            return Err(InvalidCheckpoint::Hex);
         }
         if AuditFile::parse_name(Path::new(""), &cp.file).is_none() {
-            return Err(format!("{:?} is not an audit file name", cp.file));
+            return Err(InvalidCheckpoint::FileName(cp.file));
         }
         if cp.time.is_empty() || cp.time.len() > 64 || cp.time.chars().any(char::is_control) {
-            return Err("malformed time".into());
+            return Err(InvalidCheckpoint::Time);
         }
         Ok(cp)
     }
+}
+
+/// Why a checkpoint file is not a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidCheckpoint {
+    /// Not the JSON of a checkpoint.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// A format this build does not know.
+    #[error("unknown format {0}")]
+    Format(u32),
+    /// A hash, HMAC or key that is not lowercase hex of its length.
+    #[error("hash, hmac or key is not lowercase hex of the right length")]
+    Hex,
+    /// The file it names is no audit file.
+    #[error("{0:?} is not an audit file name")]
+    FileName(String),
+    /// A time that cannot be one.
+    #[error("malformed time")]
+    Time,
 }
 
 /// What is found where a checkpoint should be.
@@ -196,7 +216,7 @@ pub(super) fn load(path: &Path) -> Result<Loaded, AuditError> {
     }
     Ok(match Checkpoint::parse(&bytes) {
         Ok(cp) => Loaded::Found(cp),
-        Err(e) => Loaded::Invalid(e),
+        Err(e) => Loaded::Invalid(e.to_string()),
     })
 }
 

@@ -40,7 +40,9 @@ mod writer;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{checkpoint_path, Checkpoint, CheckpointStatus, CHECKPOINT_FILE};
+pub use checkpoint::{
+    checkpoint_path, Checkpoint, CheckpointStatus, InvalidCheckpoint, CHECKPOINT_FILE,
+};
 pub use files::{list as list_files, AuditFile};
 pub use record::{
     check_line_hmac, is_agent_name, key_fingerprint, line_hash, AuditEvent, AuditRecord, Outcome,

@@ -59,7 +59,9 @@ pub use builder::{
 };
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
-pub use staged::{identity_file_agent, validate as validate_identity, MAX_IDENTITY_BYTES};
+pub use staged::{
+    identity_file_agent, validate as validate_identity, InvalidIdentity, MAX_IDENTITY_BYTES,
+};
 
 /// How the mount keeps access times. A read through the mount (passthrough or served by the
 /// daemon) reads the backing file, so the store's filesystem updates its access time by its

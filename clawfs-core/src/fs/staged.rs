@@ -31,27 +31,61 @@ pub fn identity_file_agent(path: &NsPath) -> Option<&str> {
         .flatten()
 }
 
+/// Why an identity document is refused (P1.4 §5.3).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidIdentity {
+    /// Not JSON.
+    #[error("not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// JSON, but not an object.
+    #[error("the document must be a JSON object")]
+    NotAnObject,
+    /// `agent_id` names another agent.
+    #[error("agent_id is {found:?}; this file belongs to {agent:?}")]
+    OtherAgent {
+        /// The `agent_id` written.
+        found: String,
+        /// The agent whose file it is.
+        agent: String,
+    },
+    /// A field that must be there is missing or of the wrong type.
+    #[error("{0}")]
+    Field(&'static str),
+}
+
 /// Validates an identity document for `agent` (P1.4 §5.3).
-pub fn validate(agent: &str, bytes: &[u8]) -> Result<Value, String> {
-    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
-    let obj = doc
-        .as_object()
-        .ok_or("the document must be a JSON object")?;
+pub fn validate(agent: &str, bytes: &[u8]) -> Result<Value, InvalidIdentity> {
+    let doc: Value = serde_json::from_slice(bytes)?;
+    let obj = doc.as_object().ok_or(InvalidIdentity::NotAnObject)?;
     match obj.get("agent_id").and_then(Value::as_str) {
         Some(a) if a == agent => {}
-        Some(a) => return Err(format!("agent_id is {a:?}; this file belongs to {agent:?}")),
-        None => return Err("agent_id (a string) is missing".into()),
+        Some(a) => {
+            return Err(InvalidIdentity::OtherAgent {
+                found: a.to_string(),
+                agent: agent.to_string(),
+            })
+        }
+        None => return Err(InvalidIdentity::Field("agent_id (a string) is missing")),
     }
     let version = obj.get("version").and_then(Value::as_u64);
     if version.is_none_or(|n| n < 1) {
-        return Err("version must be a whole number >= 1".into());
+        return Err(InvalidIdentity::Field(
+            "version must be a whole number >= 1",
+        ));
     }
     if !obj.get("created_at").is_some_and(Value::is_string) {
-        return Err("created_at (an RFC 3339 string) is missing".into());
+        return Err(InvalidIdentity::Field(
+            "created_at (an RFC 3339 string) is missing",
+        ));
     }
-    for section in ["state", "memory", "history", "performance"] {
+    for (section, why) in [
+        ("state", "state must be an object"),
+        ("memory", "memory must be an object"),
+        ("history", "history must be an object"),
+        ("performance", "performance must be an object"),
+    ] {
         if !obj.get(section).is_some_and(Value::is_object) {
-            return Err(format!("{section} must be an object"));
+            return Err(InvalidIdentity::Field(why));
         }
     }
     Ok(doc)
@@ -161,7 +195,7 @@ impl ClawFs {
             Ok(d) => d,
             Err(reason) => {
                 return self
-                    .refuse_identity(caller, target, &reason)
+                    .refuse_identity(caller, target, &reason.to_string())
                     .map(|()| false)
             }
         };
@@ -263,10 +297,14 @@ mod tests {
     fn identity_documents_are_validated() {
         let good = crate::identity::new_identity("fs-engine", "2026-01-01T00:00:00Z");
         assert!(validate("fs-engine", good.to_string().as_bytes()).is_ok());
-        assert!(validate("kernel-engine", good.to_string().as_bytes())
-            .unwrap_err()
-            .contains("belongs to"));
-        assert!(validate("fs-engine", b"{not json").is_err());
+        assert!(matches!(
+            validate("kernel-engine", good.to_string().as_bytes()),
+            Err(InvalidIdentity::OtherAgent { .. })
+        ));
+        assert!(matches!(
+            validate("fs-engine", b"{not json"),
+            Err(InvalidIdentity::Json(_))
+        ));
         let mut no_state = good.clone();
         no_state.as_object_mut().unwrap().remove("state");
         assert!(validate("fs-engine", no_state.to_string().as_bytes()).is_err());

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use clawfs_seccomp::{available, Filter, Whitelist};
 
-pub const DEFAULT: &str = include_str!("../../../clawfs-core/assets/seccomp-whitelist.json");
+pub const DEFAULT: &str = include_str!("../../default-whitelist.json");
 pub const SIGSYS: i32 = 31;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

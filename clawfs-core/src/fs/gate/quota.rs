@@ -299,11 +299,11 @@ impl ClawFs {
                 }
                 Ok(())
             }
-            Err(other) => {
+            Err(held) => {
                 let who = Identity::Agent(agent.clone());
                 let verdict = self
                     .policy()
-                    .check_uid_claim(&who, caller.uid, Some(&other));
+                    .check_uid_claim(&who, caller.uid, Some(&held.agent));
                 self.conclude_refusal(caller, &who, "announce", path, None, verdict)
             }
         }
