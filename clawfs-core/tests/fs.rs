@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 
 use clawfs_core::creds::Caller;
 use clawfs_core::error::ToErrno;
-use clawfs_core::fs::Opened;
+use clawfs_core::fs::{Opened, SetAttr};
 use clawfs_core::inodes::ROOT_INO;
 use clawfs_core::{ClawFs, FsError, Store};
 
@@ -315,4 +315,51 @@ fn a_pids_identity_is_remembered_for_its_credentials_only() {
         other => panic!("the agent's process was taken for {other:?}"),
     }
     assert_eq!(fs.identify(&root), Identity::Admin);
+}
+
+/// A descriptor keeps its opener's rights: once a stop is in force, nothing the daemon serves
+/// is changed through an agent's descriptor, whoever holds it now (a process the agent handed
+/// it to), and the refusal is recorded as the agent's.
+#[test]
+fn a_stop_refuses_writes_through_an_agents_descriptor_held_by_anyone() {
+    require_root!();
+    let (_d, fs) = fs();
+    let mine = lookup(&fs, lookup(&fs, ROOT_INO, "agents"), "fs-engine");
+    let (entry, opened) = fs
+        .create(
+            &FS_ENGINE,
+            mine,
+            OsStr::new("notes.txt"),
+            0o644,
+            libc::O_CREAT | libc::O_WRONLY,
+        )
+        .unwrap();
+    let Opened::Backing(fh, _) = opened else {
+        panic!("a stored file")
+    };
+    let ino = entry.attr.ino;
+    fs.write(ino, fh, 0, b"before", false).unwrap();
+    let flag = fs.store().private_dir().join("estop");
+    std::fs::write(&flag, r#"{"by":"root","id":"t"}"#).unwrap();
+    assert!(fs.refresh_estop());
+    // A write the daemon serves, on the agent's descriptor.
+    let e = fs.write(ino, fh, 6, b"after", false).unwrap_err();
+    assert_eq!(errno(&e), libc::EPERM, "{e}");
+    // A truncation through it, asked by another user holding it.
+    let someone = Caller {
+        uid: 4242,
+        gid: 4242,
+        pid: 0,
+    };
+    let truncate = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    let e = fs.setattr(&someone, ino, Some(fh), truncate).unwrap_err();
+    assert_eq!(errno(&e), libc::EPERM, "{e}");
+    let on_disk = fs.store().root().join("agents/fs-engine/notes.txt");
+    assert_eq!(std::fs::read(&on_disk).unwrap(), b"before");
+    std::fs::remove_file(&flag).unwrap();
+    assert!(!fs.refresh_estop());
+    fs.write(ino, fh, 6, b"after", false).unwrap();
 }

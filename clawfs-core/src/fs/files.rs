@@ -363,6 +363,9 @@ impl ClawFs {
             return self.write_generated(fh, offset, data);
         }
         let file = self.files.get(fh)?;
+        // The write's right is the opener's: an agent's descriptor (handed to anyone) writes
+        // nothing the daemon serves once a stop is in force.
+        self.estop_check_opener(&file, "write")?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
             let end = offset.saturating_add(data.len() as u64);
             self.charge_growth(w, "write", end, &file)?;

@@ -145,6 +145,10 @@ impl ClawFs {
         }
         let path = proc_fd_path(&fd);
         let open = fh.and_then(|fh| self.files.get(fh).ok());
+        if let (Some(file), Some(_)) = (&open, change.size) {
+            // A truncation through a descriptor is the opener's (see `estop_check_opener`).
+            self.estop_check_opener(file, "setattr")?;
+        }
         {
             let _as = AsCaller::enter(caller)?;
             // Owner before mode: chown clears setuid/setgid, which must not undo a chmod.

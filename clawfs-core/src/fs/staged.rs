@@ -19,7 +19,7 @@ use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
 use crate::open_files::{BackingFile, OpenFile, StagedTarget};
-use clawfs_policy::NsPath;
+use clawfs_policy::{AgentName, Identity, NsPath};
 
 /// The largest identity document accepted.
 pub const MAX_IDENTITY_BYTES: u64 = 1 << 20;
@@ -177,8 +177,14 @@ impl ClawFs {
             return Ok(false);
         }
         // An agent stopped (`clawfs estop`) with the file open: its close, when it is killed,
-        // commits nothing.
-        if let Err(denial) = self.estop_check(&self.identify(caller)) {
+        // commits nothing; nor does the close of its descriptor by anyone it handed it to.
+        // Only an admin writes another's identity file: anyone else closing one holds a
+        // descriptor of the agent's, and acts for it.
+        let acting = match self.identify(caller) {
+            Identity::Admin => Identity::Admin,
+            _ => Identity::Agent(AgentName::new(&target.agent)?),
+        };
+        if let Err(denial) = self.estop_check(&acting) {
             let path = NsPath::parse(&format!("/agents/{}/identity.json", target.agent))?;
             return self.refuse(caller, "write", &path, denial).map(|()| false);
         }

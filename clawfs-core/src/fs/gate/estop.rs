@@ -111,6 +111,28 @@ impl ClawFs {
         }
     }
 
+    /// Refuses (EPERM, audited as the opener's, in its denials file) a change through `file`
+    /// while a stop is in force when an agent opened it: a descriptor keeps its opener's
+    /// rights, whoever holds it now.
+    pub(in crate::fs) fn estop_check_opener(
+        &self,
+        file: &crate::open_files::OpenFile,
+        op: &'static str,
+    ) -> FsResult<()> {
+        let Some(w) = &file.writer else {
+            return Ok(());
+        };
+        let Err(denial) = self.estop_check(&w.who) else {
+            return Ok(());
+        };
+        let opener = Caller {
+            uid: w.uid,
+            gid: w.uid,
+            pid: w.pid,
+        };
+        self.conclude_refusal(&opener, &w.who, op, &w.path, None, Err(denial))
+    }
+
     /// Before a tool call on the open generated file `fh` runs (its first read, its close):
     /// while a stop is in force, an agent's call is answered `denied` instead of running,
     /// audited with rule ESTOP and written to the agent's denials file.

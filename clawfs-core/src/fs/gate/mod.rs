@@ -463,7 +463,7 @@ impl ClawFs {
         result
     }
 
-    fn conclude_refusal(
+    pub(super) fn conclude_refusal(
         &self,
         caller: &Caller,
         who: &Identity,
