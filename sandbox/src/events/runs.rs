@@ -60,8 +60,7 @@ pub(super) fn leaf_of(shared: &Shared, pid: u32) -> Option<(String, u32)> {
 /// The agent an event belongs to, if the event is of a run of this daemon's store. From the
 /// process's own run leaf when it can still be read (and its agent group is then watched, for an
 /// event that arrived under the base group); else, for a process already gone, the watched agent
-/// group's, if every run in it now is this store's (with another store's run there, the event
-/// could be either's, and is dropped). An event of a process gone before its group could
+/// group's, if a run of this store is in it now. An event of a process gone before its group could
 /// be read that arrived under the base group cannot be placed and is dropped.
 pub(super) fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<String> {
     let key = (ev.pid, ev.cgroup_id);
@@ -86,18 +85,16 @@ pub(super) fn agent_of(shared: &Shared, runs: &mut Runs, ev: &Event) -> Option<S
     if ev.agent == BASE {
         return None;
     }
-    // The process is gone: its run can be told only when every run now in the agent's group
-    // is this store's (the group is host-wide; another store's run there may be its own).
+    // The process is gone: the event is put down to the agent if a run of this store is in
+    // its group now. Another store's run of the same agent there makes that a guess (the
+    // event names the agent's group, not the run's), which docs/sandbox.md states.
     let dir = std::fs::read_dir(shared.cgroup.agent_dir(&ev.agent)).ok()?;
-    let live: Vec<u32> = dir
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("run-"))
-                .and_then(|n| n.parse().ok())
-        })
-        .collect();
-    let all_ours = !live.is_empty() && live.into_iter().all(|run| runs.ours(shared, run));
-    all_ours.then(|| ev.agent.clone())
+    let any_ours = dir.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|n| n.parse().ok())
+            .is_some_and(|run| runs.ours(shared, run))
+    });
+    any_ours.then(|| ev.agent.clone())
 }
