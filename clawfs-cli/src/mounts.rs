@@ -5,9 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use clawfs_store::mountinfo::{
-    clawfs_mount_at, clawfs_mounts, is_clawfs, mount_at, MountEntry, FSTYPE,
-};
+use clawfs_store::mountinfo::{clawfs_mounts, MountEntry};
 
 /// Why a command could not find the mount it works through.
 #[derive(Debug, thiserror::Error)]

@@ -16,13 +16,14 @@ use clawfs_core::fs::{
 use clawfs_core::store::{DaemonInfo, Store, StoreError};
 use clawfs_core::ClawFs;
 use clawfs_sandbox::events::AgentEvents;
+use clawfs_store::mountinfo;
 use fuser::{Config, MountOption, SessionACL};
 use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::error::{mountpoint, Failure};
 use crate::monitor::{Monitor, Recorder};
-use crate::mounts::{self, unmount};
+use crate::mounts::unmount;
 use clawfs_args::mount::{AtimeArg, MountArgs};
 use clawfs_fuse::adapter::{Adapter, AdapterConfig};
 
@@ -48,7 +49,7 @@ pub fn check_mountpoint(mp: &Path) -> Result<PathBuf, Failure> {
         Ok(_) => {}
     }
     let canonical = std::fs::canonicalize(mp).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
-    if let Some(m) = mounts::clawfs_mount_at(&canonical).context("reading mountinfo")? {
+    if let Some(m) = mountinfo::clawfs_mount_at(&canonical).context("reading mountinfo")? {
         return Err(mountpoint(format!(
             "{shown}: ClawFS is already mounted here (store {})",
             m.source
@@ -216,7 +217,7 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
         });
     }
     // The mount at `mp` before the daemon's, if any: a later one is the daemon's.
-    let before = mounts::mount_at(mp).ok().flatten().map(|m| m.dev);
+    let before = mountinfo::mount_at(mp).ok().flatten().map(|m| m.dev);
     let mut child = cmd.spawn().context("starting the daemon")?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
@@ -234,7 +235,7 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
                 log_path.display()
             )));
         }
-        let mounted = mounts::clawfs_mount_at(mp).ok().flatten().is_some();
+        let mounted = mountinfo::clawfs_mount_at(mp).ok().flatten().is_some();
         let ready = store.daemon_info().is_some_and(|d| d.pid == child.id());
         if mounted && ready {
             println!(
@@ -251,7 +252,7 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
             let _ = child.wait();
             // Whatever it mounted is served by no one now: detach it rather than leave a mount
             // whose every access fails.
-            let now = mounts::mount_at(mp).ok().flatten();
+            let now = mountinfo::mount_at(mp).ok().flatten();
             if now.is_some_and(|m| Some(m.dev) != before && m.fstype.starts_with("fuse")) {
                 let _ = unmount(mp, true);
             }

@@ -7,12 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clawfs_core::store::{InitOutcome, Store};
 use clawfs_store::area::Area;
+use clawfs_store::mountinfo;
 use serde_json::json;
 
 use crate::error::{mountpoint, Failure};
-use crate::mounts;
-use crate::mounts::store_path;
-use crate::mounts::unmount;
+use crate::mounts::{store_path, unmount};
 
 /// `clawfs init`.
 pub fn init(store: &Option<PathBuf>) -> Result<(), Failure> {
@@ -48,7 +47,7 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
         return Ok(());
     }
     let canonical = std::fs::canonicalize(mp).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
-    let Some(entry) = mounts::clawfs_mount_at(&canonical).context("reading mountinfo")? else {
+    let Some(entry) = mountinfo::clawfs_mount_at(&canonical).context("reading mountinfo")? else {
         return Err(mountpoint(format!("{shown}: not a ClawFS mount")));
     };
     let daemon = Store::open(Path::new(&entry.source))
@@ -137,7 +136,7 @@ fn count_entries(p: &Path) -> usize {
     std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
 }
 
-fn describe(entry: &mounts::MountEntry) -> serde_json::Value {
+fn describe(entry: &mountinfo::MountEntry) -> serde_json::Value {
     let store = Path::new(&entry.source);
     let daemon = Store::open(store).ok().and_then(|s| s.daemon_info());
     json!({
@@ -199,12 +198,12 @@ pub fn status(mp: Option<&Path>, as_json: bool) -> Result<(), Failure> {
         Some(mp) => {
             let canonical = std::fs::canonicalize(mp)
                 .map_err(|e: io::Error| mountpoint(format!("{}: {e}", mp.display())))?;
-            let entry = mounts::clawfs_mount_at(&canonical)
+            let entry = mountinfo::clawfs_mount_at(&canonical)
                 .context("reading mountinfo")?
                 .ok_or_else(|| mountpoint(format!("{}: not a ClawFS mount", mp.display())))?;
             vec![describe(&entry)]
         }
-        None => mounts::clawfs_mounts()
+        None => mountinfo::clawfs_mounts()
             .context("reading mountinfo")?
             .iter()
             .map(describe)
