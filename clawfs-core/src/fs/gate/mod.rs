@@ -445,9 +445,14 @@ impl ClawFs {
     /// calls (read, write, release) decide nothing. An operation run by another (nested)
     /// belongs to the outer one, which records it.
     pub(super) fn audited<T>(&self, call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        // Opens the scope unless an outer operation already has one.
         let outermost = PENDING.with(|p| {
             let mut p = p.borrow_mut();
-            p.is_none().then(|| *p = Some(Vec::new())).is_some()
+            let outermost = p.is_none();
+            if outermost {
+                *p = Some(Vec::new());
+            }
+            outermost
         });
         let result = call();
         if !outermost {
