@@ -3,7 +3,15 @@
 //! POSIX rules it applies natively (ownership of new files, setgid directories, sticky bits,
 //! chmod/chown permissions) and files are created as the caller, atomically.
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The cache's lock; a panic while it was held left only a cache behind.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The process behind a request, as the kernel reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +49,55 @@ pub struct Credentials {
     pub umask: u32,
 }
 
+/// How long a thread's groups and umask, once read, are used again for its requests. Reading
+/// `/proc/<pid>/status` costs more than many a request it serves (about 15 µs); an agent's
+/// untar asks for them twice per file. Keyed like the identity cache (pid, uid and gid), with
+/// its residual risk: a pid reused within this time by a process of the same uid and gid, or a
+/// thread that changed its groups or umask within it, acts with what was read. Both can only
+/// narrow what the kernel already allowed: the mount checks permissions itself
+/// (`default_permissions`) with the caller's live credentials before the request reaches us,
+/// and these serve the backing filesystem's second check and the owner of what is created.
+const CREDENTIALS_TTL: Duration = Duration::from_secs(1);
+/// Threads remembered at most; past it, expired entries go (all, if none has).
+const CREDENTIALS_CACHED: usize = 4096;
+
+type CredentialsKey = (u32, u32, u32);
+
+fn credentials_cache() -> &'static Mutex<HashMap<CredentialsKey, (Instant, Credentials)>> {
+    static CACHE: OnceLock<Mutex<HashMap<CredentialsKey, (Instant, Credentials)>>> =
+        OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
 impl Credentials {
-    /// The credentials of `caller` now.
+    /// The credentials of `caller` now (as read within [`CREDENTIALS_TTL`]).
     pub fn of(caller: &Caller) -> Credentials {
+        if caller.pid == 0 {
+            return Self::read(caller);
+        }
+        let key = (caller.pid, caller.uid, caller.gid);
+        let now = Instant::now();
+        let cache = credentials_cache();
+        if let Some((at, creds)) = lock(cache).get(&key) {
+            if now.duration_since(*at) < CREDENTIALS_TTL {
+                return creds.clone();
+            }
+        }
+        // Read outside the lock: other threads' requests do not wait for this one's /proc.
+        let creds = Self::read(caller);
+        let mut cached = lock(cache);
+        if cached.len() >= CREDENTIALS_CACHED {
+            cached.retain(|_, (at, _)| now.duration_since(*at) < CREDENTIALS_TTL);
+            if cached.len() >= CREDENTIALS_CACHED {
+                cached.clear();
+            }
+        }
+        cached.insert(key, (now, creds.clone()));
+        creds
+    }
+
+    /// The credentials of `caller`, read from `/proc` now.
+    fn read(caller: &Caller) -> Credentials {
         let status = match caller.pid {
             0 => None,
             pid => std::fs::read_to_string(format!("/proc/{pid}/status")).ok(),

@@ -130,7 +130,7 @@ impl ClawFs {
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "setattr", &node, None, e))?;
         let fd = self.open_path(&node)?;
-        let ns = self.ns_path(&fd)?;
+        let ns = self.node_path(&node, &*fd)?;
         let who = self.decide(caller, "setattr", clawfs_policy::Access::Write, &ns)?;
         if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
             // Identity files change whole, validated at close: open and write them.

@@ -310,7 +310,7 @@ impl ClawFs {
         node: &Node,
     ) -> FsResult<Arc<OwnedFd>> {
         let fd = self.open_path(node)?;
-        self.decide(caller, op, access, &self.ns_path(&fd)?)?;
+        self.decide(caller, op, access, &self.node_path(node, &*fd)?)?;
         Ok(fd)
     }
 
