@@ -1,0 +1,2 @@
+;; Never ends.
+(module (func (export "_start") (loop $forever (br $forever))))
