@@ -12,11 +12,12 @@ pub mod store_ops;
 
 use std::process::ExitCode;
 
+use clawfs_args::integrity::ToolsCommand;
 use clawfs_args::{Cli, Command};
 
 use commands::{
     audit, estop, identity, import, integrity, mcp, mount, policy, quota, run as run_cmd, sandbox,
-    search, snapshot, store, vault,
+    search, snapshot, store, vault, wasm_tool,
 };
 
 /// The exit code of a command that ran a child: the child's own, or ours if it never ran.
@@ -71,6 +72,23 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Specs { store, command } => {
             integrity::specs(&mounts::store_path(&store.store), command)
+        }
+        Command::Tools {
+            command:
+                ToolsCommand::Run {
+                    tool_id,
+                    version,
+                    mount,
+                    input,
+                },
+            ..
+        } => {
+            return child_exit(wasm_tool::run(
+                mount,
+                tool_id,
+                version.as_deref(),
+                input.as_deref(),
+            ))
         }
         Command::Tools { store, command } => {
             integrity::tools(&mounts::store_path(&store.store), command)

@@ -25,3 +25,4 @@ mod tools_e2e;
 mod vault_mount;
 mod vaultctl;
 mod vaultctl_sshd;
+mod wasm_tools;

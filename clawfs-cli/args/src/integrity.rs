@@ -75,6 +75,26 @@ pub enum ToolsCommand {
         #[arg(long = "as", value_name = "SIGNER")]
         signer: String,
     },
+    /// Run a published WebAssembly tool as yourself: the request (JSON) from --input or stdin,
+    /// the answer on stdout. The tool gets the folders of its `filesystem:` capabilities,
+    /// opened through the mount with your rights (what you may not read, it may not read),
+    /// and the hosts of its `network:outbound:` capabilities; nothing else. Its binary is read
+    /// from the mount (which serves only what the signed registry lists) and checked against
+    /// the registry's hash before it is compiled. Exit status: the tool's own; 1 if it could
+    /// not run or was stopped by a limit (the reason on stderr).
+    Run {
+        /// The tool's id (newest version unless --version).
+        tool_id: String,
+        /// This version instead of the newest.
+        #[arg(long, value_name = "X.Y.Z")]
+        version: Option<String>,
+        /// Where ClawFS is mounted.
+        #[arg(long, value_name = "DIR", default_value = "/clawfs")]
+        mount: PathBuf,
+        /// Read the request from this file instead of stdin.
+        #[arg(long, value_name = "FILE")]
+        input: Option<PathBuf>,
+    },
     /// List the published tools (the built-in agent tools are in tools/registry.json too).
     List {
         /// Print JSON Lines.

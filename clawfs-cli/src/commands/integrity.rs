@@ -208,6 +208,11 @@ pub fn tools(root: &Path, cmd: &ToolsCommand) -> Result<(), Failure> {
             }
             .map_err(w)?;
         }
+        ToolsCommand::Run { .. } => {
+            return Err(Failure::Other(anyhow!(
+                "`clawfs tools run` works through the mount, not on the store"
+            )))
+        }
         ToolsCommand::List { json } => {
             let (packages, problem) = registry::audited_packages(fd).map_err(refused)?;
             let mut forged = 0;

@@ -15,3 +15,4 @@ pub mod search;
 pub mod snapshot;
 pub mod store;
 pub mod vault;
+pub mod wasm_tool;

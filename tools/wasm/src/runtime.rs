@@ -240,9 +240,9 @@ impl Runtime {
             Some([0, b'a', b's', b'm', _, _, 0, 0]) => {
                 Compiled::Module(Module::from_binary(&self.engine, wasm).map_err(malformed)?)
             }
-            Some([0, b'a', b's', b'm', _, _, 1, 0]) => Compiled::Component(
-                Component::from_binary(&self.engine, wasm).map_err(malformed)?,
-            ),
+            Some([0, b'a', b's', b'm', _, _, 1, 0]) => {
+                Compiled::Component(Component::from_binary(&self.engine, wasm).map_err(malformed)?)
+            }
             _ => {
                 return Err(WasmError::Malformed(
                     "the file does not start as a WebAssembly binary does".into(),

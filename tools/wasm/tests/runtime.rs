@@ -84,8 +84,15 @@ fn a_tool_reads_and_writes_only_the_folders_it_is_given() {
         let mut c = call(&wasm, &hash, b"notes.txt");
         c.preopens.push(preopen(Access::Read));
         let done = rt.run(c).unwrap();
-        assert_eq!((done.exit_code, done.output.as_slice()), (0, &b"inside"[..]));
-        for escape in [&b"../secret.txt"[..], b"/etc/passwd", b"../given/../secret.txt"] {
+        assert_eq!(
+            (done.exit_code, done.output.as_slice()),
+            (0, &b"inside"[..])
+        );
+        for escape in [
+            &b"../secret.txt"[..],
+            b"/etc/passwd",
+            b"../given/../secret.txt",
+        ] {
             let mut c = call(&wasm, &hash, escape);
             c.preopens.push(preopen(Access::Read));
             let done = rt.run(c).unwrap();
@@ -156,7 +163,10 @@ fn only_the_signed_bytes_are_compiled_and_garbage_is_refused() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(!rt.is_compiled(&signed), "a swapped binary is never compiled");
+    assert!(
+        !rt.is_compiled(&signed),
+        "a swapped binary is never compiled"
+    );
     for garbage in [
         &b"not wasm at all"[..],
         b"(module)",

@@ -1,0 +1,193 @@
+//! `clawfs tools run`: runs a published WebAssembly tool as the invoking process, through the
+//! mount. Everything the tool is given is reached through the mount with the invoker's rights,
+//! so the daemon decides, audits and counts each of its file operations as the invoker's own:
+//! a sandboxed agent's tool is that agent.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use clawfs_integrity::registry::{self, Package};
+use clawfs_wasm::{Access, Call, Limits, Outbound, Preopen, Runtime, WasmError};
+
+use crate::error::Failure;
+
+/// The longest answer a tool may give, bytes.
+pub const OUTPUT_LIMIT: usize = 16 << 20;
+/// The largest request, bytes.
+const INPUT_LIMIT: u64 = 16 << 20;
+/// The workspaces' folder, as capabilities name it.
+const WORKSPACES: &str = "/clawfs/workspaces/";
+
+/// Runs `tool_id` (its newest version, or `version`) with the request from `input` or stdin;
+/// returns the tool's exit code.
+pub fn run(
+    mount: &Path,
+    tool_id: &str,
+    version: Option<&str>,
+    input: Option<&Path>,
+) -> Result<u8, Failure> {
+    let package = find(mount, tool_id, version)?;
+    let (Some(wasm_path), Some(hash)) = (&package.wasm_path, &package.wasm_hash) else {
+        return Err(anyhow!("{tool_id} {} has no WebAssembly binary", package.version).into());
+    };
+    let sha256 = hash.strip_prefix("sha256:").unwrap_or(hash);
+    let binary = mount.join("tools").join(wasm_path);
+    // The mount serves a file of tools/ only if it is what the signed registry lists.
+    let wasm = std::fs::read(&binary).map_err(|e| {
+        Failure::Tampered(format!(
+            "{}: {e} (the mount serves a tool only as the signed registry lists it)",
+            binary.display()
+        ))
+    })?;
+    let mut request = Vec::new();
+    match input {
+        Some(p) => std::fs::File::open(p)
+            .with_context(|| format!("{}", p.display()))?
+            .take(INPUT_LIMIT + 1)
+            .read_to_end(&mut request),
+        None => std::io::stdin()
+            .lock()
+            .take(INPUT_LIMIT + 1)
+            .read_to_end(&mut request),
+    }
+    .context("reading the request")?;
+    if request.len() as u64 > INPUT_LIMIT {
+        return Err(anyhow!("the request is larger than {INPUT_LIMIT} bytes").into());
+    }
+    let (preopens, outbound) = capabilities(mount, &package)?;
+    for p in &preopens {
+        may_use(p).map_err(|e| {
+            anyhow!(
+                "{tool_id} {} needs {} {}, which you may not: {e} (not run)",
+                package.version,
+                match p.access {
+                    Access::Read => "to read",
+                    Access::ReadWrite => "to read and write",
+                },
+                p.guest
+            )
+        })?;
+    }
+    let runtime = Runtime::new().map_err(|e| anyhow!(e))?;
+    let done = runtime.run(Call {
+        tool: tool_id,
+        wasm: &wasm,
+        sha256,
+        input: &request,
+        preopens,
+        outbound,
+        env: vec![
+            ("CLAWFS_TOOL".into(), tool_id.into()),
+            ("CLAWFS_TOOL_VERSION".into(), package.version.clone()),
+        ],
+        limits: Limits {
+            memory_mb: package.memory_limit_mb,
+            timeout_seconds: package.timeout_seconds,
+            output_bytes: OUTPUT_LIMIT,
+        },
+    });
+    let done = match done {
+        Ok(done) => done,
+        Err(e @ WasmError::Tampered { .. }) => return Err(Failure::Tampered(e.to_string())),
+        Err(e) => return Err(anyhow!("{tool_id} {}: {e}", package.version).into()),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(&done.output)
+        .and_then(|()| out.flush())
+        .context("writing the answer")?;
+    std::io::stderr().write_all(&done.stderr).ok();
+    Ok(u8::try_from(done.exit_code).unwrap_or(1))
+}
+
+/// Whether the caller may do with `p`'s folder what the tool is to do there, asked of the
+/// mount, which decides by the caller's policy and records a refusal: listing it for reading,
+/// and the kernel's write check (which carries the policy's grants) for writing.
+fn may_use(p: &Preopen) -> std::io::Result<()> {
+    std::fs::read_dir(&p.host)?.next().transpose()?;
+    if p.access == Access::ReadWrite {
+        rustix::fs::access(&p.host, rustix::fs::Access::WRITE_OK)?;
+    }
+    Ok(())
+}
+
+/// The package `tool_id` (`version`, or the newest) of the registry the mount serves.
+fn find(mount: &Path, tool_id: &str, version: Option<&str>) -> Result<Package, Failure> {
+    let path = mount.join("tools").join(registry::REGISTRY);
+    let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?;
+    let packages: Vec<Package> =
+        serde_json::from_value(v.get("packages").cloned().unwrap_or_default())
+            .with_context(|| format!("{}: packages", path.display()))?;
+    packages
+        .into_iter()
+        .filter(|p| p.tool_id == tool_id && version.is_none_or(|v| p.version == v))
+        .reduce(|a, b| {
+            if registry::newer(&b.version, &a.version) {
+                b
+            } else {
+                a
+            }
+        })
+        .ok_or_else(|| {
+            let which = version.map_or_else(String::new, |v| format!(" {v}"));
+            anyhow!("no published tool {tool_id}{which} (`clawfs tools list`)").into()
+        })
+}
+
+/// What the package's capabilities give it: folders (each through the mount) and hosts.
+/// An unknown capability, or one that names no workspace folder, is refused: the tool is not
+/// run with less than it declared, nor with anything it did not.
+fn capabilities(mount: &Path, package: &Package) -> Result<(Vec<Preopen>, Vec<Outbound>), Failure> {
+    let mut preopens: Vec<Preopen> = Vec::new();
+    let mut outbound = Vec::new();
+    for cap in &package.capabilities {
+        let refuse = |why: &str| anyhow!("capability {cap:?} of {}: {why}", package.tool_id);
+        let mut parts = cap.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("filesystem"), Some(how @ ("read" | "write")), Some(path)) => {
+                let rel = path
+                    .strip_prefix(WORKSPACES)
+                    .filter(|r| !r.is_empty())
+                    .ok_or_else(|| {
+                        refuse(&format!("only folders under {WORKSPACES} can be given"))
+                    })?;
+                if rel
+                    .split('/')
+                    .any(|c| c.is_empty() || c == "." || c == "..")
+                {
+                    return Err(refuse("the path must be plain names").into());
+                }
+                let access = match how {
+                    "read" => Access::Read,
+                    _ => Access::ReadWrite,
+                };
+                let guest = format!("/workspaces/{rel}");
+                match preopens.iter_mut().find(|p| p.guest == guest) {
+                    Some(p) if access == Access::ReadWrite => p.access = access,
+                    Some(_) => {}
+                    None => preopens.push(Preopen {
+                        host: mount.join("workspaces").join(rel),
+                        guest,
+                        access,
+                    }),
+                }
+            }
+            (Some("network"), Some("outbound"), Some(dest)) => {
+                let (host, port) = match dest.rsplit_once(':') {
+                    Some((h, p)) if !h.contains(':') || h.starts_with('[') => (
+                        h.trim_matches(|c| c == '[' || c == ']'),
+                        Some(p.parse::<u16>().map_err(|_| refuse("not a port"))?),
+                    ),
+                    _ => (dest, None),
+                };
+                let found = Outbound::resolve(host, port)
+                    .map_err(|e| refuse(&format!("{host} could not be resolved: {e}")))?;
+                outbound.extend(found);
+            }
+            _ => return Err(refuse("not a capability this runtime gives").into()),
+        }
+    }
+    Ok((preopens, outbound))
+}

@@ -1,0 +1,195 @@
+//! Published WebAssembly tools run with `clawfs tools run`: as root and as an agent, each with
+//! the folders its capabilities name, reached through the mount with the caller's rights.
+
+use std::fs;
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A tool of `tools/wasm/testdata`, compiled from its WAT.
+fn wat_tool(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tools/wasm/testdata")
+        .join(format!("{name}.wat"));
+    wat::parse_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Publishes `wasm` as tool `id` 1.0.0 with `capabilities`, signed by alice.
+fn publish(m: &Mounted, id: &str, wasm: &[u8], capabilities: &[&str], timeout: u64) {
+    let dir = m.dir.path().join(format!("pub-{id}"));
+    fs::create_dir_all(&dir).unwrap();
+    let def = serde_json::json!({
+        "tool_id": id,
+        "version": "1.0.0",
+        "wasm_path": format!("/clawfs/tools/binaries/{id}-v1.0.0.wasm"),
+        "wit_interface": "wasi:cli/command",
+        "capabilities": capabilities,
+        "memory_limit_mb": 16,
+        "cpu_quota_percent": 100,
+        "timeout_seconds": timeout,
+    });
+    let d = dir.join(format!("tool-{id}.json"));
+    let b = dir.join(format!("{id}-v1.0.0.wasm"));
+    fs::write(&d, serde_json::to_vec(&def).unwrap()).unwrap();
+    fs::write(&b, wasm).unwrap();
+    ok(cli(
+        m,
+        &[
+            "tools",
+            "add",
+            d.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--as",
+            "alice",
+        ],
+    ));
+}
+
+fn signer(m: &Mounted) {
+    ok(vault(m, &["init", "--sealer", "passphrase"], None));
+    ok(cli(m, &["specs", "keygen", "--as", "alice"]));
+}
+
+/// `clawfs tools run ID --mount M` as root, `request` on stdin.
+fn run_as_root(m: &Mounted, id: &str, request: &str) -> Output {
+    let mut c = std::process::Command::new(clawfs_bin());
+    c.args(["tools", "run", id, "--mount"]).arg(&m.mnt);
+    output_with_input(&mut c, request.as_bytes())
+}
+
+/// The same, as the agent `agent` (its uid and cgroup, no kernel sandbox), `request` in a
+/// file it may read.
+fn run_as_agent(m: &Mounted, agent: &str, id: &str, request: &str) -> Output {
+    let req = m.dir.path().join(format!("req-{id}-{}", request.len()));
+    fs::write(&req, request).unwrap();
+    m.run_agent(
+        agent,
+        &format!(
+            "exec {} tools run {id} --mount {} --input {}",
+            clawfs_bin(),
+            m.mnt.display(),
+            req.display()
+        ),
+    )
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_published_tool_reads_what_its_caller_may_read_and_nothing_else() {
+    let m = Mounted::new();
+    signer(&m);
+    fs::set_permissions(
+        m.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fs::write(m.ws().join("notes.txt"), "granted words").unwrap();
+    fs::create_dir(m.path("workspaces/private")).unwrap();
+    fs::write(m.path("workspaces/private/secret.txt"), "private words").unwrap();
+    publish(
+        &m,
+        "reader",
+        &wat_tool("read_file"),
+        &["filesystem:read:/clawfs/workspaces/default"],
+        10,
+    );
+    publish(
+        &m,
+        "snoop",
+        &wat_tool("read_file"),
+        &["filesystem:read:/clawfs/workspaces/private"],
+        10,
+    );
+
+    // Root and the agent read the granted workspace through the tool.
+    let out = run_as_root(&m, "reader", "notes.txt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "granted words");
+    let out = run_as_agent(&m, "fs-engine", "reader", "notes.txt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "granted words");
+
+    // Outside its folder: the tool's own open fails (a WASI errno as its exit status).
+    for escape in [
+        "../private/secret.txt",
+        "/etc/passwd",
+        "../../../etc/passwd",
+    ] {
+        let out = run_as_agent(&m, "fs-engine", "reader", escape);
+        assert!(!out.status.success(), "{escape}: {}", stdout(&out));
+        assert!(!stdout(&out).contains("words"), "{escape}");
+    }
+
+    // A workspace the agent may not read: the mount refuses it the folder, and the tool is not
+    // run.
+    let out = run_as_agent(&m, "fs-engine", "snoop", "secret.txt");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("private words"));
+    assert!(
+        stderr(&out).contains("/workspaces/private"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    // Root may.
+    let out = run_as_root(&m, "snoop", "secret.txt");
+    assert_eq!(stdout(&out), "private words", "{}", stderr(&out));
+}
+
+#[test]
+fn a_stopped_a_swapped_and_an_unknown_tool_each_fail_clearly() {
+    let m = Mounted::new();
+    signer(&m);
+    publish(&m, "spin", &wat_tool("spin"), &[], 1);
+    publish(&m, "flood", &wat_tool("flood"), &[], 10);
+    publish(&m, "grow", &wat_tool("grow"), &[], 10);
+
+    let out = run_as_root(&m, "spin", "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("limit of 1 s"), "{}", stderr(&out));
+    let out = run_as_root(&m, "flood", "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("output passed its limit"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty(), "a cut answer is no answer");
+    let out = run_as_root(&m, "grow", "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("16 MiB"), "{}", stderr(&out));
+
+    let out = run_as_root(&m, "nope", "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no published tool nope"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A binary swapped in the store after signing is not served, so it is never run.
+    let backing = m.backing("tools/binaries/spin-v1.0.0.wasm");
+    let mut perms = fs::metadata(&backing).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+    fs::set_permissions(&backing, perms).unwrap();
+    fs::write(&backing, wat_tool("echo")).unwrap();
+    let out = run_as_root(&m, "spin", "");
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let reg: Value =
+        serde_json::from_slice(&fs::read(m.backing("tools/registry.json")).unwrap()).unwrap();
+    assert!(reg["packages"].as_array().unwrap().len() == 3);
+}
