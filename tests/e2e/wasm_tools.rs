@@ -193,3 +193,165 @@ fn a_stopped_a_swapped_and_an_unknown_tool_each_fail_clearly() {
         serde_json::from_slice(&fs::read(m.backing("tools/registry.json")).unwrap()).unwrap();
     assert!(reg["packages"].as_array().unwrap().len() == 3);
 }
+
+/// `tools/call/ID` through the mount as `agent` (its uid and cgroup, no kernel sandbox): the
+/// request written on the descriptor, the JSON response read from it.
+fn call_as_agent(m: &Mounted, agent: &str, id: &str, request: &str) -> Value {
+    let out = m.run_agent(
+        agent,
+        &format!(
+            "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
+            m.mnt.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
+    let m = Mounted::new();
+    signer(&m);
+    fs::write(m.ws().join("notes.json"), r#"{"text":"granted words"}"#).unwrap();
+    fs::create_dir(m.path("workspaces/private")).unwrap();
+    fs::write(
+        m.path("workspaces/private/secret.json"),
+        r#"{"text":"private"}"#,
+    )
+    .unwrap();
+    // A repository root owns, whose hooks no agent may write.
+    let repo = m.ws().join("repo");
+    fs::create_dir(&repo).unwrap();
+    assert!(std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .status()
+        .unwrap()
+        .success());
+    // Writable to all by its mode: only the guard stands in the way.
+    fs::set_permissions(
+        repo.join(".git/hooks"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let default = "/clawfs/workspaces/default";
+    publish(
+        &m,
+        "reader",
+        &wat_tool("read_file"),
+        &[&format!("filesystem:read:{default}")],
+        10,
+    );
+    publish(
+        &m,
+        "writer",
+        &wat_tool("write_file"),
+        &[&format!("filesystem:write:{default}")],
+        10,
+    );
+    publish(
+        &m,
+        "snoop",
+        &wat_tool("read_file"),
+        &["filesystem:read:/clawfs/workspaces/private"],
+        10,
+    );
+    publish(&m, "spin", &wat_tool("spin"), &[], 1);
+
+    // Listed beside the built-in tools.
+    let listed: Vec<String> = fs::read_dir(m.path("tools/call"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for t in ["reader", "writer", "snoop", "spin", "read_file"] {
+        assert!(listed.iter().any(|l| l == t), "{t} in {listed:?}");
+    }
+
+    let r = call_as_agent(&m, "fs-engine", "reader", "notes.json");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["text"], "granted words", "{r}");
+
+    // What the agent may not read, the tool is not given: not run, refused on the trail.
+    let r = call_as_agent(&m, "fs-engine", "snoop", "secret.json");
+    assert_eq!(
+        (r["ok"].clone(), r["error"].clone()),
+        (false.into(), "denied".into()),
+        "{r}"
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("/workspaces/private"),
+        "{r}"
+    );
+
+    // A file the tool makes is the agent's: its owner, and its record on the trail.
+    let r = call_as_agent(&m, "fs-engine", "writer", "made.txt");
+    assert_eq!(
+        r["ok"], false,
+        "write_file answers nothing, which is not JSON: {r}"
+    );
+    let made = fs::metadata(m.backing("workspaces/default/made.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), 61006);
+    // The git guard holds for the tool as for the agent.
+    let r = call_as_agent(&m, "fs-engine", "writer", "repo/.git/hooks/pre-commit");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status"),
+        "{r}"
+    );
+    assert!(!m
+        .backing("workspaces/default/repo/.git/hooks/pre-commit")
+        .exists());
+
+    // A tool past its time is stopped, and the daemon serves on.
+    let r = call_as_agent(&m, "fs-engine", "spin", "");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("limit of 1 s"),
+        "{r}"
+    );
+    let r = call_as_agent(&m, "fs-engine", "reader", "notes.json");
+    assert_eq!(r["text"], "granted words", "{r}");
+
+    let is = |r: &Value, op: &str, result: &str| {
+        r["agent"] == "fs-engine" && r["operation"] == op && r["result"] == result
+    };
+    let trail = audit_until(&m, |recs| {
+        recs.iter().any(|r| is(r, "tool:spin", "error"))
+            && recs
+                .iter()
+                .any(|r| is(r, "create", "ok") && r["path"] == "/workspaces/default/made.txt")
+    });
+    let find = |op: &str, result: &str| {
+        trail
+            .iter()
+            .find(|r| is(r, op, result))
+            .unwrap_or_else(|| panic!("no {op} {result} of fs-engine in {trail:?}"))
+    };
+    let read = find("tool:reader", "ok");
+    assert_eq!(read["path"], "/tools/binaries/reader-v1.0.0.wasm");
+    assert!(
+        read["target"]
+            .as_str()
+            .unwrap()
+            .contains("reads /workspaces/default"),
+        "{read}"
+    );
+    find("tool:snoop", "denied");
+    find("tool:spin", "error");
+    assert!(trail
+        .iter()
+        .any(|r| is(r, "create", "ok") && r["path"] == "/workspaces/default/made.txt"));
+    assert!(
+        trail.iter().any(|r| r["agent"] == "fs-engine"
+            && r["result"] == "denied"
+            && r["path"].as_str().is_some_and(|p| p.contains(".git/hooks"))),
+        "the guard's refusal of the tool's write is the agent's"
+    );
+}

@@ -343,6 +343,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             args.attr_timeout.clamp(0.0, 3600.0),
         ))
         .mountpoint(mp.to_path_buf())
+        .tool_slots(usize::from(args.threads).saturating_sub(1))
         .invalidations(invalidations)
         .activity(activity.clone());
     if let Some(audit) = &audit {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use clawfs_integrity::registry::{self, Package};
-use clawfs_wasm::{Access, Call, Limits, Outbound, Preopen, Runtime, WasmError};
+use clawfs_wasm::{Access, Call, Capabilities, Limits, Outbound, Preopen, Runtime, WasmError};
 
 use crate::error::Failure;
 
@@ -16,8 +16,6 @@ use crate::error::Failure;
 pub const OUTPUT_LIMIT: usize = 16 << 20;
 /// The largest request, bytes.
 const INPUT_LIMIT: u64 = 16 << 20;
-/// The workspaces' folder, as capabilities name it.
-const WORKSPACES: &str = "/clawfs/workspaces/";
 
 /// Runs `tool_id` (its newest version, or `version`) with the request from `input` or stdin;
 /// returns the tool's exit code.
@@ -137,57 +135,24 @@ fn find(mount: &Path, tool_id: &str, version: Option<&str>) -> Result<Package, F
 }
 
 /// What the package's capabilities give it: folders (each through the mount) and hosts.
-/// An unknown capability, or one that names no workspace folder, is refused: the tool is not
-/// run with less than it declared, nor with anything it did not.
 fn capabilities(mount: &Path, package: &Package) -> Result<(Vec<Preopen>, Vec<Outbound>), Failure> {
-    let mut preopens: Vec<Preopen> = Vec::new();
+    let caps = Capabilities::parse(&package.capabilities)
+        .map_err(|e| anyhow!("{} {}: {e}: not run", package.tool_id, package.version))?;
+    let preopens = caps
+        .folders
+        .iter()
+        .map(|f| Preopen {
+            host: mount.join("workspaces").join(&f.rel),
+            guest: f.guest(),
+            access: f.access,
+        })
+        .collect();
     let mut outbound = Vec::new();
-    for cap in &package.capabilities {
-        let refuse = |why: &str| anyhow!("capability {cap:?} of {}: {why}", package.tool_id);
-        let mut parts = cap.splitn(3, ':');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("filesystem"), Some(how @ ("read" | "write")), Some(path)) => {
-                let rel = path
-                    .strip_prefix(WORKSPACES)
-                    .filter(|r| !r.is_empty())
-                    .ok_or_else(|| {
-                        refuse(&format!("only folders under {WORKSPACES} can be given"))
-                    })?;
-                if rel
-                    .split('/')
-                    .any(|c| c.is_empty() || c == "." || c == "..")
-                {
-                    return Err(refuse("the path must be plain names").into());
-                }
-                let access = match how {
-                    "read" => Access::Read,
-                    _ => Access::ReadWrite,
-                };
-                let guest = format!("/workspaces/{rel}");
-                match preopens.iter_mut().find(|p| p.guest == guest) {
-                    Some(p) if access == Access::ReadWrite => p.access = access,
-                    Some(_) => {}
-                    None => preopens.push(Preopen {
-                        host: mount.join("workspaces").join(rel),
-                        guest,
-                        access,
-                    }),
-                }
-            }
-            (Some("network"), Some("outbound"), Some(dest)) => {
-                let (host, port) = match dest.rsplit_once(':') {
-                    Some((h, p)) if !h.contains(':') || h.starts_with('[') => (
-                        h.trim_matches(|c| c == '[' || c == ']'),
-                        Some(p.parse::<u16>().map_err(|_| refuse("not a port"))?),
-                    ),
-                    _ => (dest, None),
-                };
-                let found = Outbound::resolve(host, port)
-                    .map_err(|e| refuse(&format!("{host} could not be resolved: {e}")))?;
-                outbound.extend(found);
-            }
-            _ => return Err(refuse("not a capability this runtime gives").into()),
-        }
+    for (host, port) in &caps.outbound {
+        outbound.extend(
+            Outbound::resolve(host, *port)
+                .map_err(|e| anyhow!("{} could not be resolved: {e}: not run", host))?,
+        );
     }
     Ok((preopens, outbound))
 }

@@ -102,6 +102,7 @@ pub struct ClawFsBuilder {
     pub(super) indexer: Option<Arc<Indexer>>,
     pub(super) invalidations: Option<Invalidations>,
     pub(super) activity: ActivityLink,
+    pub(super) tool_slots: usize,
 }
 
 impl ClawFsBuilder {
@@ -115,6 +116,7 @@ impl ClawFsBuilder {
             indexer: None,
             invalidations: None,
             activity: ActivityLink::default(),
+            tool_slots: 1,
         }
     }
 
@@ -158,6 +160,14 @@ impl ClawFsBuilder {
     /// Where the activity monitor will be found once it runs.
     pub fn activity(mut self, link: ActivityLink) -> Self {
         self.activity = link;
+        self
+    }
+
+    /// How many published WebAssembly tool calls may run at once (default 1; 0: none). A call's file
+    /// operations come back through the mount, so give the mount's FUSE threads but one: a
+    /// thread must stay free to serve them.
+    pub fn tool_slots(mut self, n: usize) -> Self {
+        self.tool_slots = n;
         self
     }
 

@@ -234,6 +234,8 @@ pub struct ClawFs {
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
     /// Namespace paths of nodes in use, for policy decisions (leaf lock).
     paths: PathCache,
+    /// The published WebAssembly tools' runtime and call slots.
+    wasm: generated::WasmTools,
     /// The names of folders where lookups keep missing, to answer misses without asking the
     /// store (leaf lock).
     listings: listings::Listings,
@@ -363,6 +365,7 @@ impl ClawFs {
             indexer,
             invalidations,
             activity,
+            tool_slots,
         } = b;
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
@@ -406,6 +409,7 @@ impl ClawFs {
             audit_key: Default::default(),
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
+            wasm: generated::WasmTools::with_slots(tool_slots),
             listings: Default::default(),
             atime,
         };

@@ -12,7 +12,9 @@
 //! caller checks the binary against the signed registry before it asks for a run; this crate
 //! checks that the bytes it compiles are the bytes of that hash.
 
+mod capabilities;
 mod output;
 mod runtime;
 
+pub use capabilities::{Capabilities, Folder, WORKSPACES};
 pub use runtime::{Access, Call, Finished, Limits, Outbound, Preopen, Runtime, WasmError};

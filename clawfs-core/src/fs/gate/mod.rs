@@ -47,6 +47,10 @@ pub struct Gate {
     policy: RwLock<Arc<Policy>>,
     /// pid → identity, for [`IDENTITY_TTL`]; `/proc` is read outside the lock (leaf).
     identities: Mutex<HashMap<Credentials, (Instant, Identity)>>,
+    /// The daemon's own threads acting for a caller (a WebAssembly tool's file operations go
+    /// through the mount from the thread running it): thread id → the caller's uid, gid and
+    /// identity, while the call runs (leaf).
+    delegated: Mutex<HashMap<u32, (u32, u32, Identity)>>,
     store_owner: u32,
     audit: Option<Arc<AuditLog>>,
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
@@ -106,6 +110,7 @@ impl Gate {
         Self {
             policy: RwLock::new(Arc::new(policy)),
             identities: Mutex::default(),
+            delegated: Mutex::default(),
             store_owner,
             audit,
             denials: Mutex::default(),
@@ -247,6 +252,9 @@ impl ClawFs {
     /// cannot leave), else by the policy's uid mapping, else admin (root, the store owner, the
     /// policy's admins) or an ordinary user. Nothing the caller can write is consulted.
     pub fn identify(&self, caller: &Caller) -> Identity {
+        if let Some(who) = self.delegated_identity(caller) {
+            return who;
+        }
         if caller.pid != 0 {
             let cache = self
                 .gate
@@ -283,6 +291,39 @@ impl ClawFs {
             );
         }
         who
+    }
+
+    /// The identity a daemon thread acts with for a caller, if `caller` is that thread with
+    /// the caller's uid and gid (see [`Gate::delegated`]).
+    fn delegated_identity(&self, caller: &Caller) -> Option<Identity> {
+        if caller.pid == 0 {
+            return None;
+        }
+        let delegated = self
+            .gate
+            .delegated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match delegated.get(&caller.pid) {
+            Some((uid, gid, who)) if (*uid, *gid) == (caller.uid, caller.gid) => Some(who.clone()),
+            _ => None,
+        }
+    }
+
+    /// Takes the requests of this daemon thread (`tid`), made with `creds`' uid and gid, as
+    /// `who`'s until the guard is dropped.
+    pub(in crate::fs) fn delegate(
+        &self,
+        tid: u32,
+        creds: &crate::creds::Credentials,
+        who: &Identity,
+    ) -> Delegation<'_> {
+        self.gate
+            .delegated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(tid, (creds.caller.uid, creds.caller.gid, who.clone()));
+        Delegation { fs: self, tid }
     }
 
     /// The git repositories around paths as `caller` sees them, for the git guard.
@@ -586,4 +627,21 @@ pub fn installed_policy(store: BorrowedFd<'_>) -> Result<Policy, Vec<PolicyError
     let text =
         String::from_utf8(bytes).map_err(|_| refused(format!("{POLICY_FILE} is not UTF-8")))?;
     Policy::parse(&text)
+}
+
+/// A daemon thread acting for a caller ([`ClawFs::delegate`]); dropping it ends that.
+pub(in crate::fs) struct Delegation<'a> {
+    fs: &'a ClawFs,
+    tid: u32,
+}
+
+impl Drop for Delegation<'_> {
+    fn drop(&mut self) {
+        self.fs
+            .gate
+            .delegated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.tid);
+    }
 }

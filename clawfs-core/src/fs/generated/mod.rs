@@ -7,6 +7,8 @@ pub(super) use index_view::VIEWS_DIR;
 mod search_dir;
 mod serve;
 mod tool_calls;
+mod wasm_calls;
+pub(crate) use wasm_calls::WasmTools;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};

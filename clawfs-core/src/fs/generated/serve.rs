@@ -64,6 +64,13 @@ impl ClawFs {
                         target,
                     })
             }
+            GeneratedNode::CallDir => {
+                generated_files::child_of_generated(&dir, name).or_else(|| {
+                    name.to_str()
+                        .filter(|n| self.is_published_tool(n))
+                        .map(|n| GeneratedNode::Call(n.to_string()))
+                })
+            }
             dir => generated_files::child_of_generated(&dir, name),
         };
         let child = child.ok_or_else(|| errno(libc::ENOENT))?;
@@ -436,6 +443,16 @@ impl ClawFs {
                 .into_iter()
                 .map(GeneratedNode::Secret)
                 .collect(),
+            GeneratedNode::CallDir => {
+                let mut calls = generated_files::children_of_generated(&dir);
+                calls.extend(
+                    self.published_tools()
+                        .into_iter()
+                        .filter(|t| !clawfs_agent_tools::TOOL_NAMES.contains(&t.as_str()))
+                        .map(GeneratedNode::Call),
+                );
+                calls
+            }
             dir => generated_files::children_of_generated(&dir),
         };
         for child in children {

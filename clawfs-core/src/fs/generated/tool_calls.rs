@@ -28,6 +28,17 @@ impl ClawFs {
             .or(RequestHead::text(head.tool.take()))
             .unwrap_or_else(|| "?".into());
         let target = head.target();
+        if let Some(t) = tool.filter(|t| self.is_published_tool(t)) {
+            // Recorded by the call itself, with what the tool was given.
+            let result = match exchange.is_cut() {
+                true => Err(clawfs_agent_tools::ToolError::TooLarge(format!(
+                    "the request is larger than {} bytes and was not run",
+                    generated_files::MAX_CALL_REQUEST
+                ))),
+                false => self.call_wasm((who, creds), t, &exchange.request),
+            };
+            return finish(result);
+        }
         let (workspace, result) = if exchange.is_cut() {
             let message = format!(
                 "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
@@ -39,11 +50,7 @@ impl ClawFs {
         };
         let call = (tool_name.as_str(), target.as_deref());
         self.record_tool(caller, who, call, workspace.as_deref(), &result);
-        let mut out = clawfs_agent_tools::render(result);
-        if out.last() != Some(&b'\n') {
-            out.push(b'\n');
-        }
-        out
+        finish(result)
     }
 
     /// Records a tool call with its result code: ok, denied (with the agent's denials file
@@ -264,6 +271,15 @@ impl ClawFs {
         }
         Ok(())
     }
+}
+
+/// A call's response, ending with a newline.
+fn finish(result: clawfs_agent_tools::ToolResult<serde_json::Value>) -> Vec<u8> {
+    let mut out = clawfs_agent_tools::render(result);
+    if out.last() != Some(&b'\n') {
+        out.push(b'\n');
+    }
+    out
 }
 
 /// What the audit trail takes from a request: the tool, and the file it names (both ends of a
