@@ -22,7 +22,7 @@ fn python() -> PathBuf {
 
 /// Runs the MCP client against `clawfs mcp --agent AGENT EXTRA…` on this mount with `calls`
 /// (a list of `[tool, arguments]`); returns what it printed.
-fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value {
+pub(crate) fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value {
     mcp_session_at(m, Some(&m.mnt), agent, extra, calls)
 }
 

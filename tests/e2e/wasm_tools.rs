@@ -26,6 +26,7 @@ fn publish(m: &Mounted, id: &str, wasm: &[u8], capabilities: &[&str], timeout: u
         "version": "1.0.0",
         "wasm_path": format!("/clawfs/tools/binaries/{id}-v1.0.0.wasm"),
         "wit_interface": "wasi:cli/command",
+        "description": format!("Test tool {id}."),
         "capabilities": capabilities,
         "memory_limit_mb": 16,
         "cpu_quota_percent": 100,
@@ -354,4 +355,30 @@ fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
             && r["path"].as_str().is_some_and(|p| p.contains(".git/hooks"))),
         "the guard's refusal of the tool's write is the agent's"
     );
+}
+
+#[test]
+fn an_mcp_client_lists_and_calls_a_published_tool() {
+    let m = Mounted::new();
+    signer(&m);
+    publish(&m, "echo-args", &wat_tool("echo"), &[], 10);
+    let out = crate::mcp::mcp_session(
+        &m,
+        "fs-engine",
+        &[],
+        serde_json::json!([["echo-args", {"greeting": "hi", "n": 2}]]),
+    );
+    let tools: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"echo-args"), "{tools:?}");
+    assert!(tools.contains(&"read_file"), "{tools:?}");
+    let r = &out["results"][0];
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(r["structured"]["greeting"], "hi", "{r}");
+    assert_eq!(r["structured"]["n"], 2, "{r}");
+    assert!(r["structured"].get("workspace").is_none(), "{r}");
 }

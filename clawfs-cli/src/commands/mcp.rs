@@ -83,6 +83,8 @@ struct Server {
     workspace: String,
     agent: String,
     tools: Arc<Vec<Tool>>,
+    /// The published WebAssembly tools among `tools`: their requests are theirs alone.
+    published: std::collections::HashSet<String>,
 }
 
 impl Server {
@@ -96,12 +98,15 @@ impl Server {
         let defs = registry["tools"]
             .as_array()
             .ok_or_else(|| anyhow!("{} lists no tools", path.display()))?;
-        let tools = defs.iter().filter_map(tool_of).collect();
+        let mut tools: Vec<Tool> = defs.iter().filter_map(tool_of).collect();
+        let published = published_tools(&tools_dir, &registry);
+        tools.extend(published.iter().cloned());
         Ok(Server {
             call_dir: tools_dir.join("call"),
             workspace: args.workspace.clone(),
             agent: args.agent.clone(),
             tools: Arc::new(tools),
+            published: published.into_iter().map(|t| t.name.to_string()).collect(),
         })
     }
 
@@ -116,6 +121,39 @@ impl Server {
             .any(|t| t.name == name)
             .then(|| name.to_string())
     }
+}
+
+/// The published WebAssembly tools of the registry (one per id), each described by its
+/// definition as the mount serves it: its `description` and `input_schema` when it has them.
+fn published_tools(tools_dir: &Path, registry: &Value) -> Vec<Tool> {
+    let mut ids: Vec<&str> = registry["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["wasm_path"].is_string())
+        .filter_map(|p| p["tool_id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .map(|id| {
+            let def: Value = std::fs::read(tools_dir.join(format!("definitions/tool-{id}.json")))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            let description = def["description"].as_str().map_or_else(
+                || format!("The published WebAssembly tool {id}: JSON in, JSON out."),
+                str::to_string,
+            );
+            let schema = def["input_schema"].as_object().cloned().unwrap_or_else(|| {
+                serde_json::json!({"type": "object"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            });
+            Tool::new(id.to_string(), description, Arc::new(schema))
+        })
+        .collect()
 }
 
 /// An MCP tool from a registry definition (`name`, `description`, `input_schema`).
@@ -200,8 +238,10 @@ impl ServerHandler for Server {
         // The server's workspace unless the call names one: the daemon decides (and audits)
         // whether the agent may work there, as for any call through the mount.
         let mut args = request.arguments.unwrap_or_default();
-        args.entry("workspace")
-            .or_insert_with(|| Value::String(self.workspace.clone()));
+        if !self.published.contains(&tool) {
+            args.entry("workspace")
+                .or_insert_with(|| Value::String(self.workspace.clone()));
+        }
         let call_dir = self.call_dir.clone();
         let name = tool.clone();
         let response = tokio::task::spawn_blocking(move || {
