@@ -382,3 +382,37 @@ fn an_mcp_client_lists_and_calls_a_published_tool() {
     assert_eq!(r["structured"]["n"], 2, "{r}");
     assert!(r["structured"].get("workspace").is_none(), "{r}");
 }
+
+#[test]
+fn the_example_tool_counts_words_for_an_agent() {
+    let m = Mounted::new();
+    signer(&m);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm-tools");
+    let dir = m.dir.path().join("example");
+    fs::create_dir(&dir).unwrap();
+    let wasm = wat::parse_file(example.join("word-count.wat")).unwrap();
+    let bin = dir.join("word-count-v1.0.0.wasm");
+    fs::write(&bin, wasm).unwrap();
+    let def = example.join("tool-word-count.json");
+    ok(cli(
+        &m,
+        &[
+            "tools",
+            "add",
+            def.to_str().unwrap(),
+            bin.to_str().unwrap(),
+            "--as",
+            "alice",
+        ],
+    ));
+    fs::write(m.ws().join("poem.md"), "one two  three\nfour\n\tfive six\n").unwrap();
+    let r = call_as_agent(&m, "fs-engine", "word-count", r#"{"path": "poem.md"}"#);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        (r["bytes"].clone(), r["lines"].clone(), r["words"].clone()),
+        (30.into(), 3.into(), 6.into()),
+        "{r}"
+    );
+    let r = call_as_agent(&m, "fs-engine", "word-count", r#"{"path": "missing.md"}"#);
+    assert_eq!(r["ok"], false, "{r}");
+}
