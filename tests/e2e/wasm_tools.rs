@@ -416,3 +416,109 @@ fn the_example_tool_counts_words_for_an_agent() {
     let r = call_as_agent(&m, "fs-engine", "word-count", r#"{"path": "missing.md"}"#);
     assert_eq!(r["ok"], false, "{r}");
 }
+
+/// Attacks found by a red team: a capability folder that is a symlink the agent made (to the
+/// daemon's own descriptors, or out of the mount), links inside a folder, a FIFO, and one
+/// caller holding every call slot.
+#[test]
+fn an_agent_cannot_lead_a_tool_out_of_its_folders() {
+    let m = Mounted::new();
+    signer(&m);
+    fs::create_dir(m.path("workspaces/secret")).unwrap();
+    fs::write(
+        m.path("workspaces/secret/plans.json"),
+        r#"{"top":"secret"}"#,
+    )
+    .unwrap();
+    let default = "/clawfs/workspaces/default";
+    publish(
+        &m,
+        "via-link",
+        &wat_tool("read_file"),
+        &[&format!("filesystem:read:{default}/hlnk")],
+        5,
+    );
+    publish(
+        &m,
+        "via-out",
+        &wat_tool("write_file"),
+        &[&format!("filesystem:write:{default}/wlnk")],
+        5,
+    );
+    publish(
+        &m,
+        "reader",
+        &wat_tool("read_file"),
+        &[&format!("filesystem:read:{default}")],
+        2,
+    );
+    publish(&m, "spin", &wat_tool("spin"), &[], 4);
+    let ws = m.mnt.join("workspaces/default");
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            "cd {ws} && for fd in $(seq 3 64); do ln -sf /proc/self/fd/$fd hlnk$fd; done \
+             && ln -s /proc/self/fd/39 hlnk && ln -s /tmp wlnk && ln -s /proc/self/root/etc etc \
+             && mkfifo ff",
+            ws = ws.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The folders are symlinks: refused, nothing read, nothing written outside.
+    for (tool, request) in [
+        ("via-link", "secret/plans.json"),
+        ("via-out", "pwned-by-a-tool"),
+    ] {
+        let r = call_as_agent(&m, "fs-engine", tool, request);
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(r["error"], "denied", "{r}");
+        assert!(!r.to_string().contains("secret\\\""), "{r}");
+    }
+    assert!(!Path::new("/tmp/pwned-by-a-tool").exists());
+    // Links inside a folder lead nowhere.
+    for fd in 3..=64 {
+        let r = call_as_agent(
+            &m,
+            "fs-engine",
+            "reader",
+            &format!("hlnk{fd}/secret/plans.json"),
+        );
+        assert_eq!(r["ok"], false, "fd {fd}: {r}");
+    }
+    let r = call_as_agent(&m, "fs-engine", "reader", "etc/passwd");
+    assert_eq!(r["ok"], false, "{r}");
+    // A FIFO nobody writes: the call ends at its time.
+    let r = call_as_agent(&m, "fs-engine", "reader", "ff");
+    assert_eq!(r["ok"], false, "{r}");
+
+    // One call at a time per caller: while its spin runs, the same agent is told to wait.
+    let mnt = m.mnt.display().to_string();
+    let first = m
+        .run_command("fs-engine")
+        .args(["--no-sandbox", "--", "sh", "-c"])
+        .arg(format!(
+            "exec 3<>{mnt}/tools/call/spin && printf x >&3 && cat <&3"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut refused = false;
+    for _ in 0..40 {
+        let r = call_as_agent(&m, "fs-engine", "reader", "nothing");
+        if r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("one at a time"))
+        {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let first = first.wait_with_output().unwrap();
+    assert!(
+        refused,
+        "a second call of the same caller ran beside its first"
+    );
+    assert!(String::from_utf8_lossy(&first.stdout).contains("limit of 4 s"));
+}

@@ -83,6 +83,7 @@ pub fn run(
             memory_mb: package.memory_limit_mb,
             timeout_seconds: package.timeout_seconds,
             output_bytes: OUTPUT_LIMIT,
+            cpu_percent: package.cpu_quota_percent,
         },
     });
     let done = match done {
@@ -102,9 +103,10 @@ pub fn run(
 /// mount, which decides by the caller's policy and records a refusal: listing it for reading,
 /// and the kernel's write check (which carries the policy's grants) for writing.
 fn may_use(p: &Preopen) -> std::io::Result<()> {
-    std::fs::read_dir(&p.host)?.next().transpose()?;
+    let own = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&p.dir));
+    std::fs::read_dir(&own)?.next().transpose()?;
     if p.access == Access::ReadWrite {
-        rustix::fs::access(&p.host, rustix::fs::Access::WRITE_OK)?;
+        rustix::fs::access(own.as_str(), rustix::fs::Access::WRITE_OK)?;
     }
     Ok(())
 }
@@ -138,15 +140,19 @@ fn find(mount: &Path, tool_id: &str, version: Option<&str>) -> Result<Package, F
 fn capabilities(mount: &Path, package: &Package) -> Result<(Vec<Preopen>, Vec<Outbound>), Failure> {
     let caps = Capabilities::parse(&package.capabilities)
         .map_err(|e| anyhow!("{} {}: {e}: not run", package.tool_id, package.version))?;
-    let preopens = caps
-        .folders
-        .iter()
-        .map(|f| Preopen {
-            host: mount.join("workspaces").join(&f.rel),
-            guest: f.guest(),
-            access: f.access,
-        })
-        .collect();
+    let mut preopens = Vec::new();
+    for f in &caps.folders {
+        let rel = Path::new("workspaces").join(&f.rel);
+        let dir = Preopen::beneath(mount, &rel, f.guest(), f.access).map_err(|e| {
+            anyhow!(
+                "{} {} needs {}, which could not be opened as you: {e} (it must be a folder, reached through folders only; not run)",
+                package.tool_id,
+                package.version,
+                f.guest()
+            )
+        })?;
+        preopens.push(dir);
+    }
     let mut outbound = Vec::new();
     for (host, port) in &caps.outbound {
         outbound.extend(

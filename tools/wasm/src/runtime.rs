@@ -2,14 +2,15 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ResourceTable};
-use wasmtime::{Config, Engine, Module, ResourceLimiter, Store, Trap};
+use wasmtime::{Config, Engine, Module, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::sync::Command;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
@@ -86,6 +87,8 @@ pub struct Limits {
     pub timeout_seconds: u64,
     /// Bytes of output (stdout).
     pub output_bytes: usize,
+    /// The share of one CPU the tool may use, percent (1–100): past it, it is paused.
+    pub cpu_percent: u64,
 }
 
 /// How a preopened folder may be used.
@@ -97,15 +100,45 @@ pub enum Access {
     ReadWrite,
 }
 
-/// A folder the tool is given.
-#[derive(Debug, Clone)]
+/// A folder the tool is given, open.
+#[derive(Debug)]
 pub struct Preopen {
-    /// Where it is opened from, on the host.
-    pub host: PathBuf,
+    /// The folder, opened with [`Preopen::beneath`] (or by the caller as carefully).
+    pub dir: OwnedFd,
     /// Its name for the tool (`/workspaces/notes`).
     pub guest: String,
     /// What the tool may do in it.
     pub access: Access,
+}
+
+impl Preopen {
+    /// Opens `rel` beneath the folder `root` as a directory, through real directories only:
+    /// no symlink, no `..` above `root`, no `/proc` magic link and no other mount on the way.
+    /// (A name the caller controls must not lead the daemon, or a tool, anywhere else.)
+    pub fn beneath(
+        root: &Path,
+        rel: &Path,
+        guest: String,
+        access: Access,
+    ) -> std::io::Result<Preopen> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let root = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let dir = rustix::fs::openat2(
+            &root,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH
+                | ResolveFlags::NO_SYMLINKS
+                | ResolveFlags::NO_MAGICLINKS
+                | ResolveFlags::NO_XDEV,
+        )?;
+        Ok(Preopen { dir, guest, access })
+    }
 }
 
 /// A destination the tool may connect to over TCP: an address, and a port or any.
@@ -217,7 +250,7 @@ impl Runtime {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Compiled>> {
-        self.compiled.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.compiled)
     }
 
     /// The compiled tool of `sha256`, compiled now if it is not yet. The bytes must be those
@@ -273,12 +306,26 @@ impl Runtime {
         for (k, v) in &call.env {
             wasi.env(k, v);
         }
+        if !call.outbound.is_empty() {
+            let hosts: Vec<String> = call
+                .outbound
+                .iter()
+                .map(|o| match o.port {
+                    Some(p) => SocketAddr::new(o.ip, p).to_string(),
+                    None => o.ip.to_string(),
+                })
+                .collect();
+            wasi.env("CLAWFS_HOSTS", hosts.join(" "));
+        }
         for p in &call.preopens {
             let perms = match p.access {
                 Access::Read => FsPerms::ReadOnly,
                 Access::ReadWrite => FsPerms::ReadWrite,
             };
-            wasi.preopened_dir(&p.host, &p.guest, perms)
+            // The folder as opened, reopened through its descriptor's own link: the same
+            // directory, whatever its name leads to now.
+            let own = format!("/proc/self/fd/{}", p.dir.as_raw_fd());
+            wasi.preopened_dir(&own, &p.guest, perms)
                 .map_err(|e| WasmError::Preopen {
                     guest: p.guest.clone(),
                     reason: format!("{e:#}"),
@@ -289,9 +336,11 @@ impl Runtime {
             wasi.allow_tcp(false).allow_udp(false);
         } else {
             let (allowed, seen) = (call.outbound.clone(), network.clone());
+            // No name lookups: a lookup is a message to whatever resolver answers. The tool is
+            // told the addresses its hosts had when the call began (`CLAWFS_HOSTS`).
             wasi.allow_tcp(true)
                 .allow_udp(false)
-                .allow_ip_name_lookup(true)
+                .allow_ip_name_lookup(false)
                 .socket_addr_check(move |addr, used| {
                     let ok = match used {
                         SocketAddrUse::TcpConnect => allowed.iter().any(|a| a.allows(addr)),
@@ -311,14 +360,16 @@ impl Runtime {
             hit: Arc::default(),
         };
         let hit = Arc::clone(&limiter.hit);
-        let ticks = call
-            .limits
-            .timeout_seconds
-            .saturating_mul(1000)
-            .div_ceil(TICK.as_millis() as u64)
-            .max(1);
-        let _ticking = self.clock.running();
         let started = Instant::now();
+        let deadline = started + Duration::from_secs(call.limits.timeout_seconds);
+        let pace = Pace {
+            started,
+            deadline,
+            cpu_percent: call.limits.cpu_percent.clamp(1, 100),
+            timed_out: Arc::default(),
+        };
+        let timed_out = Arc::clone(&pace.timed_out);
+        let _watched = self.clock.watch(deadline);
         let outcome = match compiled {
             Compiled::Component(component) => {
                 let state = P2State {
@@ -328,8 +379,7 @@ impl Runtime {
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
-                store.set_epoch_deadline(ticks);
-                store.epoch_deadline_trap();
+                pace.install(&mut store);
                 Command::instantiate(&mut store, &component, &self.components)
                     .and_then(|cmd| cmd.wasi_cli_run().call_run(&mut store))
                     .map(|r| i32::from(r.is_err()))
@@ -341,8 +391,7 @@ impl Runtime {
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
-                store.set_epoch_deadline(ticks);
-                store.epoch_deadline_trap();
+                pace.install(&mut store);
                 self.modules
                     .instantiate(&mut store, &module)
                     .and_then(|i| i.get_typed_func::<(), ()>(&mut store, "_start"))
@@ -365,7 +414,9 @@ impl Runtime {
                         limit: call.limits.output_bytes,
                     })
                 }
-                None if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+                None if timed_out.load(Ordering::Relaxed)
+                    || e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) =>
+                {
                     return Err(WasmError::Timeout {
                         seconds: call.limits.timeout_seconds,
                     })
@@ -471,45 +522,146 @@ struct P1State {
     limiter: Limiter,
 }
 
+/// Keeps a call to its time and its share of the CPU, each time the engine's clock ticks in it
+/// (every [`TICK`]): stops it at its deadline, and pauses it while it has used more CPU time
+/// than its share of the time it has run.
+struct Pace {
+    started: Instant,
+    deadline: Instant,
+    cpu_percent: u64,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl Pace {
+    fn install<T>(&self, store: &mut Store<T>) {
+        let (started, deadline, percent) = (self.started, self.deadline, self.cpu_percent);
+        let timed_out = Arc::clone(&self.timed_out);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            let now = Instant::now();
+            if now >= deadline {
+                timed_out.store(true, Ordering::Relaxed);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if percent < 100 {
+                let used = thread_cpu_time();
+                let allowed = now.duration_since(started) * percent as u32 / 100;
+                if used > allowed {
+                    // Paused until its share catches up with what it used, at most to its end.
+                    let wait = (used - allowed) * 100 / percent as u32;
+                    std::thread::sleep(wait.min(deadline.saturating_duration_since(now)));
+                }
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+    }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Advances the engine's epoch every [`TICK`] while at least one call runs, and sleeps
-/// otherwise: an idle daemon pays nothing for it.
+/// otherwise: an idle daemon pays nothing for it. A call still running past its deadline is
+/// also sent [`WAKE`] every tick: a tool blocked in the host (opening a FIFO, a slow read)
+/// never reaches the epoch check until its system call returns, and the signal ends the wait
+/// (`EINTR`, which the tool sees as an error, and the next check stops it).
 struct Clock {
-    running: Arc<AtomicUsize>,
+    calls: Arc<Mutex<Vec<Watched>>>,
     thread: std::thread::Thread,
+}
+
+/// The signal that interrupts a call blocked in a system call past its deadline. Nothing else
+/// in the process uses it; its handler does nothing, without `SA_RESTART`.
+const WAKE: libc::c_int = libc::SIGURG;
+
+struct Watched {
+    id: u64,
+    thread: libc::pthread_t,
+    deadline: Instant,
 }
 
 impl Clock {
     fn start(engine: Engine) -> std::io::Result<Self> {
-        let running = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&running);
+        install_wake_handler()?;
+        let calls: Arc<Mutex<Vec<Watched>>> = Arc::default();
+        let watched = Arc::clone(&calls);
         let handle = std::thread::Builder::new()
             .name("wasm-clock".into())
             .spawn(move || loop {
-                if count.load(Ordering::Acquire) == 0 {
+                if lock(&watched).is_empty() {
                     std::thread::park();
                     continue;
                 }
                 std::thread::sleep(TICK);
                 engine.increment_epoch();
+                let now = Instant::now();
+                // Under the lock: a call leaves the list (and its thread goes on) only after
+                // this has signalled it, so a signal never reaches a thread that has ended.
+                for w in lock(&watched).iter().filter(|w| now >= w.deadline) {
+                    // SAFETY: the thread is alive: it is in the list, which it leaves (under
+                    // this lock) before its call returns.
+                    unsafe { libc::pthread_kill(w.thread, WAKE) };
+                }
             })?;
         Ok(Self {
-            running,
+            calls,
             thread: handle.thread().clone(),
         })
     }
 
-    /// Ticks until the guard is dropped.
-    fn running(&self) -> Running<'_> {
-        self.running.fetch_add(1, Ordering::AcqRel);
+    /// Ticks, and watches this thread's call for `deadline`, until the guard is dropped.
+    fn watch(&self, deadline: Instant) -> Running<'_> {
+        static IDS: AtomicUsize = AtomicUsize::new(0);
+        let id = IDS.fetch_add(1, Ordering::Relaxed) as u64;
+        lock(&self.calls).push(Watched {
+            id,
+            // SAFETY: pthread_self has no preconditions.
+            thread: unsafe { libc::pthread_self() },
+            deadline,
+        });
         self.thread.unpark();
-        Running(self)
+        Running { clock: self, id }
     }
 }
 
-struct Running<'a>(&'a Clock);
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Installs a handler for [`WAKE`] that does nothing, so that the signal interrupts a
+/// blocking system call (no `SA_RESTART`) without ending the process.
+fn install_wake_handler() -> std::io::Result<()> {
+    extern "C" fn wake(_: libc::c_int) {}
+    static DONE: std::sync::OnceLock<std::io::Result<()>> = std::sync::OnceLock::new();
+    let done = DONE.get_or_init(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler is an async-signal-safe no-op.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            if libc::sigaction(WAKE, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    });
+    match done {
+        Ok(()) => Ok(()),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+struct Running<'a> {
+    clock: &'a Clock,
+    id: u64,
+}
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        lock(&self.clock.calls).retain(|w| w.id != self.id);
     }
 }

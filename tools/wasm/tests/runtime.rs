@@ -11,6 +11,7 @@ const LIMITS: Limits = Limits {
     memory_mb: 16,
     timeout_seconds: 5,
     output_bytes: 1 << 20,
+    cpu_percent: 100,
 };
 
 fn module(name: &str) -> Vec<u8> {
@@ -74,10 +75,14 @@ fn a_tool_reads_and_writes_only_the_folders_it_is_given() {
     std::fs::create_dir(&given).unwrap();
     std::fs::write(given.join("notes.txt"), "inside").unwrap();
     std::fs::write(dir.path().join("secret.txt"), "outside").unwrap();
-    let preopen = |access| Preopen {
-        host: given.clone(),
-        guest: "/workspaces/w".into(),
-        access,
+    let preopen = |access| {
+        Preopen::beneath(
+            dir.path(),
+            Path::new("given"),
+            "/workspaces/w".into(),
+            access,
+        )
+        .unwrap()
     };
     for wasm in [module("read_file"), component("read_file")] {
         let hash = sha(&wasm);
@@ -180,4 +185,80 @@ fn only_the_signed_bytes_are_compiled_and_garbage_is_refused() {
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(garbage)),
         }
     }
+}
+
+#[test]
+fn a_folder_is_reached_through_real_folders_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(dir.path().join("outside.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/cwd", dir.path().join("magic")).unwrap();
+    for bad in ["link", "magic", "../x", "real/../../x", "/etc"] {
+        let got = Preopen::beneath(dir.path(), Path::new(bad), "/w".into(), Access::Read);
+        assert!(got.is_err(), "{bad} was opened");
+    }
+    // Inside a folder, a link out of it leads nowhere for the tool.
+    std::os::unix::fs::symlink("/proc/self/cwd", real.join("magic")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside.txt"), real.join("abs")).unwrap();
+    std::os::unix::fs::symlink("../outside.txt", real.join("rel")).unwrap();
+    let rt = Runtime::new().unwrap();
+    let wasm = module("read_file");
+    let hash = sha(&wasm);
+    for name in [&b"abs"[..], b"rel", b"magic/Cargo.toml"] {
+        let mut c = call(&wasm, &hash, name);
+        c.preopens.push(
+            Preopen::beneath(dir.path(), Path::new("real"), "/w".into(), Access::Read).unwrap(),
+        );
+        let done = rt.run(c).unwrap();
+        assert_ne!(done.exit_code, 0, "{}", String::from_utf8_lossy(name));
+        assert!(done.output.is_empty());
+    }
+}
+
+#[test]
+fn a_tool_blocked_in_the_host_is_stopped_at_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let rt = Runtime::new().unwrap();
+    let wasm = module("read_file");
+    let hash = sha(&wasm);
+    let mut c = call(&wasm, &hash, b"fifo");
+    c.limits.timeout_seconds = 1;
+    c.preopens
+        .push(Preopen::beneath(dir.path(), Path::new("."), "/w".into(), Access::Read).unwrap());
+    // Nobody ever writes to the FIFO: only the watchdog ends the open.
+    let started = std::time::Instant::now();
+    match rt.run(c) {
+        Err(WasmError::Timeout { seconds: 1 }) => {}
+        Ok(done) => assert_ne!(done.exit_code, 0, "the open cannot have succeeded"),
+        Err(other) => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn a_tool_gets_its_share_of_a_cpu_and_no_more() {
+    let rt = Runtime::new().unwrap();
+    let spin = module("spin");
+    let hash = sha(&spin);
+    let mut c = call(&spin, &hash, b"");
+    c.limits.timeout_seconds = 2;
+    c.limits.cpu_percent = 20;
+    let cpu = |_: ()| {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    };
+    let before = cpu(());
+    let started = std::time::Instant::now();
+    assert!(matches!(rt.run(c), Err(WasmError::Timeout { .. })));
+    let (used, wall) = (cpu(()) - before, started.elapsed());
+    // At most its 20% of the time it ran, with room for the compile and the clock's steps.
+    assert!(used < wall / 2, "used {used:?} of {wall:?}");
 }

@@ -41,6 +41,24 @@ pub(crate) struct WasmTools {
     running: AtomicUsize,
     /// Calls at once (see [`crate::fs::ClawFsBuilder::tool_slots`]).
     slots: usize,
+    /// The uids with a call running: one each, so that no one caller holds every slot.
+    callers: std::sync::Mutex<std::collections::HashSet<u32>>,
+}
+
+/// A caller's running call, ended when dropped.
+struct OwnCall<'a> {
+    tools: &'a WasmTools,
+    uid: u32,
+}
+
+impl Drop for OwnCall<'_> {
+    fn drop(&mut self) {
+        self.tools
+            .callers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.uid);
+    }
 }
 
 impl WasmTools {
@@ -50,7 +68,19 @@ impl WasmTools {
             runtime: OnceLock::new(),
             running: AtomicUsize::new(0),
             slots,
+            callers: Default::default(),
         }
+    }
+
+    /// `uid`'s one running call, unless it has one already.
+    fn own_call(&self, uid: u32) -> Option<OwnCall<'_>> {
+        let fresh = self
+            .callers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid);
+        // Made only when this call holds the uid: a guard's drop gives it back.
+        fresh.then(|| OwnCall { tools: self, uid })
     }
 
     fn runtime(&self) -> Result<&Runtime, String> {
@@ -162,6 +192,7 @@ impl ClawFs {
         let caps = Capabilities::parse(&package.capabilities)
             .map_err(|e| failed(format!("{} {}: {e}: not run", tool, package.version)))?;
         let policy = self.policy();
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let mut preopens = Vec::new();
         for f in &caps.folders {
             let guest = f.guest();
@@ -183,11 +214,20 @@ impl ClawFs {
                     d.reason
                 ))
             })?;
-            preopens.push(Preopen {
-                host: mount.join("workspaces").join(&f.rel),
-                guest,
-                access: f.access,
-            });
+            // Through the mount, by real folders only: a symlink on the way could lead the
+            // daemon's thread anywhere it can reach (its own descriptors included).
+            let rel = Path::new("workspaces").join(&f.rel);
+            let dir = {
+                let _as = AsCaller::enter_with(creds)
+                    .map_err(|e| ToolError::io("starting the call", e))?;
+                let _delegated = self.delegate(tid, creds, who);
+                Preopen::beneath(&mount, &rel, guest.clone(), f.access)
+            };
+            preopens.push(dir.map_err(|e| {
+                ToolError::Denied(format!(
+                    "{guest} could not be opened for {tool} as you ({e}; it must be a folder, reached through folders only): not run"
+                ))
+            })?);
         }
         let outbound = self.tool_hosts(who, &caps)?;
         *used = describe(&package, &preopens, &outbound);
@@ -205,8 +245,10 @@ impl ClawFs {
             )));
         }
         let _slot = Slot(slots);
+        let _own = self.wasm.own_call(creds.caller.uid).ok_or_else(|| {
+            failed("you have a WebAssembly tool call running already; one at a time".into())
+        })?;
         let runtime = self.wasm.runtime().map_err(failed)?;
-        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let _delegated = self.delegate(tid, creds, who);
         let _as = AsCaller::enter_with(creds).map_err(|e| ToolError::io("starting the call", e))?;
         let done = runtime.run(Call {
@@ -224,6 +266,7 @@ impl ClawFs {
                 memory_mb: package.memory_limit_mb,
                 timeout_seconds: package.timeout_seconds,
                 output_bytes: OUTPUT_LIMIT,
+                cpu_percent: package.cpu_quota_percent,
             },
         });
         let done = done.map_err(|e| match e {
