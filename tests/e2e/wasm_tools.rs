@@ -522,3 +522,48 @@ fn an_agent_cannot_lead_a_tool_out_of_its_folders() {
     );
     assert!(String::from_utf8_lossy(&first.stdout).contains("limit of 4 s"));
 }
+
+/// A caller keeping many call files open with large requests is held to a total, and gets it
+/// back as it closes them.
+#[test]
+fn a_caller_cannot_grow_the_daemon_with_open_requests() {
+    let m = Mounted::new();
+    fs::set_permissions(
+        m.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let script = format!(
+        r#"
+import os, sys
+path = "{}/tools/call/info"
+chunk = b"x" * (1 << 20)
+fds, refused = [], None
+for i in range(24):
+    fd = os.open(path, os.O_RDWR)
+    fds.append(fd)
+    try:
+        for _ in range(4):
+            os.write(fd, chunk[: (1 << 20) - 64])
+    except OSError as e:
+        refused = (i, e.errno)
+        break
+for fd in fds:
+    os.close(fd)
+fd = os.open(path, os.O_RDWR)
+os.write(fd, chunk[: (1 << 20) - 64])
+os.close(fd)
+print(refused)
+"#,
+        m.mnt.display()
+    );
+    let out = sh_as_nobody(&format!("python3 -c '{script}'"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    // 64 MiB: sixteen requests of almost 4 MiB, refused in the seventeenth.
+    assert_eq!(said.trim(), "(16, 27)", "{said}");
+}

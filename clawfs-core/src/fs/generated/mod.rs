@@ -55,6 +55,11 @@ struct Kept {
 }
 
 /// The generated files' own state. Every lock here is a leaf: nothing else is taken while one
+/// Request bytes one uid may hold in its open call files at once: each holds at most
+/// [`crate::generated_files::MAX_CALL_REQUEST`], and a caller keeping many open must not grow
+/// the daemon without bound. A write past it fails with `EFBIG`, as an oversized request does.
+pub(super) const BUFFERED_PER_CALLER: usize = 64 << 20;
+
 /// is held.
 pub(super) struct Generated {
     /// Generated nodes ↔ their inode numbers.
@@ -63,6 +68,8 @@ pub(super) struct Generated {
     pub(super) handles: HandleTable<GeneratedHandle>,
     /// Answers of the two-file tool interface, per caller, oldest first.
     responses: Mutex<ResponsesByOwner>,
+    /// Request bytes held in open call files, per opener uid (see [`BUFFERED_PER_CALLER`]).
+    pub(super) buffered: Mutex<HashMap<u32, usize>>,
     /// When the daemon started: the times of generated nodes.
     started: SystemTime,
 }
@@ -73,6 +80,7 @@ impl Generated {
             inodes: GeneratedInodes::default(),
             handles: HandleTable::default(),
             responses: Mutex::default(),
+            buffered: Mutex::default(),
             started: SystemTime::now(),
         }
     }

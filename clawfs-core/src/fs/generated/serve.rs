@@ -222,11 +222,33 @@ impl ClawFs {
         let handle = self.generated.handles.get(fh)?;
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         match handle.node {
-            GeneratedNode::Call(_) | GeneratedNode::Request { .. } | GeneratedNode::Secret(_) => {
-                Ok(state.write(offset, data).map_err(errno)? as u32)
-            }
-            _ => Err(errno(libc::EBADF)),
+            GeneratedNode::Call(_) | GeneratedNode::Request { .. } | GeneratedNode::Secret(_) => {}
+            _ => return Err(errno(libc::EBADF)),
         }
+        // What the write will hold: a write after a response starts the request anew.
+        let before = state.request.len();
+        let end = usize::try_from(offset)
+            .ok()
+            .and_then(|o| o.checked_add(data.len()))
+            .ok_or_else(|| errno(libc::EFBIG))?;
+        let after = match state.response {
+            Some(_) => end,
+            None => before.max(end),
+        };
+        let uid = handle.opener.1.caller.uid;
+        let mut buffered = self
+            .generated
+            .buffered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let held = buffered.entry(uid).or_default();
+        if after > before && *held + (after - before) > super::BUFFERED_PER_CALLER {
+            return Err(errno(libc::EFBIG));
+        }
+        let written = state.write(offset, data);
+        // Counted whatever the write did (a refused write after a response still cleared it).
+        *held = (*held + state.request.len()).saturating_sub(before);
+        Ok(written.map_err(errno)? as u32)
     }
 
     pub(in crate::fs) fn read_generated(
@@ -344,6 +366,26 @@ impl ClawFs {
             .handles
             .remove(fh)
             .ok_or(FsError::UnknownHandle(fh))?;
+        let held = handle
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .request
+            .len();
+        if held > 0 {
+            let mut buffered = self
+                .generated
+                .buffered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let uid = handle.opener.1.caller.uid;
+            if let Some(total) = buffered.get_mut(&uid) {
+                *total = total.saturating_sub(held);
+                if *total == 0 {
+                    buffered.remove(&uid);
+                }
+            }
+        }
         self.run_request(&handle);
         self.store_secret(&handle)
     }
