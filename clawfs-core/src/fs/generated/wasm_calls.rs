@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use clawfs_agent_tools::{ToolError, ToolResult};
 use clawfs_integrity::registry::{self, Package};
@@ -43,7 +43,13 @@ pub(crate) struct WasmTools {
     slots: usize,
     /// The uids with a call running: one each, so that no one caller holds every slot.
     callers: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// The registry's packages with their signatures checked, as of the registry and signers
+    /// files' status (read again when either changes).
+    registry: std::sync::Mutex<Option<(RegistryStamp, Arc<registry::Audited>)>>,
 }
+
+/// What says the registry or its signers changed: each file's inode, size and times.
+type RegistryStamp = [(u64, i64, i64, i64, i64, i64); 2];
 
 /// A caller's running call, ended when dropped.
 struct OwnCall<'a> {
@@ -69,6 +75,7 @@ impl WasmTools {
             running: AtomicUsize::new(0),
             slots,
             callers: Default::default(),
+            registry: Default::default(),
         }
     }
 
@@ -101,13 +108,54 @@ impl Drop for Slot<'_> {
 }
 
 impl ClawFs {
-    /// The published tools that have a binary, newest versions first by id.
+    /// The registry's packages, each with whether its signature holds, and what breaks the
+    /// registry's rules if anything: read and checked again only when `tools/registry.json` or
+    /// `system/signers.json` changed.
+    fn signed_registry(&self) -> ToolResult<Arc<registry::Audited>> {
+        let root = self.store.root_fd();
+        let stamp_of = |rel: &str| {
+            rustix::fs::statat(root, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).map_or(
+                (0, -1, 0, 0, 0, 0),
+                |st| {
+                    (
+                        st.st_ino,
+                        st.st_size,
+                        st.st_mtime,
+                        st.st_mtime_nsec as i64,
+                        st.st_ctime,
+                        st.st_ctime_nsec as i64,
+                    )
+                },
+            )
+        };
+        let stamp = [
+            stamp_of("tools/registry.json"),
+            stamp_of(clawfs_integrity::signers::SIGNERS_FILE),
+        ];
+        let mut cached = self.wasm.registry.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, audited)) = cached.as_ref() {
+            if *at == stamp {
+                return Ok(Arc::clone(audited));
+            }
+        }
+        let audited = Arc::new(
+            registry::audited_packages(root)
+                .map_err(|e| ToolError::io("reading the registry", std::io::Error::other(e)))?,
+        );
+        *cached = Some((stamp, Arc::clone(&audited)));
+        Ok(audited)
+    }
+
+    /// The published tools that have a binary, by id.
     pub(in crate::fs) fn published_tools(&self) -> Vec<String> {
-        let mut ids: Vec<String> = registry::load_packages(self.store.root_fd())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| p.wasm_path.is_some())
-            .map(|p| p.tool_id)
+        let Ok(audited) = self.signed_registry() else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = audited
+            .0
+            .iter()
+            .filter(|(p, _)| p.wasm_path.is_some())
+            .map(|(p, _)| p.tool_id.clone())
             .collect();
         ids.sort();
         ids.dedup();
@@ -308,15 +356,15 @@ impl ClawFs {
     /// The newest version of `tool` whose signature holds; a newest one whose signature does
     /// not is refused, never passed over for an older one.
     fn signed_package(&self, tool: &str) -> ToolResult<Package> {
-        let (packages, problem) = registry::audited_packages(self.store.root_fd())
-            .map_err(|e| ToolError::io("reading the registry", std::io::Error::other(e)))?;
+        let audited = self.signed_registry()?;
+        let (packages, problem) = (&audited.0, &audited.1);
         if let Some(problem) = problem {
             return Err(ToolError::Denied(format!(
                 "the tool registry does not hold ({problem}): no published tool runs"
             )));
         }
         let (package, verified) = packages
-            .into_iter()
+            .iter()
             .filter(|(p, _)| p.tool_id == tool && p.wasm_path.is_some())
             .reduce(|a, b| {
                 if registry::newer(&b.0.version, &a.0.version) {
@@ -325,6 +373,7 @@ impl ClawFs {
                     a
                 }
             })
+            .cloned()
             .ok_or_else(|| ToolError::NotFound(format!("no published tool {tool}")))?;
         verified.map_err(|why| {
             ToolError::Denied(format!(
