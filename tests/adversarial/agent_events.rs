@@ -191,6 +191,7 @@ fn a_run_is_announced_to_its_stores_daemon_and_a_wrong_mount_is_refused() {
     }
     let m = Mounted::new();
     let wrong = Command::new(crate::common::clawfs_bin())
+        .env_remove("LD_LIBRARY_PATH")
         .arg("run")
         .arg("--store")
         .arg(&m.store)
@@ -201,6 +202,7 @@ fn a_run_is_announced_to_its_stores_daemon_and_a_wrong_mount_is_refused() {
         .unwrap();
     assert_eq!(wrong.status.code(), Some(3), "{}", text(&wrong));
     let out = Command::new(crate::common::clawfs_bin())
+        .env_remove("LD_LIBRARY_PATH")
         .arg("run")
         .arg("--store")
         .arg(&m.store)
@@ -241,6 +243,7 @@ fn another_stores_agent_cannot_keep_the_monitor_attached() {
         self_file.display()
     );
     let mut run = Command::new(crate::common::clawfs_bin())
+        .env_remove("LD_LIBRARY_PATH")
         .arg("run")
         .arg("--store")
         .arg(&other.store)

@@ -36,13 +36,14 @@ pub fn skip(test: &str, why: &str) {
     eprintln!("{test} skipped: {why}");
 }
 
-/// Runs `clawfs ARGS`.
+/// Runs `clawfs ARGS` (without cargo's `LD_LIBRARY_PATH`: see [`Mounted::run_command`]).
 pub fn clawfs<I, S>(args: I) -> Output
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
     Command::new(clawfs_bin())
+        .env_remove("LD_LIBRARY_PATH")
         .args(args)
         .output()
         .expect("run clawfs")
@@ -190,9 +191,14 @@ impl Mounted {
     }
 
     /// `clawfs run --store S --mount M --agent AGENT`, for the caller to add options, the
-    /// command, its working directory and its standard streams.
+    /// command, its working directory and its standard streams. Without cargo's
+    /// `LD_LIBRARY_PATH` (its build scripts' output folders), which no agent has: under
+    /// `--no-sandbox` every program the agent starts would search each of them for its
+    /// libraries, and the monitor's per-second limit on recorded opens would drop the opens a
+    /// test looks for.
     pub fn run_command(&self, agent: &str) -> Command {
         let mut c = Command::new(clawfs_bin());
+        c.env_remove("LD_LIBRARY_PATH");
         c.arg("run")
             .arg("--store")
             .arg(&self.store)

@@ -8,12 +8,10 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use clawfs_integrity::registry::{self, Package};
-use clawfs_wasm::{Access, Call, Capabilities, Limits, Outbound, Preopen, Runtime, WasmError};
+use clawfs_wasm::{Access, Call, Capabilities, Outbound, Preopen, Runtime, WasmError};
 
 use crate::error::Failure;
 
-/// The longest answer a tool may give, bytes.
-pub const OUTPUT_LIMIT: usize = 16 << 20;
 /// The largest request, bytes.
 const INPUT_LIMIT: u64 = 16 << 20;
 
@@ -26,10 +24,9 @@ pub fn run(
     input: Option<&Path>,
 ) -> Result<u8, Failure> {
     let package = find(mount, tool_id, version)?;
-    let (Some(wasm_path), Some(hash)) = (&package.wasm_path, &package.wasm_hash) else {
+    let (Some(wasm_path), Some(_)) = (&package.wasm_path, &package.wasm_hash) else {
         return Err(anyhow!("{tool_id} {} has no WebAssembly binary", package.version).into());
     };
-    let sha256 = hash.strip_prefix("sha256:").unwrap_or(hash);
     let binary = mount.join("tools").join(wasm_path);
     // The mount serves a file of tools/ only if it is what the signed registry lists.
     let wasm = std::fs::read(&binary).map_err(|e| {
@@ -68,24 +65,9 @@ pub fn run(
         })?;
     }
     let runtime = Runtime::new().map_err(|e| anyhow!(e))?;
-    let done = runtime.run(Call {
-        tool: tool_id,
-        wasm: &wasm,
-        sha256,
-        input: &request,
-        preopens,
-        outbound,
-        env: vec![
-            ("CLAWFS_TOOL".into(), tool_id.into()),
-            ("CLAWFS_TOOL_VERSION".into(), package.version.clone()),
-        ],
-        limits: Limits {
-            memory_mb: package.memory_limit_mb,
-            timeout_seconds: package.timeout_seconds,
-            output_bytes: OUTPUT_LIMIT,
-            cpu_percent: package.cpu_quota_percent,
-        },
-    });
+    let call = Call::of_package(&package, &wasm, &request, preopens, outbound)
+        .ok_or_else(|| anyhow!("{tool_id} {} has no WebAssembly binary", package.version))?;
+    let done = runtime.run(call);
     let done = match done {
         Ok(done) => done,
         Err(e @ WasmError::Tampered { .. }) => return Err(Failure::Tampered(e.to_string())),

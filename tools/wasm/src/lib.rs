@@ -17,4 +17,6 @@ mod output;
 mod runtime;
 
 pub use capabilities::{Capabilities, Folder, WORKSPACES};
-pub use runtime::{Access, Call, Finished, Limits, Outbound, Preopen, Runtime, WasmError};
+pub use runtime::{
+    Access, Call, Finished, Limits, Outbound, Preopen, Runtime, WasmError, OUTPUT_LIMIT,
+};

@@ -168,6 +168,9 @@ impl Outbound {
     }
 }
 
+/// The longest answer a published tool may give, bytes.
+pub const OUTPUT_LIMIT: usize = 16 << 20;
+
 /// One run of a tool.
 pub struct Call<'a> {
     /// The tool's id (its `argv[0]`).
@@ -186,6 +189,39 @@ pub struct Call<'a> {
     pub env: Vec<(String, String)>,
     /// Its limits.
     pub limits: Limits,
+}
+
+impl<'a> Call<'a> {
+    /// A run of the published `package`: its id, the environment it is told
+    /// (`CLAWFS_TOOL`, `CLAWFS_TOOL_VERSION`), the hash its registry entry signs (the binary
+    /// `wasm` must have it) and the limits its definition declares; `None` if it has no binary.
+    pub fn of_package(
+        package: &'a clawfs_integrity::registry::Package,
+        wasm: &'a [u8],
+        input: &'a [u8],
+        preopens: Vec<Preopen>,
+        outbound: Vec<Outbound>,
+    ) -> Option<Self> {
+        let hash = package.wasm_hash.as_deref()?;
+        Some(Call {
+            tool: &package.tool_id,
+            wasm,
+            sha256: hash.strip_prefix("sha256:").unwrap_or(hash),
+            input,
+            preopens,
+            outbound,
+            env: vec![
+                ("CLAWFS_TOOL".into(), package.tool_id.clone()),
+                ("CLAWFS_TOOL_VERSION".into(), package.version.clone()),
+            ],
+            limits: Limits {
+                memory_mb: package.memory_limit_mb,
+                timeout_seconds: package.timeout_seconds,
+                output_bytes: OUTPUT_LIMIT,
+                cpu_percent: package.cpu_quota_percent,
+            },
+        })
+    }
 }
 
 /// A run that reached its end.

@@ -10,7 +10,7 @@
 //!   the audit trail apply to the tool exactly as to the caller. A folder the caller's policy
 //!   does not give it is refused before the tool runs. Hosts: those its capabilities name,
 //!   and for an agent only those its own sandbox's network setting allows too.
-//! - **Limits.** Memory and time from the definition, output [`OUTPUT_LIMIT`]; at most
+//! - **Limits.** Memory and time from the definition, output [`clawfs_wasm::OUTPUT_LIMIT`]; at most
 //!   the mount's FUSE threads but one calls at once, so a FUSE thread is always left to serve the tools' own file
 //!   operations.
 //! - **Audit.** One record per call: `tool:<id>`, the binary's path, what it was given, how
@@ -24,14 +24,12 @@ use std::sync::{Arc, OnceLock};
 use clawfs_agent_tools::{ToolError, ToolResult};
 use clawfs_integrity::registry::{self, Package};
 use clawfs_policy::{Identity, NsPath};
-use clawfs_wasm::{Access, Call, Capabilities, Limits, Outbound, Preopen, Runtime, WasmError};
+use clawfs_wasm::{Access, Call, Capabilities, Outbound, Preopen, Runtime, WasmError};
 use serde_json::Value;
 
 use super::super::ClawFs;
 use crate::creds::{AsCaller, Credentials};
 
-/// The longest answer a tool may give, bytes.
-pub const OUTPUT_LIMIT: usize = 16 << 20;
 /// The largest binary the daemon reads for a call.
 const MAX_BINARY: u64 = 256 << 20;
 
@@ -222,7 +220,7 @@ impl ClawFs {
             .clone()
             .ok_or_else(|| failed("the store is served without a mount point".into()))?;
         let package = self.signed_package(tool)?;
-        let (Some(wasm_path), Some(hash)) = (&package.wasm_path, &package.wasm_hash) else {
+        let (Some(wasm_path), Some(_)) = (&package.wasm_path, &package.wasm_hash) else {
             return Err(ToolError::NotFound(format!(
                 "{tool} {} has no WebAssembly binary",
                 package.version
@@ -299,24 +297,9 @@ impl ClawFs {
         let runtime = self.wasm.runtime().map_err(failed)?;
         let _delegated = self.delegate(tid, creds, who);
         let _as = AsCaller::enter_with(creds).map_err(|e| ToolError::io("starting the call", e))?;
-        let done = runtime.run(Call {
-            tool,
-            wasm: &wasm,
-            sha256: hash.strip_prefix("sha256:").unwrap_or(hash),
-            input: request,
-            preopens,
-            outbound,
-            env: vec![
-                ("CLAWFS_TOOL".into(), tool.into()),
-                ("CLAWFS_TOOL_VERSION".into(), package.version.clone()),
-            ],
-            limits: Limits {
-                memory_mb: package.memory_limit_mb,
-                timeout_seconds: package.timeout_seconds,
-                output_bytes: OUTPUT_LIMIT,
-                cpu_percent: package.cpu_quota_percent,
-            },
-        });
+        let call = Call::of_package(&package, &wasm, request, preopens, outbound)
+            .ok_or_else(|| failed("it has no WebAssembly binary".into()))?;
+        let done = runtime.run(call);
         let done = done.map_err(|e| match e {
             WasmError::Preopen { .. } => ToolError::Denied(format!("{e} (not run)")),
             WasmError::Output { .. } => ToolError::TooLarge(e.to_string()),
