@@ -310,6 +310,8 @@ pub struct Exchange {
     /// A write went past [`MAX_CALL_REQUEST`]: the request is answered `too_large`, never run
     /// on what was kept of it.
     pub oversized: bool,
+    /// The call is running (on a copy of the request, without this exchange's lock held).
+    pub running: bool,
 }
 
 impl Exchange {

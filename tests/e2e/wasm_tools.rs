@@ -567,3 +567,41 @@ print(refused)
     // 64 MiB: sixteen requests of almost 4 MiB, refused in the seventeenth.
     assert_eq!(said.trim(), "(16, 27)", "{said}");
 }
+
+/// Closing copies of a call's descriptor while the call runs waits for nothing: the threads
+/// those closes hold must not be the ones the tool's own file operations need.
+#[test]
+fn closes_during_a_call_leave_the_mount_serving() {
+    let m = Mounted::new();
+    signer(&m);
+    let default = "/clawfs/workspaces/default";
+    publish(
+        &m,
+        "slow-reader",
+        &wat_tool("slow_read"),
+        &[&format!("filesystem:read:{default}")],
+        10,
+    );
+    fs::write(m.ws().join("hello.json"), r#"{"a":1}"#).unwrap();
+    let script = format!(
+        r#"
+import os, threading, time
+fd = os.open("{mnt}/tools/call/slow-reader", os.O_RDWR)
+os.write(fd, b"hello.json")
+out = []
+reader = threading.Thread(target=lambda: out.append(os.pread(fd, 65536, 0)))
+reader.start()
+time.sleep(0.2)
+closers = [threading.Thread(target=lambda: os.close(os.dup(fd))) for _ in range(6)]
+for c in closers: c.start()
+for c in closers: c.join()
+reader.join()
+print(out[0].decode())
+"#,
+        mnt = m.mnt.display()
+    );
+    let out = m.run_agent("fs-engine", &format!("timeout 60 python3 -c '{script}'"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(r#""a":1"#), "{}", stdout(&out));
+    assert!(fs::metadata(m.ws()).is_ok(), "the mount serves on");
+}

@@ -269,6 +269,12 @@ impl Runtime {
         let mut modules = wasmtime::Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_sync(&mut modules, |s: &mut P1State| &mut s.wasi)
             .map_err(setup)?;
+        // WASI's own `poll_oneoff` sleeps on this thread for as long as a tool asks, where no
+        // time limit reaches it: this one never sleeps past the call's deadline.
+        modules.allow_shadowing(true);
+        modules
+            .func_wrap("wasi_snapshot_preview1", "poll_oneoff", poll_oneoff)
+            .map_err(setup)?;
         let clock = Clock::start(engine.clone())
             .map_err(|e| WasmError::Setup(format!("the clock thread: {e}")))?;
         Ok(Self {
@@ -424,6 +430,8 @@ impl Runtime {
                 let state = P1State {
                     wasi: wasi.build_p1(),
                     limiter,
+                    deadline,
+                    timed_out: Arc::clone(&timed_out),
                 };
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
@@ -556,6 +564,120 @@ impl WasiView for P2State {
 struct P1State {
     wasi: WasiP1Ctx,
     limiter: Limiter,
+    deadline: Instant,
+    timed_out: Arc<AtomicBool>,
+}
+
+/// WASI preview 1 `poll_oneoff`, with a sleep bounded by the call's deadline. Descriptors a tool
+/// can poll (its stdio pipes, files and folders) are always ready, so a poll with any of them
+/// answers at once with those; a poll of clocks alone sleeps until the earliest, or until the
+/// deadline, which stops the tool.
+fn poll_oneoff(
+    mut caller: wasmtime::Caller<'_, P1State>,
+    subscriptions: i32,
+    events: i32,
+    count: i32,
+    nevents: i32,
+) -> wasmtime::Result<i32> {
+    // WASI errno values.
+    const FAULT: i32 = 21;
+    const INVAL: i32 = 28;
+    const SUBSCRIPTION: usize = 48;
+    const EVENT: usize = 32;
+    let Some(wasmtime::Extern::Memory(memory)) = caller.get_export("memory") else {
+        return Ok(FAULT);
+    };
+    let (subs, out, n, counted) = (
+        subscriptions as u32 as usize,
+        events as u32 as usize,
+        count as u32 as usize,
+        nevents as u32 as usize,
+    );
+    if n == 0 {
+        return Ok(INVAL);
+    }
+    let Some(bytes) = subs
+        .checked_add(n.saturating_mul(SUBSCRIPTION))
+        .and_then(|end| memory.data(&caller).get(subs..end))
+        .map(<[u8]>::to_vec)
+    else {
+        return Ok(FAULT);
+    };
+    let u64_at =
+        |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    // (userdata, kind, nanoseconds to wait for a clock)
+    let mut subs_read = Vec::with_capacity(n);
+    for sub in bytes.chunks_exact(SUBSCRIPTION) {
+        let userdata = u64_at(sub, 0);
+        match sub[8] {
+            0 => {
+                let clock = u32::from_le_bytes(sub[16..20].try_into().expect("4 bytes"));
+                let timeout = u64_at(sub, 24);
+                let absolute =
+                    u16::from_le_bytes(sub[40..42].try_into().expect("2 bytes")) & 1 == 1;
+                let now = match clock {
+                    0 => std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64),
+                    1..=3 => {
+                        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+                        (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+                    }
+                    _ => return Ok(INVAL),
+                };
+                let wait = if absolute {
+                    timeout.saturating_sub(now)
+                } else {
+                    timeout
+                };
+                subs_read.push((userdata, 0u8, wait));
+            }
+            kind @ (1 | 2) => subs_read.push((userdata, kind, 0)),
+            _ => return Ok(INVAL),
+        }
+    }
+    let ready: Vec<(u64, u8)> = if subs_read.iter().any(|s| s.1 != 0) {
+        subs_read
+            .iter()
+            .filter(|s| s.1 != 0)
+            .map(|s| (s.0, s.1))
+            .collect()
+    } else {
+        let wait = subs_read.iter().map(|s| s.2).min().unwrap_or(0);
+        let left = caller
+            .data()
+            .deadline
+            .saturating_duration_since(Instant::now());
+        if Duration::from_nanos(wait) >= left {
+            std::thread::sleep(left);
+            caller.data().timed_out.store(true, Ordering::Relaxed);
+            return Err(Trap::Interrupt.into());
+        }
+        std::thread::sleep(Duration::from_nanos(wait));
+        subs_read
+            .iter()
+            .filter(|s| s.2 <= wait)
+            .map(|s| (s.0, 0))
+            .collect()
+    };
+    let mut written = Vec::with_capacity(ready.len() * EVENT);
+    for (userdata, kind) in &ready {
+        let mut event = [0u8; EVENT];
+        event[..8].copy_from_slice(&userdata.to_le_bytes());
+        event[10] = *kind;
+        written.extend_from_slice(&event);
+    }
+    let data = memory.data_mut(&mut caller);
+    let (Some(events_room), true) = (
+        out.checked_add(written.len())
+            .filter(|end| *end <= data.len()),
+        counted.checked_add(4).is_some_and(|end| end <= data.len()),
+    ) else {
+        return Ok(FAULT);
+    };
+    data[out..events_room].copy_from_slice(&written);
+    data[counted..counted + 4].copy_from_slice(&(ready.len() as u32).to_le_bytes());
+    Ok(0)
 }
 
 /// Keeps a call to its time and its share of the CPU, each time the engine's clock ticks in it

@@ -262,3 +262,25 @@ fn a_tool_gets_its_share_of_a_cpu_and_no_more() {
     // At most its 20% of the time it ran, with room for the compile and the clock's steps.
     assert!(used < wall / 2, "used {used:?} of {wall:?}");
 }
+
+#[test]
+fn a_sleep_is_bounded_by_the_time_limit_and_a_short_one_answers() {
+    let rt = Runtime::new().unwrap();
+    let nap = module("nap");
+    let hash = sha(&nap);
+    let done = rt.run(call(&nap, &hash, b"")).unwrap();
+    assert_eq!(
+        (done.exit_code, done.output.as_slice()),
+        (0, &br#"{"u":7,"n":1}"#[..])
+    );
+    let sleep = module("sleep");
+    let hash = sha(&sleep);
+    let mut c = call(&sleep, &hash, b"");
+    c.limits.timeout_seconds = 1;
+    let started = std::time::Instant::now();
+    match rt.run(c) {
+        Err(WasmError::Timeout { seconds: 1 }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}

@@ -267,8 +267,23 @@ impl ClawFs {
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.response.is_none() {
             if let GeneratedNode::Call(tool) = &handle.node {
-                // The call runs on this request thread; the other threads keep serving.
-                let response = self.run_tool(&handle.opener, Some(tool), &state);
+                if state.running {
+                    // Another read of this descriptor is running the call.
+                    return Err(errno(libc::EBUSY));
+                }
+                // The call runs on this request thread, on a copy of the request, without the
+                // exchange's lock: a close of another copy of the descriptor (a flush) must
+                // not wait for it, holding a thread the call's own file operations need.
+                let call = Exchange {
+                    request: state.request.clone(),
+                    oversized: state.oversized,
+                    ..Exchange::default()
+                };
+                state.running = true;
+                drop(state);
+                let response = self.run_tool(&handle.opener, Some(tool), &call);
+                state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.running = false;
                 state.response = Some(response);
             }
         }
@@ -345,6 +360,11 @@ impl ClawFs {
     /// `close()` returns (the kernel's FLUSH is synchronous with `close()`, RELEASE is not).
     pub(in crate::fs) fn flush_generated(&self, fh: u64) -> FsResult<()> {
         let handle = self.generated.handles.get(fh)?;
+        if let GeneratedNode::Call(_) = handle.node {
+            // A call runs at its first read, never at a close: nothing to do, and nothing to
+            // wait for (its exchange may be busy with a running call).
+            return Ok(());
+        }
         // A close before anything was written (a shell's copy of the descriptor, closed after
         // dup2) runs nothing; the last close runs even an empty request.
         // A request refused as too large is answered now too, not at the release that

@@ -1,0 +1,20 @@
+;; Sleeps 50 ms (one relative clock subscription) and answers with the event's userdata and the
+;; number of events: {"u":7,"n":1} when poll_oneoff behaved.
+(module
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 200) "{\"u\":7,\"n\":1}")
+  (func (export "_start")
+    (i64.store (i32.const 0) (i64.const 7))
+    (i32.store8 (i32.const 8) (i32.const 0))
+    (i32.store (i32.const 16) (i32.const 1))
+    (i64.store (i32.const 24) (i64.const 50000000))
+    (if (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128))
+      (then (call $proc_exit (i32.const 3))))
+    (if (i64.ne (i64.load (i32.const 64)) (i64.const 7)) (then (call $proc_exit (i32.const 4))))
+    (if (i32.ne (i32.load (i32.const 128)) (i32.const 1)) (then (call $proc_exit (i32.const 5))))
+    (i32.store (i32.const 300) (i32.const 200))
+    (i32.store (i32.const 304) (i32.const 13))
+    (drop (call $fd_write (i32.const 1) (i32.const 300) (i32.const 1) (i32.const 308)))))
