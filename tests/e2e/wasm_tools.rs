@@ -9,12 +9,34 @@ use serde_json::Value;
 
 use crate::common::*;
 
+#[path = "../../tools/wasm/tests/support/mod.rs"]
+mod wasm_support;
+
+/// `tools/wasm/testdata`.
+fn testdata() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/wasm/testdata")
+}
+
 /// A tool of `tools/wasm/testdata`, compiled from its WAT.
 fn wat_tool(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tools/wasm/testdata")
-        .join(format!("{name}.wat"));
+    let path = testdata().join(format!("{name}.wat"));
     wat::parse_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `wat_tool(name)` as a `wasi:cli/command` component (through the preview 1 adapter): its
+/// file reads and writes go through WASI streams.
+fn wat_component(name: &str) -> Vec<u8> {
+    wit_component::ComponentEncoder::default()
+        .module(&wat_tool(name))
+        .unwrap()
+        .adapter(
+            "wasi_snapshot_preview1",
+            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
+        )
+        .unwrap()
+        .validate(true)
+        .encode()
+        .unwrap()
 }
 
 /// Publishes `wasm` as tool `id` 1.0.0 with `capabilities`, signed by alice.
@@ -253,6 +275,13 @@ fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
     );
     publish(
         &m,
+        "component-writer",
+        &wat_component("write_file"),
+        &[&format!("filesystem:write:{default}")],
+        10,
+    );
+    publish(
+        &m,
         "snoop",
         &wat_tool("read_file"),
         &["filesystem:read:/clawfs/workspaces/private"],
@@ -295,6 +324,13 @@ fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
         "write_file answers nothing, which is not JSON: {r}"
     );
     let made = fs::metadata(m.backing("workspaces/default/made.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), 61006);
+    // So is one a component writes, through a stream.
+    let r = call_as_agent(&m, "fs-engine", "component-writer", "streamed.txt");
+    assert_eq!(r["ok"], false, "{r}");
+    let streamed = m.backing("workspaces/default/streamed.txt");
+    assert_eq!(fs::read_to_string(&streamed).unwrap(), "written");
+    let made = fs::metadata(&streamed).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), 61006);
     // The git guard holds for the tool as for the agent.
     let r = call_as_agent(&m, "fs-engine", "writer", "repo/.git/hooks/pre-commit");
@@ -604,4 +640,106 @@ print(out[0].decode())
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(r#""a":1"#), "{}", stdout(&out));
     assert!(fs::metadata(m.ws()).is_ok(), "the mount serves on");
+}
+
+/// A real local HTTP server: the path of each request it answers, sent on the channel.
+fn http_server() -> (u16, std::sync::mpsc::Receiver<String>) {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for request in server.incoming_requests() {
+            let _ = tx.send(request.url().to_string());
+            let _ = request.respond(tiny_http::Response::from_string("ok"));
+        }
+    });
+    (port, rx)
+}
+
+/// `request` sent to `tools/call/ID` by a root shell: the daemon runs the tool, as root.
+fn call_as_root(m: &Mounted, id: &str, request: &str) -> Value {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
+            m.mnt.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn a_tool_connects_to_the_hosts_it_declares_that_its_caller_may_reach() {
+    let m = Mounted::new();
+    signer(&m);
+    let (declared, declared_heard) = http_server();
+    let (undeclared, undeclared_heard) = http_server();
+    let connect = |port: u16| {
+        wasm_support::component_of_world(&testdata(), "connect", &[("PORT", port.to_string())])
+    };
+    let capability = format!("network:outbound:127.0.0.1:{declared}");
+    // `fetch` connects where it declares; `stray` declares the same host and port and
+    // connects elsewhere.
+    publish(&m, "fetch", &connect(declared), &[&capability], 10);
+    publish(&m, "stray", &connect(undeclared), &[&capability], 10);
+    let heard = |rx: &std::sync::mpsc::Receiver<String>| {
+        rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+    };
+
+    let r = call_as_root(&m, "fetch", "");
+    assert_eq!(r["connected"], true, "{r}");
+    assert_eq!(heard(&declared_heard).as_deref(), Some("/from-tool"));
+    // Refused by the runtime (WASI's access-denied, 1): the other server hears nothing.
+    let r = call_as_root(&m, "stray", "");
+    assert_eq!(
+        (&r["connected"], &r["code"]),
+        (&false.into(), &"01".into()),
+        "{r}"
+    );
+
+    // An agent gets the host only if its own sandbox may reach it.
+    let r = call_as_agent(&m, "fs-engine", "fetch", "");
+    assert_eq!(r["connected"], true, "{r}");
+    assert_eq!(heard(&declared_heard).as_deref(), Some("/from-tool"));
+    let policy = fs::read_to_string(m.backing("system/policy.toml")).unwrap();
+    let narrowed = policy.replacen(
+        "[agents.fs-engine]\n",
+        "[agents.fs-engine]\nsandbox = { network = \"none\" }\n",
+        1,
+    );
+    assert_ne!(narrowed, policy);
+    let file = m.dir.path().join("policy.toml");
+    fs::write(&file, narrowed).unwrap();
+    ok(cli(&m, &["policy", "reload", file.to_str().unwrap()]));
+    let r = call_as_agent(&m, "fs-engine", "fetch", "");
+    assert_eq!(
+        (&r["connected"], &r["code"]),
+        (&false.into(), &"01".into()),
+        "{r}"
+    );
+    assert_eq!(heard(&declared_heard), None);
+    assert_eq!(heard(&undeclared_heard), None);
+
+    // The trail says where each call connected and where it was refused.
+    let calls = |trail: &[Value], op: &str| -> Vec<String> {
+        trail
+            .iter()
+            .filter(|r| r["operation"] == op)
+            .map(|r| r["target"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let trail = audit_until(&m, |recs| calls(recs, "tool:fetch").len() == 3);
+    let fetches = calls(&trail, "tool:fetch");
+    let connected = format!("connected 127.0.0.1:{declared}");
+    assert!(fetches[0].contains(&connected), "{fetches:?}");
+    assert!(fetches[1].contains(&connected), "{fetches:?}");
+    assert!(!fetches[2].contains("connected 1"), "{fetches:?}");
+    let strays = calls(&trail, "tool:stray");
+    assert!(
+        strays[0].contains(&format!("refused 127.0.0.1:{undeclared}")),
+        "{strays:?}"
+    );
 }

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ResourceTable};
 use wasmtime::{Config, Engine, Module, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::p2::bindings::sync::Command;
+use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -27,6 +27,8 @@ const CACHED: usize = 64;
 const STDERR_LIMIT: usize = 64 * 1024;
 /// Instances, memories and tables a tool may make (a command component makes a few).
 const INSTANCES: usize = 64;
+/// Helper threads a call's executor may start for file streams at most.
+const HELPERS: usize = 4;
 /// Table elements a tool may grow a table to.
 const TABLE_ELEMENTS: usize = 1_000_000;
 
@@ -264,13 +266,15 @@ impl Runtime {
         config.epoch_interruption(true);
         config.wasm_component_model(true);
         let engine = Engine::new(&config).map_err(setup)?;
+        // Asynchronous WASI: every wait of a tool in the host (a sleep, a poll, a socket, a
+        // stream) is a future the call's deadline can end.
         let mut components = wasmtime::component::Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut components).map_err(setup)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut components).map_err(setup)?;
         let mut modules = wasmtime::Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_sync(&mut modules, |s: &mut P1State| &mut s.wasi)
+        wasmtime_wasi::p1::add_to_linker_async(&mut modules, |s: &mut P1State| &mut s.wasi)
             .map_err(setup)?;
-        // WASI's own `poll_oneoff` sleeps on this thread for as long as a tool asks, where no
-        // time limit reaches it: this one never sleeps past the call's deadline.
+        // WASI's own `poll_oneoff` sleeps on this thread (not in the executor) for as long as
+        // a tool asks: this one never sleeps past the call's deadline.
         modules.allow_shadowing(true);
         modules
             .func_wrap("wasi_snapshot_preview1", "poll_oneoff", poll_oneoff)
@@ -412,37 +416,53 @@ impl Runtime {
         };
         let timed_out = Arc::clone(&pace.timed_out);
         let _watched = self.clock.watch(deadline);
-        let outcome = match compiled {
-            Compiled::Component(component) => {
-                let state = P2State {
-                    wasi: wasi.build(),
-                    table: ResourceTable::new(),
-                    limiter,
-                };
-                let mut store = Store::new(&self.engine, state);
-                store.limiter(|s| &mut s.limiter);
-                pace.install(&mut store);
-                Command::instantiate(&mut store, &component, &self.components)
-                    .and_then(|cmd| cmd.wasi_cli_run().call_run(&mut store))
-                    .map(|r| i32::from(r.is_err()))
-            }
-            Compiled::Module(module) => {
-                let state = P1State {
-                    wasi: wasi.build_p1(),
-                    limiter,
-                    deadline,
-                    timed_out: Arc::clone(&timed_out),
-                };
-                let mut store = Store::new(&self.engine, state);
-                store.limiter(|s| &mut s.limiter);
-                pace.install(&mut store);
-                self.modules
-                    .instantiate(&mut store, &module)
-                    .and_then(|i| i.get_typed_func::<(), ()>(&mut store, "_start"))
-                    .and_then(|start| start.call(&mut store, ()))
-                    .map(|()| 0)
+        // The call's own executor, on this thread. File streams run on its helper threads,
+        // made by this one (so with the caller's credentials), watched by the clock like it.
+        let executor = self
+            .clock
+            .executor(deadline)
+            .map_err(|e| WasmError::Setup(format!("the call's executor: {e}")))?;
+        let run = async {
+            match compiled {
+                Compiled::Component(component) => {
+                    let state = P2State {
+                        wasi: wasi.build(),
+                        table: ResourceTable::new(),
+                        limiter,
+                    };
+                    let mut store = Store::new(&self.engine, state);
+                    store.limiter(|s| &mut s.limiter);
+                    pace.install(&mut store);
+                    let cmd = Command::instantiate_async(&mut store, &component, &self.components)
+                        .await?;
+                    let r = cmd.wasi_cli_run().call_run(&mut store).await?;
+                    Ok(i32::from(r.is_err()))
+                }
+                Compiled::Module(module) => {
+                    let state = P1State {
+                        wasi: wasi.build_p1(),
+                        limiter,
+                        deadline,
+                        timed_out: Arc::clone(&timed_out),
+                    };
+                    let mut store = Store::new(&self.engine, state);
+                    store.limiter(|s| &mut s.limiter);
+                    pace.install(&mut store);
+                    let instance = self.modules.instantiate_async(&mut store, &module).await?;
+                    let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                    start.call_async(&mut store, ()).await?;
+                    Ok(0)
+                }
             }
         };
+        let outcome: wasmtime::Result<i32> = executor
+            .block_on(async { tokio::time::timeout_at(deadline.into(), run).await })
+            .unwrap_or_else(|_elapsed| {
+                timed_out.store(true, Ordering::Relaxed);
+                Err(Trap::Interrupt.into())
+            });
+        // Helpers still blocked in the host end on their own, interrupted by the clock.
+        executor.shutdown_background();
         let elapsed = started.elapsed();
         let exit_code = match outcome {
             Ok(code) => code,
@@ -772,17 +792,50 @@ impl Clock {
 
     /// Ticks, and watches this thread's call for `deadline`, until the guard is dropped.
     fn watch(&self, deadline: Instant) -> Running<'_> {
-        static IDS: AtomicUsize = AtomicUsize::new(0);
-        let id = IDS.fetch_add(1, Ordering::Relaxed) as u64;
-        lock(&self.calls).push(Watched {
-            id,
-            // SAFETY: pthread_self has no preconditions.
-            thread: unsafe { libc::pthread_self() },
-            deadline,
-        });
-        self.thread.unpark();
+        let id = watch_this_thread(&self.calls, &self.thread, deadline);
         Running { clock: self, id }
     }
+
+    /// An executor for a call on this thread, whose helper threads (file streams) the clock
+    /// watches for `deadline` from their start to their end, as it watches the call's own.
+    fn executor(&self, deadline: Instant) -> std::io::Result<tokio::runtime::Runtime> {
+        thread_local! {
+            static HELPER: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+        }
+        let (calls, clock) = (Arc::clone(&self.calls), self.thread.clone());
+        let ended = Arc::clone(&self.calls);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(HELPERS)
+            .on_thread_start(move || {
+                HELPER.set(Some(watch_this_thread(&calls, &clock, deadline)));
+            })
+            .on_thread_stop(move || {
+                if let Some(id) = HELPER.take() {
+                    lock(&ended).retain(|w| w.id != id);
+                }
+            })
+            .build()
+    }
+}
+
+/// Puts this thread on the clock's list until `deadline` (and after it, until it leaves the
+/// list: the clock signals it each tick past it); wakes the clock. The thread's entry id.
+fn watch_this_thread(
+    calls: &Mutex<Vec<Watched>>,
+    clock: &std::thread::Thread,
+    deadline: Instant,
+) -> u64 {
+    static IDS: AtomicUsize = AtomicUsize::new(0);
+    let id = IDS.fetch_add(1, Ordering::Relaxed) as u64;
+    lock(calls).push(Watched {
+        id,
+        // SAFETY: pthread_self has no preconditions.
+        thread: unsafe { libc::pthread_self() },
+        deadline,
+    });
+    clock.unpark();
+    id
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -2,9 +2,11 @@
 //! core modules (WASI preview 1) and, made into components with the preview 1 adapter, as
 //! `wasi:cli/command` components (WASI preview 2).
 
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use clawfs_wasm::{Access, Call, Limits, Preopen, Runtime, WasmError};
+use clawfs_wasm::{Access, Call, Limits, Outbound, Preopen, Runtime, WasmError};
 use sha2::{Digest, Sha256};
 
 const LIMITS: Limits = Limits {
@@ -35,6 +37,8 @@ fn component(name: &str) -> Vec<u8> {
         .encode()
         .expect("a component")
 }
+
+mod support;
 
 fn sha(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -219,28 +223,58 @@ fn a_folder_is_reached_through_real_folders_only() {
 
 #[test]
 fn a_tool_blocked_in_the_host_is_stopped_at_its_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("fifo");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
     let rt = Runtime::new().unwrap();
-    let wasm = module("read_file");
-    let hash = sha(&wasm);
-    let mut c = call(&wasm, &hash, b"fifo");
-    c.limits.timeout_seconds = 1;
-    c.preopens
-        .push(Preopen::beneath(dir.path(), Path::new("."), "/w".into(), Access::Read).unwrap());
-    // Nobody ever writes to the FIFO: only the watchdog ends the open.
-    let started = std::time::Instant::now();
-    match rt.run(c) {
-        Err(WasmError::Timeout { seconds: 1 }) => {}
-        Ok(done) => assert_ne!(done.exit_code, 0, "the open cannot have succeeded"),
-        Err(other) => panic!("{other:?}"),
+    // A module reads on the call's own thread; a component reads files through streams, on
+    // its executor's helper threads.
+    for (shape, wasm) in [
+        ("module", module("read_file")),
+        ("component", component("read_file")),
+    ] {
+        // Nobody ever opens the FIFO's other end (the open blocks), or somebody holds it open
+        // and never writes (the read blocks).
+        for writer in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let fifo = dir.path().join("fifo");
+            assert!(std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success());
+            let held = writer.then(|| {
+                let fifo = fifo.clone();
+                std::thread::spawn(move || {
+                    let f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+                    std::thread::sleep(std::time::Duration::from_secs(4));
+                    drop(f);
+                })
+            });
+            let hash = sha(&wasm);
+            let mut c = call(&wasm, &hash, b"fifo");
+            c.limits.timeout_seconds = 1;
+            c.preopens.push(
+                Preopen::beneath(dir.path(), Path::new("."), "/w".into(), Access::Read).unwrap(),
+            );
+            let started = std::time::Instant::now();
+            match rt.run(c) {
+                Err(WasmError::Timeout { seconds: 1 }) => {}
+                Ok(done) => assert_ne!(
+                    (done.exit_code, done.output.is_empty()),
+                    (0, true),
+                    "{shape}, writer {writer}: nothing was ever written"
+                ),
+                Err(other) => panic!("{shape}, writer {writer}: {other:?}"),
+            }
+            // Stopped at its limit, long before the writer lets go.
+            let took = started.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(4),
+                "{shape}, writer {writer}: {took:?}"
+            );
+            if let Some(h) = held {
+                h.join().unwrap();
+            }
+        }
     }
-    assert!(started.elapsed() < std::time::Duration::from_secs(60));
 }
 
 #[test]
@@ -273,14 +307,107 @@ fn a_sleep_is_bounded_by_the_time_limit_and_a_short_one_answers() {
         (done.exit_code, done.output.as_slice()),
         (0, &br#"{"u":7,"n":1}"#[..])
     );
-    let sleep = module("sleep");
-    let hash = sha(&sleep);
-    let mut c = call(&sleep, &hash, b"");
-    c.limits.timeout_seconds = 1;
-    let started = std::time::Instant::now();
-    match rt.run(c) {
-        Err(WasmError::Timeout { seconds: 1 }) => {}
-        other => panic!("{other:?}"),
+    for sleep in [module("sleep"), component("sleep")] {
+        let hash = sha(&sleep);
+        let mut c = call(&sleep, &hash, b"");
+        c.limits.timeout_seconds = 1;
+        let started = std::time::Instant::now();
+        match rt.run(c) {
+            Err(WasmError::Timeout { seconds: 1 }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
-    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+/// A local HTTP server: the request line of each request it was sent, as it answers them.
+fn http_server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&request);
+            log.lock()
+                .unwrap()
+                .push(text.lines().next().unwrap_or("").to_string());
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    (port, seen)
+}
+
+/// What `seen` holds once it holds `n` requests, or after 10 s.
+fn requests(seen: &Mutex<Vec<String>>, n: usize) -> Vec<String> {
+    for _ in 0..1000 {
+        if seen.lock().unwrap().len() >= n {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    seen.lock().unwrap().clone()
+}
+
+#[test]
+fn a_tool_connects_only_where_it_may() {
+    let rt = Runtime::new().unwrap();
+    let (declared, declared_seen) = http_server();
+    let (undeclared, undeclared_seen) = http_server();
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let tool = |port: u16| {
+        support::component_of_world(&testdata, "connect", &[("PORT", port.to_string())])
+    };
+    let localhost = |port| Outbound {
+        ip: "127.0.0.1".parse().unwrap(),
+        port: Some(port),
+    };
+
+    // Where it may: the server has its request.
+    let wasm = tool(declared);
+    let hash = sha(&wasm);
+    let mut c = call(&wasm, &hash, b"");
+    c.outbound.push(localhost(declared));
+    let done = rt.run(c).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&done.output),
+        r#"{"connected":true}"#
+    );
+    assert_eq!(done.contacted, vec![([127, 0, 0, 1], declared).into()]);
+    assert_eq!(
+        requests(&declared_seen, 1),
+        vec!["GET /from-tool HTTP/1.0".to_string()]
+    );
+
+    // Another port of the same host, and no network at all: refused (access-denied, 1), and
+    // that server never hears of it.
+    let wasm = tool(undeclared);
+    let hash = sha(&wasm);
+    for given in [vec![localhost(declared)], Vec::new()] {
+        let mut c = call(&wasm, &hash, b"");
+        let refused = if given.is_empty() {
+            Vec::new()
+        } else {
+            vec![([127, 0, 0, 1], undeclared).into()]
+        };
+        c.outbound = given;
+        let done = rt.run(c).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&done.output),
+            r#"{"connected":false,"code":"01"}"#
+        );
+        assert!(done.contacted.is_empty());
+        assert_eq!(done.refused, refused);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(undeclared_seen.lock().unwrap().is_empty());
 }
