@@ -22,6 +22,7 @@ mod snapshots;
 mod tools_call;
 mod tools_consistency;
 mod tools_e2e;
+mod tools_third;
 mod vault_mount;
 mod vaultctl;
 mod vaultctl_sshd;

@@ -84,7 +84,7 @@ fn an_mcp_client_uses_the_tools_as_the_agent_through_the_mount() {
         ["info", {"path": "plan.md", "workspace": "elsewhere"}],
         ["write_file", {"path": "big.md", "content": "x".repeat(5 << 20)}],
     ]);
-    let out = mcp_session(&m, "fs-engine", &[], calls);
+    let out = mcp_session(&m, "fs-engine", &["--tools", "full"], calls);
     assert_eq!(out["server"], "clawfs");
     let tools: Vec<&str> = out["tools"]
         .as_array()
@@ -92,7 +92,12 @@ fn an_mcp_client_uses_the_tools_as_the_agent_through_the_mount() {
         .iter()
         .map(|t| t.as_str().unwrap())
         .collect();
-    for t in clawfs_agent_tools::TOOL_NAMES {
+    // The full set: every tool, and the filesystem-server names they answer to.
+    for t in clawfs_agent_tools::TOOL_NAMES.iter().chain(&[
+        "read_text_file",
+        "move_file",
+        "list_directory",
+    ]) {
         assert!(tools.contains(t), "{t} not listed: {tools:?}");
     }
     let r = out["results"].as_array().unwrap();

@@ -161,7 +161,7 @@ fn every_tool(iface: Iface) {
         "read_range",
         json!({"path": "Projects/Plan.md", "start": 4, "end": 5}),
     );
-    assert_eq!(r["text"], "## Tasks\n- TODO: write tests\n");
+    assert_eq!(r["content"], "## Tasks\n- TODO: write tests\n");
     assert_eq!(r["next_start"], 6);
     s.fails(
         &m,
@@ -176,7 +176,7 @@ fn every_tool(iface: Iface) {
         "head",
         json!({"path": "Projects/Plan.md", "lines": 1}),
     );
-    assert_eq!(r["text"], "# Plan\n");
+    assert_eq!(r["content"], "# Plan\n");
     s.fails(&m, iface, "head", json!({"path": "Projects"}), "not_a_file");
     let r = s.ok(
         &m,
@@ -184,7 +184,7 @@ fn every_tool(iface: Iface) {
         "tail",
         json!({"path": "Projects/Plan.md", "lines": 2}),
     );
-    assert_eq!(r["text"], "## Notes\nend\n");
+    assert_eq!(r["content"], "## Notes\nend\n");
     s.fails(
         &m,
         iface,
@@ -276,7 +276,7 @@ fn every_tool(iface: Iface) {
         &m,
         iface,
         "read_file",
-        json!({"path": "big.txt", "max_chars": 1000}),
+        json!({"path": "big.txt", "max_chars": 1000, "line_numbers": true}),
     );
     assert_eq!(r["truncated"], true);
     assert!(r["content"].as_str().unwrap().len() <= 1000);

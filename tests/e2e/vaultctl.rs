@@ -137,7 +137,7 @@ fn the_edit_note_loop_end_to_end() {
     );
     assert_eq!(r.code, 0, "{}", r.json);
     assert_eq!(
-        r.json["text"],
+        r.json["content"],
         "Paragraph 3.49.\n- TODO: ship the beta\nParagraph 3.51.\n"
     );
 
@@ -204,12 +204,12 @@ fn the_edit_note_loop_end_to_end() {
     // head, tail, edit-exact
     let r = go(&["head", &path, "--lines", "1"], "");
     assert_eq!(
-        (r.code, r.json["text"].as_str()),
+        (r.code, r.json["content"].as_str()),
         (0, Some("# Project Plan\n"))
     );
     let r = go(&["tail", &path, "-n", "1"], "");
     assert_eq!(
-        (r.code, r.json["text"].as_str()),
+        (r.code, r.json["content"].as_str()),
         (0, Some("Paragraph 5.100.\n"))
     );
     let r = go(

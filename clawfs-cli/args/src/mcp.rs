@@ -22,8 +22,22 @@ pub struct McpArgs {
     /// Run the server outside the kernel sandbox (as `clawfs run --no-sandbox`).
     #[arg(long)]
     pub no_sandbox: bool,
+    /// The tools listed: `lean` (one tool per need, each saying when to use which; the
+    /// default) or `full` (every tool, with the filesystem-server names each answers to).
+    /// Every tool can be called either way.
+    #[arg(long, value_enum, default_value_t = ToolSet::Lean)]
+    pub tools: ToolSet,
     #[command(flatten)]
     pub store: StoreArg,
+}
+
+/// Which tools an MCP server lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolSet {
+    /// One tool per need.
+    Lean,
+    /// Every tool and alias.
+    Full,
 }
 
 /// Arguments of the server itself, started by `clawfs mcp` as the agent.
@@ -38,4 +52,7 @@ pub struct ServeArgs {
     /// The agent, for the server's description only (the daemon identifies the caller itself).
     #[arg(long, value_name = "NAME")]
     pub agent: String,
+    /// The tools listed.
+    #[arg(long, value_enum, default_value_t = ToolSet::Lean)]
+    pub tools: ToolSet,
 }

@@ -23,7 +23,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use crate::error::Failure;
-use clawfs_args::mcp::{McpArgs, ServeArgs};
+use clawfs_args::mcp::{McpArgs, ServeArgs, ToolSet};
 use clawfs_args::run::RunArgs;
 
 use crate::commands::run;
@@ -60,14 +60,19 @@ pub fn mcp(args: &McpArgs) -> Result<u8, Failure> {
         arg(&args.workspace),
         arg("--agent"),
         arg(&args.agent),
+        arg("--tools"),
+        arg(match args.tools {
+            ToolSet::Lean => "lean",
+            ToolSet::Full => "full",
+        }),
     ];
     spec.programs.push(exe);
     run::execute(&spec)
 }
 
 /// MCP filesystem-server tool names and the ClawFS tool each one is. They are accepted in
-/// `tools/call` (their argument names are accepted by the tools) but not listed, so a model
-/// sees each tool once.
+/// `tools/call` (their argument names are accepted by the tools), and listed, with the schema
+/// of the tool they are, in the full set.
 const MCP_NAMES: &[(&str, &str)] = &[
     ("read_text_file", "read_file"),
     ("create_directory", "create_folder"),
@@ -82,7 +87,10 @@ struct Server {
     call_dir: PathBuf,
     workspace: String,
     agent: String,
+    /// Every tool that can be called.
     tools: Arc<Vec<Tool>>,
+    /// The tools listed.
+    listed: Arc<Vec<Tool>>,
     /// The published WebAssembly tools among `tools`: their requests are theirs alone.
     published: std::collections::HashSet<String>,
 }
@@ -101,11 +109,44 @@ impl Server {
         let mut tools: Vec<Tool> = defs.iter().filter_map(tool_of).collect();
         let published = published_tools(&tools_dir, &registry);
         tools.extend(published.iter().cloned());
+        let lean: Vec<&str> = registry["lean_tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let listed = match args.tools {
+            ToolSet::Lean => tools
+                .iter()
+                .filter(|t| {
+                    lean.contains(&t.name.as_ref()) || published.iter().any(|p| p.name == t.name)
+                })
+                .cloned()
+                .collect(),
+            ToolSet::Full => {
+                let mut all = tools.clone();
+                all.extend(MCP_NAMES.iter().filter_map(|(alias, ours)| {
+                    let t = tools.iter().find(|t| t.name == *ours)?;
+                    let mut aliased = t.clone();
+                    aliased.name = (*alias).into();
+                    aliased.description = Some(
+                        format!(
+                            "{} (The filesystem-server name of {ours}.)",
+                            t.description.as_deref().unwrap_or_default()
+                        )
+                        .into(),
+                    );
+                    Some(aliased)
+                }));
+                all
+            }
+        };
         Ok(Server {
             call_dir: tools_dir.join("call"),
             workspace: args.workspace.clone(),
             agent: args.agent.clone(),
             tools: Arc::new(tools),
+            listed: Arc::new(listed),
             published: published.into_iter().map(|t| t.name.to_string()).collect(),
         })
     }
@@ -156,12 +197,23 @@ fn published_tools(tools_dir: &Path, registry: &Value) -> Vec<Tool> {
         .collect()
 }
 
-/// An MCP tool from a registry definition (`name`, `description`, `input_schema`).
+/// An MCP tool from a registry definition: its `name`, `description`, `input_schema`,
+/// `annotations` and, for answers given as structured content (all but media), its
+/// `output_schema`.
 fn tool_of(def: &Value) -> Option<Tool> {
     let name = def["name"].as_str()?.to_string();
     let description = def["description"].as_str().unwrap_or_default().to_string();
     let schema: JsonObject = def["input_schema"].as_object()?.clone();
-    Some(Tool::new(name, description, Arc::new(schema)))
+    let mut tool = Tool::new(name.clone(), description, Arc::new(schema));
+    if let Ok(annotations) = serde_json::from_value(def["annotations"].clone()) {
+        tool = tool.with_annotations(annotations);
+    }
+    match def["output_schema"].as_object() {
+        Some(output) if name != "read_media_file" => {
+            Some(tool.with_raw_output_schema(Arc::new(output.clone())))
+        }
+        _ => Some(tool),
+    }
 }
 
 /// Calls `tool` through the mount: writes the request on a `tools/call/<tool>` descriptor and
@@ -208,7 +260,7 @@ impl ServerHandler for Server {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("clawfs", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
-                "The files of ClawFS workspace '{}' (another with a \"workspace\" argument), as agent {}. Paths are relative to the workspace. Every call runs as the agent, under its policy, and is audited.",
+                "The files of ClawFS workspace '{}' (another with a \"workspace\" argument; list_allowed and a refusal name those you may use), as agent {}. Paths are relative to the workspace. Every call runs as the agent, under its policy, and is audited. Read with read_file (it returns the file's sha256), find text with search_files and names with find_files, change with edit_file or apply_patch (pass the sha256 as base_sha256).",
                 self.workspace, self.agent
             ))
     }
@@ -218,7 +270,9 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        Ok(ListToolsResult::with_all_items(
+            self.listed.as_ref().clone(),
+        ))
     }
 
     async fn call_tool(

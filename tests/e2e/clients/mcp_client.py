@@ -2,7 +2,7 @@
 
 Usage: mcp_client.py CLAWFS_BIN ARGS... < calls.json
 calls.json is a list of [tool, arguments]. Prints one JSON object: the server's name, its tools
-and, per call, whether it was a tool error, its content blocks and its structured content; a
+(names, and whole definitions as listed), and, per call, whether it was a tool error, its content blocks and its structured content; a
 protocol error is recorded as {"protocol_error": message}.
 """
 
@@ -26,6 +26,9 @@ async def main() -> None:
             out["instructions"] = init.instructions
             listed = await session.list_tools()
             out["tools"] = [t.name for t in listed.tools]
+            out["tool_defs"] = [
+                t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools
+            ]
             results = []
             for name, args in calls:
                 try:

@@ -52,6 +52,34 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The SHA-256 (hex) of the opened file `f`, read by offset (its position stays where it was),
+/// if it is at most `limit` bytes: the hash a later edit of it is checked against, for files
+/// the editing tools take.
+pub(crate) fn sha256_of(f: &File, limit: u64) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    if f.metadata().ok()?.len() > limit {
+        return None;
+    }
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut at = 0u64;
+    loop {
+        match f.read_at(&mut buf, at) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.update(&buf[..n]);
+                at += n as u64;
+                if at > limit {
+                    return None;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    Some(hex::encode(h.finalize()))
+}
+
 /// Streams the opened file `f` once: `(bytes, lines, sha256)`. Lines count like an editor: a
 /// last line without a trailing newline counts.
 pub(crate) fn stream_info(mut f: &File, rel: &str) -> ToolResult<(u64, u64, String)> {

@@ -15,6 +15,7 @@
 
 pub mod access;
 pub mod beneath;
+mod budget;
 pub mod error;
 mod fsops;
 pub mod limits;
@@ -43,7 +44,7 @@ pub use limits::Limits;
 pub use perms::{CallerIds, FilePermissions, Id, IdNames};
 pub use registry::{definition, registry};
 pub use semantic::{SemanticAnswer, SemanticHit, SemanticIndex};
-pub use tools::TOOL_NAMES;
+pub use tools::{LEAN_TOOLS, TOOL_NAMES};
 
 /// One workspace as the tools see it: the directory on disk, where soft-deleted items and backups
 /// go, and the caller's policy. Cheap to share between threads (`&ToolRoot` is `Sync`); build one per

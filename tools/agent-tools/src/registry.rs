@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::error::ERROR_CODES;
-use crate::tools::{schemas, TOOL_NAMES};
+use crate::tools::{annotations, schemas, TOOL_NAMES};
 
 /// Adds the `ok` field every response carries to a result schema.
 fn with_ok(mut schema: Value) -> Value {
@@ -31,8 +31,9 @@ fn with_ok(mut schema: Value) -> Value {
     schema
 }
 
-/// The definition of one tool: `{"name", "description", "input_schema", "output_schema"}`, or
-/// `None` for an unknown name. `input_schema` is in the shape model APIs take for tool arguments.
+/// The definition of one tool: `{"name", "description", "input_schema", "output_schema",
+/// "annotations"}`, or `None` for an unknown name. `input_schema` is in the shape model APIs
+/// take for tool arguments; it names `workspace`, which every call through the mount takes.
 pub fn definition(tool: &str) -> Option<Value> {
     let (desc, args, result) = schemas(tool)?;
     let mut input = args;
@@ -40,6 +41,19 @@ pub fn definition(tool: &str) -> Option<Value> {
         o.remove("$schema");
         o.remove("title");
         o.remove("description");
+        let props = o
+            .entry("properties")
+            .or_insert_with(|| json!({}))
+            .as_object_mut();
+        if let Some(props) = props {
+            props.insert(
+                "workspace".into(),
+                json!({
+                    "type": "string",
+                    "description": "The workspace to work in (a folder of /workspaces); default: \"default\".",
+                }),
+            );
+        }
     }
     let mut output = with_ok(result);
     if let Some(o) = output.as_object_mut() {
@@ -51,6 +65,7 @@ pub fn definition(tool: &str) -> Option<Value> {
         "description": desc,
         "input_schema": input,
         "output_schema": output,
+        "annotations": annotations(tool),
     }))
 }
 
@@ -71,5 +86,6 @@ pub fn registry(mount: &Path) -> Value {
         "error_codes": ERROR_CODES,
         "limits": crate::Limits::default(),
         "tools": TOOL_NAMES.iter().filter_map(|t| definition(t)).collect::<Vec<_>>(),
+        "lean_tools": crate::LEAN_TOOLS,
     })
 }

@@ -32,8 +32,9 @@ impl Lines {
         let head = reader.fill_buf().map_err(read_failed(&rel))?;
         if head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
             return Err(ToolError::NotText(format!(
-                "'{}' is a binary file; text tools cannot show or edit it. Use get_file_info for its size and dates.",
-                show(&rel)
+                "'{}' is a binary file; text tools cannot show or edit it: {}.",
+                show(&rel),
+                crate::text::NOT_TEXT_HINT
             )));
         }
         Ok(Lines {
@@ -47,6 +48,11 @@ impl Lines {
     /// The file's path.
     pub(crate) fn rel(&self) -> &str {
         &self.rel
+    }
+
+    /// The whole file's SHA-256, if it is at most `limit` bytes (see [`crate::fsops::sha256_of`]).
+    pub(crate) fn sha256(&self, limit: u64) -> Option<String> {
+        crate::fsops::sha256_of(self.reader.get_ref(), limit)
     }
 
     /// The next line without its `\n` (a `\r` before it is kept), with its number; `None` at
@@ -84,10 +90,11 @@ impl Lines {
             }
             Err(e) => {
                 return Err(ToolError::NotText(format!(
-                    "'{}' is not UTF-8 text (invalid byte in line {}, at column {}); text tools cannot work on it.",
+                    "'{}' is not UTF-8 text (invalid byte in line {}, at column {}; another encoding, such as Latin-1?); text tools cannot work on it: {}.",
                     show(&self.rel),
                     self.number,
-                    e.valid_up_to() + 1
+                    e.valid_up_to() + 1,
+                    crate::text::NOT_TEXT_HINT
                 )))
             }
         };

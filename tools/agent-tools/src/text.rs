@@ -8,18 +8,21 @@ use crate::error::{ToolError, ToolResult};
 use crate::limits::{BINARY_SNIFF_BYTES, MAX_LINE_CHARS};
 use crate::paths::show;
 
+/// What a `not_text` refusal tells the agent to do instead.
+pub(crate) const NOT_TEXT_HINT: &str = "read_media_file returns its bytes (base64, with its MIME type); get_file_info gives its size and dates";
+
 /// The file's bytes as text, or `not_text` for binary or non-UTF-8 content.
 pub(crate) fn decode<'a>(bytes: &'a [u8], rel: &str) -> ToolResult<&'a str> {
     let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
     if sniff.contains(&0) {
         return Err(ToolError::NotText(format!(
-            "'{}' is a binary file; text tools cannot show or edit it. Use get_file_info for its size and dates.",
+            "'{}' is a binary file; text tools cannot show or edit it: {NOT_TEXT_HINT}.",
             show(rel)
         )));
     }
     std::str::from_utf8(bytes).map_err(|e| {
         ToolError::NotText(format!(
-            "'{}' is not UTF-8 text (invalid byte at offset {}); text tools cannot work on it.",
+            "'{}' is not UTF-8 text (invalid byte at offset {}; another encoding, such as Latin-1?); text tools cannot work on it: {NOT_TEXT_HINT}.",
             show(rel),
             e.valid_up_to()
         ))

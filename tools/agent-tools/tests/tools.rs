@@ -198,7 +198,7 @@ fn read_range_head_tail() {
     let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
     w.put("r.txt", &text);
     let r = w.ok("read_range", json!({"path": "r.txt", "start": 3, "end": 4}));
-    assert_eq!(r["text"], "line 3\nline 4\n");
+    assert_eq!(r["content"], "line 3\nline 4\n");
     assert_eq!(r["start"], 3);
     assert_eq!(r["end"], 4);
     assert_eq!(r["total_lines"], 10);
@@ -207,13 +207,13 @@ fn read_range_head_tail() {
         "read_range",
         json!({"path": "r.txt", "start": 9, "end": 100}),
     );
-    assert_eq!(r["text"], "line 9\nline 10\n");
+    assert_eq!(r["content"], "line 9\nline 10\n");
     assert!(r.get("next_start").is_none());
     let r = w.ok(
         "read_range",
         json!({"path": "r.txt", "start": 2, "end": 2, "line_numbers": true}),
     );
-    assert_eq!(r["text"], "     2\tline 2\n");
+    assert_eq!(r["content"], "     2\tline 2\n");
     w.err(
         "read_range",
         json!({"path": "r.txt", "start": 0, "end": 2}),
@@ -235,14 +235,14 @@ fn read_range_head_tail() {
         "invalid_args",
     );
     let r = w.ok("head", json!({"path": "r.txt", "lines": 2}));
-    assert_eq!(r["text"], "line 1\nline 2\n");
+    assert_eq!(r["content"], "line 1\nline 2\n");
     let r = w.ok("tail", json!({"path": "r.txt", "lines": 2}));
-    assert_eq!(r["text"], "line 9\nline 10\n");
+    assert_eq!(r["content"], "line 9\nline 10\n");
     assert_eq!(r["start"], 9);
     let r = w.ok("tail", json!({"path": "r.txt", "lines": 50}));
     assert_eq!(r["start"], 1);
     w.put("empty.txt", "");
-    assert_eq!(w.ok("head", json!({"path": "empty.txt"}))["text"], "");
+    assert_eq!(w.ok("head", json!({"path": "empty.txt"}))["content"], "");
     w.err("tail", json!({"path": "missing"}), "not_found");
 }
 
@@ -452,7 +452,10 @@ fn read_file_numbers_and_smart_truncation() {
     let w = ws();
     let text: String = (1..=1000).map(|i| format!("row number {i}\n")).collect();
     w.put("big.md", &text);
-    let r = w.ok("read_file", json!({"path": "big.md", "max_chars": 200}));
+    let r = w.ok(
+        "read_file",
+        json!({"path": "big.md", "max_chars": 200, "line_numbers": true}),
+    );
     assert_eq!(r["truncated"], true);
     let end = r["end"].as_u64().unwrap();
     assert!(end > 3 && end < 20);
@@ -468,7 +471,8 @@ fn read_file_numbers_and_smart_truncation() {
     assert_eq!(r["content"], "row number 999\nrow number 1000\n");
     assert_eq!(r["truncated"], false);
     assert!(r.get("note").is_none());
-    let r = w.ok("read_file", json!({"path": "big.md"}));
+    // Numbered, the whole file passes the default budget.
+    let r = w.ok("read_file", json!({"path": "big.md", "line_numbers": true}));
     assert_eq!(r["truncated"], true);
     w.err(
         "read_file",
@@ -1253,7 +1257,7 @@ fn edits_match_across_line_endings_and_keep_the_files_own() {
 fn pasted_line_numbers_are_recognised_and_misses_show_the_nearest_line() {
     let w = ws();
     w.put("n.md", "alpha\nbeta gamma\ndelta\n");
-    let numbered = w.ok("read_file", json!({"path": "n.md"}))["content"]
+    let numbered = w.ok("read_file", json!({"path": "n.md", "line_numbers": true}))["content"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1376,14 +1380,14 @@ fn reading_tools_work_on_a_50_mb_file() {
         (r["start"].as_u64(), r["end"].as_u64()),
         (Some(total as u64 - 99), Some(total as u64))
     );
-    assert!(r["text"]
+    assert!(r["content"]
         .as_str()
         .unwrap()
         .ends_with("the needle at the end\n"));
     let r = w.ok("tail", json!({"path": "big.log", "lines": 1}));
-    assert_eq!(r["text"], "the needle at the end\n");
+    assert_eq!(r["content"], "the needle at the end\n");
     let r = w.ok("head", json!({"path": "big.log", "lines": 1}));
-    assert_eq!(r["text"], "# Log\n");
+    assert_eq!(r["content"], "# Log\n");
     let r = w.ok("search", json!({"path": "big.log", "pattern": "needle"}));
     assert_eq!(r["matches"][0]["line"], total);
     let r = w.ok("outline", json!({"path": "big.log"}));
@@ -1408,7 +1412,7 @@ fn text_answers_keep_to_max_chars_and_say_how_to_get_the_rest() {
         "read_range",
         json!({"path": "long.md", "start": 1, "end": 2000}),
     );
-    let got = r["text"].as_str().unwrap().chars().count();
+    let got = r["content"].as_str().unwrap().chars().count();
     assert!(got <= 20_000, "{got}");
     assert!(r["note"].as_str().unwrap().contains("\"start\""), "{r}");
     let next = r["next_start"].as_u64().unwrap();
@@ -1416,7 +1420,7 @@ fn text_answers_keep_to_max_chars_and_say_how_to_get_the_rest() {
         "read_range",
         json!({"path": "long.md", "start": next, "max_chars": 500}),
     );
-    assert!(r["text"].as_str().unwrap().chars().count() <= 500);
+    assert!(r["content"].as_str().unwrap().chars().count() <= 500);
     let r = w.ok(
         "search",
         json!({"path": "long.md", "pattern": "word", "context": 30, "max_hits": 500}),
@@ -1563,7 +1567,7 @@ fn mcp_argument_names_are_accepted() {
         "invalid_args",
     );
     let r = w.ok("read_range", json!({"path": "n.md", "start_line": 30}));
-    assert_eq!(r["text"], "line 30\n");
+    assert_eq!(r["content"], "line 30\n");
     let r = w.ok(
         "edit_file",
         json!({"path": "n.md", "edits": [{"oldText": "line 7\n", "newText": "line seven\n"}], "dryRun": true}),

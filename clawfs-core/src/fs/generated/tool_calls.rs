@@ -104,6 +104,42 @@ impl ClawFs {
         }
     }
 
+    /// "the workspaces you may read are: …" for `who`, by its policy (a name per folder of
+    /// `/workspaces`, at most 50), for a message that must say where to go instead.
+    fn workspaces_for(&self, who: &clawfs_policy::Identity) -> String {
+        const SHOWN: usize = 50;
+        let policy = self.policy();
+        let dir = std::path::Path::new(clawfs_store::area::Area::Workspaces.dir_name());
+        let listed: Vec<String> = clawfs_store::beneath::open_dir(self.store.root_fd(), dir)
+            .ok()
+            .and_then(|fd| rustix::fs::Dir::read_from(&fd).ok())
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut names: Vec<String> = listed
+            .into_iter()
+            .filter(|n| !n.starts_with('.'))
+            .filter(|n| {
+                NsPath::parse(&format!("/workspaces/{n}"))
+                    .is_ok_and(|p| policy.check(who, clawfs_policy::Access::Read, &p).is_ok())
+            })
+            .collect();
+        names.sort();
+        match names.len() {
+            0 => "you may read no workspace".into(),
+            n if n > SHOWN => format!(
+                "the workspaces you may read include: {} (and {} more)",
+                names[..SHOWN].join(", "),
+                n - SHOWN
+            ),
+            _ => format!("the workspaces you may read are: {}", names.join(", ")),
+        }
+    }
+
     /// Runs a tool with the caller's credentials; returns the workspace it ran in (if it got
     /// that far) and the response.
     pub(super) fn call_tool(
@@ -129,7 +165,8 @@ impl ClawFs {
             .join(&workspace);
         if !ws_dir.is_dir() {
             return error(ToolError::NotFound(format!(
-                "there is no workspace {workspace:?}; list /workspaces to see them"
+                "there is no workspace {workspace:?}; {}",
+                self.workspaces_for(who)
             )));
         }
         // The tools start from the workspace, opened by the daemon; the caller must be able to

@@ -19,7 +19,7 @@ use crate::text::{lines, looks_binary, show_line};
 use crate::ToolRoot;
 
 /// One glob or a list of globs.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Globs {
     /// A single glob.
@@ -101,6 +101,16 @@ pub struct SearchFilesResult {
     /// What was capped or adjusted, and how to get the rest.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// When no line matched a pattern that reads as a glob of names ("*.md", "**/Atlas*"),
+    /// the files and folders whose names match it, as find_files would give them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<ListEntry>>,
+}
+
+/// Whether `pattern` reads as a glob of names rather than text to find: wildcards, and
+/// nothing a name glob would not hold (spaces).
+fn is_name_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?']) && !pattern.contains(char::is_whitespace)
 }
 
 fn any_match(gs: &[Glob], e: &super::walk::Entry) -> bool {
@@ -125,6 +135,7 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         files_skipped: 0,
         truncated: false,
         notes: Vec::new(),
+        names: None,
     };
     if asked > ctx {
         out.notes.push(format!(
@@ -192,6 +203,25 @@ pub(crate) fn search_files(root: &ToolRoot, a: SearchFilesArgs) -> ToolResult<Se
         out.notes.push(format!(
             "not every file was searched: a walk stops after {MAX_WALK_ENTRIES} entries and {MAX_WALK_DEPTH} levels down; search a folder further down with path"
         ));
+    }
+    if out.matches.is_empty() && !a.regex && is_name_glob(&a.pattern) {
+        // What a client of the reference filesystem server means by it: a name search.
+        let found = find_files(
+            root,
+            FindFilesArgs {
+                pattern: a.pattern.clone(),
+                path: a.path.clone(),
+                exclude: a.exclude.clone(),
+                max_results: None,
+            },
+        )?;
+        out.notes.push(format!(
+            "no line contains the text {:?}; it reads as a glob of names, and {} files and folders have names matching it{} (in names). search_files searches file contents; find_files finds files by name.",
+            a.pattern,
+            found.entries.len(),
+            if found.truncated { " (the first shown)" } else { "" }
+        ));
+        out.names = Some(found.entries);
     }
     Ok(out)
 }

@@ -218,6 +218,23 @@ fn nearest(text: &str, wanted: &str) -> String {
     }
 }
 
+/// The refusal of an edit whose `old` text is not in the file. When the file holds its `new`
+/// text instead, it changed since the caller read it (an edit like this one, made by someone
+/// else first): that, not a near line, is what the caller must hear.
+fn not_there(rel: &str, what: &str, text: &str, old: &str, new: &str) -> String {
+    if !new.is_empty() && text.contains(new) {
+        return format!(
+            "{what} does not occur in '{}', and its new text already does: the file changed since you read it (another edit made this change first?); nothing changed. Read it again before editing (info or read_file give its sha256; pass it as base_sha256 to be told of such changes for sure).",
+            show(rel)
+        );
+    }
+    format!(
+        "{what} does not occur in '{}'; nothing changed.{} Copy it exactly from read_file or search (whitespace matters; line endings and pasted line numbers are taken care of). If the file may have changed since you read it, read it again.",
+        show(rel),
+        nearest(text, old)
+    )
+}
+
 pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditExactResult> {
     if a.old.is_empty() {
         return Err(ToolError::InvalidArgs(
@@ -238,10 +255,12 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
     let (old, replacement, note) = as_in_file(text, &a.old, &a.new);
     let n = text.matches(old.as_str()).count();
     if n == 0 {
-        return Err(ToolError::NotFound(format!(
-            "the text of old does not occur in '{}'; nothing changed.{} Copy it exactly from read_range or search (whitespace matters; line endings and pasted line numbers are taken care of).",
-            show(&l.f.rel),
-            nearest(text, &a.old)
+        return Err(ToolError::NotFound(not_there(
+            &l.f.rel,
+            "the text of old",
+            text,
+            &a.old,
+            &replacement,
         )));
     }
     if n > count {
@@ -414,10 +433,12 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
         }
         let n = text.matches(find.as_str()).count();
         if n == 0 {
-            return Err(ToolError::NotFound(format!(
-                "edits[{k}].old does not occur in '{}' (after the earlier edits); nothing changed.{} Copy the text exactly from read_file (whitespace matters; line endings and pasted line numbers are taken care of).",
-                show(&rel),
-                nearest(&text, &e.old)
+            return Err(ToolError::NotFound(not_there(
+                &rel,
+                &format!("edits[{k}].old (after the earlier edits)"),
+                &text,
+                &e.old,
+                &replacement,
             )));
         }
         if n > 1 && !e.replace_all {

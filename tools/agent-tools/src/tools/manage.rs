@@ -686,6 +686,10 @@ pub struct FileInfoResult {
     pub kind: EntryType,
     /// Bytes (for a folder, the total of the files below it).
     pub size: u64,
+    /// For files the editing tools take (at most max_text_file_bytes): the sha256 of the
+    /// content, the base_sha256 for apply_patch and edit_exact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// Creation time, RFC 3339 UTC, when the filesystem records it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created: Option<String>,
@@ -726,16 +730,24 @@ pub(crate) fn get_file_info(root: &ToolRoot, a: PathArgs) -> ToolResult<FileInfo
         (f.meta.len(), None, None)
     };
     // Kept across tool edits in an attribute, read from the file itself when the caller may.
-    let created = match f.meta.is_file() {
-        true => beneath::open(&root.root_fd, &f.rel, beneath::FILE_READ)
-            .ok()
-            .and_then(|file| crate::fsops::created_time(&file, &f.meta)),
-        false => f.meta.created().ok(),
+    let (created, sha256) = match f.meta.is_file() {
+        true => {
+            let file = beneath::open(&root.root_fd, &f.rel, beneath::FILE_READ).ok();
+            let file = file.as_ref();
+            (
+                file.and_then(|file| crate::fsops::created_time(file, &f.meta)),
+                file.and_then(|file| {
+                    crate::fsops::sha256_of(file, root.limits().max_text_file_bytes)
+                }),
+            )
+        }
+        false => (f.meta.created().ok(), None),
     };
     Ok(FileInfoResult {
         path: show(&f.rel),
         kind,
         size,
+        sha256,
         created: created.map(rfc3339),
         modified: rfc3339(f.meta.modified().unwrap_or(std::time::UNIX_EPOCH)),
         accessed: rfc3339(f.meta.accessed().unwrap_or(std::time::UNIX_EPOCH)),

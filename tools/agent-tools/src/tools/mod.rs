@@ -47,6 +47,73 @@ impl EntryType {
     }
 }
 
+/// The tools an MCP client is shown by default: one per need (reading, finding, editing,
+/// managing). The others do what these do in other shapes, and stay callable.
+pub const LEAN_TOOLS: &[&str] = &[
+    "read_file",
+    "read_media_file",
+    "info",
+    "search_files",
+    "find_files",
+    "list_files",
+    "semantic_search",
+    "edit_file",
+    "apply_patch",
+    "write_file",
+    "create_folder",
+    "move",
+    "delete",
+    "restore",
+    "list_allowed",
+];
+
+/// The tools that change the workspace: `(name, destructive, idempotent)` in MCP's sense (a
+/// destructive one may change or remove what is there; an idempotent one called again with the
+/// same arguments changes nothing more). Every other tool only reads.
+const CHANGING: &[(&str, bool, bool)] = &[
+    ("apply_patch", true, false),
+    ("edit_exact", true, false),
+    ("write_file", true, true),
+    ("edit_file", true, false),
+    ("move", false, false),
+    ("delete", true, false),
+    ("restore", false, false),
+    ("empty_trash", true, true),
+    ("create_folder", false, true),
+];
+
+/// MCP's tool annotations of `tool`: whether it only reads, may destroy, may be repeated
+/// harmlessly; none reaches outside the workspace (`openWorldHint` false).
+pub(crate) fn annotations(tool: &str) -> Value {
+    let (read_only, destructive, idempotent) = match CHANGING.iter().find(|c| c.0 == tool) {
+        Some(&(_, destructive, idempotent)) => (false, destructive, idempotent),
+        None => (true, false, true),
+    };
+    serde_json::json!({
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": false,
+    })
+}
+
+/// Whether `tool` takes a `max_chars` argument (its schema, read once).
+fn takes_max_chars(tool: &str) -> bool {
+    static TAKING: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    TAKING
+        .get_or_init(|| {
+            TOOL_NAMES
+                .iter()
+                .copied()
+                .filter(|t| {
+                    schemas(t)
+                        .is_some_and(|(_, args, _)| args["properties"].get("max_chars").is_some())
+                })
+                .collect()
+        })
+        .contains(&tool)
+}
+
 /// Parses a tool's arguments strictly (unknown fields refused, so typos surface).
 fn parse_args<T: DeserializeOwned>(tool: &str, mut args: Value) -> ToolResult<T> {
     if let Value::Object(m) = &mut args {
@@ -84,9 +151,15 @@ macro_rules! tool_table {
         pub(crate) fn dispatch(root: &ToolRoot, tool: &str, args: Value) -> ToolResult<Value> {
             match tool {
                 $( $name => {
+                    let budget = crate::budget::of_request(&args);
                     let a: $args = parse_args($name, args)?;
                     let r: $res = $func(root, a)?;
-                    to_value(r)
+                    let mut answer = to_value(r)?;
+                    // Media is bytes, as much as the tool's own limit lets through.
+                    if $name != "read_media_file" {
+                        crate::budget::bound(&mut answer, budget, takes_max_chars($name));
+                    }
+                    Ok(answer)
                 } )*
                 _ => Err(ToolError::UnknownTool {
                     name: tool.chars().take(64).collect(),
@@ -101,7 +174,7 @@ macro_rules! tool_table {
                 $( $name => Some((
                     $desc,
                     crate::schema::schema_of::<$args>(),
-                    crate::schema::schema_of::<$res>(),
+                    crate::schema::output_schema_of::<$res>(),
                 )), )*
                 _ => None,
             }
@@ -113,13 +186,13 @@ tool_table! {
     "resolve" => read::resolve, read::ResolveArgs, read::ResolveResult,
         "Find a file by path (exact, then case-insensitive) or by title (file name, with or without .md; exact, then case-insensitive). Returns the path to use in the other tools; several matches give multiple_matches with candidates.";
     "info" => read::info, read::PathArgs, read::InfoResult,
-        "Size, line count, sha256 and modification time of a file. Use the sha256 as base_sha256 for apply_patch. Read whole files only when lines <= 400; otherwise outline, search, then read_range.";
+        "Size, line count, sha256 and modification time of a file (size also as bytes). Use the sha256 as base_sha256 for apply_patch. Read whole files only when lines <= 400; otherwise outline, search, then read_range.";
     "outline" => read::outline, read::OutlineArgs, read::OutlineResult,
         "The Markdown headings of a file with their line numbers and levels (headings inside code fences and front matter are skipped).";
     "search" => read::search, read::SearchArgs, read::SearchResult,
         "Search one file for a literal string (or a regex with regex=true); returns matching lines with line numbers and optional context lines.";
     "read_range" => read::read_range, read::RangeArgs, read::RangeResult,
-        "Lines start..end (1-based, inclusive) of a file. At most 2000 lines / 100000 characters per call; next_start tells where to continue.";
+        "Lines start..end (1-based, inclusive) of a file, as content, with the file's sha256. At most 2000 lines / 100000 characters per call; next_start tells where to continue.";
     "head" => read::head, read::HeadArgs, read::RangeResult,
         "The first lines of a file (default 50).";
     "tail" => read::tail, read::HeadArgs, read::RangeResult,
@@ -129,7 +202,7 @@ tool_table! {
     "edit_exact" => edit::edit_exact, edit::EditExactArgs, edit::EditExactResult,
         "Replace every occurrence of the exact text old with new. Refused when old occurs 0 times (not_found) or more than count times (multiple_matches with the lines). Optional base_sha256 guards against concurrent changes.";
     "read_file" => read::read_file, read::ReadFileArgs, read::ReadFileResult,
-        "Read a text file, optionally lines start..end or only its first (head) or last (tail) lines, with line numbers by default. Output is cut at max_chars (default 20000, at most 100000) on a line boundary, with a note saying how to read on.";
+        "Read a text file, optionally lines start..end or only its first (head) or last (tail) lines; line numbers with line_numbers=true. Returns the file's sha256 (base_sha256 for apply_patch and edit_exact). Output is cut at max_chars (default 20000, at most 100000) on a line boundary, with a note saying how to read on.";
     "read_media_file" => media::read_media_file, media::MediaArgs, media::MediaResult,
         "An image, audio or other binary file (at most 8 MiB) as base64 data with its MIME type (from the file's content, else its extension) and kind (image, audio, video, blob).";
     "read_multiple_files" => read::read_multiple_files, read::ReadMultipleArgs, read::ReadMultipleResult,
@@ -151,7 +224,7 @@ tool_table! {
     "create_folder" => manage::create_folder, manage::PathArgs, manage::CreateFolderResult,
         "Create a folder and any missing parents. Succeeds with created=false if it already exists.";
     "get_file_info" => manage::get_file_info, manage::PathArgs, manage::FileInfoResult,
-        "Created and modified dates, size and type of a file or folder (a folder's size is the total of the files in it).";
+        "Created and modified dates, size, type and (for a text file) sha256 of a file or folder (a folder's size is the total of the files in it).";
     "semantic_search" => semantic::semantic_search, semantic::SemanticArgs, semantic::SemanticResult,
         "Search the whole workspace by meaning and words (hybrid: 0.7 · embedding similarity + 0.3 · BM25), or mode vector / text. Returns ranked chunks with path, line range, headings and snippet; read one with read_range. Only files you may read are searched. The index follows writes within a second.";
     "search_files" => discover::search_files, discover::SearchFilesArgs, discover::SearchFilesResult,

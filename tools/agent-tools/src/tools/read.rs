@@ -130,7 +130,9 @@ pub struct InfoResult {
     pub path: String,
     /// Number of lines (a last line without newline counts).
     pub lines: u64,
-    /// Size in bytes.
+    /// Size in bytes (as get_file_info's size).
+    pub size: u64,
+    /// The same as size, under its earlier name (kept for callers that read it).
     pub bytes: u64,
     /// Lowercase hex sha256 of the content: the base_sha256 for apply_patch.
     pub sha256: String,
@@ -147,6 +149,7 @@ pub(crate) fn info(root: &ToolRoot, a: PathArgs) -> ToolResult<InfoResult> {
     Ok(InfoResult {
         path: f.rel,
         lines,
+        size: bytes,
         bytes,
         sha256,
         mtime: unix_secs(m),
@@ -511,8 +514,12 @@ pub struct RangeResult {
     pub end: usize,
     /// Lines in the file.
     pub total_lines: usize,
-    /// The lines, each ending with a newline.
-    pub text: String,
+    /// The lines, each ending with a newline (as read_file's content).
+    pub content: String,
+    /// The whole file's sha256, the base_sha256 for apply_patch and edit_exact (for files the
+    /// editing tools take: at most max_text_file_bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// Whether fewer lines than asked were returned because of the size caps.
     pub truncated: bool,
     /// Where to continue reading, when lines remain after end.
@@ -567,6 +574,7 @@ fn checked_window(
 
 /// Lines `start..=want_end` of `lines` (at most [`READ_MAX_LINES`]) as a [`RangeResult`].
 fn range(
+    root: &ToolRoot,
     lines: Lines,
     start: usize,
     want_end: usize,
@@ -574,9 +582,13 @@ fn range(
     max_chars: usize,
 ) -> ToolResult<RangeResult> {
     let rel = lines.rel().to_string();
+    let sha256 = lines.sha256(root.limits().max_text_file_bytes);
     let capped_end = want_end.min(start.saturating_add(READ_MAX_LINES - 1));
     let Some(w) = checked_window(lines, start, capped_end, numbers, max_chars)? else {
-        return Ok(empty_range(rel));
+        return Ok(RangeResult {
+            sha256,
+            ..empty_range(rel)
+        });
     };
     let wanted = want_end.min(w.total);
     let cut = w.end < capped_end.min(w.total);
@@ -593,7 +605,8 @@ fn range(
         start,
         end: w.end,
         total_lines: w.total,
-        text: w.text,
+        content: w.text,
+        sha256,
         truncated: w.end < wanted,
         next_start: (w.end < w.total).then_some(w.end + 1),
         note,
@@ -603,7 +616,14 @@ fn range(
 pub(crate) fn read_range(root: &ToolRoot, a: RangeArgs) -> ToolResult<RangeResult> {
     let lines = stream::open(root, &a.path)?;
     let end = a.end.unwrap_or(a.start.saturating_add(READ_MAX_LINES - 1));
-    range(lines, a.start, end, a.line_numbers, budget(a.max_chars))
+    range(
+        root,
+        lines,
+        a.start,
+        end,
+        a.line_numbers,
+        budget(a.max_chars),
+    )
 }
 
 fn empty_range(rel: String) -> RangeResult {
@@ -612,7 +632,8 @@ fn empty_range(rel: String) -> RangeResult {
         start: 1,
         end: 0,
         total_lines: 0,
-        text: String::new(),
+        content: String::new(),
+        sha256: None,
         truncated: false,
         next_start: None,
         note: None,
@@ -625,7 +646,7 @@ pub(crate) fn head(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
         .lines
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
-    range(lines, 1, n, a.line_numbers, budget(a.max_chars))
+    range(root, lines, 1, n, a.line_numbers, budget(a.max_chars))
 }
 
 /// The first and last line numbers of a file's last `n` lines (`1..=1` for an empty file), and
@@ -641,7 +662,7 @@ pub(crate) fn tail(root: &ToolRoot, a: HeadArgs) -> ToolResult<RangeResult> {
         .unwrap_or(HEAD_DEFAULT_LINES)
         .clamp(1, READ_MAX_LINES);
     let (start, end, lines) = last_lines(stream::open(root, &a.path)?, n)?;
-    range(lines, start, end, a.line_numbers, budget(a.max_chars))
+    range(root, lines, start, end, a.line_numbers, budget(a.max_chars))
 }
 
 /// `read_file` arguments.
@@ -662,7 +683,7 @@ pub struct ReadFileArgs {
     /// Only the last this many lines (instead of start/end).
     #[serde(default)]
     pub tail: Option<usize>,
-    /// Prefix each line with its number and a tab (default true).
+    /// Prefix each line with its number and a tab (default false, as every reading tool).
     #[serde(default)]
     pub line_numbers: Option<bool>,
     /// Most characters to return (default 20000, at most 100000); the cut falls on a line boundary.
@@ -675,8 +696,12 @@ pub struct ReadFileArgs {
 pub struct ReadFileResult {
     /// The resolved path.
     pub path: String,
-    /// The text (with line numbers unless line_numbers=false).
+    /// The text (with line numbers when line_numbers=true).
     pub content: String,
+    /// The whole file's sha256, the base_sha256 for apply_patch and edit_exact (for files the
+    /// editing tools take: at most max_text_file_bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// First line shown.
     pub start: usize,
     /// Last line shown (0 when none).
@@ -695,9 +720,10 @@ pub(crate) fn read_file_budget(
     a: &ReadFileArgs,
     max_chars: usize,
 ) -> ToolResult<ReadFileResult> {
-    let numbers = a.line_numbers.unwrap_or(true);
+    let numbers = a.line_numbers.unwrap_or(false);
     let lines = stream::open(root, &a.path)?;
     let rel = lines.rel().to_string();
+    let sha256 = lines.sha256(root.limits().max_text_file_bytes);
     let (start, end, lines) = match (a.head, a.tail) {
         (Some(_), Some(_)) => {
             return Err(ToolError::InvalidArgs(
@@ -723,6 +749,7 @@ pub(crate) fn read_file_budget(
         return Ok(ReadFileResult {
             path: rel,
             content: String::new(),
+            sha256,
             start: 1,
             end: 0,
             total_lines: 0,
@@ -743,6 +770,7 @@ pub(crate) fn read_file_budget(
     Ok(ReadFileResult {
         path: rel,
         content: w.text,
+        sha256,
         start,
         end,
         total_lines: total,
@@ -764,7 +792,7 @@ pub struct ReadMultipleArgs {
     /// Total characters shared equally among the files (default 50000, at most 100000).
     #[serde(default)]
     pub max_chars: Option<usize>,
-    /// Prefix each line with its number and a tab (default true).
+    /// Prefix each line with its number and a tab (default false).
     #[serde(default)]
     pub line_numbers: Option<bool>,
 }
