@@ -513,9 +513,29 @@ pub struct Policy {
     /// The same, lowercased, for case-insensitive matching.
     protected_folded: Vec<String>,
     default_workspaces: WorkspaceGrants,
+    backups: BackupRetention,
     agents: BTreeMap<AgentName, AgentSpec>,
     /// Explicit `[uids]` entries and every agent's own `uid`.
     uid_map: BTreeMap<u32, AgentName>,
+}
+
+/// What the editing tools keep of the content they replace: at most `keep` backups per file,
+/// none older than `max_age_days` but the newest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupRetention {
+    /// Backups kept per file (at least 1).
+    pub keep: usize,
+    /// Days a backup is kept at most.
+    pub max_age_days: u64,
+}
+
+impl Default for BackupRetention {
+    fn default() -> Self {
+        BackupRetention {
+            keep: 10,
+            max_age_days: 30,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -611,6 +631,12 @@ impl Policy {
     /// `.clawfs*` is always protected besides these).
     pub fn protected(&self) -> &[String] {
         &self.protected
+    }
+
+    /// How many backups of a file the editing tools keep, and for how long
+    /// (`[defaults] backups`).
+    pub fn backups(&self) -> BackupRetention {
+        self.backups
     }
 
     /// The agent named `name`, if the policy lists it.

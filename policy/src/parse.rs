@@ -13,8 +13,8 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    AgentName, AgentSpec, Endpoint, Grant, Layer, Network, Policy, PolicyError, Quota, SandboxSpec,
-    UsersMode, WorkspaceGrants, POLICY_VERSION,
+    AgentName, AgentSpec, BackupRetention, Endpoint, Grant, Layer, Network, Policy, PolicyError,
+    Quota, SandboxSpec, UsersMode, WorkspaceGrants, POLICY_VERSION,
 };
 use clawfs_store::names::{check_system_name, RESERVED_WORKSPACES};
 
@@ -25,7 +25,14 @@ type Key<'i> = Spanned<toml::de::DeString<'i>>;
 type Val<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &["version", "users", "admins", "defaults", "agents", "uids"];
-const DEFAULTS_KEYS: &[&str] = &["read_other_agents", "protected", "quota", "workspaces"];
+const DEFAULTS_KEYS: &[&str] = &[
+    "read_other_agents",
+    "protected",
+    "quota",
+    "workspaces",
+    "backups",
+];
+const BACKUPS_KEYS: &[&str] = &["keep", "max_age_days"];
 const AGENT_KEYS: &[&str] = &[
     "uid",
     "gid",
@@ -237,6 +244,40 @@ fn quota_field(errs: &mut Errors<'_>, v: &Val<'_>, what: &str, is_bytes: bool) -
             }
         },
     }
+}
+
+/// A `backups = { keep, max_age_days }` table; missing fields keep their defaults.
+fn backups_table(errs: &mut Errors<'_>, v: &Val<'_>) -> BackupRetention {
+    let what = "[defaults] backups";
+    let mut out = BackupRetention::default();
+    let Some(t) = as_table(errs, v, what) else {
+        return out;
+    };
+    unknown_keys(errs, t, BACKUPS_KEYS, what);
+    let mut field = |key: &str, min: i128| {
+        let (_, v) = get(t, key)?;
+        match int_value(v.get_ref()) {
+            Some(Some(n)) if n >= min && n <= i128::from(u32::MAX) => Some(n as u64),
+            Some(_) => {
+                errs.at(
+                    v.span(),
+                    format!("{what}.{key} must be an integer from {min} to 4294967295"),
+                );
+                None
+            }
+            None => {
+                type_err(errs, v, &format!("{what}.{key}"), "an integer");
+                None
+            }
+        }
+    };
+    if let Some(n) = field("keep", 1) {
+        out.keep = n as usize;
+    }
+    if let Some(n) = field("max_age_days", 1) {
+        out.max_age_days = n;
+    }
+    out
 }
 
 /// A `quota = { bytes, files }` table; missing fields stay `None` (inherit).
@@ -707,6 +748,7 @@ pub(super) fn parse(text: &str) -> Result<Policy, Vec<PolicyError>> {
     let mut protected: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect();
     let mut default_quota = (None, None);
     let mut default_workspaces = WorkspaceGrants::default();
+    let mut backups = BackupRetention::default();
     if let Some((_, v)) = get(root, "defaults") {
         if let Some(t) = as_table(&mut errs, v, "[defaults]") {
             unknown_keys(&mut errs, t, DEFAULTS_KEYS, "[defaults]");
@@ -722,6 +764,9 @@ pub(super) fn parse(text: &str) -> Result<Policy, Vec<PolicyError>> {
             }
             if let Some((_, v)) = get(t, "workspaces") {
                 default_workspaces = workspace_grants(&mut errs, v, "[defaults] workspaces");
+            }
+            if let Some((_, v)) = get(t, "backups") {
+                backups = backups_table(&mut errs, v);
             }
         }
     }
@@ -854,6 +899,7 @@ pub(super) fn parse(text: &str) -> Result<Policy, Vec<PolicyError>> {
         protected,
         protected_folded,
         default_workspaces,
+        backups,
         agents,
         uid_map,
     })

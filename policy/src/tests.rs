@@ -1731,3 +1731,34 @@ fn networks_parse_with_their_prefix_and_only_all_may_bind() {
     assert_eq!(Network::None.tcp_bind_ports(), Some(vec![]));
     assert_eq!(Network::All.tcp_bind_ports(), None);
 }
+
+#[test]
+fn backup_retention_is_read_from_the_defaults_and_checked() {
+    assert_eq!(policy().backups(), BackupRetention::default());
+    let set = Policy::parse("version = 1\n[defaults]\nbackups = { keep = 3, max_age_days = 7 }\n")
+        .unwrap();
+    assert_eq!(
+        set.backups(),
+        BackupRetention {
+            keep: 3,
+            max_age_days: 7
+        }
+    );
+    let only_keep = Policy::parse("version = 1\n[defaults]\nbackups = { keep = 2 }\n").unwrap();
+    assert_eq!(only_keep.backups().max_age_days, 30);
+    one_error(
+        "version = 1\n[defaults]\nbackups = { keep = 0 }\n",
+        3,
+        "keep must be an integer from 1",
+    );
+    one_error(
+        "version = 1\n[defaults]\nbackups = { keep = 2, forever = true }\n",
+        3,
+        "forever",
+    );
+    one_error(
+        "version = 1\n[defaults]\nbackups = { max_age_days = \"a month\" }\n",
+        3,
+        "max_age_days",
+    );
+}

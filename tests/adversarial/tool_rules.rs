@@ -160,3 +160,66 @@ fn agents_gid() -> u32 {
         .parse()
         .unwrap()
 }
+
+/// Backups of a shared file belong to the editor whose edit made them: another agent neither
+/// sees them nor restores them, by name or by path, and nothing changes when it tries.
+#[test]
+fn an_agent_cannot_list_or_restore_another_agents_backups() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let shared = m.ws().join("shared.md");
+    fs::write(&shared, "v1 plans\n").unwrap();
+    std::os::unix::fs::chown(&shared, None, Some(agents_gid())).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o664)).unwrap();
+    let call = |agent: &str, tool: &str, request: serde_json::Value| -> serde_json::Value {
+        let out = m.run_agent(agent, &tool_call_script(&m, tool, &request));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+    };
+    let r = call(
+        "fs-engine",
+        "edit_exact",
+        serde_json::json!({"path": "shared.md", "old": "v1", "new": "v2"}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let theirs = call(
+        "fs-engine",
+        "list_backups",
+        serde_json::json!({"path": "shared.md"}),
+    );
+    let name = theirs["backups"][0]["backup"].as_str().unwrap().to_string();
+    let held = m.backing(&format!("workspaces/default/.clawfs/backups/{name}"));
+    assert_eq!(fs::read_to_string(&held).unwrap(), "v1 plans\n");
+
+    // The other agent may write the file, but the backup is not its own.
+    let r = call(
+        "build-engine",
+        "list_backups",
+        serde_json::json!({"path": "shared.md"}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["backups"], serde_json::json!([]), "{r}");
+    for backup in [
+        name.clone(),
+        format!("../{name}"),
+        format!("../../.clawfs/backups/{name}"),
+        "shared.md".to_string(),
+    ] {
+        let r = call(
+            "build-engine",
+            "restore_backup",
+            serde_json::json!({"path": "shared.md", "backup": backup}),
+        );
+        assert_eq!(r["error"], "not_found", "{backup}: {r}");
+    }
+    assert_eq!(fs::read_to_string(&shared).unwrap(), "v2 plans\n");
+    assert_eq!(fs::read_to_string(&held).unwrap(), "v1 plans\n");
+    // Its owner puts it back.
+    let r = call(
+        "fs-engine",
+        "restore_backup",
+        serde_json::json!({"path": "shared.md", "backup": name}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(fs::read_to_string(&shared).unwrap(), "v1 plans\n");
+}

@@ -5,7 +5,7 @@ use std::fs;
 
 use serde_json::{json, Value};
 
-use crate::common::{tool_call, tool_request, Mounted};
+use crate::common::{cli, ok, tool_call, tool_request, Mounted};
 use crate::mcp::mcp_session;
 
 fn fixture(m: &Mounted) {
@@ -23,10 +23,25 @@ fn fixture(m: &Mounted) {
 
 fn each_interface(check: impl Fn(&dyn Fn(&str, Value) -> Value)) {
     let m = Mounted::new();
-    fixture(&m);
-    check(&|tool, request| tool_call(&m, tool, &request));
+    each_interface_of(&m, check);
+}
+
+fn each_interface_of(m: &Mounted, check: impl Fn(&dyn Fn(&str, Value) -> Value)) {
+    fixture(m);
+    check(&|tool, request| tool_call(m, tool, &request));
     fs::write(m.ws().join("notes/todo.md"), "alpha\nbeta\n").unwrap();
-    check(&|tool, request| tool_request(&m, tool, &request));
+    check(&|tool, request| tool_request(m, tool, &request));
+}
+
+/// Sets `[defaults] backups` of the store's policy to `table` and reloads it.
+fn backups_policy(m: &Mounted, table: &str) {
+    let policy = fs::read_to_string(m.backing("system/policy.toml")).unwrap();
+    let start = policy.find("backups = {").unwrap();
+    let end = start + policy[start..].find('\n').unwrap();
+    let new = format!("{}backups = {table}{}", &policy[..start], &policy[end..]);
+    let file = m.dir.path().join("policy.toml");
+    fs::write(&file, new).unwrap();
+    ok(cli(m, &["policy", "reload", file.to_str().unwrap()]));
 }
 
 #[test]
@@ -140,6 +155,49 @@ fn refusals_point_where_to_go() {
     });
 }
 
+#[test]
+fn backups_are_kept_as_the_policy_says_listed_and_restored() {
+    let m = Mounted::new();
+    backups_policy(&m, "{ keep = 2, max_age_days = 7 }");
+    each_interface_of(&m, |call| {
+        let edit = |old: &str, new: &str| {
+            let r = call(
+                "edit_exact",
+                json!({"path": "notes/todo.md", "old": old, "new": new}),
+            );
+            assert_eq!(r["ok"], true, "{r}");
+        };
+        edit("alpha", "one");
+        edit("one", "two");
+        edit("two", "three");
+        let r = call("list_backups", json!({"path": "notes/todo.md"}));
+        assert_eq!(
+            (&r["kept"], &r["max_age_days"]),
+            (&json!(2), &json!(7)),
+            "{r}"
+        );
+        let backups = r["backups"].as_array().unwrap();
+        assert_eq!(backups.len(), 2, "{r}");
+        // The older of the two held "one": put it back, checked against the hash read.
+        let oldest = backups[1]["backup"].as_str().unwrap();
+        let sha = call("read_file", json!({"path": "notes/todo.md"}))["sha256"].clone();
+        let r = call(
+            "restore_backup",
+            json!({"path": "notes/todo.md", "backup": oldest, "base_sha256": sha}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        let read = call("read_file", json!({"path": "notes/todo.md"}));
+        assert_eq!(read["content"], "one\nbeta\n");
+        assert_eq!(read["sha256"], r["sha256"]);
+        // A name not listed is no backup.
+        let r = call(
+            "restore_backup",
+            json!({"path": "notes/todo.md", "backup": "../../todo.md"}),
+        );
+        assert_eq!(r["error"], "not_found", "{r}");
+    });
+}
+
 /// The tools an MCP client is shown: `(names, definitions)`.
 fn listed(out: &Value) -> (Vec<String>, Vec<Value>) {
     let defs = out["tool_defs"].as_array().unwrap().clone();
@@ -162,6 +220,10 @@ fn an_mcp_client_sees_lean_described_tools_and_gets_the_same_answers() {
         ["read_file", {"path": "latin1.txt"}],
         ["info", {"path": "notes/todo.md"}],
         ["list_allowed", {}],
+        // The agent's own file: edited, then its backup listed.
+        ["write_file", {"path": "mine.md", "content": "alpha\n"}],
+        ["edit_exact", {"path": "mine.md", "old": "alpha", "new": "ALPHA"}],
+        ["list_backups", {"path": "mine.md"}],
     ]);
     // The client checks every structured answer against the tool's outputSchema.
     let out = mcp_session(&m, "fs-engine", &[], calls);
@@ -214,6 +276,10 @@ fn an_mcp_client_sees_lean_described_tools_and_gets_the_same_answers() {
         .unwrap()
         .contains("read_media_file"));
     ok(5);
+    ok(6);
+    ok(7);
+    let backups = ok(8)["backups"].as_array().unwrap();
+    assert_eq!(backups.len(), 1);
 
     // The full set is the schema weight the lean one spares.
     let full = mcp_session(&m, "fs-engine", &["--tools", "full"], json!([]));

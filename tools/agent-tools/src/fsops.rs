@@ -387,7 +387,8 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// with the file's group and mode, and each folder it makes is the daemon's (root's), with the
 /// group and mode of the file's folder at that place: whoever could read the file can read its
 /// backup, and nobody else's backups grow a folder someone is charged for. Without,
-/// it is the caller's, 0600 in 0700 folders. At most [`BACKUPS_KEPT`] are kept per file.
+/// it is the caller's, 0600 in 0700 folders. At most the limits' `backups_kept` are kept per
+/// file, none older than `backup_max_age_days` but the newest.
 pub(crate) fn backup(
     root: &ToolRoot,
     rel: &str,
@@ -448,7 +449,16 @@ fn write_backup(
         dir = next;
     }
     let stamped = backup_name(name, &stamp());
-    let mut n = 1;
+    // After the newest of this second: a name freed by pruning must not be taken again, or
+    // the newest backup would sort (and be pruned) as the oldest.
+    let mut n = backups_of(&dir, name)
+        .iter()
+        .filter_map(|b| match b.strip_prefix(&stamped)? {
+            "" => Some(1),
+            tail => tail.strip_prefix('-')?.parse::<u32>().ok(),
+        })
+        .max()
+        .map_or(1, |last| last + 1);
     let made = root.making(&dir);
     loop {
         let cand = if n == 1 {
@@ -476,21 +486,36 @@ fn write_backup(
     }
 }
 
-/// How many backups of one file are kept: writing one more removes the oldest past this.
-pub const BACKUPS_KEPT: usize = 10;
-
-/// Removes the oldest backups of the file `name` in the backup folder `dir` past the newest
-/// [`BACKUPS_KEPT`]: an edit loop keeps a bounded history, not one copy per edit for ever.
+/// Removes the backups of the file `name` in the backup folder `dir` past the newest
+/// `backups_kept`, and those older than `backup_max_age_days` (the workspace's limits; the
+/// newest, just written, always stays): an edit loop keeps a bounded history, not one copy
+/// per edit for ever.
 fn prune_backups(root: &ToolRoot, dir: &File, name: &str) {
+    let limits = root.limits();
     let ours = backups_of(dir, name);
-    let surplus = ours.len().saturating_sub(BACKUPS_KEPT);
-    for old in ours.into_iter().take(surplus) {
-        let _ = root.removing(dir, &old, || beneath::unlink(dir, &old));
+    let surplus = ours.len().saturating_sub(limits.backups_kept.max(1));
+    let days = i64::try_from(limits.backup_max_age_days).unwrap_or(i64::MAX);
+    let cutoff = chrono::Duration::try_days(days)
+        .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+        .map(|t| t.format("%Y%m%d-%H%M%S").to_string());
+    let newest = ours.len().saturating_sub(1);
+    for (i, old) in ours.iter().enumerate() {
+        let too_old = cutoff
+            .as_deref()
+            .is_some_and(|c| i < newest && backup_stamp(old, name).is_some_and(|s| s < c));
+        if i < surplus || too_old {
+            let _ = root.removing(dir, old, || beneath::unlink(dir, old));
+        }
     }
 }
 
+/// The stamp (`YYYYmmdd-HHMMSS`) of the backup `backup` of the file `name`.
+pub(crate) fn backup_stamp<'a>(backup: &'a str, name: &str) -> Option<&'a str> {
+    backup.strip_prefix(&backup_name(name, ""))?.get(..15)
+}
+
 /// The backups of the file `name` in the backup folder `dir`, oldest first.
-fn backups_of(dir: &File, name: &str) -> Vec<String> {
+pub(crate) fn backups_of(dir: &File, name: &str) -> Vec<String> {
     let prefix = backup_name(name, "");
     let Ok(entries) = beneath::list(dir) else {
         return vec![];
@@ -516,7 +541,7 @@ fn backups_of(dir: &File, name: &str) -> Vec<String> {
 
 /// Removes the caller's backups of `rel` (a file's, or those kept under a folder) once nothing
 /// is at `rel` any more: emptying a deleted item from the trash gives its history back too.
-/// Backups other editors keep are theirs (and at most [`BACKUPS_KEPT`] per file). With the
+/// Backups other editors keep are theirs (and at most `backups_kept` per file). With the
 /// daemon's credentials where backups are written so; the caller could remove the item.
 pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;

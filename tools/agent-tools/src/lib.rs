@@ -261,6 +261,13 @@ impl ToolRoot {
         self
     }
 
+    /// Whether the entry of `meta` is the caller's (everything is, when the caller is not
+    /// known: the library used without a daemon).
+    pub(crate) fn owns(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.caller.as_ref().is_none_or(|c| c.uid == meta.uid())
+    }
+
     /// Runs `f` with the daemon's credentials when an elevation was given; else as the caller.
     /// Returns whether it was elevated, and `f`'s result.
     pub(crate) fn elevated<T>(&self, f: impl FnOnce(bool) -> T) -> T {

@@ -12,6 +12,12 @@ pub struct Limits {
     /// tools (`read_file`, `read_range`, `head`, `tail`, `search`, `outline`, `info`) stream and
     /// work on files of any size. Default 32 MiB.
     pub max_text_file_bytes: u64,
+    /// Backups kept per file, newest first (writing one more removes the oldest past it).
+    /// Default 10.
+    pub backups_kept: usize,
+    /// Backups older than this many days are removed as the file's next one is written.
+    /// Default 30.
+    pub backup_max_age_days: u64,
 }
 
 impl Default for Limits {
@@ -19,6 +25,8 @@ impl Default for Limits {
         Limits {
             max_request_bytes: 4 << 20,
             max_text_file_bytes: 32 << 20,
+            backups_kept: 10,
+            backup_max_age_days: 30,
         }
     }
 }

@@ -6,7 +6,9 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::Arc;
 
-use clawfs_agent_tools::{call, call_request, Access, AccessCheck, Allowed, ToolError, ToolRoot};
+use clawfs_agent_tools::{
+    call, call_request, Access, AccessCheck, Allowed, Limits, ToolError, ToolRoot,
+};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -1953,4 +1955,89 @@ fn the_ledger_hears_of_every_inode_and_the_trash_empties_for_good() {
     assert_eq!(tally.get(), inodes(&w.dir) - start);
     w.err("empty_trash", json!({"trash_id": a}), "not_found");
     w.err("empty_trash", json!({"trash_id": "../x"}), "invalid_args");
+}
+
+// ---------- backups listed and restored ----------
+
+#[test]
+fn backups_are_listed_restored_and_kept_as_the_limits_say() {
+    let mut w = ws();
+    w.root = ToolRoot::new(&w.dir).unwrap().with_limits(Limits {
+        backups_kept: 3,
+        ..Limits::default()
+    });
+    w.put("p.md", "v0\n");
+    for i in 1..=5 {
+        w.ok(
+            "edit_exact",
+            json!({"path": "p.md", "old": format!("v{}", i - 1), "new": format!("v{i}")}),
+        );
+    }
+    let listed = |w: &Ws| -> Vec<String> {
+        let r = w.ok("list_backups", json!({"path": "p.md"}));
+        r["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                assert!(b["created"].as_str().unwrap().ends_with('Z'), "{b}");
+                b["backup"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    let held = |w: &Ws, b: &str| w.get(&format!(".clawfs/backups/{b}"));
+    let names = listed(&w);
+    // Three kept, newest first: what the last three edits replaced.
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(
+        names.iter().map(|b| held(&w, b)).collect::<Vec<_>>(),
+        ["v4\n", "v3\n", "v2\n"]
+    );
+
+    // A restore is a hash-checked edit, and keeps what it replaces.
+    let oldest = names[2].clone();
+    let stale = "0".repeat(64);
+    w.err(
+        "restore_backup",
+        json!({"path": "p.md", "backup": oldest, "base_sha256": stale}),
+        "hash_mismatch",
+    );
+    let r = w.ok(
+        "restore_backup",
+        json!({"path": "p.md", "backup": oldest, "base_sha256": w.sha("p.md")}),
+    );
+    assert_eq!(w.get("p.md"), "v2\n");
+    assert_eq!(r["sha256"], w.sha("p.md"));
+    assert_eq!(r["restored"], oldest.as_str());
+    let names = listed(&w);
+    assert_eq!(names.len(), 3);
+    assert_eq!(held(&w, &names[0]), "v5\n");
+
+    // Nothing but a listed backup is restored: nothing changes.
+    for bad in [
+        "../p.md",
+        "p.md",
+        ".",
+        "p.md.bak.20260101-000000",
+        &names[0].replace(".bak.", "/"),
+    ] {
+        w.err(
+            "restore_backup",
+            json!({"path": "p.md", "backup": bad}),
+            "not_found",
+        );
+        assert_eq!(w.get("p.md"), "v2\n");
+    }
+
+    // A backup past the age limit goes with the file's next backup (ten kept now: by age).
+    w.root = ToolRoot::new(&w.dir).unwrap();
+    w.put(".clawfs/backups/p.md.bak.20000101-000000", "ancient\n");
+    assert!(listed(&w).iter().any(|b| b.contains("20000101")));
+    w.ok(
+        "edit_exact",
+        json!({"path": "p.md", "old": "v2", "new": "v6"}),
+    );
+    let names = listed(&w);
+    assert!(!names.iter().any(|b| b.contains("20000101")), "{names:?}");
+    assert_eq!(names.len(), 4);
 }

@@ -203,10 +203,18 @@ impl ClawFs {
             Ok(r) => r,
             Err(e) => return error(ToolError::io("starting the call", e)),
         };
+        let policy = self.policy();
+        let retention = policy.backups();
+        let limits = clawfs_agent_tools::Limits {
+            backups_kept: retention.keep,
+            backup_max_age_days: retention.max_age_days,
+            ..root.limits().clone()
+        };
         root = root
             .with_alias(format!("/workspaces/{workspace}"))
+            .with_limits(limits)
             .with_access(std::sync::Arc::new(ToolAccess {
-                policy: self.policy(),
+                policy,
                 who: who.clone(),
                 workspace: workspace.clone(),
             }));

@@ -53,7 +53,7 @@ pub struct ApplyPatchResult {
     pub dry_run: bool,
 }
 
-fn check_hash(rel: &str, expected: &str, actual: &str) -> ToolResult<()> {
+pub(super) fn check_hash(rel: &str, expected: &str, actual: &str) -> ToolResult<()> {
     let e = expected.trim();
     if e.len() != 64 || !e.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ToolError::InvalidArgs(
@@ -72,20 +72,20 @@ fn check_hash(rel: &str, expected: &str, actual: &str) -> ToolResult<()> {
 }
 
 /// A locked, loaded file: resolved, checked for write access, read.
-struct Loaded {
-    f: Found,
+pub(super) struct Loaded {
+    pub(super) f: Found,
     bytes: Vec<u8>,
-    sha256: String,
+    pub(super) sha256: String,
 }
 
-fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
+pub(super) fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
     let bytes = read_limited(&f.file, &f.rel, root.limits().max_text_file_bytes)?;
     let sha256 = sha256_hex(&bytes);
     Ok(Loaded { f, bytes, sha256 })
 }
 
 /// Backs up the old content and replaces the file with `new`. Returns the backup path.
-fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
+pub(super) fn commit(root: &ToolRoot, l: &Loaded, new: &[u8]) -> ToolResult<String> {
     let rel = &l.f.rel;
     let slot = root.slot(rel, false)?.ok_or_else(|| {
         ToolError::NotFound(format!(
@@ -95,14 +95,14 @@ fn commit(root: &ToolRoot, l: &Loaded, new: &str) -> ToolResult<String> {
     })?;
     may_rewrite(root, &slot, rel, &l.f.meta)?;
     // The write is charged before the backup: a write over quota keeps no backup either.
-    root.charge_growth(write_growth(new.as_bytes(), Some(&l.f.meta)))?;
+    root.charge_growth(write_growth(new, Some(&l.f.meta)))?;
     let b = backup(root, rel, &l.bytes, &l.f.meta)?;
     write_charged(
         root,
         &slot,
         rel,
         &l.f.abs,
-        new.as_bytes(),
+        new,
         Some((&l.f.meta, Some(&l.f.file))),
     )?;
     Ok(b)
@@ -151,7 +151,7 @@ pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<Appl
     let backup = if a.dry_run {
         None
     } else {
-        Some(commit(root, &l, &new)?)
+        Some(commit(root, &l, new.as_bytes())?)
     };
     Ok(ApplyPatchResult {
         path: l.f.rel.clone(),
@@ -274,7 +274,7 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
     }
     let new = text.replace(old.as_str(), &replacement);
     let sha256 = sha256_hex(new.as_bytes());
-    let backup = commit(root, &l, &new)?;
+    let backup = commit(root, &l, new.as_bytes())?;
     Ok(EditExactResult {
         path: l.f.rel.clone(),
         replacements: n,
@@ -458,7 +458,7 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
     let backup = if a.dry_run || !changed {
         None
     } else {
-        Some(commit(root, &l, &text)?)
+        Some(commit(root, &l, text.as_bytes())?)
     };
     Ok(EditFileResult {
         path: rel,

@@ -1,6 +1,7 @@
 //! The tool table: every tool's name, argument and result types, and description, from which the
 //! dispatcher and the registry are both generated, so they cannot disagree.
 
+mod backups;
 mod discover;
 mod edit;
 mod manage;
@@ -80,6 +81,7 @@ const CHANGING: &[(&str, bool, bool)] = &[
     ("restore", false, false),
     ("empty_trash", true, true),
     ("create_folder", false, true),
+    ("restore_backup", true, false),
 ];
 
 /// MCP's tool annotations of `tool`: whether it only reads, may destroy, may be repeated
@@ -235,6 +237,10 @@ tool_table! {
         "List a folder, newest first (or sort_by name or size), with type, size (a folder's is the total below it) and modification time. With glob (case-insensitive; a glob without '/' matches file names at any depth), lists matching entries below the folder.";
     "directory_tree" => discover::directory_tree, discover::TreeArgs, discover::TreeResult,
         "A folder's tree as nested JSON, to a depth (default 3, at most 10), at most 1000 entries; exclude globs leave out entries and whole folders.";
+    "list_backups" => backups::list_backups, read::PathArgs, backups::ListBackupsResult,
+        "The backups the editing tools kept of a file (each edit saves what it replaces), newest first, with when each was made; restore_backup puts one back.";
+    "restore_backup" => backups::restore_backup, backups::RestoreBackupArgs, backups::RestoreBackupResult,
+        "Put a backup from list_backups back as the file's content: an edit like the others (base_sha256 checked when given, and the content it replaces is backed up in turn).";
     "list_allowed" => discover::list_allowed, discover::NoArgs, discover::AllowedResult,
         "What you may read and write in this workspace, the protected names, the tools and the limits.";
 }
