@@ -23,7 +23,13 @@ fn python() -> PathBuf {
 /// Runs the MCP client against `clawfs mcp --agent AGENT EXTRA…` on this mount with `calls`
 /// (a list of `[tool, arguments]`); returns what it printed.
 pub(crate) fn mcp_session(m: &Mounted, agent: &str, extra: &[&str], calls: Value) -> Value {
-    mcp_session_at(m, Some(&m.mnt), agent, extra, calls)
+    mcp_session_at(m, Some(&m.mnt), agent, extra, calls, "legacy")
+}
+
+/// [`mcp_session`] by a client that speaks the stateless revision (2026-07-28) when the
+/// server does.
+pub(crate) fn mcp_session_stateless(m: &Mounted, agent: &str, calls: Value) -> Value {
+    mcp_session_at(m, Some(&m.mnt), agent, &[], calls, "auto")
 }
 
 /// [`mcp_session`] with `--mount MOUNT` only when `mount` is given.
@@ -33,11 +39,12 @@ fn mcp_session_at(
     agent: &str,
     extra: &[&str],
     calls: Value,
+    mode: &str,
 ) -> Value {
     let client =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/clients/mcp_client.py");
     let mut cmd = Command::new(python());
-    cmd.arg(client)
+    cmd.env("MCP_MODE", mode).arg(client)
         .arg(clawfs_bin())
         .args(["mcp", "--store"])
         .arg(&m.store);
@@ -169,7 +176,7 @@ fn the_mcp_server_finds_the_mount_its_store_is_served_at() {
         ["write_file", {"path": "found.md", "content": "through the mount\n"}],
         ["list_allowed", {}],
     ]);
-    let out = mcp_session_at(&m, None, "fs-engine", &[], calls);
+    let out = mcp_session_at(&m, None, "fs-engine", &[], calls, "legacy");
     let r = out["results"].as_array().unwrap();
     assert_eq!(r[0]["is_error"], false, "{}", r[0]);
     assert_eq!(r[1]["is_error"], false, "{}", r[1]);

@@ -6,7 +6,7 @@ use std::fs;
 use serde_json::{json, Value};
 
 use crate::common::{cli, ok, tool_call, tool_request, Mounted};
-use crate::mcp::mcp_session;
+use crate::mcp::{mcp_session, mcp_session_stateless};
 
 fn fixture(m: &Mounted) {
     let ws = m.ws();
@@ -287,4 +287,22 @@ fn an_mcp_client_sees_lean_described_tools_and_gets_the_same_answers() {
     assert!(full_names.len() > names.len() + 10, "{full_names:?}");
     let weight = |d: &[Value]| Value::Array(d.to_vec()).to_string().len();
     assert!(weight(&defs) * 3 < weight(&full_defs) * 2);
+}
+
+#[test]
+fn clients_of_the_stateless_revision_and_of_the_handshake_are_both_served() {
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    fixture(&m);
+    let calls = json!([["read_file", {"path": "notes/todo.md"}]]);
+    let modern = mcp_session_stateless(&m, "fs-engine", calls.clone());
+    assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    let legacy = mcp_session(&m, "fs-engine", &[], calls);
+    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
+    for out in [&modern, &legacy] {
+        assert_eq!(out["tools"], legacy["tools"]);
+        let r = &out["results"][0];
+        assert_eq!(r["is_error"], false, "{r}");
+        assert_eq!(r["structured"]["content"], "alpha\nbeta\n");
+    }
 }
