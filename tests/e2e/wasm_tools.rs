@@ -219,17 +219,23 @@ fn a_stopped_a_swapped_and_an_unknown_tool_each_fail_clearly() {
 
 /// `tools/call/ID` through the mount as `agent` (its uid and cgroup, no kernel sandbox): the
 /// request written on the descriptor, the JSON response read from it.
-fn call_as_agent(m: &Mounted, agent: &str, id: &str, request: &str) -> Value {
-    let out = m.run_agent(
-        agent,
-        &format!(
-            "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
-            m.mnt.display()
-        ),
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+/// A shell line sending `request` to `tools/call/ID` and printing the answer.
+fn call_script(m: &Mounted, id: &str, request: &str) -> String {
+    format!(
+        "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
+        m.mnt.display()
+    )
+}
+
+/// The JSON answer a call script printed.
+fn answer(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", stderr(out));
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn call_as_agent(m: &Mounted, agent: &str, id: &str, request: &str) -> Value {
+    answer(&m.run_agent(agent, &call_script(m, id, request)))
 }
 
 #[test]
@@ -658,17 +664,8 @@ fn http_server() -> (u16, std::sync::mpsc::Receiver<String>) {
 
 /// `request` sent to `tools/call/ID` by a root shell: the daemon runs the tool, as root.
 fn call_as_root(m: &Mounted, id: &str, request: &str) -> Value {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
-            m.mnt.display()
-        ))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    let script = call_script(m, id, request);
+    answer(&std::process::Command::new("sh").arg("-c").arg(script).output().unwrap())
 }
 
 #[test]
