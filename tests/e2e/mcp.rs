@@ -44,7 +44,8 @@ fn mcp_session_at(
     let client =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/clients/mcp_client.py");
     let mut cmd = Command::new(python());
-    cmd.env("MCP_MODE", mode).arg(client)
+    cmd.env("MCP_MODE", mode)
+        .arg(client)
         .arg(clawfs_bin())
         .args(["mcp", "--store"])
         .arg(&m.store);

@@ -306,3 +306,34 @@ fn clients_of_the_stateless_revision_and_of_the_handshake_are_both_served() {
         assert_eq!(r["structured"]["content"], "alpha\nbeta\n");
     }
 }
+
+#[test]
+fn the_registry_through_the_mount_carries_what_mcp_shows() {
+    let m = Mounted::new();
+    let registry: Value =
+        serde_json::from_slice(&fs::read(m.path("tools/registry.json")).unwrap()).unwrap();
+    let lean: Vec<&str> = registry["lean_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(lean, clawfs_agent_tools::LEAN_TOOLS);
+    let tools = registry["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), clawfs_agent_tools::TOOL_NAMES.len());
+    for t in tools {
+        let name = t["name"].as_str().unwrap();
+        // The same definition as its own file.
+        let own: Value = serde_json::from_slice(
+            &fs::read(m.path(&format!("tools/definitions/tool-{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(&own, t, "{name}");
+        assert!(t["annotations"]["readOnlyHint"].is_boolean(), "{name}");
+        assert!(
+            t["input_schema"]["properties"]["workspace"].is_object(),
+            "{name}"
+        );
+        assert!(!t.to_string().contains("\"format\":\"uint"), "{name}");
+    }
+}

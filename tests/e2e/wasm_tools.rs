@@ -665,7 +665,13 @@ fn http_server() -> (u16, std::sync::mpsc::Receiver<String>) {
 /// `request` sent to `tools/call/ID` by a root shell: the daemon runs the tool, as root.
 fn call_as_root(m: &Mounted, id: &str, request: &str) -> Value {
     let script = call_script(m, id, request);
-    answer(&std::process::Command::new("sh").arg("-c").arg(script).output().unwrap())
+    answer(
+        &std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .unwrap(),
+    )
 }
 
 #[test]
