@@ -238,6 +238,59 @@ fn every_tool(iface: Iface) {
         patched
     );
 
+    // list_backups, restore_backup: the patch's backup, put back (and the restore undone).
+    let r = s.ok(
+        &m,
+        iface,
+        "list_backups",
+        json!({"path": "Projects/Plan.md"}),
+    );
+    let name = r["backups"][0]["backup"].as_str().unwrap().to_string();
+    s.fails(
+        &m,
+        iface,
+        "list_backups",
+        json!({"path": "Projects"}),
+        "not_a_file",
+    );
+    let r = s.ok(
+        &m,
+        iface,
+        "restore_backup",
+        json!({"path": "Projects/Plan.md", "backup": name, "base_sha256": sha256(patched.as_bytes())}),
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("Projects/Plan.md")).unwrap(),
+        PLAN
+    );
+    assert_eq!(r["sha256"], base);
+    s.fails(
+        &m,
+        iface,
+        "restore_backup",
+        json!({"path": "Projects/Plan.md", "backup": "../Plan.md"}),
+        "not_found",
+    );
+    let undo = s.ok(
+        &m,
+        iface,
+        "list_backups",
+        json!({"path": "Projects/Plan.md"}),
+    )["backups"][0]["backup"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.ok(
+        &m,
+        iface,
+        "restore_backup",
+        json!({"path": "Projects/Plan.md", "backup": undo}),
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("Projects/Plan.md")).unwrap(),
+        patched
+    );
+
     // edit_exact
     let base = sha256(patched.as_bytes());
     let r = s.ok(

@@ -219,10 +219,10 @@ fn a_stopped_a_swapped_and_an_unknown_tool_each_fail_clearly() {
 
 /// `tools/call/ID` through the mount as `agent` (its uid and cgroup, no kernel sandbox): the
 /// request written on the descriptor, the JSON response read from it.
-/// A shell line sending `request` to `tools/call/ID` and printing the answer.
+/// A shell line sending `request` to `tools/call/ID` and printing the answer (umask 022).
 fn call_script(m: &Mounted, id: &str, request: &str) -> String {
     format!(
-        "exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
+        "umask 022 && exec 3<>{}/tools/call/{id} && printf '%s' '{request}' >&3 && cat <&3",
         m.mnt.display()
     )
 }
@@ -331,6 +331,8 @@ fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
     );
     let made = fs::metadata(m.backing("workspaces/default/made.txt")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), 61006);
+    // With the caller's umask, as what it makes itself (the daemon serves with none).
+    assert_eq!(std::os::unix::fs::MetadataExt::mode(&made) & 0o777, 0o644);
     // So is one a component writes, through a stream.
     let r = call_as_agent(&m, "fs-engine", "component-writer", "streamed.txt");
     assert_eq!(r["ok"], false, "{r}");
@@ -338,6 +340,7 @@ fn the_daemon_runs_a_published_tool_as_its_caller_through_the_mount() {
     assert_eq!(fs::read_to_string(&streamed).unwrap(), "written");
     let made = fs::metadata(&streamed).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), 61006);
+    assert_eq!(std::os::unix::fs::MetadataExt::mode(&made) & 0o777, 0o644);
     // The git guard holds for the tool as for the agent.
     let r = call_as_agent(&m, "fs-engine", "writer", "repo/.git/hooks/pre-commit");
     assert_eq!(r["ok"], false, "{r}");
@@ -745,4 +748,90 @@ fn a_tool_connects_to_the_hosts_it_declares_that_its_caller_may_reach() {
         strays[0].contains(&format!("refused 127.0.0.1:{undeclared}")),
         "{strays:?}"
     );
+}
+
+/// Calls of a tool with a folder, many at once: each opens its folder through the mount and
+/// the tool's file operations go through it too, every one a request only a FUSE thread can
+/// answer. However many callers, one thread stays free to answer them; with one thread, such
+/// a tool is refused before anything reaches the mount.
+#[test]
+fn many_calls_at_once_never_take_every_fuse_thread() {
+    for threads in ["2", "1"] {
+        let m = Mounted::with_args(&["--threads", threads]);
+        signer(&m);
+        fs::write(m.ws().join("a.txt"), r#"{"text":"words"}"#).unwrap();
+        publish(
+            &m,
+            "reader",
+            &wat_tool("read_file"),
+            &["filesystem:read:/clawfs/workspaces/default"],
+            5,
+        );
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for _ in 0..6 {
+            let (script, done) = (call_script(&m, "reader", "a.txt"), done_tx.clone());
+            let mnt = m.mnt.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                for _ in 0..10 {
+                    let out = std::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(&script)
+                        .output()
+                        .unwrap();
+                    answers.push(String::from_utf8_lossy(&out.stdout).into_owned());
+                }
+                let _ = std::fs::metadata(mnt.join("workspaces/default/a.txt"));
+                let _ = done.send(answers);
+            });
+        }
+        drop(done_tx);
+        let mut answers = Vec::new();
+        for _ in 0..6 {
+            match done_rx.recv_timeout(std::time::Duration::from_secs(120)) {
+                Ok(a) => answers.extend(a),
+                Err(_) => {
+                    // Deadlocked: free the callers (they are in uninterruptible sleep) so the
+                    // mount can be cleaned up, then fail.
+                    abort_connection(&m);
+                    panic!("--threads {threads}: the mount stopped answering");
+                }
+            }
+        }
+        let ok = answers.iter().filter(|a| a.contains("words")).count();
+        if threads == "1" {
+            assert_eq!(ok, 0);
+            assert!(
+                answers.iter().all(|a| a.contains("--threads 2")),
+                "{answers:?}"
+            );
+        } else {
+            assert!(ok > 0, "{answers:?}");
+            assert!(
+                answers.iter().all(|a| a.contains("words")
+                    || a.contains("try again")
+                    || a.contains("one at a time")),
+                "{answers:?}"
+            );
+        }
+        assert_eq!(
+            fs::read_to_string(m.ws().join("a.txt")).unwrap(),
+            r#"{"text":"words"}"#
+        );
+    }
+}
+
+/// Aborts the FUSE connection of `m`'s mount (the minor number of its device, from
+/// mountinfo: nothing that could wait on the mount itself).
+fn abort_connection(m: &Mounted) {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mnt = m.mnt.to_string_lossy().into_owned();
+    let minor = info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(4) == Some(&mnt.as_str()))
+            .then(|| f.get(2)?.split(':').nth(1)?.parse::<u32>().ok())?
+    });
+    if let Some(minor) = minor {
+        let _ = fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+    }
 }

@@ -111,7 +111,7 @@ impl AuditEvent {
             agent: agent.into(),
             pid,
             operation: operation.into(),
-            path: path.into(),
+            path: bounded(path.into()),
             target: None,
             bytes: None,
             result: Outcome::Ok,
@@ -123,7 +123,7 @@ impl AuditEvent {
 
     /// Sets the second path (rename, link).
     pub fn target(mut self, target: impl Into<String>) -> Self {
-        self.target = Some(target.into());
+        self.target = Some(bounded(target.into()));
         self
     }
 
@@ -143,7 +143,7 @@ impl AuditEvent {
         self.result = Outcome::Denied;
         self.errno = Some(errno);
         self.rule = Some(rule.into());
-        self.reason = Some(reason.into());
+        self.reason = Some(bounded(reason.into()));
         self
     }
 
@@ -156,7 +156,7 @@ impl AuditEvent {
 
     /// Sets the one-sentence reason.
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
-        self.reason = Some(reason.into());
+        self.reason = Some(bounded(reason.into()));
         self
     }
 
@@ -315,6 +315,25 @@ pub fn key_fingerprint(key: &[u8; 32]) -> String {
     h.update(b"clawfs audit key id\0");
     h.update(key);
     hex::encode(&h.finalize()[..8])
+}
+
+/// The longest `target` or `reason` a record keeps, bytes: a message that echoes what a caller
+/// sent (a 4 MiB request) must not make the trail grow by as much per call.
+pub const TEXT_LIMIT: usize = 4096;
+
+/// `text`, cut at [`TEXT_LIMIT`] bytes (on a character boundary) with how much was left out.
+fn bounded(mut text: String) -> String {
+    if text.len() <= TEXT_LIMIT {
+        return text;
+    }
+    let total = text.len();
+    let mut cut = TEXT_LIMIT;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!("… ({} more bytes)", total - cut));
+    text
 }
 
 #[cfg(test)]

@@ -64,10 +64,15 @@ impl ClawFs {
         }
     }
 
-    /// How long the kernel may keep the entry of `ino`, found in `parent`: the shorter of
-    /// [`ClawFs::ttl`] of the child and [`ClawFs::ttl_in`] of the parent.
-    pub fn entry_ttl(&self, parent: u64, ino: u64) -> Duration {
-        match GeneratedInodes::is_generated(ino) {
+    /// How long the kernel may keep the entry `name` (inode `ino`) of `parent`: the shorter
+    /// of [`ClawFs::ttl`] of the child and [`ClawFs::ttl_in`] of the parent; never for a
+    /// workspace's `metadata.json`, which the daemon replaces while a request on the workspace
+    /// folder holds it (setting `user.clawfs.vector_dimension`), so that the kernel cannot
+    /// take the invalidation of the old name before that request is answered.
+    pub fn entry_ttl(&self, parent: u64, name: &OsStr, ino: u64) -> Duration {
+        let metadata = name == clawfs_store::area::WORKSPACE_MANAGED[0]
+            && self.inodes.place_of(parent) == Some(clawfs_store::area::Place::WorkspaceRoot);
+        match GeneratedInodes::is_generated(ino) || metadata {
             true => Duration::ZERO,
             false => self.ttl_in(parent),
         }
@@ -138,7 +143,7 @@ impl ClawFs {
                 next,
                 attr: found.attr,
                 generation: found.generation,
-                ttl: self.entry_ttl(ino, found.attr.ino),
+                ttl: self.entry_ttl(ino, &e.name, found.attr.ino),
             };
             if add(entry) {
                 self.forget(found.attr.ino, 1);

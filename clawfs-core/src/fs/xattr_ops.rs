@@ -184,11 +184,9 @@ impl ClawFs {
                 return Err(e.into());
             }
             drop(_as);
-            // The kernel would go on serving the replaced file under the name.
-            self.invalidate(vec![Invalidation::Entry {
-                parent: ino,
-                name: "metadata.json".into(),
-            }]);
+            // The kernel keeps no entry of a workspace's metadata.json (`entry_ttl`): the next
+            // path walk looks the new file up. (An invalidation could not reach it now: the
+            // kernel holds the workspace folder for this request.)
             self.index_reconfigured(&self.ns_path(&fd)?);
         } else {
             // Its change time moved (and its tags may have): index it again.

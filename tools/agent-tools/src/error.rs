@@ -184,7 +184,10 @@ impl ToolError {
         let mut m = Map::new();
         m.insert("ok".into(), Value::Bool(false));
         m.insert("error".into(), Value::String(self.code().into()));
-        m.insert("message".into(), Value::String(self.to_string()));
+        m.insert(
+            "message".into(),
+            Value::String(cut(self.to_string(), MESSAGE_CHARS)),
+        );
         match self {
             ToolError::MultipleMatches { candidates, .. } => {
                 m.insert("candidates".into(), Value::Array(candidates.clone()));
@@ -194,12 +197,17 @@ impl ToolError {
                 expected,
                 actual,
             } => {
-                m.insert("path".into(), json!(path));
+                m.insert("path".into(), json!(cut(path.clone(), 1000)));
                 m.insert("expected".into(), json!(expected));
                 m.insert("actual".into(), json!(actual));
             }
             ToolError::PatchFailed { details, .. } => {
-                m.insert("details".into(), json!(details));
+                let shown: Vec<String> = details
+                    .iter()
+                    .take(20)
+                    .map(|d| cut(d.clone(), 1000))
+                    .collect();
+                m.insert("details".into(), json!(shown));
             }
             ToolError::Io { source, .. } => {
                 if let Some(errno) = source.raw_os_error() {
@@ -242,3 +250,18 @@ pub const ERROR_CODES: &[&str] = &[
     "not_text",
     "io_error",
 ];
+
+/// The longest error message an answer carries, characters: messages that quote what the
+/// caller sent are cut, so that an error answer keeps to a budget as a success does.
+const MESSAGE_CHARS: usize = 2000;
+
+/// `text` cut after `max` characters, saying how many were left out.
+fn cut(text: String, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text,
+        Some((at, _)) => {
+            let left = text[at..].chars().count();
+            format!("{}… ({left} more characters)", &text[..at])
+        }
+    }
+}

@@ -477,7 +477,7 @@ fn write_backup(
                 }
                 f.sync_all()?;
                 made.done(&cand);
-                prune_backups(root, &dir, name);
+                prune_backups(root, &dir, name, &cand);
                 return Ok(cand);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
@@ -488,11 +488,19 @@ fn write_backup(
 
 /// Removes the backups of the file `name` in the backup folder `dir` past the newest
 /// `backups_kept`, and those older than `backup_max_age_days` (the workspace's limits; the
-/// newest, just written, always stays): an edit loop keeps a bounded history, not one copy
-/// per edit for ever.
-fn prune_backups(root: &ToolRoot, dir: &File, name: &str) {
+/// newest, `written`, always stays): an edit loop keeps a bounded history, not one copy per
+/// edit for ever. Each editor's own: the count is of the backups owned as `written` is, so
+/// another editor's edits never push one's history out.
+fn prune_backups(root: &ToolRoot, dir: &File, name: &str, written: &str) {
+    use std::os::unix::fs::MetadataExt;
     let limits = root.limits();
-    let ours = backups_of(dir, name);
+    let Ok(owner) = beneath::lstat(dir, written).map(|m| m.uid()) else {
+        return;
+    };
+    let ours: Vec<String> = backups_of(dir, name)
+        .into_iter()
+        .filter(|b| beneath::lstat(dir, b).is_ok_and(|m| m.uid() == owner))
+        .collect();
     let surplus = ours.len().saturating_sub(limits.backups_kept.max(1));
     let days = i64::try_from(limits.backup_max_age_days).unwrap_or(i64::MAX);
     let cutoff = chrono::Duration::try_days(days)
@@ -514,7 +522,8 @@ pub(crate) fn backup_stamp<'a>(backup: &'a str, name: &str) -> Option<&'a str> {
     backup.strip_prefix(&backup_name(name, ""))?.get(..15)
 }
 
-/// The backups of the file `name` in the backup folder `dir`, oldest first.
+/// The backups of the file `name` in the backup folder `dir`, oldest first: regular files
+/// only (a folder of that name is the mirror of a folder someone made, not a backup).
 pub(crate) fn backups_of(dir: &File, name: &str) -> Vec<String> {
     let prefix = backup_name(name, "");
     let Ok(entries) = beneath::list(dir) else {
@@ -534,6 +543,7 @@ pub(crate) fn backups_of(dir: &File, name: &str) -> Vec<String> {
             let stamped = stamp.as_bytes()[8] == b'-' && digits(&stamp[..8]) && digits(&stamp[9..]);
             stamped.then(|| (stamp.to_string(), n, e.clone()))
         })
+        .filter(|(_, _, e)| beneath::lstat(dir, e).is_ok_and(|m| m.file_type().is_file()))
         .collect();
     ours.sort();
     ours.into_iter().map(|(_, _, e)| e).collect()
@@ -573,6 +583,7 @@ pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io:
                     root.removing(&dir, &old, || beneath::unlink(&dir, &old))?;
                 }
             }
+            drop_empty_mirrors(root, &backups, &comps);
             return Ok(());
         }
         let mirror = match beneath::open(&dir, name, beneath::DIR_READ) {
@@ -590,6 +601,25 @@ pub(crate) fn drop_backups(root: &ToolRoot, rel: &str, folder: bool) -> std::io:
         }
         Ok(())
     })
+}
+
+/// Removes the mirror folders of `comps` under the backup folder `backups` that hold nothing
+/// any more, deepest first, stopping at the first that still holds something: a history
+/// given back leaves no folders behind, which no one is charged for.
+fn drop_empty_mirrors(root: &ToolRoot, backups: &File, comps: &[&str]) {
+    for depth in (1..=comps.len()).rev() {
+        let Ok(parent) = beneath::open(backups, &comps[..depth - 1].join("/"), beneath::DIR_READ)
+        else {
+            return;
+        };
+        let name = comps[depth - 1];
+        if root
+            .removing(&parent, name, || beneath::rmdir(&parent, name))
+            .is_err()
+        {
+            return;
+        }
+    }
 }
 
 /// The names in the folder `dir`, whatever their bytes (without `.` and `..`).
@@ -675,9 +705,11 @@ pub(crate) fn remove_tree(
 }
 
 /// `<name>.bak.<stamp>`, within the filesystem's 255 bytes: a longer name is cut (on a
-/// character boundary) and told apart by a hash of the whole name.
+/// character boundary), told apart by a hash of the whole name, and marked `.lbak.`, which
+/// no backup of a short name has (a short name `N` gives `N.bak.`, so a file named like a
+/// cut name never shares its backups).
 fn backup_name(name: &str, stamp: &str) -> String {
-    const ROOM: usize = 255 - ".bak.".len() - "YYYYmmdd-HHMMSS-NNNNN".len();
+    const ROOM: usize = 255 - ".lbak.".len() - "YYYYmmdd-HHMMSS-NNNNN".len();
     if name.len() <= ROOM {
         return format!("{name}.bak.{stamp}");
     }
@@ -686,7 +718,7 @@ fn backup_name(name: &str, stamp: &str) -> String {
         cut -= 1;
     }
     let hash = &sha256_hex(name.as_bytes())[..8];
-    format!("{}~{hash}.bak.{stamp}", &name[..cut])
+    format!("{}~{hash}.lbak.{stamp}", &name[..cut])
 }
 
 /// Gives the open `f` an owner, group and permission bits (set-id bits dropped).

@@ -182,6 +182,11 @@ pub(crate) fn parse(patch: &str) -> Result<Patch, String> {
             .take_while(|&&e| e)
             .count()
             .min(body.len().saturating_sub(1));
+        if out.hunks.len() == MAX_HUNKS {
+            return Err(format!(
+                "the patch has more than {MAX_HUNKS} hunks; send it in parts, or write the file whole with write_file."
+            ));
+        }
         out.hunks.push(Hunk {
             old_start,
             lines: body,
@@ -296,6 +301,11 @@ pub(crate) fn holds_result(text: &str, patch: &Patch) -> bool {
     changes && apply(text, &reversed(patch)).is_ok()
 }
 
+/// Failing hunks reported, at most.
+const MAX_FAILURES_SHOWN: usize = 20;
+/// Hunks in one patch, at most.
+pub(crate) const MAX_HUNKS: usize = 1000;
+
 /// Applies `patch` to `text`, all hunks or none. On failure returns one message per failing hunk.
 pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHunk>), Vec<String>> {
     let src = crate::text::lines(text);
@@ -307,6 +317,13 @@ pub(crate) fn apply(text: &str, patch: &Patch) -> Result<(String, Vec<AppliedHun
     let mut applied = Vec::new();
     let mut failures = Vec::new();
     for (k, h) in patch.hunks.iter().enumerate() {
+        // All or none: past a few failures, the rest only adds to the answer and the work.
+        if failures.len() >= MAX_FAILURES_SHOWN {
+            failures.push(format!(
+                "(hunks after #{k} were not tried: the patch fails already)"
+            ));
+            break;
+        }
         let old = h.old();
         let stated = if old.is_empty() {
             h.old_start

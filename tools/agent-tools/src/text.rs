@@ -128,25 +128,43 @@ pub(crate) fn as_in_file(
 /// The line of `text` most like the first non-blank line of `wanted`: `(line number, line)`,
 /// for a "not found" answer. Files of more than 50,000 lines are not searched.
 pub(crate) fn nearest_line(text: &str, wanted: &str) -> Option<(usize, String)> {
+    // A hint, not a search: its first 200 characters against each line's first 400, and
+    // no more than 100 ms in all (a comparison costs the product of the lengths).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    let cut = |s: &str, n: usize| {
+        s.char_indices()
+            .nth(n)
+            .map_or(s, |(i, _)| &s[..i])
+            .to_string()
+    };
     let probe = wanted
         .lines()
+        .take(1000)
         .map(|l| without_line_numbers(l).unwrap_or_else(|| l.to_string()))
         .find(|l| !l.trim().is_empty())?;
-    let probe = probe.trim();
+    let probe = cut(probe.trim(), 200);
     let ls = lines(text);
     if ls.len() > 50_000 {
         return None;
     }
-    ls.iter()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            let r = similar::TextDiff::from_chars(probe, l.trim()).ratio();
-            (r, i)
-        })
-        .filter(|(r, _)| *r >= 0.5)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, i)| (i + 1, show_line(ls[i])))
+    let mut best: Option<(f32, usize)> = None;
+    for (i, l) in ls.iter().enumerate() {
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+        let l = cut(l.trim(), 400);
+        if l.is_empty() {
+            continue;
+        }
+        let r = similar::TextDiff::configure()
+            .deadline(deadline)
+            .diff_chars(probe.as_str(), l.as_str())
+            .ratio();
+        if r >= 0.5 && best.is_none_or(|(b, _)| r > b) {
+            best = Some((r, i));
+        }
+    }
+    best.map(|(_, i)| (i + 1, show_line(ls[i])))
 }
 
 #[cfg(test)]

@@ -1461,7 +1461,7 @@ fn edits_keep_hard_links_and_long_names_are_backed_up() {
         "edit_exact",
         json!({"path": long, "old": "old", "new": "new"}),
     );
-    assert!(r["backup"].as_str().unwrap().contains(".bak."), "{r}");
+    assert!(r["backup"].as_str().unwrap().contains(".lbak."), "{r}");
     assert_eq!(w.get(&long), "new\n");
 }
 
@@ -1930,10 +1930,9 @@ fn the_ledger_hears_of_every_inode_and_the_trash_empties_for_good() {
     assert_eq!(r["entries"], 1, "{r}");
     assert_eq!(r["bytes"], 4, "{r}");
     assert!(!backups.join("a.md.bak").exists());
-    assert_eq!(
-        fs::read_dir(&backups).unwrap().count(),
-        0,
-        "a.md's backups go with it"
+    assert!(
+        !backups.exists(),
+        "a.md's backups go with it, and their emptied folder"
     );
     let r = w.ok("empty_trash", json!({}));
     assert_eq!(r["removed"].as_array().unwrap().len(), 2, "{r}");
@@ -2040,4 +2039,113 @@ fn backups_are_listed_restored_and_kept_as_the_limits_say() {
     let names = listed(&w);
     assert!(!names.iter().any(|b| b.contains("20000101")), "{names:?}");
     assert_eq!(names.len(), 4);
+}
+
+// ---------- what a hostile caller sends ----------
+
+#[test]
+fn hostile_sizes_get_short_answers_and_bounded_work() {
+    let w = ws();
+    let text: String = (1..=1000)
+        .map(|i| format!("{}{i}\n", "w".repeat(100)))
+        .collect();
+    w.put("long.md", &text);
+    // A glob too long to compile is refused, not a panic.
+    let r = w.err(
+        "find_files",
+        json!({"pattern": format!("*{}", "x".repeat(200_000))}),
+        "invalid_args",
+    );
+    assert!(r.to_string().len() < 5_000, "{}", r.to_string().len());
+    // An old text that occurs nowhere: the near-line hint is bounded work.
+    let r = w.err(
+        "edit_exact",
+        json!({"path": "long.md", "old": "q".repeat(100_000), "new": "z"}),
+        "not_found",
+    );
+    assert!(r.to_string().len() < 5_000, "{}", r.to_string().len());
+    // A patch of too many hunks is refused whole; failures are reported in part.
+    let many: String = (0..1001)
+        .map(|i| format!("@@ -{i},1 +{i},1 @@\n-nothing {i}\n+else\n"))
+        .collect();
+    let r = w.err(
+        "apply_patch",
+        json!({"path": "long.md", "base_sha256": w.sha("long.md"), "patch": many}),
+        "patch_failed",
+    );
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 1000 hunks"),
+        "{r}"
+    );
+    let some: String = (0..900)
+        .map(|i| format!("@@ -{i},1 +{i},1 @@\n-nothing {i}\n+else\n"))
+        .collect();
+    let r = w.err(
+        "apply_patch",
+        json!({"path": "long.md", "base_sha256": w.sha("long.md"), "patch": some}),
+        "patch_failed",
+    );
+    assert!(r["details"].as_array().unwrap().len() <= 21, "{r}");
+    // An error that quotes a huge input quotes a little of it.
+    let r = w.err(
+        "resolve",
+        json!({"title": "t".repeat(1 << 20)}),
+        "not_found",
+    );
+    assert!(r.to_string().len() < 10_000, "{}", r.to_string().len());
+    assert_eq!(w.get("long.md"), text);
+}
+
+#[test]
+fn backups_are_regular_files_of_their_own_name_and_leave_no_folders() {
+    let w = ws();
+    // Folders named like backups (the mirror of someone's folders) are no backups: not
+    // listed, never counted, never pruned in their place.
+    w.put("n.md", "v0\n");
+    for k in 1..=12 {
+        fs::create_dir_all(
+            w.dir
+                .join(format!(".clawfs/backups/n.md.bak.29991231-235959-{k}")),
+        )
+        .unwrap();
+    }
+    for i in 1..=3 {
+        w.ok(
+            "edit_exact",
+            json!({"path": "n.md", "old": format!("v{}", i - 1), "new": format!("v{i}")}),
+        );
+    }
+    let r = w.ok("list_backups", json!({"path": "n.md"}));
+    assert_eq!(r["backups"].as_array().unwrap().len(), 3, "{r}");
+
+    // A name cut for its length and a file named like the cut name keep apart.
+    use sha2::Digest;
+    let long = format!("{}.md", "L".repeat(240));
+    let hash = hex::encode(sha2::Sha256::digest(long.as_bytes()));
+    let short = format!("{}~{}", &long[..220], &hash[..8]);
+    w.put(&long, "long v1\n");
+    w.put(&short, "short v1\n");
+    w.ok(
+        "edit_exact",
+        json!({"path": long, "old": "v1", "new": "v2"}),
+    );
+    let r = w.ok("list_backups", json!({"path": short}));
+    assert_eq!(r["backups"], json!([]), "{r}");
+
+    // A deep file's history given back takes its folders with it.
+    w.put("deep/a/b/f.md", "x1\n");
+    w.ok(
+        "edit_exact",
+        json!({"path": "deep/a/b/f.md", "old": "x1", "new": "x2"}),
+    );
+    assert!(w.dir.join(".clawfs/backups/deep/a/b").exists());
+    let id = w.ok("delete", json!({"path": "deep/a/b/f.md"}))["trash_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.ok("empty_trash", json!({"trash_id": id}));
+    assert!(!w.dir.join(".clawfs/backups/deep").exists());
 }

@@ -31,6 +31,11 @@ const INSTANCES: usize = 64;
 const HELPERS: usize = 4;
 /// Table elements a tool may grow a table to.
 const TABLE_ELEMENTS: usize = 1_000_000;
+/// What one table element costs, counted in the call's memory limit: a pointer.
+const TABLE_ELEMENT_BYTES: usize = 8;
+/// Handles a call may hold at once (open files and folders, streams, sockets, pollables):
+/// each open file or socket is a descriptor of the daemon.
+const HANDLES: usize = 1_000;
 
 /// Why a tool did not run to its end.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +67,12 @@ pub enum WasmError {
     #[error("the tool's output passed its limit of {limit} bytes and it was stopped")]
     Output {
         /// The limit, bytes.
+        limit: usize,
+    },
+    /// Held more handles at once than a call may.
+    #[error("the tool held more than its limit of {limit} handles (open files, folders, streams, sockets) and was stopped")]
+    Handles {
+        /// The limit.
         limit: usize,
     },
     /// Stopped by a trap (a bug in the tool, or a call WASI refused it fatally).
@@ -403,6 +414,7 @@ impl Runtime {
         let limiter = Limiter {
             memory: usize::try_from(call.limits.memory_mb.saturating_mul(1 << 20))
                 .unwrap_or(usize::MAX),
+            used: 0,
             hit: Arc::default(),
         };
         let hit = Arc::clone(&limiter.hit);
@@ -425,9 +437,11 @@ impl Runtime {
         let run = async {
             match compiled {
                 Compiled::Component(component) => {
+                    let mut table = ResourceTable::new();
+                    table.set_max_capacity(HANDLES);
                     let state = P2State {
                         wasi: wasi.build(),
-                        table: ResourceTable::new(),
+                        table,
                         limiter,
                     };
                     let mut store = Store::new(&self.engine, state);
@@ -439,8 +453,10 @@ impl Runtime {
                     Ok(i32::from(r.is_err()))
                 }
                 Compiled::Module(module) => {
+                    let mut p1 = wasi.build_p1();
+                    p1.ctx().table.set_max_capacity(HANDLES);
                     let state = P1State {
-                        wasi: wasi.build_p1(),
+                        wasi: p1,
                         limiter,
                         deadline,
                         timed_out: Arc::clone(&timed_out),
@@ -485,6 +501,9 @@ impl Runtime {
                         seconds: call.limits.timeout_seconds,
                     })
                 }
+                None if format!("{e:#}").contains("resource table has no free keys") => {
+                    return Err(WasmError::Handles { limit: HANDLES })
+                }
                 None => return Err(WasmError::Trap(format!("{e:#}"))),
             },
         };
@@ -524,33 +543,58 @@ impl Network {
     }
 }
 
-/// Refuses growth past the call's memory; remembers that it did, so the error can say so.
+/// Refuses growth past the call's memory: all its memories and tables together (a table
+/// element counted as [`TABLE_ELEMENT_BYTES`]); remembers that it did, so the error can say so.
 struct Limiter {
     memory: usize,
+    used: usize,
     hit: Arc<AtomicBool>,
+}
+
+impl Limiter {
+    /// Takes `more` bytes of the budget, or refuses.
+    fn take(&mut self, more: usize) -> wasmtime::Result<bool> {
+        match self
+            .used
+            .checked_add(more)
+            .filter(|total| *total <= self.memory)
+        {
+            Some(total) => {
+                self.used = total;
+                Ok(true)
+            }
+            None => {
+                self.hit.store(true, Ordering::Relaxed);
+                Err(wasmtime::format_err!("memory limit reached"))
+            }
+        }
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory {
-            self.hit.store(true, Ordering::Relaxed);
-            return Err(wasmtime::format_err!("memory limit reached"));
-        }
-        Ok(true)
+        self.take(desired.saturating_sub(current))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= TABLE_ELEMENTS)
+        if desired > TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.take(
+            desired
+                .saturating_sub(current)
+                .saturating_mul(TABLE_ELEMENT_BYTES),
+        )
     }
 
     fn instances(&self) -> usize {

@@ -411,3 +411,49 @@ fn a_tool_connects_only_where_it_may() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(undeclared_seen.lock().unwrap().is_empty());
 }
+
+#[test]
+fn memories_and_tables_count_together_against_the_limit() {
+    let rt = Runtime::new().unwrap();
+    for name in ["memories", "tables"] {
+        let wasm = module(name);
+        let hash = sha(&wasm);
+        let mut c = call(&wasm, &hash, b"");
+        c.limits.memory_mb = 1;
+        match rt.run(c) {
+            Err(WasmError::Memory { limit_mb: 1 }) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+        // Within a limit that holds them all, they run.
+        let mut c = call(&wasm, &hash, b"");
+        c.limits.memory_mb = 4;
+        assert_eq!(rt.run(c).unwrap().exit_code, 0, "{name}");
+    }
+}
+
+#[test]
+fn a_tool_cannot_hoard_the_daemons_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let open_now = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = open_now();
+    let rt = Runtime::new().unwrap();
+    for wasm in [module("hoard"), component("hoard")] {
+        let hash = sha(&wasm);
+        let mut c = call(&wasm, &hash, b"a.txt");
+        c.preopens
+            .push(Preopen::beneath(dir.path(), Path::new("."), "/w".into(), Access::Read).unwrap());
+        // Refused (an errno) or stopped before its 5,000th open, and every descriptor given
+        // back at its end.
+        match rt.run(c) {
+            Ok(done) => assert_ne!(done.exit_code, 0),
+            Err(WasmError::Handles { limit: 1000 }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(
+            open_now() < before + 200,
+            "{} open after the call",
+            open_now()
+        );
+    }
+}

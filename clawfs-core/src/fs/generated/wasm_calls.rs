@@ -96,6 +96,29 @@ impl WasmTools {
     }
 }
 
+/// The caller's umask on this thread (and the helper threads it starts) while a tool runs:
+/// the daemon serves with none (the kernel masks what callers create before asking it), so
+/// without it what a tool creates would be 0666 and 0777. The thread's filesystem attributes
+/// are its own from the first call on (`unshare(CLONE_FS)`); the umask goes back to the
+/// daemon's when dropped.
+struct CallerUmask(rustix::fs::Mode);
+
+impl CallerUmask {
+    fn enter(umask: u32) -> std::io::Result<CallerUmask> {
+        // SAFETY: only the filesystem attributes (root, working folder, umask) are unshared;
+        // the descriptor table stays the process's.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS)? };
+        let mask = rustix::fs::Mode::from_raw_mode(umask & 0o777);
+        Ok(CallerUmask(rustix::process::umask(mask)))
+    }
+}
+
+impl Drop for CallerUmask {
+    fn drop(&mut self) {
+        rustix::process::umask(self.0);
+    }
+}
+
 /// One running call's slot, given back when dropped.
 struct Slot<'a>(&'a AtomicUsize);
 
@@ -237,6 +260,28 @@ impl ClawFs {
         .ok_or_else(|| ToolError::NotFound(format!("{binary} is missing from the store")))?;
         let caps = Capabilities::parse(&package.capabilities)
             .map_err(|e| failed(format!("{} {}: {e}: not run", tool, package.version)))?;
+        // A slot, and the caller's one call, before anything reaches the mount: the folders
+        // are opened through it, and the tool's own file operations go through it, each a
+        // request only another FUSE thread can answer. With at most threads − 1 calls at
+        // that point, one thread is always free to answer them.
+        let slots = &self.wasm.running;
+        let max = self.wasm.slots;
+        if max == 0 {
+            return Err(failed(
+                "this mount serves with one FUSE thread, and a tool's own file operations need another: mount with --threads 2 or more".into(),
+            ));
+        }
+        if slots.fetch_add(1, Ordering::AcqRel) >= max {
+            slots.fetch_sub(1, Ordering::AcqRel);
+            return Err(failed(format!(
+                "{max} WebAssembly tool calls are running already; try again when one ends"
+            )));
+        }
+        let _slot = Slot(slots);
+        let _own = self.wasm.own_call(creds.caller.uid).ok_or_else(|| {
+            failed("you have a WebAssembly tool call running already; one at a time".into())
+        })?;
+
         let policy = self.policy();
         let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let mut preopens = Vec::new();
@@ -277,26 +322,11 @@ impl ClawFs {
         }
         let outbound = self.tool_hosts(who, &caps)?;
         *used = describe(&package, &preopens, &outbound);
-        let slots = &self.wasm.running;
-        let max = self.wasm.slots;
-        if max == 0 {
-            return Err(failed(
-                "this mount serves with one FUSE thread, and a tool's own file operations need another: mount with --threads 2 or more".into(),
-            ));
-        }
-        if slots.fetch_add(1, Ordering::AcqRel) >= max {
-            slots.fetch_sub(1, Ordering::AcqRel);
-            return Err(failed(format!(
-                "{max} WebAssembly tool calls are running already; try again when one ends"
-            )));
-        }
-        let _slot = Slot(slots);
-        let _own = self.wasm.own_call(creds.caller.uid).ok_or_else(|| {
-            failed("you have a WebAssembly tool call running already; one at a time".into())
-        })?;
         let runtime = self.wasm.runtime().map_err(failed)?;
         let _delegated = self.delegate(tid, creds, who);
         let _as = AsCaller::enter_with(creds).map_err(|e| ToolError::io("starting the call", e))?;
+        let _umask =
+            CallerUmask::enter(creds.umask).map_err(|e| ToolError::io("starting the call", e))?;
         let call = Call::of_package(&package, &wasm, request, preopens, outbound)
             .ok_or_else(|| failed("it has no WebAssembly binary".into()))?;
         let done = runtime.run(call);

@@ -485,6 +485,7 @@ pub(crate) fn directory_tree(root: &ToolRoot, a: TreeArgs) -> ToolResult<TreeRes
     // Entries grouped by their parent's path below the top folder ("" for the top).
     let mut kids: HashMap<String, Vec<(String, TreeNode)>> = HashMap::new();
     let mut count = 0usize;
+    let mut chars = 0usize;
     let mut truncated = false;
     walk(root, &dir, depth, |e| {
         if any_match(&exclude, e) {
@@ -494,7 +495,10 @@ pub(crate) fn directory_tree(root: &ToolRoot, a: TreeArgs) -> ToolResult<TreeRes
         if !is_dir && !files {
             return Step::Continue;
         }
-        if count >= TREE_MAX_ENTRIES {
+        // Each entry costs about its name and 60 characters of JSON: past the answer's
+        // budget the walk stops, as it does at the entry limit.
+        chars += e.name.len() + 60;
+        if count >= TREE_MAX_ENTRIES || chars > crate::limits::READ_FILE_DEFAULT_CHARS {
             truncated = true;
             return Step::Stop;
         }

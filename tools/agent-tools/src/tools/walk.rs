@@ -184,6 +184,15 @@ pub(crate) struct Glob {
 
 impl Glob {
     pub(crate) fn new(pattern: &str) -> ToolResult<Glob> {
+        // Longer globs compile to regular expressions the matcher cannot hold (and no name is
+        // longer than 255 bytes a level).
+        const LONGEST: usize = 1024;
+        if pattern.len() > LONGEST {
+            return Err(ToolError::InvalidArgs(format!(
+                "a glob is at most {LONGEST} bytes; this one is {}. Examples: \"*.md\", \"projects/**/*.md\".",
+                pattern.len()
+            )));
+        }
         let p = pattern.trim_start_matches("./").trim_start_matches('/');
         let g = GlobBuilder::new(p)
             .case_insensitive(true)
