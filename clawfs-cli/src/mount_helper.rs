@@ -98,6 +98,7 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
         match (key, value) {
             ("threads", Some(v)) => out.extend(["--threads".into(), v.into()]),
             ("attr_timeout", Some(v)) => out.extend(["--attr-timeout".into(), v.into()]),
+            ("metrics", Some(v)) => out.extend(["--metrics".into(), v.into()]),
             ("no_passthrough", None) => out.push("--no-passthrough".into()),
             ("no_audit", None) => out.push("--no-audit".into()),
             ("trace_syscalls", None) => out.push("--trace-syscalls".into()),

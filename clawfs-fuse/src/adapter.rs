@@ -111,9 +111,10 @@ fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
     })
 }
 
-/// Maps a core error to an errno, logging ClawFS refusals with their reason.
-fn fail(op: &str, e: FsError) -> Errno {
+/// Maps a core error to an errno, logging ClawFS refusals with their reason, and counting it.
+fn fail(op: &'static str, e: FsError) -> Errno {
     let errno = to_errno(&e);
+    clawfs_metrics::error(op, crate::errno::name(errno.code()));
     if is_refusal(&e) {
         info!(op, errno = errno.code(), reason = %e, "refused");
     } else {
@@ -132,7 +133,7 @@ impl Adapter {
         }
     }
 
-    fn reply_entry(&self, op: &str, r: Result<Entry, FsError>, reply: ReplyEntry) {
+    fn reply_entry(&self, op: &'static str, r: Result<Entry, FsError>, reply: ReplyEntry) {
         match r {
             Ok(e) => reply.entry(
                 &self.fs.ttl(e.attr.ino),
@@ -143,28 +144,28 @@ impl Adapter {
         }
     }
 
-    fn reply_empty(op: &str, r: Result<(), FsError>, reply: ReplyEmpty) {
+    fn reply_empty(op: &'static str, r: Result<(), FsError>, reply: ReplyEmpty) {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail(op, e)),
         }
     }
 
-    fn reply_attr(&self, op: &str, r: Result<Attr, FsError>, reply: ReplyAttr) {
+    fn reply_attr(&self, op: &'static str, r: Result<Attr, FsError>, reply: ReplyAttr) {
         match r {
             Ok(a) => reply.attr(&self.fs.ttl(a.ino), &file_attr(&a)),
             Err(e) => reply.error(fail(op, e)),
         }
     }
 
-    fn reply_data(op: &str, r: Result<Vec<u8>, FsError>, reply: ReplyData) {
+    fn reply_data(op: &'static str, r: Result<Vec<u8>, FsError>, reply: ReplyData) {
         match r {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(op, e)),
         }
     }
 
-    fn reply_xattr(op: &str, r: Result<Vec<u8>, FsError>, size: u32, reply: ReplyXattr) {
+    fn reply_xattr(op: &'static str, r: Result<Vec<u8>, FsError>, size: u32, reply: ReplyXattr) {
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
@@ -261,9 +262,10 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("lookup");
         match self.fs.lookup_entry(&caller(req), parent.0, name) {
             Ok(Some(e)) => reply.entry(
-                &self.fs.entry_ttl(parent.0, e.attr.ino),
+                &self.fs.entry_ttl(parent.0, name, e.attr.ino),
                 &file_attr(&e.attr),
                 Generation(e.generation),
             ),
@@ -284,6 +286,7 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _s = tracing::debug_span!("getattr", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("getattr");
         self.reply_attr(
             "getattr",
             self.fs.getattr(&caller(req), ino.0, fh.map(|f| f.0)),
@@ -310,6 +313,7 @@ impl Filesystem for Adapter {
         reply: ReplyAttr,
     ) {
         let _s = tracing::debug_span!("setattr", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("setattr");
         let change = SetAttr {
             mode,
             uid,
@@ -326,6 +330,7 @@ impl Filesystem for Adapter {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let _s = tracing::debug_span!("readlink", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("readlink");
         Self::reply_data("readlink", self.fs.readlink(ino.0), reply);
     }
 
@@ -340,6 +345,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mknod", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("mknod");
         let r = self.fs.mknod(&caller(req), parent.0, name, mode, rdev);
         self.reply_entry("mknod", r, reply);
     }
@@ -354,12 +360,14 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("mkdir");
         let r = self.fs.mkdir(&caller(req), parent.0, name, mode);
         self.reply_entry("mkdir", r, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("unlink");
         Self::reply_empty(
             "unlink",
             self.fs.unlink(&caller(req), parent.0, name),
@@ -369,6 +377,7 @@ impl Filesystem for Adapter {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("rmdir");
         Self::reply_empty("rmdir", self.fs.rmdir(&caller(req), parent.0, name), reply);
     }
 
@@ -381,6 +390,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _s = tracing::debug_span!("symlink", parent = parent.0, ?link_name).entered();
+        let _t = clawfs_metrics::Timed::start("symlink");
         let r = self
             .fs
             .symlink(&caller(req), parent.0, link_name, target.as_os_str());
@@ -405,6 +415,7 @@ impl Filesystem for Adapter {
             ?newname
         )
         .entered();
+        let _t = clawfs_metrics::Timed::start("rename");
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             reply.error(Errno::from_i32(libc::EINVAL));
             return;
@@ -429,25 +440,35 @@ impl Filesystem for Adapter {
     ) {
         let _s =
             tracing::debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
+        let _t = clawfs_metrics::Timed::start("link");
         let r = self.fs.link(&caller(req), ino.0, newparent.0, newname);
         self.reply_entry("link", r, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
+        let _t = clawfs_metrics::Timed::start("open");
         match self.fs.open(&caller(req), ino.0, flags.0) {
             // A staged identity write: served by the daemon, committed at close (FLUSH).
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
+                clawfs_metrics::opened("daemon");
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             }
             Ok(Opened::Backing(fh, file)) => match self.serving(&file, |f| reply.open_backing(f)) {
                 Ok(id) => {
+                    clawfs_metrics::opened("passthrough");
                     reply.opened_passthrough(FileHandle(fh), passthrough_open_flags(flags.0), id)
                 }
-                Err(flags) => reply.opened(FileHandle(fh), flags),
+                Err(flags) => {
+                    clawfs_metrics::opened("daemon");
+                    reply.opened(FileHandle(fh), flags)
+                }
             },
             // Generated content: every read and write reaches the daemon.
-            Ok(Opened::Generated(fh)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok(Opened::Generated(fh)) => {
+                clawfs_metrics::opened("daemon");
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            }
             Err(e) => reply.error(fail("open", e)),
         }
     }
@@ -463,28 +484,38 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("create");
         match self.fs.create(&caller(req), parent.0, name, mode, flags) {
-            Ok((entry, Opened::Generated(fh))) => reply.created(
-                &Duration::ZERO,
-                &file_attr(&entry.attr),
-                Generation(entry.generation),
-                FileHandle(fh),
-                FopenFlags::FOPEN_DIRECT_IO,
-            ),
+            Ok((entry, Opened::Generated(fh))) => {
+                clawfs_metrics::opened("daemon");
+                reply.created(
+                    &Duration::ZERO,
+                    &file_attr(&entry.attr),
+                    Generation(entry.generation),
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_DIRECT_IO,
+                )
+            }
             Ok((entry, Opened::Backing(fh, file))) => {
                 let attr = file_attr(&entry.attr);
                 let generation = Generation(entry.generation);
                 let ttl = self.fs.ttl(entry.attr.ino);
                 match self.serving(&file, |f| reply.open_backing(f)) {
-                    Ok(id) => reply.created_passthrough(
-                        &ttl,
-                        &attr,
-                        generation,
-                        FileHandle(fh),
-                        passthrough_open_flags(flags),
-                        id,
-                    ),
-                    Err(flags) => reply.created(&ttl, &attr, generation, FileHandle(fh), flags),
+                    Ok(id) => {
+                        clawfs_metrics::opened("passthrough");
+                        reply.created_passthrough(
+                            &ttl,
+                            &attr,
+                            generation,
+                            FileHandle(fh),
+                            passthrough_open_flags(flags),
+                            id,
+                        )
+                    }
+                    Err(flags) => {
+                        clawfs_metrics::opened("daemon");
+                        reply.created(&ttl, &attr, generation, FileHandle(fh), flags)
+                    }
                 }
             }
             Err(e) => reply.error(fail("create", e)),
@@ -503,7 +534,12 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
-        Self::reply_data("read", self.fs.read(ino.0, fh.0, offset, size), reply);
+        let _t = clawfs_metrics::Timed::start("read");
+        let r = self.fs.read(ino.0, fh.0, offset, size);
+        if let Ok(data) = &r {
+            clawfs_metrics::bytes("read", data.len());
+        }
+        Self::reply_data("read", r, reply);
     }
 
     fn write(
@@ -519,9 +555,13 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _s = tracing::debug_span!("write", fh = fh.0, offset, len = data.len()).entered();
+        let _t = clawfs_metrics::Timed::start("write");
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.fs.write(ino.0, fh.0, offset, data, kill) {
-            Ok(n) => reply.written(n),
+            Ok(n) => {
+                clawfs_metrics::bytes("write", n as usize);
+                reply.written(n)
+            }
             Err(e) => reply.error(fail("write", e)),
         }
     }
@@ -535,6 +575,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("flush", fh = fh.0).entered();
+        let _t = clawfs_metrics::Timed::start("flush");
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered) but for passthrough
         // opens for reading and writing (see `passthrough_open_flags`); generated files get
         // here too, where closing a tool request runs it.
@@ -552,6 +593,8 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
+        let _t = clawfs_metrics::Timed::start("release");
+        clawfs_metrics::released();
         Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
     }
 
@@ -564,19 +607,27 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fsync", fh = fh.0).entered();
+        let _t = clawfs_metrics::Timed::start("fsync");
         Self::reply_empty("fsync", self.fs.fsync(ino.0, fh.0, datasync), reply);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("opendir", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("opendir");
         match self.fs.opendir(&caller(req), ino.0) {
             // Listings of real directories are cached by the kernel until the directory
             // changes; generated ones depend on the caller.
-            Ok(fh) if !GeneratedInodes::is_generated(ino.0) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) if !GeneratedInodes::is_generated(ino.0) => {
+                clawfs_metrics::opened_dir();
+                reply.opened(
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
+            Ok(fh) => {
+                clawfs_metrics::opened_dir();
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(fail("opendir", e)),
         }
     }
@@ -590,6 +641,7 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectory,
     ) {
         let _s = tracing::debug_span!("readdir", fh = fh.0, offset).entered();
+        let _t = clawfs_metrics::Timed::start("readdir");
         let entries = match self.fs.readdir(fh.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(fail("readdir", e)),
@@ -611,6 +663,7 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         let _s = tracing::debug_span!("readdirplus", fh = fh.0, offset).entered();
+        let _t = clawfs_metrics::Timed::start("readdirplus");
         let r = self.fs.readdirplus(&caller(req), ino.0, fh.0, offset, |e| {
             let attr = file_attr(&e.attr);
             reply.add(
@@ -637,6 +690,8 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("releasedir", fh = fh.0).entered();
+        let _t = clawfs_metrics::Timed::start("releasedir");
+        clawfs_metrics::released();
         Self::reply_empty("releasedir", self.fs.releasedir(fh.0), reply);
     }
 
@@ -649,11 +704,13 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fsyncdir", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("fsyncdir");
         Self::reply_empty("fsyncdir", self.fs.fsyncdir(ino.0), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _s = tracing::debug_span!("statfs").entered();
+        let _t = clawfs_metrics::Timed::start("statfs");
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -673,12 +730,14 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("setxattr", ino = ino.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("setxattr");
         let r = self.fs.setxattr(&caller(req), ino.0, name, value, flags);
         Self::reply_empty("setxattr", r, reply);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("getxattr");
         Self::reply_xattr(
             "getxattr",
             self.fs.getxattr(&caller(req), ino.0, name),
@@ -689,6 +748,7 @@ impl Filesystem for Adapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _s = tracing::debug_span!("listxattr", ino = ino.0).entered();
+        let _t = clawfs_metrics::Timed::start("listxattr");
         Self::reply_xattr(
             "listxattr",
             self.fs.listxattr(&caller(req), ino.0),
@@ -699,12 +759,14 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
+        let _t = clawfs_metrics::Timed::start("removexattr");
         let r = self.fs.removexattr(&caller(req), ino.0, name);
         Self::reply_empty("removexattr", r, reply);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("access", ino = ino.0, mask = mask.bits()).entered();
+        let _t = clawfs_metrics::Timed::start("access");
         Self::reply_empty("access", self.fs.access(ino.0, mask.bits()), reply);
     }
 
@@ -719,6 +781,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fallocate", fh = fh.0, offset, length, mode).entered();
+        let _t = clawfs_metrics::Timed::start("fallocate");
         let kill_suidgid = req.uid() != 0;
         Self::reply_empty(
             "fallocate",
@@ -737,6 +800,7 @@ impl Filesystem for Adapter {
         reply: ReplyLseek,
     ) {
         let _s = tracing::debug_span!("lseek", fh = fh.0, offset, whence).entered();
+        let _t = clawfs_metrics::Timed::start("lseek");
         match self.fs.lseek(fh.0, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(fail("lseek", e)),
@@ -765,6 +829,7 @@ impl Filesystem for Adapter {
             len
         )
         .entered();
+        let _t = clawfs_metrics::Timed::start("copy_file_range");
         match self
             .fs
             .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)

@@ -15,3 +15,38 @@ pub fn to_errno(e: &FsError) -> Errno {
 pub fn is_refusal(e: &FsError) -> bool {
     !matches!(e, FsError::Io(_))
 }
+
+/// The name of errno `code` for metrics labels: the errnos a filesystem answers, else `other`
+/// (a bounded set).
+pub fn name(code: i32) -> &'static str {
+    match code {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EINTR => "EINTR",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ETXTBSY => "ETXTBSY",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::EMLINK => "EMLINK",
+        libc::ERANGE => "ERANGE",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::ELOOP => "ELOOP",
+        libc::ENODATA => "ENODATA",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EDQUOT => "EDQUOT",
+        _ => "other",
+    }
+}

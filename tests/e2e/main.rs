@@ -10,6 +10,7 @@ mod file_modes;
 mod integrity;
 mod lifecycle;
 mod mcp;
+mod metrics;
 mod migrate;
 mod model;
 mod mount_discovery;

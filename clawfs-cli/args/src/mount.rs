@@ -47,6 +47,11 @@ pub struct MountArgs {
     /// by reads (noatime), or not by listing folders (nodiratime). strictatime is not offered.
     #[arg(long, value_enum, default_value_t = AtimeArg::Relatime)]
     pub atime: AtimeArg,
+    /// Serve Prometheus metrics at http://ADDR/metrics (OpenMetrics text): a PORT listens on
+    /// the loopback address only, HOST:PORT where it says. Off by default; nothing is
+    /// recorded without it.
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// `clawfs mount --atime`.
@@ -58,4 +63,14 @@ pub enum AtimeArg {
     Noatime,
     /// Listing a folder never updates its access time.
     Nodiratime,
+}
+
+/// `--metrics`: `PORT` (loopback) or `HOST:PORT`.
+fn metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("{s:?} is neither a port (9567, on the loopback address) nor HOST:PORT (127.0.0.1:9567, [::1]:9567)")
+    })
 }

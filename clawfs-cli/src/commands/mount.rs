@@ -160,6 +160,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         no_search,
         allow_tampered_system,
         atime,
+        metrics,
     } = args;
     let mut argv: Vec<std::ffi::OsString> = vec![
         "mount".into(),
@@ -187,6 +188,9 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         if *on {
             argv.push(flag.into());
         }
+    }
+    if let Some(addr) = metrics {
+        argv.extend(["--metrics".into(), addr.to_string().into()]);
     }
     argv
 }
@@ -418,6 +422,19 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     })?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
     spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
+    // Held for as long as the session.
+    let _metrics = match args.metrics {
+        None => None,
+        Some(addr) => {
+            let sampled = Arc::clone(&fs);
+            let server = clawfs_metrics::serve(addr, clawfs_metrics::enable(), move |m| {
+                sampled.sample_metrics(m)
+            })
+            .with_context(|| format!("serving metrics at {addr}"))?;
+            info!(addr = %server.addr().map_or(addr, |a| a), "metrics at /metrics");
+            Some(server)
+        }
+    };
     spawn_vault_watch(Arc::clone(&fs), agent_events.clone())?;
     let result = session.run();
     if let Some(events) = &agent_events {
@@ -644,6 +661,7 @@ fn spawn_notifier(notifier: fuser::Notifier, queue: InvalidationQueue) -> Result
         .spawn(move || {
             while let Some((batch, done)) = queue.next() {
                 for inv in batch {
+                    clawfs_metrics::invalidation();
                     // ENOENT: the kernel had nothing cached, which is fine.
                     let _ = match &inv {
                         Invalidation::Entry { parent, name } => {

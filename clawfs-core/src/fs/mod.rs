@@ -47,6 +47,7 @@ mod git_repos;
 pub(crate) mod handles;
 mod kernel_cache;
 mod listings;
+mod metrics;
 mod namespace;
 mod nodes;
 mod search_hooks;

@@ -19,7 +19,7 @@ fn secret_path(name: &str) -> FsResult<NsPath> {
 }
 
 impl ClawFs {
-    fn vault(&self) -> FsResult<&Vault> {
+    pub(super) fn vault(&self) -> FsResult<&Vault> {
         if let Some(v) = self.vault.get() {
             return Ok(v);
         }

@@ -56,7 +56,7 @@ pub struct Gate {
     /// The last [`MAX_DENIALS`] lines of each agent's denials file, held while it is rewritten.
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each owner holds, and which agent each uid is (leaf).
-    held: Arc<crate::held::HeldUsage>,
+    pub(in crate::fs) held: Arc<crate::held::HeldUsage>,
     /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
@@ -192,6 +192,7 @@ impl ClawFs {
     }
 
     pub(super) fn record(&self, event: AuditEvent) {
+        self.count_refusal(&event);
         if matches!(event.errno, Some(libc::EACCES | libc::EPERM)) {
             let mut recent = self
                 .gate
@@ -204,8 +205,24 @@ impl ClawFs {
             recent.push_back((event.pid, monotonic_ns()));
         }
         if let Some(a) = self.gate.audit.as_ref() {
+            clawfs_metrics::audit_record();
             a.record(event);
         }
+    }
+
+    /// A refusal on the metrics, by agent (of the roster; a user is `-`) and rule.
+    fn count_refusal(&self, event: &AuditEvent) {
+        if event.result != clawfs_audit::Outcome::Denied || clawfs_metrics::active().is_none() {
+            return;
+        }
+        let policy = self.policy();
+        let agent = AgentName::new(&event.agent)
+            .ok()
+            .filter(|a| policy.agent(a).is_some());
+        clawfs_metrics::refusal(
+            agent.as_ref().map(AgentName::as_str),
+            event.rule.as_deref().unwrap_or("-"),
+        );
     }
 
     /// Whether this daemon answered the request of thread `tid` with EACCES or EPERM (and
@@ -243,7 +260,9 @@ impl ClawFs {
             });
             self.append_denial(&agent, line.to_string());
         }
+        self.count_refusal(&ev);
         if let Some(a) = self.gate.audit.as_ref() {
+            clawfs_metrics::audit_record();
             a.record(ev);
         }
     }
