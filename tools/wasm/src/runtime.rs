@@ -531,7 +531,7 @@ struct Network(Arc<Mutex<(Vec<SocketAddr>, Vec<SocketAddr>)>>);
 
 impl Network {
     fn note(&self, addr: SocketAddr, allowed: bool) {
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = lock(&self.0);
         let list = if allowed { &mut seen.0 } else { &mut seen.1 };
         if list.len() < 64 && !list.contains(&addr) {
             list.push(addr);
@@ -539,7 +539,7 @@ impl Network {
     }
 
     fn taken(&self) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *lock(&self.0))
     }
 }
 

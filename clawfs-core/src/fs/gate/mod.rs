@@ -192,7 +192,6 @@ impl ClawFs {
     }
 
     pub(super) fn record(&self, event: AuditEvent) {
-        self.count_refusal(&event);
         if matches!(event.errno, Some(libc::EACCES | libc::EPERM)) {
             let mut recent = self
                 .gate
@@ -204,25 +203,26 @@ impl ClawFs {
             }
             recent.push_back((event.pid, monotonic_ns()));
         }
+        self.to_trail(event);
+    }
+
+    /// Hands `event` to the audit trail, counting it (and a refusal, by agent of the roster,
+    /// a user being `-`, and rule) on the metrics.
+    fn to_trail(&self, event: AuditEvent) {
+        if event.result == clawfs_audit::Outcome::Denied && clawfs_metrics::active().is_some() {
+            let policy = self.policy();
+            let agent = AgentName::new(&event.agent)
+                .ok()
+                .filter(|a| policy.agent(a).is_some());
+            clawfs_metrics::refusal(
+                agent.as_ref().map(AgentName::as_str),
+                event.rule.as_deref().unwrap_or("-"),
+            );
+        }
         if let Some(a) = self.gate.audit.as_ref() {
             clawfs_metrics::audit_record();
             a.record(event);
         }
-    }
-
-    /// A refusal on the metrics, by agent (of the roster; a user is `-`) and rule.
-    fn count_refusal(&self, event: &AuditEvent) {
-        if event.result != clawfs_audit::Outcome::Denied || clawfs_metrics::active().is_none() {
-            return;
-        }
-        let policy = self.policy();
-        let agent = AgentName::new(&event.agent)
-            .ok()
-            .filter(|a| policy.agent(a).is_some());
-        clawfs_metrics::refusal(
-            agent.as_ref().map(AgentName::as_str),
-            event.rule.as_deref().unwrap_or("-"),
-        );
     }
 
     /// Whether this daemon answered the request of thread `tid` with EACCES or EPERM (and
@@ -260,11 +260,7 @@ impl ClawFs {
             });
             self.append_denial(&agent, line.to_string());
         }
-        self.count_refusal(&ev);
-        if let Some(a) = self.gate.audit.as_ref() {
-            clawfs_metrics::audit_record();
-            a.record(ev);
-        }
+        self.to_trail(ev);
     }
 
     /// Who `caller` is: an agent by its cgroup (what `clawfs run` set up, which the process
