@@ -548,8 +548,12 @@ fn an_agent_cannot_lead_a_tool_out_of_its_folders() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut first = first;
     let mut refused = false;
-    for _ in 0..40 {
+    // Until the first call has ended (not a count of tries: on a loaded machine the first
+    // may start late, and each try takes longer).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while first.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
         let r = call_as_agent(&m, "fs-engine", "reader", "nothing");
         if r["message"]
             .as_str()
