@@ -212,6 +212,91 @@ fn the_owner_of_a_file_someone_else_trashed_may_empty_it() {
     );
 }
 
+/// A file an agent removes with `rm` through the mount (no tool sees it go) keeps the agent's
+/// history of it: listed and restorable (the file made again, the agent's) until it ages out.
+/// Then the daemon gives it back, quota included, though no edit of that name ever prunes it
+/// again; another agent sees and restores none of it.
+#[test]
+fn backups_of_a_file_removed_with_rm_are_restorable_then_given_back() {
+    let m = Mounted::new();
+    let (base, _) = held(&m, "kernel-engine");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        r#"big=$(head -c 300000 /dev/zero | tr '\0' a)
+           call write_file "{\"path\":\"gone/plan.md\",\"content\":\"$big\"}"
+           call write_file '{"path":"gone/plan.md","content":"two"}'
+           call write_file '{"path":"gone/plan.md","content":"three"}'
+           rm gone/plan.md
+           call list_backups '{"path":"gone/plan.md"}'"#,
+    );
+    assert_eq!(o.matches("\"ok\":true").count(), 4, "{o}");
+    let listed = last_answer(&o);
+    let backups = listed["backups"].as_array().unwrap();
+    assert_eq!(backups.len(), 2, "{listed}");
+    let newest = backups[0]["backup"].as_str().unwrap();
+    // Not another agent's to see or to take.
+    let o = as_agent(
+        &m,
+        "fs-engine",
+        &format!(
+            r#"call list_backups '{{"path":"gone/plan.md"}}'
+               call restore_backup '{{"path":"gone/plan.md","backup":"{newest}"}}'"#
+        ),
+    );
+    assert!(o.contains("\"backups\":[]"), "{o}");
+    assert!(
+        o.contains("\"error\":\"not_found\"") || o.contains("\"error\":\"denied\""),
+        "{o}"
+    );
+    assert!(!m.ws().join("gone/plan.md").exists(), "{o}");
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        &format!(r#"call restore_backup '{{"path":"gone/plan.md","backup":"{newest}"}}'"#),
+    );
+    assert!(o.contains("\"ok\":true"), "{o}");
+    assert_eq!(
+        fs::read_to_string(m.ws().join("gone/plan.md")).unwrap(),
+        "two"
+    );
+    // The agent's, as the folder its first write made.
+    use std::os::unix::fs::MetadataExt;
+    let made = fs::metadata(m.ws().join("gone/plan.md")).unwrap();
+    assert_eq!(made.uid(), fs::metadata(m.ws().join("gone")).unwrap().uid());
+    assert_ne!(made.uid(), 0);
+    // Removed again, then past its age (its backups' stamps made older than the 30 days kept):
+    // given back at the first call after a restart.
+    fs::remove_file(m.ws().join("gone/plan.md")).unwrap();
+    let folder = m.backing("workspaces/default/.clawfs/backups/gone");
+    for (i, e) in fs::read_dir(&folder).unwrap().enumerate() {
+        let e = e.unwrap();
+        fs::rename(
+            e.path(),
+            folder.join(format!("plan.md.bak.20200101-00000{i}")),
+        )
+        .unwrap();
+    }
+    let out = m.umount();
+    assert!(out.status.success(), "{}", text(&out));
+    m.mount(&[]);
+    let o = as_agent(
+        &m,
+        "kernel-engine",
+        r#"call list_backups '{"path":"gone/plan.md"}'
+           call list_backups '{"path":"gone/plan.md"}'"#,
+    );
+    assert_eq!(last_answer(&o)["backups"], serde_json::json!([]), "{o}");
+    let (bytes, _) = recounted(&m, "kernel-engine");
+    assert!(bytes < base + 100_000, "{base} -> {bytes}: {o}");
+}
+
+/// The last answer of a tool call in `as_agent`'s output.
+fn last_answer(out: &str) -> serde_json::Value {
+    let line = out.lines().rev().find(|l| l.starts_with('{'));
+    serde_json::from_str(line.unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 /// The workspace root is sticky, like /tmp: another agent can neither move an agent's file
 /// into a folder of its own (out of the owner's reach, where the owner's quota still counts
 /// it) nor remove it, through the mount or a tool; the owner still can.

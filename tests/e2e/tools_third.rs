@@ -195,6 +195,18 @@ fn backups_are_kept_as_the_policy_says_listed_and_restored() {
             json!({"path": "notes/todo.md", "backup": "../../todo.md"}),
         );
         assert_eq!(r["error"], "not_found", "{r}");
+        // Removed with rm, the file keeps its history, and a restore makes it again.
+        fs::remove_file(m.ws().join("notes/todo.md")).unwrap();
+        let r = call("list_backups", json!({"path": "notes/todo.md"}));
+        let newest = r["backups"][0]["backup"].as_str().unwrap().to_string();
+        let r = call(
+            "restore_backup",
+            json!({"path": "notes/todo.md", "backup": newest}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r.get("backup").is_none(), "{r}");
+        let read = call("read_file", json!({"path": "notes/todo.md"}));
+        assert_eq!(read["content"], "three\nbeta\n");
     });
 }
 

@@ -242,6 +242,8 @@ pub struct ClawFs {
     listings: listings::Listings,
     /// How reads on callers' behalf keep access times (`clawfs mount --atime`).
     atime: Atime,
+    /// When each workspace's backups were last aged out (leaf lock).
+    backup_sweeps: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// The permission bits the mount's root shows: everyone may look in, through the "other" bits.
@@ -413,6 +415,7 @@ impl ClawFs {
             wasm: generated::WasmTools::with_slots(tool_slots),
             listings: Default::default(),
             atime,
+            backup_sweeps: Default::default(),
         };
         fs.load_usage();
         fs.load_handles();

@@ -493,7 +493,6 @@ fn write_backup(
 /// another editor's edits never push one's history out.
 fn prune_backups(root: &ToolRoot, dir: &File, name: &str, written: &str) {
     use std::os::unix::fs::MetadataExt;
-    let limits = root.limits();
     let Ok(owner) = beneath::lstat(dir, written).map(|m| m.uid()) else {
         return;
     };
@@ -501,47 +500,172 @@ fn prune_backups(root: &ToolRoot, dir: &File, name: &str, written: &str) {
         .into_iter()
         .filter(|b| beneath::lstat(dir, b).is_ok_and(|m| m.uid() == owner))
         .collect();
+    prune_owned(root, dir, &ours, true);
+}
+
+/// Removes, of one editor's backups `ours` of one file (oldest first) in `dir`, those past the
+/// newest `backups_kept` and those older than `backup_max_age_days`, but the newest while
+/// `keep_newest` (the file is still there). Returns how many are left.
+fn prune_owned(root: &ToolRoot, dir: &File, ours: &[String], keep_newest: bool) -> usize {
+    let limits = root.limits();
     let surplus = ours.len().saturating_sub(limits.backups_kept.max(1));
     let days = i64::try_from(limits.backup_max_age_days).unwrap_or(i64::MAX);
     let cutoff = chrono::Duration::try_days(days)
         .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
         .map(|t| t.format("%Y%m%d-%H%M%S").to_string());
     let newest = ours.len().saturating_sub(1);
+    let mut left = 0;
     for (i, old) in ours.iter().enumerate() {
-        let too_old = cutoff
-            .as_deref()
-            .is_some_and(|c| i < newest && backup_stamp(old, name).is_some_and(|s| s < c));
-        if i < surplus || too_old {
-            let _ = root.removing(dir, old, || beneath::unlink(dir, old));
+        let aged = cutoff.as_deref().is_some_and(|c| {
+            (i < newest || !keep_newest) && backup_parts(old).is_some_and(|(_, s, _)| s < c)
+        });
+        let gone = (i < surplus || aged)
+            && root
+                .removing(dir, old, || beneath::unlink(dir, old))
+                .is_ok();
+        if !gone {
+            left += 1;
         }
     }
+    left
+}
+
+/// How deep the backup folders are walked: as deep as a workspace path can go.
+const SWEEP_DEPTH: usize = 2048;
+
+/// A mirror folder left empty is removed only once this old: a backup being written may have
+/// just made it.
+const SWEEP_FOLDER_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Ages out the workspace's backups, all files' at once: past the newest `backups_kept` of
+/// each file and editor, and older than `backup_max_age_days`. The newest of a file still
+/// there stays; a file that is gone (removed with `rm` through the mount, moved away) keeps
+/// its history only until it ages out, then gives it back, so that nobody is charged for
+/// copies of a file that no edit will ever prune again. Mirror folders left empty go too.
+/// With the daemon's credentials where backups are written so.
+pub fn sweep_backups(root: &ToolRoot) -> std::io::Result<()> {
+    root.elevated(|_| {
+        let backups = match root.store_dir(&root.backup_dir, None) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let live = beneath::open(&root.root_fd, "", beneath::DIR_READ).ok();
+        sweep_folder(root, &backups, live.as_ref(), 0).map(|_| ())
+    })
+}
+
+/// [`sweep_backups`] in the backup folder `dir`, whose files' folder in the workspace is
+/// `live` (none if it is gone). Returns whether `dir` holds nothing any more.
+fn sweep_folder(
+    root: &ToolRoot,
+    dir: &File,
+    live: Option<&File>,
+    depth: usize,
+) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    // The backup names' heads (`<name>.bak.`) of the regular files there now.
+    let heads: std::collections::HashSet<String> = live
+        .and_then(|d| beneath::list(d).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| live.is_some_and(|d| beneath::lstat(d, n).is_ok_and(|m| m.is_file())))
+        .map(|n| backup_name(&n, ""))
+        .collect();
+    // Each file's backups by editor, oldest first.
+    let mut groups: std::collections::BTreeMap<(String, u32), Vec<Stamped>> = Default::default();
+    let mut left = 0;
+    for name in names_in(dir)? {
+        let Some(name) = name.to_str().map(str::to_string) else {
+            left += 1;
+            continue;
+        };
+        let Ok(meta) = beneath::lstat(dir, &name) else {
+            continue;
+        };
+        if meta.is_dir() && depth < SWEEP_DEPTH {
+            let sub = beneath::open(dir, &name, beneath::DIR_READ)?;
+            let live_sub = live.and_then(|d| beneath::open(d, &name, beneath::DIR_READ).ok());
+            let settled = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= SWEEP_FOLDER_AGE);
+            let emptied = sweep_folder(root, &sub, live_sub.as_ref(), depth + 1)?
+                && settled
+                && root
+                    .removing(dir, &name, || beneath::rmdir(dir, &name))
+                    .is_ok();
+            if !emptied {
+                left += 1;
+            }
+            continue;
+        }
+        match backup_parts(&name).filter(|_| meta.is_file()) {
+            Some((head, stamp, n)) => groups
+                .entry((head.to_string(), meta.uid()))
+                .or_default()
+                .push((stamp.to_string(), n, name.clone())),
+            None => left += 1,
+        }
+    }
+    for ((head, _), mut group) in groups {
+        group.sort();
+        let ours: Vec<String> = group.into_iter().map(|(_, _, b)| b).collect();
+        left += prune_owned(root, dir, &ours, heads.contains(&head));
+    }
+    Ok(left == 0)
+}
+
+/// A backup by its stamp and number within that second (the order it was made in), and its
+/// name.
+type Stamped = (String, u32, String);
+
+/// A backup's name taken apart: its head (`<name>.bak.`, or a cut name's `.lbak.`), its
+/// stamp (`YYYYmmdd-HHMMSS`), and its number within that second.
+fn backup_parts(backup: &str) -> Option<(&str, &str, u32)> {
+    if let Some((head, stamp)) = split_stamp(backup) {
+        return Some((head, stamp, 1));
+    }
+    let (rest, n) = backup.rsplit_once('-')?;
+    let n = n
+        .parse()
+        .ok()
+        .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))?;
+    let (head, stamp) = split_stamp(rest)?;
+    Some((head, stamp, n))
+}
+
+/// `<head><stamp>` taken apart, when `head` ends as a backup's does.
+fn split_stamp(s: &str) -> Option<(&str, &str)> {
+    let at = s.len().checked_sub(15)?;
+    let (head, stamp) = (s.get(..at)?, s.get(at..)?);
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let stamped = stamp.as_bytes()[8] == b'-' && digits(&stamp[..8]) && digits(&stamp[9..]);
+    let backup = head.ends_with(".bak.") || head.ends_with(".lbak.");
+    (stamped && backup).then_some((head, stamp))
 }
 
 /// The stamp (`YYYYmmdd-HHMMSS`) of the backup `backup` of the file `name`.
 pub(crate) fn backup_stamp<'a>(backup: &'a str, name: &str) -> Option<&'a str> {
-    backup.strip_prefix(&backup_name(name, ""))?.get(..15)
+    backup_parts(backup)
+        .filter(|(head, _, _)| *head == backup_name(name, ""))
+        .map(|(_, stamp, _)| stamp)
 }
 
 /// The backups of the file `name` in the backup folder `dir`, oldest first: regular files
 /// only (a folder of that name is the mirror of a folder someone made, not a backup).
 pub(crate) fn backups_of(dir: &File, name: &str) -> Vec<String> {
-    let prefix = backup_name(name, "");
+    let head = backup_name(name, "");
     let Ok(entries) = beneath::list(dir) else {
         return vec![];
     };
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    // `<prefix>YYYYmmdd-HHMMSS[-n]`: by stamp, then by n.
+    // By stamp, then by number.
     let mut ours: Vec<(String, u32, String)> = entries
         .into_iter()
         .filter_map(|e| {
-            let rest = e.strip_prefix(&prefix)?;
-            let stamp = rest.get(..15)?;
-            let n = match &rest[15..] {
-                "" => 1,
-                tail => tail.strip_prefix('-')?.parse().ok()?,
-            };
-            let stamped = stamp.as_bytes()[8] == b'-' && digits(&stamp[..8]) && digits(&stamp[9..]);
-            stamped.then(|| (stamp.to_string(), n, e.clone()))
+            let (h, stamp, n) = backup_parts(&e)?;
+            (h == head).then(|| (stamp.to_string(), n, e.clone()))
         })
         .filter(|(_, _, e)| beneath::lstat(dir, e).is_ok_and(|m| m.file_type().is_file()))
         .collect();

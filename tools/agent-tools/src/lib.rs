@@ -40,6 +40,7 @@ use serde_json::Value;
 
 pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
+pub use fsops::sweep_backups;
 pub use limits::Limits;
 pub use perms::{CallerIds, FilePermissions, Id, IdNames};
 pub use registry::{definition, registry};

@@ -273,6 +273,12 @@ impl ClawFs {
             Err(e) => return error(ToolError::io("starting the call", e)),
         };
         let out = clawfs_agent_tools::run(&root, tool, &request);
+        if self.backup_sweep_due(&workspace) {
+            // Counted with the call's changes: what it gives back is its owners' again.
+            if let Err(e) = clawfs_agent_tools::sweep_backups(&root) {
+                tracing::warn!(%workspace, error = %e, "aging out backups");
+            }
+        }
         drop(as_caller);
         self.count_tool_changes(&ledger, (who, creds.caller.uid));
         self.keep_promises(&promised);
@@ -282,6 +288,25 @@ impl ClawFs {
         self.invalidate_paths(&changed);
         self.index_store_paths(&changed);
         (Some(workspace), out)
+    }
+
+    /// Whether the workspace's backups are due to be aged out: on its first call since the
+    /// daemon started, then hourly. Files removed through the mount are never edited again,
+    /// so their backups age out only so.
+    fn backup_sweep_due(&self, workspace: &str) -> bool {
+        const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+        let mut swept = self
+            .backup_sweeps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        match swept.get(workspace) {
+            Some(last) if now.duration_since(*last) < EVERY => false,
+            _ => {
+                swept.insert(workspace.to_string(), now);
+                true
+            }
+        }
     }
 
     /// The workspace's private trash, shared by all its users like /tmp, and its backups,

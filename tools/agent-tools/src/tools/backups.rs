@@ -1,6 +1,7 @@
 //! `list_backups` and `restore_backup`: the copies the editing tools keep of what they replace,
 //! listed and put back. A restore is an edit like any other: hash-checked when asked, under the
-//! file's lock, and it keeps a backup of what it replaces.
+//! file's lock, and it keeps a backup of what it replaces. A file that is gone (removed with
+//! `rm`, moved away) keeps its history until it ages out, and a restore makes it again.
 //!
 //! Backups live in folders only the daemon may enter (see `fsops::backup`): they are reached
 //! with its credentials, by descriptor beneath the backup folder, and a caller is shown and
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::Access;
 use crate::beneath::{self, DIR_READ, FILE_READ};
 use crate::error::{ToolError, ToolResult};
-use crate::fsops::{backup_stamp, backups_of, read_limited, sha256_hex};
+use crate::fsops::{atomic_write, backup_stamp, backups_of, read_limited, sha256_hex};
 use crate::paths::show;
 use crate::ToolRoot;
 
@@ -71,17 +72,30 @@ fn created(stamp: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The workspace path of the file `input` names: an existing file the caller may `access`, or
+/// where one the caller may write is gone (its backups may remain).
+fn backed_up(root: &ToolRoot, input: &str, access: Access) -> ToolResult<String> {
+    match root.existing_file(input, access) {
+        Ok(f) => Ok(f.rel),
+        Err(ToolError::NotFound(msg)) => match root.target(input, Access::Write) {
+            Ok(t) if t.meta.is_none() => Ok(t.rel),
+            _ => Err(ToolError::NotFound(msg)),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 pub(crate) fn list_backups(root: &ToolRoot, a: PathArgs) -> ToolResult<ListBackupsResult> {
-    let f = root.existing_file(&a.path, Access::Read)?;
+    let rel = backed_up(root, &a.path, Access::Read)?;
     let limits = root.limits();
     let mut out = ListBackupsResult {
-        path: show(&f.rel),
+        path: show(&rel),
         backups: Vec::new(),
         kept: limits.backups_kept,
         max_age_days: limits.backup_max_age_days,
     };
     out.backups = root.elevated(|_| -> ToolResult<Vec<BackupEntry>> {
-        let Some((dir, name)) = backup_folder(root, &f.rel)? else {
+        let Some((dir, name)) = backup_folder(root, &rel)? else {
             return Ok(Vec::new());
         };
         Ok(backups_of(&dir, &name)
@@ -123,51 +137,95 @@ pub struct RestoreBackupResult {
     pub restored: String,
     /// sha256 of the content now: the base_sha256 for the next edit.
     pub sha256: String,
-    /// Where the content it replaced was saved.
-    pub backup: String,
+    /// Where the content it replaced was saved (none when the file was gone and is made
+    /// again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
 }
 
 pub(crate) fn restore_backup(
     root: &ToolRoot,
     a: RestoreBackupArgs,
 ) -> ToolResult<RestoreBackupResult> {
-    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
+    let (guard, f) = match root.locked_file(&a.path, Access::Write) {
+        Ok(found) => found,
+        Err(ToolError::NotFound(msg)) => return restore_gone(root, a, msg),
+        Err(e) => return Err(e),
+    };
     let l = load(root, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
     }
-    let unknown = || {
-        ToolError::NotFound(format!(
-            "'{}' has no backup {:?}; list_backups names those it has.",
-            show(&l.f.rel),
-            a.backup
-        ))
-    };
-    let bytes = root.elevated(|_| -> ToolResult<Vec<u8>> {
-        let Some((dir, name)) = backup_folder(root, &l.f.rel)? else {
-            return Err(unknown());
-        };
-        // Only a name of the list: nothing else in the backup folder, nothing outside it.
-        if !backups_of(&dir, &name).contains(&a.backup) {
-            return Err(unknown());
-        }
-        let file = beneath::open(&dir, &a.backup, FILE_READ)
-            .map_err(|e| ToolError::io(format!("opening the backup {:?}", a.backup), e))?;
-        // The caller's own, checked on the descriptor read.
-        let meta = file
-            .metadata()
-            .map_err(|e| ToolError::io(format!("opening the backup {:?}", a.backup), e))?;
-        if !root.owns(&meta) {
-            return Err(unknown());
-        }
-        read_limited(&file, &a.backup, root.limits().max_text_file_bytes)
-    })?;
+    let bytes = read_backup(root, &l.f.rel, &a.backup)?;
     let sha256 = sha256_hex(&bytes);
     let backup = commit(root, &l, &bytes)?;
+    drop(guard);
     Ok(RestoreBackupResult {
         path: show(&l.f.rel),
         restored: a.backup,
         sha256,
-        backup,
+        backup: Some(backup),
+    })
+}
+
+/// [`restore_backup`] of a file that is gone: made again, as `write_file` makes a new file,
+/// from one of the caller's backups of it (`missing` is the message if it has none).
+fn restore_gone(
+    root: &ToolRoot,
+    a: RestoreBackupArgs,
+    missing: String,
+) -> ToolResult<RestoreBackupResult> {
+    let crate::paths::Target { rel, abs, meta, .. } = root.target(&a.path, Access::Write)?;
+    if meta.is_some() {
+        return Err(ToolError::NotFound(missing));
+    }
+    let _guard = root.locks.lock(&[&abs]);
+    let bytes = read_backup(root, &rel, &a.backup)?;
+    let Some(slot) = root.slot(&rel, true)? else {
+        return Err(ToolError::NotFound(missing));
+    };
+    // Under the lock: nothing made there since it was looked for.
+    match beneath::lstat(&slot.dir, &slot.name) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => {
+            return Err(ToolError::Exists(format!(
+                "'{}' was made again while the backup was being restored; read it, then restore_backup again to replace it.",
+                show(&rel)
+            )))
+        }
+    }
+    atomic_write(root, &slot, &rel, &abs, &bytes, None)?;
+    Ok(RestoreBackupResult {
+        path: show(&rel),
+        restored: a.backup,
+        sha256: sha256_hex(&bytes),
+        backup: None,
+    })
+}
+
+/// The content of the caller's backup `backup` of the file `rel`, read by descriptor with the
+/// daemon's credentials: only a name list_backups gives the caller, nothing else in or out of
+/// the backup folder.
+fn read_backup(root: &ToolRoot, rel: &str, backup: &str) -> ToolResult<Vec<u8>> {
+    let unknown = || {
+        ToolError::NotFound(format!(
+            "'{}' has no backup {backup:?}; list_backups names those it has.",
+            show(rel)
+        ))
+    };
+    root.elevated(|_| -> ToolResult<Vec<u8>> {
+        let Some((dir, name)) = backup_folder(root, rel)? else {
+            return Err(unknown());
+        };
+        if !backups_of(&dir, &name).iter().any(|b| b == backup) {
+            return Err(unknown());
+        }
+        let ctx = |e| ToolError::io(format!("opening the backup {backup:?}"), e);
+        let file = beneath::open(&dir, backup, FILE_READ).map_err(ctx)?;
+        // The caller's own, checked on the descriptor read.
+        if !root.owns(&file.metadata().map_err(ctx)?) {
+            return Err(unknown());
+        }
+        read_limited(&file, backup, root.limits().max_text_file_bytes)
     })
 }
