@@ -21,6 +21,7 @@ CLAWFS_TEST_PACKAGES=(
   openssh-server openssh-client
   systemd          # systemd-analyze verify, for the unit scripts/systemd ships
   prometheus       # a real Prometheus scraping a mount: the Grafana dashboard's queries
+  tmux             # a real terminal for `clawfs top`, driven with send-keys and capture-pane
 )
 
 clawfs_install_packages() {

@@ -37,3 +37,18 @@ pub fn print_text(text: &str) -> io::Result<()> {
         r => r,
     }
 }
+
+/// Bytes in binary units, as `ls -h` prints them.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{n} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}

@@ -9,6 +9,7 @@ mod agents;
 mod file_modes;
 mod integrity;
 mod lifecycle;
+mod live_view;
 mod mcp;
 mod metrics;
 mod migrate;

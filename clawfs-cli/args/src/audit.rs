@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 /// The `clawfs audit` subcommands.
 #[derive(Debug, Clone, Subcommand)]
@@ -30,29 +30,25 @@ pub enum AuditCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// Print the last records.
+    /// Print the last records (those that match every condition given), and with --follow the
+    /// new ones as they are written, until interrupted.
     Tail {
         /// How many.
         #[arg(short = 'n', long = "lines", default_value_t = 20)]
         n: usize,
+        /// Keep printing records as they are written (across the trail's next files).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// Print records as JSON lines, exactly as stored.
         #[arg(long)]
         json: bool,
     },
     /// Print the records that match every condition given, oldest first.
     Search {
-        /// Only this caller: an agent name, `admin` or `user:<uid>`.
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only records on this path or under it (namespace path, e.g. /workspaces/default).
-        #[arg(long, value_name = "PATH")]
-        path: Option<String>,
-        /// Only records since this time: RFC 3339, a date (2024-02-24) or an age (10m, 2h, 1d).
-        #[arg(long, value_name = "TIME")]
-        since: Option<String>,
-        /// Only refusals.
-        #[arg(long)]
-        denied: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// At most this many records (the oldest that match).
         #[arg(long)]
         limit: Option<usize>,
@@ -60,4 +56,21 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Which records `search` and `tail` print: those that match every condition given.
+#[derive(Debug, Clone, Default, Args)]
+pub struct FilterArgs {
+    /// Only this caller: an agent name, `admin` or `user:<uid>`.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only records on this path or under it (namespace path, e.g. /workspaces/default).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+    /// Only records since this time: RFC 3339, a date (2024-02-24) or an age (10m, 2h, 1d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only refusals.
+    #[arg(long)]
+    pub denied: bool,
 }

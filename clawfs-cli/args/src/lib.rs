@@ -10,6 +10,7 @@ pub mod pg;
 pub mod run;
 pub mod search;
 pub mod snapshot;
+pub mod top;
 pub mod vault;
 
 use std::path::PathBuf;
@@ -102,6 +103,8 @@ pub enum Command {
     },
     /// Search a workspace by meaning and words, as you: only files you may read are searched.
     Search(crate::search::SearchArgs),
+    /// A live view of the agents: their runs, operations, bytes, refusals and quota use.
+    Top(crate::top::TopArgs),
     /// The workspaces' search indexes: rebuild, status.
     Index {
         #[command(flatten)]

@@ -13,7 +13,7 @@ use clawfs_audit::{self as audit, AuditError, AuditRecord, Filter, Outcome, Veri
 use clawfs_vault::{Vault, VaultConfig};
 use zeroize::Zeroizing;
 
-use clawfs_args::audit::AuditCommand;
+use clawfs_args::audit::{AuditCommand, FilterArgs};
 
 use crate::error::Failure;
 
@@ -27,31 +27,89 @@ pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {
             json,
         } => verify(&dir, key_file.as_deref(), checkpoints, *json),
         AuditCommand::Key { out } => export_key(store_root, out),
-        AuditCommand::Tail { n, json } => {
-            let records = audit::tail(&dir, *n).map_err(fail)?;
-            print_records(records, *json)
-        }
+        AuditCommand::Tail {
+            n,
+            follow,
+            filter,
+            json,
+        } => tail(&dir, *n, *follow, &filter_of(filter, None)?, *json),
         AuditCommand::Search {
-            agent,
-            path,
-            since,
-            denied,
+            filter,
             limit,
             json,
-        } => {
-            let since = since
-                .as_deref()
-                .map(|s| audit::parse_since(s, chrono::Utc::now()))
-                .transpose()
-                .map_err(fail)?;
-            let filter = Filter {
-                agent: agent.clone(),
-                path_prefix: path.clone(),
-                since,
-                denied_only: *denied,
-                limit: *limit,
-            };
-            print_records(audit::search(&dir, &filter).map_err(fail)?, *json)
+        } => print_records(
+            audit::search(&dir, &filter_of(filter, *limit)?).map_err(fail)?,
+            *json,
+        )
+        .map(|_| ()),
+    }
+}
+
+/// The conditions of `search` and `tail`, with `since` read against now.
+fn filter_of(args: &FilterArgs, limit: Option<usize>) -> Result<Filter, Failure> {
+    let since = args
+        .since
+        .as_deref()
+        .map(|s| audit::parse_since(s, chrono::Utc::now()))
+        .transpose()
+        .map_err(fail)?;
+    Ok(Filter {
+        agent: args.agent.clone(),
+        path_prefix: args.path.clone(),
+        since,
+        denied_only: args.denied,
+        limit,
+    })
+}
+
+/// `clawfs audit tail`: the last `n` records that pass `filter`, then with `follow` the new
+/// ones as they are written. Following starts before the last records are read, and a record
+/// already printed (by its `seq`) is not printed again, so none is missed or doubled between.
+fn tail(dir: &Path, n: usize, follow: bool, filter: &Filter, json: bool) -> Result<(), Failure> {
+    let mut following = match follow {
+        true => Some(audit::Follow::from_end(dir).map_err(fail)?),
+        false => None,
+    };
+    let mut last_seq = 0u64;
+    let mut note = |r: &Result<AuditRecord, AuditError>| {
+        if let Ok(rec) = r {
+            last_seq = last_seq.max(rec.seq);
+        }
+    };
+    let last: Vec<_> = if *filter == Filter::default() {
+        let records = audit::tail(dir, n).map_err(fail)?;
+        records.iter().for_each(&mut note);
+        records
+    } else {
+        // The whole trail (from --since) is read for the last that match.
+        let mut last = std::collections::VecDeque::with_capacity(n.min(4096));
+        for r in audit::search(dir, filter).map_err(fail)? {
+            note(&r);
+            if last.len() == n {
+                last.pop_front();
+            }
+            if n > 0 {
+                last.push_back(r);
+            }
+        }
+        last.into()
+    };
+    if !print_records(last, json)? {
+        return Ok(());
+    }
+    let Some(following) = &mut following else {
+        return Ok(());
+    };
+    loop {
+        let batch = following
+            .next_batch(std::time::Duration::from_secs(1))
+            .map_err(fail)?;
+        let new = batch.into_iter().filter(|r| match r {
+            Ok(rec) => rec.seq > last_seq && filter.matches(rec),
+            Err(_) => true,
+        });
+        if !print_records(new, json)? {
+            return Ok(());
         }
     }
 }
@@ -243,10 +301,11 @@ fn verify(
     }
 }
 
+/// Prints `records`; `false` when the reader went away (a closed pipe: stop quietly).
 fn print_records(
     records: impl IntoIterator<Item = Result<AuditRecord, AuditError>>,
     json: bool,
-) -> Result<(), Failure> {
+) -> Result<bool, Failure> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut bad = 0usize;
@@ -267,22 +326,21 @@ fn print_records(
         match written {
             Ok(()) => {}
             // `clawfs audit search … | head` closes the pipe: stop quietly.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(false),
             Err(e) => return Err(anyhow::Error::from(e).context("writing to stdout").into()),
         }
     }
     match out.flush() {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            return Err(anyhow::Error::from(e).context("writing to stdout").into())
-        }
-        _ => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(false),
+        Err(e) => return Err(anyhow::Error::from(e).context("writing to stdout").into()),
+        Ok(()) => {}
     }
     if bad > 0 {
         return Err(Failure::Other(anyhow!(
             "{bad} lines are not audit records; run `clawfs audit verify`"
         )));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// One record as a log line in the P1.4 §8.4 style:
@@ -371,21 +429,29 @@ mod tests {
             json: false,
         };
         run(store.path(), &verify).unwrap();
-        run(store.path(), &AuditCommand::Tail { n: 2, json: true }).unwrap();
+        let tail = AuditCommand::Tail {
+            n: 2,
+            follow: false,
+            filter: FilterArgs::default(),
+            json: true,
+        };
+        run(store.path(), &tail).unwrap();
         let search = AuditCommand::Search {
-            agent: Some("alpha".into()),
-            path: None,
-            since: Some("1h".into()),
-            denied: true,
+            filter: FilterArgs {
+                agent: Some("alpha".into()),
+                since: Some("1h".into()),
+                denied: true,
+                ..FilterArgs::default()
+            },
             limit: None,
             json: false,
         };
         run(store.path(), &search).unwrap();
         let bad_since = AuditCommand::Search {
-            agent: None,
-            path: None,
-            since: Some("yesterday".into()),
-            denied: false,
+            filter: FilterArgs {
+                since: Some("yesterday".into()),
+                ..FilterArgs::default()
+            },
             limit: None,
             json: false,
         };

@@ -14,5 +14,6 @@ pub mod sandbox;
 pub mod search;
 pub mod snapshot;
 pub mod store;
+pub mod top;
 pub mod vault;
 pub mod wasm_tool;

@@ -27,21 +27,17 @@ pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
     let rows: Vec<Row> = policy
         .agents()
         .map(|spec| {
-            let mut held = Held::default();
-            let mut uids = Vec::new();
-            for (uid, agent) in &saved.agents {
-                if agent == spec.name.as_str() {
-                    let h = saved.by_uid.get(uid).copied().unwrap_or_default();
-                    held.bytes = held.bytes.saturating_add(h.bytes);
-                    held.files = held.files.saturating_add(h.files);
-                    uids.push(*uid);
-                }
-            }
+            let mut uids: Vec<u32> = saved
+                .agents
+                .iter()
+                .filter(|(_, agent)| *agent == spec.name.as_str())
+                .map(|(uid, _)| *uid)
+                .collect();
             uids.sort_unstable();
             Row {
                 agent: spec.name.as_str().to_string(),
                 uids,
-                held,
+                held: held_by(&saved, spec.name.as_str()),
                 limit: spec.quota,
             }
         })
@@ -80,8 +76,8 @@ pub fn show(store_root: &Path, json: bool) -> Result<(), Failure> {
         table.push_str(&format!(
             "{:<20} {:>12} {:>12} {:>5} {:>10} {:>10}\n",
             r.agent,
-            human(r.held.bytes),
-            limit_text(r.limit.bytes, human),
+            crate::output::human_bytes(r.held.bytes),
+            limit_text(r.limit.bytes, crate::output::human_bytes),
             pct,
             r.held.files,
             limit_text(r.limit.files, |n| n.to_string()),
@@ -180,7 +176,19 @@ pub fn agent_holding(store_root: &Path, uid: u32) -> Option<String> {
         .flatten()
 }
 
-fn read_saved(store: &Store) -> Result<Saved, Failure> {
+/// What the agent `agent` holds, over all its uids.
+pub(crate) fn held_by(saved: &Saved, agent: &str) -> Held {
+    let mut held = Held::default();
+    for (uid, _) in saved.agents.iter().filter(|(_, a)| *a == agent) {
+        let h = saved.by_uid.get(uid).copied().unwrap_or_default();
+        held.bytes = held.bytes.saturating_add(h.bytes);
+        held.files = held.files.saturating_add(h.files);
+    }
+    held
+}
+
+/// The counts the serving daemon saved last (every few seconds while they change).
+pub(crate) fn read_saved(store: &Store) -> Result<Saved, Failure> {
     let path: PathBuf = store.private_dir().join(USAGE_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
@@ -209,20 +217,5 @@ fn limit_text(n: u64, f: impl Fn(u64) -> String) -> String {
     match n {
         Quota::UNLIMITED => "unlimited".into(),
         n => f(n),
-    }
-}
-
-/// Bytes in binary units, as `ls -h` prints them.
-fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{n} B"),
-        _ => format!("{v:.1} {}", UNITS[u]),
     }
 }

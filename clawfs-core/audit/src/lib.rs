@@ -32,6 +32,7 @@
 
 mod checkpoint;
 mod files;
+mod follow;
 mod record;
 mod search;
 mod verify;
@@ -44,6 +45,7 @@ pub use checkpoint::{
     checkpoint_path, Checkpoint, CheckpointStatus, InvalidCheckpoint, CHECKPOINT_FILE,
 };
 pub use files::{list as list_files, AuditFile};
+pub use follow::Follow;
 pub use record::{
     check_line_hmac, is_agent_name, key_fingerprint, line_hash, AuditEvent, AuditRecord, Outcome,
     GENESIS, SYSTEM_AGENT,

@@ -1073,3 +1073,77 @@ fn checkpoint_write_failure_keeps_the_log_going() {
     let r = verify(dir.path(), Some(&KEY)).unwrap();
     assert!(r.is_intact(), "{r:?}");
 }
+
+/// Following from the end: records written later come out once each, in order, across the
+/// next file of the day (the size limit) and past a line written in two pieces; none of those
+/// before the follow started.
+#[test]
+fn follow_yields_new_records_across_files_in_order() {
+    let dir = trail(5);
+    let mut follow = Follow::from_end(dir.path()).unwrap();
+    assert!(follow
+        .next_batch(std::time::Duration::ZERO)
+        .unwrap()
+        .is_empty());
+    let log = AuditConfig::new(dir.path())
+        .with_max_file_bytes(600)
+        .open()
+        .unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 6..=40 {
+            log.record(ev("kernel-engine", i).at(t("2024-02-24T12:00:01Z")));
+            if i % 7 == 0 {
+                log.flush().unwrap();
+            }
+        }
+        log.flush().unwrap();
+    });
+    let mut seqs = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while seqs.len() < 35 && std::time::Instant::now() < deadline {
+        for r in follow
+            .next_batch(std::time::Duration::from_millis(200))
+            .unwrap()
+        {
+            seqs.push(r.unwrap().seq);
+        }
+    }
+    writer.join().unwrap();
+    assert!(list_files(dir.path()).unwrap().len() > 2, "no rotation");
+    assert_eq!(seqs, (6..=40).collect::<Vec<u64>>());
+    // A line appended in two writes comes out once it is whole.
+    let log = AuditLog::open(dir.path()).unwrap();
+    log.record(ev("kernel-engine", 41));
+    log.flush().unwrap();
+    drop(log);
+    let last = list_files(dir.path()).unwrap().pop().unwrap().path;
+    let line = {
+        let text = fs::read_to_string(&last).unwrap();
+        let whole: Vec<&str> = text.lines().collect();
+        whole[whole.len() - 1].to_string()
+    };
+    let got: Vec<u64> = follow
+        .next_batch(std::time::Duration::from_millis(200))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap().seq)
+        .collect();
+    assert_eq!(got, vec![41]);
+    let mut f = fs::OpenOptions::new().append(true).open(&last).unwrap();
+    use std::io::Write;
+    let (a, b) = line.split_at(line.len() / 2);
+    f.write_all(a.as_bytes()).unwrap();
+    assert!(follow
+        .next_batch(std::time::Duration::from_millis(100))
+        .unwrap()
+        .is_empty());
+    f.write_all(format!("{b}\n").as_bytes()).unwrap();
+    let again = follow
+        .next_batch(std::time::Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0].as_ref().unwrap().event.path,
+        ev("kernel-engine", 41).path
+    );
+}

@@ -20,6 +20,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -114,6 +115,9 @@ pub struct AuditLog {
     tx: Option<SyncSender<Msg>>,
     thread: Option<JoinHandle<()>>,
     lost: AtomicU64,
+    /// Events queued, and those the writer has handed to the kernel since ([`AuditLog::lag`]).
+    queued: AtomicU64,
+    written: Arc<AtomicU64>,
     dir: PathBuf,
 }
 
@@ -182,7 +186,10 @@ impl AuditLog {
             None => None,
         };
         let (tx, rx) = mpsc::sync_channel(cfg.capacity);
+        let written = Arc::new(AtomicU64::new(0));
         let mut writer = Writer {
+            pending_events: 0,
+            written_events: Arc::clone(&written),
             dir: cfg.dir.clone(),
             max_file_bytes: cfg.max_file_bytes,
             write_delay: cfg.write_delay,
@@ -234,15 +241,30 @@ impl AuditLog {
             tx: Some(tx),
             thread: Some(thread),
             lost: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            written,
             dir: cfg.dir,
         })
     }
 
     /// Queues one event. Costs a channel send; blocks only while the queue is full.
     pub fn record(&self, ev: AuditEvent) {
-        if self.send(Msg::Event(ev)).is_err() && self.lost.fetch_add(1, Ordering::Relaxed) == 0 {
-            tracing::error!(dir = %self.dir.display(), "audit writer has stopped; records are being lost");
+        match self.send(Msg::Event(ev)) {
+            Ok(()) => {
+                self.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) if self.lost.fetch_add(1, Ordering::Relaxed) == 0 => {
+                tracing::error!(dir = %self.dir.display(), "audit writer has stopped; records are being lost");
+            }
+            Err(_) => {}
         }
+    }
+
+    /// Events queued and not yet handed to the kernel: the writer's lag, in records (it grows
+    /// while the disk is full or slow).
+    pub fn lag(&self) -> u64 {
+        let written = self.written.load(Ordering::Relaxed);
+        self.queued.load(Ordering::Relaxed).saturating_sub(written)
     }
 
     /// Sets or clears the HMAC key (the vault was unlocked or locked). Takes effect for the records
@@ -454,6 +476,10 @@ struct Current {
 }
 
 struct Writer {
+    /// Queued events appended to `pending` since it was last written, and the count of those
+    /// written, shared with the [`AuditLog`].
+    pending_events: u64,
+    written_events: Arc<AtomicU64>,
     dir: PathBuf,
     max_file_bytes: u64,
     write_delay: Duration,
@@ -577,7 +603,10 @@ impl Writer {
 
     fn handle(&mut self, msg: Msg, replies: &mut Vec<mpsc::Sender<Result<(), AuditError>>>) {
         match msg {
-            Msg::Event(ev) => self.append(ev),
+            Msg::Event(ev) => {
+                self.append(ev);
+                self.pending_events += 1;
+            }
             Msg::Key(key) => self.set_key(key),
             Msg::Flush(reply) => replies.push(reply),
             Msg::Close(reply) => {
@@ -816,6 +845,8 @@ impl Writer {
             Ok(()) => {
                 c.size += self.pending.len() as u64;
                 self.pending.clear();
+                self.written_events
+                    .fetch_add(std::mem::take(&mut self.pending_events), Ordering::Relaxed);
                 self.pending_since = None;
                 self.unsynced_since.get_or_insert_with(Instant::now);
                 if let Some((seq, hash, signing)) = &self.appended {

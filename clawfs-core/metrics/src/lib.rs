@@ -66,6 +66,28 @@ pub struct Agent {
     pub agent: String,
 }
 
+/// A workspace (the store's folders: an administrator's list, not callers' paths).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Workspace {
+    /// Its name.
+    pub workspace: String,
+}
+
+/// What the kernel monitor of agent processes saw.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MonitorKind {
+    /// `exec`, `open`, `connect`, `connect_unix`, `refused` or `seccomp`.
+    pub kind: &'static str,
+}
+
+/// Monitor events not put on the trail, and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MonitorDrop {
+    /// `kernel` (the ring buffer was full), `rate` (over an agent's per-second budget; each
+    /// second's drops are summed on the trail) or `queue` (the writer's queue was full).
+    pub why: &'static str,
+}
+
 /// Every metric of a mount.
 pub struct Metrics {
     registry: Registry,
@@ -101,6 +123,16 @@ pub struct Metrics {
     pub estop: Gauge,
     /// 1 while the vault's master key is unsealed (in the kernel keyring).
     pub vault_unsealed: Gauge,
+    /// Audit records handed to the writer and not yet written.
+    pub audit_lag: Gauge,
+    /// Changes queued for the search index and not yet applied.
+    pub index_pending: Gauge,
+    /// When each workspace's index last took a change (Unix seconds), since the daemon started.
+    pub index_last: Family<Workspace, Gauge>,
+    /// Events of agent processes the kernel monitor reported, by kind.
+    pub monitor_events: Family<MonitorKind, Counter>,
+    /// Monitor events not put on the trail one by one, by why.
+    pub monitor_dropped: Family<MonitorDrop, Counter>,
 }
 
 impl Metrics {
@@ -126,6 +158,11 @@ impl Metrics {
             agent_processes: Family::default(),
             estop: Gauge::default(),
             vault_unsealed: Gauge::default(),
+            audit_lag: Gauge::default(),
+            index_pending: Gauge::default(),
+            index_last: Family::default(),
+            monitor_events: Family::default(),
+            monitor_dropped: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -207,6 +244,46 @@ impl Metrics {
             "vault_unsealed",
             "1 while the vault's master key is unsealed (in the kernel keyring)",
             m.vault_unsealed.clone(),
+        );
+        // Every kind and reason from the start, at zero: a rate over them answers before the
+        // first event.
+        for kind in [
+            "exec",
+            "open",
+            "connect",
+            "connect_unix",
+            "refused",
+            "seccomp",
+        ] {
+            drop(m.monitor_events.get_or_create(&MonitorKind { kind }));
+        }
+        for why in ["kernel", "rate", "queue"] {
+            drop(m.monitor_dropped.get_or_create(&MonitorDrop { why }));
+        }
+        registry.register(
+            "audit_lag_records",
+            "Audit records handed to the writer and not yet written",
+            m.audit_lag.clone(),
+        );
+        registry.register(
+            "index_pending_changes",
+            "Changes queued for the search index and not yet applied",
+            m.index_pending.clone(),
+        );
+        registry.register(
+            "index_last_indexed_timestamp_seconds",
+            "When each workspace's index last took a change, since the daemon started",
+            m.index_last.clone(),
+        );
+        registry.register(
+            "monitor_events",
+            "Events of agent processes reported by the kernel monitor, by kind",
+            m.monitor_events.clone(),
+        );
+        registry.register(
+            "monitor_dropped_events",
+            "Monitor events not put on the audit trail one by one, by why",
+            m.monitor_dropped.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -343,6 +420,24 @@ pub fn refusal(agent: Option<&str>, rule: &str) {
 pub fn audit_record() {
     if let Some(m) = active() {
         m.audit_records.inc();
+    }
+}
+
+/// Counts an event of kind `kind` from the kernel monitor.
+#[inline]
+pub fn monitor_event(kind: &'static str) {
+    if let Some(m) = active() {
+        m.monitor_events.get_or_create(&MonitorKind { kind }).inc();
+    }
+}
+
+/// Counts `n` monitor events dropped for `why` (see [`MonitorDrop`]).
+#[inline]
+pub fn monitor_dropped(why: &'static str, n: u64) {
+    if let Some(m) = active() {
+        m.monitor_dropped
+            .get_or_create(&MonitorDrop { why })
+            .inc_by(n);
     }
 }
 

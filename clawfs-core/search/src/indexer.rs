@@ -64,6 +64,18 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// The workspace it is in.
+    pub fn workspace(&self) -> &str {
+        match self {
+            Change::File { workspace, .. }
+            | Change::Tree { workspace, .. }
+            | Change::Rescan { workspace }
+            | Change::Reconfigure { workspace } => workspace,
+        }
+    }
+}
+
 /// Which embedder new indexes use.
 #[derive(Clone)]
 pub enum EmbedderChoice {
@@ -132,6 +144,12 @@ struct Shared {
     /// The indexer thread's id, so that [`Indexer::stop`] can give it back a normal priority:
     /// a stopping thread left at the back of a busy machine would keep the daemon alive.
     tid: std::sync::atomic::AtomicI32,
+    /// Changes queued, and those taken and applied since (the queue's length is the
+    /// difference).
+    queued: std::sync::atomic::AtomicU64,
+    applied: std::sync::atomic::AtomicU64,
+    /// When each workspace's last change was applied.
+    last_indexed: Mutex<HashMap<String, std::time::SystemTime>>,
 }
 
 /// Every workspace's index and the thread that keeps them current.
@@ -175,6 +193,9 @@ impl Indexer {
             open: Mutex::default(),
             stopping: AtomicBool::new(false),
             tid: std::sync::atomic::AtomicI32::new(0),
+            queued: Default::default(),
+            applied: Default::default(),
+            last_indexed: Mutex::default(),
         });
         let indexer = Arc::new(Indexer {
             shared: Arc::clone(&shared),
@@ -209,8 +230,29 @@ impl Indexer {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            let _ = tx.send(change);
+            if tx.send(change).is_ok() {
+                self.shared.queued.fetch_add(1, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Changes queued and not yet applied.
+    pub fn pending(&self) -> u64 {
+        let applied = self.shared.applied.load(Ordering::Relaxed);
+        self.shared
+            .queued
+            .load(Ordering::Relaxed)
+            .saturating_sub(applied)
+    }
+
+    /// When each workspace's index last took a change, since the daemon started.
+    pub fn last_indexed(&self) -> Vec<(String, std::time::SystemTime)> {
+        let last = self
+            .shared
+            .last_indexed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        last.iter().map(|(w, t)| (w.clone(), *t)).collect()
     }
 
     /// Queues a rescan of every workspace (at mount: changes made while unmounted).
@@ -389,6 +431,7 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             Err(RecvTimeoutError::Disconnected) => return,
         };
         let mut batch = BTreeSet::from([first]);
+        let mut taken = 1u64;
         let started = Instant::now();
         loop {
             // Sleeps instead of waiting on the queue: a waiting receiver is woken by every
@@ -399,6 +442,7 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 match rx.try_recv() {
                     Ok(c) => {
                         batch.insert(c);
+                        taken += 1;
                         came = true;
                     }
                     Err(TryRecvError::Empty) => break,
@@ -419,7 +463,19 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             if let Err(e) = apply(shared, &change, &mut unsaved) {
                 tracing::warn!(?change, error = %e, "indexing failed");
             }
+            let now = std::time::SystemTime::now();
+            let mut last = shared
+                .last_indexed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match last.get_mut(change.workspace()) {
+                Some(t) => *t = now,
+                None => {
+                    last.insert(change.workspace().to_string(), now);
+                }
+            }
         }
+        shared.applied.fetch_add(taken, Ordering::Relaxed);
         if !unsaved.is_empty()
             && unsaved_since.get_or_insert_with(Instant::now).elapsed() >= SAVE_AT_LEAST_EVERY
         {

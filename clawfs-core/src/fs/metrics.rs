@@ -1,5 +1,6 @@
 //! What a metrics scrape samples rather than counts: each agent's quota use and limit and its
-//! running processes, the emergency stop, the vault.
+//! running processes, the emergency stop, the vault, the audit writer's lag, the search
+//! index's queue and when each workspace was last indexed.
 
 use clawfs_metrics::{Agent, Metrics};
 use clawfs_policy::Quota;
@@ -16,6 +17,19 @@ impl ClawFs {
             .and_then(|v| v.status().ok())
             .is_some_and(|s| s.unlocked);
         m.vault_unsealed.set(i64::from(unsealed));
+        let lag = self.audit_log().map_or(0, |log| log.lag());
+        m.audit_lag.set(clamp(lag));
+        if let Some(ix) = self.indexer() {
+            m.index_pending.set(clamp(ix.pending()));
+            for (workspace, at) in ix.last_indexed() {
+                let secs = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                m.index_last
+                    .get_or_create(&clawfs_metrics::Workspace { workspace })
+                    .set(clamp(secs));
+            }
+        }
         let policy = self.policy();
         let cgroups = clawfs_store::agent_groups::Cgroup2::cached().ok();
         for spec in policy.agents() {

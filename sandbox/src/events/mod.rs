@@ -509,6 +509,7 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
         // Events the kernel had no room for: counted there, per agent group (the group may be
         // another store's: agent groups are host-wide).
         for (agent, n) in lost {
+            clawfs_metrics::monitor_dropped("kernel", n);
             let ev = AuditEvent::new(agent.clone(), 0, OP_DROPPED, "/").reason(format!(
                 "{n} events of agent group {agent} lost in the kernel (the event ring buffer was full)"
             ));
@@ -516,6 +517,7 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
         }
         let now = Instant::now();
         for ev in &events {
+            clawfs_metrics::monitor_event(kind_name(&ev.kind));
             // The cheap filter first: most opens are through the mount.
             let Some(mut out) = to_out(shared, ev) else {
                 continue;
@@ -546,11 +548,13 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
                 samples: Vec::new(),
             });
             if b.count >= limit {
+                clawfs_metrics::monitor_dropped("rate", 1);
                 b.drop_one(&path);
                 continue;
             }
             b.count += 1;
             if let Err(TrySendError::Full(_)) = tx.try_send(out) {
+                clawfs_metrics::monitor_dropped("queue", 1);
                 b.drop_one(&path);
             }
         }
@@ -584,5 +588,18 @@ fn drain(shared: &Shared, tx: &SyncSender<Out>) {
             }
             settled = asked;
         }
+    }
+}
+
+/// The metrics' name of an event's kind.
+fn kind_name(kind: &clawfs_ebpf::EventKind) -> &'static str {
+    use clawfs_ebpf::EventKind;
+    match kind {
+        EventKind::Exec { .. } => "exec",
+        EventKind::Open { .. } => "open",
+        EventKind::Connect { .. } => "connect",
+        EventKind::ConnectUnix { .. } => "connect_unix",
+        EventKind::Refused(_) => "refused",
+        EventKind::Seccomp { .. } => "seccomp",
     }
 }
