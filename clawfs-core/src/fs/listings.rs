@@ -63,6 +63,7 @@ const FS_ENCRYPT_FL: u32 = 0x0000_0800;
 /// What says a folder has not changed: its inode and its change and modification times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stamp {
+    dev: u64,
     ino: u64,
     ctime: (i64, i64),
     mtime: (i64, i64),
@@ -72,6 +73,7 @@ impl Stamp {
     fn of(dir: BorrowedFd<'_>) -> io::Result<Self> {
         let st = rustix::fs::fstat(dir)?;
         Ok(Self {
+            dev: st.st_dev,
             ino: st.st_ino,
             ctime: (st.st_ctime, st.st_ctime_nsec as i64),
             mtime: (st.st_mtime, st.st_mtime_nsec as i64),
@@ -143,6 +145,10 @@ impl State {
 pub struct Listings {
     hasher: RandomState,
     settled: Duration,
+    /// The device of the store's file system when it stamps each change made after a folder's
+    /// change time was read with a later time ([`fine_change_times`]): its folders need not
+    /// have settled to be listed.
+    fine: Option<u64>,
     state: Mutex<State>,
 }
 
@@ -163,11 +169,27 @@ impl Default for Listings {
 }
 
 impl Listings {
+    /// Listings for the store whose private folder is `private`: folders on its file system
+    /// are listed as soon as misses come when it stamps changes finely enough
+    /// ([`fine_change_times`]), others once settled.
+    pub fn for_store(private: &std::path::Path) -> Self {
+        let fine = std::fs::File::open(private).ok().and_then(|dir| {
+            let dev = rustix::fs::fstat(&dir).ok()?.st_dev;
+            fine_change_times(dir.as_fd()).then_some(dev)
+        });
+        tracing::debug!(fine_change_times = fine.is_some(), "missing-name listings");
+        Self {
+            fine,
+            ..Self::default()
+        }
+    }
+
     /// Listings kept only for folders unchanged for `settled`.
     pub fn with_settled(settled: Duration) -> Self {
         Self {
             hasher: RandomState::new(),
             settled,
+            fine: None,
             state: Mutex::new(State {
                 folders: lru::LruCache::new(FOLDERS),
                 names: 0,
@@ -338,7 +360,12 @@ impl Listings {
         }
         let now = SystemTime::now();
         let before = Stamp::of(dir).map_err(|_| NotListed::Unsettled)?;
-        if !before.settled_by(now, self.settled) {
+        let settled = match self.fine == Some(before.dev) {
+            // Read just now, the change time is bumped by any later change.
+            true => Duration::ZERO,
+            false => self.settled,
+        };
+        if !before.settled_by(now, settled) {
             return Err(NotListed::Unsettled);
         }
         // The daemon's own read: nobody listed the folder, its access time stays.
@@ -383,6 +410,49 @@ impl Listings {
             .filter(|(_, f)| matches!(f, Folder::Listed(_)))
             .count()
     }
+}
+
+/// Whether the file system of `dir` stamps every change made after a folder's change time was
+/// read with a strictly later change time, however soon after (multigrain timestamps: Linux
+/// 6.13 and later on ext4, tmpfs, btrfs and xfs). Then a listing read while the folder's change
+/// time stayed the same holds from the moment it was read: a later change cannot share that
+/// time, and no wait for the clock to tick past it is needed. Probed, not assumed: a folder
+/// made in `dir` gets a name and loses it again and again, its change time read between, far
+/// faster than a coarse clock ticks; every change must show.
+fn fine_change_times(dir: BorrowedFd<'_>) -> bool {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let ctime = |fd: BorrowedFd<'_>| {
+        rustix::fs::fstat(fd)
+            .ok()
+            .map(|st| (st.st_ctime, st.st_ctime_nsec))
+    };
+    let name = format!(
+        ".ctime-probe.{:016x}",
+        RandomState::new().hash_one(std::process::id())
+    );
+    if rustix::fs::mkdirat(dir, name.as_str(), Mode::RWXU).is_err() {
+        return false;
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fine = rustix::fs::openat(dir, name.as_str(), flags, Mode::empty()).is_ok_and(|probe| {
+        let fine = (0..64).all(|_| {
+            let before = ctime(probe.as_fd());
+            let made = rustix::fs::openat(
+                &probe,
+                "p",
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::RUSR,
+            );
+            let after = ctime(probe.as_fd());
+            let gone = rustix::fs::unlinkat(&probe, "p", AtFlags::empty());
+            let last = ctime(probe.as_fd());
+            made.is_ok() && gone.is_ok() && before < after && after < last && before.is_some()
+        });
+        let _ = rustix::fs::unlinkat(&probe, "p", AtFlags::empty());
+        fine
+    });
+    let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::REMOVEDIR);
+    fine
 }
 
 /// Misses in a folder to wait for before reading again a folder of `names` names: as many as
@@ -452,6 +522,47 @@ mod tests {
                 "{change}"
             );
             assert_eq!(l.listed(), 0, "{change}: the stale listing is dropped");
+        }
+    }
+
+    /// On a file system that stamps changes finely (ext4 and tmpfs on this kernel: the probe
+    /// says so), a folder just made is listed at its misses, and every change made right after,
+    /// within any clock tick, is still seen.
+    #[test]
+    fn a_fresh_folder_on_a_finely_stamping_file_system_is_listed_and_kept_right() {
+        let store = tempfile::tempdir().unwrap();
+        assert!(
+            fine_change_times(File::open(store.path()).unwrap().as_fd()),
+            "this kernel's file system stamps changes finely (multigrain timestamps)"
+        );
+        assert_eq!(
+            fs::read_dir(store.path()).unwrap().count(),
+            0,
+            "the probe cleans up"
+        );
+        let l = Listings::for_store(store.path());
+        for change in ["create", "rename", "link", "mkdir"] {
+            let dir = store.path().join(change);
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("a"), "a").unwrap();
+            let fd = File::open(&dir).unwrap();
+            miss(&l, &fd, MISSES_BEFORE_LISTING);
+            assert!(
+                l.surely_missing(1, fd.as_fd(), OsStr::new("new")),
+                "{change}"
+            );
+            let new = dir.join("new");
+            match change {
+                "create" => fs::write(&new, "x").unwrap(),
+                "rename" => fs::rename(dir.join("a"), &new).unwrap(),
+                "link" => fs::hard_link(dir.join("a"), &new).unwrap(),
+                _ => fs::create_dir(&new).unwrap(),
+            }
+            assert!(
+                !l.surely_missing(1, fd.as_fd(), OsStr::new("new")),
+                "{change}"
+            );
+            l.forget(1);
         }
     }
 

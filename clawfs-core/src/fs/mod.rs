@@ -386,6 +386,7 @@ impl ClawFs {
             // Views left by a daemon that stopped while callers had them open.
             let _ = std::fs::remove_dir_all(store.private_dir().join(generated::VIEWS_DIR));
         }
+        let listings = listings::Listings::for_store(&store.private_dir());
         let fs = Self {
             spill: Arc::new(crate::xattr_spill::Spill::new(&store.private_dir())),
             gate: gate::Gate::new(policy, st.st_uid, audit),
@@ -413,7 +414,7 @@ impl ClawFs {
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
             wasm: generated::WasmTools::with_slots(tool_slots),
-            listings: Default::default(),
+            listings,
             atime,
             backup_sweeps: Default::default(),
         };

@@ -88,13 +88,17 @@ fn cells(a: &AgentSample) -> [String; 8] {
         _ => crate::output::human_bytes(a.quota.bytes),
     };
     let last = a.last_refusal.as_ref().map_or(String::new(), |r| {
-        printable(&format!(
-            "{} {} {}: {}",
-            r.time.get(11..19).unwrap_or(&r.time),
-            r.operation,
-            r.path,
-            r.reason.as_deref().unwrap_or("refused")
-        ))
+        let time = r.time.get(11..19).unwrap_or(&r.time);
+        printable(&match r.reason.as_deref() {
+            // Most reasons begin with the path: it is not said twice.
+            Some(why) if why.starts_with(&r.path) => format!("{time} {}: {why}", r.operation),
+            why => format!(
+                "{time} {} {}: {}",
+                r.operation,
+                r.path,
+                why.unwrap_or("refused")
+            ),
+        })
     });
     [
         a.agent.clone(),
