@@ -100,7 +100,8 @@ fn tail(dir: &Path, n: usize, follow: bool, filter: &Filter, json: bool) -> Resu
     let Some(following) = &mut following else {
         return Ok(());
     };
-    loop {
+    // Following, a line that is not a record is reported and skipped.
+    while !reader_gone() {
         let batch = following
             .next_batch(std::time::Duration::from_secs(1))
             .map_err(fail)?;
@@ -108,10 +109,25 @@ fn tail(dir: &Path, n: usize, follow: bool, filter: &Filter, json: bool) -> Resu
             Ok(rec) => rec.seq > last_seq && filter.matches(rec),
             Err(_) => true,
         });
-        if !print_records(new, json)? {
-            return Ok(());
+        if !print_lines(new, json)?.0 {
+            break;
         }
     }
+    Ok(())
+}
+
+/// Whether standard output is a pipe or socket whose reader has gone (`| head -1` after its
+/// line): following stops then, without waiting for a record to fail to write.
+fn reader_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let stdout = io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        && fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
 }
 
 fn fail(e: AuditError) -> Failure {
@@ -301,11 +317,27 @@ fn verify(
     }
 }
 
-/// Prints `records`; `false` when the reader went away (a closed pipe: stop quietly).
+/// Prints `records`; `false` when the reader went away (a closed pipe: stop quietly). Lines
+/// that are not records are reported on stderr, and fail the command once all is printed.
 fn print_records(
     records: impl IntoIterator<Item = Result<AuditRecord, AuditError>>,
     json: bool,
 ) -> Result<bool, Failure> {
+    let (printed, bad) = print_lines(records, json)?;
+    if bad > 0 {
+        return Err(Failure::Other(anyhow!(
+            "{bad} lines are not audit records; run `clawfs audit verify`"
+        )));
+    }
+    Ok(printed)
+}
+
+/// Prints `records`: whether the reader is still there, and how many lines were not records
+/// (each reported on stderr).
+fn print_lines(
+    records: impl IntoIterator<Item = Result<AuditRecord, AuditError>>,
+    json: bool,
+) -> Result<(bool, usize), Failure> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut bad = 0usize;
@@ -326,21 +358,15 @@ fn print_records(
         match written {
             Ok(()) => {}
             // `clawfs audit search … | head` closes the pipe: stop quietly.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok((false, bad)),
             Err(e) => return Err(anyhow::Error::from(e).context("writing to stdout").into()),
         }
     }
     match out.flush() {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(false),
-        Err(e) => return Err(anyhow::Error::from(e).context("writing to stdout").into()),
-        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok((false, bad)),
+        Err(e) => Err(anyhow::Error::from(e).context("writing to stdout").into()),
+        Ok(()) => Ok((true, bad)),
     }
-    if bad > 0 {
-        return Err(Failure::Other(anyhow!(
-            "{bad} lines are not audit records; run `clawfs audit verify`"
-        )));
-    }
-    Ok(true)
 }
 
 /// One record as a log line in the P1.4 §8.4 style:
@@ -379,22 +405,40 @@ pub fn human(rec: &AuditRecord) -> String {
         let _ = write!(s, " errno={e}");
     }
     if let Some(r) = &ev.reason {
-        let _ = write!(s, " reason={r:?}");
+        let _ = write!(s, " reason={}", quoted(r));
     }
     s
 }
 
-/// A value as is when it has no spaces, quotes or control characters, else Rust-quoted.
+/// A value as is when it is printable ASCII without spaces, quotes, backslashes or `=`, else
+/// [`quoted`].
 fn quote(v: &str) -> String {
-    if !v.is_empty()
-        && !v
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=')
-    {
-        v.to_string()
-    } else {
-        format!("{v:?}")
+    let plain = |c: char| c.is_ascii_graphic() && c != '"' && c != '=' && c != '\\';
+    match !v.is_empty() && v.chars().all(plain) {
+        true => v.to_string(),
+        false => quoted(v),
     }
+}
+
+/// `v` in double quotes, with `"` and `\` escaped and every character but printable ASCII
+/// and the space as `\u{..}`: a line break, a terminal escape, a direction override or a
+/// look-alike of a space or `=` in a name an agent chose can neither end the record nor fake
+/// another one.
+fn quoted(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c == ' ' || c.is_ascii_graphic() => out.push(c),
+            c => out.extend(c.escape_unicode()),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -542,5 +586,12 @@ mod tests {
              reason=\"the vault is closed to this agent\""
         );
         assert_eq!(quote("My Notes.md"), "\"My Notes.md\"");
+        // Look-alikes of a space and of `=`, a direction override, a line break: shown for
+        // what they are, so that a name cannot pass for fields or for another record.
+        assert_eq!(
+            quote("a\u{2800}agent\u{a78a}x\u{202e}\n"),
+            "\"a\\u{2800}agent\\u{a78a}x\\u{202e}\\u{a}\""
+        );
+        assert_eq!(quote("a\\b\"c"), "\"a\\\\b\\\"c\"");
     }
 }

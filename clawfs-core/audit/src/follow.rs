@@ -21,9 +21,11 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 /// The trail's records from a point on, as they are appended.
 pub struct Follow {
     dir: PathBuf,
-    /// The file being read, read up to `pos`, and the bytes of a line not yet ended.
+    /// The file being read.
     current: Option<Reading>,
     inotify: Inotify,
+    /// Whether the audit folder is watched (it may not exist yet).
+    watching: bool,
 }
 
 struct Reading {
@@ -34,6 +36,12 @@ struct Reading {
     /// The line being skipped is past [`MAX_LINE`].
     skipping: bool,
     line: usize,
+    /// Bytes read from the file.
+    pos: u64,
+    /// The last record's `seq` yielded (0: none yet): none at or before it is yielded again.
+    last_seq: u64,
+    /// The file was read again from its start since the last record that followed on.
+    reread: bool,
 }
 
 impl Follow {
@@ -41,30 +49,45 @@ impl Follow {
     /// written after this returns (a line being written now included).
     pub fn from_end(dir: &Path) -> Result<Follow, AuditError> {
         let inotify = Inotify::init().map_err(|e| AuditError::io(dir, e))?;
-        inotify
-            .watches()
-            .add(
-                dir,
-                WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO,
-            )
-            .map_err(|e| AuditError::io(dir, e))?;
-        let current = match files::list(dir)?.pop() {
-            Some(file) => {
-                let (_, complete) = files::last_lines(&file.path, 0)?;
-                let mut handle =
-                    File::open(&file.path).map_err(|e| AuditError::io(&file.path, e))?;
-                handle
-                    .seek(SeekFrom::Start(complete))
-                    .map_err(|e| AuditError::io(&file.path, e))?;
-                Some(Reading::new(file, Some(handle)))
-            }
-            None => None,
-        };
-        Ok(Follow {
+        let mut follow = Follow {
             dir: dir.to_path_buf(),
-            current,
+            current: None,
             inotify,
-        })
+            watching: false,
+        };
+        follow.watch()?;
+        if let Some(file) = files::list(dir)?.pop() {
+            let (last, complete) = files::last_lines(&file.path, 1)?;
+            let last_seq = last
+                .first()
+                .and_then(|l| AuditRecord::parse(l).ok())
+                .map_or(0, |r| r.seq);
+            let mut handle = File::open(&file.path).map_err(|e| AuditError::io(&file.path, e))?;
+            handle
+                .seek(SeekFrom::Start(complete))
+                .map_err(|e| AuditError::io(&file.path, e))?;
+            let mut reading = Reading::new(file, Some(handle));
+            reading.pos = complete;
+            reading.last_seq = last_seq;
+            follow.current = Some(reading);
+        }
+        Ok(follow)
+    }
+
+    /// Watches the audit folder, if it exists yet (a store never served has none).
+    fn watch(&mut self) -> Result<(), AuditError> {
+        if self.watching {
+            return Ok(());
+        }
+        let mask = WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO;
+        match self.inotify.watches().add(&self.dir, mask) {
+            Ok(_) => {
+                self.watching = true;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(AuditError::io(&self.dir, e)),
+        }
     }
 
     /// The records appended since the last call, oldest first, waiting up to `wait` for the
@@ -85,6 +108,11 @@ impl Follow {
     /// Sleeps until the audit folder changes or `wait` passes, and forgets what changed (the
     /// files are read to their ends next whatever it was).
     fn wait(&mut self, wait: Duration) -> Result<(), AuditError> {
+        self.watch()?;
+        if !self.watching {
+            std::thread::sleep(wait.min(Duration::from_secs(1)));
+            return Ok(());
+        }
         let ts = rustix::time::Timespec {
             tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: i64::from(wait.subsec_nanos()),
@@ -136,7 +164,10 @@ impl Follow {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                 Err(e) => return Err(AuditError::io(&next.path, e)),
             };
-            self.current = Some(Reading::new(next, handle));
+            let last_seq = self.current.as_ref().map_or(0, |r| r.last_seq);
+            let mut reading = Reading::new(next, handle);
+            reading.last_seq = last_seq;
+            self.current = Some(reading);
         }
     }
 }
@@ -149,7 +180,26 @@ impl Reading {
             partial: Vec::new(),
             skipping: false,
             line: 0,
+            pos: 0,
+            last_seq: 0,
+            reread: false,
         }
+    }
+
+    /// Reads the file again from its start: what was read no longer holds (the file was cut
+    /// back and written again, as the trail's recovery after a crash does). Records already
+    /// yielded are known by their `seq`.
+    fn reread(&mut self) -> Result<(), AuditError> {
+        if let Some(h) = &mut self.handle {
+            h.seek(SeekFrom::Start(0))
+                .map_err(|e| AuditError::io(&self.file.path, e))?;
+        }
+        self.pos = 0;
+        self.line = 0;
+        self.partial.clear();
+        self.skipping = false;
+        self.reread = true;
+        Ok(())
     }
 
     /// Parses every line ended since the last read.
@@ -157,8 +207,16 @@ impl Reading {
         &mut self,
         out: &mut Vec<Result<AuditRecord, AuditError>>,
     ) -> Result<(), AuditError> {
-        if self.handle.is_none() {
+        let Some(handle) = &mut self.handle else {
             return Ok(());
+        };
+        // Cut back below what was read: read again.
+        let size = handle
+            .metadata()
+            .map_err(|e| AuditError::io(&self.file.path, e))?
+            .len();
+        if size < self.pos {
+            self.reread()?;
         }
         let mut buf = vec![0u8; 256 * 1024];
         loop {
@@ -169,16 +227,25 @@ impl Reading {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(AuditError::io(&self.file.path, e)),
             };
+            self.pos += n as u64;
+            let mut stale = false;
             let mut rest = &buf[..n];
             while let Some(end) = rest.iter().position(|&b| b == b'\n') {
                 self.line += 1;
                 if !self.skipping {
                     self.partial.extend_from_slice(&rest[..end]);
-                    out.push(self.parse());
+                    if !self.take_line(out)? {
+                        // Read again from the start: this buffer is stale.
+                        stale = true;
+                        break;
+                    }
                 }
                 self.partial.clear();
                 self.skipping = false;
                 rest = &rest[end + 1..];
+            }
+            if stale {
+                continue;
             }
             if !self.skipping {
                 self.partial.extend_from_slice(rest);
@@ -187,6 +254,36 @@ impl Reading {
                     self.skipping = true;
                     out.push(Err(self.not_a_record("a line longer than 16 MiB")));
                 }
+            }
+        }
+    }
+
+    /// Takes the line in `partial`: a record that follows the last one on is yielded, one
+    /// already yielded is skipped. A line that is not a record, or a record that does not
+    /// follow on, means what was read no longer holds (a crash's torn tail cut and written
+    /// over): the file is read again from its start, once; `false` then. Read again, what is
+    /// still wrong is reported (not a record) or yielded (a trail with a gap).
+    fn take_line(
+        &mut self,
+        out: &mut Vec<Result<AuditRecord, AuditError>>,
+    ) -> Result<bool, AuditError> {
+        let parsed = self.parse();
+        let follows = |seq: u64| self.last_seq == 0 || seq == self.last_seq + 1;
+        match parsed {
+            Ok(rec) if self.last_seq != 0 && rec.seq <= self.last_seq => Ok(true),
+            Ok(rec) if follows(rec.seq) || self.reread => {
+                self.last_seq = rec.seq;
+                self.reread = false;
+                out.push(Ok(rec));
+                Ok(true)
+            }
+            Err(e) if self.reread || self.last_seq == 0 => {
+                out.push(Err(e));
+                Ok(true)
+            }
+            _ => {
+                self.reread()?;
+                Ok(false)
             }
         }
     }

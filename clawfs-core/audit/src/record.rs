@@ -110,7 +110,10 @@ impl AuditEvent {
             time: Utc::now(),
             agent: agent.into(),
             pid,
-            operation: operation.into(),
+            operation: match operation.into() {
+                Cow::Owned(op) => Cow::Owned(bounded_to(op, OPERATION_LIMIT)),
+                op => op,
+            },
             path: bounded(path.into()),
             target: None,
             bytes: None,
@@ -321,13 +324,21 @@ pub fn key_fingerprint(key: &[u8; 32]) -> String {
 /// sent (a 4 MiB request) must not make the trail grow by as much per call.
 pub const TEXT_LIMIT: usize = 4096;
 
+/// The longest `operation` a record keeps, bytes: some carry a name the caller chose (`tool:…`).
+pub const OPERATION_LIMIT: usize = 256;
+
 /// `text`, cut at [`TEXT_LIMIT`] bytes (on a character boundary) with how much was left out.
-fn bounded(mut text: String) -> String {
-    if text.len() <= TEXT_LIMIT {
+fn bounded(text: String) -> String {
+    bounded_to(text, TEXT_LIMIT)
+}
+
+/// `text`, cut at `limit` bytes (on a character boundary) with how much was left out.
+fn bounded_to(mut text: String, limit: usize) -> String {
+    if text.len() <= limit {
         return text;
     }
     let total = text.len();
-    let mut cut = TEXT_LIMIT;
+    let mut cut = limit;
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }

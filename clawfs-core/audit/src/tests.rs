@@ -1131,6 +1131,8 @@ fn follow_yields_new_records_across_files_in_order() {
     assert_eq!(got, vec![41]);
     let mut f = fs::OpenOptions::new().append(true).open(&last).unwrap();
     use std::io::Write;
+    // The record after it, by hand.
+    let line = line.replacen("\"seq\":41,", "\"seq\":42,", 1);
     let (a, b) = line.split_at(line.len() / 2);
     f.write_all(a.as_bytes()).unwrap();
     assert!(follow
@@ -1146,4 +1148,43 @@ fn follow_yields_new_records_across_files_in_order() {
         again[0].as_ref().unwrap().event.path,
         ev("kernel-engine", 41).path
     );
+}
+
+/// A file cut back and written over while it is followed (a crash's torn tail cut when the
+/// trail is opened again, then new records): the new records come out, once each, and nothing
+/// made of the old line's start and the new lines' ends.
+#[test]
+fn follow_reads_a_file_cut_back_and_written_over_again() {
+    let dir = trail(5);
+    let mut follow = Follow::from_end(dir.path()).unwrap();
+    let file = only_file(dir.path());
+    let len = fs::metadata(&file).unwrap().len();
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&file).unwrap();
+        f.write_all(br#"{"seq":6,"time":"2024-02-24T12:00:00Z","agent":"torn"#)
+            .unwrap();
+    }
+    assert!(follow
+        .next_batch(std::time::Duration::ZERO)
+        .unwrap()
+        .is_empty());
+    // Cut back and written over before the follower looks again.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    let log = AuditLog::open(dir.path()).unwrap();
+    for i in 6..=9 {
+        log.record(ev("kernel-engine", i));
+    }
+    log.flush().unwrap();
+    drop(log);
+    let got = follow
+        .next_batch(std::time::Duration::from_secs(2))
+        .unwrap();
+    let seqs: Vec<u64> = got.into_iter().map(|r| r.unwrap().seq).collect();
+    assert_eq!(seqs, vec![6, 7, 8, 9]);
 }

@@ -112,13 +112,14 @@ fn cells(a: &AgentSample) -> [String; 8] {
     ]
 }
 
-/// `s` with each control character (a terminal escape in a file name an agent chose) shown
-/// as `\u{..}` instead of sent to the terminal.
+/// `s` with every character but printable ASCII shown as `\u{..}`: a terminal escape, a
+/// direction override or a look-alike of a space in a name an agent chose is shown for what
+/// it is, never sent to the terminal as is.
 pub(crate) fn printable(s: &str) -> String {
     s.chars()
-        .map(|c| match c.is_control() {
-            true => c.escape_unicode().to_string(),
-            false => c.to_string(),
+        .map(|c| match c == ' ' || c.is_ascii_graphic() {
+            true => c.to_string(),
+            false => c.escape_unicode().to_string(),
         })
         .collect()
 }

@@ -176,13 +176,13 @@ impl Sampler {
                 let seen = self.seen.entry(name.to_string()).or_default();
                 let recent = std::mem::take(&mut seen.recent);
                 let held = super::super::quota::held_by(&saved, name);
-                let pids = cgroups
+                let groups = cgroups
                     .map(|c| group_pids(&c.agent_dir(name)))
                     .unwrap_or_default();
                 AgentSample {
                     agent: name.to_string(),
-                    processes: pids.len(),
-                    runs: runs_of(&pids),
+                    processes: groups.iter().map(Vec::len).sum(),
+                    runs: groups.iter().flat_map(|g| runs_of(g)).collect(),
                     ops_per_second: recent as f64 / seconds,
                     ops: seen.ops,
                     bytes: seen.bytes,
@@ -234,13 +234,20 @@ fn quota_use(held: Held, limit: Quota) -> QuotaUse {
     }
 }
 
-/// The processes of the control group at `dir` and of the groups inside it.
-fn group_pids(dir: &Path) -> Vec<u32> {
-    let mut pids = Vec::new();
+/// The processes of the control group at `dir` and of each group inside it, group by group.
+fn group_pids(dir: &Path) -> Vec<Vec<u32>> {
+    let mut groups = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
         if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
-            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            let mut pids: Vec<u32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            pids.sort_unstable();
+            if !pids.is_empty() {
+                groups.push(pids);
+            }
         }
         if let Ok(entries) = std::fs::read_dir(&d) {
             dirs.extend(
@@ -251,30 +258,44 @@ fn group_pids(dir: &Path) -> Vec<u32> {
             );
         }
     }
-    pids.sort_unstable();
-    pids
+    groups
 }
 
-/// The runs among `pids`: those whose parent is not one of them, oldest first.
+/// The runs of one group's `pids`. A run's own group (`run-PID`, what `clawfs run` made) is one
+/// run: its oldest process whose parent is outside the group, however many of its processes
+/// left their parents since. Processes in the agent's group itself are each a run of their own
+/// when their parent is not there.
 fn runs_of(pids: &[u32]) -> Vec<Run> {
     let set: HashSet<u32> = pids.iter().copied().collect();
-    let mut runs: BTreeMap<u64, Run> = BTreeMap::new();
+    let mut tops: BTreeMap<u64, u32> = BTreeMap::new();
     for &pid in pids {
         let Some((ppid, started)) = parent_and_start(pid) else {
             continue;
         };
-        if set.contains(&ppid) {
-            continue;
+        if !set.contains(&ppid) {
+            tops.insert(started << 20 | u64::from(pid & 0xfffff), pid);
         }
-        runs.insert(
-            started << 20 | u64::from(pid & 0xfffff),
-            Run {
-                pid,
-                command: command_of(pid),
-            },
-        );
     }
-    runs.into_values().collect()
+    let one_run = pids.first().and_then(|&p| own_group(p)).is_some();
+    let tops: Vec<u32> = match one_run {
+        true => tops.into_values().take(1).collect(),
+        false => tops.into_values().collect(),
+    };
+    tops.into_iter()
+        .map(|pid| Run {
+            pid,
+            command: command_of(pid),
+        })
+        .collect()
+}
+
+/// The `run-…` group `pid` is in (in the unified hierarchy), if it is in one.
+fn own_group(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let leaf = path.rsplit('/').next()?;
+    leaf.starts_with(clawfs_store::agent_groups::RUN_PREFIX)
+        .then(|| leaf.to_string())
 }
 
 /// A process's parent and start time (clock ticks after boot), from `/proc/PID/stat`.
@@ -288,18 +309,25 @@ fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
     Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
-/// A process's command line, its arguments joined by spaces and cut short.
+/// A process's command line, its arguments joined by spaces and cut short: at most
+/// [`COMMAND_CHARS`] characters are read and shown, however long the process made it.
 fn command_of(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    use std::io::Read;
+    let mut raw = Vec::new();
+    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        // Four bytes at most per character shown, and one more to know it was cut.
+        let _ = f.take(4 * COMMAND_CHARS as u64 + 1).read_to_end(&mut raw);
+    }
     let line = String::from_utf8_lossy(&raw)
         .split('\0')
         .filter(|a| !a.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    let line = super::printable(&line);
-    match line.char_indices().nth(COMMAND_CHARS) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None if line.is_empty() => format!("[pid {pid}]"),
-        None => line,
+    let cut = line.char_indices().nth(COMMAND_CHARS).map(|(at, _)| at);
+    let shown = super::printable(&line[..cut.unwrap_or(line.len())]);
+    match cut {
+        Some(_) => format!("{shown}…"),
+        None if shown.is_empty() => format!("[pid {pid}]"),
+        None => shown,
     }
 }

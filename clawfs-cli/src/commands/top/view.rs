@@ -162,7 +162,7 @@ fn draw(f: &mut Frame, sample: &Sample, state: &mut State) {
         agents,
         &mut state.table,
     );
-    let lines: Vec<Line> = sample
+    let mut lines: Vec<Line> = sample
         .agents
         .iter()
         .filter(|a| state.selected.as_ref().is_none_or(|s| &a.agent == s))
@@ -172,6 +172,15 @@ fn draw(f: &mut Frame, sample: &Sample, state: &mut State) {
                 .map(move |r| Line::from(format!("{:<8} {:<16} {}", r.pid, a.agent, r.command)))
         })
         .collect();
+    // Never a run hidden unsaid: the last line counts those that do not fit.
+    let room = usize::from(runs.height.saturating_sub(2));
+    if lines.len() > room {
+        let hidden = lines.len() - room.saturating_sub(1);
+        lines.truncate(room.saturating_sub(1));
+        lines.push(Line::from(format!(
+            "… {hidden} more runs (select an agent with ↑↓ for its own)"
+        )));
+    }
     let title = match &state.selected {
         Some(s) => format!(" runs of {s} "),
         None => " runs ".to_string(),
