@@ -84,8 +84,8 @@ fn refused_and_failed_tool_calls_are_not_ok_and_reach_the_denials() {
     assert!(tools.iter().all(|r| r["result"] != "ok"), "{tools:?}");
     assert_eq!(tools[0]["result"], "denied", "{tools:?}");
     assert_eq!(
-        tools[0]["target"], ".git/config",
-        "the record names the file: {tools:?}"
+        tools[0]["target"], "/workspaces/default/.git/config",
+        "the record names the file, as a namespace path: {tools:?}"
     );
     assert_eq!(tools[1]["errno"], libc::ENOENT, "{tools:?}");
     assert!(

@@ -542,7 +542,9 @@ fn tool_calls_are_counted_as_they_change_the_store() {
     assert!(!m.ws().join("c3.md").exists());
     let all = audit_until(&m, |a| {
         a.iter().any(|r| {
-            r["operation"] == "tool:write_file" && r["result"] == "denied" && r["target"] == "c3.md"
+            r["operation"] == "tool:write_file"
+                && r["result"] == "denied"
+                && r["target"] == "/workspaces/default/c3.md"
         })
     });
     assert!(!all.is_empty());

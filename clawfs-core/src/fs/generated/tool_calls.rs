@@ -48,7 +48,8 @@ impl ClawFs {
         } else {
             self.call_tool(creds, who, tool, &exchange.request)
         };
-        let call = (tool_name.as_str(), target.as_deref());
+        let named = target.as_ref().map(|(p, to)| (p.as_str(), to.as_deref()));
+        let call = (tool_name.as_str(), named);
         self.record_tool(caller, who, call, workspace.as_deref(), &result);
         finish(result)
     }
@@ -59,7 +60,7 @@ impl ClawFs {
         &self,
         caller: &Caller,
         who: &clawfs_policy::Identity,
-        (tool, target): (&str, Option<&str>),
+        (tool, target): (&str, Option<(&str, Option<&str>)>),
         workspace: Option<&str>,
         result: &clawfs_agent_tools::ToolResult<serde_json::Value>,
     ) {
@@ -73,9 +74,19 @@ impl ClawFs {
             format!("tool:{tool}"),
             path.clone(),
         );
-        if let Some(t) = target.filter(|t| t.len() <= 4096) {
-            // The file the call named, as the caller wrote it (the tool resolves it).
-            ev = ev.target(t.to_string());
+        if let Some((from, to)) = target.filter(|(f, t)| f.len() + t.map_or(0, str::len) <= 4096) {
+            // The file the call named (`<from> -> <to>` for a move), as a namespace path (so
+            // that `audit search --path` finds the call), resolved as the tool resolves it: by
+            // name, never by link.
+            let mount = self.mountpoint.as_deref().and_then(|m| m.to_str());
+            let ns = |p: &str| match workspace {
+                Some(_) => namespace_target(&path, p, mount),
+                None => p.to_string(),
+            };
+            ev = ev.target(match to {
+                Some(to) => format!("{} -> {}", ns(from), ns(to)),
+                None => ns(from),
+            });
         }
         let e = match result {
             Ok(_) => return self.record(ev),
@@ -373,13 +384,14 @@ impl RequestHead {
     }
 
     /// `path`, or `from -> to` for a move.
-    fn target(self) -> Option<String> {
+    /// The path the call names, and where to for a move.
+    fn target(self) -> Option<(String, Option<String>)> {
         let from = Self::text(self.from).or(Self::text(self.source));
         let to = Self::text(self.to).or(Self::text(self.destination));
         match (Self::text(self.path), from, to) {
-            (Some(path), _, _) => Some(path),
-            (None, Some(from), Some(to)) => Some(format!("{from} -> {to}")),
-            (None, from, to) => from.or(to),
+            (Some(path), _, _) => Some((path, None)),
+            (None, Some(from), Some(to)) => Some((from, Some(to))),
+            (None, from, to) => from.or(to).map(|p| (p, None)),
         }
     }
 }
@@ -468,9 +480,39 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
     }
 }
 
+/// The path `raw` a tool call named in the workspace at `ws` (`/workspaces/NAME`), as a
+/// namespace path: relative to the workspace, or absolute in the namespace or under the mount
+/// point `mount`, with `.`, `..` and repeated slashes resolved by name, as the tools resolve
+/// them. Anything else (a path outside the workspace, one climbing above it) is kept as
+/// written.
+fn namespace_target(ws: &str, raw: &str, mount: Option<&str>) -> String {
+    let under_mount = mount.and_then(|m| raw.strip_prefix(m.trim_end_matches('/')));
+    let rel = match under_mount.unwrap_or(raw).strip_prefix(ws) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
+        _ if raw.starts_with('/') => return raw.to_string(),
+        _ => raw,
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in rel.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return raw.to_string();
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    match parts.is_empty() {
+        true => ws.to_string(),
+        false => format!("{ws}/{}", parts.join("/")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::split_workspace;
+    use super::{namespace_target, split_workspace};
 
     #[test]
     fn workspace_argument_is_taken_out() {
@@ -482,5 +524,26 @@ mod tests {
             (ws.as_str(), rest.as_slice()),
             ("default", &b"not json"[..])
         );
+    }
+
+    #[test]
+    fn a_tool_calls_target_is_a_namespace_path() {
+        let ws = "/workspaces/default";
+        let t = |raw, mount| namespace_target(ws, raw, mount);
+        assert_eq!(t("./secret.md", None), "/workspaces/default/secret.md");
+        assert_eq!(t("sub/../mine.md", None), "/workspaces/default/mine.md");
+        assert_eq!(t("../../etc/passwd", None), "../../etc/passwd");
+        assert_eq!(t("a//b/", None), "/workspaces/default/a/b");
+        assert_eq!(
+            t("/workspaces/default/x/./y", None),
+            "/workspaces/default/x/y"
+        );
+        assert_eq!(
+            t("/clawfs/workspaces/default/n.md", Some("/clawfs")),
+            "/workspaces/default/n.md"
+        );
+        assert_eq!(t("/etc/passwd", None), "/etc/passwd");
+        assert_eq!(t("/workspaces/default2/x", None), "/workspaces/default2/x");
+        assert_eq!(t(".", None), "/workspaces/default");
     }
 }
