@@ -231,6 +231,11 @@ fn backups_of_a_file_removed_with_rm_are_restorable_then_given_back() {
            call list_backups '{"path":"gone/plan.md"}'"#,
     );
     assert_eq!(o.matches("\"ok\":true").count(), 4, "{o}");
+    // The backup folder its backups made is the agent's, charged to it like the backups.
+    use std::os::unix::fs::MetadataExt;
+    let agent_uid = fs::metadata(m.ws().join("gone")).unwrap().uid();
+    let mirror = m.backing("workspaces/default/.clawfs/backups/gone");
+    assert_eq!(fs::metadata(&mirror).unwrap().uid(), agent_uid);
     let listed = last_answer(&o);
     let backups = listed["backups"].as_array().unwrap();
     assert_eq!(backups.len(), 2, "{listed}");
@@ -261,7 +266,6 @@ fn backups_of_a_file_removed_with_rm_are_restorable_then_given_back() {
         "two"
     );
     // The agent's, as the folder its first write made.
-    use std::os::unix::fs::MetadataExt;
     let made = fs::metadata(m.ws().join("gone/plan.md")).unwrap();
     assert_eq!(made.uid(), fs::metadata(m.ws().join("gone")).unwrap().uid());
     assert_ne!(made.uid(), 0);

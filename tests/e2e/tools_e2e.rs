@@ -1190,10 +1190,11 @@ fn two_users_share_a_folder_and_edits_keep_what_the_file_is() {
     let backups = m.backing("workspaces/default/.clawfs/backups");
     let bmd = fs::metadata(&backups).unwrap();
     assert_eq!((bmd.uid(), bmd.mode() & 0o7777), (0, 0o711));
+    // The folder is the editor's whose backup made it (the first edit's: charged to it).
     let folder = fs::metadata(backups.join("Projects")).unwrap();
     assert_eq!(
         (folder.uid(), folder.gid(), folder.mode() & 0o777),
-        (0, team, 0o775)
+        (alice, team, 0o775)
     );
     let kept: Vec<fs::Metadata> = fs::read_dir(backups.join("Projects"))
         .unwrap()

@@ -68,6 +68,12 @@ pub fn write_atomic_with(
     replace(dir, name, bytes, how, prepare, true)
 }
 
+/// [`write_atomic`] of a new file: refused with `AlreadyExists` (and nothing changed) when
+/// something took the name meanwhile, instead of replacing it.
+pub fn write_new(dir: impl AsFd, name: &str, bytes: &[u8], how: FileMode) -> io::Result<()> {
+    write_to(dir, name, bytes, how, |_| Ok(()), (true, false))
+}
+
 /// [`write_atomic`] without its two fsyncs, for a writer that makes a whole batch durable at
 /// once (`syncfs`) before anything records it: a crash may lose the new file, never mix it.
 pub fn write_atomic_unsynced(
@@ -87,6 +93,19 @@ fn replace(
     prepare: impl FnOnce(&File) -> io::Result<()>,
     synced: bool,
 ) -> io::Result<()> {
+    write_to(dir, name, bytes, how, prepare, (synced, true))
+}
+
+/// Writes `bytes` to a new temporary file and gives it the name `name`: `(synced, replacing)`
+/// say whether it is made durable, and whether it may replace what has the name.
+fn write_to(
+    dir: impl AsFd,
+    name: &str,
+    bytes: &[u8],
+    how: FileMode,
+    prepare: impl FnOnce(&File) -> io::Result<()>,
+    (synced, replacing): (bool, bool),
+) -> io::Result<()> {
     single(name)?;
     let (tmp, mut f) = create_temp(&dir, how.mode & 0o600)?;
     let written = (|| {
@@ -103,7 +122,16 @@ fn replace(
         if synced {
             f.sync_all()?;
         }
-        rename(&dir, &tmp, &dir, name)?;
+        match replacing {
+            true => rename(&dir, &tmp, &dir, name)?,
+            false => rustix::fs::renameat_with(
+                &dir,
+                tmp.as_str(),
+                &dir,
+                name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )?,
+        }
         match synced {
             true => sync_dir(&dir),
             false => Ok(()),

@@ -22,7 +22,7 @@ use rustix::io::Errno;
 
 pub use clawfs_store::atomic::{
     create, create_temp, rename, single, sync_dir, unlink, write_atomic, write_atomic_unsynced,
-    write_atomic_with, FileMode,
+    write_atomic_with, write_new, FileMode,
 };
 
 /// A folder to look names up in and act on. `O_PATH` needs no read permission, and the caller's

@@ -149,15 +149,23 @@ pub(crate) fn write_charged(
     let ctx = |e| ToolError::io(action.clone(), e);
     let denied_by = |e, file| write_refused(root, slot, rel, e, file);
     match old {
+        // A new file takes a free name only: one made meanwhile (by someone else, through the
+        // mount) is never replaced unseen.
         None => {
             let made = root.making(&slot.dir);
-            beneath::write_atomic(
+            beneath::write_new(
                 &slot.dir,
                 &slot.name,
                 bytes,
                 beneath::FileMode::mode(root.file_mode()),
             )
-            .map_err(|e| denied_by(e, None))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => ToolError::Exists(format!(
+                    "'{}' was made by someone else while this call ran; nothing was written. Read it, then write again.",
+                    show(rel)
+                )),
+                _ => denied_by(e, None),
+            })?;
             made.done(&slot.name);
         }
         // A file with other names (hard links) is rewritten in place: a replacement would
@@ -384,9 +392,9 @@ pub(crate) fn show_store_path(root: &ToolRoot, base: &Path, p: &Path, label: &st
 /// Returns the backup's shown path.
 ///
 /// With an elevation (the daemon), the backup belongs to the caller (who is charged for it)
-/// with the file's group and mode, and each folder it makes is the daemon's (root's), with the
-/// group and mode of the file's folder at that place: whoever could read the file can read its
-/// backup, and nobody else's backups grow a folder someone is charged for. Without,
+/// with the file's group and mode, and each folder it makes is the caller's too (charged),
+/// with the group and mode of the file's folder at that place: whoever could read the file can
+/// read its backup, and every folder backups pin is someone's quota. Without,
 /// it is the caller's, 0600 in 0700 folders. At most the limits' `backups_kept` are kept per
 /// file, none older than `backup_max_age_days` but the newest.
 pub(crate) fn backup(
@@ -436,12 +444,14 @@ fn write_backup(
             Err(e) => return Err(e),
         };
         let next = beneath::open(&dir, c, beneath::DIR_READ)?;
-        if let (true, Some(_)) = (made, like) {
-            // The group and mode of the file's folder at this place; the daemon's own, so
-            // that backups made there by others never charge that folder's owner.
+        if let (true, Some(m)) = (made, like) {
+            // The group and mode of the file's folder at this place, and the editor's whose
+            // backup made it, who is charged for it: backups cannot pin folders nobody pays
+            // for (a deep path's backup, its file moved away, would otherwise hold them).
             let orig = beneath::open(&root.root_fd, &comps[..=i].join("/"), beneath::DIR_PATH)?
                 .metadata()?;
-            take_status(&next, 0, orig.gid(), orig.mode())?;
+            let owner = root.caller.as_ref().map_or(m.uid(), |c| c.uid);
+            take_status(&next, owner, orig.gid(), orig.mode())?;
         }
         if made {
             making.done(c);

@@ -23,6 +23,9 @@ use crate::error::{ToolError, ToolResult};
 use crate::limits::{MAX_CANDIDATES, MAX_SYMLINK_HOPS};
 use crate::{PathGuard, ToolRoot};
 
+/// The longest path a tool takes, bytes (`PATH_MAX`): the kernel takes no longer one, and
+/// every step of a call is linear in it.
+pub(crate) const MAX_PATH_BYTES: usize = 4096;
 /// How to look a path up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lookup {
@@ -108,6 +111,12 @@ impl ToolRoot {
     /// Lexical normalization of a request path into components. Refuses NUL bytes and `..` above
     /// the root; strips aliases of the root and a leading `/`.
     pub(crate) fn normalize(&self, input: &str) -> ToolResult<Vec<String>> {
+        if input.len() > MAX_PATH_BYTES {
+            return Err(ToolError::InvalidArgs(format!(
+                "the path is {} bytes long; a path has at most {MAX_PATH_BYTES} bytes.",
+                input.len()
+            )));
+        }
         if input.contains('\0') {
             return Err(ToolError::InvalidArgs(
                 "the path contains a NUL byte; send a plain workspace-relative path such as \"notes/plan.md\".".into(),

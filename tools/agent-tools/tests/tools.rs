@@ -2149,3 +2149,55 @@ fn backups_are_regular_files_of_their_own_name_and_leave_no_folders() {
     w.ok("empty_trash", json!({"trash_id": id}));
     assert!(!w.dir.join(".clawfs/backups/deep").exists());
 }
+
+/// A path longer than the kernel takes is refused before any work on it: however many
+/// components an agent sends, a call's time stays linear in a bounded path.
+#[test]
+fn a_path_past_path_max_is_refused_at_once() {
+    let w = ws();
+    let deep = format!("zz/{}f", "a/".repeat(100_000));
+    for tool in ["info", "list_backups", "read_file"] {
+        let r = w.err(tool, json!({"path": deep}), "invalid_args");
+        assert!(r["message"].as_str().unwrap().contains("4096"), "{r}");
+    }
+    let r = w.err(
+        "restore_backup",
+        json!({"path": deep, "backup": "f.bak.20200101-000000"}),
+        "invalid_args",
+    );
+    assert!(r["message"].as_str().unwrap().contains("4096"), "{r}");
+}
+
+/// A new file never replaces one made meanwhile under its name: write_file making a file and
+/// restore_backup making a removed one again take a free name only.
+#[test]
+fn a_new_file_takes_a_free_name_only() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("taken"), "theirs").unwrap();
+    let d = fs::File::open(dir.path()).unwrap();
+    let e = clawfs_agent_tools::beneath::write_new(
+        &d,
+        "taken",
+        b"mine",
+        clawfs_agent_tools::beneath::FileMode::mode(0o644),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("taken")).unwrap(),
+        "theirs"
+    );
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary left"
+    );
+    clawfs_agent_tools::beneath::write_new(
+        &d,
+        "free",
+        b"mine",
+        clawfs_agent_tools::beneath::FileMode::mode(0o644),
+    )
+    .unwrap();
+    assert_eq!(fs::read_to_string(dir.path().join("free")).unwrap(), "mine");
+}

@@ -422,11 +422,10 @@ pub(super) struct ToolAccess {
 
 impl ToolAccess {
     fn ns(&self, rel: &str) -> Option<NsPath> {
-        let mut p = NsPath::parse(&format!("/workspaces/{}", self.workspace)).ok()?;
-        for c in rel.split('/').filter(|c| !c.is_empty()) {
-            p = p.join(c).ok()?;
-        }
-        Some(p)
+        NsPath::parse(&format!("/workspaces/{}", self.workspace))
+            .ok()?
+            .join_all(rel.split('/').filter(|c| !c.is_empty()))
+            .ok()
     }
 }
 
