@@ -11,8 +11,11 @@
 //! the mount or behind the daemon's back — sets the folder's ctime, which no caller can set, to
 //! the current time. A listing is kept only when the folder's ctime, the same before and after
 //! the reading, lies at least [`SETTLED`] in the past: a change after the reading then stamps a
-//! later time even where the file system's clock ticks coarsely. Each answer compares the
-//! folder's ctime (an `fstat` of the open folder) with the listing's first.
+//! later time even where the file system's clock ticks coarsely. Where the store's file system
+//! stamps every change made after a ctime was read with a later one (multigrain timestamps,
+//! probed at start: [`fine_change_times`]), no settling is needed and a folder just made is
+//! listed as soon as its misses pay for it. Each answer compares the folder's ctime (an `fstat`
+//! of the open folder) with the listing's first.
 //!
 //! Only folders whose names are plain bytes that change only with the ctime are listed: on ext4,
 //! tmpfs and btrfs, and neither case-folding (names compare case-insensitively) nor encrypted
