@@ -537,39 +537,32 @@ fn an_agent_cannot_lead_a_tool_out_of_its_folders() {
     let r = call_as_agent(&m, "fs-engine", "reader", "ff");
     assert_eq!(r["ok"], false, "{r}");
 
-    // One call at a time per caller: while its spin runs, the same agent is told to wait.
+    // One call at a time per caller: while its spin runs, the same agent is told to wait. The
+    // second calls are made from the same run, every 50 ms for as long as the first runs, so
+    // that however late the first starts on a loaded machine, they meet it running.
     let mnt = m.mnt.display().to_string();
-    let first = m
-        .run_command("fs-engine")
-        .args(["--no-sandbox", "--", "sh", "-c"])
-        .arg(format!(
-            "exec 3<>{mnt}/tools/call/spin && printf x >&3 && cat <&3"
-        ))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = first;
-    let mut refused = false;
-    // Until the first call has ended (not a count of tries: on a loaded machine the first
-    // may start late, and each try takes longer).
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while first.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
-        let r = call_as_agent(&m, "fs-engine", "reader", "nothing");
-        if r["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("one at a time"))
-        {
-            refused = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let first = first.wait_with_output().unwrap();
-    assert!(
-        refused,
-        "a second call of the same caller ran beside its first"
+    let out = m.run_agent(
+        "fs-engine",
+        &format!(
+            r#"exec 3<>{mnt}/tools/call/spin && printf x >&3 || exit 9
+               (cat <&3; echo; echo FIRST-DONE) & first=$!
+               exec 3>&-
+               i=0
+               while kill -0 $first 2>/dev/null && [ $i -lt 2400 ]; do
+                 r=$(exec 4<>{mnt}/tools/call/reader && printf '%s' nothing >&4 && cat <&4)
+                 case "$r" in *"one at a time"*) echo SECOND-REFUSED; break;; esac
+                 i=$((i+1)); sleep 0.05
+               done
+               wait $first"#
+        ),
     );
-    assert!(String::from_utf8_lossy(&first.stdout).contains("limit of 4 s"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("SECOND-REFUSED"),
+        "a second call of the same caller ran beside its first: {text}"
+    );
+    assert!(text.contains("limit of 4 s"), "{text}");
+    assert!(text.contains("FIRST-DONE"), "{text}");
 }
 
 /// A caller keeping many call files open with large requests is held to a total, and gets it
