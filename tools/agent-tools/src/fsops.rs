@@ -574,14 +574,6 @@ fn sweep_folder(
     depth: usize,
 ) -> std::io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
-    // The backup names' heads (`<name>.bak.`) of the regular files there now.
-    let heads: std::collections::HashSet<String> = live
-        .and_then(|d| beneath::list(d).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| live.is_some_and(|d| beneath::lstat(d, n).is_ok_and(|m| m.is_file())))
-        .map(|n| backup_name(&n, ""))
-        .collect();
     // Each file's backups by editor, oldest first.
     let mut groups: std::collections::BTreeMap<(String, u32), Vec<Stamped>> = Default::default();
     let mut left = 0;
@@ -619,6 +611,18 @@ fn sweep_folder(
             None => left += 1,
         }
     }
+    if groups.is_empty() {
+        return Ok(left == 0);
+    }
+    // The backup names' heads (`<name>.bak.`) of the regular files there now: read only where
+    // there are backups to judge.
+    let heads: std::collections::HashSet<String> = live
+        .and_then(|d| beneath::list(d).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| live.is_some_and(|d| beneath::lstat(d, n).is_ok_and(|m| m.is_file())))
+        .map(|n| backup_name(&n, ""))
+        .collect();
     for ((head, _), mut group) in groups {
         group.sort();
         let ours: Vec<String> = group.into_iter().map(|(_, _, b)| b).collect();
@@ -671,7 +675,7 @@ pub(crate) fn backups_of(dir: &File, name: &str) -> Vec<String> {
         return vec![];
     };
     // By stamp, then by number.
-    let mut ours: Vec<(String, u32, String)> = entries
+    let mut ours: Vec<Stamped> = entries
         .into_iter()
         .filter_map(|e| {
             let (h, stamp, n) = backup_parts(&e)?;

@@ -147,7 +147,7 @@ pub(crate) fn restore_backup(
     root: &ToolRoot,
     a: RestoreBackupArgs,
 ) -> ToolResult<RestoreBackupResult> {
-    let (guard, f) = match root.locked_file(&a.path, Access::Write) {
+    let (_guard, f) = match root.locked_file(&a.path, Access::Write) {
         Ok(found) => found,
         Err(ToolError::NotFound(msg)) => return restore_gone(root, a, msg),
         Err(e) => return Err(e),
@@ -159,7 +159,6 @@ pub(crate) fn restore_backup(
     let bytes = read_backup(root, &l.f.rel, &a.backup)?;
     let sha256 = sha256_hex(&bytes);
     let backup = commit(root, &l, &bytes)?;
-    drop(guard);
     Ok(RestoreBackupResult {
         path: show(&l.f.rel),
         restored: a.backup,
@@ -184,16 +183,7 @@ fn restore_gone(
     let Some(slot) = root.slot(&rel, true)? else {
         return Err(ToolError::NotFound(missing));
     };
-    // Under the lock: nothing made there since it was looked for.
-    match beneath::lstat(&slot.dir, &slot.name) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        _ => {
-            return Err(ToolError::Exists(format!(
-                "'{}' was made again while the backup was being restored; read it, then restore_backup again to replace it.",
-                show(&rel)
-            )))
-        }
-    }
+    // A new file takes a free name only: one made there meanwhile is refused (`exists`).
     atomic_write(root, &slot, &rel, &abs, &bytes, None)?;
     Ok(RestoreBackupResult {
         path: show(&rel),
