@@ -15,10 +15,12 @@ fn snapshot(m: &Mounted, ws: &str) -> Value {
     serde_json::from_str(&ok(cli(m, &["snapshot", "create", ws, "--json"]))).unwrap()
 }
 
+/// The workspace's own files: what ClawFS manages beside them (metadata, snapshots, and
+/// `workspace.db`, a copy of the index that follows the files in the background) is left out.
 fn workspace_files(m: &Mounted, ws: &str) -> Vec<(String, String)> {
     crate::common::tree(&m.path(&format!("workspaces/{ws}")))
         .into_iter()
-        .filter(|(p, _)| !p.starts_with("snapshots") && p != "metadata.json")
+        .filter(|(p, _)| !p.starts_with("snapshots") && p != "metadata.json" && p != "workspace.db")
         .collect()
 }
 
