@@ -18,20 +18,26 @@ bash scripts/test-venv.sh
 
 # One build, used once: incremental caches would only add gigabytes to the clean clone's disk.
 export CARGO_INCREMENTAL=0
+# Each step's start, with the seconds since the run began, so a slow run says where it went.
+step() { echo "== [${SECONDS}s] $*"; }
+step "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-# A hung mount must fail the run, not stall it.
-# The daemon pjdfstest mounts, built as the end-to-end tests build it (so they find it
-# current), whether or not they get to run.
-cargo build --locked -p clawfs-cli --bin clawfs --features fault-injection
-# The other binaries the end-to-end tests run (cargo hands a test only its own package's).
-cargo build --locked -p vaultctl -p migrate-pg-to-sqlite --bins
+# One build for everything below, resolved as `cargo test --workspace` resolves features
+# (dev-dependencies included): the daemon with its test hooks that the end-to-end tests and
+# pjdfstest mount, the other binaries those tests run, and every test binary. Building the
+# binaries separately would resolve features otherwise and compile the heavy crates twice.
+step "build"
+cargo build --workspace --locked --bins --tests
+step "tests"
 # Every test binary runs even after one fails, so the counts below are complete.
+# A hung mount must fail the run, not stall it.
 timeout 1800 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 pjd=0
+step "pjdfstest"
 tests/pjdfstest/run.sh target/debug/clawfs 2>&1 | tee -a "$log" || pjd=$?
 
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed' "$log" | awk '{s+=$2} END {print s+0}')
@@ -39,6 +45,7 @@ failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
 pjd_passed=$(grep -Eo '^pjdfstest: [0-9]+ passed' "$log" | awk '{print $2}' | tail -1)
 pjd_failed=$(grep -Eo '^pjdfstest: [0-9]+ passed, [0-9]+ failed' "$log" | awk '{print $4}' | tail -1)
 echo
+step "done"
 echo "cargo test: $passed passed, $failed failed; pjdfstest: ${pjd_passed:-0} passed, ${pjd_failed:-?} failed"
 if [ "$status" -ne 0 ] || [ "$pjd" -ne 0 ]; then
   echo "total: $((passed + ${pjd_passed:-0})) passed, $((failed + ${pjd_failed:-1})) failed"
