@@ -22,6 +22,7 @@ CLAWFS_TEST_PACKAGES=(
   systemd          # systemd-analyze verify, for the unit scripts/systemd ships
   prometheus       # a real Prometheus scraping a mount: the Grafana dashboard's queries
   tmux             # a real terminal for `clawfs top`, driven with send-keys and capture-pane
+  redis-server     # the metadata engine of the JuiceFS volume two hosts share
 )
 
 clawfs_install_packages() {

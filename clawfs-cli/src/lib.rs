@@ -16,8 +16,8 @@ use clawfs_args::integrity::ToolsCommand;
 use clawfs_args::{Cli, Command};
 
 use commands::{
-    audit, estop, identity, import, integrity, mcp, mount, policy, quota, run as run_cmd, sandbox,
-    search, snapshot, store, top, vault, wasm_tool,
+    audit, estop, host, identity, import, integrity, mcp, mount, policy, quota, run as run_cmd,
+    sandbox, search, snapshot, store, top, vault, wasm_tool,
 };
 
 /// The exit code of a command that ran a child: the child's own, or ours if it never ran.
@@ -68,6 +68,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::Search(args) => search::search(args),
         Command::Top(args) => top::top(args),
+        Command::Host { store, command } => host::run(&mounts::store_path(&store.store), command),
         Command::Index { store, command } => {
             search::index(&mounts::store_path(&store.store), command)
         }

@@ -12,6 +12,7 @@ pub mod fs;
 pub mod generated_files;
 pub mod git_settings;
 pub mod held;
+pub mod hosts;
 pub mod identity;
 pub mod inodes;
 pub mod io_mode;

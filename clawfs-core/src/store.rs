@@ -7,6 +7,8 @@
 //!   .clawfs/lock         flock()ed by the daemon serving the store
 //!   .clawfs/daemon.json  who serves it, while mounted
 //!   .clawfs/daemon.log   stderr of a background daemon
+//!   .clawfs/hosts/       hosts sharing the store, each with its own lock, daemon.json and
+//!                        audit chain (see [`crate::hosts`])
 //!   system/ agents/ tools/ workspaces/ vault/ specs/
 //! ```
 
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::hosts::{self, BadHostName, HostName};
 use crate::seed;
 use clawfs_store::atomic::atomic_write;
 use clawfs_store::beneath::FileMode;
@@ -52,14 +55,37 @@ pub enum StoreError {
         /// What it holds.
         content: String,
     },
-    /// Another daemon serves this store.
-    #[error("store {path} is already served{}", .by.as_ref().map(|d| format!(" by pid {} at {}", d.pid, d.mountpoint.display())).unwrap_or_default())]
+    /// Another daemon serves this store (or this host of it).
+    #[error("{} is already served{}", .host.as_ref().map_or_else(|| format!("store {}", path.display()), |h| format!("host {h} of store {}", path.display())), .by.as_deref().map(DaemonInfo::describe).unwrap_or_default())]
     Locked {
         /// Store path.
         path: PathBuf,
+        /// The host, for a store that hosts share.
+        host: Option<HostName>,
         /// The daemon holding it, if it said.
-        by: Option<DaemonInfo>,
+        by: Option<Box<DaemonInfo>>,
     },
+    /// The store is shared by hosts and this daemon did not say which it is.
+    #[error("store {} is shared by hosts {}: say which this is (clawfs mount --host NAME, {}, or {})", .path.display(), .joined.join(", "), hosts::HOST_ENV, hosts::LOCAL_HOST_FILE)]
+    HostUnnamed {
+        /// Store path.
+        path: PathBuf,
+        /// The hosts that have joined.
+        joined: Vec<String>,
+    },
+    /// The host named has not joined the store.
+    #[error("host {host} has not joined store {}{}; an admin joins it with `clawfs host join {host} --store {}`", .path.display(), if .joined.is_empty() { String::new() } else { format!(" (joined: {})", .joined.join(", ")) }, .path.display())]
+    HostNotJoined {
+        /// Store path.
+        path: PathBuf,
+        /// The host named.
+        host: HostName,
+        /// The hosts that have joined.
+        joined: Vec<String>,
+    },
+    /// A host name that is not one.
+    #[error(transparent)]
+    BadHost(#[from] BadHostName),
     /// The system manifest could not be recorded.
     #[error("recording the system manifest: {0}")]
     Integrity(#[from] clawfs_integrity::IntegrityError),
@@ -93,12 +119,40 @@ pub struct DaemonInfo {
     pub started_at: String,
     /// Whether kernel passthrough is in use.
     pub passthrough: bool,
+    /// The host it serves as, in a store that hosts share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
+    /// The machine it runs on (`uname -n`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    /// That machine's boot (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// When its lease was last renewed (seconds since the epoch), in a store hosts share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_at: Option<u64>,
+}
+
+impl DaemonInfo {
+    /// " by pid N at MOUNT[ on MACHINE, lease renewed Ks ago]", for messages.
+    fn describe(&self) -> String {
+        let mut s = format!(" by pid {} at {}", self.pid, self.mountpoint.display());
+        if let (Some(machine), Some(at)) = (&self.machine, self.renewed_at) {
+            let ago = hosts::unix_now().saturating_sub(at);
+            s.push_str(&format!(" on {machine}, lease renewed {ago}s ago"));
+        }
+        s
+    }
 }
 
 /// An opened, initialised store.
 pub struct Store {
     root: PathBuf,
     root_dir: File,
+    /// Which host this is, in a store that hosts share.
+    host: Option<HostName>,
+    /// Whether any host has joined the store.
+    shared: bool,
 }
 
 /// Held while a daemon serves the store; dropping it releases the lock.
@@ -199,7 +253,86 @@ impl Store {
             .custom_flags(libc::O_DIRECTORY)
             .open(&root)
             .map_err(io_err(&root))?;
-        Ok(Store { root, root_dir })
+        let joined = hosts::joined(&root).map_err(io_err(&hosts::hosts_dir(&root)))?;
+        let shared = !joined.is_empty();
+        // The machine's own name for itself applies to the stores it shares only.
+        let host = match shared {
+            true => hosts::local_host(None)?,
+            false => None,
+        };
+        Ok(Store {
+            root,
+            root_dir,
+            host,
+            shared,
+        })
+    }
+
+    /// Serves or reads the store as `host` (`clawfs mount --host`), whether or not it has
+    /// joined: serving checks that it has ([`Self::lock`]).
+    pub fn as_host(mut self, host: &str) -> Result<Store, StoreError> {
+        self.host = Some(HostName::new(host)?);
+        Ok(self)
+    }
+
+    /// The host this is, in a store that hosts share.
+    pub fn host(&self) -> Option<&HostName> {
+        self.host.as_ref()
+    }
+
+    /// Whether hosts share the store.
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Where this host's own files are (its lock, `daemon.json`, audit chain, saved counts and
+    /// handles, acknowledgements): its folder in a store that hosts share, else the private
+    /// area.
+    pub fn host_dir(&self) -> PathBuf {
+        self.root.join(self.host_rel())
+    }
+
+    /// [`Self::host_dir`], relative to the store root.
+    pub fn host_rel(&self) -> PathBuf {
+        match &self.host {
+            Some(h) if self.shared => Path::new(PRIVATE_DIR)
+                .join(hosts::HOSTS_DIR)
+                .join(h.as_str()),
+            _ => PathBuf::from(PRIVATE_DIR),
+        }
+    }
+
+    /// This host's audit chain.
+    pub fn audit_dir(&self) -> PathBuf {
+        match &self.host {
+            Some(h) if self.shared => hosts::host_dir(&self.root, h).join("audit"),
+            _ => clawfs_audit::audit_dir(&self.root),
+        }
+    }
+
+    /// Checks that this daemon may serve the store: as a host that has joined when hosts
+    /// share it, as none otherwise.
+    fn check_host(&self) -> Result<(), StoreError> {
+        let joined = || -> Result<Vec<String>, StoreError> {
+            Ok(hosts::joined(&self.root)
+                .map_err(io_err(&hosts::hosts_dir(&self.root)))?
+                .into_iter()
+                .map(|j| j.name.to_string())
+                .collect())
+        };
+        match &self.host {
+            None if self.shared => Err(StoreError::HostUnnamed {
+                path: self.root.clone(),
+                joined: joined()?,
+            }),
+            None => Ok(()),
+            Some(h) if self.shared && hosts::has_joined(&self.root, h) => Ok(()),
+            Some(h) => Err(StoreError::HostNotJoined {
+                path: self.root.clone(),
+                host: h.clone(),
+                joined: joined()?,
+            }),
+        }
     }
 
     /// Makes the store root and its private area root's alone (0700), as a store made by an
@@ -264,9 +397,14 @@ impl Store {
         self.root.join(PRIVATE_DIR)
     }
 
-    /// Takes the serving lock, failing at once if another daemon holds it.
+    /// Takes the serving lock, failing at once if another daemon holds it. In a store that
+    /// hosts share, the lock is this host's, and a lease another machine renewed within
+    /// [`hosts::LEASE_TTL`] holds too (that machine's daemon may live while its lock is out of
+    /// reach).
     pub fn lock(&self) -> Result<StoreLock, StoreError> {
-        let path = self.private_dir().join("lock");
+        self.check_host()?;
+        let dir = self.host_dir();
+        let path = dir.join("lock");
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -274,36 +412,59 @@ impl Store {
             .mode(0o600)
             .open(&path)
             .map_err(io_err(&path))?;
+        let locked = || StoreError::Locked {
+            path: self.root.clone(),
+            host: self.host.clone().filter(|_| self.shared),
+            by: self.daemon_info().map(Box::new),
+        };
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(StoreError::Locked {
-                    path: self.root.clone(),
-                    by: self.daemon_info(),
-                });
+                return Err(locked());
             }
             return Err(io_err(&path)(e));
+        }
+        if self.shared {
+            let held_elsewhere = self.daemon_info().is_some_and(|d| {
+                d.boot_id.as_deref() != Some(hosts::boot_id().as_str())
+                    && d.renewed_at
+                        .is_some_and(|at| hosts::lease_holds(at, hosts::unix_now()))
+            });
+            if held_elsewhere {
+                return Err(locked());
+            }
         }
         Ok(StoreLock { _file: file })
     }
 
-    /// What the serving daemon recorded, if any.
+    /// What the serving daemon (this host's) recorded, if any.
     pub fn daemon_info(&self) -> Option<DaemonInfo> {
-        let text = fs::read_to_string(self.private_dir().join("daemon.json")).ok()?;
+        if self.shared && self.host.is_none() {
+            return None;
+        }
+        let text = fs::read_to_string(self.host_dir().join("daemon.json")).ok()?;
         serde_json::from_str(&text).ok()
     }
 
-    /// Records the serving daemon (atomically).
+    /// Records the serving daemon (atomically); in a store that hosts share, with its host,
+    /// machine and a renewed lease.
     pub fn write_daemon_info(&self, info: &DaemonInfo) -> Result<(), StoreError> {
-        let json = serde_json::to_vec_pretty(info).expect("DaemonInfo serialises");
-        atomic_write(&self.private_dir(), "daemon.json", &json, 0o644)
-            .map_err(io_err(&self.private_dir()))
+        let mut info = info.clone();
+        if self.shared {
+            info.host = self.host.clone();
+            info.machine = Some(hosts::machine_name());
+            info.boot_id = Some(hosts::boot_id());
+            info.renewed_at = Some(hosts::unix_now());
+        }
+        let json = serde_json::to_vec_pretty(&info).expect("DaemonInfo serialises");
+        let dir = self.host_dir();
+        atomic_write(&dir, "daemon.json", &json, 0o644).map_err(io_err(&dir))
     }
 
     /// Forgets the serving daemon.
     pub fn clear_daemon_info(&self) {
-        let _ = fs::remove_file(self.private_dir().join("daemon.json"));
+        let _ = fs::remove_file(self.host_dir().join("daemon.json"));
     }
 }
 

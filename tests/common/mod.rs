@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod embed_server;
+pub mod juicefs;
 pub mod postgres;
 
 use std::ffi::OsStr;

@@ -15,6 +15,7 @@ mod metrics;
 mod migrate;
 mod model;
 mod mount_discovery;
+mod multi_host;
 mod namespace;
 mod posix;
 mod refusals;

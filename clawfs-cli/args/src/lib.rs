@@ -236,11 +236,40 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<QuotaCommand>,
     },
+    /// Hosts that share the store, each running its own daemon over its own mount of a
+    /// distributed file system (JuiceFS) that holds it: join one, list them.
+    Host {
+        #[command(flatten)]
+        store: StoreArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: HostCommand,
+    },
     /// Check or reload the policy.
     Policy {
         /// What to do.
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+/// `clawfs host` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Let host NAME serve the store (`clawfs mount --host NAME`). Once one host has joined,
+    /// every daemon of the store must serve as a host that has.
+    Join {
+        /// The host: 1 to 63 of a-z, 0-9 and '-'.
+        name: String,
+        /// Also record NAME in /etc/clawfs/host, as the host this machine is.
+        #[arg(long)]
+        local: bool,
+    },
+    /// The hosts that have joined, and which daemon serves as each (its lease).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -32,9 +32,10 @@ pub struct MountArgs {
     /// ~1.6x as long); without it, only agents' execs are hooked, at no cost to other calls.
     #[arg(long)]
     pub trace_syscalls: bool,
-    /// Seconds the kernel may cache names and attributes.
-    #[arg(long, default_value_t = 10.0)]
-    pub attr_timeout: f64,
+    /// Seconds the kernel may cache names and attributes [default: 10, or 1 in a store that
+    /// hosts share, where another host's changes show after at most this long].
+    #[arg(long, value_name = "SECONDS")]
+    pub attr_timeout: Option<f64>,
     /// Do not index the workspaces (semantic_search and `clawfs search` then find nothing; for
     /// measuring indexing's cost).
     #[arg(long)]
@@ -52,6 +53,11 @@ pub struct MountArgs {
     /// recorded without it.
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Serve as this host of a store that hosts share (see `clawfs host`); default: the
+    /// CLAWFS_HOST environment variable, else the name `clawfs host join --local` recorded in
+    /// /etc/clawfs/host. A host that has not joined the store is refused.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 /// `clawfs mount --atime`.

@@ -1,5 +1,7 @@
 //! `clawfs audit verify | tail | search | key` (CLI layer): reads the trail in
 //! `<store>/.clawfs/audit` through `clawfs_audit` and prints it. Needs no running daemon.
+//! In a store that hosts share, each host writes its own chain: `verify` checks every one
+//! (and the store's chain from before the hosts joined), `tail` and `search` read this host's.
 
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
@@ -19,13 +21,14 @@ use crate::error::Failure;
 
 /// Runs one `clawfs audit` subcommand against the store at `store_root`.
 pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {
-    let dir = audit::audit_dir(store_root);
+    let store = clawfs_core::Store::open(store_root)?;
+    let dir = store.audit_dir();
     match cmd {
         AuditCommand::Verify {
             key_file,
             checkpoints,
             json,
-        } => verify(&dir, key_file.as_deref(), checkpoints, *json),
+        } => verify_store(&store, key_file.as_deref(), checkpoints, *json),
         AuditCommand::Key { out } => export_key(store_root, out),
         AuditCommand::Tail {
             n,
@@ -179,8 +182,11 @@ fn export_key(store_root: &Path, out: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-fn verify(
-    dir: &Path,
+/// `clawfs audit verify`: the store's chain, or in a store that hosts share every host's
+/// chain and the store's own from before they joined (if it has records); each is checked
+/// alone (no host waits for another to write), and all must hold.
+fn verify_store(
+    store: &clawfs_core::Store,
     key_file: Option<&Path>,
     checkpoints: &[PathBuf],
     json: bool,
@@ -189,11 +195,76 @@ fn verify(
     if !checkpoints.is_empty() && key.is_none() {
         return Err(anyhow!("--checkpoint needs --key-file").into());
     }
+    if !store.is_shared() {
+        let (out, broken) = verify(&store.audit_dir(), key.as_deref(), checkpoints, json)?;
+        if json {
+            crate::output::print_json(&out).context("writing to stdout")?;
+        }
+        return match broken {
+            None => Ok(()),
+            Some(b) => Err(Failure::Other(anyhow!("audit trail broken: {b}"))),
+        };
+    }
+    if !checkpoints.is_empty() {
+        return Err(anyhow!(
+            "--checkpoint names records of one chain, and hosts share this store: each host's chain has its own checkpoint"
+        )
+        .into());
+    }
+    let mut chains = Vec::new();
+    let before = audit::audit_dir(store.root());
+    if audit::list_files(&before).is_ok_and(|f| !f.is_empty()) {
+        chains.push((None, before));
+    }
+    for host in clawfs_core::hosts::joined(store.root()).context("listing the hosts")? {
+        let dir = clawfs_core::hosts::host_dir(store.root(), &host.name).join("audit");
+        chains.push((Some(host.name.to_string()), dir));
+    }
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for (host, dir) in chains {
+        let label = host.as_deref().map_or_else(
+            || "the store's chain from before hosts joined".to_string(),
+            |h| format!("host {h}"),
+        );
+        if !json {
+            println!("{label} ({}):", dir.display());
+        }
+        let (mut out, broken) = verify(&dir, key.as_deref(), &[], json)?;
+        if let Some(b) = broken {
+            failures.push(format!("{label}: {b}"));
+        }
+        out["host"] = host.into();
+        results.push(out);
+    }
+    if json {
+        let out = serde_json::json!({"intact": failures.is_empty(), "chains": results});
+        crate::output::print_json(&out).context("writing to stdout")?;
+    } else if failures.is_empty() {
+        println!("every chain intact ({})", results.len());
+    }
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(Failure::Other(anyhow!(
+            "audit trail broken: {}",
+            failures.join("; ")
+        ))),
+    }
+}
+
+/// Checks the chain in `dir`: its report (JSON, or printed) and where it breaks, if it does.
+fn verify(
+    dir: &Path,
+    key: Option<&[u8; 32]>,
+    checkpoints: &[PathBuf],
+    json: bool,
+) -> Result<(serde_json::Value, Option<audit::BrokenRecord>), Failure> {
     let opts = VerifyOptions {
-        key: key.as_deref(),
+        key,
         saved_checkpoints: checkpoints,
     };
     let r = audit::verify_with(dir, &opts).map_err(fail)?;
+    let mut out = serde_json::Value::Null;
     if json {
         let checkpoint = r.checkpoint.as_ref().map(|c| {
             serde_json::json!({
@@ -213,7 +284,7 @@ fn verify(
                 "detail": b.detail,
             })
         });
-        let out = serde_json::json!({
+        out = serde_json::json!({
             "intact": r.is_intact(),
             "files": r.files,
             "records": r.records,
@@ -231,7 +302,6 @@ fn verify(
             "interrupted": r.interrupted,
             "broken": broken,
         });
-        crate::output::print_json(&out).context("writing to stdout")?;
     } else {
         let mut msg = format!("{} good records in {} files", r.records, r.files);
         if let (Some(a), Some(b)) = (r.first_seq, r.last_seq) {
@@ -306,15 +376,10 @@ fn verify(
             );
         }
     }
-    match r.broken {
-        None => {
-            if !json {
-                println!("audit trail intact");
-            }
-            Ok(())
-        }
-        Some(b) => Err(Failure::Other(anyhow!("audit trail broken: {b}"))),
+    if r.broken.is_none() && !json {
+        println!("audit trail intact");
     }
+    Ok((out, r.broken))
 }
 
 /// Prints `records`; `false` when the reader went away (a closed pipe: stop quietly). Lines

@@ -20,7 +20,7 @@ const ESTOP_FILE: &str = "estop";
 /// Where the daemon acknowledges what it saw of the flag.
 const ESTOP_SEEN_FILE: &str = "estop-seen.json";
 /// How long each run group may take to empty once killed.
-const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the daemon may take to acknowledge a change.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -75,6 +75,10 @@ pub fn record(store: &Store, by: &str, reason: Option<&str>) -> Result<String, F
     });
     if let Some(reason) = reason {
         flag["reason"] = reason.into();
+    }
+    // In a store that hosts share, the other hosts' daemons stop their own agents.
+    if let Some(host) = store.host().filter(|_| store.is_shared()) {
+        flag["host"] = host.as_str().into();
     }
     let how = clawfs_store::beneath::FileMode::mode(0o600);
     store
@@ -181,7 +185,7 @@ fn signal_daemon(store: &Store) -> Result<Option<u32>, Failure> {
 
 /// Waits until the daemon says it has seen the flag `id` in force (or lifted).
 fn wait_ack(store: &Store, pid: u32, in_force: bool, id: &str) -> Result<(), Failure> {
-    let path = store.private_dir().join(ESTOP_SEEN_FILE);
+    let path = store.host_dir().join(ESTOP_SEEN_FILE);
     let deadline = Instant::now() + ACK_TIMEOUT;
     loop {
         let seen: Option<serde_json::Value> = std::fs::read(&path)

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod estop;
+pub mod host;
 pub mod identity;
 pub mod import;
 pub mod integrity;

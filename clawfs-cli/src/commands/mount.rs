@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clawfs_audit::{audit_dir, AuditLog};
+use clawfs_audit::AuditLog;
 use clawfs_core::fs::{
     invalidation_channel, ActivityLink, ActivityMonitor, Invalidation, InvalidationQueue,
 };
@@ -67,14 +67,19 @@ pub fn check_mountpoint(mp: &Path) -> Result<PathBuf, Failure> {
 
 /// Opens the store to serve: the default store is initialised on first use, as is an explicit
 /// `--store` directory that does not exist yet or is empty.
-fn open_store(path: &Path) -> Result<Store, Failure> {
+/// Opens the store to serve, as the host `--host` names if it does.
+fn open_store(path: &Path, host: Option<&str>) -> Result<Store, Failure> {
     let fresh = std::fs::read_dir(path)
         .map(|mut d| d.next().is_none())
         .unwrap_or(true);
-    match Store::open(path) {
-        Err(StoreError::NotInitialised(_)) if fresh => Ok(Store::open_or_init(path)?),
-        other => Ok(other?),
-    }
+    let store = match Store::open(path) {
+        Err(StoreError::NotInitialised(_)) if fresh => Store::open_or_init(path)?,
+        other => other?,
+    };
+    Ok(match host {
+        Some(h) => store.as_host(h)?,
+        None => store,
+    })
 }
 
 /// `clawfs mount`.
@@ -86,7 +91,10 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
         )));
     }
     let mp = check_mountpoint(&args.mountpoint)?;
-    let store = open_store(&crate::mounts::store_path(&args.store.store))?;
+    let store = open_store(
+        &crate::mounts::store_path(&args.store.store),
+        args.host.as_deref(),
+    )?;
     // Refused here, on the user's terminal, before any daemon starts (a foreground mount is
     // checked by `serve`).
     let checked = match args.foreground {
@@ -161,6 +169,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         allow_tampered_system,
         atime,
         metrics,
+        host,
     } = args;
     let mut argv: Vec<std::ffi::OsString> = vec![
         "mount".into(),
@@ -170,14 +179,18 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         store.into(),
         "--threads".into(),
         threads.to_string().into(),
-        "--attr-timeout".into(),
-        attr_timeout.to_string().into(),
         "--atime".into(),
         clap::ValueEnum::to_possible_value(atime)
             .expect("every value has a name")
             .get_name()
             .into(),
     ];
+    if let Some(host) = host {
+        argv.extend(["--host".into(), host.into()]);
+    }
+    if let Some(t) = attr_timeout {
+        argv.extend(["--attr-timeout".into(), t.to_string().into()]);
+    }
     for (on, flag) in [
         (no_passthrough, "--no-passthrough"),
         (no_audit, "--no-audit"),
@@ -196,7 +209,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
 }
 
 fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
-    let log_path = store.private_dir().join("daemon.log");
+    let log_path = store.host_dir().join("daemon.log");
     let mut log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -301,7 +314,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         warn!("the audit trail is off (--no-audit)");
         None
     } else {
-        let audit = AuditLog::builder(audit_dir(&store_root))
+        let audit = AuditLog::builder(store.audit_dir())
             .with_agent_logs(store_root.join("agents"))
             .open()
             .context("opening the audit trail")?;
@@ -341,10 +354,16 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     // filesystem first: the filesystem is built with the sending end, the session drains it.
     let (invalidations, invalidation_queue) = invalidation_channel();
     let activity = ActivityLink::default();
+    let shared = store.is_shared();
     let mut builder = ClawFs::builder(store)
         .atime(atime(args.atime))
         .cache_ttl(Duration::from_secs_f64(
-            args.attr_timeout.clamp(0.0, 3600.0),
+            args.attr_timeout
+                .unwrap_or(match shared {
+                    true => SHARED_ATTR_TIMEOUT,
+                    false => ATTR_TIMEOUT,
+                })
+                .clamp(0.0, 3600.0),
         ))
         .mountpoint(mp.to_path_buf())
         .tool_slots(usize::from(args.threads).saturating_sub(1))
@@ -412,16 +431,25 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         activity.attach(Arc::downgrade(&monitor));
         monitor
     });
-    let reopened = Store::open(&store_root)?;
-    reopened.write_daemon_info(&DaemonInfo {
+    let reopened = open_store(&store_root, args.host.as_deref())?;
+    let daemon = DaemonInfo {
         pid: std::process::id(),
         mountpoint: mp.to_path_buf(),
         version: clawfs_core::VERSION.into(),
         started_at: clawfs_store::clock::now_rfc3339(),
         passthrough: !args.no_passthrough,
-    })?;
-    info!(mountpoint = %mp.display(), store = %store_root.display(), "mounted");
-    spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.private_dir())?;
+        host: None,
+        machine: None,
+        boot_id: None,
+        renewed_at: None,
+    };
+    reopened.write_daemon_info(&daemon)?;
+    info!(mountpoint = %mp.display(), store = %store_root.display(), host = ?reopened.host(), "mounted");
+    spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.host_dir())?;
+    let reopened = Arc::new(reopened);
+    let shared = reopened
+        .is_shared()
+        .then(|| SharedWatch::new(Arc::clone(&reopened), daemon));
     // Held for as long as the session.
     let _metrics = match args.metrics {
         None => None,
@@ -435,7 +463,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             Some(server)
         }
     };
-    spawn_vault_watch(Arc::clone(&fs), agent_events.clone())?;
+    spawn_vault_watch(Arc::clone(&fs), agent_events.clone(), shared)?;
     let result = session.run();
     if let Some(events) = &agent_events {
         events.stop();
@@ -457,6 +485,11 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Seconds the kernel may cache names and attributes, by default.
+const ATTR_TIMEOUT: f64 = 10.0;
+/// The same in a store that hosts share: another host's change shows after this long.
+const SHARED_ATTR_TIMEOUT: f64 = 1.0;
+
 /// Written in the store's private folder each time the daemon has taken SIGUSR1 in
 /// (`pid count`): [`refresh_daemon`] waits for it to change.
 pub const REFRESHED_FILE: &str = "refreshed";
@@ -468,7 +501,7 @@ pub fn refresh_daemon(store: &Store) -> Result<Option<u32>, Failure> {
     let Some(d) = store.daemon_info() else {
         return Ok(None);
     };
-    let ack = store.private_dir().join(REFRESHED_FILE);
+    let ack = store.host_dir().join(REFRESHED_FILE);
     let before = std::fs::read_to_string(&ack).ok();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(d.pid as i32).ok_or_else(|| anyhow::anyhow!("bad pid"))?,
@@ -551,12 +584,16 @@ const VAULT_WATCH: Duration = Duration::from_secs(2);
 fn spawn_vault_watch(
     fs: Arc<ClawFs>,
     agent_events: Option<Arc<AgentEvents>>,
+    mut shared: Option<SharedWatch>,
 ) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("vault-watch".into())
         .spawn(move || {
             let mut was_unlocked = None;
             loop {
+                if let Some(watch) = &mut shared {
+                    watch.tick(&fs);
+                }
                 let unlocked = fs.refresh_audit_key();
                 // The mount checked the seal if the vault was unlocked then; otherwise it is
                 // checked as soon as the vault is.
@@ -578,6 +615,92 @@ fn spawn_vault_watch(
         })
         .context("starting the vault watch")?;
     Ok(())
+}
+
+/// What a daemon of a store that hosts share keeps up with, besides its own requests: no
+/// signal and no inotify event crosses hosts, so it looks every [`VAULT_WATCH`].
+struct SharedWatch {
+    store: Arc<Store>,
+    daemon: DaemonInfo,
+    /// The policy file as last seen: (inode, size, change time in ns).
+    policy: Option<(u64, u64, i128)>,
+    /// The emergency stop last acted on.
+    stop: Option<String>,
+}
+
+impl SharedWatch {
+    fn new(store: Arc<Store>, daemon: DaemonInfo) -> Self {
+        let policy = Self::policy_stamp(&store);
+        let stop = Self::stop_id(&store);
+        Self {
+            store,
+            daemon,
+            policy,
+            stop,
+        }
+    }
+
+    fn policy_stamp(store: &Store) -> Option<(u64, u64, i128)> {
+        let st = rustix::fs::statat(
+            store.root_fd(),
+            clawfs_core::fs::POLICY_FILE,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .ok()?;
+        let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
+        Some((st.st_ino, st.st_size as u64, ctime))
+    }
+
+    fn stop_id(store: &Store) -> Option<String> {
+        crate::commands::estop::read_flag(store.root())
+            .map(|f| f["id"].as_str().unwrap_or("?").to_string())
+    }
+
+    /// Renews the lease; reloads a policy another host changed; stops this host's agents for
+    /// a stop recorded on another host (the host that records one stops its own).
+    fn tick(&mut self, fs: &ClawFs) {
+        if let Err(e) = self.store.write_daemon_info(&self.daemon) {
+            warn!(error = %e, "renewing this host's lease");
+        }
+        let policy = Self::policy_stamp(&self.store);
+        if policy != self.policy {
+            self.policy = policy;
+            info!("the policy file changed (on this host or another): reloading it");
+            reload_policy(fs, &self.store.host_dir());
+        }
+        let flag = crate::commands::estop::read_flag(self.store.root());
+        let stop = flag
+            .as_ref()
+            .map(|f| f["id"].as_str().unwrap_or("?").to_string());
+        if stop == self.stop {
+            return;
+        }
+        self.stop = stop;
+        let Some(flag) = flag else { return };
+        fs.refresh_estop();
+        let mine = self.store.host().map(|h| h.as_str());
+        if flag["host"].as_str().is_some_and(|h| Some(h) == mine) {
+            return;
+        }
+        let root = std::fs::canonicalize(self.store.root())
+            .unwrap_or_else(|_| self.store.root().to_path_buf());
+        std::thread::spawn(move || {
+            let of_this_store = |run_pid: u32| {
+                clawfs_sandbox::runs::store_of_run(run_pid).is_none_or(|s| s == root)
+            };
+            match clawfs_sandbox::cgroup::kill_agent_runs(
+                crate::commands::estop::KILL_TIMEOUT,
+                of_this_store,
+            ) {
+                Ok(killed) => {
+                    for k in &killed {
+                        warn!(agent = %k.agent, group = %k.group.display(), pids = ?k.pids, empty = k.empty, "emergency stop from another host: agent killed");
+                    }
+                }
+                Err(e) => warn!(error = %e, "emergency stop from another host: killing agents"),
+            }
+        });
+    }
 }
 
 /// The vault was unlocked while the store is served: its seal of the system manifest is checked

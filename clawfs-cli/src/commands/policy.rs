@@ -170,7 +170,7 @@ pub fn apply_policy(store: &Store) -> Result<Applied, Failure> {
     let Some(daemon) = store.daemon_info() else {
         return Ok(Applied::NoDaemon);
     };
-    let status_path = store.private_dir().join(POLICY_STATUS);
+    let status_path = store.host_dir().join(POLICY_STATUS);
     let before = std::fs::read(&status_path).ok();
     // SAFETY: sending SIGHUP to the daemon recorded for this store.
     if unsafe { libc::kill(daemon.pid as i32, libc::SIGHUP) } != 0 {

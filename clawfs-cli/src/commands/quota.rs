@@ -9,7 +9,6 @@ use anyhow::{anyhow, Context};
 use clawfs_core::held::{Held, Saved};
 use clawfs_core::store::Store;
 use clawfs_policy::Quota;
-use clawfs_store::layout::PRIVATE_DIR;
 
 use crate::error::Failure;
 
@@ -122,7 +121,7 @@ fn rescan_here(store: &Store) -> Result<(), Failure> {
     let json = serde_json::to_vec(&saved).expect("usage serialises");
     store
         .write_beneath(
-            Path::new(PRIVATE_DIR),
+            &store.host_rel(),
             USAGE_FILE,
             &json,
             clawfs_store::beneath::FileMode::mode(0o600),
@@ -135,7 +134,7 @@ fn rescan_here(store: &Store) -> Result<(), Failure> {
 fn ask_daemon(store: &Store, pid: u32) -> Result<(), Failure> {
     store
         .write_beneath(
-            Path::new(PRIVATE_DIR),
+            &store.host_rel(),
             RESCAN_FILE,
             b"{}",
             clawfs_store::beneath::FileMode::mode(0o600),
@@ -151,7 +150,7 @@ fn ask_daemon(store: &Store, pid: u32) -> Result<(), Failure> {
     }
     let bar = indicatif::ProgressBar::new_spinner()
         .with_message(format!("the daemon (pid {pid}) is counting the store"));
-    let request = store.private_dir().join(RESCAN_FILE);
+    let request = store.host_dir().join(RESCAN_FILE);
     let deadline = Instant::now() + RESCAN_TIMEOUT;
     while request.exists() {
         if Instant::now() > deadline {
@@ -189,7 +188,7 @@ pub(crate) fn held_by(saved: &Saved, agent: &str) -> Held {
 
 /// The counts the serving daemon saved last (every few seconds while they change).
 pub(crate) fn read_saved(store: &Store) -> Result<Saved, Failure> {
-    let path: PathBuf = store.private_dir().join(USAGE_FILE);
+    let path: PathBuf = store.host_dir().join(USAGE_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a usage file of this version", path.display()))

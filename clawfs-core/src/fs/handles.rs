@@ -8,7 +8,6 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -189,7 +188,7 @@ impl ClawFs {
             })
             .collect();
         let json = serde_json::to_vec(&saved).expect("handles serialise");
-        let dir = Path::new(clawfs_store::layout::PRIVATE_DIR);
+        let dir = &self.store.host_rel();
         let how = clawfs_store::beneath::FileMode::mode(0o600);
         if let Err(e) = self.store.write_beneath(dir, HANDLES_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save the file handles' nodes");
@@ -199,7 +198,7 @@ impl ClawFs {
     /// Takes back the nodes an earlier daemon saved (see [`Self::save_handles_at_stop`]); a
     /// damaged entry is skipped.
     pub(super) fn load_handles(&self) {
-        let path = Path::new(clawfs_store::layout::PRIVATE_DIR).join(HANDLES_FILE);
+        let path = self.store.host_rel().join(HANDLES_FILE);
         let Some(text) = clawfs_store::beneath::read(self.store.root_fd(), &path, 256 << 20)
             .ok()
             .flatten()

@@ -384,7 +384,7 @@ impl ClawFs {
         };
         if indexer.is_some() {
             // Views left by a daemon that stopped while callers had them open.
-            let _ = std::fs::remove_dir_all(store.private_dir().join(generated::VIEWS_DIR));
+            let _ = std::fs::remove_dir_all(store.host_dir().join(generated::VIEWS_DIR));
         }
         let listings = listings::Listings::for_store(&store.private_dir());
         let fs = Self {

@@ -102,7 +102,7 @@ impl ClawFs {
     ) -> FsResult<(u64, Arc<OpenFile>)> {
         let staging = clawfs_store::beneath::create_dir_all(
             self.store.root_fd(),
-            &Path::new(clawfs_store::layout::PRIVATE_DIR).join("staging"),
+            &self.store.host_rel().join("staging"),
             0o700,
             None,
         )?;

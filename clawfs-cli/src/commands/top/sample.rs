@@ -123,7 +123,7 @@ impl Sampler {
     /// Starts watching the store at `store_root`: the trail from its end now.
     pub fn new(store_root: &Path) -> Result<Sampler, Failure> {
         let store = Store::open(store_root)?;
-        let dir = audit::audit_dir(store_root);
+        let dir = store.audit_dir();
         let follow = Follow::from_end(&dir).map_err(|e| Failure::Other(e.into()))?;
         let mut seen: HashMap<String, Seen> = HashMap::new();
         for rec in audit::tail(&dir, SEED_RECORDS)

@@ -74,7 +74,7 @@ impl ClawFs {
             self.set_estop(now.clone());
         }
         let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
-        let dir = Path::new(clawfs_store::layout::PRIVATE_DIR);
+        let dir = &self.store.host_rel();
         let acked =
             clawfs_store::beneath::read(self.store.root_fd(), &dir.join(ESTOP_SEEN_FILE), 4096)
                 .ok()

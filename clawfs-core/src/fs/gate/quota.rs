@@ -258,7 +258,7 @@ impl ClawFs {
     pub(in crate::fs) fn load_usage(&self) {
         // A stop recorded before this daemon started is in force from its first request.
         self.set_estop(self.read_estop());
-        let path = Path::new(clawfs_store::layout::PRIVATE_DIR).join(QUOTA_USAGE_FILE);
+        let path = self.store.host_rel().join(QUOTA_USAGE_FILE);
         let saved = clawfs_store::beneath::read(self.store.root_fd(), &path, 64 << 20)
             .ok()
             .flatten()
@@ -344,7 +344,7 @@ impl ClawFs {
 
     /// Runs a recomputation `clawfs quota rescan` asked for, if one is pending.
     pub fn rescan_if_asked(&self) {
-        let dir = Path::new(clawfs_store::layout::PRIVATE_DIR);
+        let dir = &self.store.host_rel();
         let Ok(Some(_)) =
             clawfs_store::beneath::read(self.store.root_fd(), &dir.join(QUOTA_RESCAN_FILE), 4096)
         else {
@@ -373,7 +373,7 @@ impl ClawFs {
     fn write_usage(&self, clean: bool) {
         let snapshot = self.gate.held.snapshot(clean);
         let json = serde_json::to_vec(&snapshot).expect("usage serialises");
-        let dir = Path::new(clawfs_store::layout::PRIVATE_DIR);
+        let dir = &self.store.host_rel();
         let how = clawfs_store::beneath::FileMode::mode(0o600);
         if let Err(e) = self.store.write_beneath(dir, QUOTA_USAGE_FILE, &json, how) {
             tracing::warn!(error = %e, "could not save quota usage");

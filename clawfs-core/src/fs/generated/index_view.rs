@@ -58,7 +58,7 @@ impl ClawFs {
             access.check(rel, clawfs_agent_tools::Access::Read).is_ok()
                 && clawfs_agent_tools::beneath::may_read(ws_fd.as_fd(), rel)
         };
-        let dir = self.store.private_dir().join(VIEWS_DIR);
+        let dir = self.store.host_dir().join(VIEWS_DIR);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

@@ -1,0 +1,266 @@
+//! Hosts that share one store: each runs its own daemon over its own mount of a distributed
+//! POSIX file system (JuiceFS) that holds the store, so the store's files are the only thing
+//! the hosts share. A store no host has joined is served by one daemon, as always.
+//!
+//! ```text
+//! <store>/.clawfs/hosts/<name>/
+//!   host.json     the host joined: when, and from which machine
+//!   lock          flock()ed by the daemon serving as this host
+//!   daemon.json   that daemon, with its lease (renewed while it serves)
+//!   audit/        this host's own audit chain
+//! ```
+//!
+//! Once one host has joined, every daemon must say which host it is (`clawfs mount --host`,
+//! `CLAWFS_HOST`, or the name `clawfs host join` left in [`LOCAL_HOST_FILE`]); a host that has
+//! not joined is refused. "Already served" is decided per host: by the host's lock while its
+//! daemon lives, and by the lease its daemon renews, which another machine's claim outlives by
+//! at most [`LEASE_TTL`].
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use clawfs_store::atomic::atomic_write;
+use clawfs_store::layout::PRIVATE_DIR;
+
+/// The folder of the private area holding one folder per joined host.
+pub const HOSTS_DIR: &str = "hosts";
+/// Where `clawfs host join` records which host this machine is, for later commands.
+pub const LOCAL_HOST_FILE: &str = "/etc/clawfs/host";
+/// The environment variable naming this machine's host (over [`LOCAL_HOST_FILE`]).
+pub const HOST_ENV: &str = "CLAWFS_HOST";
+/// How often a serving daemon renews its lease.
+pub const LEASE_RENEW: Duration = Duration::from_secs(2);
+/// How long a lease holds after its last renewal: a host whose daemon died (with its machine)
+/// can be served from another machine after this.
+pub const LEASE_TTL: Duration = Duration::from_secs(15);
+
+/// A host's name: a DNS label (`[a-z0-9][a-z0-9-]*`, at most 63 bytes), so that it is a safe
+/// file name and reads the same everywhere.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostName(String);
+
+/// Why a name is not a host name.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a host name: use 1 to 63 of a-z, 0-9 and '-', not starting with '-'")]
+pub struct BadHostName(pub String);
+
+impl HostName {
+    /// Checks `name`.
+    pub fn new(name: &str) -> Result<Self, BadHostName> {
+        let ok = !name.is_empty()
+            && name.len() <= 63
+            && !name.starts_with('-')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        match ok {
+            true => Ok(Self(name.to_string())),
+            false => Err(BadHostName(name.to_string())),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for HostName {
+    type Error = BadHostName;
+    fn try_from(s: String) -> Result<Self, BadHostName> {
+        Self::new(&s)
+    }
+}
+
+impl From<HostName> for String {
+    fn from(h: HostName) -> String {
+        h.0
+    }
+}
+
+impl std::fmt::Display for HostName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What `host.json` records.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Joined {
+    /// The host.
+    pub name: HostName,
+    /// RFC 3339 time of the join.
+    pub joined_at: String,
+    /// The machine the join was made on (its `hostname`).
+    pub joined_from: String,
+}
+
+/// The private area's folder of every host.
+pub fn hosts_dir(store_root: &Path) -> PathBuf {
+    store_root.join(PRIVATE_DIR).join(HOSTS_DIR)
+}
+
+/// The private folder of `host`.
+pub fn host_dir(store_root: &Path, host: &HostName) -> PathBuf {
+    hosts_dir(store_root).join(host.as_str())
+}
+
+/// The hosts that have joined the store at `store_root`, by name (none: the store is served
+/// by one daemon, as a store of one machine).
+pub fn joined(store_root: &Path) -> io::Result<Vec<Joined>> {
+    let dir = hosts_dir(store_root);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut hosts = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let Some(name) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| HostName::new(n).ok())
+        else {
+            continue;
+        };
+        let Ok(text) = fs::read(entry.path().join("host.json")) else {
+            continue;
+        };
+        match serde_json::from_slice::<Joined>(&text) {
+            Ok(j) if j.name == name => hosts.push(j),
+            _ => continue,
+        }
+    }
+    hosts.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(hosts)
+}
+
+/// Whether `host` has joined.
+pub fn has_joined(store_root: &Path, host: &HostName) -> bool {
+    joined(store_root).is_ok_and(|j| j.iter().any(|h| &h.name == host))
+}
+
+/// Records that `host` joins the store; `false` if it already had.
+pub fn join(store_root: &Path, host: &HostName) -> io::Result<bool> {
+    if has_joined(store_root, host) {
+        return Ok(false);
+    }
+    let dir = host_dir(store_root, host);
+    fs::create_dir_all(&dir)?;
+    let record = Joined {
+        name: host.clone(),
+        joined_at: clawfs_store::clock::now_rfc3339(),
+        joined_from: machine_name(),
+    };
+    let json = serde_json::to_vec_pretty(&record).expect("Joined serialises");
+    atomic_write(&dir, "host.json", &json, 0o644)?;
+    Ok(true)
+}
+
+/// This machine's host, as named by `explicit` (`--host`), else [`HOST_ENV`], else
+/// [`LOCAL_HOST_FILE`]; `None` when none names one.
+pub fn local_host(explicit: Option<&str>) -> Result<Option<HostName>, BadHostName> {
+    let named = match explicit {
+        Some(n) => Some(n.to_string()),
+        None => std::env::var(HOST_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| {
+                fs::read_to_string(LOCAL_HOST_FILE)
+                    .ok()
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+            }),
+    };
+    named.map(|n| HostName::new(&n)).transpose()
+}
+
+/// Records in [`LOCAL_HOST_FILE`] that this machine is `host`.
+pub fn set_local_host(host: &HostName) -> io::Result<()> {
+    let path = Path::new(LOCAL_HOST_FILE);
+    let dir = path.parent().expect("an absolute file");
+    fs::create_dir_all(dir)?;
+    atomic_write(dir, "host", format!("{host}\n").as_bytes(), 0o644)
+}
+
+/// This machine's name (`uname -n`), for the records.
+pub fn machine_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// This boot of this machine: a lease of the same boot whose daemon is gone (its lock is free)
+/// is taken over at once; another boot's holds until it expires.
+pub fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Seconds since the epoch, now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Whether a lease last renewed at `renewed_at` (seconds since the epoch) still holds at `now`.
+pub fn lease_holds(renewed_at: u64, now: u64) -> bool {
+    now.saturating_sub(renewed_at) < LEASE_TTL.as_secs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_are_dns_labels() {
+        for good in ["a", "host-b", "h1", "0"] {
+            HostName::new(good).unwrap();
+        }
+        let long = "x".repeat(64);
+        for bad in ["", "-a", "A", "a/b", "..", "a.b", "a b", long.as_str()] {
+            assert!(HostName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn joining_is_recorded_once_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join(PRIVATE_DIR)).unwrap();
+        assert!(joined(dir.path()).unwrap().is_empty());
+        let a = HostName::new("a").unwrap();
+        assert!(join(dir.path(), &a).unwrap());
+        assert!(!join(dir.path(), &a).unwrap());
+        join(dir.path(), &HostName::new("b").unwrap()).unwrap();
+        // A folder without its record, or whose record names another host, is no host.
+        fs::create_dir_all(hosts_dir(dir.path()).join("c")).unwrap();
+        fs::create_dir_all(hosts_dir(dir.path()).join("d")).unwrap();
+        fs::copy(
+            host_dir(dir.path(), &a).join("host.json"),
+            hosts_dir(dir.path()).join("d/host.json"),
+        )
+        .unwrap();
+        let names: Vec<_> = joined(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|j| j.name.to_string())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_lease_holds_for_its_ttl() {
+        let ttl = LEASE_TTL.as_secs();
+        assert!(lease_holds(100, 100));
+        assert!(lease_holds(100, 100 + ttl - 1));
+        assert!(!lease_holds(100, 100 + ttl));
+    }
+}

@@ -1,0 +1,284 @@
+//! Hosts sharing one store on a real JuiceFS volume (redis-server metadata, a file bucket),
+//! each serving it with its own ClawFS daemon over its own JuiceFS mount: who may serve, what
+//! each host writes where, and what crosses hosts without a signal (see docs/multi-host.md).
+
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::juicefs::SharedStore;
+use crate::common::{ok, text};
+
+/// Waits until `cond` holds, for at most `limit`; `what` names it if it never does.
+fn within(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    start.elapsed()
+}
+
+/// The records of the chain in `dir` (every file, in order).
+fn records(dir: &Path) -> Vec<Value> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<Value>>()
+        })
+        .collect()
+}
+
+#[test]
+fn only_hosts_that_joined_serve_and_each_host_once() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    // Unnamed, the daemon of a shared store is refused; so is a host that has not joined.
+    let out = std::process::Command::new(crate::common::clawfs_bin())
+        .env_remove("CLAWFS_HOST")
+        .arg("mount")
+        .arg(&a.mnt)
+        .arg("--store")
+        .arg(&a.store)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("is shared by hosts a, b: say which"),
+        "{}",
+        text(&out)
+    );
+    let out = a.try_mount("c");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("host c has not joined"),
+        "{}",
+        text(&out)
+    );
+    assert!(!a.store.join(".clawfs/hosts/c").exists());
+    assert!(!a.is_mounted());
+
+    a.mount();
+    b.mount();
+    // Host a again, from another mount point: refused while its daemon lives.
+    let other = s.hosts[0].volume.parent().unwrap().join("mnt-a2");
+    fs::create_dir(&other).unwrap();
+    let out = a.cli(&["mount", other.to_str().unwrap(), "--host", "a"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("host a of store") && text(&out).contains("already served"),
+        "{}",
+        text(&out)
+    );
+    let listed: Value = serde_json::from_str(&ok(b.cli(&["host", "list", "--json"]))).unwrap();
+    let by_host = |h: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["host"] == h)
+            .cloned()
+    };
+    for h in ["a", "b"] {
+        let r = by_host(h).unwrap();
+        assert_eq!(r["lease"]["holds"], true, "{r}");
+        assert_eq!(r["this_machine"], h == "b", "{r}");
+    }
+    assert!(by_host("c").is_none());
+}
+
+#[test]
+fn a_lease_another_machine_renewed_holds_until_it_expires() {
+    let s = SharedStore::new(&["a", "b"]);
+    let a = s.host("a");
+    // What a daemon of host a on another machine leaves while it serves: its lease, renewed
+    // now. Its lock is out of this machine's reach (that daemon is not here).
+    let forged = |renewed_at: u64| {
+        let lease = serde_json::json!({
+            "pid": 1, "mountpoint": "/elsewhere", "version": "0", "started_at": "",
+            "passthrough": true, "host": "a", "machine": "elsewhere",
+            "boot_id": "another-boot", "renewed_at": renewed_at,
+        });
+        fs::write(a.dir().join("daemon.json"), lease.to_string()).unwrap();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    forged(now);
+    let out = a.try_mount("a");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("on elsewhere, lease renewed"),
+        "{}",
+        text(&out)
+    );
+    // Expired (that machine died): host a is served here.
+    forged(now - 60);
+    a.mount();
+    let info: Value =
+        serde_json::from_str(&fs::read_to_string(a.dir().join("daemon.json")).unwrap()).unwrap();
+    assert_eq!(info["pid"], a.daemon_pid());
+    assert_ne!(info["boot_id"], "another-boot");
+}
+
+#[test]
+fn files_written_on_one_host_are_read_on_the_other() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    fs::write(a.path("workspaces/default/from-a.txt"), "written on a\n").unwrap();
+    // A name B has looked for and missed, many times: found once A makes it.
+    let late = b.path("workspaces/default/late.txt");
+    for _ in 0..50 {
+        assert!(fs::metadata(&late).is_err());
+    }
+    fs::write(a.path("workspaces/default/late.txt"), "late\n").unwrap();
+    // B's kernel and JuiceFS client may each keep what they saw for a second.
+    within(Duration::from_secs(5), "b sees a's files", || {
+        fs::read_to_string(b.path("workspaces/default/from-a.txt"))
+            .ok()
+            .as_deref()
+            == Some("written on a\n")
+            && fs::read_to_string(&late).ok().as_deref() == Some("late\n")
+    });
+}
+
+#[test]
+fn each_host_audits_on_its_own_chain_and_verify_checks_every_chain() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    // Refusals on B: system/ is read-only.
+    for n in ["from-b", "from-b2", "from-b3"] {
+        let err = fs::write(b.path(&format!("system/{n}")), "x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    }
+    fs::write(a.path("workspaces/default/on-a.txt"), "a\n").unwrap();
+    let chain = |h: &crate::common::juicefs::Host| h.dir().join("audit");
+    within(Duration::from_secs(10), "b's refusal on b's chain", || {
+        records(&chain(b))
+            .iter()
+            .any(|r| r["path"] == "/system/from-b" && r["result"] == "denied")
+    });
+    assert!(!records(&chain(a))
+        .iter()
+        .any(|r| r["path"] == "/system/from-b"));
+    assert!(
+        !a.store.join(".clawfs/audit").exists()
+            || records(&a.store.join(".clawfs/audit")).is_empty()
+    );
+    // Unmounted, each chain is complete on the volume.
+    a.umount();
+    b.umount();
+    let v: Value = serde_json::from_str(&ok(a.cli(&["audit", "verify", "--json"]))).unwrap();
+    assert_eq!(v["intact"], true, "{v}");
+    let hosts: Vec<_> = v["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["host"].clone())
+        .collect();
+    assert_eq!(hosts, ["a", "b"]);
+
+    // Cut a record from the middle of b's chain: verify fails, and names host b.
+    let file = fs::read_dir(chain(b))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let body = fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    assert!(lines.len() >= 3, "{body}");
+    let cut: String = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    fs::write(&file, cut).unwrap();
+    let out = a.cli(&["audit", "verify"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("host b:"), "{}", text(&out));
+}
+
+#[test]
+fn an_emergency_stop_on_one_host_stops_the_agents_of_another() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    let up = b.path("agents/fs-engine/up");
+    let script = format!("echo up > {}; exec sleep 60", up.display());
+    let mut agent = b
+        .run_command("fs-engine")
+        .args(["--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    within(Duration::from_secs(20), "the agent runs on b", || {
+        up.exists()
+    });
+    let start = Instant::now();
+    ok(a.cli(&["estop"]));
+    let status = loop {
+        if let Some(st) = agent.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the agent on b still runs 15 s after the stop on a"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status:?} {:?}", status.signal());
+    // B refuses agents' writes while the stop is in force, and says why.
+    let out = b
+        .run_command("fs-engine")
+        .args(["--no-sandbox", "--", "sh", "-c", "echo x > /dev/null"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    ok(a.cli(&["estop", "--clear"]));
+}
+
+#[test]
+fn a_policy_reloaded_on_one_host_is_reloaded_on_the_other() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    let status = b.dir().join("policy-status.json");
+    assert!(!status.exists());
+    // The admin installs an edited policy (`clawfs system update`) and reloads it on host a.
+    let mut policy = fs::read_to_string(a.store.join("system/policy.toml")).unwrap();
+    policy.push_str("\n# edited on host a\n");
+    let file = a.volume.parent().unwrap().join("policy.toml");
+    fs::write(&file, &policy).unwrap();
+    ok(a.cli(&[
+        "system",
+        "update",
+        &format!("policy.toml={}", file.display()),
+    ]));
+    ok(a.cli(&["policy", "reload"]));
+    within(Duration::from_secs(10), "b reloads the policy", || {
+        fs::read(&status)
+            .ok()
+            .and_then(|t| serde_json::from_slice::<Value>(&t).ok())
+            .is_some_and(|v| v["ok"] == true)
+    });
+}
