@@ -282,3 +282,95 @@ fn a_policy_reloaded_on_one_host_is_reloaded_on_the_other() {
             .is_some_and(|v| v["ok"] == true)
     });
 }
+
+/// A text search of the default workspace through `h`'s mount: the paths found.
+fn found(h: &crate::common::juicefs::Host, query: &str) -> Vec<String> {
+    use std::io::{Read, Write};
+    let Ok(mut f) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(h.path("tools/call/semantic_search"))
+    else {
+        return Vec::new();
+    };
+    let request = serde_json::json!({"query": query, "mode": "text"});
+    if f.write_all(request.to_string().as_bytes()).is_err() {
+        return Vec::new();
+    }
+    let mut out = String::new();
+    let _ = f.read_to_string(&mut out);
+    let v: Value = serde_json::from_str(&out).unwrap_or_default();
+    v["hits"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|h| h["path"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_dies() {
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    let limit = Duration::from_secs(40);
+    fs::write(
+        a.path("workspaces/default/alpha.md"),
+        "the kitten tracker alpha\n",
+    )
+    .unwrap();
+    fs::write(
+        b.path("workspaces/default/beta.md"),
+        "the zebra ledger beta\n",
+    )
+    .unwrap();
+    for (h, q, path) in [
+        (b, "kitten tracker", "alpha.md"),
+        (a, "kitten tracker", "alpha.md"),
+        (a, "zebra ledger", "beta.md"),
+        (b, "zebra ledger", "beta.md"),
+    ] {
+        let took = within(limit, &format!("{path} found from host {}", h.name), || {
+            found(h, q).iter().any(|p| p == path)
+        });
+        eprintln!("{path} found from host {} after {took:?}", h.name);
+    }
+    // One host writes the index at a time: exactly one holds each lease.
+    let writer_of = |h: &crate::common::juicefs::Host| {
+        fs::read_to_string(h.dir().join("daemon.log"))
+            .unwrap_or_default()
+            .contains("now writes the workspace's index")
+    };
+    assert!(
+        writer_of(a) != writer_of(b),
+        "one writer for the default workspace"
+    );
+    let (writer, other) = if writer_of(a) { (a, b) } else { (b, a) };
+
+    // The writer's daemon dies: the other host takes the index over and keeps it current.
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(writer.daemon_pid(), libc::SIGKILL) }, 0);
+    fs::write(
+        other.path("workspaces/default/gamma.md"),
+        "the walrus almanac gamma\n",
+    )
+    .unwrap();
+    let took = within(limit, "gamma.md found after the writer died", || {
+        found(other, "walrus almanac")
+            .iter()
+            .any(|p| p == "gamma.md")
+    });
+    eprintln!("gamma.md found from host {} after {took:?}", other.name);
+    assert!(writer_of(other));
+    // The dead host comes back: its lock is free, its lease of this boot is taken over.
+    writer.umount();
+    writer.mount();
+    within(limit, "the returning host finds gamma.md", || {
+        found(writer, "walrus almanac")
+            .iter()
+            .any(|p| p == "gamma.md")
+    });
+}

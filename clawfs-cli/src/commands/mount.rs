@@ -341,7 +341,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             None
         }
         Some(embedder) => {
-            let ix = clawfs_search::Indexer::new(&store_root, embedder, true)
+            // In a store that hosts share, one host at a time writes each index.
+            let leases = store.host().filter(|_| store.is_shared()).map(|h| {
+                clawfs_search::Leases::new(
+                    h.as_str(),
+                    &store.private_dir().join("index"),
+                    &store.host_dir(),
+                )
+            });
+            let ix = clawfs_search::Indexer::with_leases(&store_root, embedder, true, leases)
                 .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
             // Changes made while unmounted, or behind the daemon's back.
             if let Err(e) = ix.rescan_all() {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::config::{EmbedderConfig, SearchConfig};
 use super::embed::{BuiltinModel, Embedder, HashingEmbedder, RemoteClient};
 use super::hnsw::HnswParams;
+use super::lease::Leases;
 use super::workspace::{is_managed, IndexFiles, WorkspaceIndex};
 use super::SearchError;
 
@@ -150,6 +151,8 @@ struct Shared {
     applied: std::sync::atomic::AtomicU64,
     /// When each workspace's last change was applied.
     last_indexed: Mutex<HashMap<String, std::time::SystemTime>>,
+    /// In a store that hosts share: which workspaces' indexes this host writes.
+    leases: Option<Leases>,
 }
 
 /// Every workspace's index and the thread that keeps them current.
@@ -165,6 +168,17 @@ impl Indexer {
         store_root: &Path,
         embedder: EmbedderChoice,
         background: bool,
+    ) -> Result<Arc<Indexer>, SearchError> {
+        Self::with_leases(store_root, embedder, background, None)
+    }
+
+    /// [`Self::new`] for one host of a store that hosts share: it writes the indexes whose
+    /// lease it holds and searches replicas of the others ([`crate::lease`]).
+    pub fn with_leases(
+        store_root: &Path,
+        embedder: EmbedderChoice,
+        background: bool,
+        leases: Option<Leases>,
     ) -> Result<Arc<Indexer>, SearchError> {
         let root = rustix::fs::open(
             store_root,
@@ -196,6 +210,7 @@ impl Indexer {
             queued: Default::default(),
             applied: Default::default(),
             last_indexed: Mutex::default(),
+            leases,
         });
         let indexer = Arc::new(Indexer {
             shared: Arc::clone(&shared),
@@ -265,28 +280,29 @@ impl Indexer {
 
     /// The workspaces of the store.
     pub fn workspace_names(&self) -> Result<Vec<String>, SearchError> {
-        let dir = clawfs_store::beneath::open_dir(self.shared.workspaces.as_fd(), Path::new("."))
-            .map_err(|e| SearchError::io("listing workspaces/", e))?;
-        let mut names = Vec::new();
-        let mut it = rustix::fs::Dir::read_from(&dir)
-            .map_err(|e| SearchError::io("listing workspaces/", e.into()))?;
-        while let Some(Ok(ent)) = it.read() {
-            if ent.file_type() != rustix::fs::FileType::Directory {
-                continue;
-            }
-            if let Ok(n) = ent.file_name().to_str() {
-                if clawfs_store::names::check_system_name(std::ffi::OsStr::new(n)).is_ok() {
-                    names.push(n.to_string());
-                }
-            }
-        }
-        names.sort();
-        Ok(names)
+        workspace_names_of(&self.shared)
     }
 
-    /// The index of `workspace` (opened on first use).
+    /// The index of `workspace` to search (opened on first use): in a store that hosts
+    /// share, a replica of it unless this host writes it.
     pub fn index(&self, workspace: &str) -> Result<Arc<WorkspaceIndex>, SearchError> {
-        open_index(&self.shared, workspace).map(|(ix, _)| ix)
+        match &self.shared.leases {
+            Some(leases) if !leases.holds(workspace) => {
+                let ws = workspace_fd(&self.shared, workspace)?;
+                let (dim, params) = workspace_settings(&ws);
+                leases.replica(workspace, |dir| {
+                    let (ix, _) = WorkspaceIndex::open(
+                        workspace,
+                        &IndexFiles::private(dir)?,
+                        dim,
+                        params,
+                        self.shared.embedder.for_dimension(dim),
+                    )?;
+                    Ok(Arc::new(ix))
+                })
+            }
+            _ => open_index(&self.shared, workspace).map(|(ix, _)| ix),
+        }
     }
 
     /// The folder of `workspace`, by descriptor beneath the store.
@@ -338,6 +354,27 @@ impl Indexer {
             }
         }
     }
+}
+
+/// The workspaces of the store.
+fn workspace_names_of(shared: &Shared) -> Result<Vec<String>, SearchError> {
+    let dir = clawfs_store::beneath::open_dir(shared.workspaces.as_fd(), Path::new("."))
+        .map_err(|e| SearchError::io("listing workspaces/", e))?;
+    let mut names = Vec::new();
+    let mut it = rustix::fs::Dir::read_from(&dir)
+        .map_err(|e| SearchError::io("listing workspaces/", e.into()))?;
+    while let Some(Ok(ent)) = it.read() {
+        if ent.file_type() != rustix::fs::FileType::Directory {
+            continue;
+        }
+        if let Ok(n) = ent.file_name().to_str() {
+            if clawfs_store::names::check_system_name(std::ffi::OsStr::new(n)).is_ok() {
+                names.push(n.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The workspace folder `workspace`, by descriptor beneath the store.
@@ -416,8 +453,16 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             true => RETRY_UNEMBEDDED,
             false => SAVE_QUIET,
         };
+        let wait = match &shared.leases {
+            Some(_) => wait.min(crate::lease::LOOK_EVERY),
+            None => wait,
+        };
+        if let Some(leases) = &shared.leases {
+            look_at_leases(shared, leases, &mut unsaved);
+        }
         let first = match rx.recv_timeout(wait) {
             Ok(c) => c,
+            Err(RecvTimeoutError::Timeout) if shared.leases.is_some() => continue,
             Err(RecvTimeoutError::Timeout) if unsaved.is_empty() => {
                 retry_unembedded(shared);
                 continue;
@@ -483,6 +528,47 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             unsaved_since = None;
         }
     }
+}
+
+/// In a store that hosts share: takes the leases of workspaces whose holder is gone and
+/// catches their indexes up, rescans the workspaces other hosts changed, publishes what
+/// changed, and saves graphs and retries embeddings as a store of one host does when idle.
+fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<String>) {
+    leases.mark_pending();
+    let names = match workspace_names_of(shared) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing workspaces");
+            return;
+        }
+    };
+    for ws in names {
+        if shared.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        let taken = leases.hold(&ws);
+        let stale = match taken {
+            None => continue,
+            Some(just_taken) => leases.changed_elsewhere(&ws) || just_taken,
+        };
+        if stale {
+            if let Err(e) = apply(
+                shared,
+                &Change::Rescan {
+                    workspace: ws.clone(),
+                },
+                unsaved,
+            ) {
+                tracing::warn!(workspace = %ws, error = %e, "indexing other hosts' changes");
+            }
+        }
+    }
+    for ws in leases.due() {
+        if let Ok((ix, _)) = open_index(shared, &ws) {
+            leases.publish(&ix);
+        }
+    }
+    save_graphs(shared, unsaved);
 }
 
 /// Saves the graphs of the workspaces in `unsaved`, and empties it.
@@ -574,6 +660,24 @@ fn apply(
     change: &Change,
     touched: &mut BTreeSet<String>,
 ) -> Result<(), SearchError> {
+    if let Some(leases) = &shared.leases {
+        let ws = change.workspace();
+        match leases.hold(ws) {
+            // Another host writes this index: it rescans what this host's agents changed.
+            None => {
+                leases.mark_changed(ws);
+                return Ok(());
+            }
+            // Taken over just now: the index catches up with every host's changes.
+            Some(true) if !matches!(change, Change::Rescan { .. }) => {
+                let rescan = Change::Rescan {
+                    workspace: ws.to_string(),
+                };
+                return apply(shared, &rescan, touched);
+            }
+            Some(_) => leases.changed(ws),
+        }
+    }
     match change {
         Change::File { rel, .. } | Change::Tree { rel, .. } if is_managed(rel) => Ok(()),
         Change::File { workspace, rel } => {

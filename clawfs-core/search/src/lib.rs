@@ -22,12 +22,14 @@ pub mod hnsw;
 pub mod import;
 pub mod index;
 pub mod indexer;
+pub mod lease;
 pub mod quality;
 mod rank;
 pub mod snapshot;
 pub mod workspace;
 
 pub use indexer::{Change, EmbedderChoice, Indexer};
+pub use lease::Leases;
 pub use workspace::{Answer, Hit, Mode, Query, WorkspaceIndex};
 
 /// Default vector dimension of a workspace (P1.4 §4.4).

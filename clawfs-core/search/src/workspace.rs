@@ -193,6 +193,35 @@ impl WorkspaceIndex {
         Ok((index, fresh))
     }
 
+    /// Writes a consistent copy of the database to `to` (replaced atomically): what hosts
+    /// that do not write this index search ([`crate::indexer`]). The vectors are in it; each
+    /// host builds its own graph from them.
+    pub fn publish(&self, to: &Path) -> Result<(), SearchError> {
+        let dir = to.parent().unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(
+            ".publish-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let db = self
+            .db
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done = db
+            .connection()
+            .execute("VACUUM INTO ?1", [tmp.to_string_lossy()])
+            .map_err(SearchError::from)
+            .and_then(|_| {
+                std::fs::rename(&tmp, to).map_err(|e| SearchError::io("publishing the index", e))
+            });
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done
+    }
+
     /// The saved graph if it matches the database's generation, else one rebuilt from it.
     fn load_graph(
         files: &IndexFiles,
