@@ -350,9 +350,42 @@ fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_di
     );
     let (writer, other) = if writer_of(a) { (a, b) } else { (b, a) };
 
-    // The writer's daemon dies: the other host takes the index over and keeps it current.
+    // The writer's daemon dies while an admin writes through it: the other host takes the
+    // index over and keeps it current, and every write the dead daemon acknowledged is there.
+    let dir = writer.path("workspaces/default/burst");
+    fs::create_dir(&dir).unwrap();
+    let writing = std::thread::spawn(move || {
+        let mut acknowledged = Vec::new();
+        for i in 0.. {
+            let body = format!("file {i}\n").repeat(100);
+            match fs::write(dir.join(format!("f{i}")), &body) {
+                Ok(()) => acknowledged.push((i, body)),
+                Err(_) => break,
+            }
+        }
+        acknowledged
+    });
+    std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) of the daemon this test started.
     assert_eq!(unsafe { libc::kill(writer.daemon_pid(), libc::SIGKILL) }, 0);
+    let acknowledged = writing.join().unwrap();
+    assert!(
+        acknowledged.len() > 5,
+        "{} writes before the kill",
+        acknowledged.len()
+    );
+    within(
+        limit,
+        "every acknowledged write, read on the other host",
+        || {
+            acknowledged.iter().all(|(i, body)| {
+                fs::read_to_string(other.path(&format!("workspaces/default/burst/f{i}")))
+                    .ok()
+                    .as_ref()
+                    == Some(body)
+            })
+        },
+    );
     fs::write(
         other.path("workspaces/default/gamma.md"),
         "the walrus almanac gamma\n",
