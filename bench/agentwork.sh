@@ -7,17 +7,20 @@
 # on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB quota (2.9 GB written), which must
 # never be refused. Prints a markdown table: per-step medians and the median of per-round ratios.
 # `--quota unlimited --cycles 0` times the day with the agent's writes by passthrough (no byte
-# quota), which also runs on builds without `clawfs quota`.
+# quota), which also runs on builds without `clawfs quota`. `--juicefs BIN` puts the store and
+# the other side on a JuiceFS volume instead (redis-server metadata on a free port, a file
+# bucket on the loop ext4), the store joined as host h1: ClawFS over JuiceFS against JuiceFS
+# alone.
 #
 #   bash bench/agentwork.sh [--clawfs-bin BIN] [--rounds N] [--workdir DIR] [--cycles N]
-#                           [--quota SIZE|unlimited]
+#                           [--quota SIZE|unlimited] [--juicefs BIN]
 #
 # Run as root. Without --clawfs-bin it builds target/release/clawfs first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB
+bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB juicefs=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         --clawfs-bin) bin=$2; shift 2 ;;
@@ -25,7 +28,8 @@ while [[ $# -gt 0 ]]; do
         --workdir) work=$2; shift 2 ;;
         --cycles) cycles=$2; shift 2 ;;
         --quota) quota=$2; shift 2 ;;
-        -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+        --juicefs) juicefs=$2; shift 2 ;;
+        -h|--help) sed -n 2,16p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -34,9 +38,36 @@ bin=$(release_clawfs "$bin")
 AGENT_UID=61006
 
 rm -rf "$work"; mkdir -p "$work/fs"
-trap 'take_down "$bin" "$work"' EXIT
+redis_port="" base=$work/fs
+finish() {
+    set +e
+    unmount_clawfs "$bin" "$work/fs/mnt" 2>/dev/null
+    # The daemon's log outlives the run, for what went wrong.
+    for log in "$base/store/.clawfs/daemon.log" "$base/store/.clawfs/hosts/h1/daemon.log"; do
+        [[ -f $log ]] && cp "$log" "$work.daemon.log"
+    done
+    if [[ -n $juicefs ]] && is_mounted "$work/fs/jfs"; then
+        "$juicefs" umount "$work/fs/jfs" >&2 || umount -l "$work/fs/jfs"
+    fi
+    [[ -z $redis_port ]] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1
+    take_down "$bin" "$work"
+}
+trap finish EXIT
 journaled_loop "$work/fs.img" 16G "$work/fs"
 echo "loop device $LOOPDEV (direct I/O $LOOP_DIO)" >&2
+# Where both sides work: the loop ext4, or a JuiceFS volume whose bucket is on it.
+base=$work/fs other=native
+if [[ -n $juicefs ]]; then
+    redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$work/fs/redis" "$work/fs/bucket" "$work/fs/jcache" "$work/fs/jfs"
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$work/fs/redis" --daemonize yes --logfile "$work/fs/redis/log"
+    meta=redis://127.0.0.1:$redis_port/1
+    for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    "$juicefs" format --storage file --bucket "$work/fs/bucket/" "$meta" bench --no-update >&2
+    "$juicefs" mount -d --no-usage-report --cache-dir "$work/fs/jcache" "$meta" "$work/fs/jfs" >&2
+    base=$work/fs/jfs other="JuiceFS alone"
+fi
 
 # ---- inputs, made once by root ----------------------------------------------------------
 inputs=$work/fs/inputs
@@ -83,13 +114,19 @@ rm -rf "$inputs/nm"
 chmod -R a+rX "$inputs"
 
 # ---- both sides -----------------------------------------------------------------------
-native=$work/fs/native
+native=$base/native
 mkdir -p "$native/home"
 chown -R "$AGENT_UID:$AGENT_UID" "$native"
-store=$work/fs/store mnt=$work/fs/mnt
+store=$base/store mnt=$work/fs/mnt
 mkdir -p "$mnt"
 "$bin" init --store "$store" >&2
-"$bin" mount "$mnt" --store "$store" >&2
+host_args=()
+if [[ -n $juicefs ]]; then
+    "$bin" host join h1 --store "$store" >&2
+    host_args=(--host h1)
+    export CLAWFS_HOST=h1  # for the commands below that find the daemon
+fi
+"$bin" mount "$mnt" --store "$store" "${host_args[@]}" >&2
 policy=$work/policy.toml
 sed "s/^\[agents\.fs-engine\]\$/[agents.fs-engine]\nquota = { bytes = \"$quota\" }/" \
     "$store/system/policy.toml" > "$policy"
@@ -147,7 +184,7 @@ cyc_s=$(( ($(date +%s%N) - cyc) / 1000000 ))
 sleep 3  # the daemon saves its counts every 2 s
 held=$("$bin" quota --store "$store" --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(a["bytes"] for a in d["agents"] if a["agent"]=="fs-engine"))' 2>/dev/null || echo 0)
 
-python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" <<'PY'
+python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" "$other" <<'PY'
 import sys, statistics
 rows = [l.split() for l in open(sys.argv[1])]
 steps = ["clone", "make", "commit", "gc", "rm_clone", "untar", "rm_untar"]
@@ -155,7 +192,7 @@ t = {}
 for side, rnd, step, ms in rows:
     t[(side, int(rnd), step)] = int(ms) / 1000
 rounds = int(sys.argv[2])
-print(f"| step | native (s) | ClawFS, sandboxed agent (s) | ratio (median of {rounds} rounds) |")
+print(f"| step | {sys.argv[6]} (s) | ClawFS, sandboxed agent (s) | ratio (median of {rounds} rounds) |")
 print("|---|---:|---:|---:|")
 logs = []
 for s in steps:

@@ -551,6 +551,10 @@ fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<Strin
             None => continue,
             Some(just_taken) => leases.changed_elsewhere(&ws) || just_taken,
         };
+        if !leases.is_published(&ws) {
+            // For a host that joins later.
+            leases.changed(&ws);
+        }
         if stale {
             if let Err(e) = apply(
                 shared,

@@ -3,8 +3,10 @@
 //! workspace's index has a lease: an exclusive `flock` on `writer.lock` in its folder, which
 //! JuiceFS holds cluster-wide and lets go when the holder's process (or, after its session
 //! expires, its machine) dies. The holder indexes the workspace, as a store of one host does,
-//! and publishes a consistent copy of the database (`published.db`) at most every
-//! [`PUBLISH_EVERY`]. Every other host:
+//! and, while another host has joined, publishes a consistent copy of the database
+//! (`published.db`) after changes: at most every [`PUBLISH_EVERY`], and never spending more
+//! than a [`PUBLISH_SHARE`] of its time at it (a large index is published less often). Every
+//! other host:
 //! - searches a replica of that copy in its own folder, taken again when a newer one is
 //!   published (its graph is built from the copy's vectors);
 //! - tells the holder what its agents changed by touching `changed-by-<host>`, which makes
@@ -25,6 +27,9 @@ use super::workspace::WorkspaceIndex;
 pub const PUBLISHED: &str = "published.db";
 /// How often the holder publishes a changed index, at most.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(2);
+/// The holder waits this many times as long as its last publication took before the next:
+/// each copies the whole database, which on a network file system costs object writes.
+pub const PUBLISH_SHARE: u32 = 20;
 /// How often hosts look at leases, markers and copies.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// The file whose lock is the lease.
@@ -55,8 +60,10 @@ pub struct Leases {
     /// each holder last saw each marker.
     marked: Mutex<HashMap<String, (Instant, bool)>>,
     seen: Mutex<HashMap<PathBuf, SystemTime>>,
-    /// Workspaces changed since published, and when each was last published.
-    unpublished: Mutex<HashMap<String, Option<Instant>>>,
+    /// Workspaces changed since published, and when each was last published and how long
+    /// that took.
+    unpublished: Mutex<HashMap<String, Option<(Instant, Duration)>>>,
+    published: Mutex<HashMap<String, (Instant, Duration)>>,
     replicas: Mutex<HashMap<String, Replica>>,
 }
 
@@ -71,6 +78,7 @@ impl Leases {
             marked: Mutex::default(),
             seen: Mutex::default(),
             unpublished: Mutex::default(),
+            published: Mutex::default(),
             replicas: Mutex::default(),
         }
     }
@@ -94,6 +102,14 @@ impl Leases {
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return None;
+        }
+        // Copies a holder was making when it died.
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(".publish-") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
         }
         tracing::info!(workspace, host = %self.host, "this host now writes the workspace's index");
         held.insert(workspace.to_string(), file);
@@ -192,23 +208,46 @@ impl Leases {
 
     /// Records that this host changed `workspace`'s index, to publish.
     pub fn changed(&self, workspace: &str) {
+        let last = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(workspace)
+            .copied();
         self.unpublished
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(workspace.to_string())
-            .or_insert(None);
+            .or_insert(last);
     }
 
-    /// The workspaces to publish now, each changed since it was published and last published
-    /// at least [`PUBLISH_EVERY`] ago.
+    /// Whether another host has joined the store (someone to publish for).
+    fn others(&self) -> bool {
+        let hosts = self.index_root.with_file_name("hosts");
+        std::fs::read_dir(hosts).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name() != self.host.as_str() && e.path().join("host.json").exists())
+        })
+    }
+
+    /// The workspaces to publish now: changed since published, and past the wait since the
+    /// last publication ([`PUBLISH_EVERY`], [`PUBLISH_SHARE`]). None while no other host has
+    /// joined; they are published once one has.
     pub fn due(&self) -> Vec<String> {
         let mut unpublished = self
             .unpublished
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if unpublished.is_empty() || !self.others() {
+            return Vec::new();
+        }
         let due: Vec<String> = unpublished
             .iter()
-            .filter(|(_, at)| at.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY))
+            .filter(|(_, last)| {
+                last.is_none_or(|(at, took)| {
+                    at.elapsed() >= PUBLISH_EVERY.max(took * PUBLISH_SHARE)
+                })
+            })
             .map(|(w, _)| w.clone())
             .collect();
         for w in &due {
@@ -220,13 +259,26 @@ impl Leases {
     /// Publishes `index` (this host holds its lease).
     pub fn publish(&self, index: &WorkspaceIndex) {
         let to = self.index_root.join(index.name()).join(PUBLISHED);
-        match index.publish(&to) {
-            Ok(()) => tracing::debug!(workspace = index.name(), "index published"),
+        let started = Instant::now();
+        let done = index.publish(&to);
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(index.name().to_string(), (started, started.elapsed()));
+        match done {
+            Ok(()) => {
+                tracing::debug!(workspace = index.name(), took = ?started.elapsed(), "index published")
+            }
             Err(e) => {
                 tracing::warn!(workspace = index.name(), error = %e, "publishing the index");
                 self.changed(index.name());
             }
         }
+    }
+
+    /// Whether `workspace`'s index has a published copy.
+    pub fn is_published(&self, workspace: &str) -> bool {
+        self.index_root.join(workspace).join(PUBLISHED).exists()
     }
 
     /// The replica of `workspace`'s published index this host searches, taken again when a

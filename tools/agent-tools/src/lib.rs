@@ -20,7 +20,7 @@ pub mod error;
 mod fsops;
 pub mod limits;
 mod patch;
-mod paths;
+pub mod paths;
 pub mod perms;
 mod registry;
 mod schema;

@@ -107,6 +107,23 @@ pub(crate) fn show(rel: &str) -> String {
     }
 }
 
+/// The components of a `/`-separated path once `.` and empty ones are dropped and each `..`
+/// takes back the one before it; `None` when a `..` climbs above the start. The one lexical
+/// reading of a tool path, shared by the tools and by the daemon's audit of their calls.
+pub fn lexical_components(path: &str) -> Option<Vec<&str>> {
+    let mut out = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop()?;
+            }
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
 impl ToolRoot {
     /// Lexical normalization of a request path into components. Refuses NUL bytes and `..` above
     /// the root; strips aliases of the root and a leading `/`.
@@ -135,21 +152,12 @@ impl ToolRoot {
                 }
             }
         }
-        let mut out: Vec<String> = Vec::new();
-        for c in s.split('/') {
-            match c {
-                "" | "." => {}
-                ".." => {
-                    if out.pop().is_none() {
-                        return Err(ToolError::Denied(format!(
-                            "'{input}' climbs above the workspace root with '..'. Paths are relative to the workspace root; use one inside it."
-                        )));
-                    }
-                }
-                other => out.push(other.to_string()),
-            }
-        }
-        Ok(out)
+        let parts = lexical_components(s).ok_or_else(|| {
+            ToolError::Denied(format!(
+                "'{input}' climbs above the workspace root with '..'. Paths are relative to the workspace root; use one inside it."
+            ))
+        })?;
+        Ok(parts.into_iter().map(String::from).collect())
     }
 
     /// Walks `input` from the root as described in the module doc.

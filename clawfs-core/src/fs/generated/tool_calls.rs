@@ -491,18 +491,9 @@ fn namespace_target(ws: &str, raw: &str, mount: Option<&str>) -> String {
         _ if raw.starts_with('/') => return raw.to_string(),
         _ => raw,
     };
-    let mut parts: Vec<&str> = Vec::new();
-    for c in rel.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return raw.to_string();
-                }
-            }
-            c => parts.push(c),
-        }
-    }
+    let Some(parts) = clawfs_agent_tools::paths::lexical_components(rel) else {
+        return raw.to_string();
+    };
     match parts.is_empty() {
         true => ws.to_string(),
         false => format!("{ws}/{}", parts.join("/")),
