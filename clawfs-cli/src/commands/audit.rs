@@ -21,14 +21,25 @@ use crate::error::Failure;
 
 /// Runs one `clawfs audit` subcommand against the store at `store_root`.
 pub fn run(store_root: &Path, cmd: &AuditCommand) -> Result<(), Failure> {
-    let store = clawfs_core::Store::open(store_root)?;
-    let dir = store.audit_dir();
+    let store = match clawfs_core::Store::open(store_root) {
+        Ok(s) => Some(s),
+        // A copy of a trail (a folder with `.clawfs/audit` alone) reads as a store of one host.
+        Err(clawfs_core::store::StoreError::NotInitialised(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let dir = store.as_ref().map_or_else(
+        || audit::audit_dir(store_root),
+        clawfs_core::Store::audit_dir,
+    );
     match cmd {
         AuditCommand::Verify {
             key_file,
             checkpoints,
             json,
-        } => verify_store(&store, key_file.as_deref(), checkpoints, *json),
+        } => match store.as_ref().filter(|s| s.is_shared()) {
+            Some(shared) => verify_hosts(shared, key_file.as_deref(), checkpoints, *json),
+            None => verify_one(&dir, key_file.as_deref(), checkpoints, *json),
+        },
         AuditCommand::Key { out } => export_key(store_root, out),
         AuditCommand::Tail {
             n,
@@ -182,11 +193,9 @@ fn export_key(store_root: &Path, out: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `clawfs audit verify`: the store's chain, or in a store that hosts share every host's
-/// chain and the store's own from before they joined (if it has records); each is checked
-/// alone (no host waits for another to write), and all must hold.
-fn verify_store(
-    store: &clawfs_core::Store,
+/// `clawfs audit verify` of one chain: the store's, in a store of one host.
+fn verify_one(
+    dir: &Path,
     key_file: Option<&Path>,
     checkpoints: &[PathBuf],
     json: bool,
@@ -195,16 +204,26 @@ fn verify_store(
     if !checkpoints.is_empty() && key.is_none() {
         return Err(anyhow!("--checkpoint needs --key-file").into());
     }
-    if !store.is_shared() {
-        let (out, broken) = verify(&store.audit_dir(), key.as_deref(), checkpoints, json)?;
-        if json {
-            crate::output::print_json(&out).context("writing to stdout")?;
-        }
-        return match broken {
-            None => Ok(()),
-            Some(b) => Err(Failure::Other(anyhow!("audit trail broken: {b}"))),
-        };
+    let (out, broken) = verify(dir, key.as_deref(), checkpoints, json)?;
+    if json {
+        crate::output::print_json(&out).context("writing to stdout")?;
     }
+    match broken {
+        None => Ok(()),
+        Some(b) => Err(Failure::Other(anyhow!("audit trail broken: {b}"))),
+    }
+}
+
+/// `clawfs audit verify` in a store that hosts share: every host's chain and the store's own
+/// from before they joined (if it has records); each is checked alone (no host waits for
+/// another to write), and all must hold.
+fn verify_hosts(
+    store: &clawfs_core::Store,
+    key_file: Option<&Path>,
+    checkpoints: &[PathBuf],
+    json: bool,
+) -> Result<(), Failure> {
+    let key = key_file.map(read_key).transpose()?.map(Zeroizing::new);
     if !checkpoints.is_empty() {
         return Err(anyhow!(
             "--checkpoint names records of one chain, and hosts share this store: each host's chain has its own checkpoint"
