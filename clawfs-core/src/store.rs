@@ -304,10 +304,8 @@ impl Store {
 
     /// This host's audit chain.
     pub fn audit_dir(&self) -> PathBuf {
-        match &self.host {
-            Some(h) if self.shared => hosts::host_dir(&self.root, h).join("audit"),
-            _ => clawfs_audit::audit_dir(&self.root),
-        }
+        // In a store of one host this is `clawfs_audit::audit_dir`, the private area's.
+        self.host_dir().join("audit")
     }
 
     /// Checks that this daemon may serve the store: as a host that has joined when hosts
