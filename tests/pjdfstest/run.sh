@@ -4,7 +4,7 @@
 #   tests/pjdfstest/run.sh [CLAWFS_BIN] [extra pjdfstest args...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${1:-$here/../../target/debug/clawfs}
+bin=$(realpath "${1:-$here/../../target/debug/clawfs}")
 shift || true
 command -v pjdfstest >/dev/null || { echo "pjdfstest not installed (cargo install pjdfstest --locked)" >&2; exit 2; }
 # pjdfstest switches to these users.
@@ -16,7 +16,10 @@ work=$(mktemp -d /tmp/cpjd.XXXXXX)
 chmod 755 "$work"
 cleanup() {
   cd /
-  "$bin" umount "$work/m" >/dev/null 2>&1 || umount -l "$work/m" 2>/dev/null || true
+  # Through clawfs, which waits for the daemon to finish writing into the store: a bare
+  # `umount -l` returns while it still does, and the removal below would race it. Lazily, as
+  # a process a test left behind may still hold the mount.
+  "$bin" umount --lazy "$work/m" >/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
