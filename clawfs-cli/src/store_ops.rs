@@ -35,7 +35,7 @@ pub fn installed_policy(store: &Store) -> Result<clawfs_policy::Policy, Failure>
 /// seal covers (`system/`, the signed books): a set-up vault that is locked refuses the change,
 /// which could not be sealed. `None`: the store has no vault, nothing is sealed.
 pub fn sealing_key(store: &Store) -> Result<Option<[u8; 32]>, Failure> {
-    seal::key_of(store.root()).map_err(|e| match e {
+    seal::key_of(store.root(), store.vault_config()).map_err(|e| match e {
         clawfs_vault::VaultError::Locked => Failure::Other(anyhow!(
             "the vault is locked: changes to system/, specs/ and tools/ are sealed with its key; unlock it first (`clawfs vault unlock`)"
         )),

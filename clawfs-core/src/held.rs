@@ -40,7 +40,7 @@ pub struct Held {
 }
 
 /// A change to what an owner holds.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delta {
     /// Bytes added (negative: given back).
     pub bytes: i64,
@@ -71,6 +71,12 @@ impl Delta {
             bytes: new as i64 - old as i64,
             files: 0,
         }
+    }
+
+    /// Adds `d` to this change.
+    pub fn add(&mut self, d: Delta) {
+        self.bytes = self.bytes.saturating_add(d.bytes);
+        self.files = self.files.saturating_add(d.files);
     }
 }
 
@@ -103,9 +109,54 @@ pub struct Saved {
     pub by_uid: HashMap<u32, Held>,
     /// The agent each uid belongs to.
     pub agents: HashMap<u32, String>,
+    /// In a store that hosts share: the epoch of the store's count ([`Across`]) that
+    /// `changes` follow; 0 in a store of one host.
+    #[serde(default)]
+    pub epoch: u64,
+    /// In a store that hosts share: what this host's daemon changed since that count, by
+    /// owner uid. `by_uid` is then the whole store's usage as this host sees it.
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub changes: HashMap<u32, Delta>,
     /// Changed since saved (not saved).
     #[serde(skip)]
     pub dirty: bool,
+    /// In a store that hosts share: the count and the other hosts' changes `by_uid` sums.
+    #[serde(skip)]
+    pub across: Across,
+}
+
+/// The parts of a shared store's usage that come from elsewhere: the store's count at an
+/// epoch, and the changes other hosts saved since it. What an owner holds is the count plus
+/// every host's changes.
+#[derive(Debug, Default, Clone)]
+pub struct Across {
+    /// The count, by owner uid.
+    pub base: HashMap<u32, Held>,
+    /// The other hosts' changes since the count, summed, by owner uid.
+    pub others: HashMap<u32, Delta>,
+}
+
+impl Across {
+    /// What each owner holds: the count plus `own` and the other hosts' changes.
+    pub fn totals(&self, own: &HashMap<u32, Delta>) -> HashMap<u32, Held> {
+        let mut sum: HashMap<u32, Delta> = HashMap::new();
+        for (uid, h) in &self.base {
+            sum.entry(*uid).or_default().add(Delta {
+                bytes: h.bytes.min(i64::MAX as u64) as i64,
+                files: h.files.min(i64::MAX as u64) as i64,
+            });
+        }
+        for (uid, d) in own.iter().chain(&self.others) {
+            sum.entry(*uid).or_default().add(*d);
+        }
+        sum.into_iter()
+            .map(|(uid, d)| {
+                let mut held = Held::default();
+                held.apply(d);
+                (uid, held)
+            })
+            .collect()
+    }
 }
 
 /// The format of [`Saved`].
@@ -132,6 +183,9 @@ impl HeldUsage {
         }
         let mut s = self.lock();
         s.by_uid.entry(uid).or_default().apply(d);
+        if s.epoch != 0 {
+            s.changes.entry(uid).or_default().add(d);
+        }
         s.dirty = true;
     }
 
@@ -257,8 +311,48 @@ impl HeldUsage {
             clean,
             by_uid: s.by_uid.clone(),
             agents: s.agents.clone(),
+            epoch: s.epoch,
+            changes: s.changes.clone(),
             dirty: false,
+            across: Across::default(),
         }
+    }
+
+    /// Counts, in a store that hosts share, the store's count of `epoch` plus this host's
+    /// `own` changes since it plus the other hosts' (`across`), learning the agents of
+    /// `agents`. A new epoch (a recount, here or on another host) drops `own`: the count
+    /// holds them. Growth checked from now on sees the other hosts' as last saved.
+    pub fn share(
+        &self,
+        epoch: u64,
+        own: Option<HashMap<u32, Delta>>,
+        across: Across,
+        agents: HashMap<u32, String>,
+    ) {
+        let mut s = self.lock();
+        if s.epoch != epoch {
+            s.epoch = epoch;
+            s.changes.clear();
+            s.dirty = true;
+        }
+        if let Some(own) = own {
+            s.changes = own;
+        }
+        let totals = across.totals(&s.changes);
+        // Saved when the view moves, so the host's file shows what it checks against.
+        s.dirty |= totals != s.by_uid;
+        s.by_uid = totals;
+        s.across = across;
+        for (uid, agent) in agents {
+            if uid != 0 {
+                s.agents.entry(uid).or_insert(agent);
+            }
+        }
+    }
+
+    /// The epoch of the store's count these usages follow (0: a store of one host).
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
     }
 
     /// Whether anything changed since the last [`Self::snapshot`].
@@ -515,6 +609,46 @@ mod tests {
     use super::*;
     use rustix::fs::{Mode, OFlags};
     use std::os::unix::fs::chown;
+
+    fn held(bytes: u64, files: u64) -> Held {
+        Held { bytes, files }
+    }
+
+    #[test]
+    fn a_shared_count_adds_every_hosts_changes_and_a_new_epoch_drops_this_ones() {
+        let usage = HeldUsage::default();
+        usage.learn(1000, "a1");
+        let across = |others: i64| Across {
+            base: HashMap::from([(1000, held(100, 2))]),
+            others: HashMap::from([(
+                1000,
+                Delta {
+                    bytes: others,
+                    files: 0,
+                },
+            )]),
+        };
+        usage.share(1, Some(HashMap::new()), across(50), HashMap::new());
+        assert_eq!(usage.of_agent("a1"), held(150, 2));
+        // This host's change is its own, and in the total.
+        usage.apply(1000, Delta::created(30));
+        assert_eq!(usage.of_agent("a1"), held(180, 3));
+        assert_eq!(usage.snapshot(false).changes[&1000], Delta::created(30));
+        // The other hosts saved more: read again, the total follows; this host's stay.
+        usage.share(
+            1,
+            None,
+            across(-150),
+            HashMap::from([(2000, "a2".to_string())]),
+        );
+        assert_eq!(usage.of_agent("a1"), held(0, 3), "never below zero");
+        assert_eq!(usage.agent_of(2000).as_deref(), Some("a2"));
+        // A recount elsewhere (epoch 2) holds this host's changes: they are dropped.
+        usage.share(2, None, across(0), HashMap::new());
+        assert_eq!(usage.of_agent("a1"), held(100, 2));
+        assert!(usage.snapshot(false).changes.is_empty());
+        assert_eq!(usage.epoch(), 2);
+    }
 
     #[test]
     fn a_rescan_counts_each_inode_once_by_owner() {

@@ -52,13 +52,7 @@ pub struct BadHostName(pub String);
 impl HostName {
     /// Checks `name`.
     pub fn new(name: &str) -> Result<Self, BadHostName> {
-        let ok = !name.is_empty()
-            && name.len() <= 63
-            && !name.starts_with('-')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        match ok {
+        match clawfs_store::names::is_host_name(name) {
             true => Ok(Self(name.to_string())),
             false => Err(BadHostName(name.to_string())),
         }

@@ -302,6 +302,22 @@ impl Store {
         }
     }
 
+    /// How this host opens the store's vault: as itself when hosts share the store (its own
+    /// grant of the master key and keyring, and a host key file on its own disk rather than
+    /// in the store, which every host reads: `clawfs_vault::hosts`).
+    pub fn vault_config(&self) -> clawfs_vault::VaultConfig {
+        let host = self
+            .host
+            .as_ref()
+            .filter(|_| self.shared)
+            .map(HostName::as_str);
+        clawfs_vault::VaultConfig {
+            host: host.map(str::to_string),
+            host_key_path: host.map(clawfs_vault::hosts::local_key_file),
+            ..Default::default()
+        }
+    }
+
     /// This host's audit chain.
     pub fn audit_dir(&self) -> PathBuf {
         // In a store of one host this is `clawfs_audit::audit_dir`, the private area's.

@@ -407,3 +407,224 @@ fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_di
             .any(|p| p == "gamma.md")
     });
 }
+
+/// What `h`'s daemon last saved of the bytes uid `uid` holds in the whole store (its view,
+/// which it checks growth against).
+fn held_as_seen_by(h: &crate::common::juicefs::Host, uid: u32) -> u64 {
+    fs::read(h.dir().join("quota-usage.json"))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Value>(&t).ok())
+        .and_then(|v| v["by_uid"][uid.to_string()]["bytes"].as_u64())
+        .unwrap_or(0)
+}
+
+/// `clawfs quota --json` as `h`: the bytes `agent` holds.
+fn quota_bytes(h: &crate::common::juicefs::Host, agent: &str) -> u64 {
+    let v: Value = serde_json::from_str(&ok(h.cli(&["quota", "--json"]))).unwrap();
+    v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent"] == agent)
+        .and_then(|a| a["bytes"].as_u64())
+        .unwrap()
+}
+
+#[test]
+fn an_agents_quota_counts_what_it_holds_across_hosts() {
+    const UID: u32 = 61006;
+    const MB: u64 = 1_000_000;
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    // fs-engine may hold 3 MB in the whole store.
+    let policy = fs::read_to_string(a.store.join("system/policy.toml")).unwrap();
+    let tight = policy.replace(
+        "[agents.fs-engine]\nuid = 61006\ngid = 61006\n",
+        "[agents.fs-engine]\nuid = 61006\ngid = 61006\nquota = { bytes = 3000000 }\n",
+    );
+    assert_ne!(tight, policy, "the default policy changed shape");
+    let file = a.volume.parent().unwrap().join("tight.toml");
+    fs::write(&file, &tight).unwrap();
+    ok(a.cli(&[
+        "system",
+        "update",
+        &format!("policy.toml={}", file.display()),
+    ]));
+    a.mount();
+    b.mount();
+    let write = |h: &crate::common::juicefs::Host, name: &str| {
+        let target = h.path(&format!("agents/fs-engine/{name}"));
+        let script = format!("head -c 2000000 /dev/zero > {}", target.display());
+        let out = h
+            .run_command("fs-engine")
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        (out.status.success(), text(&out))
+    };
+    // 2 MB on host a: within the quota.
+    let (written, out) = write(a, "on-a");
+    assert!(written, "{out}");
+    // Host b's daemon learns of it from a's saved changes, and checks against the total.
+    within(Duration::from_secs(15), "b counts a's growth", || {
+        held_as_seen_by(b, UID) >= 2 * MB
+    });
+    let (written, out) = write(b, "on-b");
+    assert!(!written, "2 MB more on b passed the 3 MB quota: {out}");
+    assert!(out.contains("Disk quota exceeded"), "{out}");
+    // Both hosts show the same total.
+    let on_a = quota_bytes(a, "fs-engine");
+    assert!((2 * MB..=3 * MB).contains(&on_a), "{on_a}");
+    within(Duration::from_secs(15), "b shows a's total", || {
+        quota_bytes(b, "fs-engine") == quota_bytes(a, "fs-engine")
+    });
+    // Removed on b (a's file, and what b's refused write had put in its own), given back on
+    // a: a's daemon lets the agent write there again.
+    fs::remove_file(b.path("agents/fs-engine/on-a")).unwrap();
+    fs::remove_file(b.path("agents/fs-engine/on-b")).unwrap();
+    within(Duration::from_secs(15), "a counts b's removals", || {
+        held_as_seen_by(a, UID) < MB / 10
+    });
+    let (written, out) = write(a, "again-on-a");
+    assert!(written, "{out}");
+    // A recount on b starts a new count, which a follows without counting anything twice.
+    // (b counts what its view of the volume shows: a's file, once b's caches let it see it.)
+    let on_b_volume = b.store.join("agents/fs-engine/again-on-a");
+    within(Duration::from_secs(15), "b's volume shows a's file", || {
+        fs::metadata(&on_b_volume).is_ok_and(|m| m.len() == 2 * MB)
+    });
+    ok(b.cli(&["quota", "rescan"]));
+    let total = quota_bytes(b, "fs-engine");
+    assert!((2 * MB..3 * MB).contains(&total), "{total}");
+    within(Duration::from_secs(15), "a follows b's recount", || {
+        let a_view = held_as_seen_by(a, UID);
+        (2 * MB..3 * MB).contains(&a_view) && quota_bytes(a, "fs-engine") == total
+    });
+    let (written, out) = write(b, "over-on-b");
+    assert!(!written, "{out}");
+}
+
+/// `clawfs vault ARGS --store STORE` as host `h`, with `stdin` and the vault passphrase `pass`.
+fn vault_as(
+    h: &crate::common::juicefs::Host,
+    args: &[&str],
+    stdin: &str,
+    pass: Option<&str>,
+) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut c = Command::new(crate::common::clawfs_bin());
+    c.env_remove("LD_LIBRARY_PATH")
+        .env_remove("CLAWFS_VAULT_PASSPHRASE")
+        .env("CLAWFS_HOST", &h.name)
+        .arg("vault")
+        .args(args)
+        .arg("--store")
+        .arg(&h.store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(p) = pass {
+        c.env("CLAWFS_VAULT_PASSPHRASE", p);
+    }
+    // Each host's own key files are on its own disk, never on the shared volume.
+    c.env(
+        "CLAWFS_VAULT_KEY_DIR",
+        h.volume.parent().unwrap().join(format!("keys-{}", h.name)),
+    );
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Locks every host's vault keyring when the test ends, pass or fail.
+struct LockAll<'a>(Vec<&'a crate::common::juicefs::Host>);
+impl Drop for LockAll<'_> {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            let _ = vault_as(h, &["lock"], "", None);
+        }
+    }
+}
+
+#[test]
+fn a_host_reads_secrets_with_its_own_seal_once_a_host_with_the_key_adds_it() {
+    const PASS: &str = "host b's own passphrase";
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    let _locks = LockAll(vec![a, b]);
+    // Host a creates the vault: its key file seals the master key.
+    ok(vault_as(a, &["init", "--sealer", "host-key"], "", None));
+    ok(vault_as(a, &["put", "db-password"], "hunter2\n", None));
+    ok(vault_as(
+        a,
+        &["grant", "fs-engine", "db-password"],
+        "",
+        None,
+    ));
+    a.mount();
+    b.mount();
+    let read_on_b = || {
+        let script = format!("cat {}", b.path("vault/secrets/db-password").display());
+        let out = b
+            .run_command("fs-engine")
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        text(&out)
+    };
+    // Host b has no key: its agent's read fails, and so does unlocking there.
+    assert!(!read_on_b().contains("hunter2"));
+    let out = vault_as(b, &["unlock"], "", Some(PASS));
+    assert!(!out.status.success(), "{}", text(&out));
+    // b makes its own key pair, sealed by its passphrase; a has not granted it yet.
+    let made = ok(vault_as(
+        b,
+        &["host-key", "--sealer", "passphrase"],
+        "",
+        Some(PASS),
+    ));
+    let out = vault_as(b, &["unlock"], "", Some(PASS));
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("clawfs vault add-host b"),
+        "{}",
+        text(&out)
+    );
+    // An admin on a, where the vault is unlocked, adds b: the fingerprints agree.
+    let added = ok(vault_as(a, &["add-host", "b"], "", None));
+    let fingerprint = |s: &str| {
+        s.split_whitespace()
+            .find(|w| w.len() == 16 && w.bytes().all(|c| c.is_ascii_hexdigit()))
+            .map(str::to_string)
+    };
+    assert_eq!(fingerprint(&made), fingerprint(&added), "{made} / {added}");
+    // b unlocks with its own passphrase (a wrong one fails) and its agent reads the secret.
+    assert!(!vault_as(b, &["unlock"], "", Some("wrong")).status.success());
+    ok(vault_as(b, &["unlock"], "", Some(PASS)));
+    within(
+        Duration::from_secs(10),
+        "b's agent reads the secret",
+        || read_on_b().starts_with("hunter2"),
+    );
+    let status = ok(vault_as(a, &["status"], "", None));
+    assert!(
+        status.contains("host b:") && status.contains("granted generation 1"),
+        "{status}"
+    );
+    // A rotation on a gives b the new key: b unlocks again and still reads.
+    let rotated = ok(vault_as(a, &["rotate"], "", None));
+    assert!(rotated.contains("rotated"), "{rotated}");
+    ok(vault_as(b, &["lock"], "", None));
+    ok(vault_as(b, &["unlock"], "", Some(PASS)));
+    within(
+        Duration::from_secs(10),
+        "b reads after the rotation",
+        || read_on_b().starts_with("hunter2"),
+    );
+}

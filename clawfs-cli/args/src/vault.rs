@@ -11,7 +11,8 @@ pub enum SealerArg {
     Tpm,
     /// An admin passphrase (PBKDF2-HMAC-SHA256, 600,000 iterations).
     Passphrase,
-    /// A root-only key file, `<store>/.clawfs/host.key`.
+    /// A root-only key file: `<store>/.clawfs/host.key`, or on a host of a store that hosts
+    /// share `/etc/clawfs/vault-HOST.key` (the folder: CLAWFS_VAULT_KEY_DIR).
     HostKey,
 }
 
@@ -82,6 +83,28 @@ pub enum VaultCommand {
     },
     /// Re-encrypt every secret under a new master key; archive the old one for 30 days.
     Rotate,
+    /// On a host of a store that hosts share: create this host's key pair for the vault, its
+    /// private half sealed here (default: TPM if reachable, else passphrase if
+    /// CLAWFS_VAULT_PASSPHRASE is set, else a key file). Prints the fingerprint an admin
+    /// compares before `add-host` on a host that has the master key.
+    HostKey {
+        /// Which sealer protects this host's private key.
+        #[arg(long, value_enum)]
+        sealer: Option<SealerArg>,
+        /// TPM TCTI, e.g. `device:/dev/tpmrm0` or `swtpm:host=127.0.0.1,port=2321`.
+        #[arg(long)]
+        tcti: Option<String>,
+        /// The host key file (host-key sealer; default /etc/clawfs/vault-HOST.key, outside the
+        /// shared store; the folder: CLAWFS_VAULT_KEY_DIR).
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
+    },
+    /// Give HOST the master key, wrapped to the key it made with `host-key` (run on a host
+    /// where the vault is unlocked). Prints the fingerprint granted to.
+    AddHost {
+        /// The host.
+        host: String,
+    },
     /// TPM sealer: accept the vault's current state as its latest (a backup put back on purpose,
     /// a lost TPM rollback counter) and unlock; every other copy is refused from then on.
     RebindCounter,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use chrono::SecondsFormat;
 use clawfs_audit::{self as audit, AuditError, AuditRecord, Filter, Outcome, VerifyOptions};
-use clawfs_vault::{Vault, VaultConfig};
+use clawfs_vault::Vault;
 use zeroize::Zeroizing;
 
 use clawfs_args::audit::{AuditCommand, FilterArgs};
@@ -166,8 +166,10 @@ fn read_key(path: &Path) -> Result<[u8; 32], Failure> {
 
 /// Writes the vault's audit key, as 64 hex digits and a newline, to a new file `out` (0600).
 fn export_key(store_root: &Path, out: &Path) -> Result<(), Failure> {
-    let vault = Vault::open(store_root, VaultConfig::default())
-        .map_err(|e| anyhow!("opening the vault: {e}"))?;
+    let config = clawfs_core::store::Store::open(store_root)
+        .map(|s| s.vault_config())
+        .unwrap_or_default();
+    let vault = Vault::open(store_root, config).map_err(|e| anyhow!("opening the vault: {e}"))?;
     let key = Zeroizing::new(vault.audit_key().ok_or_else(|| {
         anyhow!(
             "the vault is locked or not set up: the audit key is derived from its master key; \

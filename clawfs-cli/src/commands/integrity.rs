@@ -10,7 +10,7 @@ use clawfs_integrity::seal;
 use clawfs_integrity::signers::{self, Signers, SIGNERS_FILE};
 use clawfs_integrity::specs::{Approved, SpecBook, Status};
 use clawfs_integrity::system::{self, Verification};
-use clawfs_vault::{Vault, VaultConfig};
+use clawfs_vault::Vault;
 
 use clawfs_args::integrity::{SpecsCommand, SystemCommand, ToolsCommand};
 
@@ -24,7 +24,7 @@ fn now() -> String {
 /// The signing key of `signer`, from the vault.
 fn signing_key(store: &Store, signer: &str) -> Result<signers::SigningKey, Failure> {
     signers::check_signer_name(signer).map_err(refused)?;
-    let vault = Vault::open(store.root(), VaultConfig::default()).map_err(|e| anyhow!(e))?;
+    let vault = Vault::open(store.root(), store.vault_config()).map_err(|e| anyhow!(e))?;
     let secret = vault.get(&signers::vault_secret(signer)).map_err(|e| {
         anyhow!(
             "the signing key of {signer} (vault secret {}): {e}",
@@ -58,8 +58,7 @@ pub fn specs(root: &Path, cmd: &SpecsCommand) -> Result<(), Failure> {
             trusted
                 .add(signer, &key.verifying_key(), &now())
                 .map_err(refused)?;
-            let vault =
-                Vault::open(store.root(), VaultConfig::default()).map_err(|e| anyhow!(e))?;
+            let vault = Vault::open(store.root(), store.vault_config()).map_err(|e| anyhow!(e))?;
             vault
                 .put(&signers::vault_secret(signer), key.as_bytes())
                 .map_err(|e| anyhow!("storing the private key in the vault: {e}"))?;
@@ -268,7 +267,9 @@ pub fn system(root: &Path, cmd: &SystemCommand) -> Result<(), Failure> {
     let w = |e: std::io::Error| Failure::Other(anyhow!(e));
     match cmd {
         SystemCommand::Verify { json } => {
-            let (verdict, sealed) = seal::verify(store.root(), store.root_fd()).map_err(refused)?;
+            let (verdict, sealed) =
+                seal::verify(store.root(), store.vault_config(), store.root_fd())
+                    .map_err(refused)?;
             if sealed == seal::SealCheck::Locked {
                 eprintln!(
                     "clawfs: the vault is locked: the manifest's seal and the signed books' marks were not checked"

@@ -124,7 +124,7 @@ pub fn mount(args: &MountArgs) -> Result<(), Failure> {
 fn check_system(store: &Store, allow: bool) -> Result<Option<String>, Failure> {
     use clawfs_integrity::seal::{self, SealCheck};
     use clawfs_integrity::system::{self, Verification};
-    let (verdict, sealed) = seal::verify(store.root(), store.root_fd())
+    let (verdict, sealed) = seal::verify(store.root(), store.vault_config(), store.root_fd())
         .map_err(|e| anyhow::anyhow!("checking system/ against its manifest: {e}"))?;
     if sealed == SealCheck::Locked {
         // Checked by the daemon when the vault is unlocked.
@@ -717,7 +717,7 @@ impl SharedWatch {
 fn check_seal_at_unlock(fs: &ClawFs) {
     use clawfs_integrity::{seal, system};
     let store = fs.store();
-    let differences = match seal::verify(store.root(), store.root_fd()) {
+    let differences = match seal::verify(store.root(), store.vault_config(), store.root_fd()) {
         Ok((system::Verification::Tampered(d), seal::SealCheck::Checked)) => d,
         Ok(_) => return,
         Err(e) => {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use clawfs_core::held::{Held, Saved};
+use clawfs_core::shared_usage;
 use clawfs_core::store::Store;
 use clawfs_policy::Quota;
 
@@ -111,13 +112,18 @@ fn rescan_here(store: &Store) -> Result<(), Failure> {
         .context("counting the store")?;
     bar.finish();
     let previous = read_saved(store).unwrap_or_default();
-    let saved = Saved {
+    let mut saved = Saved {
         version: clawfs_core::held::FORMAT,
         clean: true,
         by_uid,
         agents: previous.agents,
-        dirty: false,
+        ..Saved::default()
     };
+    if store.is_shared() {
+        // The store's next count; this host has changed nothing since.
+        saved.epoch = shared_usage::write_count(store, saved.by_uid.clone(), saved.agents.clone())
+            .context("saving the count")?;
+    }
     let json = serde_json::to_vec(&saved).expect("usage serialises");
     store
         .write_beneath(
@@ -186,8 +192,14 @@ pub(crate) fn held_by(saved: &Saved, agent: &str) -> Held {
     held
 }
 
-/// The counts the serving daemon saved last (every few seconds while they change).
+/// The counts the serving daemon saved last (every few seconds while they change); in a store
+/// that hosts share, the store's count plus every host's changes since.
 pub(crate) fn read_saved(store: &Store) -> Result<Saved, Failure> {
+    if store.is_shared() {
+        let view = shared_usage::read_view(store, store.host())
+            .context("reading the hosts' quota usage")?;
+        return Ok(view.map(|v| v.totals()).unwrap_or_default());
+    }
     let path: PathBuf = store.host_dir().join(USAGE_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)

@@ -49,9 +49,16 @@ fn passphrase(confirm: bool) -> Result<Zeroizing<String>, Failure> {
     Ok(p)
 }
 
-/// The passphrase if this vault's sealer needs one.
+/// The passphrase if this vault's sealer needs one: this host's own key's sealer when it has
+/// one (a store that hosts share), else the master key's.
 fn passphrase_if_needed(vault: &Vault) -> Result<Option<Zeroizing<String>>, Failure> {
-    match vault.status().map_err(fail)?.sealer {
+    let st = vault.status().map_err(fail)?;
+    let own = st
+        .hosts
+        .iter()
+        .find(|h| Some(&h.host) == vault.config().host.as_ref())
+        .map(|h| h.sealer);
+    match own.unwrap_or(st.sealer) {
         Some(SealerKind::Passphrase) => passphrase(false).map(Some),
         _ => Ok(None),
     }
@@ -59,12 +66,10 @@ fn passphrase_if_needed(vault: &Vault) -> Result<Option<Zeroizing<String>>, Fail
 
 /// Runs one `clawfs vault` command on the store at `store_root`.
 pub fn run(store_root: &Path, cmd: &VaultCommand) -> Result<(), Failure> {
-    run_with(
-        store_root,
-        cmd,
-        VaultConfig::default(),
-        &mut io::stdout().lock(),
-    )
+    let config = clawfs_core::store::Store::open(store_root)
+        .map(|s| s.vault_config())
+        .unwrap_or_default();
+    run_with(store_root, cmd, config, &mut io::stdout().lock())
 }
 
 /// [`run`] with a vault configuration and an output stream (tests).
@@ -81,6 +86,14 @@ pub fn run_with(
         }
         config.pcrs = pcrs.clone();
     }
+    if let VaultCommand::HostKey { tcti, key_file, .. } = cmd {
+        if tcti.is_some() {
+            config.tcti = tcti.clone();
+        }
+        if key_file.is_some() {
+            config.host_key_path = key_file.clone();
+        }
+    }
     if let VaultCommand::Unlock { timeout } = cmd {
         config.unlock_timeout = *timeout;
     }
@@ -92,17 +105,7 @@ pub fn run_with(
     let vault = Vault::open(store_root, config).map_err(fail)?;
     match cmd {
         VaultCommand::Init { sealer, .. } => {
-            let choice = match sealer {
-                None => SealerChoice::Auto,
-                Some(SealerArg::Tpm) => SealerChoice::Kind(SealerKind::Tpm),
-                Some(SealerArg::Passphrase) => SealerChoice::Kind(SealerKind::Passphrase),
-                Some(SealerArg::HostKey) => SealerChoice::Kind(SealerKind::HostKey),
-            };
-            let pass = match sealer {
-                Some(SealerArg::Passphrase) => Some(passphrase(true)?),
-                None => std::env::var(PASSPHRASE_ENV).ok().map(Zeroizing::new),
-                _ => None,
-            };
+            let (choice, pass) = sealer_choice(*sealer)?;
             let st = vault
                 .init(choice, pass.as_deref().map(|s| s.as_str()))
                 .map_err(fail)?;
@@ -171,7 +174,11 @@ pub fn run_with(
             // The seal is checked under the old key, and made again under the new one.
             let before = clawfs_core::store::Store::open(store_root)
                 .ok()
-                .and_then(|s| clawfs_integrity::seal::key_of(s.root()).ok().flatten());
+                .and_then(|s| {
+                    clawfs_integrity::seal::key_of(s.root(), s.vault_config())
+                        .ok()
+                        .flatten()
+                });
             let pass = passphrase_if_needed(&vault)?;
             let r = vault
                 .rotate(pass.as_deref().map(|s| s.as_str()), &|_| {})
@@ -194,6 +201,31 @@ pub fn run_with(
                 writeln!(out, "{sealed}").map_err(w)?;
             }
         }
+        VaultCommand::HostKey { sealer, .. } => {
+            let host = vault.config().host.clone().ok_or_else(|| {
+                anyhow!("no host: this store is not shared by hosts, or this host is unnamed (CLAWFS_HOST, /etc/clawfs/host)")
+            })?;
+            let (choice, pass) = sealer_choice(*sealer)?;
+            let public = vault
+                .create_host_key(&host, choice, pass.as_deref().map(|s| s.as_str()))
+                .map_err(fail)?;
+            writeln!(
+                out,
+                "host {host}: vault key {} created; on a host where the vault is unlocked, check \
+                 this fingerprint and run `clawfs vault add-host {host}`",
+                public.fingerprint
+            )
+            .map_err(w)?;
+        }
+        VaultCommand::AddHost { host } => {
+            let public = vault.add_host(host).map_err(fail)?;
+            writeln!(
+                out,
+                "host {host} given the master key, wrapped to its key {}",
+                public.fingerprint
+            )
+            .map_err(w)?;
+        }
         VaultCommand::RebindCounter => {
             let st = vault.rebind_counter(None).map_err(fail)?;
             writeln!(out, "vault state accepted as the latest; {}", describe(&st)).map_err(w)?;
@@ -201,6 +233,25 @@ pub fn run_with(
         VaultCommand::Grant { .. } | VaultCommand::Revoke { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// The sealer `--sealer` picks, and the passphrase it needs (the passphrase sealer asks for
+/// one, twice on a terminal; with no choice, `CLAWFS_VAULT_PASSPHRASE` if set picks it).
+fn sealer_choice(
+    sealer: Option<SealerArg>,
+) -> Result<(SealerChoice, Option<Zeroizing<String>>), Failure> {
+    let choice = match sealer {
+        None => SealerChoice::Auto,
+        Some(SealerArg::Tpm) => SealerChoice::Kind(SealerKind::Tpm),
+        Some(SealerArg::Passphrase) => SealerChoice::Kind(SealerKind::Passphrase),
+        Some(SealerArg::HostKey) => SealerChoice::Kind(SealerKind::HostKey),
+    };
+    let pass = match sealer {
+        Some(SealerArg::Passphrase) => Some(passphrase(true)?),
+        None => std::env::var(PASSPHRASE_ENV).ok().map(Zeroizing::new),
+        _ => None,
+    };
+    Ok((choice, pass))
 }
 
 /// One line about the vault's state.
@@ -240,6 +291,19 @@ pub fn describe(st: &VaultStatus) -> String {
         s.push_str(&format!(
             "; an interrupted rotation ({r}) will be finished by the next unlock or rotate"
         ));
+    }
+    for h in &st.hosts {
+        let sealer = h.sealer.map_or("?", |k| k.as_str());
+        match h.granted_generation {
+            Some(g) => s.push_str(&format!(
+                "\nhost {}: key {} sealed by {sealer}, granted generation {g}",
+                h.host, h.fingerprint
+            )),
+            None => s.push_str(&format!(
+                "\nhost {}: key {} sealed by {sealer}, not granted yet",
+                h.host, h.fingerprint
+            )),
+        }
     }
     s
 }

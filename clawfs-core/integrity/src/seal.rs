@@ -151,18 +151,22 @@ pub enum SealCheck {
 }
 
 /// The vault's key for sealing, or why there is none: `Err` when a set-up vault is locked or
-/// unreadable.
-pub fn key_of(root: &Path) -> Result<Option<[u8; 32]>, clawfs_vault::VaultError> {
-    clawfs_vault::Vault::open(root, clawfs_vault::VaultConfig::default())?.integrity_key()
+/// unreadable. `config`: how this host opens the vault.
+pub fn key_of(
+    root: &Path,
+    config: clawfs_vault::VaultConfig,
+) -> Result<Option<[u8; 32]>, clawfs_vault::VaultError> {
+    clawfs_vault::Vault::open(root, config)?.integrity_key()
 }
 
 /// [`system::verify`], and with the vault unlocked the seal and the marks too.
 pub fn verify(
     root: &Path,
+    config: clawfs_vault::VaultConfig,
     fd: BorrowedFd<'_>,
 ) -> Result<(system::Verification, SealCheck), IntegrityError> {
     let verdict = system::verify(fd)?;
-    let key = match key_of(root) {
+    let key = match key_of(root, config) {
         Ok(Some(key)) => key,
         // A sealed manifest without its vault: the seal cannot hold.
         Ok(None) if system::load(fd)?.is_some_and(|m| m.seal.is_some()) => {

@@ -448,6 +448,8 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
     // Workspaces whose graph changed since it was saved, and since when.
     let mut unsaved = BTreeSet::new();
     let mut unsaved_since = None;
+    // When the last batch was indexed.
+    let mut last_batch = Instant::now();
     loop {
         let wait = match unsaved.is_empty() {
             true => RETRY_UNEMBEDDED,
@@ -462,7 +464,16 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
         }
         let first = match rx.recv_timeout(wait) {
             Ok(c) => c,
-            Err(RecvTimeoutError::Timeout) if shared.leases.is_some() => continue,
+            // Leases are looked at every second; graphs are saved by the same rule as in a
+            // store of one host, not at each look: a save rewrites the whole graph file, which
+            // on a shared volume is new objects every time.
+            Err(RecvTimeoutError::Timeout) if shared.leases.is_some() => {
+                if !unsaved.is_empty() && last_batch.elapsed() >= SAVE_QUIET {
+                    save_graphs(shared, &mut unsaved);
+                    unsaved_since = None;
+                }
+                continue;
+            }
             Err(RecvTimeoutError::Timeout) if unsaved.is_empty() => {
                 retry_unembedded(shared);
                 continue;
@@ -521,6 +532,7 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             }
         }
         shared.applied.fetch_add(taken, Ordering::Relaxed);
+        last_batch = Instant::now();
         if !unsaved.is_empty()
             && unsaved_since.get_or_insert_with(Instant::now).elapsed() >= SAVE_AT_LEAST_EVERY
         {
@@ -531,8 +543,8 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
 }
 
 /// In a store that hosts share: takes the leases of workspaces whose holder is gone and
-/// catches their indexes up, rescans the workspaces other hosts changed, publishes what
-/// changed, and saves graphs and retries embeddings as a store of one host does when idle.
+/// catches their indexes up, rescans the workspaces other hosts changed, and publishes what
+/// changed.
 fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<String>) {
     leases.mark_pending();
     let names = match workspace_names_of(shared) {
@@ -572,7 +584,6 @@ fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<Strin
             leases.publish(&ix);
         }
     }
-    save_graphs(shared, unsaved);
 }
 
 /// Saves the graphs of the workspaces in `unsaved`, and empties it.

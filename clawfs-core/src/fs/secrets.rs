@@ -12,7 +12,7 @@ use crate::error::{FsError, FsResult};
 use crate::generated_files::{Exchange, GeneratedHandle, GeneratedNode};
 use clawfs_audit::AuditEvent;
 use clawfs_policy::{Access, Identity, NsPath};
-use clawfs_vault::{Vault, VaultConfig};
+use clawfs_vault::Vault;
 
 fn secret_path(name: &str) -> FsResult<NsPath> {
     Ok(NsPath::parse(&format!("/vault/secrets/{name}"))?)
@@ -23,7 +23,8 @@ impl ClawFs {
         if let Some(v) = self.vault.get() {
             return Ok(v);
         }
-        let v = Vault::open(self.store.root(), VaultConfig::default()).map_err(FsError::Vault)?;
+        let v =
+            Vault::open(self.store.root(), self.store.vault_config()).map_err(FsError::Vault)?;
         Ok(self.vault.get_or_init(|| v))
     }
 

@@ -112,6 +112,17 @@ pub fn check_snapshot_name(name: &OsStr) -> Result<&str, NameError> {
     Ok(s)
 }
 
+/// Whether `name` is a host's name: a DNS label (`[a-z0-9][a-z0-9-]*`, at most 63 bytes), so
+/// that it is a safe file name and reads the same everywhere.
+pub fn is_host_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

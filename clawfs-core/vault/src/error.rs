@@ -86,6 +86,25 @@ pub enum VaultError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Not a host name.
+    #[error("{0:?} is not a host name: use 1 to 63 of a-z, 0-9 and '-', not starting with '-'")]
+    BadHost(String),
+    /// A host's public key cannot be used (missing, for another vault, damaged).
+    #[error("the vault key of host {host}: {reason}")]
+    BadHostKey {
+        /// The host.
+        host: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// This host cannot unseal the master key: it has no grant, or a grant of an older key.
+    #[error("host {host} has no grant of the vault's key: {reason}")]
+    NoGrant {
+        /// The host.
+        host: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A kernel keyring call failed.
     #[error("kernel keyring: {0}")]
     Keyring(String),
@@ -137,7 +156,10 @@ impl clawfs_store::ToErrno for VaultError {
             | V::PcrMismatch
             | V::RolledBack { .. }
             | V::RollbackCounter { .. }
-            | V::HostKey { .. } => libc::EKEYREJECTED,
+            | V::HostKey { .. }
+            | V::BadHostKey { .. }
+            | V::NoGrant { .. } => libc::EKEYREJECTED,
+            V::BadHost(_) => libc::EINVAL,
             // Data that fails authentication or an interrupted rotation: the content is bad.
             V::Tampered { .. } | V::Rotation(_) => libc::EBADMSG,
             V::Tpm(_) | V::Keyring(_) => libc::EIO,

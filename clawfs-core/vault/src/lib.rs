@@ -23,6 +23,7 @@ mod counter;
 pub mod crypto;
 mod error;
 pub mod fault;
+pub mod hosts;
 pub mod keyring;
 mod rotation;
 pub mod sealer;
@@ -69,6 +70,9 @@ pub struct VaultConfig {
     pub keyring_name: Option<String>,
     /// Host key file; default `<store>/.clawfs/host.key`.
     pub host_key_path: Option<PathBuf>,
+    /// The host this is, in a store that hosts share: it unlocks with its own grant of the
+    /// master key when it has a host key (see [`hosts`]), and names its keyring apart.
+    pub host: Option<String>,
 }
 
 impl Default for VaultConfig {
@@ -79,6 +83,7 @@ impl Default for VaultConfig {
             unlock_timeout: DEFAULT_UNLOCK_TIMEOUT,
             keyring_name: None,
             host_key_path: None,
+            host: None,
         }
     }
 }
@@ -118,6 +123,21 @@ pub struct VaultStatus {
     /// NV index handle of the TPM counter the manifest is bound to (rollback detection; TPM
     /// sealer). As recorded in the manifest, not verified (`status` needs no key).
     pub rollback_counter: Option<u32>,
+    /// Hosts with a key of their own (a store that hosts share).
+    pub hosts: Vec<HostStatus>,
+}
+
+/// One host's key and grant, as `clawfs vault status` shows them.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostStatus {
+    /// The host.
+    pub host: String,
+    /// Its public key's fingerprint.
+    pub fingerprint: String,
+    /// The sealer of its private key.
+    pub sealer: Option<SealerKind>,
+    /// Generation of the master key its grant holds (none: not granted yet).
+    pub granted_generation: Option<u64>,
 }
 
 /// The TCTI to use: configuration, then `TPM2TOOLS_TCTI`, `TCTI`, then `/dev/tpmrm0`.
@@ -206,6 +226,11 @@ impl Vault {
         })
     }
 
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &VaultConfig {
+        &self.config
+    }
+
     /// The vault directory (`<store>/vault`).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -267,7 +292,10 @@ impl Vault {
         self.config
             .keyring_name
             .clone()
-            .unwrap_or_else(|| format!("clawfs:{vault_id}"))
+            .unwrap_or_else(|| match &self.config.host {
+                Some(h) => format!("clawfs:{vault_id}:{h}"),
+                None => format!("clawfs:{vault_id}"),
+            })
     }
 
     fn keyring(&self, create: bool) -> Result<Option<Keyring>, VaultError> {
@@ -471,6 +499,9 @@ impl Vault {
     /// A TPM-sealed vault's manifest is checked against its TPM NV counter first: a vault put
     /// back to an earlier copy is refused (`RolledBack`) and stays locked.
     pub fn unlock(&self, passphrase: Option<&str>) -> Result<VaultStatus, VaultError> {
+        if let Some(host) = self.granted_host() {
+            return self.unlock_by_grant(&host, passphrase);
+        }
         let _lock = self.write_lock()?;
         self.recover_locked()?;
         let env = self.envelope()?;
@@ -497,6 +528,8 @@ impl Vault {
             None => ring.remove(counter::FLOOR)?,
         }
         self.purge_archive()?;
+        // Grants of an older key (a rotation that stopped before renewing them) get this one.
+        self.renew_grants(&key, env.generation)?;
         drop(_lock);
         self.status()
     }
@@ -591,6 +624,7 @@ impl Vault {
                     pcrs: Vec::new(),
                     rotation,
                     rollback_counter: None,
+                    hosts: Vec::new(),
                 })
             }
             Err(e) => return Err(e),
@@ -620,6 +654,7 @@ impl Vault {
             pcrs,
             rotation,
             rollback_counter,
+            hosts: self.host_statuses()?,
         })
     }
 

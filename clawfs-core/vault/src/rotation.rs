@@ -67,6 +67,8 @@ pub enum RotationStep<'a> {
 pub struct RotationReport {
     /// Secrets re-encrypted.
     pub secrets: usize,
+    /// Hosts whose grant now holds the new key (docs/multi-host.md).
+    pub hosts: Vec<String>,
     /// `key_id` before.
     pub old_key_id: String,
     /// `key_id` after.
@@ -431,8 +433,12 @@ pub(super) fn rotate(
         v.advance_counter(b, ring.as_ref())?;
     }
     let _ = purge_archive(&v.archive_dir(), super::ARCHIVE_RETENTION);
+    // Hosts that had the old key get the new one (a crash here leaves them for the next
+    // unlock on a host with the key).
+    let hosts = v.renew_grants(&new, env.generation + 1)?;
     Ok(RotationReport {
         secrets: names.len(),
+        hosts,
         old_key_id: super::secret::key_id_for(&env.key_id),
         new_key_id: super::secret::key_id_for(&journal.new_key_id),
         generation: env.generation + 1,

@@ -1018,3 +1018,93 @@ fn passphrase_vault_rollback_is_not_detected() {
         Err(VaultError::NoTpm(_))
     ));
 }
+
+/// How host `host` of a shared store opens the vault, with its own TPM.
+fn host_config(tpm: &Swtpm, host: &str) -> VaultConfig {
+    VaultConfig {
+        host: Some(host.into()),
+        ..tpm_config(tpm, Vec::new())
+    }
+}
+
+#[test]
+fn each_host_unseals_the_master_key_with_its_own_tpm() {
+    let (tpm_a, tpm_b) = (Swtpm::start(), Swtpm::start());
+    let d = store();
+    // Host a creates the vault (its TPM seals master-key.enc) and stores a secret.
+    let a = Vault::open(d.path(), host_config(&tpm_a, "a")).unwrap();
+    let _la = Locker(&a);
+    a.init(SealerChoice::Kind(SealerKind::Tpm), None).unwrap();
+    a.put("db-password", b"hunter2").unwrap();
+    // Host b cannot open master-key.enc: it is sealed by a's TPM.
+    let b = Vault::open(d.path(), host_config(&tpm_b, "b")).unwrap();
+    let _lb = Locker(&b);
+    assert!(b.unlock(None).is_err());
+    // b makes its key pair, sealed by its TPM; until a grants it, b has no key.
+    let public = b
+        .create_host_key("b", SealerChoice::Kind(SealerKind::Tpm), None)
+        .unwrap();
+    assert!(matches!(
+        b.create_host_key("b", SealerChoice::Kind(SealerKind::Tpm), None),
+        Err(VaultError::AlreadyInitialized(_))
+    ));
+    match b.unlock(None) {
+        Err(e @ VaultError::NoGrant { .. }) => assert!(e.to_string().contains("add-host b")),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(b.get("db-password"), Err(VaultError::Locked)));
+    // A host with no key of its own is refused; so is a name that is no host.
+    assert!(matches!(
+        a.add_host("c"),
+        Err(VaultError::BadHostKey { .. })
+    ));
+    assert!(matches!(a.add_host("../b"), Err(VaultError::BadHost(_))));
+    // a grants b; b unlocks with its own TPM and reads the secret.
+    assert_eq!(a.add_host("b").unwrap().fingerprint, public.fingerprint);
+    b.unlock(None).unwrap();
+    assert_eq!(&b.get("db-password").unwrap()[..], b"hunter2");
+    let st = a.status().unwrap();
+    assert_eq!(st.hosts.len(), 1);
+    assert_eq!(st.hosts[0].granted_generation, Some(1));
+    // Each host has its own keyring: locking b leaves a unlocked.
+    b.lock().unwrap();
+    assert_eq!(&a.get("db-password").unwrap()[..], b"hunter2");
+    // b's key needs b's TPM: with a's TPM, b's grant does not open.
+    let b_with_a_tpm = Vault::open(d.path(), host_config(&tpm_a, "b")).unwrap();
+    assert!(b_with_a_tpm.unlock(None).is_err());
+    // A rotation on a renews b's grant: b unlocks with the new key and reads the secret.
+    let r = a.rotate(None, &|_| {}).unwrap();
+    assert_eq!(r.hosts, ["b"]);
+    b.unlock(None).unwrap();
+    assert_eq!(&b.get("db-password").unwrap()[..], b"hunter2");
+    assert_eq!(b.status().unwrap().generation, Some(2));
+    b.lock().unwrap();
+    // A grant edited, or moved to another host's name, does not open.
+    let grant = d.path().join("vault/hosts/b.grant");
+    let good = std::fs::read(&grant).unwrap();
+    edit_json(&grant, |v| {
+        v["ciphertext"] = Value::String(flip_b64(v["ciphertext"].as_str().unwrap()))
+    });
+    assert_tampered(b.unlock(None));
+    std::fs::write(&grant, &good).unwrap();
+    edit_json(&grant, |v| v["generation"] = Value::from(1));
+    assert!(b.unlock(None).is_err());
+    std::fs::write(&grant, &good).unwrap();
+    // A grant of an older key (a rotation that stopped before renewing it) says what to do,
+    // and the next unlock on a host with the key renews it.
+    let older = serde_json::to_vec(&{
+        let mut v: Value = serde_json::from_slice(&good).unwrap();
+        v["key_id"] = Value::String("0".repeat(64));
+        v
+    })
+    .unwrap();
+    std::fs::write(&grant, older).unwrap();
+    match b.unlock(None) {
+        Err(e @ VaultError::NoGrant { .. }) => assert!(e.to_string().contains("generation")),
+        other => panic!("{other:?}"),
+    }
+    a.lock().unwrap();
+    a.unlock(None).unwrap();
+    b.unlock(None).unwrap();
+    assert_eq!(&b.get("db-password").unwrap()[..], b"hunter2");
+}

@@ -93,7 +93,7 @@ fn forget_pending() {
 }
 
 /// Where quota usage is kept across restarts, relative to the store's private area.
-pub const QUOTA_USAGE_FILE: &str = "quota-usage.json";
+pub const QUOTA_USAGE_FILE: &str = crate::shared_usage::USAGE_FILE;
 /// The emergency stop flag (`clawfs estop`), relative to the store's private area.
 pub const ESTOP_FILE: &str = "estop";
 /// What the daemon last saw of the flag (`{"in_force", "id"}`), written on every refresh, so

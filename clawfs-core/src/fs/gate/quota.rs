@@ -7,6 +7,7 @@ use rustix::fs::{AtFlags, FileType};
 
 use super::*;
 use crate::held::{Delta, Held};
+use crate::shared_usage;
 use clawfs_store::backing::BackingHandle;
 
 /// A recomputation of the held usage asked of a running daemon (`clawfs quota rescan`),
@@ -258,6 +259,18 @@ impl ClawFs {
     pub(in crate::fs) fn load_usage(&self) {
         // A stop recorded before this daemon started is in force from its first request.
         self.set_estop(self.read_estop());
+        if self.store.is_shared() {
+            self.load_shared_usage();
+        } else {
+            self.load_own_usage();
+        }
+        self.learn_policy_uids();
+        // Until it stops cleanly, the saved usage says it may be stale.
+        self.write_usage(false);
+    }
+
+    /// [`Self::load_usage`] in a store of one host.
+    fn load_own_usage(&self) {
         let path = self.store.host_rel().join(QUOTA_USAGE_FILE);
         let saved = clawfs_store::beneath::read(self.store.root_fd(), &path, 64 << 20)
             .ok()
@@ -271,15 +284,54 @@ impl ClawFs {
                 if let Some(s) = other.filter(|s| s.version == crate::held::FORMAT) {
                     self.gate.held.replace(HashMap::new(), s.agents);
                 }
-                tracing::info!("counting what each owner holds in the store");
-                if let Err(e) = self.rescan_usage(&mut |_| {}) {
-                    tracing::warn!(error = %e, "could not count what owners hold; starting from zero");
-                }
+                self.recount_at_start();
             }
         }
-        self.learn_policy_uids();
-        // Until it stops cleanly, the saved usage says it may be stale.
-        self.write_usage(false);
+    }
+
+    fn recount_at_start(&self) {
+        tracing::info!("counting what each owner holds in the store");
+        if let Err(e) = self.rescan_usage(&mut |_| {}) {
+            tracing::warn!(error = %e, "could not count what owners hold; starting from zero");
+        }
+    }
+
+    /// [`Self::load_usage`] in a store that hosts share ([`crate::shared_usage`]): the
+    /// store's count plus every host's changes since it. A host whose daemon did not stop
+    /// cleanly lost its last changes, so it counts the store again (a new epoch).
+    fn load_shared_usage(&self) {
+        let view = match shared_usage::read_view(&self.store, self.store.host()) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the hosts' quota usage");
+                None
+            }
+        };
+        let Some(view) = view else {
+            return self.recount_at_start();
+        };
+        let own = match &view.own {
+            Some(o) if o.epoch == view.epoch && !o.clean => return self.recount_at_start(),
+            Some(o) if o.epoch == view.epoch => o.changes.clone(),
+            // Made before the count, which holds them.
+            _ => HashMap::new(),
+        };
+        self.gate
+            .held
+            .share(view.epoch, Some(own), view.across, view.agents);
+    }
+
+    /// Reads the other hosts' changes again, in a store that hosts share (every 2 s).
+    fn refresh_shared_usage(&self) {
+        match shared_usage::read_view(&self.store, self.store.host()) {
+            Ok(Some(view)) => self
+                .gate
+                .held
+                .share(view.epoch, None, view.across, view.agents),
+            // No count any more: ours stands until the next recount.
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the hosts' quota usage"),
+        }
     }
 
     /// An agent announces itself as the caller's uid (a `clawfs run --user` uid, say): refused,
@@ -337,7 +389,20 @@ impl ClawFs {
     pub fn rescan_usage(&self, progress: crate::held::Progress<'_>) -> std::io::Result<()> {
         self.sweep_spilled_xattrs();
         let by_uid = crate::held::rescan(self.store.root_fd(), &self.spill, progress)?;
-        self.gate.held.replace(by_uid, HashMap::new());
+        if self.store.is_shared() {
+            // The next count of the store, which every host's changes follow from now on.
+            let agents = self.gate.held.agent_uids().into_iter().collect();
+            let epoch = shared_usage::write_count(&self.store, by_uid.clone(), agents)?;
+            let across = crate::held::Across {
+                base: by_uid,
+                others: HashMap::new(),
+            };
+            self.gate
+                .held
+                .share(epoch, Some(HashMap::new()), across, HashMap::new());
+        } else {
+            self.gate.held.replace(by_uid, HashMap::new());
+        }
         self.write_usage(false);
         Ok(())
     }
@@ -358,10 +423,14 @@ impl ClawFs {
         }
     }
 
-    /// Saves the usage if it changed (atomically), so it survives a restart.
+    /// Saves the usage if it changed (atomically), so it survives a restart; in a store that
+    /// hosts share, then reads the other hosts' changes.
     pub fn save_usage(&self) {
         if self.gate.held.dirty() {
             self.write_usage(false);
+        }
+        if self.store.is_shared() {
+            self.refresh_shared_usage();
         }
     }
 

@@ -1,0 +1,510 @@
+//! The master key on hosts that share the store (docs/multi-host.md). `master-key.enc` is
+//! sealed by the sealer of the host that created the vault (its TPM, say), which no other host
+//! can open. Every other host has a key pair of its own. Its private half is sealed by that
+//! host's own sealer, and a host that has the master key wraps the key to the public half
+//! (HPKE, RFC 9180: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-256-GCM). So the one master
+//! key is sealed separately for every host, and adding a host takes an admin on a host that
+//! already has the key.
+//!
+//! ```text
+//! vault/hosts/<h>.pub     {format, vault_id, host, public, fingerprint}
+//! vault/hosts/<h>.key     the seed of the host's key pair, sealed by its sealer (Envelope)
+//! vault/hosts/<h>.grant   the master key wrapped to <h>.pub: {format, vault_id, host,
+//!                         host_key, key_id, generation, enc, ciphertext}
+//! ```
+//! The header fields of a grant are the associated data of its ciphertext, so a grant moved
+//! to another host's name, or edited, does not open.
+
+use std::path::{Path, PathBuf};
+
+use hpke::aead::AesGcm256;
+use hpke::kdf::HkdfSha256;
+use hpke::kem::X25519HkdfSha256;
+use hpke::{Deserializable, Kem, OpModeR, OpModeS, Serializable};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::crypto::{b64, Key256};
+use crate::error::{io_at, VaultError};
+
+/// How long a host's view of the vault may disagree with itself (files another host just
+/// replaced, behind this host's caches of the shared volume) before unlocking reports it.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The HPKE `info` of every grant.
+const INFO: &[u8] = b"clawfs vault host grant v1";
+
+/// A host's public key, as `<h>.pub` records it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostPublic {
+    /// Always 1.
+    pub format: u32,
+    /// The vault the key pair is for.
+    pub vault_id: String,
+    /// The host.
+    pub host: String,
+    /// Base64 X25519 public key.
+    pub public: String,
+    /// The first 16 hex digits of its SHA-256: what an admin compares between hosts.
+    pub fingerprint: String,
+}
+
+/// The master key wrapped to one host, as `<h>.grant` records it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Grant {
+    /// Always 1.
+    pub format: u32,
+    /// The vault.
+    pub vault_id: String,
+    /// The host it is for.
+    pub host: String,
+    /// The fingerprint of the host key it is wrapped to.
+    pub host_key: String,
+    /// The fingerprint of the master key it holds.
+    pub key_id: String,
+    /// That key's generation.
+    pub generation: u64,
+    /// Base64 HPKE encapsulated key.
+    pub enc: String,
+    /// Base64 ciphertext and tag.
+    pub ciphertext: String,
+}
+
+impl Grant {
+    fn aad(&self) -> Vec<u8> {
+        format!(
+            "clawfs-grant|{}|{}|{}|{}|{}",
+            self.vault_id, self.host, self.host_key, self.key_id, self.generation
+        )
+        .into_bytes()
+    }
+}
+
+/// A host name as the vault's files use it: the store's rule for host names.
+pub fn check_host(host: &str) -> Result<&str, VaultError> {
+    match clawfs_store::names::is_host_name(host) {
+        true => Ok(host),
+        false => Err(VaultError::BadHost(host.to_string())),
+    }
+}
+
+/// Where a host keeps its own key files: `$CLAWFS_VAULT_KEY_DIR`, else `/etc/clawfs`. On the
+/// host's own disk, never on the volume the hosts share, which every host reads.
+pub const KEY_DIR_ENV: &str = "CLAWFS_VAULT_KEY_DIR";
+
+/// The key file of the host-key sealer on `host`, in a store that hosts share.
+pub fn local_key_file(host: &str) -> PathBuf {
+    let dir = std::env::var_os(KEY_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/etc/clawfs"), PathBuf::from);
+    dir.join(format!("vault-{host}.key"))
+}
+
+/// Where the files of `host` are, under the vault directory `vault`.
+pub fn host_file(vault: &Path, host: &str, ext: &str) -> PathBuf {
+    vault.join("hosts").join(format!("{host}.{ext}"))
+}
+
+/// The key pair a sealed seed stands for.
+fn key_pair(
+    seed: &Key256,
+) -> (
+    <X25519HkdfSha256 as Kem>::PrivateKey,
+    <X25519HkdfSha256 as Kem>::PublicKey,
+) {
+    X25519HkdfSha256::derive_keypair(seed.bytes())
+}
+
+fn fingerprint(public: &[u8]) -> String {
+    hex::encode(&Sha256::digest(public)[..8])
+}
+
+/// The public record of the key pair of `seed`.
+pub fn public_of(seed: &Key256, vault_id: &str, host: &str) -> HostPublic {
+    let public = key_pair(seed).1.to_bytes();
+    HostPublic {
+        format: 1,
+        vault_id: vault_id.into(),
+        host: host.into(),
+        public: b64::enc(&public),
+        fingerprint: fingerprint(&public),
+    }
+}
+
+/// Wraps `master` (generation `generation`) to the host of `public`.
+pub fn wrap(master: &Key256, generation: u64, public: &HostPublic) -> Result<Grant, VaultError> {
+    let bad = |reason: &str| VaultError::BadHostKey {
+        host: public.host.clone(),
+        reason: reason.into(),
+    };
+    let bytes = b64::dec(&public.public).ok_or_else(|| bad("not base64"))?;
+    if fingerprint(&bytes) != public.fingerprint {
+        return Err(bad("its fingerprint does not match its key"));
+    }
+    let pk = <X25519HkdfSha256 as Kem>::PublicKey::from_bytes(&bytes)
+        .map_err(|_| bad("not an X25519 public key"))?;
+    let mut grant = Grant {
+        format: 1,
+        vault_id: public.vault_id.clone(),
+        host: public.host.clone(),
+        host_key: public.fingerprint.clone(),
+        key_id: master.fingerprint(),
+        generation,
+        enc: String::new(),
+        ciphertext: String::new(),
+    };
+    let (enc, ciphertext) = hpke::single_shot_seal::<AesGcm256, HkdfSha256, X25519HkdfSha256>(
+        &OpModeS::Base,
+        &pk,
+        INFO,
+        master.bytes(),
+        &grant.aad(),
+    )
+    .map_err(|e| bad(&format!("wrapping to it failed: {e}")))?;
+    grant.enc = b64::enc(&enc.to_bytes());
+    grant.ciphertext = b64::enc(&ciphertext);
+    Ok(grant)
+}
+
+/// Opens `grant` (read from `file`) with the host key pair of `seed`: the master key.
+pub fn unwrap(grant: &Grant, seed: &Key256, file: &Path) -> Result<Key256, VaultError> {
+    let (sk, pk) = key_pair(seed);
+    if fingerprint(&pk.to_bytes()) != grant.host_key {
+        return Err(VaultError::tampered(
+            file,
+            "wrapped to another key of this host (run `clawfs vault add-host` again on a host that has the key)",
+        ));
+    }
+    let enc = b64::dec(&grant.enc)
+        .and_then(|e| <X25519HkdfSha256 as Kem>::EncappedKey::from_bytes(&e).ok())
+        .ok_or_else(|| VaultError::tampered(file, "bad encapsulated key"))?;
+    let ciphertext =
+        b64::dec(&grant.ciphertext).ok_or_else(|| VaultError::tampered(file, "bad ciphertext"))?;
+    let plain = zeroize::Zeroizing::new(
+        hpke::single_shot_open::<AesGcm256, HkdfSha256, X25519HkdfSha256>(
+            &OpModeR::Base,
+            &sk,
+            &enc,
+            INFO,
+            &ciphertext,
+            &grant.aad(),
+        )
+        .map_err(|_| VaultError::tampered(file, "does not open with this host's key"))?,
+    );
+    let key = Key256::from_slice(&plain)
+        .ok_or_else(|| VaultError::tampered(file, "the wrapped key is not 32 bytes"))?;
+    if key.fingerprint() != grant.key_id {
+        return Err(VaultError::tampered(
+            file,
+            "the key is not the one it names",
+        ));
+    }
+    Ok(key)
+}
+
+/// Reads a JSON file of the vault's `hosts/` folder; `None` if there is none.
+pub fn read<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<Option<T>, VaultError> {
+    match std::fs::read(file) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| VaultError::tampered(file, e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(file)(e)),
+    }
+}
+
+impl crate::Vault {
+    pub(crate) fn hosts_dir(&self) -> PathBuf {
+        self.dir.join("hosts")
+    }
+
+    /// The sealer of `host`'s key pair: as [`Self::sealer_for`], but a host key file of its
+    /// own outside the store (which every host reads): the configured one, else
+    /// [`local_key_file`].
+    fn host_pair_sealer(
+        &self,
+        host: &str,
+        kind: crate::SealerKind,
+        sealed: Option<&crate::Envelope>,
+        passphrase: Option<&str>,
+    ) -> Result<crate::sealer::Sealer, VaultError> {
+        match kind {
+            crate::SealerKind::HostKey => Ok(crate::sealer::Sealer::HostKey(
+                self.config
+                    .host_key_path
+                    .clone()
+                    .unwrap_or_else(|| local_key_file(host)),
+            )),
+            _ => self.sealer_for(kind, sealed, passphrase),
+        }
+    }
+
+    /// This host, when it has a key of its own: it unlocks with its grant.
+    pub(crate) fn granted_host(&self) -> Option<String> {
+        let host = self.config.host.as_deref()?;
+        host_file(&self.dir, host, "key")
+            .exists()
+            .then(|| host.to_string())
+    }
+
+    /// Creates `host`'s key pair for this vault, its private half sealed by `choice` on this
+    /// host (TPM, passphrase or a host key file): run on that host. Answers the public half,
+    /// whose fingerprint the admin of a host with the master key checks before granting.
+    pub fn create_host_key(
+        &self,
+        host: &str,
+        choice: crate::SealerChoice,
+        passphrase: Option<&str>,
+    ) -> Result<HostPublic, VaultError> {
+        check_host(host)?;
+        let _lock = self.write_lock()?;
+        let env = self.envelope()?;
+        let key_file = host_file(&self.dir, host, "key");
+        if key_file.exists() {
+            return Err(VaultError::AlreadyInitialized(key_file));
+        }
+        let kind = match choice {
+            crate::SealerChoice::Kind(k) => k,
+            crate::SealerChoice::Auto if crate::resolve_tcti(&self.config).is_some() => {
+                crate::SealerKind::Tpm
+            }
+            crate::SealerChoice::Auto if passphrase.is_some() => crate::SealerKind::Passphrase,
+            crate::SealerChoice::Auto => crate::SealerKind::HostKey,
+        };
+        let sealer = self.host_pair_sealer(host, kind, None, passphrase)?;
+        if let crate::sealer::Sealer::HostKey(path) = &sealer {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+            }
+            crate::sealer::create_host_key(path)?;
+        }
+        crate::mkdir_0700(&self.hosts_dir())?;
+        let seed = Key256::random();
+        let sealed = sealer.seal(&seed, &env.vault_id, 1, &crate::now_rfc3339())?;
+        let public = public_of(&seed, &env.vault_id, host);
+        let json = serde_json::to_vec_pretty(&public).expect("a public key serialises");
+        crate::write_atomic(&self.hosts_dir(), &format!("{host}.pub"), &json)?;
+        crate::write_atomic(&self.hosts_dir(), &format!("{host}.key"), &sealed.to_json())?;
+        Ok(public)
+    }
+
+    /// Wraps the unlocked master key to `host`'s public key: run by an admin on a host that
+    /// has the key. Answers the public key granted to.
+    pub fn add_host(&self, host: &str) -> Result<HostPublic, VaultError> {
+        check_host(host)?;
+        let _lock = self.write_lock()?;
+        let env = self.envelope()?;
+        let ring = self.unlocked_ring()?;
+        let master = self
+            .keyring_master(&ring, &env.key_id)?
+            .ok_or(VaultError::Locked)?;
+        let file = host_file(&self.dir, host, "pub");
+        let public: HostPublic = read(&file)?.ok_or_else(|| VaultError::BadHostKey {
+            host: host.into(),
+            reason: format!(
+                "{} does not exist: run `clawfs vault host-key` on host {host} first",
+                file.display()
+            ),
+        })?;
+        if public.host != host || public.vault_id != env.vault_id {
+            return Err(VaultError::tampered(&file, "for another host or vault"));
+        }
+        let grant = wrap(&master, env.generation, &public)?;
+        let json = serde_json::to_vec_pretty(&grant).expect("a grant serialises");
+        crate::write_atomic(&self.hosts_dir(), &format!("{host}.grant"), &json)?;
+        Ok(public)
+    }
+
+    /// Gives every host granted an older key `master` (generation `generation`) instead,
+    /// wrapped to the same host key it had; answers the hosts renewed. A grant whose host key
+    /// has changed since is left for an admin to renew (`add-host`).
+    pub(crate) fn renew_grants(
+        &self,
+        master: &Key256,
+        generation: u64,
+    ) -> Result<Vec<String>, VaultError> {
+        let mut renewed = Vec::new();
+        for host in self.host_names()? {
+            let Some(grant) = read::<Grant>(&host_file(&self.dir, &host, "grant"))? else {
+                continue;
+            };
+            if grant.key_id == master.fingerprint() {
+                continue;
+            }
+            let Some(public) = read::<HostPublic>(&host_file(&self.dir, &host, "pub"))? else {
+                continue;
+            };
+            if public.fingerprint != grant.host_key || public.host != host {
+                tracing::warn!(host, "not renewing the grant: the host's key changed since");
+                continue;
+            }
+            let renewed_grant = wrap(master, generation, &public)?;
+            let json = serde_json::to_vec_pretty(&renewed_grant).expect("a grant serialises");
+            crate::write_atomic(&self.hosts_dir(), &format!("{host}.grant"), &json)?;
+            renewed.push(host);
+        }
+        Ok(renewed)
+    }
+
+    /// The hosts with a public key, sorted.
+    fn host_names(&self) -> Result<Vec<String>, VaultError> {
+        let dir = self.hosts_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_at(&dir)(e)),
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_suffix(".pub")?.to_string();
+                check_host(&name).is_ok().then_some(name)
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The master key from `host`'s grant, opened with its key pair's `seed` and checked
+    /// against the vault's key and manifest.
+    fn open_grant(&self, host: &str, seed: &Key256) -> Result<Key256, VaultError> {
+        let env = self.envelope()?;
+        let grant_file = host_file(&self.dir, host, "grant");
+        let grant: Grant = read(&grant_file)?.ok_or_else(|| VaultError::NoGrant {
+            host: host.into(),
+            reason: format!(
+                "none yet: on a host that has the key, run `clawfs vault add-host {host}`"
+            ),
+        })?;
+        if grant.host != host || grant.vault_id != env.vault_id {
+            return Err(VaultError::tampered(
+                &grant_file,
+                "for another host or vault",
+            ));
+        }
+        if grant.key_id != env.key_id {
+            return Err(VaultError::NoGrant {
+                host: host.into(),
+                reason: format!(
+                    "it holds the key of generation {}, the vault's is generation {}: unlock on \
+                     a host that has the key (which renews grants), or run `clawfs vault \
+                     add-host {host}` there",
+                    grant.generation, env.generation
+                ),
+            });
+        }
+        let key = unwrap(&grant, seed, &grant_file)?;
+        self.read_manifest()?.verify(&key, &self.manifest_path())?;
+        Ok(key)
+    }
+
+    /// Each host's key and grant.
+    pub(crate) fn host_statuses(&self) -> Result<Vec<crate::HostStatus>, VaultError> {
+        let mut out = Vec::new();
+        for host in self.host_names()? {
+            let Some(public) = read::<HostPublic>(&host_file(&self.dir, &host, "pub"))? else {
+                continue;
+            };
+            let sealer = crate::Envelope::load(&host_file(&self.dir, &host, "key"))
+                .ok()
+                .map(|e| e.sealed.kind());
+            let granted_generation = read::<Grant>(&host_file(&self.dir, &host, "grant"))
+                .ok()
+                .flatten()
+                .filter(|g| g.host_key == public.fingerprint)
+                .map(|g| g.generation);
+            out.push(crate::HostStatus {
+                host,
+                fingerprint: public.fingerprint,
+                sealer,
+                granted_generation,
+            });
+        }
+        Ok(out)
+    }
+
+    /// [`crate::Vault::unlock`] on a host with a key of its own: unseals its key pair with its
+    /// sealer, opens its grant and checks the manifest with the key. The rollback counter is
+    /// checked where it lives, on the host whose TPM sealed `master-key.enc`.
+    pub(crate) fn unlock_by_grant(
+        &self,
+        host: &str,
+        passphrase: Option<&str>,
+    ) -> Result<crate::VaultStatus, VaultError> {
+        let _lock = self.write_lock()?;
+        if crate::rotation::journal_state(self)?.is_some() {
+            return Err(VaultError::NoGrant {
+                host: host.into(),
+                reason:
+                    "a key rotation is unfinished; unlock on the host that rotated to finish it"
+                        .into(),
+            });
+        }
+        let env = self.envelope()?;
+        let key_file = host_file(&self.dir, host, "key");
+        let sealed = crate::Envelope::load(&key_file)?;
+        if sealed.vault_id != env.vault_id {
+            return Err(VaultError::tampered(&key_file, "a key of another vault"));
+        }
+        let sealer =
+            self.host_pair_sealer(host, sealed.sealed.kind(), Some(&sealed), passphrase)?;
+        let seed = sealer.unseal(&sealed, &key_file)?;
+        // Files another host just replaced (a grant, a rotation's key and manifest) show here
+        // only once this host's caches of the shared volume expire: a view that does not agree
+        // is read again for a while before it is reported.
+        let deadline = std::time::Instant::now() + SETTLE;
+        let key = loop {
+            match self.open_grant(host, &seed) {
+                Ok(key) => break key,
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+            }
+        };
+        let ring = self
+            .keyring(true)?
+            .ok_or_else(|| VaultError::Keyring("keyring not created".into()))?;
+        ring.put(
+            crate::keyring::MASTER,
+            key.bytes(),
+            self.config.unlock_timeout,
+        )?;
+        ring.remove(crate::keyring::MASTER_NEXT)?;
+        ring.remove(crate::counter::FLOOR)?;
+        drop(_lock);
+        self.status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_opens_with_its_hosts_key_only_and_binds_its_header() {
+        let master = Key256::random();
+        let (seed, other) = (Key256::random(), Key256::random());
+        let public = public_of(&seed, "v1", "b");
+        let grant = wrap(&master, 3, &public).unwrap();
+        let file = Path::new("b.grant");
+        let key = unwrap(&grant, &seed, file).unwrap();
+        assert_eq!(key.fingerprint(), master.fingerprint());
+        assert!(unwrap(&grant, &other, file).is_err(), "another host's key");
+        let mut moved = grant.clone();
+        moved.host = "c".into();
+        assert!(unwrap(&moved, &seed, file).is_err(), "renamed to host c");
+        let mut older = grant.clone();
+        older.generation = 2;
+        assert!(unwrap(&older, &seed, file).is_err(), "header edited");
+        let mut forged = public.clone();
+        forged.public = public_of(&other, "v1", "b").public;
+        assert!(wrap(&master, 3, &forged).is_err(), "fingerprint mismatch");
+    }
+
+    #[test]
+    fn host_names_follow_the_stores_rules() {
+        assert!(check_host("host-1").is_ok());
+        for bad in ["", "-a", "A", "a/b", "..", "a.b"] {
+            assert!(check_host(bad).is_err(), "{bad}");
+        }
+    }
+}
