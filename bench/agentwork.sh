@@ -64,7 +64,8 @@ if [[ -n $juicefs ]]; then
         --dir "$work/fs/redis" --daemonize yes --logfile "$work/fs/redis/log"
     meta=redis://127.0.0.1:$redis_port/1
     for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-    "$juicefs" format --storage file --bucket "$work/fs/bucket/" "$meta" bench --no-update >&2
+    # No trash: a removed file frees its objects at once, on both sides alike.
+    "$juicefs" format --storage file --bucket "$work/fs/bucket/" --trash-days 0 "$meta" bench --no-update >&2
     "$juicefs" mount -d --no-usage-report --cache-dir "$work/fs/jcache" "$meta" "$work/fs/jfs" >&2
     base=$work/fs/jfs other="JuiceFS alone"
 fi

@@ -628,3 +628,93 @@ fn a_host_reads_secrets_with_its_own_seal_once_a_host_with_the_key_adds_it() {
         || read_on_b().starts_with("hunter2"),
     );
 }
+
+/// `edit_exact` of `workspaces/default/plan.md` by the sandboxed agent fs-engine through
+/// `h`'s mount: the tool's answer.
+fn edit_on(
+    h: &crate::common::juicefs::Host,
+    old: &str,
+    new: &str,
+    base: Option<&str>,
+) -> std::process::Child {
+    let mut request = serde_json::json!({"path": "plan.md", "old": old, "new": new});
+    if let Some(b) = base {
+        request["base_sha256"] = b.into();
+    }
+    let script = "import sys\nwith open(sys.argv[1], 'r+b', buffering=0) as f:\n    \
+                  f.write(sys.argv[2].encode())\n    sys.stdout.write(f.read().decode())\n";
+    h.run_command("fs-engine")
+        .args(["--", "python3", "-c", script])
+        .arg(h.path("tools/call/edit_exact"))
+        .arg(request.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn answer(child: std::process::Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)))
+}
+
+#[test]
+fn hash_checked_edits_on_two_hosts_at_once_lose_nothing() {
+    use sha2::Digest;
+    let s = SharedStore::new(&["a", "b"]);
+    let (a, b) = (s.host("a"), s.host("b"));
+    a.mount();
+    b.mount();
+    for round in 0..3 {
+        let body: String = (1..=10)
+            .map(|i| format!("item {i} of round {round}\n"))
+            .collect();
+        let plan = a.path("workspaces/default/plan.md");
+        fs::write(&plan, &body).unwrap();
+        // The admin's file, which the agents may write.
+        let writable = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+        fs::set_permissions(&plan, writable).unwrap();
+        // Rewritten in place on a, in a later round: b reads what a wrote, not what b's
+        // daemon had open before (the network file system refreshes a file at open).
+        within(
+            Duration::from_secs(10),
+            &format!("round {round}: b reads a's rewrite"),
+            || fs::read_to_string(b.path("workspaces/default/plan.md")).is_ok_and(|t| t == body),
+        );
+        let base = hex::encode(sha2::Sha256::digest(body.as_bytes()));
+        let (old_a, new_a) = (
+            format!("item 3 of round {round}\n"),
+            format!("item 3 of round {round}, done on a\n"),
+        );
+        let (old_b, new_b) = (
+            format!("item 7 of round {round}\n"),
+            format!("item 7 of round {round}, done on b\n"),
+        );
+        // Both agents edit the file they read, at once, each checking its hash.
+        let on_a = edit_on(a, &old_a, &new_a, Some(&base));
+        let on_b = edit_on(b, &old_b, &new_b, Some(&base));
+        let (ra, rb) = (answer(on_a), answer(on_b));
+        let won = |r: &Value| r["ok"] == true;
+        assert!(
+            won(&ra) != won(&rb),
+            "round {round}: exactly one edit wins: a {ra} / b {rb}"
+        );
+        let lost = if won(&ra) { &rb } else { &ra };
+        assert_eq!(lost["error"], "hash_mismatch", "{lost}");
+        // The loser edits again without a hash, on its own host: it sees the winner's edit
+        // first, so both are in the file.
+        let retry = if won(&ra) {
+            edit_on(b, &old_b, &new_b, None)
+        } else {
+            edit_on(a, &old_a, &new_a, None)
+        };
+        let r = answer(retry);
+        assert_eq!(r["ok"], true, "{r}");
+        for h in [a, b] {
+            within(Duration::from_secs(10), "both edits on both hosts", || {
+                fs::read_to_string(h.path("workspaces/default/plan.md"))
+                    .is_ok_and(|t| t.contains(&new_a) && t.contains(&new_b))
+            });
+        }
+    }
+}

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::config::{EmbedderConfig, SearchConfig};
 use super::embed::{BuiltinModel, Embedder, HashingEmbedder, RemoteClient};
 use super::hnsw::HnswParams;
-use super::lease::Leases;
+use super::lease::{Forwarded, Leases};
 use super::workspace::{is_managed, IndexFiles, WorkspaceIndex};
 use super::SearchError;
 
@@ -558,23 +558,23 @@ fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<Strin
         if shared.stopping.load(Ordering::Relaxed) {
             return;
         }
-        let taken = leases.hold(&ws);
-        let stale = match taken {
+        let forwarded = match leases.hold(&ws) {
             None => continue,
-            Some(just_taken) => leases.changed_elsewhere(&ws) || just_taken,
+            Some(true) => vec![Forwarded::All],
+            Some(false) => leases.changed_elsewhere(&ws),
         };
         if !leases.is_published(&ws) {
             // For a host that joins later.
             leases.changed(&ws);
         }
-        if stale {
-            if let Err(e) = apply(
-                shared,
-                &Change::Rescan {
-                    workspace: ws.clone(),
-                },
-                unsaved,
-            ) {
+        for f in forwarded {
+            let workspace = ws.clone();
+            let change = match f {
+                Forwarded::File(rel) => Change::File { workspace, rel },
+                Forwarded::Tree(rel) => Change::Tree { workspace, rel },
+                Forwarded::All => Change::Rescan { workspace },
+            };
+            if let Err(e) = apply(shared, &change, unsaved) {
                 tracing::warn!(workspace = %ws, error = %e, "indexing other hosts' changes");
             }
         }
@@ -678,9 +678,14 @@ fn apply(
     if let Some(leases) = &shared.leases {
         let ws = change.workspace();
         match leases.hold(ws) {
-            // Another host writes this index: it rescans what this host's agents changed.
+            // Another host writes this index: it indexes again what this host's agents changed.
             None => {
-                leases.mark_changed(ws);
+                let forwarded = match change {
+                    Change::File { rel, .. } => Forwarded::File(rel.clone()),
+                    Change::Tree { rel, .. } => Forwarded::Tree(rel.clone()),
+                    Change::Rescan { .. } | Change::Reconfigure { .. } => Forwarded::All,
+                };
+                leases.mark_changed(ws, forwarded);
                 return Ok(());
             }
             // Taken over just now: the index catches up with every host's changes.

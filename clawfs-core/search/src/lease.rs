@@ -9,8 +9,10 @@
 //! other host:
 //! - searches a replica of that copy in its own folder, taken again when a newer one is
 //!   published (its graph is built from the copy's vectors);
-//! - tells the holder what its agents changed by touching `changed-by-<host>`, which makes
-//!   the holder rescan the workspace;
+//! - tells the holder what its agents changed in `changed-by-<host>`: the paths (and removed
+//!   folders) of the last [`RECHECK`], which the holder indexes again at each look while the
+//!   file is that recent. A burst of more than [`FORWARD_MAX`] changes, or changes the holder
+//!   may have missed, make it rescan the whole workspace instead;
 //! - tries for the lease every time it looks, so the lease moves when its holder dies.
 
 use std::collections::HashMap;
@@ -22,6 +24,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::workspace::WorkspaceIndex;
+
+/// An id for this daemon's markers, unlike another's of the same host: the process and the
+/// time it started them.
+fn run_id() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
 
 /// The published copy of a workspace's database, in its index folder.
 pub const PUBLISHED: &str = "published.db";
@@ -40,6 +51,51 @@ const MARK_EVERY: Duration = Duration::from_millis(500);
 /// How long after a marker was touched the holder rescans at each look: what another host
 /// changed reaches this host's view of the volume within its caches' lifetime, not at once.
 const RECHECK: Duration = Duration::from_secs(3);
+/// The most changes a marker lists: past this it asks for a rescan of the whole workspace.
+pub const FORWARD_MAX: usize = 4096;
+
+/// A change another host's agents made, as its marker forwards it to the holder.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Forwarded {
+    /// A file changed, came or went.
+    #[serde(rename = "file")]
+    File(String),
+    /// A folder went.
+    #[serde(rename = "tree")]
+    Tree(String),
+    /// Anything: rescan the workspace.
+    #[serde(rename = "all")]
+    All,
+}
+
+/// What a `changed-by-<host>` file holds: the changes its daemon (`run`) made, numbered in
+/// order, from number `from` to before `to`. A holder that read the marker of the same run
+/// up to `to` ≥ this `from` has every change between the two; otherwise it may have missed
+/// some.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Marker {
+    /// The writing daemon: numbers count from its start.
+    run: u64,
+    /// Every change numbered from this on is listed (or a later one that repeats it).
+    from: u64,
+    /// The number the next change will have.
+    to: u64,
+    /// The changes, oldest first.
+    changes: Vec<Forwarded>,
+}
+
+/// What this host has told, or holds back to tell, the holder of one workspace's lease.
+#[derive(Debug)]
+struct Marks {
+    /// When the marker was last written, and whether changes wait for the next write.
+    written: Instant,
+    pending: bool,
+    /// The changes of the last [`RECHECK`], with when each was made and its number.
+    recent: Vec<(Instant, u64, Forwarded)>,
+    /// Every change from this number on is in `recent`; the next change's number.
+    from: u64,
+    next: u64,
+}
 
 /// A replica this host searches: the copy it was taken from (its change time) and the index.
 struct Replica {
@@ -56,10 +112,12 @@ pub struct Leases {
     replicas_root: PathBuf,
     /// The leases held: the locked file of each workspace.
     held: Mutex<HashMap<String, File>>,
-    /// When each marker was last touched, and whether a change waits to be marked; when
-    /// each holder last saw each marker.
-    marked: Mutex<HashMap<String, (Instant, bool)>>,
-    seen: Mutex<HashMap<PathBuf, SystemTime>>,
+    /// This daemon, in its markers.
+    run: u64,
+    /// What this host told each workspace's holder; for each marker this host, holding a
+    /// lease, read: its change time, run and `to` then.
+    marked: Mutex<HashMap<String, Marks>>,
+    seen: Mutex<HashMap<PathBuf, (SystemTime, u64, u64)>>,
     /// Workspaces changed since published, and when each was last published and how long
     /// that took.
     unpublished: Mutex<HashMap<String, Option<(Instant, Duration)>>>,
@@ -75,6 +133,7 @@ impl Leases {
             index_root: index_root.to_path_buf(),
             replicas_root: host_dir.join("index-replicas"),
             held: Mutex::default(),
+            run: run_id(),
             marked: Mutex::default(),
             seen: Mutex::default(),
             unpublished: Mutex::default(),
@@ -130,63 +189,92 @@ impl Leases {
             .contains_key(workspace)
     }
 
-    /// Tells the holder of `workspace`'s lease that this host's agents changed it (now, or
+    /// Tells the holder of `workspace`'s lease that this host's agents made `change` (now, or
     /// at the next [`Self::mark_pending`] if it was told less than [`MARK_EVERY`] ago).
-    pub fn mark_changed(&self, workspace: &str) {
+    pub fn mark_changed(&self, workspace: &str, change: Forwarded) {
         let mut marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, pending)) = marked.get_mut(workspace) {
-            if at.elapsed() < MARK_EVERY {
-                *pending = true;
-                return;
-            }
+        let marks = marked
+            .entry(workspace.to_string())
+            .or_insert_with(|| Marks {
+                written: Instant::now() - MARK_EVERY,
+                pending: false,
+                recent: Vec::new(),
+                from: 0,
+                next: 0,
+            });
+        marks.recent.retain(|(_, _, c)| *c != change);
+        marks.recent.push((Instant::now(), marks.next, change));
+        marks.next += 1;
+        marks.pending = true;
+        if marks.written.elapsed() < MARK_EVERY {
+            return;
         }
-        marked.insert(workspace.to_string(), (Instant::now(), false));
+        let marker = self.take_marker(marks);
         drop(marked);
-        self.touch_marker(workspace);
+        self.write_marker(workspace, &marker);
     }
 
     /// Marks the changes [`Self::mark_changed`] held back.
     pub fn mark_pending(&self) {
-        let due: Vec<String> = {
+        let due: Vec<(String, Marker)> = {
             let mut marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
             marked
                 .iter_mut()
-                .filter(|(_, (at, pending))| *pending && at.elapsed() >= MARK_EVERY)
-                .map(|(w, entry)| {
-                    *entry = (Instant::now(), false);
-                    w.clone()
-                })
+                .filter(|(_, m)| m.pending && m.written.elapsed() >= MARK_EVERY)
+                .map(|(w, m)| (w.clone(), self.take_marker(m)))
                 .collect()
         };
-        for w in due {
-            self.touch_marker(&w);
+        for (w, marker) in due {
+            self.write_marker(&w, &marker);
         }
     }
 
-    fn touch_marker(&self, workspace: &str) {
+    /// The marker to write for `marks` now: the changes of the last [`RECHECK`] (all of them
+    /// while they are few), which it then counts as told.
+    fn take_marker(&self, marks: &mut Marks) -> Marker {
+        let old = marks
+            .recent
+            .iter()
+            .take_while(|(at, _, _)| at.elapsed() >= RECHECK)
+            .count();
+        if let Some((_, last, _)) = marks.recent.drain(..old).next_back() {
+            marks.from = last + 1;
+        }
+        if marks.recent.len() > FORWARD_MAX {
+            marks.recent = vec![(Instant::now(), marks.next - 1, Forwarded::All)];
+        }
+        marks.written = Instant::now();
+        marks.pending = false;
+        Marker {
+            run: self.run,
+            from: marks.from,
+            to: marks.next,
+            changes: marks.recent.iter().map(|(_, _, c)| c.clone()).collect(),
+        }
+    }
+
+    fn write_marker(&self, workspace: &str, marker: &Marker) {
         let dir = self.index_root.join(workspace);
         let _ = std::fs::create_dir_all(&dir);
-        let stamp = format!("{:?}\n", SystemTime::now());
+        let json = serde_json::to_vec(marker).expect("a marker serialises");
         let name = format!("changed-by-{}", self.host);
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(dir.join(name))
-            .and_then(|mut f| std::io::Write::write_all(&mut f, stamp.as_bytes()));
-        if let Err(e) = written {
+        if let Err(e) = clawfs_store::atomic::atomic_write(&dir, &name, &json, 0o600) {
             tracing::warn!(workspace, error = %e, "telling the index's holder of a change");
         }
     }
 
-    /// Whether another host marked `workspace` changed since this host last looked.
-    pub fn changed_elsewhere(&self, workspace: &str) -> bool {
+    /// What other hosts changed in `workspace` that this host, its holder, should index again:
+    /// the changes of every marker written since this host last read it or within [`RECHECK`]
+    /// (what they changed reaches this host's view of the volume within its caches' lifetime).
+    /// [`Forwarded::All`] when a marker cannot say (unreadable, first read, or it no longer
+    /// lists every change since the one this host read before).
+    pub fn changed_elsewhere(&self, workspace: &str) -> Vec<Forwarded> {
         let Ok(entries) = std::fs::read_dir(self.index_root.join(workspace)) else {
-            return false;
+            return Vec::new();
         };
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut changed = false;
+        let mut changes = std::collections::HashSet::new();
+        let now = SystemTime::now();
         for e in entries.flatten() {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
@@ -196,14 +284,33 @@ impl Leases {
             let Ok(at) = e.metadata().and_then(|m| m.modified()) else {
                 continue;
             };
-            let recent = SystemTime::now()
-                .duration_since(at)
-                .is_ok_and(|age| age < RECHECK);
-            if seen.insert(e.path(), at) != Some(at) || recent {
-                changed = true;
+            let recent = now.duration_since(at).is_ok_and(|age| age < RECHECK);
+            let last = seen.get(&e.path()).copied();
+            if last.is_some_and(|(marker_at, _, _)| marker_at == at) && !recent {
+                continue;
             }
+            let marker = std::fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
+            let Some(m) = marker else {
+                changes.insert(Forwarded::All);
+                seen.insert(e.path(), (at, 0, 0));
+                continue;
+            };
+            match last {
+                Some((_, run, to)) if run == m.run && m.from <= to => changes.extend(m.changes),
+                // Never read, another daemon of that host, or it no longer lists every change
+                // since the one read before: compare the whole workspace.
+                _ => {
+                    changes.insert(Forwarded::All);
+                }
+            }
+            seen.insert(e.path(), (at, m.run, m.to));
         }
-        changed
+        match changes.contains(&Forwarded::All) {
+            true => vec![Forwarded::All],
+            false => changes.into_iter().collect(),
+        }
     }
 
     /// Records that this host changed `workspace`'s index, to publish.
@@ -316,5 +423,76 @@ impl Leases {
             },
         );
         Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(rel: &str) -> Forwarded {
+        Forwarded::File(rel.into())
+    }
+
+    fn sorted(mut v: Vec<Forwarded>) -> Vec<Forwarded> {
+        v.sort_by_key(|f| format!("{f:?}"));
+        v
+    }
+
+    #[test]
+    fn the_holder_indexes_again_what_another_host_forwards_and_rescans_when_it_cannot_tell() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let holder = Leases::new("a", &index, &dir.path().join("hosts/a"));
+        let other = Leases::new("b", &index, &dir.path().join("hosts/b"));
+        assert_eq!(holder.hold("ws"), Some(true));
+        assert!(holder.changed_elsewhere("ws").is_empty());
+        // The first marker of a host the holder never read: the whole workspace.
+        other.mark_changed("ws", file("a.md"));
+        assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
+        // Within MARK_EVERY changes wait; marked, the holder gets the recent ones by path.
+        other.mark_changed("ws", file("b.md"));
+        other.mark_changed("ws", Forwarded::Tree("old".into()));
+        std::thread::sleep(MARK_EVERY);
+        other.mark_pending();
+        assert_eq!(
+            sorted(holder.changed_elsewhere("ws")),
+            sorted(vec![
+                file("a.md"),
+                file("b.md"),
+                Forwarded::Tree("old".into())
+            ])
+        );
+        // A burst past FORWARD_MAX asks for the whole workspace.
+        std::thread::sleep(MARK_EVERY);
+        for i in 0..=FORWARD_MAX {
+            other.mark_changed("ws", file(&format!("f{i}")));
+        }
+        std::thread::sleep(MARK_EVERY);
+        other.mark_pending();
+        assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
+        // Another daemon of that host numbers its changes anew: the whole workspace.
+        let restarted = Leases::new("b", &index, &dir.path().join("hosts/b"));
+        restarted.mark_changed("ws", file("c.md"));
+        assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
+        // A marker that no longer lists what the holder has not read: the whole workspace.
+        let mut gap = Marker {
+            run: restarted.run,
+            from: 5,
+            to: 6,
+            changes: vec![file("d.md")],
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        restarted.write_marker("ws", &gap);
+        assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
+        gap.from = 6;
+        gap.to = 7;
+        gap.changes = vec![file("e.md")];
+        std::thread::sleep(Duration::from_millis(20));
+        restarted.write_marker("ws", &gap);
+        assert_eq!(holder.changed_elsewhere("ws"), [file("e.md")]);
+        // A marker that does not parse: the whole workspace.
+        std::fs::write(index.join("ws/changed-by-b"), "not json").unwrap();
+        assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
     }
 }

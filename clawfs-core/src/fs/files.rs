@@ -455,7 +455,10 @@ impl ClawFs {
             self.index_file(&w.path);
         }
         self.held_closed(&file.held);
-        if self.passthrough() && file.staged.is_none() {
+        // Not in a store that hosts share: a descriptor kept open there keeps the network file
+        // system's view of the file as it was (JuiceFS refreshes a file's length and data at
+        // open, close-to-open), so another host's later writes would never show here.
+        if self.passthrough() && file.staged.is_none() && !self.store.is_shared() {
             let mut recent = self
                 .recent
                 .lock()

@@ -84,6 +84,23 @@ pub struct ToolRoot {
     caller: Option<CallerIds>,
     /// Names uids and gids in those explanations.
     id_names: Option<IdNames>,
+    /// Serializes edits with the daemons of other hosts that share the store.
+    shared_edits: Option<Arc<dyn SharedEdits>>,
+}
+
+/// Edits of one file by the daemons of other hosts that share the store, which the
+/// process-wide lock table does not reach (see [`ToolRoot::with_shared_edits`]).
+pub trait SharedEdits: Send + Sync {
+    /// Waits for the lock of the workspace file `rel` among hosts, held while the answer lives.
+    fn lock(&self, rel: &str) -> std::io::Result<Box<dyn SharedEdit>>;
+}
+
+/// One file's lock among hosts, held.
+pub trait SharedEdit: Send {
+    /// The sha256 the file's last hash-checked edit on any host left it with, if recorded.
+    fn last_sha256(&self) -> Option<String>;
+    /// Records the sha256 an edit leaves the file with, for the next editor on any host.
+    fn record(&mut self, sha256: &str) -> std::io::Result<()>;
 }
 
 /// Runs the closure it is given with the daemon's own credentials, then returns to the
@@ -201,7 +218,16 @@ impl ToolRoot {
             mount: None,
             caller: None,
             id_names: None,
+            shared_edits: None,
         })
+    }
+
+    /// Hosts share the store: hash-checked edits also take `edits`' lock of the file, and
+    /// wait (a few seconds at most) until this host's view of the file shows what the last
+    /// edit on any host left, so a stale view never passes the hash check.
+    pub fn with_shared_edits(mut self, edits: Arc<dyn SharedEdits>) -> ToolRoot {
+        self.shared_edits = Some(edits);
+        self
     }
 
     /// Who the call runs as (the credentials the filesystem checks): `list_allowed` reports
@@ -649,10 +675,12 @@ static PATH_LOCKS: PathLocks = PathLocks {
     freed: Condvar::new(),
 };
 
-/// Holds the locks on a set of paths until dropped.
-struct PathGuard<'a> {
+/// Holds the locks on a set of paths until dropped (and, in a store that hosts share, the
+/// file's lock among hosts).
+pub(crate) struct PathGuard<'a> {
     locks: &'a PathLocks,
     paths: Vec<PathBuf>,
+    shared: Option<Box<dyn SharedEdit>>,
 }
 
 impl PathLocks {
@@ -667,7 +695,11 @@ impl PathLocks {
         for p in &paths {
             held.insert(p.clone());
         }
-        PathGuard { locks: self, paths }
+        PathGuard {
+            locks: self,
+            paths,
+            shared: None,
+        }
     }
 }
 

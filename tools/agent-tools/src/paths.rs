@@ -314,7 +314,7 @@ impl ToolRoot {
     }
 
     /// Opens the regular file at `rel` for reading.
-    fn open_file(&self, rel: String) -> ToolResult<Found> {
+    pub(crate) fn open_file(&self, rel: String) -> ToolResult<Found> {
         let f = self.open_found(rel, FILE_READ)?;
         if !f.meta.is_file() {
             return Err(not_regular(&f.rel));
@@ -336,7 +336,17 @@ impl ToolRoot {
         access: Access,
     ) -> ToolResult<(PathGuard<'_>, Found)> {
         let rel = self.file_rel(input, access)?;
-        let guard = self.locks.lock(&[&self.abs_of(&rel)]);
+        let mut guard = self.locks.lock(&[&self.abs_of(&rel)]);
+        if let Some(edits) = &self.shared_edits {
+            // The locks are the daemon's, in the store's private area.
+            let lock = self.elevated(|_| edits.lock(&rel)).map_err(|e| {
+                ToolError::io(
+                    format!("waiting for other hosts' edits of '{}'", show(&rel)),
+                    e,
+                )
+            })?;
+            guard.shared = Some(lock);
+        }
         Ok((guard, self.open_file(rel)?))
     }
 

@@ -234,6 +234,13 @@ impl ClawFs {
                 .with_alias(format!("{}/workspaces/{workspace}", mp.display()))
                 .with_mount(mp);
         }
+        if self.store.is_shared() {
+            // Hash-checked edits are serialized with the other hosts' daemons too.
+            match crate::shared_edits::HostEdits::new(self.store.root_fd(), &workspace) {
+                Ok(edits) => root = root.with_shared_edits(std::sync::Arc::new(edits)),
+                Err(e) => return error(ToolError::io("starting the call", e)),
+            }
+        }
         if let Some(ix) = self.indexer() {
             root = root.with_semantic(std::sync::Arc::new(clawfs_search::ToolIndex {
                 indexer: std::sync::Arc::clone(ix),

@@ -147,18 +147,18 @@ pub(crate) fn restore_backup(
     root: &ToolRoot,
     a: RestoreBackupArgs,
 ) -> ToolResult<RestoreBackupResult> {
-    let (_guard, f) = match root.locked_file(&a.path, Access::Write) {
+    let (mut guard, f) = match root.locked_file(&a.path, Access::Write) {
         Ok(found) => found,
         Err(ToolError::NotFound(msg)) => return restore_gone(root, a, msg),
         Err(e) => return Err(e),
     };
-    let l = load(root, f)?;
+    let l = load(root, &guard, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
     }
     let bytes = read_backup(root, &l.f.rel, &a.backup)?;
     let sha256 = sha256_hex(&bytes);
-    let backup = commit(root, &l, &bytes)?;
+    let backup = commit(root, &mut guard, &l, &bytes)?;
     Ok(RestoreBackupResult {
         path: show(&l.f.rel),
         restored: a.backup,

@@ -16,7 +16,7 @@ use crate::limits::{MAX_CANDIDATES, MAX_DIFF_CHARS};
 use crate::patch::{self, AppliedHunk};
 use crate::paths::{show, Found};
 use crate::text::{as_in_file, decode, eol_of, lines, nearest_line, show_line};
-use crate::ToolRoot;
+use crate::{PathGuard, ToolRoot};
 
 /// `apply_patch` arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -78,14 +78,37 @@ pub(super) struct Loaded {
     pub(super) sha256: String,
 }
 
-pub(super) fn load(root: &ToolRoot, f: Found) -> ToolResult<Loaded> {
-    let bytes = read_limited(&f.file, &f.rel, root.limits().max_text_file_bytes)?;
-    let sha256 = sha256_hex(&bytes);
+/// How long a host waits for its view of a file to show what another host's last edit left
+/// (the shared volume's caches), before it takes the file as it sees it.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Reads the file `guard` locks. In a store that hosts share, until it shows what the last
+/// edit on any host left (for [`SETTLE`] at most: a file changed since by plain writes never
+/// will), opening it again each time, as another host's rename reaches this host's view late.
+pub(super) fn load(root: &ToolRoot, guard: &PathGuard<'_>, mut f: Found) -> ToolResult<Loaded> {
+    let max = root.limits().max_text_file_bytes;
+    let mut bytes = read_limited(&f.file, &f.rel, max)?;
+    let mut sha256 = sha256_hex(&bytes);
+    if let Some(last) = guard.shared.as_ref().and_then(|s| s.last_sha256()) {
+        let deadline = std::time::Instant::now() + SETTLE;
+        while sha256 != last && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            f = root.open_file(f.rel)?;
+            bytes = read_limited(&f.file, &f.rel, max)?;
+            sha256 = sha256_hex(&bytes);
+        }
+    }
     Ok(Loaded { f, bytes, sha256 })
 }
 
-/// Backs up the old content and replaces the file with `new`. Returns the backup path.
-pub(super) fn commit(root: &ToolRoot, l: &Loaded, new: &[u8]) -> ToolResult<String> {
+/// Backs up the old content and replaces the file with `new` (recording its hash for other
+/// hosts' editors). Returns the backup path.
+pub(super) fn commit(
+    root: &ToolRoot,
+    guard: &mut PathGuard<'_>,
+    l: &Loaded,
+    new: &[u8],
+) -> ToolResult<String> {
     let rel = &l.f.rel;
     let slot = root.slot(rel, false)?.ok_or_else(|| {
         ToolError::NotFound(format!(
@@ -105,12 +128,17 @@ pub(super) fn commit(root: &ToolRoot, l: &Loaded, new: &[u8]) -> ToolResult<Stri
         new,
         Some((&l.f.meta, Some(&l.f.file))),
     )?;
+    if let Some(shared) = guard.shared.as_mut() {
+        // The file is written: a failure here only costs the next editor on another host a
+        // wait, which it then ends by taking the file as it sees it.
+        let _ = shared.record(&sha256_hex(new));
+    }
     Ok(b)
 }
 
 pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<ApplyPatchResult> {
-    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
-    let l = load(root, f)?;
+    let (mut guard, f) = root.locked_file(&a.path, Access::Write)?;
+    let l = load(root, &guard, f)?;
     let p = patch::parse(&a.patch).map_err(|m| ToolError::PatchFailed {
         message: format!("the patch could not be read: {m} The file is unchanged."),
         details: vec![m],
@@ -151,7 +179,7 @@ pub(crate) fn apply_patch(root: &ToolRoot, a: ApplyPatchArgs) -> ToolResult<Appl
     let backup = if a.dry_run {
         None
     } else {
-        Some(commit(root, &l, new.as_bytes())?)
+        Some(commit(root, &mut guard, &l, new.as_bytes())?)
     };
     Ok(ApplyPatchResult {
         path: l.f.rel.clone(),
@@ -246,8 +274,8 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
     if count == 0 {
         return Err(ToolError::InvalidArgs("count must be at least 1.".into()));
     }
-    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
-    let l = load(root, f)?;
+    let (mut guard, f) = root.locked_file(&a.path, Access::Write)?;
+    let l = load(root, &guard, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
     }
@@ -274,7 +302,7 @@ pub(crate) fn edit_exact(root: &ToolRoot, a: EditExactArgs) -> ToolResult<EditEx
     }
     let new = text.replace(old.as_str(), &replacement);
     let sha256 = sha256_hex(new.as_bytes());
-    let backup = commit(root, &l, new.as_bytes())?;
+    let backup = commit(root, &mut guard, &l, new.as_bytes())?;
     Ok(EditExactResult {
         path: l.f.rel.clone(),
         replacements: n,
@@ -409,8 +437,8 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
             "nothing to do: give edits [{\"old\": ..., \"new\": ...}] and/or insert {\"line\": N, \"text\": ...}.".into(),
         ));
     }
-    let (_guard, f) = root.locked_file(&a.path, Access::Write)?;
-    let l = load(root, f)?;
+    let (mut guard, f) = root.locked_file(&a.path, Access::Write)?;
+    let l = load(root, &guard, f)?;
     if let Some(base) = &a.base_sha256 {
         check_hash(&l.f.rel, base, &l.sha256)?;
     }
@@ -458,7 +486,7 @@ pub(crate) fn edit_file(root: &ToolRoot, a: EditFileArgs) -> ToolResult<EditFile
     let backup = if a.dry_run || !changed {
         None
     } else {
-        Some(commit(root, &l, text.as_bytes())?)
+        Some(commit(root, &mut guard, &l, text.as_bytes())?)
     };
     Ok(EditFileResult {
         path: rel,
