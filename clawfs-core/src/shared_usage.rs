@@ -86,10 +86,23 @@ fn read_json<T: for<'de> Deserialize<'de>>(store: &Store, rel: &Path) -> io::Res
     }
 }
 
-/// The store's count, if there is one of this format.
+/// The store's count; `None` if there is none yet, an error if it is unreadable (damaged, or
+/// of another format): a recount writes a good one.
 pub fn read_count(store: &Store) -> io::Result<Option<Count>> {
-    let count: Option<Count> = read_json(store, &Path::new(PRIVATE_DIR).join(COUNT_FILE))?;
-    Ok(count.filter(|c| c.version == FORMAT))
+    let rel = Path::new(PRIVATE_DIR).join(COUNT_FILE);
+    let Some(text) = beneath::read(store.root_fd(), &rel, MAX_FILE)? else {
+        return Ok(None);
+    };
+    match serde_json::from_slice::<Count>(&text) {
+        Ok(c) if c.version == FORMAT && c.epoch > 0 => Ok(Some(c)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is not a count of this version: `clawfs quota rescan` counts the store again",
+                store.root().join(rel).display()
+            ),
+        )),
+    }
 }
 
 /// Reads the shared store's usage as `host` sees it (`None`: a reader that is no host):
@@ -140,7 +153,13 @@ pub fn write_count(
     by_uid: HashMap<u32, Held>,
     agents: HashMap<u32, String>,
 ) -> io::Result<u64> {
-    let epoch = read_count(store)?.map_or(0, |c| c.epoch) + 1;
+    // After an unreadable count, or the last epoch there is, numbering starts again: every
+    // host drops its changes when the epoch it follows changes, whatever the new one is.
+    let epoch = read_count(store)
+        .ok()
+        .flatten()
+        .and_then(|c| c.epoch.checked_add(1))
+        .unwrap_or(1);
     let count = Count {
         version: FORMAT,
         epoch,
@@ -155,4 +174,43 @@ pub fn write_count(
         FileMode::mode(0o600),
     )?;
     Ok(epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_or_exhausted_count_is_refused_and_numbering_starts_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        Store::init(&root).unwrap();
+        let store = Store::open(&root).unwrap();
+        assert!(read_count(&store).unwrap().is_none());
+        assert_eq!(
+            write_count(&store, HashMap::new(), HashMap::new()).unwrap(),
+            1
+        );
+        assert_eq!(
+            write_count(&store, HashMap::new(), HashMap::new()).unwrap(),
+            2
+        );
+        let file = root.join(PRIVATE_DIR).join(COUNT_FILE);
+        let last = format!(
+            r#"{{"version":{FORMAT},"epoch":{},"by_uid":{{}},"agents":{{}}}}"#,
+            u64::MAX
+        );
+        std::fs::write(&file, last).unwrap();
+        assert_eq!(
+            write_count(&store, HashMap::new(), HashMap::new()).unwrap(),
+            1
+        );
+        std::fs::write(&file, "not a count").unwrap();
+        let err = read_count(&store).unwrap_err();
+        assert!(err.to_string().contains("quota rescan"), "{err}");
+        assert_eq!(
+            write_count(&store, HashMap::new(), HashMap::new()).unwrap(),
+            1
+        );
+    }
 }

@@ -314,6 +314,7 @@ impl Store {
         clawfs_vault::VaultConfig {
             host: host.map(str::to_string),
             host_key_path: host.map(clawfs_vault::hosts::local_key_file),
+            shared: self.shared,
             ..Default::default()
         }
     }

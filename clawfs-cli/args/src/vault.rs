@@ -105,6 +105,12 @@ pub enum VaultCommand {
         /// The host.
         host: String,
     },
+    /// Take the master key from HOST: its key and grant go, and rotations no longer renew it
+    /// (rotate afterwards, so that a copy of its old grant opens nothing new).
+    RemoveHost {
+        /// The host.
+        host: String,
+    },
     /// TPM sealer: accept the vault's current state as its latest (a backup put back on purpose,
     /// a lost TPM rollback counter) and unlock; every other copy is refused from then on.
     RebindCounter,

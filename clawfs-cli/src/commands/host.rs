@@ -43,6 +43,23 @@ fn join(store: &Store, name: &str, local: bool) -> Result<(), Failure> {
             store.root().display()
         ),
     }
+    // A vault sealed by the store's own key file before hosts shared it: that file is now on a
+    // volume every host reads.
+    let key_file = store.private_dir().join("host.key");
+    let sealed_here =
+        std::fs::read_to_string(store.root().join("vault/master-key.enc")).is_ok_and(|t| {
+            t.contains("\"sealer\":\"host-key\"") || t.contains("\"sealer\": \"host-key\"")
+        });
+    if sealed_here && key_file.exists() {
+        eprintln!(
+            "clawfs: warning: the vault's master key is sealed by {}, on the volume every host \
+             reads: any host can unseal it. On the host that holds the key, move that file to \
+             {} (outside the store) and remove it from the store, or rotate the key to a TPM or \
+             passphrase seal (docs/multi-host.md, \"The vault\").",
+            key_file.display(),
+            clawfs_vault::hosts::local_key_file("HOST").display()
+        );
+    }
     if local {
         hosts::set_local_host(&host)
             .with_context(|| format!("writing {}", hosts::LOCAL_HOST_FILE))?;

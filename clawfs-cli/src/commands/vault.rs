@@ -66,9 +66,19 @@ fn passphrase_if_needed(vault: &Vault) -> Result<Option<Zeroizing<String>>, Fail
 
 /// Runs one `clawfs vault` command on the store at `store_root`.
 pub fn run(store_root: &Path, cmd: &VaultCommand) -> Result<(), Failure> {
-    let config = clawfs_core::store::Store::open(store_root)
-        .map(|s| s.vault_config())
-        .unwrap_or_default();
+    let store = clawfs_core::store::Store::open(store_root).ok();
+    if let Some(s) = store
+        .as_ref()
+        .filter(|s| s.is_shared() && s.host().is_none())
+    {
+        return Err(anyhow!(
+            "hosts share the store at {}: say which host this is (CLAWFS_HOST or /etc/clawfs/host); \
+             each host keeps its own seal of the vault's key",
+            s.root().display()
+        )
+        .into());
+    }
+    let config = store.map(|s| s.vault_config()).unwrap_or_default();
     run_with(store_root, cmd, config, &mut io::stdout().lock())
 }
 
@@ -196,6 +206,16 @@ pub fn run_with(
                 r.threads
             )
             .map_err(w)?;
+            if !r.hosts.is_empty() {
+                writeln!(out, "hosts given the new key: {}", r.hosts.join(", ")).map_err(w)?;
+            }
+            for (host, why) in &r.hosts_skipped {
+                writeln!(
+                    out,
+                    "host {host}: not given the new key ({why}); run `clawfs vault add-host {host}`"
+                )
+                .map_err(w)?;
+            }
             let sealed = seal_as_it_is(store_root, Some(before))?;
             if !sealed.is_empty() {
                 writeln!(out, "{sealed}").map_err(w)?;
@@ -205,6 +225,7 @@ pub fn run_with(
             let host = vault.config().host.clone().ok_or_else(|| {
                 anyhow!("no host: this store is not shared by hosts, or this host is unnamed (CLAWFS_HOST, /etc/clawfs/host)")
             })?;
+            joined_or_refused(store_root, &host)?;
             let (choice, pass) = sealer_choice(*sealer)?;
             let public = vault
                 .create_host_key(&host, choice, pass.as_deref().map(|s| s.as_str()))
@@ -218,11 +239,21 @@ pub fn run_with(
             .map_err(w)?;
         }
         VaultCommand::AddHost { host } => {
+            joined_or_refused(store_root, host)?;
             let public = vault.add_host(host).map_err(fail)?;
             writeln!(
                 out,
                 "host {host} given the master key, wrapped to its key {}",
                 public.fingerprint
+            )
+            .map_err(w)?;
+        }
+        VaultCommand::RemoveHost { host } => {
+            vault.remove_host(host).map_err(fail)?;
+            writeln!(
+                out,
+                "host {host} no longer has the vault's key; rotate it (`clawfs vault rotate`) so \
+                 that any copy of its grant opens nothing new"
             )
             .map_err(w)?;
         }
@@ -233,6 +264,20 @@ pub fn run_with(
         VaultCommand::Grant { .. } | VaultCommand::Revoke { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// Refuses a host that has not joined the store (`clawfs host join`).
+fn joined_or_refused(store_root: &Path, host: &str) -> Result<(), Failure> {
+    let joined = clawfs_core::hosts::HostName::new(host)
+        .is_ok_and(|h| clawfs_core::hosts::has_joined(store_root, &h));
+    match joined {
+        true => Ok(()),
+        false => Err(anyhow!(
+            "host {host} has not joined the store at {} (`clawfs host join {host}` first)",
+            store_root.display()
+        )
+        .into()),
+    }
 }
 
 /// The sealer `--sealer` picks, and the passphrase it needs (the passphrase sealer asks for

@@ -202,16 +202,93 @@ pub fn unwrap(grant: &Grant, seed: &Key256, file: &Path) -> Result<Key256, Vault
     Ok(key)
 }
 
+/// The most a file of the vault's `hosts/` folder may hold.
+const MAX_FILE: u64 = 64 * 1024;
+
+/// The bytes of a file of the vault's `hosts/` folder: a regular file, not followed if a
+/// symlink, at most [`MAX_FILE`]; `None` if there is none.
+fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, VaultError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(VaultError::tampered(file, "a symlink"))
+        }
+        Err(e) => return Err(io_at(file)(e)),
+    };
+    let meta = f.metadata().map_err(io_at(file))?;
+    if !meta.is_file() {
+        return Err(VaultError::tampered(file, "not a regular file"));
+    }
+    if meta.len() > MAX_FILE {
+        return Err(VaultError::tampered(
+            file,
+            format!("larger than {MAX_FILE} bytes"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(io_at(file))?;
+    Ok(Some(bytes))
+}
+
 /// Reads a JSON file of the vault's `hosts/` folder; `None` if there is none.
 pub fn read<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<Option<T>, VaultError> {
-    match std::fs::read(file) {
-        Ok(b) => serde_json::from_slice(&b)
+    match read_bytes(file)? {
+        Some(b) => serde_json::from_slice(&b)
             .map(Some)
             .map_err(|e| VaultError::tampered(file, e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_at(file)(e)),
+        None => Ok(None),
     }
 }
+
+/// A host's sealed key pair seed, `<h>.key`.
+fn read_sealed(file: &Path) -> Result<crate::Envelope, VaultError> {
+    match read_bytes(file)? {
+        Some(b) => crate::Envelope::parse(&b, file),
+        None => Err(VaultError::tampered(file, "missing")),
+    }
+}
+
+/// The hosts given the master key, as `granted.json` records them: host → the fingerprint
+/// of the host key its grant is wrapped to. MACed under the master key, so that only a host
+/// with the key (an admin's `add-host`) adds to it: renewals wrap to these alone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Granted {
+    format: u32,
+    vault_id: String,
+    /// The master key the MAC is under.
+    key_id: String,
+    hosts: std::collections::BTreeMap<String, String>,
+    mac: String,
+}
+
+impl Granted {
+    fn signed_bytes(&self) -> Vec<u8> {
+        let hosts: Vec<String> = self.hosts.iter().map(|(h, f)| format!("{h}={f}")).collect();
+        format!(
+            "clawfs-granted|{}|{}|{}",
+            self.vault_id,
+            self.key_id,
+            hosts.join(",")
+        )
+        .into_bytes()
+    }
+
+    fn mac_with(&self, key: &Key256) -> String {
+        b64::enc(&key.subkey(GRANTED_LABEL).hmac(&self.signed_bytes()))
+    }
+}
+
+/// The sub-key label of the MAC of `granted.json`.
+const GRANTED_LABEL: &str = "clawfs-vault-granted";
 
 impl crate::Vault {
     pub(crate) fn hosts_dir(&self) -> PathBuf {
@@ -310,40 +387,149 @@ impl crate::Vault {
             return Err(VaultError::tampered(&file, "for another host or vault"));
         }
         let grant = wrap(&master, env.generation, &public)?;
+        let mut granted = self.read_granted(&master, &env.vault_id)?;
+        granted.insert(host.to_string(), public.fingerprint.clone());
+        self.write_granted(&master, &env.vault_id, granted)?;
         let json = serde_json::to_vec_pretty(&grant).expect("a grant serialises");
         crate::write_atomic(&self.hosts_dir(), &format!("{host}.grant"), &json)?;
         Ok(public)
     }
 
-    /// Gives every host granted an older key `master` (generation `generation`) instead,
-    /// wrapped to the same host key it had; answers the hosts renewed. A grant whose host key
-    /// has changed since is left for an admin to renew (`add-host`).
+    /// Takes the master key from `host`: out of the granted list, its files removed. What it
+    /// already read it keeps; a rotation after this gives it nothing new.
+    pub fn remove_host(&self, host: &str) -> Result<(), VaultError> {
+        check_host(host)?;
+        let _lock = self.write_lock()?;
+        let env = self.envelope()?;
+        let ring = self.unlocked_ring()?;
+        let master = self
+            .keyring_master(&ring, &env.key_id)?
+            .ok_or(VaultError::Locked)?;
+        let mut granted = self.read_granted(&master, &env.vault_id)?;
+        let was = granted.remove(host).is_some();
+        self.write_granted(&master, &env.vault_id, granted)?;
+        let mut removed = was;
+        for ext in ["grant", "pub", "key"] {
+            let file = host_file(&self.dir, host, ext);
+            match std::fs::remove_file(&file) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_at(&file)(e)),
+            }
+        }
+        match removed {
+            true => Ok(()),
+            false => Err(VaultError::BadHostKey {
+                host: host.into(),
+                reason: "it has no key or grant in this vault".into(),
+            }),
+        }
+    }
+
+    /// The granted hosts, checked with `key` (the master key their list is MACed under);
+    /// none before the first `add-host`.
+    fn read_granted(
+        &self,
+        key: &Key256,
+        vault_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, VaultError> {
+        let file = self.hosts_dir().join("granted.json");
+        let Some(g) = read::<Granted>(&file)? else {
+            return Ok(Default::default());
+        };
+        if g.vault_id != vault_id || g.key_id != key.fingerprint() {
+            return Err(VaultError::tampered(
+                &file,
+                "not signed with the vault's key (a rotation stopped before it was signed again?): \
+                 add the hosts again with `clawfs vault add-host`",
+            ));
+        }
+        if !crate::crypto::ct_eq(g.mac_with(key).as_bytes(), g.mac.as_bytes()) {
+            return Err(VaultError::tampered(&file, "its MAC does not match"));
+        }
+        Ok(g.hosts)
+    }
+
+    fn write_granted(
+        &self,
+        key: &Key256,
+        vault_id: &str,
+        hosts: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), VaultError> {
+        crate::mkdir_0700(&self.hosts_dir())?;
+        let mut g = Granted {
+            format: 1,
+            vault_id: vault_id.into(),
+            key_id: key.fingerprint(),
+            hosts,
+            mac: String::new(),
+        };
+        g.mac = g.mac_with(key);
+        let json = serde_json::to_vec_pretty(&g).expect("a list serialises");
+        crate::write_atomic(&self.hosts_dir(), "granted.json", &json)
+    }
+
+    /// Gives every host of the granted list (MACed under `listed_with`: the key before a
+    /// rotation, else `master`) whose grant holds another key `master` (generation
+    /// `generation`) instead, wrapped to the host key the list names; signs the list with
+    /// `master`. A grant file nobody listed is never renewed. Answers the hosts renewed, and
+    /// those left as they were, with why: never an error, since what called it (an unlock, a
+    /// rotation) has already done its work.
     pub(crate) fn renew_grants(
         &self,
+        listed_with: &Key256,
         master: &Key256,
         generation: u64,
-    ) -> Result<Vec<String>, VaultError> {
-        let mut renewed = Vec::new();
-        for host in self.host_names()? {
-            let Some(grant) = read::<Grant>(&host_file(&self.dir, &host, "grant"))? else {
-                continue;
-            };
-            if grant.key_id == master.fingerprint() {
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        let (mut renewed, mut skipped) = (Vec::new(), Vec::new());
+        let vault_id = match self.vault_id() {
+            Ok(id) => id,
+            Err(e) => return (renewed, vec![("*".into(), e.to_string())]),
+        };
+        let granted = match self.read_granted(listed_with, &vault_id) {
+            Ok(g) => g,
+            Err(e) => return (renewed, vec![("*".into(), e.to_string())]),
+        };
+        for (host, fingerprint) in &granted {
+            let current = read::<Grant>(&host_file(&self.dir, host, "grant"))
+                .ok()
+                .flatten()
+                .is_some_and(|g| g.key_id == master.fingerprint() && &g.host_key == fingerprint);
+            if current {
                 continue;
             }
-            let Some(public) = read::<HostPublic>(&host_file(&self.dir, &host, "pub"))? else {
-                continue;
+            let public = match read::<HostPublic>(&host_file(&self.dir, host, "pub")) {
+                Ok(Some(p)) if &p.fingerprint == fingerprint && &p.host == host => p,
+                Ok(_) => {
+                    skipped.push((
+                        host.clone(),
+                        "its key is not the one it was given the master key for".into(),
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    skipped.push((host.clone(), e.to_string()));
+                    continue;
+                }
             };
-            if public.fingerprint != grant.host_key || public.host != host {
-                tracing::warn!(host, "not renewing the grant: the host's key changed since");
-                continue;
+            let written = wrap(master, generation, &public).and_then(|g| {
+                let json = serde_json::to_vec_pretty(&g).expect("a grant serialises");
+                crate::write_atomic(&self.hosts_dir(), &format!("{host}.grant"), &json)
+            });
+            match written {
+                Ok(()) => renewed.push(host.clone()),
+                Err(e) => skipped.push((host.clone(), e.to_string())),
             }
-            let renewed_grant = wrap(master, generation, &public)?;
-            let json = serde_json::to_vec_pretty(&renewed_grant).expect("a grant serialises");
-            crate::write_atomic(&self.hosts_dir(), &format!("{host}.grant"), &json)?;
-            renewed.push(host);
         }
-        Ok(renewed)
+        if listed_with.fingerprint() != master.fingerprint() {
+            if let Err(e) = self.write_granted(master, &vault_id, granted) {
+                skipped.push(("*".into(), e.to_string()));
+            }
+        }
+        for (host, why) in &skipped {
+            tracing::warn!(host, why, "a host's grant was not renewed");
+        }
+        (renewed, skipped)
     }
 
     /// The hosts with a public key, sorted.
@@ -405,7 +591,7 @@ impl crate::Vault {
             let Some(public) = read::<HostPublic>(&host_file(&self.dir, &host, "pub"))? else {
                 continue;
             };
-            let sealer = crate::Envelope::load(&host_file(&self.dir, &host, "key"))
+            let sealer = read_sealed(&host_file(&self.dir, &host, "key"))
                 .ok()
                 .map(|e| e.sealed.kind());
             let granted_generation = read::<Grant>(&host_file(&self.dir, &host, "grant"))
@@ -442,7 +628,7 @@ impl crate::Vault {
         }
         let env = self.envelope()?;
         let key_file = host_file(&self.dir, host, "key");
-        let sealed = crate::Envelope::load(&key_file)?;
+        let sealed = read_sealed(&key_file)?;
         if sealed.vault_id != env.vault_id {
             return Err(VaultError::tampered(&key_file, "a key of another vault"));
         }

@@ -73,6 +73,8 @@ pub struct VaultConfig {
     /// The host this is, in a store that hosts share: it unlocks with its own grant of the
     /// master key when it has a host key (see [`hosts`]), and names its keyring apart.
     pub host: Option<String>,
+    /// Hosts share the store: a host key file inside it, which every host reads, is refused.
+    pub shared: bool,
 }
 
 impl Default for VaultConfig {
@@ -84,6 +86,7 @@ impl Default for VaultConfig {
             keyring_name: None,
             host_key_path: None,
             host: None,
+            shared: false,
         }
     }
 }
@@ -458,7 +461,17 @@ impl Vault {
             ));
         }
         if kind == SealerKind::HostKey {
-            sealer::create_host_key(&self.host_key_path())?;
+            let path = self.host_key_path();
+            if self.config.shared && path.starts_with(&self.store_root) {
+                return Err(VaultError::HostKey {
+                    path,
+                    reason: "hosts share this store, so a key file in it is one every host can \
+                             read: name this host (CLAWFS_HOST or /etc/clawfs/host) so that its \
+                             key file is kept on its own disk, or seal with a TPM or a passphrase"
+                        .into(),
+                });
+            }
+            sealer::create_host_key(&path)?;
         }
         for d in [self.dir.clone(), self.secrets_dir(), self.archive_dir()] {
             mkdir_0700(&d)?;
@@ -529,7 +542,7 @@ impl Vault {
         }
         self.purge_archive()?;
         // Grants of an older key (a rotation that stopped before renewing them) get this one.
-        self.renew_grants(&key, env.generation)?;
+        self.renew_grants(&key, &key, env.generation);
         drop(_lock);
         self.status()
     }

@@ -69,6 +69,8 @@ pub struct RotationReport {
     pub secrets: usize,
     /// Hosts whose grant now holds the new key (docs/multi-host.md).
     pub hosts: Vec<String>,
+    /// Granted hosts whose grant could not be renewed, with why.
+    pub hosts_skipped: Vec<(String, String)>,
     /// `key_id` before.
     pub old_key_id: String,
     /// `key_id` after.
@@ -435,10 +437,11 @@ pub(super) fn rotate(
     let _ = purge_archive(&v.archive_dir(), super::ARCHIVE_RETENTION);
     // Hosts that had the old key get the new one (a crash here leaves them for the next
     // unlock on a host with the key).
-    let hosts = v.renew_grants(&new, env.generation + 1)?;
+    let (hosts, hosts_skipped) = v.renew_grants(&old, &new, env.generation + 1);
     Ok(RotationReport {
         secrets: names.len(),
         hosts,
+        hosts_skipped,
         old_key_id: super::secret::key_id_for(&env.key_id),
         new_key_id: super::secret::key_id_for(&journal.new_key_id),
         generation: env.generation + 1,

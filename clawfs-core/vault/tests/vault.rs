@@ -1107,4 +1107,54 @@ fn each_host_unseals_the_master_key_with_its_own_tpm() {
     a.unlock(None).unwrap();
     b.unlock(None).unwrap();
     assert_eq!(&b.get("db-password").unwrap()[..], b"hunter2");
+
+    // A host nobody granted forges a grant file for itself: renewals (an unlock, a rotation on
+    // a) never wrap the key to it, as only `add-host` lists hosts.
+    let tpm_d = Swtpm::start();
+    let dv = Vault::open(d.path(), host_config(&tpm_d, "d")).unwrap();
+    let _ld = Locker(&dv);
+    let d_key = dv
+        .create_host_key("d", SealerChoice::Kind(SealerKind::Tpm), None)
+        .unwrap();
+    let host_file = |h: &str, ext: &str| d.path().join(format!("vault/hosts/{h}.{ext}"));
+    let forged = host_file("d", "grant");
+    let mut fake: Value = serde_json::from_slice(&good).unwrap();
+    fake["host"] = Value::String("d".into());
+    fake["host_key"] = Value::String(d_key.fingerprint);
+    fake["key_id"] = Value::String("0".repeat(64));
+    std::fs::write(&forged, serde_json::to_vec(&fake).unwrap()).unwrap();
+    a.lock().unwrap();
+    a.unlock(None).unwrap();
+    let r = a.rotate(None, &|_| {}).unwrap();
+    assert_eq!(r.hosts, ["b"], "only the host a granted");
+    assert!(dv.unlock(None).is_err());
+    assert!(dv.get("db-password").is_err());
+    // A removed host's files put back are not renewed either.
+    let kept: Vec<(PathBuf, Vec<u8>)> = ["grant", "pub", "key"]
+        .iter()
+        .map(|e| {
+            let p = host_file("b", e);
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    a.remove_host("b").unwrap();
+    for (p, b) in &kept {
+        std::fs::write(p, b).unwrap();
+    }
+    let r = a.rotate(None, &|_| {}).unwrap();
+    assert!(r.hosts.is_empty(), "{:?}", r.hosts);
+    b.lock().unwrap();
+    match b.unlock(None) {
+        Err(VaultError::NoGrant { .. }) => {}
+        other => panic!("a removed host unlocked: {other:?}"),
+    }
+    // A damaged public key of a granted host never stops a rotation half way.
+    a.add_host("b").unwrap();
+    edit_json(&host_file("b", "pub"), |v| {
+        v["public"] = Value::String(flip_b64(v["public"].as_str().unwrap()))
+    });
+    let r = a.rotate(None, &|_| {}).unwrap();
+    assert!(r.hosts.is_empty() && r.hosts_skipped.len() == 1, "{r:?}");
+    assert_eq!(&a.get("db-password").unwrap()[..], b"hunter2");
 }

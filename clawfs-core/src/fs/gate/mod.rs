@@ -57,6 +57,8 @@ pub struct Gate {
     denials: Mutex<HashMap<String, VecDeque<String>>>,
     /// Bytes and files each owner holds, and which agent each uid is (leaf).
     pub(in crate::fs) held: Arc<crate::held::HeldUsage>,
+    /// The shared store's quota count was unreadable at the last look (said once).
+    pub(in crate::fs) usage_unreadable: std::sync::atomic::AtomicBool,
     /// The emergency stop in force (`.clawfs/estop`, as read last), if any (leaf).
     estop: RwLock<Option<serde_json::Value>>,
     /// Whether [`Self::estop`] holds a stop: checked on every mutating decision.
@@ -115,6 +117,7 @@ impl Gate {
             audit,
             denials: Mutex::default(),
             held: Default::default(),
+            usage_unreadable: Default::default(),
             estop: RwLock::new(None),
             estop_on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             refusals: Mutex::default(),

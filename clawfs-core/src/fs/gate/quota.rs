@@ -330,8 +330,21 @@ impl ClawFs {
                 .share(view.epoch, None, view.across, view.agents),
             // No count any more: ours stands until the next recount.
             Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "reading the hosts' quota usage"),
+            // Said once, not every 2 s: the totals stand as last read until a recount.
+            Err(e) => {
+                if !self
+                    .gate
+                    .usage_unreadable
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(error = %e, "reading the hosts' quota usage");
+                }
+                return;
+            }
         }
+        self.gate
+            .usage_unreadable
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// An agent announces itself as the caller's uid (a `clawfs run --user` uid, say): refused,
