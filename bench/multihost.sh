@@ -6,7 +6,9 @@
 # through its mount; host b writes new
 # files into the same workspace. Rounds alternate: a's searches with b idle, then with b
 # writing. Prints per-call latency (p50, p90, p99) of each side, their ratios, and how long
-# after b's last write a's search finds it.
+# after b's last write a's search finds it; then, per host, ClawFS's metrics and JuiceFS's
+# beside each other (each mount serves Prometheus text: `clawfs mount --metrics`, `juicefs
+# mount --metrics`).
 #
 #   bash bench/multihost.sh [--clawfs-bin BIN] [--juicefs BIN] [--rounds N] [--calls N]
 #                           [--files N] [--workdir DIR]
@@ -55,22 +57,28 @@ meta=redis://127.0.0.1:$port/1
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 "$juicefs" format --storage file --bucket "$work/bucket/" --trash-days 0 "$meta" vol \
     --no-update >/dev/null 2>&1
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+declare -A jmetrics cmetrics
 for h in a b; do
     mkdir -p "$work/vol-$h" "$work/cache-$h" "$work/mnt-$h"
-    "$juicefs" mount -d --no-usage-report --cache-dir "$work/cache-$h" \
+    jmetrics[$h]=127.0.0.1:$(free_port)
+    cmetrics[$h]=127.0.0.1:$(free_port)
+    "$juicefs" mount -d --no-usage-report --cache-dir "$work/cache-$h" --metrics "${jmetrics[$h]}" \
         --log "$work/juicefs-$h.log" "$meta" "$work/vol-$h" >/dev/null 2>&1
 done
 "$bin" init --store "$work/vol-a/store" >/dev/null
 for h in a b; do "$bin" host join "$h" --store "$work/vol-a/store" >/dev/null; done
 for h in a b; do
-    CLAWFS_HOST=$h "$bin" mount "$work/mnt-$h" --store "$work/vol-$h/store" --host "$h" >/dev/null
+    CLAWFS_HOST=$h "$bin" mount "$work/mnt-$h" --store "$work/vol-$h/store" --host "$h" \
+        --metrics "${cmetrics[$h]}" >/dev/null
     sleep 2 # a takes the index lease first
 done
 
-python3 - "$work" "$rounds" "$calls" "$files" <<'PY'
-import json, os, statistics, sys, threading, time
+python3 - "$work" "$rounds" "$calls" "$files" "${cmetrics[a]}" "${jmetrics[a]}" "${cmetrics[b]}" "${jmetrics[b]}" <<'PY'
+import json, os, statistics, sys, threading, time, urllib.request
 
 work, rounds, calls, files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+endpoints = {"a": (sys.argv[5], sys.argv[6]), "b": (sys.argv[7], sys.argv[8])}
 ws_a = f"{work}/mnt-a/workspaces/default"
 ws_b = f"{work}/mnt-b/workspaces/default"
 words = "lease replica journal quota vault agent index search shard volume".split()
@@ -147,4 +155,31 @@ for name, xs in (("b idle", quiet), ("b writing", busy)):
     print(f"| {name} | {pct(xs, 50):.2f} | {pct(xs, 90):.2f} | {pct(xs, 99):.2f} | {statistics.mean(xs) * 1000:.2f} |")
 print(f"| ratio (writing / idle) | {pct(busy, 50) / pct(quiet, 50):.2f}x | {pct(busy, 90) / pct(quiet, 90):.2f}x | "
       f"{pct(busy, 99) / pct(quiet, 99):.2f}x | {statistics.mean(busy) / statistics.mean(quiet):.2f}x |")
+
+def scrape(addr):
+    """Prometheus text from addr: {metric name: sum over its label sets}."""
+    sums = {}
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name_labels, _, value = line.rpartition(" ")
+            name = name_labels.split("{")[0]
+            try:
+                sums[name] = sums.get(name, 0.0) + float(value)
+            except ValueError:
+                pass
+    return sums
+
+def total(sums, prefix, suffix=""):
+    return sum(v for k, v in sums.items() if k.startswith(prefix) and k.endswith(suffix))
+
+print()
+print("| whole run, per host | ClawFS FUSE requests | ClawFS daemon bytes | JuiceFS FUSE ops | JuiceFS metadata ops | JuiceFS object requests | JuiceFS object bytes |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for h, (c_addr, j_addr) in endpoints.items():
+    c, j = scrape(c_addr), scrape(j_addr)
+    print(f"| host {h} | {total(c, 'clawfs_fuse_requests'):,.0f} | {total(c, 'clawfs_daemon_bytes'):,.0f} "
+          f"| {total(j, 'juicefs_fuse_ops_durations', '_count'):,.0f} | {total(j, 'juicefs_meta_ops_durations', '_count'):,.0f} "
+          f"| {total(j, 'juicefs_object_request_durations', '_count'):,.0f} | {total(j, 'juicefs_object_request_data_bytes'):,.0f} |")
 PY
