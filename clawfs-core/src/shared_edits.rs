@@ -73,20 +73,39 @@ impl SharedEdits for HostEdits {
                 Err(e) => return Err(e.into()),
             }
         }
-        let mut file = File::from(fd);
+        // Read through a descriptor opened now that the lock is held: the one opened before
+        // may show the file as it was then (the network file system refreshes at open), and
+        // the hash another host recorded meanwhile would go unseen.
+        let fresh = rustix::fs::openat(
+            &dir,
+            name.as_str(),
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        if rustix::fs::fstat(&fresh)?.st_ino != rustix::fs::fstat(&fd)?.st_ino {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let mut file = File::from(fresh);
         let mut text = String::new();
         let last = match (&file).take(64).read_to_string(&mut text) {
             Ok(64) if text.bytes().all(|b| b.is_ascii_hexdigit()) => Some(text),
             _ => None,
         };
         file.seek(SeekFrom::Start(0))?;
-        Ok(Box::new(HeldEdit { file, last }))
+        Ok(Box::new(HeldEdit {
+            file,
+            _locked: File::from(fd),
+            last,
+        }))
     }
 }
 
-/// One file's lock, held until dropped (closing the file lets the `flock` go).
+/// One file's lock, held until dropped (closing the locked descriptor lets the `flock` go).
 struct HeldEdit {
+    /// Read and written: opened after the lock was taken.
     file: File,
+    /// The descriptor the `flock` is on.
+    _locked: File,
     last: Option<String>,
 }
 

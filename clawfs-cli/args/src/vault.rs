@@ -94,10 +94,6 @@ pub enum VaultCommand {
         /// TPM TCTI, e.g. `device:/dev/tpmrm0` or `swtpm:host=127.0.0.1,port=2321`.
         #[arg(long)]
         tcti: Option<String>,
-        /// The host key file (host-key sealer; default /etc/clawfs/vault-HOST.key, outside the
-        /// shared store; the folder: CLAWFS_VAULT_KEY_DIR).
-        #[arg(long)]
-        key_file: Option<std::path::PathBuf>,
     },
     /// Give HOST the master key, wrapped to the key it made with `host-key` (run on a host
     /// where the vault is unlocked). Prints the fingerprint granted to.
@@ -105,8 +101,8 @@ pub enum VaultCommand {
         /// The host.
         host: String,
     },
-    /// Take the master key from HOST: its key and grant go, and rotations no longer renew it
-    /// (rotate afterwards, so that a copy of its old grant opens nothing new).
+    /// Take the master key from HOST: its key and grant go, and the key is rotated at once (so
+    /// that a copy of its old grant opens nothing new); the other hosts get the new key.
     RemoveHost {
         /// The host.
         host: String,

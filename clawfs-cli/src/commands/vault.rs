@@ -96,12 +96,9 @@ pub fn run_with(
         }
         config.pcrs = pcrs.clone();
     }
-    if let VaultCommand::HostKey { tcti, key_file, .. } = cmd {
+    if let VaultCommand::HostKey { tcti, .. } = cmd {
         if tcti.is_some() {
             config.tcti = tcti.clone();
-        }
-        if key_file.is_some() {
-            config.host_key_path = key_file.clone();
         }
     }
     if let VaultCommand::Unlock { timeout } = cmd {
@@ -249,13 +246,31 @@ pub fn run_with(
             .map_err(w)?;
         }
         VaultCommand::RemoveHost { host } => {
-            vault.remove_host(host).map_err(fail)?;
+            let before = clawfs_core::store::Store::open(store_root)
+                .ok()
+                .and_then(|s| {
+                    clawfs_integrity::seal::key_of(s.root(), s.vault_config())
+                        .ok()
+                        .flatten()
+                });
+            let pass = passphrase_if_needed(&vault)?;
+            let r = vault
+                .remove_host(host, pass.as_deref().map(|s| s.as_str()), &|_| {})
+                .map_err(fail)?;
             writeln!(
                 out,
-                "host {host} no longer has the vault's key; rotate it (`clawfs vault rotate`) so \
-                 that any copy of its grant opens nothing new"
+                "host {host} no longer has the vault's key; rotated to {} (generation {}), so \
+                 that any copy of its grant opens nothing new",
+                r.new_key_id, r.generation
             )
             .map_err(w)?;
+            if !r.hosts.is_empty() {
+                writeln!(out, "hosts given the new key: {}", r.hosts.join(", ")).map_err(w)?;
+            }
+            let sealed = seal_as_it_is(store_root, Some(before))?;
+            if !sealed.is_empty() {
+                writeln!(out, "{sealed}").map_err(w)?;
+            }
         }
         VaultCommand::RebindCounter => {
             let st = vault.rebind_counter(None).map_err(fail)?;

@@ -4,11 +4,12 @@
 //! JuiceFS holds cluster-wide and lets go when the holder's process (or, after its session
 //! expires, its machine) dies. The holder indexes the workspace, as a store of one host does,
 //! and, while another host has joined, publishes a consistent copy of the database
-//! (`published.db`) after changes: at most every [`PUBLISH_EVERY`], and never spending more
-//! than a [`PUBLISH_SHARE`] of its time at it (a large index is published less often). Every
-//! other host:
+//! (`published.db`) after changes that another host searches for: at most every
+//! [`PUBLISH_EVERY`], and never spending more than a [`PUBLISH_SHARE`] of its time at it (a
+//! large index is published less often). Every other host:
 //! - searches a replica of that copy in its own folder, taken again when a newer one is
-//!   published (its graph is built from the copy's vectors);
+//!   published (its graph is built from the copy's vectors), and asks for a newer copy by
+//!   touching `wanted-by-<host>` as it searches: the holder copies only for hosts that search;
 //! - tells the holder what its agents changed in `changed-by-<host>`: the paths (and removed
 //!   folders) of the last [`RECHECK`], which the holder indexes again at each look while the
 //!   file is that recent. A burst of more than [`FORWARD_MAX`] changes, or changes the holder
@@ -41,6 +42,8 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 /// The holder waits this many times as long as its last publication took before the next:
 /// each copies the whole database, which on a network file system costs object writes.
 pub const PUBLISH_SHARE: u32 = 20;
+/// How far before the holder's last copy another host's search still asks for a new one.
+const WANT_SLACK: Duration = Duration::from_secs(2);
 /// How often hosts look at leases, markers and copies.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// The file whose lock is the lease.
@@ -121,8 +124,10 @@ pub struct Leases {
     /// Workspaces changed since published, and when each was last published and how long
     /// that took.
     unpublished: Mutex<HashMap<String, Option<(Instant, Duration)>>>,
-    published: Mutex<HashMap<String, (Instant, Duration)>>,
+    published: Mutex<HashMap<String, (Instant, Duration, SystemTime)>>,
     replicas: Mutex<HashMap<String, Replica>>,
+    /// When this host last asked each workspace's holder for a fresher copy.
+    wanted: Mutex<HashMap<String, Instant>>,
 }
 
 impl Leases {
@@ -139,6 +144,7 @@ impl Leases {
             unpublished: Mutex::default(),
             published: Mutex::default(),
             replicas: Mutex::default(),
+            wanted: Mutex::default(),
         }
     }
 
@@ -320,7 +326,7 @@ impl Leases {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(workspace)
-            .copied();
+            .map(|&(at, took, _)| (at, took));
         self.unpublished
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -337,9 +343,11 @@ impl Leases {
         })
     }
 
-    /// The workspaces to publish now: changed since published, and past the wait since the
-    /// last publication ([`PUBLISH_EVERY`], [`PUBLISH_SHARE`]). None while no other host has
-    /// joined; they are published once one has.
+    /// The workspaces to publish now: changed since published, searched from another host
+    /// since then (its `wanted-by-<host>` marker moved; the first copy needs none), and past
+    /// the wait since the last publication ([`PUBLISH_EVERY`], [`PUBLISH_SHARE`]). None while
+    /// no other host has joined. A copy rewrites the whole database, which on a shared volume is
+    /// new objects each time: nobody searching from elsewhere, nothing is copied.
     pub fn due(&self) -> Vec<String> {
         let mut unpublished = self
             .unpublished
@@ -348,6 +356,10 @@ impl Leases {
         if unpublished.is_empty() || !self.others() {
             return Vec::new();
         }
+        let published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let due: Vec<String> = unpublished
             .iter()
             .filter(|(_, last)| {
@@ -355,8 +367,10 @@ impl Leases {
                     at.elapsed() >= PUBLISH_EVERY.max(took * PUBLISH_SHARE)
                 })
             })
+            .filter(|(w, _)| self.wanted_since(w, published.get(*w).map(|p| p.2)))
             .map(|(w, _)| w.clone())
             .collect();
+        drop(published);
         for w in &due {
             unpublished.remove(w);
         }
@@ -371,7 +385,10 @@ impl Leases {
         self.published
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(index.name().to_string(), (started, started.elapsed()));
+            .insert(
+                index.name().to_string(),
+                (started, started.elapsed(), SystemTime::now()),
+            );
         match done {
             Ok(()) => {
                 tracing::debug!(workspace = index.name(), took = ?started.elapsed(), "index published")
@@ -380,6 +397,45 @@ impl Leases {
                 tracing::warn!(workspace = index.name(), error = %e, "publishing the index");
                 self.changed(index.name());
             }
+        }
+    }
+
+    /// Whether another host searched `workspace` (its marker moved) since `since`, the time of
+    /// this host's last copy (none yet: a first copy is always wanted). A little before counts
+    /// too: markers carry the writing host's clock, and a search just before a copy may have
+    /// met the one before.
+    fn wanted_since(&self, workspace: &str, since: Option<SystemTime>) -> bool {
+        let Some(since) = since else { return true };
+        let since = since
+            .checked_sub(WANT_SLACK)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let Ok(entries) = std::fs::read_dir(self.index_root.join(workspace)) else {
+            return false;
+        };
+        entries.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("wanted-by-")
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|at| at >= since)
+        })
+    }
+
+    /// Asks the holder of `workspace`'s lease for a fresher copy: this host searches it (at
+    /// most every [`LOOK_EVERY`]).
+    fn want(&self, workspace: &str) {
+        let mut wanted = self.wanted.lock().unwrap_or_else(PoisonError::into_inner);
+        if wanted
+            .get(workspace)
+            .is_some_and(|at| at.elapsed() < LOOK_EVERY)
+        {
+            return;
+        }
+        wanted.insert(workspace.to_string(), Instant::now());
+        drop(wanted);
+        let dir = self.index_root.join(workspace);
+        let name = format!("wanted-by-{}", self.host);
+        if let Err(e) = clawfs_store::atomic::atomic_write(&dir, &name, b"", 0o600) {
+            tracing::warn!(workspace, error = %e, "asking the index's holder for a copy");
         }
     }
 
@@ -395,6 +451,7 @@ impl Leases {
         workspace: &str,
         open: impl FnOnce(&Path) -> Result<Arc<WorkspaceIndex>, crate::SearchError>,
     ) -> Result<Arc<WorkspaceIndex>, crate::SearchError> {
+        self.want(workspace);
         let published = self.index_root.join(workspace).join(PUBLISHED);
         let at = std::fs::metadata(&published)
             .and_then(|m| m.modified())

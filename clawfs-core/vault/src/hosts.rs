@@ -100,6 +100,14 @@ pub fn local_key_file(host: &str) -> PathBuf {
     dir.join(format!("vault-{host}.key"))
 }
 
+/// Whether `file` is (or would be) inside `dir`, whatever its path's `..` and symlinks: its
+/// folder's real path is compared.
+pub fn inside(file: &Path, dir: &Path) -> bool {
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let folder = file.parent().map_or_else(|| file.to_path_buf(), real);
+    folder.starts_with(real(dir))
+}
+
 /// Where the files of `host` are, under the vault directory `vault`.
 pub fn host_file(vault: &Path, host: &str, ext: &str) -> PathBuf {
     vault.join("hosts").join(format!("{host}.{ext}"))
@@ -350,6 +358,14 @@ impl crate::Vault {
         };
         let sealer = self.host_pair_sealer(host, kind, None, passphrase)?;
         if let crate::sealer::Sealer::HostKey(path) = &sealer {
+            if inside(path, &self.store_root) {
+                return Err(VaultError::HostKey {
+                    path: path.clone(),
+                    reason: "a host's key file must be on its own disk, not in the store every \
+                             host reads (set CLAWFS_VAULT_KEY_DIR elsewhere)"
+                        .into(),
+                });
+            }
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(io_at(dir))?;
             }
@@ -387,7 +403,7 @@ impl crate::Vault {
             return Err(VaultError::tampered(&file, "for another host or vault"));
         }
         let grant = wrap(&master, env.generation, &public)?;
-        let mut granted = self.read_granted(&master, &env.vault_id)?;
+        let mut granted = self.granted_or_fresh(&master, &env.vault_id);
         granted.insert(host.to_string(), public.fingerprint.clone());
         self.write_granted(&master, &env.vault_id, granted)?;
         let json = serde_json::to_vec_pretty(&grant).expect("a grant serialises");
@@ -395,19 +411,27 @@ impl crate::Vault {
         Ok(public)
     }
 
-    /// Takes the master key from `host`: out of the granted list, its files removed. What it
-    /// already read it keeps; a rotation after this gives it nothing new.
-    pub fn remove_host(&self, host: &str) -> Result<(), VaultError> {
+    /// Takes the master key from `host`: out of the granted list, its files removed, then a
+    /// rotation (`passphrase`, `on_step` as for [`crate::Vault::rotate`]) that renews the grants
+    /// of the list as it is now, held in memory, not as read back (a copy of the old list put
+    /// back meanwhile is signed with the key the rotation retires). What the host already read
+    /// it keeps; a copy of its grant opens nothing new.
+    pub fn remove_host(
+        &self,
+        host: &str,
+        passphrase: Option<&str>,
+        on_step: &(dyn Fn(&crate::RotationStep<'_>) + Sync),
+    ) -> Result<crate::RotationReport, VaultError> {
         check_host(host)?;
-        let _lock = self.write_lock()?;
+        let lock = self.write_lock()?;
         let env = self.envelope()?;
         let ring = self.unlocked_ring()?;
         let master = self
             .keyring_master(&ring, &env.key_id)?
             .ok_or(VaultError::Locked)?;
-        let mut granted = self.read_granted(&master, &env.vault_id)?;
+        let mut granted = self.granted_or_fresh(&master, &env.vault_id);
         let was = granted.remove(host).is_some();
-        self.write_granted(&master, &env.vault_id, granted)?;
+        self.write_granted(&master, &env.vault_id, granted.clone())?;
         let mut removed = was;
         for ext in ["grant", "pub", "key"] {
             let file = host_file(&self.dir, host, ext);
@@ -417,13 +441,29 @@ impl crate::Vault {
                 Err(e) => return Err(io_at(&file)(e)),
             }
         }
-        match removed {
-            true => Ok(()),
-            false => Err(VaultError::BadHostKey {
+        if !removed {
+            return Err(VaultError::BadHostKey {
                 host: host.into(),
                 reason: "it has no key or grant in this vault".into(),
-            }),
+            });
         }
+        drop(lock);
+        crate::rotation::rotate(self, passphrase, on_step, Some(granted))
+    }
+
+    /// The granted list, or an empty one when it does not verify with `key` (a rotation
+    /// stopped before it signed it again, or an old copy put back): a warning, not a dead end;
+    /// the hosts it named are added again with `add-host`.
+    fn granted_or_fresh(
+        &self,
+        key: &Key256,
+        vault_id: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        self.read_granted(key, vault_id).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "starting the list of granted hosts again");
+            eprintln!("clawfs: {e}; the list of granted hosts starts again from this one");
+            Default::default()
+        })
     }
 
     /// The granted hosts, checked with `key` (the master key their list is MACed under);
@@ -480,16 +520,24 @@ impl crate::Vault {
         listed_with: &Key256,
         master: &Key256,
         generation: u64,
+        listed: Option<std::collections::BTreeMap<String, String>>,
     ) -> (Vec<String>, Vec<(String, String)>) {
         let (mut renewed, mut skipped) = (Vec::new(), Vec::new());
         let vault_id = match self.vault_id() {
             Ok(id) => id,
             Err(e) => return (renewed, vec![("*".into(), e.to_string())]),
         };
-        let granted = match self.read_granted(listed_with, &vault_id) {
+        let granted = match listed.map_or_else(|| self.read_granted(listed_with, &vault_id), Ok) {
             Ok(g) => g,
             Err(e) => return (renewed, vec![("*".into(), e.to_string())]),
         };
+        // Signed under the new key first: a rotation stopped while renewing leaves a list
+        // the next unlock can use.
+        if listed_with.fingerprint() != master.fingerprint() {
+            if let Err(e) = self.write_granted(master, &vault_id, granted.clone()) {
+                skipped.push(("*".into(), e.to_string()));
+            }
+        }
         for (host, fingerprint) in &granted {
             let current = read::<Grant>(&host_file(&self.dir, host, "grant"))
                 .ok()
@@ -519,11 +567,6 @@ impl crate::Vault {
             match written {
                 Ok(()) => renewed.push(host.clone()),
                 Err(e) => skipped.push((host.clone(), e.to_string())),
-            }
-        }
-        if listed_with.fingerprint() != master.fingerprint() {
-            if let Err(e) = self.write_granted(master, &vault_id, granted) {
-                skipped.push(("*".into(), e.to_string()));
             }
         }
         for (host, why) in &skipped {
@@ -588,7 +631,9 @@ impl crate::Vault {
     pub(crate) fn host_statuses(&self) -> Result<Vec<crate::HostStatus>, VaultError> {
         let mut out = Vec::new();
         for host in self.host_names()? {
-            let Some(public) = read::<HostPublic>(&host_file(&self.dir, &host, "pub"))? else {
+            // A damaged or planted file shows as nothing, never stops the status (or an
+            // unlock, which ends with it).
+            let Ok(Some(public)) = read::<HostPublic>(&host_file(&self.dir, &host, "pub")) else {
                 continue;
             };
             let sealer = read_sealed(&host_file(&self.dir, &host, "key"))

@@ -462,7 +462,7 @@ impl Vault {
         }
         if kind == SealerKind::HostKey {
             let path = self.host_key_path();
-            if self.config.shared && path.starts_with(&self.store_root) {
+            if self.config.shared && hosts::inside(&path, &self.store_root) {
                 return Err(VaultError::HostKey {
                     path,
                     reason: "hosts share this store, so a key file in it is one every host can \
@@ -512,9 +512,20 @@ impl Vault {
     /// A TPM-sealed vault's manifest is checked against its TPM NV counter first: a vault put
     /// back to an earlier copy is refused (`RolledBack`) and stays locked.
     pub fn unlock(&self, passphrase: Option<&str>) -> Result<VaultStatus, VaultError> {
+        // A host with a grant unlocks by it; if that fails and the host also holds
+        // master-key.enc's own seal (a planted grant must not lock out the host that made
+        // the vault), by that seal, else the grant's error is the one told.
         if let Some(host) = self.granted_host() {
-            return self.unlock_by_grant(&host, passphrase);
+            match self.unlock_by_grant(&host, passphrase) {
+                Ok(st) => return Ok(st),
+                Err(e) => return self.unlock_sealed(passphrase).map_err(|_| e),
+            }
         }
+        self.unlock_sealed(passphrase)
+    }
+
+    /// [`Self::unlock`] by `master-key.enc`'s own seal.
+    fn unlock_sealed(&self, passphrase: Option<&str>) -> Result<VaultStatus, VaultError> {
         let _lock = self.write_lock()?;
         self.recover_locked()?;
         let env = self.envelope()?;
@@ -542,7 +553,7 @@ impl Vault {
         }
         self.purge_archive()?;
         // Grants of an older key (a rotation that stopped before renewing them) get this one.
-        self.renew_grants(&key, &key, env.generation);
+        self.renew_grants(&key, &key, env.generation, None);
         drop(_lock);
         self.status()
     }
@@ -895,7 +906,7 @@ impl Vault {
         passphrase: Option<&str>,
         on_step: &(dyn Fn(&RotationStep<'_>) + Sync),
     ) -> Result<RotationReport, VaultError> {
-        rotation::rotate(self, passphrase, on_step)
+        rotation::rotate(self, passphrase, on_step, None)
     }
 
     fn recover_locked(&self) -> Result<Option<String>, VaultError> {

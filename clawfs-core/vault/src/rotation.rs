@@ -321,6 +321,7 @@ pub(super) fn rotate(
     v: &Vault,
     passphrase: Option<&str>,
     on_step: &(dyn Fn(&RotationStep<'_>) + Sync),
+    granted: Option<std::collections::BTreeMap<String, String>>,
 ) -> Result<RotationReport, VaultError> {
     let t0 = Instant::now();
     let _lock = v.write_lock()?;
@@ -437,7 +438,7 @@ pub(super) fn rotate(
     let _ = purge_archive(&v.archive_dir(), super::ARCHIVE_RETENTION);
     // Hosts that had the old key get the new one (a crash here leaves them for the next
     // unlock on a host with the key).
-    let (hosts, hosts_skipped) = v.renew_grants(&old, &new, env.generation + 1);
+    let (hosts, hosts_skipped) = v.renew_grants(&old, &new, env.generation + 1, granted);
     Ok(RotationReport {
         secrets: names.len(),
         hosts,

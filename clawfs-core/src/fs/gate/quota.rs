@@ -316,18 +316,32 @@ impl ClawFs {
             // Made before the count, which holds them.
             _ => HashMap::new(),
         };
+        let agents = self.agents_of_the_policy(view.agents);
         self.gate
             .held
-            .share(view.epoch, Some(own), view.across, view.agents);
+            .share(view.epoch, Some(own), view.across, agents);
+    }
+
+    /// Of the uid → agent pairs other hosts' files name, those this daemon takes: an agent of
+    /// the policy in force, on a uid that is neither root's nor the "no uid" of the kernel. A
+    /// host's file is not trusted to make root an agent, or to name one nobody configured.
+    fn agents_of_the_policy(&self, agents: HashMap<u32, String>) -> HashMap<u32, String> {
+        let policy = self.policy();
+        let known: std::collections::HashSet<&str> =
+            policy.agents().map(|a| a.name.as_str()).collect();
+        agents
+            .into_iter()
+            .filter(|(uid, name)| *uid != 0 && *uid != u32::MAX && known.contains(name.as_str()))
+            .collect()
     }
 
     /// Reads the other hosts' changes again, in a store that hosts share (every 2 s).
     fn refresh_shared_usage(&self) {
         match shared_usage::read_view(&self.store, self.store.host()) {
-            Ok(Some(view)) => self
-                .gate
-                .held
-                .share(view.epoch, None, view.across, view.agents),
+            Ok(Some(view)) => {
+                let agents = self.agents_of_the_policy(view.agents);
+                self.gate.held.share(view.epoch, None, view.across, agents)
+            }
             // No count any more: ours stands until the next recount.
             Ok(None) => {}
             // Said once, not every 2 s: the totals stand as last read until a recount.
