@@ -178,14 +178,7 @@ pub fn run_with(
             writeln!(out, "removed {name}").map_err(w)?;
         }
         VaultCommand::Rotate => {
-            // The seal is checked under the old key, and made again under the new one.
-            let before = clawfs_core::store::Store::open(store_root)
-                .ok()
-                .and_then(|s| {
-                    clawfs_integrity::seal::key_of(s.root(), s.vault_config())
-                        .ok()
-                        .flatten()
-                });
+            let before = seal_key(store_root);
             let pass = passphrase_if_needed(&vault)?;
             let r = vault
                 .rotate(pass.as_deref().map(|s| s.as_str()), &|_| {})
@@ -246,13 +239,7 @@ pub fn run_with(
             .map_err(w)?;
         }
         VaultCommand::RemoveHost { host } => {
-            let before = clawfs_core::store::Store::open(store_root)
-                .ok()
-                .and_then(|s| {
-                    clawfs_integrity::seal::key_of(s.root(), s.vault_config())
-                        .ok()
-                        .flatten()
-                });
+            let before = seal_key(store_root);
             let pass = passphrase_if_needed(&vault)?;
             let r = vault
                 .remove_host(host, pass.as_deref().map(|s| s.as_str()), &|_| {})
@@ -279,6 +266,15 @@ pub fn run_with(
         VaultCommand::Grant { .. } | VaultCommand::Revoke { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// The key the system manifest is sealed with now, before a rotation changes it: the seal is
+/// checked under it, and made again under the new one.
+fn seal_key(store_root: &Path) -> Option<[u8; 32]> {
+    let s = clawfs_core::store::Store::open(store_root).ok()?;
+    clawfs_integrity::seal::key_of(s.root(), s.vault_config())
+        .ok()
+        .flatten()
 }
 
 /// Refuses a host that has not joined the store (`clawfs host join`).

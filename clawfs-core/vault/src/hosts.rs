@@ -386,11 +386,8 @@ impl crate::Vault {
     pub fn add_host(&self, host: &str) -> Result<HostPublic, VaultError> {
         check_host(host)?;
         let _lock = self.write_lock()?;
+        let master = self.unlocked_master()?;
         let env = self.envelope()?;
-        let ring = self.unlocked_ring()?;
-        let master = self
-            .keyring_master(&ring, &env.key_id)?
-            .ok_or(VaultError::Locked)?;
         let file = host_file(&self.dir, host, "pub");
         let public: HostPublic = read(&file)?.ok_or_else(|| VaultError::BadHostKey {
             host: host.into(),
@@ -424,11 +421,8 @@ impl crate::Vault {
     ) -> Result<crate::RotationReport, VaultError> {
         check_host(host)?;
         let lock = self.write_lock()?;
+        let master = self.unlocked_master()?;
         let env = self.envelope()?;
-        let ring = self.unlocked_ring()?;
-        let master = self
-            .keyring_master(&ring, &env.key_id)?
-            .ok_or(VaultError::Locked)?;
         let mut granted = self.granted_or_fresh(&master, &env.vault_id);
         let was = granted.remove(host).is_some();
         self.write_granted(&master, &env.vault_id, granted.clone())?;
