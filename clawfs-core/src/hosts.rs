@@ -94,6 +94,53 @@ pub struct Joined {
     pub joined_from: String,
 }
 
+/// The variable naming the folder where hosts keep their caches of a shared store
+/// ([`cache_dir`]).
+pub const CACHE_DIR_ENV: &str = "CLAWFS_CACHE_DIR";
+
+/// This host's own folder on local disk for what it need not share of the store at
+/// `store_root` (the search index it writes, the replicas it searches): a folder named for the
+/// host and the store beneath `$CLAWFS_CACHE_DIR`, else `/var/cache/clawfs` for root, else
+/// `$XDG_CACHE_HOME/clawfs` or `~/.cache/clawfs`. Created private; refused unless it and its
+/// parent are real folders of this user that nobody else may write.
+pub fn cache_dir(store_root: &Path, host: &HostName) -> io::Result<PathBuf> {
+    use sha2::Digest;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let base = match std::env::var_os(CACHE_DIR_ENV).filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        // SAFETY: geteuid has no preconditions.
+        None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/clawfs"),
+        None => match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+            Some(xdg) => PathBuf::from(xdg).join("clawfs"),
+            None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into()))
+                .join(".cache/clawfs"),
+        },
+    };
+    let store = fs::canonicalize(store_root)?;
+    let digest = sha2::Sha256::digest(store.as_os_str().as_encoded_bytes());
+    let dir = base.join(format!("{}-{}", host.as_str(), hex::encode(&digest[..8])));
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for d in [&base, &dir] {
+        let meta = fs::symlink_metadata(d)?;
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} must be a folder of uid {me} that nobody else may write",
+                    d.display()
+                ),
+            ));
+        }
+    }
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
 /// The private area's folder of every host.
 pub fn hosts_dir(store_root: &Path) -> PathBuf {
     store_root.join(PRIVATE_DIR).join(HOSTS_DIR)

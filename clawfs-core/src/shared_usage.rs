@@ -28,6 +28,9 @@ pub const COUNT_FILE: &str = "quota-count.json";
 /// A host's saved usage, in its folder (the file a store of one host keeps in the private
 /// area).
 pub const USAGE_FILE: &str = "quota-usage.json";
+/// The file in a host's folder (or the private area) by which `clawfs quota rescan` asks the
+/// serving daemon for a recount.
+pub const RESCAN_FILE: &str = "quota-rescan";
 /// The most a usage file may be.
 const MAX_FILE: u64 = 64 << 20;
 
@@ -106,8 +109,15 @@ pub fn read_count(store: &Store) -> io::Result<Option<Count>> {
 }
 
 /// Reads the shared store's usage as `host` sees it (`None`: a reader that is no host):
-/// the count and every host's changes. `None` when there is no count yet.
-pub fn read_view(store: &Store, host: Option<&HostName>) -> io::Result<Option<View>> {
+/// the count and every host's changes. `None` when there is no count yet. Of the uid → agent
+/// pairs the files name, only those `is_agent` (an agent of the policy in force) keeps, on a
+/// uid that is neither root's nor the kernel's "no uid": no host's file (nor the count)
+/// makes root an agent or names one nobody configured.
+pub fn read_view(
+    store: &Store,
+    host: Option<&HostName>,
+    is_agent: &dyn Fn(&str) -> bool,
+) -> io::Result<Option<View>> {
     let Some(count) = read_count(store)? else {
         return Ok(None);
     };
@@ -144,6 +154,8 @@ pub fn read_view(store: &Store, host: Option<&HostName>) -> io::Result<Option<Vi
             }
         }
     }
+    view.agents
+        .retain(|uid, name| *uid != 0 && *uid != u32::MAX && is_agent(name));
     Ok(Some(view))
 }
 

@@ -25,6 +25,7 @@ mod root_writes;
 mod sandbox;
 mod sandbox_network;
 mod search_leaks;
+mod shared_store;
 mod snapshot_files;
 mod store_bypass;
 mod system_seal;

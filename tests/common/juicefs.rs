@@ -61,6 +61,8 @@ pub struct Host {
     pub store: PathBuf,
     /// Where its daemon mounts ClawFS.
     pub mnt: PathBuf,
+    /// Its caches on local disk (`CLAWFS_CACHE_DIR`).
+    pub cache: PathBuf,
 }
 
 impl Host {
@@ -71,6 +73,7 @@ impl Host {
         Command::new(clawfs_bin())
             .env_remove("LD_LIBRARY_PATH")
             .env("CLAWFS_HOST", &self.name)
+            .env("CLAWFS_CACHE_DIR", &self.cache)
             .args(all)
             .output()
             .expect("run clawfs")
@@ -189,6 +192,7 @@ impl SharedStore {
             let volume = root.join(format!("volume-{name}"));
             let cache = root.join(format!("cache-{name}"));
             let mnt = root.join(format!("mnt-{name}"));
+            let clawfs_cache = root.join(format!("clawfs-cache-{name}"));
             for d in [&volume, &cache, &mnt] {
                 std::fs::create_dir(d).unwrap();
             }
@@ -204,6 +208,7 @@ impl SharedStore {
                 store: volume.join("store"),
                 volume,
                 mnt,
+                cache: clawfs_cache,
             });
         }
         let first = &shared.hosts[0];

@@ -130,7 +130,8 @@ impl Mounted {
             .expect("run clawfs")
     }
 
-    fn mount_env(&self, args: &[&str], env: &[(&str, &str)]) {
+    /// Mounts (again) at the same place, with daemon environment variables.
+    pub fn mount_env(&self, args: &[&str], env: &[(&str, &str)]) {
         let out = self.mount_output(args, env);
         assert!(
             out.status.success(),

@@ -349,6 +349,22 @@ fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_di
         "one writer for the default workspace"
     );
     let (writer, other) = if writer_of(a) { (a, b) } else { (b, a) };
+    // Its working index is on its own disk; only the published copy is on the volume.
+    let shared_dir = writer.store.join(".clawfs/index/default");
+    assert!(shared_dir.join("published.db").exists());
+    assert!(!shared_dir.join("index.db").exists());
+    let working = |h: &crate::common::juicefs::Host| {
+        fs::read_dir(&h.cache)
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().join("index/default/index.db").exists())
+    };
+    assert!(
+        working(writer),
+        "the writer's index in {}",
+        writer.cache.display()
+    );
+    assert!(!working(other));
 
     // The writer's daemon dies while an admin writes through it: the other host takes the
     // index over and keeps it current, and every write the dead daemon acknowledged is there.
@@ -398,6 +414,13 @@ fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_di
     });
     eprintln!("gamma.md found from host {} after {took:?}", other.name);
     assert!(writer_of(other));
+    // The new writer started from the published copy, on its own disk.
+    let log = fs::read_to_string(other.dir().join("daemon.log")).unwrap_or_default();
+    assert!(log.contains("starts from the published copy"), "{log}");
+    assert!(working(other));
+    assert!(found(other, "kitten tracker")
+        .iter()
+        .any(|p| p == "alpha.md"));
     // The dead host comes back: its lock is free, its lease of this boot is taken over.
     writer.umount();
     writer.mount();

@@ -342,13 +342,18 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         }
         Some(embedder) => {
             // In a store that hosts share, one host at a time writes each index.
-            let leases = store.host().filter(|_| store.is_shared()).map(|h| {
-                clawfs_search::Leases::new(
-                    h.as_str(),
-                    &store.private_dir().join("index"),
-                    &store.host_dir(),
-                )
-            });
+            let leases = match store.host().filter(|_| store.is_shared()) {
+                None => None,
+                Some(h) => {
+                    let cache = clawfs_core::hosts::cache_dir(&store_root, h)
+                        .context("preparing this host's cache folder (CLAWFS_CACHE_DIR)")?;
+                    Some(clawfs_search::Leases::new(
+                        h.as_str(),
+                        &store.private_dir().join("index"),
+                        &cache,
+                    ))
+                }
+            };
             let ix = clawfs_search::Indexer::with_leases(&store_root, embedder, true, leases)
                 .map_err(|e| anyhow::anyhow!("starting the indexer: {e}"))?;
             // Changes made while unmounted, or behind the daemon's back.

@@ -14,8 +14,7 @@ use clawfs_policy::Quota;
 use crate::error::Failure;
 
 /// Where the daemon keeps the counts, and where a recount is asked of it (the gate's names).
-const USAGE_FILE: &str = "quota-usage.json";
-const RESCAN_FILE: &str = "quota-rescan";
+use clawfs_core::shared_usage::{RESCAN_FILE, USAGE_FILE};
 /// How long a serving daemon may take to recount a large store.
 const RESCAN_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -196,7 +195,9 @@ pub(crate) fn held_by(saved: &Saved, agent: &str) -> Held {
 /// that hosts share, the store's count plus every host's changes since.
 pub(crate) fn read_saved(store: &Store) -> Result<Saved, Failure> {
     if store.is_shared() {
-        let view = shared_usage::read_view(store, store.host())
+        let policy = crate::store_ops::installed_policy(store)?;
+        let is_agent = |name: &str| policy.agents().any(|a| a.name.as_str() == name);
+        let view = shared_usage::read_view(store, store.host(), &is_agent)
             .context("reading the hosts' quota usage")?;
         return Ok(view.map(|v| v.totals()).unwrap_or_default());
     }

@@ -1,7 +1,7 @@
 //! `clawfs search` (through the mount, as the caller) and `clawfs index` (the store's indexes).
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use clawfs_core::store::Store;
@@ -84,6 +84,16 @@ pub fn search(a: &SearchArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The database of `workspace`'s index that commands read: in a store that hosts share, the
+/// copy the holder of its lease published (its working index is on that host's local disk).
+pub fn index_db(store: &Store, workspace: &str) -> PathBuf {
+    let dir = clawfs_search::index::index_dir(&store.private_dir(), workspace);
+    match store.is_shared() {
+        true => dir.join(clawfs_search::lease::PUBLISHED),
+        false => dir.join(clawfs_search::index::DB_FILE),
+    }
+}
+
 /// `clawfs index`.
 pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
     let store = Store::open(store_root)?;
@@ -97,6 +107,13 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
                 d.pid
             );
             return Ok(());
+        }
+        if store.is_shared() {
+            return Err(anyhow!(
+                "in a store that hosts share, the daemon holding each workspace's index \
+                 rebuilds it: mount this host and run `clawfs index rebuild` again"
+            )
+            .into());
         }
         let _lock = store.lock()?;
         let embedder = EmbedderChoice::for_store(store_root).map_err(|e| anyhow!(e))?;
@@ -133,11 +150,11 @@ pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
     };
     let indexer = Indexer::new(store_root, EmbedderChoice::None, false).map_err(|e| anyhow!(e))?;
     for ws in indexer.workspace_names().map_err(|e| anyhow!(e))? {
-        let dir = store.private_dir().join("index").join(&ws);
-        let report = match dir.join("index.db").exists() {
+        let path = index_db(&store, &ws);
+        let report = match path.exists() {
             false => serde_json::json!({"workspace": ws, "indexed": false}),
             true => {
-                let db = clawfs_search::index::IndexDb::open(&dir.join("index.db"), &ws)
+                let db = clawfs_search::index::IndexDb::open(&path, &ws)
                     .map_err(|e| anyhow!("{ws}: {e}"))?;
                 let (chunks, files) = db.counts().map_err(|e| anyhow!(e))?;
                 serde_json::json!({

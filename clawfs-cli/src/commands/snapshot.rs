@@ -1,7 +1,7 @@
 //! `clawfs snapshot` and `clawfs workspace fork`: snapshots of a workspace (SQLite Archive files
 //! in its `snapshots/`), restoring one atomically, and forking a workspace into a new one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use clawfs_core::store::Store;
@@ -9,12 +9,8 @@ use clawfs_search::snapshot::Workspaces;
 
 use clawfs_args::snapshot::{SnapshotCommand, WorkspaceCommand};
 
+use crate::commands::search::index_db;
 use crate::error::Failure;
-
-fn index_db(store: &Store, workspace: &str) -> PathBuf {
-    clawfs_search::index::index_dir(&store.private_dir(), workspace)
-        .join(clawfs_search::index::DB_FILE)
-}
 
 fn open(store_root: &Path) -> Result<(Store, Workspaces), Failure> {
     let store = Store::open(store_root)?;

@@ -78,6 +78,11 @@ pub fn run(store_root: &Path, cmd: &VaultCommand) -> Result<(), Failure> {
         )
         .into());
     }
+    if let Some(s) = store.as_ref().filter(|s| s.is_shared()) {
+        if let Some(h) = s.host() {
+            joined_or_refused(s.root(), h.as_str())?;
+        }
+    }
     let config = store.map(|s| s.vault_config()).unwrap_or_default();
     run_with(store_root, cmd, config, &mut io::stdout().lock())
 }

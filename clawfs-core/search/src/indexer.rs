@@ -431,9 +431,14 @@ fn open_index(
     }
     let ws = workspace_fd(shared, workspace)?;
     let (dim, params) = workspace_settings(&ws);
+    // A shared store's holder writes its index on local disk.
+    let dir = match &shared.leases {
+        Some(leases) => leases.working(workspace)?,
+        None => shared.index_root.join(workspace),
+    };
     let (ix, fresh) = WorkspaceIndex::open(
         workspace,
-        &IndexFiles::private(&shared.index_root.join(workspace))?,
+        &IndexFiles::private(&dir)?,
         dim,
         params,
         shared.embedder.for_dimension(dim),

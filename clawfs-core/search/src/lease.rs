@@ -15,6 +15,13 @@
 //!   file is that recent. A burst of more than [`FORWARD_MAX`] changes, or changes the holder
 //!   may have missed, make it rescan the whole workspace instead;
 //! - tries for the lease every time it looks, so the lease moves when its holder dies.
+//!
+//! Only the lease, the markers and the published copy live on the shared volume. The
+//! holder's working database and graph, and every host's replicas, are in the host's own cache
+//! folder on local disk ([`Leases::new`]): SQLite's page writes and graph saves on a network
+//! file system are new objects each time, which made the index, not the agents' files, most of
+//! a holder's traffic. A host that takes a lease starts from the newer of its own working copy
+//! and the published one, and rescans the workspace to catch up.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -42,6 +49,10 @@ pub const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 /// The holder waits this many times as long as its last publication took before the next:
 /// each copies the whole database, which on a network file system costs object writes.
 pub const PUBLISH_SHARE: u32 = 20;
+/// While another host has joined, the holder publishes a changed index at least this often
+/// even if nobody searches from elsewhere: the copy a host that takes the lease over starts
+/// from.
+pub const HANDOVER_EVERY: Duration = Duration::from_secs(60);
 /// How far before the holder's last copy another host's search still asks for a new one.
 const WANT_SLACK: Duration = Duration::from_secs(2);
 /// How often hosts look at leases, markers and copies.
@@ -111,7 +122,9 @@ pub struct Leases {
     host: String,
     /// `.clawfs/index/`: one folder per workspace, shared by the hosts.
     index_root: PathBuf,
-    /// This host's own folder for replicas.
+    /// On this host's local disk: the working indexes of the leases it holds.
+    working_root: PathBuf,
+    /// On this host's local disk: the replicas it searches.
     replicas_root: PathBuf,
     /// The leases held: the locked file of each workspace.
     held: Mutex<HashMap<String, File>>,
@@ -131,12 +144,14 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// The leases of host `host`, whose own folder is `host_dir`.
-    pub fn new(host: &str, index_root: &Path, host_dir: &Path) -> Leases {
+    /// The leases of host `host`, in the shared `index_root`; `cache` is the host's own folder
+    /// on local disk for working indexes and replicas.
+    pub fn new(host: &str, index_root: &Path, cache: &Path) -> Leases {
         Leases {
             host: host.to_string(),
             index_root: index_root.to_path_buf(),
-            replicas_root: host_dir.join("index-replicas"),
+            working_root: cache.join("index"),
+            replicas_root: cache.join("replicas"),
             held: Mutex::default(),
             run: run_id(),
             marked: Mutex::default(),
@@ -344,10 +359,10 @@ impl Leases {
     }
 
     /// The workspaces to publish now: changed since published, searched from another host
-    /// since then (its `wanted-by-<host>` marker moved; the first copy needs none), and past
-    /// the wait since the last publication ([`PUBLISH_EVERY`], [`PUBLISH_SHARE`]). None while
-    /// no other host has joined. A copy rewrites the whole database, which on a shared volume is
-    /// new objects each time: nobody searching from elsewhere, nothing is copied.
+    /// since then (its `wanted-by-<host>` marker moved; the first copy needs none) or last
+    /// published [`HANDOVER_EVERY`] ago, and past the wait since the last publication
+    /// ([`PUBLISH_EVERY`], [`PUBLISH_SHARE`]). None while no other host has joined. A copy
+    /// rewrites the whole database, which on a shared volume is new objects each time.
     pub fn due(&self) -> Vec<String> {
         let mut unpublished = self
             .unpublished
@@ -367,7 +382,11 @@ impl Leases {
                     at.elapsed() >= PUBLISH_EVERY.max(took * PUBLISH_SHARE)
                 })
             })
-            .filter(|(w, _)| self.wanted_since(w, published.get(*w).map(|p| p.2)))
+            .filter(|(w, _)| {
+                let last = published.get(*w);
+                last.is_none_or(|p| p.0.elapsed() >= HANDOVER_EVERY)
+                    || self.wanted_since(w, last.map(|p| p.2))
+            })
             .map(|(w, _)| w.clone())
             .collect();
         drop(published);
@@ -439,6 +458,41 @@ impl Leases {
         }
     }
 
+    /// The folder of `workspace`'s working index while this host holds its lease, on local
+    /// disk. It is first brought to the published copy when that is newer (another host wrote
+    /// the index since this one last did): the holder then rescans only to catch up.
+    pub fn working(&self, workspace: &str) -> Result<PathBuf, crate::SearchError> {
+        let dir = self.working_root.join(workspace);
+        let published = self.index_root.join(workspace).join(PUBLISHED);
+        let Some(copy_at) = modified(&published) else {
+            return Ok(dir);
+        };
+        let db = dir.join(super::index::DB_FILE);
+        let wal = dir.join(format!("{}-wal", super::index::DB_FILE));
+        let own_at = modified(&db).max(modified(&wal));
+        if own_at.is_some_and(|at| at >= copy_at) {
+            return Ok(dir);
+        }
+        let files = crate::workspace::IndexFiles::private(&dir)?;
+        let tmp = dir.join(format!(".seed-{}", run_id()));
+        std::fs::copy(&published, &tmp)
+            .map_err(|e| crate::SearchError::io("copying the published index", e))?;
+        // The graph is rebuilt from the copy's vectors: a saved one belongs to the old database.
+        let shm = dir.join(format!("{}-shm", super::index::DB_FILE));
+        for stale in [&wal, &shm, &files.graph, &files.generation] {
+            let _ = std::fs::remove_file(stale);
+        }
+        std::fs::rename(&tmp, &db).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            crate::SearchError::io("taking the published index", e)
+        })?;
+        tracing::info!(
+            workspace,
+            "the working index starts from the published copy"
+        );
+        Ok(dir)
+    }
+
     /// Whether `workspace`'s index has a published copy.
     pub fn is_published(&self, workspace: &str) -> bool {
         self.index_root.join(workspace).join(PUBLISHED).exists()
@@ -481,6 +535,11 @@ impl Leases {
         );
         Ok(index)
     }
+}
+
+/// When `path` was last modified, if it exists.
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 #[cfg(test)]
@@ -551,5 +610,47 @@ mod tests {
         // A marker that does not parse: the whole workspace.
         std::fs::write(index.join("ws/changed-by-b"), "not json").unwrap();
         assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
+    }
+
+    #[test]
+    fn a_host_taking_a_lease_starts_from_the_newer_of_its_own_index_and_the_published_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let a = Leases::new("a", &index, &dir.path().join("cache-a"));
+        // Nothing published: the (empty) local folder, on local disk, not the shared one.
+        let own = a.working("ws").unwrap();
+        assert_eq!(own, dir.path().join("cache-a/index/ws"));
+        assert!(!index.join("ws").join(crate::index::DB_FILE).exists());
+        // A copy another host published, newer than nothing: taken, and the old graph dropped.
+        std::fs::create_dir_all(index.join("ws")).unwrap();
+        std::fs::write(index.join("ws").join(PUBLISHED), b"published").unwrap();
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("hnsw.usearch"), b"old graph").unwrap();
+        std::fs::write(own.join("index.db-wal"), b"old wal").unwrap();
+        filetime_back(&own.join("index.db-wal"));
+        a.working("ws").unwrap();
+        assert_eq!(
+            std::fs::read(own.join(crate::index::DB_FILE)).unwrap(),
+            b"published"
+        );
+        assert!(!own.join("hnsw.usearch").exists());
+        assert!(!own.join("index.db-wal").exists());
+        // Its own index written since: kept.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(own.join("index.db-wal"), b"newer").unwrap();
+        std::fs::write(own.join(crate::index::DB_FILE), b"own").unwrap();
+        a.working("ws").unwrap();
+        assert_eq!(
+            std::fs::read(own.join(crate::index::DB_FILE)).unwrap(),
+            b"own"
+        );
+        assert!(own.join("index.db-wal").exists());
+    }
+
+    /// Sets `path`'s modification time a minute back.
+    fn filetime_back(path: &Path) {
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(60))
+            .unwrap();
     }
 }

@@ -100,12 +100,31 @@ pub fn local_key_file(host: &str) -> PathBuf {
     dir.join(format!("vault-{host}.key"))
 }
 
-/// Whether `file` is (or would be) inside `dir`, whatever its path's `..` and symlinks: its
-/// folder's real path is compared.
+/// Whether `file` is (or would be, once its folders are made) inside `dir`, whatever its path's
+/// symlinks: the real path of its folder's nearest existing ancestor, with the folders still to
+/// be made, is compared. A path that cannot be told (a `..` among the folders still to be made)
+/// counts as inside.
 pub fn inside(file: &Path, dir: &Path) -> bool {
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let folder = file.parent().map_or_else(|| file.to_path_buf(), real);
-    folder.starts_with(real(dir))
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut existing = file.parent().unwrap_or(file).to_path_buf();
+    let mut to_make = Vec::new();
+    let real = loop {
+        match std::fs::canonicalize(&existing) {
+            Ok(real) => break real,
+            Err(_) => match (existing.file_name(), existing.parent()) {
+                (Some(name), Some(parent)) => {
+                    to_make.push(name.to_os_string());
+                    existing = parent.to_path_buf();
+                }
+                _ => return true,
+            },
+        }
+    };
+    to_make
+        .iter()
+        .rev()
+        .fold(real, |path, name| path.join(name))
+        .starts_with(dir)
 }
 
 /// Where the files of `host` are, under the vault directory `vault`.
@@ -703,6 +722,24 @@ impl crate::Vault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_file_reached_through_a_symlink_or_folders_yet_to_be_made_is_inside_the_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        let own = tmp.path().join("etc");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::create_dir_all(&own).unwrap();
+        std::os::unix::fs::symlink(&store, own.join("link")).unwrap();
+        assert!(!inside(&own.join("vault-a.key"), &store));
+        assert!(!inside(&own.join("new/deeper/vault-a.key"), &store));
+        assert!(inside(&store.join("vault-a.key"), &store));
+        assert!(inside(&own.join("link/vault-a.key"), &store));
+        // Folders that do not exist yet, beneath a symlink into the store.
+        assert!(inside(&own.join("link/new/deeper/vault-a.key"), &store));
+        // `..` among folders yet to be made cannot be told: refused.
+        assert!(inside(&own.join("new/../../store/vault-a.key"), &store));
+    }
 
     #[test]
     fn a_grant_opens_with_its_hosts_key_only_and_binds_its_header() {

@@ -10,9 +10,8 @@ use crate::held::{Delta, Held};
 use crate::shared_usage;
 use clawfs_store::backing::BackingHandle;
 
-/// A recomputation of the held usage asked of a running daemon (`clawfs quota rescan`),
-/// relative to the store's private area: removed when done.
-pub const QUOTA_RESCAN_FILE: &str = "quota-rescan";
+// A recount asked of a running daemon (`clawfs quota rescan`): removed when done.
+use crate::shared_usage::RESCAN_FILE as QUOTA_RESCAN_FILE;
 
 impl ClawFs {
     /// Checks that `who` may add `adding` (files, bytes) to what it holds. Only growth is
@@ -300,7 +299,11 @@ impl ClawFs {
     /// store's count plus every host's changes since it. A host whose daemon did not stop
     /// cleanly lost its last changes, so it counts the store again (a new epoch).
     fn load_shared_usage(&self) {
-        let view = match shared_usage::read_view(&self.store, self.store.host()) {
+        let view = match shared_usage::read_view(
+            &self.store,
+            self.store.host(),
+            &self.agents_of_the_policy(),
+        ) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the hosts' quota usage");
@@ -316,32 +319,26 @@ impl ClawFs {
             // Made before the count, which holds them.
             _ => HashMap::new(),
         };
-        let agents = self.agents_of_the_policy(view.agents);
         self.gate
             .held
-            .share(view.epoch, Some(own), view.across, agents);
+            .share(view.epoch, Some(own), view.across, view.agents);
     }
 
-    /// Of the uid → agent pairs other hosts' files name, those this daemon takes: an agent of
-    /// the policy in force, on a uid that is neither root's nor the "no uid" of the kernel. A
-    /// host's file is not trusted to make root an agent, or to name one nobody configured.
-    fn agents_of_the_policy(&self, agents: HashMap<u32, String>) -> HashMap<u32, String> {
+    /// Whether `name` is an agent of the policy in force (of other hosts' uid → agent pairs,
+    /// only those are taken).
+    fn agents_of_the_policy(&self) -> impl Fn(&str) -> bool {
         let policy = self.policy();
-        let known: std::collections::HashSet<&str> =
-            policy.agents().map(|a| a.name.as_str()).collect();
-        agents
-            .into_iter()
-            .filter(|(uid, name)| *uid != 0 && *uid != u32::MAX && known.contains(name.as_str()))
-            .collect()
+        move |name| policy.agents().any(|a| a.name.as_str() == name)
     }
 
     /// Reads the other hosts' changes again, in a store that hosts share (every 2 s).
     fn refresh_shared_usage(&self) {
-        match shared_usage::read_view(&self.store, self.store.host()) {
-            Ok(Some(view)) => {
-                let agents = self.agents_of_the_policy(view.agents);
-                self.gate.held.share(view.epoch, None, view.across, agents)
-            }
+        match shared_usage::read_view(&self.store, self.store.host(), &self.agents_of_the_policy())
+        {
+            Ok(Some(view)) => self
+                .gate
+                .held
+                .share(view.epoch, None, view.across, view.agents),
             // No count any more: ours stands until the next recount.
             Ok(None) => {}
             // Said once, not every 2 s: the totals stand as last read until a recount.
