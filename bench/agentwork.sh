@@ -126,6 +126,7 @@ if [[ -n $juicefs ]]; then
     "$bin" host join h1 --store "$store" >&2
     host_args=(--host h1)
     export CLAWFS_HOST=h1  # for the commands below that find the daemon
+    export CLAWFS_CACHE_DIR=$work/fs/clawfs-cache  # the host's index, on local disk
 fi
 "$bin" mount "$mnt" --store "$store" "${host_args[@]}" >&2
 policy=$work/policy.toml

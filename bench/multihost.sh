@@ -69,7 +69,8 @@ done
 "$bin" init --store "$work/vol-a/store" >/dev/null
 for h in a b; do "$bin" host join "$h" --store "$work/vol-a/store" >/dev/null; done
 for h in a b; do
-    CLAWFS_HOST=$h "$bin" mount "$work/mnt-$h" --store "$work/vol-$h/store" --host "$h" \
+    CLAWFS_HOST=$h CLAWFS_CACHE_DIR=$work/clawfs-cache-$h \
+        "$bin" mount "$work/mnt-$h" --store "$work/vol-$h/store" --host "$h" \
         --metrics "${cmetrics[$h]}" >/dev/null
     sleep 2 # a takes the index lease first
 done

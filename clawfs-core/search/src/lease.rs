@@ -396,11 +396,16 @@ impl Leases {
         due
     }
 
-    /// Publishes `index` (this host holds its lease).
+    /// Publishes `index` (this host holds its lease): a consistent copy is made on local disk,
+    /// then written to the volume in one sequential pass and put in place atomically. SQLite
+    /// writing the copy page by page on the volume would cost a network file system objects
+    /// for every page and the merging of its many small slices.
     pub fn publish(&self, index: &WorkspaceIndex) {
-        let to = self.index_root.join(index.name()).join(PUBLISHED);
         let started = Instant::now();
-        let done = index.publish(&to);
+        let local = self.working_root.join(index.name()).join(PUBLISHED);
+        let done = index
+            .publish(&local)
+            .and_then(|()| self.ship(index.name(), &local));
         self.published
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -417,6 +422,32 @@ impl Leases {
                 self.changed(index.name());
             }
         }
+    }
+
+    /// Copies the local copy `local` of `workspace`'s index to the volume as its published
+    /// copy: a new file beside it (unpredictable name, `O_EXCL`), synced, renamed over.
+    fn ship(&self, workspace: &str, local: &Path) -> Result<(), crate::SearchError> {
+        let dir = self.index_root.join(workspace);
+        let tmp = dir.join(format!(".publish-{}", crate::snapshot::random_hex()));
+        let io = |what: &'static str| move |e| crate::SearchError::io(what, e);
+        let shipped = (|| {
+            let mut from = File::open(local).map_err(io("reading the index's copy"))?;
+            let mut to = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)
+                .map_err(io("publishing the index"))?;
+            std::io::copy(&mut from, &mut to).map_err(io("publishing the index"))?;
+            to.sync_all().map_err(io("publishing the index"))?;
+            std::fs::rename(&tmp, dir.join(PUBLISHED)).map_err(io("publishing the index"))
+        })();
+        if shipped.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        let _ = std::fs::remove_file(local);
+        shipped
     }
 
     /// Whether another host searched `workspace` (its marker moved) since `since`, the time of

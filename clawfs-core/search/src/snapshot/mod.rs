@@ -681,7 +681,8 @@ fn fd_path(dir: impl AsFd, name: &str) -> String {
     format!("/proc/self/fd/{}/{name}", dir.as_fd().as_raw_fd())
 }
 
-fn random_hex() -> String {
+/// 24 random hex digits, for names nobody can guess.
+pub(crate) fn random_hex() -> String {
     let mut b = [0u8; 12];
     getrandom::fill(&mut b).expect("the kernel's random source");
     hex::encode(b)
