@@ -104,8 +104,6 @@ pub const CACHE_DIR_ENV: &str = "CLAWFS_CACHE_DIR";
 /// `$XDG_CACHE_HOME/clawfs` or `~/.cache/clawfs`. Created private; refused unless it and its
 /// parent are real folders of this user that nobody else may write.
 pub fn cache_dir(store_root: &Path, host: &HostName) -> io::Result<PathBuf> {
-    use sha2::Digest;
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let base = match std::env::var_os(CACHE_DIR_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         // SAFETY: geteuid has no preconditions.
@@ -116,27 +114,60 @@ pub fn cache_dir(store_root: &Path, host: &HostName) -> io::Result<PathBuf> {
                 .join(".cache/clawfs"),
         },
     };
-    let store = fs::canonicalize(store_root)?;
-    let digest = sha2::Sha256::digest(store.as_os_str().as_encoded_bytes());
-    let dir = base.join(format!("{}-{}", host.as_str(), hex::encode(&digest[..8])));
+    cache_dir_in(&base, store_root, host)
+}
+
+/// [`cache_dir`] beneath the folder `base`.
+fn cache_dir_in(base: &Path, store_root: &Path, host: &HostName) -> io::Result<PathBuf> {
+    use sha2::Digest;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)?;
+        .create(base)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    for d in [&base, &dir] {
+    let refuse = |d: &Path, why: &str| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{}: {why}", d.display()),
+        )
+    };
+    let private = |d: &Path| -> io::Result<()> {
         let meta = fs::symlink_metadata(d)?;
-        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} must be a folder of uid {me} that nobody else may write",
-                    d.display()
-                ),
+        if meta.file_type().is_symlink() || !meta.is_dir() {
+            return Err(refuse(d, "not a real folder (a symlink?)"));
+        }
+        if meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(refuse(
+                d,
+                &format!("must be a folder of uid {me} that nobody else may write"),
+            ));
+        }
+        Ok(())
+    };
+    private(base)?;
+    // Every folder above it: root's or this user's, and writable by others only if sticky
+    // (/tmp), so that nobody else can swap the cache folder for another.
+    for above in fs::canonicalize(base)?.ancestors().skip(1) {
+        let meta = fs::metadata(above)?;
+        let shared = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
+        if (meta.uid() != 0 && meta.uid() != me) || shared {
+            return Err(refuse(
+                above,
+                "a folder above the cache folder that another user may change",
             ));
         }
     }
+    let store = fs::canonicalize(store_root)?;
+    let digest = sha2::Sha256::digest(store.as_os_str().as_encoded_bytes());
+    let dir = base.join(format!("{}-{}", host.as_str(), hex::encode(&digest[..8])));
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    private(&dir)?;
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
     Ok(dir)
 }
@@ -260,6 +291,36 @@ pub fn lease_holds(renewed_at: u64, now: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_folder_someone_else_could_change_is_refused_with_its_reason() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        fs::create_dir(&store).unwrap();
+        let a = HostName::new("a").unwrap();
+        let good = cache_dir_in(&tmp.path().join("cache"), &store, &a).unwrap();
+        assert!(good.starts_with(tmp.path().join("cache")));
+        assert_eq!(
+            cache_dir_in(&tmp.path().join("cache"), &store, &a).unwrap(),
+            good
+        );
+        // A symlink to a folder elsewhere: refused, nothing made where it points.
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, tmp.path().join("link")).unwrap();
+        let e = cache_dir_in(&tmp.path().join("link"), &store, &a).unwrap_err();
+        assert!(e.to_string().contains("not a real folder"), "{e}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // Writable by others, itself or a folder above it (without the sticky bit).
+        let open = tmp.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = cache_dir_in(&open, &store, &a).unwrap_err();
+        assert!(e.to_string().contains("nobody else may write"), "{e}");
+        let e = cache_dir_in(&open.join("below"), &store, &a).unwrap_err();
+        assert!(e.to_string().contains("another user may change"), "{e}");
+    }
 
     #[test]
     fn host_names_are_dns_labels() {

@@ -418,15 +418,23 @@ impl Store {
     /// reach).
     pub fn lock(&self) -> Result<StoreLock, StoreError> {
         self.check_host()?;
-        let dir = self.host_dir();
-        let path = dir.join("lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let path = self.host_dir().join("lock");
+        // Beneath the store root, never through a symlink at any step: in a store that hosts
+        // share, another host's root could otherwise have this one create a file anywhere on
+        // its own disk. The host's folder, its audit trail and its log are all reached through
+        // this folder, so one that is not a real folder stops the daemon here.
+        let file = clawfs_store::beneath::open(
+            self.root_fd(),
+            &self.host_rel().join("lock"),
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE,
+            0o600,
+        )
+        .map(fs::File::from)
+        .and_then(|f| match f.metadata()?.is_file() {
+            true => Ok(f),
+            false => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        })
+        .map_err(io_err(&path))?;
         let locked = || StoreError::Locked {
             path: self.root.clone(),
             host: self.host.clone().filter(|_| self.shared),

@@ -252,3 +252,49 @@ fn another_hosts_usage_file_cannot_make_root_or_nobody_an_agent() {
     let engine = agents.iter().find(|a| a["agent"] == "fs-engine").unwrap();
     assert!(engine["bytes"].as_u64().unwrap() < 1 << 20, "{report}");
 }
+
+#[test]
+fn another_hosts_root_cannot_point_this_hosts_log_lock_or_trail_at_its_own_disk() {
+    let m = shared_store();
+    let cache = own_disk(&m, "a").to_string_lossy().into_owned();
+    let env = [("CLAWFS_CACHE_DIR", cache.as_str())];
+    let args = ["--host", "a", "--no-search"];
+    let local = m.dir.path().join("local-disk");
+    fs::create_dir_all(local.join("trail")).unwrap();
+    fs::write(local.join("bashrc"), "# this machine's own file\n").unwrap();
+    let host_dir = m.store.join(".clawfs/hosts/a");
+    let mount = || {
+        let mut c = Command::new(clawfs_bin());
+        c.arg("mount")
+            .arg(&m.mnt)
+            .arg("--store")
+            .arg(&m.store)
+            .args(args)
+            .envs(env);
+        c.output().unwrap()
+    };
+    // Each planted symlink: the mount refuses, and nothing is written where it points.
+    for (name, target) in [
+        ("daemon.log", local.join("bashrc")),
+        ("lock", local.join("nologin")),
+        ("audit", local.join("trail")),
+    ] {
+        let planted = host_dir.join(name);
+        let _ = fs::remove_dir_all(&planted);
+        let _ = fs::remove_file(&planted);
+        std::os::unix::fs::symlink(&target, &planted).unwrap();
+        let out = mount();
+        assert!(!out.status.success(), "{name}: {}", text(&out));
+        assert!(!m.is_mounted(), "{name}");
+        fs::remove_file(&planted).unwrap();
+    }
+    assert_eq!(
+        fs::read_to_string(local.join("bashrc")).unwrap(),
+        "# this machine's own file\n"
+    );
+    assert!(!local.join("nologin").exists());
+    assert_eq!(fs::read_dir(local.join("trail")).unwrap().count(), 0);
+    // With real files and folders, the host serves.
+    m.mount_env(&args, &env);
+    assert!(m.is_mounted());
+}

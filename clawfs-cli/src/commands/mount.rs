@@ -1,7 +1,6 @@
 //! `clawfs mount`: checks, then either serves in the foreground or starts a background daemon
 //! (this same binary with `--foreground`) and waits until its mount is live.
 
-use std::fs::OpenOptions;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -210,13 +209,27 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
 
 fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
     let log_path = store.host_dir().join("daemon.log");
-    let mut log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        // Read back for the daemon's last words if it fails to start.
-        .read(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
+    // Beneath the store root, never through a symlink and only a regular file: in a store that
+    // hosts share, another host's root could otherwise point this host's log (root's appends,
+    // with text an agent chose) at any file of this machine. Read back for the daemon's last
+    // words if it fails to start.
+    let mut log = clawfs_store::beneath::open(
+        store.root_fd(),
+        &store.host_rel().join("daemon.log"),
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::APPEND,
+        0o600,
+    )
+    .map(std::fs::File::from)
+    .and_then(|f| match f.metadata()?.is_file() {
+        true => Ok(f),
+        false => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+    })
+    .with_context(|| {
+        format!(
+            "opening {} (a regular file, not a symlink)",
+            log_path.display()
+        )
+    })?;
     let log_start = log.seek(SeekFrom::End(0)).unwrap_or(0);
     let exe = std::env::current_exe().context("locating the clawfs binary")?;
     let mut cmd = Command::new(exe);
@@ -345,13 +358,15 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
             let leases = match store.host().filter(|_| store.is_shared()) {
                 None => None,
                 Some(h) => {
-                    let cache = clawfs_core::hosts::cache_dir(&store_root, h)
-                        .context("preparing this host's cache folder (CLAWFS_CACHE_DIR)")?;
-                    Some(clawfs_search::Leases::new(
-                        h.as_str(),
-                        &store.private_dir().join("index"),
-                        &cache,
-                    ))
+                    let cache = clawfs_core::hosts::cache_dir(&store_root, h).map_err(|e| {
+                        anyhow::anyhow!(
+                            "preparing this host's cache folder (CLAWFS_CACHE_DIR): {e}"
+                        )
+                    })?;
+                    Some(
+                        clawfs_search::Leases::new(h.as_str(), &store_root, &cache)
+                            .context("opening the store's index folders")?,
+                    )
                 }
             };
             let ix = clawfs_search::Indexer::with_leases(&store_root, embedder, true, leases)
@@ -716,19 +731,31 @@ impl SharedWatch {
     }
 }
 
+/// How long an unlock's failing seal check waits before it checks again.
+const SEAL_SETTLE: Duration = Duration::from_secs(3);
+
 /// The vault was unlocked while the store is served: its seal of the system manifest is checked
 /// now. If it does not hold (the manifest or a signed book was changed without the vault's
 /// key while it was locked), agents are stopped as by `clawfs estop`, and the record says why.
+/// A failing seal is checked once more after [`SEAL_SETTLE`]: `clawfs vault init` (and a
+/// rotation) put the key in the keyring a moment before they seal the manifest with it.
 fn check_seal_at_unlock(fs: &ClawFs) {
     use clawfs_integrity::{seal, system};
     let store = fs.store();
-    let differences = match seal::verify(store.root(), store.vault_config(), store.root_fd()) {
-        Ok((system::Verification::Tampered(d), seal::SealCheck::Checked)) => d,
-        Ok(_) => return,
+    let tampered = || match seal::verify(store.root(), store.vault_config(), store.root_fd()) {
+        Ok((system::Verification::Tampered(d), seal::SealCheck::Checked)) => Some(d),
+        Ok(_) => None,
         Err(e) => {
             warn!(error = %e, "checking the system manifest's seal");
-            return;
+            None
         }
+    };
+    if tampered().is_none() {
+        return;
+    }
+    std::thread::sleep(SEAL_SETTLE);
+    let Some(differences) = tampered() else {
+        return;
     };
     let list = differences
         .iter()

@@ -144,12 +144,27 @@ impl AuditLog {
             .mode(0o700)
             .create(&cfg.dir)
             .map_err(|e| AuditError::io(&cfg.dir, e))?;
+        // Root appends records (with text callers chose) here: never into a folder a symlink
+        // points to, nor through a symlinked file (`O_NOFOLLOW` below).
+        if fs::symlink_metadata(&cfg.dir)
+            .map_err(|e| AuditError::io(&cfg.dir, e))?
+            .is_symlink()
+        {
+            return Err(AuditError::io(
+                &cfg.dir,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the trail's folder is a symlink",
+                ),
+            ));
+        }
         let lock_path = cfg.dir.join(".lock");
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(|e| AuditError::io(&lock_path, e))?;
         rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive)
@@ -175,6 +190,7 @@ impl AuditLog {
             Some(info) => {
                 let file = OpenOptions::new()
                     .append(true)
+                    .custom_flags(libc::O_NOFOLLOW)
                     .open(&info.path)
                     .map_err(|e| AuditError::io(&info.path, e))?;
                 Some(Current {
@@ -357,6 +373,7 @@ fn resume(dir: &Path) -> Result<Resume, AuditError> {
             if len > good_len {
                 let file = OpenOptions::new()
                     .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
                     .open(&f.path)
                     .map_err(|e| AuditError::io(&f.path, e))?;
                 file.set_len(good_len)
@@ -790,6 +807,7 @@ impl Writer {
             .create(true)
             .append(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&info.path)
             .and_then(|f| {
                 // The new name must survive a crash as surely as the records in it.

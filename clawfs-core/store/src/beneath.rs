@@ -158,7 +158,7 @@ pub fn chown_fd(fd: impl AsFd, uid: u32, gid: u32) -> io::Result<()> {
 }
 
 /// A single path component: not empty, `.`, `..`, and without `/`.
-fn check_name(name: &OsStr) -> io::Result<()> {
+pub fn check_name(name: &OsStr) -> io::Result<()> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));

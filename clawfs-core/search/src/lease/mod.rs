@@ -25,13 +25,16 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::workspace::WorkspaceIndex;
+
+mod volume;
+use volume::Volume;
 
 /// An id for this daemon's markers, unlike another's of the same host: the process and the
 /// time it started them.
@@ -67,6 +70,12 @@ const MARK_EVERY: Duration = Duration::from_millis(500);
 const RECHECK: Duration = Duration::from_secs(3);
 /// The most changes a marker lists: past this it asks for a rescan of the whole workspace.
 pub const FORWARD_MAX: usize = 4096;
+/// The largest marker read: [`FORWARD_MAX`] changes of long paths. A larger one is taken as
+/// unreadable (the whole workspace is rescanned).
+const MARKER_MAX: u64 = 24 << 20;
+/// A published copy is taken only while it leaves at least this share of the local disk's
+/// free space: a copy is as large as the file, whatever it holds.
+const FREE_SHARE: u64 = 2;
 
 /// A change another host's agents made, as its marker forwards it to the holder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -121,7 +130,7 @@ struct Replica {
 pub struct Leases {
     host: String,
     /// `.clawfs/index/`: one folder per workspace, shared by the hosts.
-    index_root: PathBuf,
+    volume: Volume,
     /// On this host's local disk: the working indexes of the leases it holds.
     working_root: PathBuf,
     /// On this host's local disk: the replicas it searches.
@@ -133,7 +142,7 @@ pub struct Leases {
     /// What this host told each workspace's holder; for each marker this host, holding a
     /// lease, read: its change time, run and `to` then.
     marked: Mutex<HashMap<String, Marks>>,
-    seen: Mutex<HashMap<PathBuf, (SystemTime, u64, u64)>>,
+    seen: Mutex<HashMap<(String, String), (SystemTime, u64, u64)>>,
     /// Workspaces changed since published, and when each was last published and how long
     /// that took.
     unpublished: Mutex<HashMap<String, Option<(Instant, Duration)>>>,
@@ -144,12 +153,12 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// The leases of host `host`, in the shared `index_root`; `cache` is the host's own folder
-    /// on local disk for working indexes and replicas.
-    pub fn new(host: &str, index_root: &Path, cache: &Path) -> Leases {
-        Leases {
+    /// The leases of host `host` of the store at `store_root` (its `.clawfs/index/`); `cache`
+    /// is the host's own folder on local disk for working indexes and replicas.
+    pub fn new(host: &str, store_root: &Path, cache: &Path) -> std::io::Result<Leases> {
+        Ok(Leases {
             host: host.to_string(),
-            index_root: index_root.to_path_buf(),
+            volume: Volume::open(store_root)?,
             working_root: cache.join("index"),
             replicas_root: cache.join("replicas"),
             held: Mutex::default(),
@@ -160,7 +169,7 @@ impl Leases {
             published: Mutex::default(),
             replicas: Mutex::default(),
             wanted: Mutex::default(),
-        }
+        })
     }
 
     /// Whether this host writes `workspace`'s index, taking the lease if it is free; `Some(true)`
@@ -170,27 +179,19 @@ impl Leases {
         if held.contains_key(workspace) {
             return Some(false);
         }
-        let dir = self.index_root.join(workspace);
-        std::fs::create_dir_all(&dir).ok()?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(dir.join(LOCK_FILE))
-            .ok()?;
+        let file = match self.volume.lock_file(workspace, LOCK_FILE) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(workspace, error = %e, "the index's lease file");
+                return None;
+            }
+        };
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return None;
         }
         // Copies a holder was making when it died.
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                if e.file_name().to_string_lossy().starts_with(".publish-") {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
+        self.volume.remove_unfinished(workspace);
         tracing::info!(workspace, host = %self.host, "this host now writes the workspace's index");
         held.insert(workspace.to_string(), file);
         drop(held);
@@ -275,11 +276,9 @@ impl Leases {
     }
 
     fn write_marker(&self, workspace: &str, marker: &Marker) {
-        let dir = self.index_root.join(workspace);
-        let _ = std::fs::create_dir_all(&dir);
         let json = serde_json::to_vec(marker).expect("a marker serialises");
-        let name = format!("changed-by-{}", self.host);
-        if let Err(e) = clawfs_store::atomic::atomic_write(&dir, &name, &json, 0o600) {
+        let name = format!("{CHANGED_BY}{}", self.host);
+        if let Err(e) = self.volume.write(workspace, &name, &json) {
             tracing::warn!(workspace, error = %e, "telling the index's holder of a change");
         }
     }
@@ -290,32 +289,36 @@ impl Leases {
     /// [`Forwarded::All`] when a marker cannot say (unreadable, first read, or it no longer
     /// lists every change since the one this host read before).
     pub fn changed_elsewhere(&self, workspace: &str) -> Vec<Forwarded> {
-        let Ok(entries) = std::fs::read_dir(self.index_root.join(workspace)) else {
+        let entries = self.volume.entries(workspace, CHANGED_BY);
+        if entries.is_empty() {
             return Vec::new();
-        };
+        }
+        let joined = self.volume.joined();
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let mut changes = std::collections::HashSet::new();
         let now = SystemTime::now();
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if !name.starts_with("changed-by-") {
+        for e in entries {
+            // Only a host that joined forwards changes (another name is nobody's marker).
+            let host = &e.name[CHANGED_BY.len()..];
+            if host == self.host || !joined.iter().any(|h| h == host) {
                 continue;
             }
-            let Ok(at) = e.metadata().and_then(|m| m.modified()) else {
-                continue;
-            };
+            let at = e.modified;
             let recent = now.duration_since(at).is_ok_and(|age| age < RECHECK);
-            let last = seen.get(&e.path()).copied();
+            let key = (workspace.to_string(), e.name.clone());
+            let last = seen.get(&key).copied();
             if last.is_some_and(|(marker_at, _, _)| marker_at == at) && !recent {
                 continue;
             }
-            let marker = std::fs::read(e.path())
+            let marker = self
+                .volume
+                .read(workspace, &e.name, MARKER_MAX)
                 .ok()
+                .flatten()
                 .and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
             let Some(m) = marker else {
                 changes.insert(Forwarded::All);
-                seen.insert(e.path(), (at, 0, 0));
+                seen.insert(key, (at, 0, 0));
                 continue;
             };
             match last {
@@ -326,7 +329,7 @@ impl Leases {
                     changes.insert(Forwarded::All);
                 }
             }
-            seen.insert(e.path(), (at, m.run, m.to));
+            seen.insert(key, (at, m.run, m.to));
         }
         match changes.contains(&Forwarded::All) {
             true => vec![Forwarded::All],
@@ -351,11 +354,7 @@ impl Leases {
 
     /// Whether another host has joined the store (someone to publish for).
     fn others(&self) -> bool {
-        let hosts = self.index_root.with_file_name("hosts");
-        std::fs::read_dir(hosts).is_ok_and(|d| {
-            d.flatten()
-                .any(|e| e.file_name() != self.host.as_str() && e.path().join("host.json").exists())
-        })
+        self.volume.joined().iter().any(|h| *h != self.host)
     }
 
     /// The workspaces to publish now: changed since published, searched from another host
@@ -425,29 +424,50 @@ impl Leases {
     }
 
     /// Copies the local copy `local` of `workspace`'s index to the volume as its published
-    /// copy: a new file beside it (unpredictable name, `O_EXCL`), synced, renamed over.
+    /// copy (a new file beside it, synced, renamed over), then removes it.
     fn ship(&self, workspace: &str, local: &Path) -> Result<(), crate::SearchError> {
-        let dir = self.index_root.join(workspace);
-        let tmp = dir.join(format!(".publish-{}", crate::snapshot::random_hex()));
-        let io = |what: &'static str| move |e| crate::SearchError::io(what, e);
-        let shipped = (|| {
-            let mut from = File::open(local).map_err(io("reading the index's copy"))?;
-            let mut to = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)
-                .map_err(io("publishing the index"))?;
-            std::io::copy(&mut from, &mut to).map_err(io("publishing the index"))?;
-            to.sync_all().map_err(io("publishing the index"))?;
-            std::fs::rename(&tmp, dir.join(PUBLISHED)).map_err(io("publishing the index"))
-        })();
-        if shipped.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        let shipped = File::open(local)
+            .and_then(|mut from| self.volume.replace_from(workspace, PUBLISHED, &mut from))
+            .map_err(|e| crate::SearchError::io("publishing the index", e));
         let _ = std::fs::remove_file(local);
         shipped
+    }
+
+    /// Copies `workspace`'s published copy to the new local file `to`; answers the copy's
+    /// change time, or `None` if there is none. Refused: anything but a regular file (a
+    /// symlink, a FIFO), and a copy that would take more than half the local disk's free
+    /// space (a sparse file costs the volume nothing and this disk its size).
+    fn take_published(
+        &self,
+        workspace: &str,
+        to: &Path,
+    ) -> Result<Option<SystemTime>, crate::SearchError> {
+        let err = |e| crate::SearchError::io("copying the published index", e);
+        let Some(mut from) = self
+            .volume
+            .open_regular(workspace, PUBLISHED)
+            .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        let meta = from.metadata().map_err(err)?;
+        let folder = to.parent().unwrap_or(Path::new("."));
+        let free = rustix::fs::statvfs(folder).map_err(|e| err(e.into()))?;
+        let free = free.f_bavail.saturating_mul(free.f_frsize);
+        if meta.len() > free / FREE_SHARE {
+            return Err(crate::SearchError::Unavailable(format!(
+                "the published index of workspace {workspace} is {} bytes, more than this host's \
+                 disk can take ({free} bytes free)",
+                meta.len()
+            )));
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(to)
+            .map_err(err)?;
+        std::io::copy(&mut (&mut from).take(meta.len()), &mut out).map_err(err)?;
+        Ok(Some(meta.modified().map_err(err)?))
     }
 
     /// Whether another host searched `workspace` (its marker moved) since `since`, the time of
@@ -459,15 +479,12 @@ impl Leases {
         let since = since
             .checked_sub(WANT_SLACK)
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let Ok(entries) = std::fs::read_dir(self.index_root.join(workspace)) else {
-            return false;
-        };
-        entries.flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("wanted-by-")
-                && e.metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|at| at >= since)
-        })
+        let joined = self.volume.joined();
+        self.volume
+            .entries(workspace, WANTED_BY)
+            .iter()
+            .filter(|e| joined.iter().any(|h| *h == e.name[WANTED_BY.len()..]))
+            .any(|e| e.modified >= since)
     }
 
     /// Asks the holder of `workspace`'s lease for a fresher copy: this host searches it (at
@@ -482,9 +499,8 @@ impl Leases {
         }
         wanted.insert(workspace.to_string(), Instant::now());
         drop(wanted);
-        let dir = self.index_root.join(workspace);
-        let name = format!("wanted-by-{}", self.host);
-        if let Err(e) = clawfs_store::atomic::atomic_write(&dir, &name, b"", 0o600) {
+        let name = format!("{WANTED_BY}{}", self.host);
+        if let Err(e) = self.volume.write(workspace, &name, b"") {
             tracing::warn!(workspace, error = %e, "asking the index's holder for a copy");
         }
     }
@@ -494,8 +510,7 @@ impl Leases {
     /// the index since this one last did): the holder then rescans only to catch up.
     pub fn working(&self, workspace: &str) -> Result<PathBuf, crate::SearchError> {
         let dir = self.working_root.join(workspace);
-        let published = self.index_root.join(workspace).join(PUBLISHED);
-        let Some(copy_at) = modified(&published) else {
+        let Some(copy_at) = self.volume.modified(workspace, PUBLISHED) else {
             return Ok(dir);
         };
         let db = dir.join(super::index::DB_FILE);
@@ -506,8 +521,11 @@ impl Leases {
         }
         let files = crate::workspace::IndexFiles::private(&dir)?;
         let tmp = dir.join(format!(".seed-{}", run_id()));
-        std::fs::copy(&published, &tmp)
-            .map_err(|e| crate::SearchError::io("copying the published index", e))?;
+        let _ = std::fs::remove_file(&tmp);
+        if let Err(e) = self.take_published(workspace, &tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         // The graph is rebuilt from the copy's vectors: a saved one belongs to the old database.
         let shm = dir.join(format!("{}-shm", super::index::DB_FILE));
         for stale in [&wal, &shm, &files.graph, &files.generation] {
@@ -526,7 +544,7 @@ impl Leases {
 
     /// Whether `workspace`'s index has a published copy.
     pub fn is_published(&self, workspace: &str) -> bool {
-        self.index_root.join(workspace).join(PUBLISHED).exists()
+        self.volume.modified(workspace, PUBLISHED).is_some()
     }
 
     /// The replica of `workspace`'s published index this host searches, taken again when a
@@ -537,14 +555,15 @@ impl Leases {
         open: impl FnOnce(&Path) -> Result<Arc<WorkspaceIndex>, crate::SearchError>,
     ) -> Result<Arc<WorkspaceIndex>, crate::SearchError> {
         self.want(workspace);
-        let published = self.index_root.join(workspace).join(PUBLISHED);
-        let at = std::fs::metadata(&published)
-            .and_then(|m| m.modified())
-            .map_err(|_| {
-                crate::SearchError::Unavailable(format!(
-                    "the index of workspace {workspace} is being built by another host; try again shortly"
-                ))
-            })?;
+        let building = || {
+            crate::SearchError::Unavailable(format!(
+                "the index of workspace {workspace} is being built by another host; try again shortly"
+            ))
+        };
+        let at = self
+            .volume
+            .modified(workspace, PUBLISHED)
+            .ok_or_else(building)?;
         let mut replicas = self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(r) = replicas.get(workspace).filter(|r| r.taken_from == at) {
             return Ok(Arc::clone(&r.index));
@@ -552,10 +571,11 @@ impl Leases {
         // Searches that have the old replica open keep reading its (removed) files.
         let dir = self.replicas_root.join(workspace);
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::SearchError::io("creating the replica folder", e))?;
-        std::fs::copy(&published, dir.join(super::index::DB_FILE))
-            .map_err(|e| crate::SearchError::io("copying the published index", e))?;
+        crate::workspace::IndexFiles::private(&dir)?;
+        // The copy's own change time: a newer copy published meanwhile is taken next time.
+        let at = self
+            .take_published(workspace, &dir.join(super::index::DB_FILE))?
+            .ok_or_else(building)?;
         let index = open(&dir)?;
         replicas.insert(
             workspace.to_string(),
@@ -568,6 +588,11 @@ impl Leases {
     }
 }
 
+/// The names of the change markers (`changed-by-<host>`) and of the searching hosts' requests
+/// for copies (`wanted-by-<host>`).
+const CHANGED_BY: &str = "changed-by-";
+const WANTED_BY: &str = "wanted-by-";
+
 /// When `path` was last modified, if it exists.
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
@@ -576,6 +601,16 @@ fn modified(path: &Path) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store at `root` that `hosts` joined; answers its index folder.
+    fn store_of(root: &Path, hosts: &[&str]) -> PathBuf {
+        for h in hosts {
+            let dir = root.join(".clawfs/hosts").join(h);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("host.json"), "{}").unwrap();
+        }
+        root.join(".clawfs/index")
+    }
 
     fn file(rel: &str) -> Forwarded {
         Forwarded::File(rel.into())
@@ -589,9 +624,9 @@ mod tests {
     #[test]
     fn the_holder_indexes_again_what_another_host_forwards_and_rescans_when_it_cannot_tell() {
         let dir = tempfile::tempdir().unwrap();
-        let index = dir.path().join("index");
-        let holder = Leases::new("a", &index, &dir.path().join("hosts/a"));
-        let other = Leases::new("b", &index, &dir.path().join("hosts/b"));
+        let index = store_of(dir.path(), &["a", "b"]);
+        let holder = Leases::new("a", dir.path(), &dir.path().join("cache-a")).unwrap();
+        let other = Leases::new("b", dir.path(), &dir.path().join("cache-b")).unwrap();
         assert_eq!(holder.hold("ws"), Some(true));
         assert!(holder.changed_elsewhere("ws").is_empty());
         // The first marker of a host the holder never read: the whole workspace.
@@ -619,7 +654,7 @@ mod tests {
         other.mark_pending();
         assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
         // Another daemon of that host numbers its changes anew: the whole workspace.
-        let restarted = Leases::new("b", &index, &dir.path().join("hosts/b"));
+        let restarted = Leases::new("b", dir.path(), &dir.path().join("cache-b")).unwrap();
         restarted.mark_changed("ws", file("c.md"));
         assert_eq!(holder.changed_elsewhere("ws"), [Forwarded::All]);
         // A marker that no longer lists what the holder has not read: the whole workspace.
@@ -646,8 +681,8 @@ mod tests {
     #[test]
     fn a_host_taking_a_lease_starts_from_the_newer_of_its_own_index_and_the_published_one() {
         let dir = tempfile::tempdir().unwrap();
-        let index = dir.path().join("index");
-        let a = Leases::new("a", &index, &dir.path().join("cache-a"));
+        let index = store_of(dir.path(), &["a"]);
+        let a = Leases::new("a", dir.path(), &dir.path().join("cache-a")).unwrap();
         // Nothing published: the (empty) local folder, on local disk, not the shared one.
         let own = a.working("ws").unwrap();
         assert_eq!(own, dir.path().join("cache-a/index/ws"));
@@ -683,5 +718,54 @@ mod tests {
         let f = std::fs::File::options().write(true).open(path).unwrap();
         f.set_modified(SystemTime::now() - Duration::from_secs(60))
             .unwrap();
+    }
+
+    #[test]
+    fn what_another_hosts_root_plants_in_the_index_folders_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = store_of(dir.path(), &["a", "b"]);
+        let local = dir.path().join("local-disk");
+        std::fs::create_dir_all(&local).unwrap();
+        let a = Leases::new("a", dir.path(), &dir.path().join("cache-a")).unwrap();
+        let ws = index.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let open_none = |_: &Path| -> Result<Arc<WorkspaceIndex>, crate::SearchError> {
+            panic!("a planted copy was opened")
+        };
+        // A FIFO as the published copy: refused at once, not waited on.
+        let fifo =
+            std::ffi::CString::new(ws.join(PUBLISHED).as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a path we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(a.replica("ws", open_none).is_err());
+        assert!(a
+            .working("ws")
+            .is_ok_and(|d| !d.join(crate::index::DB_FILE).exists()));
+        // A symlink to this host's own disk: not followed.
+        std::fs::remove_file(ws.join(PUBLISHED)).unwrap();
+        std::fs::write(local.join("secret.db"), b"local").unwrap();
+        std::os::unix::fs::symlink(local.join("secret.db"), ws.join(PUBLISHED)).unwrap();
+        assert!(a.replica("ws", open_none).is_err());
+        // A sparse copy larger than this disk can take.
+        std::fs::remove_file(ws.join(PUBLISHED)).unwrap();
+        let huge = File::create(ws.join(PUBLISHED)).unwrap();
+        huge.set_len(1 << 43).unwrap();
+        let err = a.replica("ws", open_none).err().unwrap().to_string();
+        assert!(err.contains("more than this host's disk can take"), "{err}");
+        // The lease's lock file as a symlink: nothing created where it points, no lease.
+        std::os::unix::fs::symlink(local.join("nologin"), index.join("ws2")).unwrap_or(());
+        std::fs::create_dir_all(index.join("ws3")).unwrap();
+        std::os::unix::fs::symlink(local.join("nologin"), index.join("ws3").join(LOCK_FILE))
+            .unwrap();
+        assert_eq!(a.hold("ws3"), None);
+        assert_eq!(a.hold("ws2"), None);
+        assert!(!local.join("nologin").exists());
+        // Markers: of a host that never joined, ignored; one too large to read, a rescan.
+        assert_eq!(a.hold("ws4"), Some(true));
+        std::fs::write(index.join("ws4/changed-by-x"), "not json").unwrap();
+        assert!(a.changed_elsewhere("ws4").is_empty());
+        let big = File::create(index.join("ws4/changed-by-b")).unwrap();
+        big.set_len(MARKER_MAX + 1).unwrap();
+        assert_eq!(a.changed_elsewhere("ws4"), [Forwarded::All]);
     }
 }
