@@ -466,8 +466,11 @@ impl Store {
         if self.shared && self.host.is_none() {
             return None;
         }
-        let text = fs::read_to_string(self.host_dir().join("daemon.json")).ok()?;
-        serde_json::from_str(&text).ok()
+        // Beneath the store root, a regular file, a bounded read: another host's root cannot
+        // make this one read its own disk, a FIFO or an endless file here.
+        let rel = self.host_rel().join("daemon.json");
+        let text = clawfs_store::beneath::read(self.root_fd(), &rel, 1 << 20).ok()??;
+        serde_json::from_slice(&text).ok()
     }
 
     /// Records the serving daemon (atomically); in a store that hosts share, with its host,
