@@ -365,6 +365,13 @@ fn either_hosts_files_are_found_from_both_and_the_index_moves_when_its_writer_di
         writer.cache.display()
     );
     assert!(!working(other));
+    // Commands read the published copy, from either host.
+    for h in [a, b] {
+        let out = ok(h.cli(&["index", "status", "--json"]));
+        let status: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(status["indexed"], true, "{status}");
+        assert!(status["files"].as_u64().unwrap() >= 2, "{status}");
+    }
 
     // The writer's daemon dies while an admin writes through it: the other host takes the
     // index over and keeps it current, and every write the dead daemon acknowledged is there.

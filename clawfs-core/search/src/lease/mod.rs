@@ -73,8 +73,8 @@ pub const FORWARD_MAX: usize = 4096;
 /// The largest marker read: [`FORWARD_MAX`] changes of long paths. A larger one is taken as
 /// unreadable (the whole workspace is rescanned).
 const MARKER_MAX: u64 = 24 << 20;
-/// A published copy is taken only while it leaves at least this share of the local disk's
-/// free space: a copy is as large as the file, whatever it holds.
+/// A published copy is taken only if it needs at most 1/`FREE_SHARE` of the local disk's free
+/// space: a copy is as large as the file, however sparse the file is on the volume.
 const FREE_SHARE: u64 = 2;
 
 /// A change another host's agents made, as its marker forwards it to the holder.
