@@ -18,6 +18,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -172,6 +173,9 @@ fn cache_dir_in(base: &Path, store_root: &Path, host: &HostName) -> io::Result<P
     Ok(dir)
 }
 
+/// The most a `host.json` may be.
+const HOST_FILE_MAX: u64 = 64 << 10;
+
 /// The private area's folder of every host.
 pub fn hosts_dir(store_root: &Path) -> PathBuf {
     store_root.join(PRIVATE_DIR).join(HOSTS_DIR)
@@ -185,23 +189,34 @@ pub fn host_dir(store_root: &Path, host: &HostName) -> PathBuf {
 /// The hosts that have joined the store at `store_root`, by name (none: the store is served
 /// by one daemon, as a store of one machine).
 pub fn joined(store_root: &Path) -> io::Result<Vec<Joined>> {
-    let dir = hosts_dir(store_root);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
+    use clawfs_store::beneath;
+    use rustix::fs::{Mode, OFlags};
+    // By descriptor beneath the store root, never through a symlink, each `host.json` a
+    // regular file read up to a limit: any host's root can plant things in this folder, which
+    // every command and daemon of every host lists.
+    let root = rustix::fs::open(
+        store_root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let dir = match beneath::open_dir(root.as_fd(), &Path::new(PRIVATE_DIR).join(HOSTS_DIR)) {
+        Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut hosts = Vec::new();
-    for entry in entries {
+    for entry in rustix::fs::Dir::read_from(&dir)? {
         let entry = entry?;
         let Some(name) = entry
             .file_name()
             .to_str()
+            .ok()
             .and_then(|n| HostName::new(n).ok())
         else {
             continue;
         };
-        let Ok(text) = fs::read(entry.path().join("host.json")) else {
+        let record = Path::new(name.as_str()).join("host.json");
+        let Ok(Some(text)) = beneath::read(dir.as_fd(), &record, HOST_FILE_MAX) else {
             continue;
         };
         match serde_json::from_slice::<Joined>(&text) {
@@ -223,15 +238,25 @@ pub fn join(store_root: &Path, host: &HostName) -> io::Result<bool> {
     if has_joined(store_root, host) {
         return Ok(false);
     }
-    let dir = host_dir(store_root, host);
-    fs::create_dir_all(&dir)?;
+    let root = rustix::fs::open(
+        store_root,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let rel = Path::new(PRIVATE_DIR).join(HOSTS_DIR).join(host.as_str());
+    let dir = clawfs_store::beneath::create_dir_all(root.as_fd(), &rel, 0o755, None)?;
     let record = Joined {
         name: host.clone(),
         joined_at: clawfs_store::clock::now_rfc3339(),
         joined_from: machine_name(),
     };
     let json = serde_json::to_vec_pretty(&record).expect("Joined serialises");
-    atomic_write(&dir, "host.json", &json, 0o644)?;
+    clawfs_store::beneath::write_atomic(
+        dir.as_fd(),
+        "host.json",
+        &json,
+        clawfs_store::beneath::FileMode::mode(0o644),
+    )?;
     Ok(true)
 }
 

@@ -47,13 +47,12 @@ pub enum StoreError {
         /// This build.
         version: &'static str,
     },
-    /// `.clawfs/format` holds something else than a number.
-    #[error("{path}: unreadable store format {content:?}")]
+    /// `.clawfs/format` holds something else than a number (not shown: it may not be the
+    /// store's own file).
+    #[error("{}: unreadable store format (not a format number)", .path.display())]
     BadFormat {
         /// The format file.
         path: PathBuf,
-        /// What it holds.
-        content: String,
     },
     /// Another daemon serves this store (or this host of it).
     #[error("{} is already served{}", .host.as_ref().map_or_else(|| format!("store {}", path.display()), |h| format!("host {h} of store {}", path.display())), .by.as_deref().map(DaemonInfo::describe).unwrap_or_default())]
@@ -153,6 +152,8 @@ pub struct Store {
     host: Option<HostName>,
     /// Whether any host has joined the store.
     shared: bool,
+    /// In a store that hosts share: this host's folder, opened beneath the root.
+    host_dir: Option<std::os::fd::OwnedFd>,
 }
 
 /// Held while a daemon serves the store; dropping it releases the lock.
@@ -228,17 +229,29 @@ impl Store {
     /// Opens an initialised store.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let format = path.join(PRIVATE_DIR).join("format");
-        let content = match fs::read_to_string(&format) {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StoreError::NotInitialised(path.to_path_buf()))
-            }
+        let root = fs::canonicalize(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::NotInitialised(path.to_path_buf()),
+            _ => io_err(path)(e),
+        })?;
+        let root_dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&root)
+            .map_err(io_err(&root))?;
+        // Beneath the root, a regular file, a few bytes: in a store that hosts share, another
+        // host's root could plant a symlink to this machine's files, a FIFO or an endless file.
+        let rel = Path::new(PRIVATE_DIR).join("format");
+        let content = match clawfs_store::beneath::read(root_dir.as_fd(), &rel, 64) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(StoreError::NotInitialised(path.to_path_buf())),
             Err(e) => return Err(io_err(&format)(e)),
         };
-        let found: u32 = content.trim().parse().map_err(|_| StoreError::BadFormat {
-            path: format.clone(),
-            content: content.clone(),
-        })?;
+        let found: u32 = std::str::from_utf8(&content)
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .ok_or_else(|| StoreError::BadFormat {
+                path: format.clone(),
+            })?;
         if found > FORMAT_VERSION {
             return Err(StoreError::NewerFormat {
                 path: path.to_path_buf(),
@@ -247,12 +260,6 @@ impl Store {
                 version: crate::VERSION,
             });
         }
-        let root = fs::canonicalize(path).map_err(io_err(path))?;
-        let root_dir = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY)
-            .open(&root)
-            .map_err(io_err(&root))?;
         let joined = hosts::joined(&root).map_err(io_err(&hosts::hosts_dir(&root)))?;
         let shared = !joined.is_empty();
         // The machine's own name for itself applies to the stores it shares only.
@@ -260,18 +267,45 @@ impl Store {
             true => hosts::local_host(None)?,
             false => None,
         };
-        Ok(Store {
+        let mut store = Store {
             root,
             root_dir,
             host,
             shared,
-        })
+            host_dir: None,
+        };
+        store.pin_host_dir()?;
+        Ok(store)
+    }
+
+    /// In a store that hosts share, opens this host's folder beneath the root, refusing a
+    /// symlink at any step, and keeps it: [`Self::host_dir`] names the folder by that
+    /// descriptor, so a symlink another host's root puts in its way later redirects nothing.
+    fn pin_host_dir(&mut self) -> Result<(), StoreError> {
+        self.host_dir = None;
+        if !self.shared || self.host.is_none() {
+            return Ok(());
+        }
+        let rel = self.host_rel();
+        match clawfs_store::beneath::open_dir(self.root_fd(), &rel) {
+            Ok(fd) => self.host_dir = Some(fd),
+            // Not joined (yet): refused where it matters ([`Self::lock`]).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(io_err(&self.root.join(&rel))(io::Error::new(
+                    e.kind(),
+                    format!("this host's folder is not a real folder of the store: {e}"),
+                )))
+            }
+        }
+        Ok(())
     }
 
     /// Serves or reads the store as `host` (`clawfs mount --host`), whether or not it has
     /// joined: serving checks that it has ([`Self::lock`]).
     pub fn as_host(mut self, host: &str) -> Result<Store, StoreError> {
         self.host = Some(HostName::new(host)?);
+        self.pin_host_dir()?;
         Ok(self)
     }
 
@@ -289,6 +323,17 @@ impl Store {
     /// handles, acknowledgements): its folder in a store that hosts share, else the private
     /// area.
     pub fn host_dir(&self) -> PathBuf {
+        match &self.host_dir {
+            // The folder opened beneath the root, by its descriptor (see `pin_host_dir`).
+            // `/.`: the descriptor's link is crossed, never the last step, so a `O_NOFOLLOW`
+            // open of the folder itself still works.
+            Some(fd) => PathBuf::from(format!("/proc/self/fd/{}/.", fd.as_raw_fd())),
+            None => self.root.join(self.host_rel()),
+        }
+    }
+
+    /// [`Self::host_dir`] as people read it: its path in the store.
+    pub fn host_dir_shown(&self) -> PathBuf {
         self.root.join(self.host_rel())
     }
 
@@ -459,6 +504,42 @@ impl Store {
             }
         }
         Ok(StoreLock { _file: file })
+    }
+
+    /// The daemon serving this store here, as it recorded itself, once checked to be one: a
+    /// process of this machine (its boot) running this ClawFS binary's `mount` of the
+    /// mount point it recorded. What a command may signal: `daemon.json` is a file of the
+    /// store, which in a store that hosts share another host's root can write, so its pid
+    /// alone could name any process of this machine.
+    pub fn serving_daemon(&self) -> Option<DaemonInfo> {
+        let d = self.daemon_info()?;
+        if d.boot_id.as_ref().is_some_and(|b| *b != hosts::boot_id()) {
+            return None;
+        }
+        if self.shared && d.boot_id.is_none() {
+            return None;
+        }
+        let exe = fs::read_link(format!("/proc/{}/exe", d.pid)).ok()?;
+        let ours = std::env::current_exe().ok();
+        let named_clawfs = exe
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == "clawfs" || n.starts_with("clawfs "));
+        if !named_clawfs && ours.as_deref() != Some(exe.as_path()) {
+            return None;
+        }
+        let cmdline = fs::read(format!("/proc/{}/cmdline", d.pid)).ok()?;
+        let mut args = cmdline.split(|b| *b == 0);
+        let mp = d.mountpoint.as_os_str().as_encoded_bytes();
+        (args.any(|a| a == b"mount") && args.any(|a| a == mp)).then_some(d)
+    }
+
+    /// Reads `name` in this host's folder: a regular file, not followed if a symlink, at most
+    /// `max` bytes; `None` if missing or not such a file.
+    pub fn read_host_file(&self, name: &str, max: u64) -> Option<Vec<u8>> {
+        clawfs_store::beneath::read(self.root_fd(), &self.host_rel().join(name), max)
+            .ok()
+            .flatten()
     }
 
     /// What the serving daemon (this host's) recorded, if any.

@@ -298,3 +298,131 @@ fn another_hosts_root_cannot_point_this_hosts_log_lock_or_trail_at_its_own_disk(
     m.mount_env(&args, &env);
     assert!(m.is_mounted());
 }
+
+/// `clawfs ARGS --store STORE` as host a, given at most 20 s (a hang is a failure).
+fn cli_a(m: &Mounted, args: &[&str]) -> Output {
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(clawfs_bin())
+        .args(args)
+        .arg("--store")
+        .arg(&m.store)
+        .env("CLAWFS_HOST", "a")
+        .output()
+        .unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "{args:?} hung: {}",
+        text(&out)
+    );
+    out
+}
+
+/// The lease host a's daemon last renewed.
+fn renewed_at(m: &Mounted) -> u64 {
+    let json = fs::read(m.store.join(".clawfs/hosts/a/daemon.json")).unwrap();
+    serde_json::from_slice::<Value>(&json).unwrap()["renewed_at"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn another_hosts_root_cannot_stall_exhaust_or_redirect_this_hosts_daemon_and_commands() {
+    let m = shared_store();
+    let cache = own_disk(&m, "a").to_string_lossy().into_owned();
+    m.mount_env(
+        &["--host", "a", "--no-search"],
+        &[("CLAWFS_CACHE_DIR", cache.as_str())],
+    );
+    let private = m.store.join(".clawfs");
+    let local = m.dir.path().join("local-disk");
+    fs::create_dir_all(local.join("a")).unwrap();
+    let record: Value =
+        serde_json::from_slice(&fs::read(private.join("hosts/a/daemon.json")).unwrap()).unwrap();
+    let daemon = record["pid"].as_u64().unwrap();
+    let rss_kb = || {
+        let status = fs::read_to_string(format!("/proc/{daemon}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+            .unwrap()
+    };
+    let rss_before = rss_kb();
+
+    // A FIFO as the emergency stop and as a host's record, an endless file as another's.
+    let fifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    fifo(&private.join("estop"));
+    fs::create_dir_all(private.join("hosts/zz")).unwrap();
+    fifo(&private.join("hosts/zz/host.json"));
+    fs::create_dir_all(private.join("hosts/yy")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", private.join("hosts/yy/host.json")).unwrap();
+    let before = renewed_at(&m);
+    std::thread::sleep(Duration::from_secs(5));
+    // The daemon still renews its lease and its memory did not grow by the endless file.
+    assert!(renewed_at(&m) > before, "the lease stopped");
+    assert!(rss_kb() < rss_before + 200_000, "{} kB", rss_kb());
+    // Commands finish: the host list ignores both; an unreadable stop counts as one in force.
+    let listed = text(&cli_a(&m, &["host", "list"]));
+    assert!(!listed.contains("zz") && !listed.contains("yy"), "{listed}");
+    let status = cli_a(&m, &["estop", "--status"]);
+    assert!(
+        text(&status).contains("unreadable") || status.status.success(),
+        "{}",
+        text(&status)
+    );
+    fs::remove_file(private.join("estop")).unwrap();
+
+    // The hosts' folder swapped for a symlink to this machine's disk: the daemon keeps
+    // writing its lease and policy status into its own folder of the store.
+    fs::rename(private.join("hosts"), private.join("hosts.real")).unwrap();
+    std::os::unix::fs::symlink(&local, private.join("hosts")).unwrap();
+    let policy = m.store.join("system/policy.toml");
+    let p = fs::read(&policy).unwrap();
+    fs::write(&policy, p).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        fs::read_dir(local.join("a")).unwrap().count(),
+        0,
+        "written on the local disk"
+    );
+    // Commands refuse a host folder that is not a real folder, without reading through it.
+    let out = cli_a(&m, &["quota"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    fs::remove_file(private.join("hosts")).unwrap();
+    fs::rename(private.join("hosts.real"), private.join("hosts")).unwrap();
+
+    // A forged record of the serving daemon naming another process: nothing is signalled.
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let record = private.join("hosts/a/daemon.json");
+    let real = fs::read(&record).unwrap();
+    let mut forged: Value = serde_json::from_slice(&real).unwrap();
+    forged["pid"] = json!(victim.id());
+    fs::write(&record, serde_json::to_vec(&forged).unwrap()).unwrap();
+    let _ = cli_a(&m, &["index", "rebuild"]);
+    let _ = cli_a(&m, &["policy", "reload"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the forged pid was signalled"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+
+    // The store's format file pointing at a file of this machine: refused, never shown.
+    fs::write(local.join("secret"), "hunter2 of this machine\n").unwrap();
+    let format = private.join("format");
+    let kept = fs::read(&format).unwrap();
+    fs::remove_file(&format).unwrap();
+    std::os::unix::fs::symlink(local.join("secret"), &format).unwrap();
+    let out = cli_a(&m, &["host", "list"]);
+    assert!(!out.status.success());
+    assert!(!text(&out).contains("hunter2"), "{}", text(&out));
+    fs::remove_file(&format).unwrap();
+    fs::write(&format, kept).unwrap();
+}

@@ -43,10 +43,18 @@ pub fn flag_file(store_root: &Path) -> PathBuf {
     store_root.join(PRIVATE_DIR).join(ESTOP_FILE)
 }
 
-/// The stop in force, as the store records it.
-pub fn read_flag(store_root: &Path) -> Option<serde_json::Value> {
-    let text = std::fs::read(flag_file(store_root)).ok()?;
-    Some(serde_json::from_slice(&text).unwrap_or_else(|_| serde_json::json!({"unreadable": true})))
+/// The stop in force, as the store records it. Read beneath the store root, a regular file
+/// of at most 64 KiB: in a store that hosts share, another host's root could plant a FIFO, a
+/// symlink or an endless file here. Anything unreadable counts as a stop in force.
+pub fn read_flag(store: &Store) -> Option<serde_json::Value> {
+    let rel = Path::new(PRIVATE_DIR).join(ESTOP_FILE);
+    let unreadable = || serde_json::json!({"unreadable": true});
+    match clawfs_store::beneath::read(store.root_fd(), &rel, 64 << 10) {
+        Ok(None) => None,
+        Ok(Some(text)) => Some(serde_json::from_slice(&text).unwrap_or_else(|_| unreadable())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(_) => Some(unreadable()),
+    }
 }
 
 fn who() -> String {
@@ -135,7 +143,7 @@ fn stop(store: &Store) -> Result<(), Failure> {
 }
 
 fn lift(store: &Store) -> Result<(), Failure> {
-    let Some(flag) = read_flag(store.root()) else {
+    let Some(flag) = read_flag(store) else {
         println!("no emergency stop is in force");
         return Ok(());
     };
@@ -154,7 +162,7 @@ fn lift(store: &Store) -> Result<(), Failure> {
 }
 
 fn show(store: &Store) -> Result<(), Failure> {
-    match read_flag(store.root()) {
+    match read_flag(store) {
         Some(f) => println!(
             "emergency stop IN FORCE since {} (by {}); lift it with `clawfs estop --clear`",
             f["time"].as_str().unwrap_or("?"),
@@ -167,7 +175,7 @@ fn show(store: &Store) -> Result<(), Failure> {
 
 /// SIGHUPs the daemon serving the store (it re-reads the flag); its pid, if there is one.
 fn signal_daemon(store: &Store) -> Result<Option<u32>, Failure> {
-    let Some(daemon) = store.daemon_info() else {
+    let Some(daemon) = store.serving_daemon() else {
         println!("no daemon serves this store: the flag applies from its next mount");
         return Ok(None);
     };
@@ -185,11 +193,10 @@ fn signal_daemon(store: &Store) -> Result<Option<u32>, Failure> {
 
 /// Waits until the daemon says it has seen the flag `id` in force (or lifted).
 fn wait_ack(store: &Store, pid: u32, in_force: bool, id: &str) -> Result<(), Failure> {
-    let path = store.host_dir().join(ESTOP_SEEN_FILE);
     let deadline = Instant::now() + ACK_TIMEOUT;
     loop {
-        let seen: Option<serde_json::Value> = std::fs::read(&path)
-            .ok()
+        let seen: Option<serde_json::Value> = store
+            .read_host_file(ESTOP_SEEN_FILE, 64 << 10)
             .and_then(|t| serde_json::from_slice(&t).ok());
         if let Some(s) = seen {
             if s["in_force"] == in_force && s["id"] == id {

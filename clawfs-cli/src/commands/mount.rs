@@ -208,7 +208,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
 }
 
 fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Failure> {
-    let log_path = store.host_dir().join("daemon.log");
+    let log_path = store.host_dir_shown().join("daemon.log");
     // Beneath the store root, never through a symlink and only a regular file: in a store that
     // hosts share, another host's root could otherwise point this host's log (root's appends,
     // with text an agent chose) at any file of this machine. Read back for the daemon's last
@@ -473,7 +473,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     };
     reopened.write_daemon_info(&daemon)?;
     info!(mountpoint = %mp.display(), store = %store_root.display(), host = ?reopened.host(), "mounted");
-    spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs), reopened.host_dir())?;
+    spawn_signal_handler(mp.to_path_buf(), Arc::clone(&fs))?;
     let reopened = Arc::new(reopened);
     let shared = reopened
         .is_shared()
@@ -526,18 +526,18 @@ pub const REFRESHED_FILE: &str = "refreshed";
 /// back (SIGUSR1): it drops the kernel's cached entries of every workspace folder and compares
 /// every workspace with its index. Returns once it has (at most 5 s), with the daemon's pid.
 pub fn refresh_daemon(store: &Store) -> Result<Option<u32>, Failure> {
-    let Some(d) = store.daemon_info() else {
+    let Some(d) = store.serving_daemon() else {
         return Ok(None);
     };
-    let ack = store.host_dir().join(REFRESHED_FILE);
-    let before = std::fs::read_to_string(&ack).ok();
+    let ack = || store.read_host_file(REFRESHED_FILE, 4096);
+    let before = ack();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(d.pid as i32).ok_or_else(|| anyhow::anyhow!("bad pid"))?,
         rustix::process::Signal::USR1,
     )
     .with_context(|| format!("signalling the daemon (pid {})", d.pid))?;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while std::fs::read_to_string(&ack).ok() == before {
+    while ack() == before {
         if Instant::now() > deadline {
             warn!(
                 pid = d.pid,
@@ -552,7 +552,7 @@ pub fn refresh_daemon(store: &Store) -> Result<Option<u32>, Failure> {
 
 /// SIGTERM and SIGINT unmount cleanly, which ends the session loop; SIGHUP reloads the policy
 /// (an invalid one is refused and the old one stays) and reports in `.clawfs/policy-status.json`.
-fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Result<(), Failure> {
+fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>) -> Result<(), Failure> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .context("installing signal handlers")?;
@@ -561,6 +561,8 @@ fn spawn_signal_handler(mp: PathBuf, fs: Arc<ClawFs>, private: PathBuf) -> Resul
         .spawn(move || {
             let mut refreshed = 0u64;
             for sig in signals.forever() {
+                // This host's folder, by the descriptor the filesystem's store keeps.
+                let private = fs.store().host_dir();
                 if sig == SIGHUP {
                     reload_policy(&fs, &private);
                     fs.rescan_if_asked();
@@ -680,7 +682,7 @@ impl SharedWatch {
     }
 
     fn stop_id(store: &Store) -> Option<String> {
-        crate::commands::estop::read_flag(store.root())
+        crate::commands::estop::read_flag(store)
             .map(|f| f["id"].as_str().unwrap_or("?").to_string())
     }
 
@@ -696,7 +698,7 @@ impl SharedWatch {
             info!("the policy file changed (on this host or another): reloading it");
             reload_policy(fs, &self.store.host_dir());
         }
-        let flag = crate::commands::estop::read_flag(self.store.root());
+        let flag = crate::commands::estop::read_flag(&self.store);
         let stop = flag
             .as_ref()
             .map(|f| f["id"].as_str().unwrap_or("?").to_string());

@@ -167,11 +167,11 @@ pub enum Applied {
 /// Makes the daemon serving `store` re-read its policy file (SIGHUP) and waits, up to 10 s,
 /// for it to report the outcome; an error if it refused the file (keeping the old policy).
 pub fn apply_policy(store: &Store) -> Result<Applied, Failure> {
-    let Some(daemon) = store.daemon_info() else {
+    let Some(daemon) = store.serving_daemon() else {
         return Ok(Applied::NoDaemon);
     };
-    let status_path = store.host_dir().join(POLICY_STATUS);
-    let before = std::fs::read(&status_path).ok();
+    let status = || store.read_host_file(POLICY_STATUS, 1 << 20);
+    let before = status();
     // SAFETY: sending SIGHUP to the daemon recorded for this store.
     if unsafe { libc::kill(daemon.pid as i32, libc::SIGHUP) } != 0 {
         return Err(Failure::Other(anyhow::anyhow!(
@@ -182,7 +182,7 @@ pub fn apply_policy(store: &Store) -> Result<Applied, Failure> {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = std::fs::read(&status_path).ok();
+        let now = status();
         if now.is_some() && now != before {
             let v: serde_json::Value = serde_json::from_slice(&now.unwrap_or_default())
                 .context("reading the daemon's policy status")?;

@@ -92,7 +92,17 @@ pub fn rescan(store_root: &Path) -> Result<(), Failure> {
     match store.lock() {
         Ok(_lock) => rescan_here(&store)?,
         Err(clawfs_core::store::StoreError::Locked { by: Some(d), .. }) => {
-            ask_daemon(&store, d.pid)?
+            match store.serving_daemon() {
+                Some(live) => ask_daemon(&store, live.pid)?,
+                None => {
+                    return Err(anyhow!(
+                        "the store's daemon record (pid {}) names no ClawFS daemon of this \
+                         machine serving it; nothing was asked",
+                        d.pid
+                    )
+                    .into())
+                }
+            }
         }
         Err(e) => return Err(e.into()),
     }

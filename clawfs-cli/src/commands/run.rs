@@ -73,7 +73,7 @@ pub fn spec_from_args(args: &RunArgs) -> Result<RunSpec, Failure> {
                 clawfs_core::fs::POLICY_FILE
             ))
         })?;
-    if crate::commands::estop::read_flag(store.root()).is_some() {
+    if crate::commands::estop::read_flag(&store).is_some() {
         return Err(Failure::Other(anyhow!(
             clawfs_sandbox::run::RunError::Estopped
         )));

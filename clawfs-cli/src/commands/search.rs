@@ -98,7 +98,7 @@ pub fn index_db(store: &Store, workspace: &str) -> PathBuf {
 pub fn index(store_root: &Path, cmd: &IndexCommand) -> Result<(), Failure> {
     let store = Store::open(store_root)?;
     if let IndexCommand::Rebuild { workspace } = cmd {
-        if let Some(d) = store.daemon_info() {
+        if let Some(d) = store.serving_daemon() {
             // The serving daemon owns the indexes: it rescans (SIGUSR1), in the background.
             crate::commands::mount::refresh_daemon(&store)?;
             println!(

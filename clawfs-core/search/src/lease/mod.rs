@@ -120,6 +120,9 @@ struct Marks {
     next: u64,
 }
 
+/// A marker this host read, holding a lease: the workspace and the marker's name.
+type MarkerKey = (String, String);
+
 /// A replica this host searches: the copy it was taken from (its change time) and the index.
 struct Replica {
     taken_from: SystemTime,
@@ -142,7 +145,7 @@ pub struct Leases {
     /// What this host told each workspace's holder; for each marker this host, holding a
     /// lease, read: its change time, run and `to` then.
     marked: Mutex<HashMap<String, Marks>>,
-    seen: Mutex<HashMap<(String, String), (SystemTime, u64, u64)>>,
+    seen: Mutex<HashMap<MarkerKey, (SystemTime, u64, u64)>>,
     /// Workspaces changed since published, and when each was last published and how long
     /// that took.
     unpublished: Mutex<HashMap<String, Option<(Instant, Duration)>>>,

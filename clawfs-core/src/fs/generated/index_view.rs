@@ -63,6 +63,10 @@ impl ClawFs {
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
+        // A real folder, not a symlink another host's root put in its place.
+        if std::fs::symlink_metadata(&dir)?.file_type().is_symlink() {
+            return Err(std::io::Error::from_raw_os_error(libc::ELOOP).into());
+        }
         // An unpredictable new name (O_EXCL) in a folder only root can enter.
         let tmp = tempfile::Builder::new()
             .prefix("view-")
