@@ -507,8 +507,8 @@ impl Store {
     }
 
     /// The daemon serving this store here, as it recorded itself, once checked to be one: a
-    /// process of this machine (its boot) running this ClawFS binary's `mount` of the
-    /// mount point it recorded. What a command may signal: `daemon.json` is a file of the
+    /// process of this machine (its boot) running a ClawFS binary and holding this store's
+    /// serving lock. What a command may signal: `daemon.json` is a file of the
     /// store, which in a store that hosts share another host's root can write, so its pid
     /// alone could name any process of this machine.
     pub fn serving_daemon(&self) -> Option<DaemonInfo> {
@@ -528,10 +528,12 @@ impl Store {
         if !named_clawfs && ours.as_deref() != Some(exe.as_path()) {
             return None;
         }
-        let cmdline = fs::read(format!("/proc/{}/cmdline", d.pid)).ok()?;
-        let mut args = cmdline.split(|b| *b == 0);
-        let mp = d.mountpoint.as_os_str().as_encoded_bytes();
-        (args.any(|a| a == b"mount") && args.any(|a| a == mp)).then_some(d)
+        // It holds this store's serving lock (this host's).
+        let lock = self.root.join(self.host_rel()).join("lock");
+        let fds = fs::read_dir(format!("/proc/{}/fd", d.pid)).ok()?;
+        fds.flatten()
+            .any(|fd| fs::read_link(fd.path()).is_ok_and(|to| to == lock))
+            .then_some(d)
     }
 
     /// Reads `name` in this host's folder: a regular file, not followed if a symlink, at most
