@@ -468,17 +468,13 @@ impl Store {
         // share, another host's root could otherwise have this one create a file anywhere on
         // its own disk. The host's folder, its audit trail and its log are all reached through
         // this folder, so one that is not a real folder stops the daemon here.
-        let file = clawfs_store::beneath::open(
+        let file = clawfs_store::beneath::open_file_mode(
             self.root_fd(),
             &self.host_rel().join("lock"),
             rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE,
             0o600,
         )
         .map(fs::File::from)
-        .and_then(|f| match f.metadata()?.is_file() {
-            true => Ok(f),
-            false => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-        })
         .map_err(io_err(&path))?;
         let locked = || StoreError::Locked {
             path: self.root.clone(),

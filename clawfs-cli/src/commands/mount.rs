@@ -213,17 +213,13 @@ fn start_background(args: &MountArgs, mp: &Path, store: &Store) -> Result<(), Fa
     // hosts share, another host's root could otherwise point this host's log (root's appends,
     // with text an agent chose) at any file of this machine. Read back for the daemon's last
     // words if it fails to start.
-    let mut log = clawfs_store::beneath::open(
+    let mut log = clawfs_store::beneath::open_file_mode(
         store.root_fd(),
         &store.host_rel().join("daemon.log"),
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::APPEND,
         0o600,
     )
     .map(std::fs::File::from)
-    .and_then(|f| match f.metadata()?.is_file() {
-        true => Ok(f),
-        false => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-    })
     .with_context(|| {
         format!(
             "opening {} (a regular file, not a symlink)",

@@ -115,7 +115,17 @@ pub fn create_dir_all(
 /// Opens the regular file `rel` beneath `base` with `flags`; anything else (a FIFO, a device,
 /// a directory) is refused with EINVAL.
 pub fn open_file(base: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
-    let fd = open(base, rel, flags, 0)?;
+    open_file_mode(base, rel, flags, 0)
+}
+
+/// [`open_file`] with the mode a file it creates (`O_CREAT` in `flags`) gets.
+pub fn open_file_mode(
+    base: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    let fd = open(base, rel, flags, mode)?;
     let st = rustix::fs::fstat(&fd)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));

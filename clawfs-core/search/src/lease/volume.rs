@@ -61,13 +61,12 @@ impl Volume {
     /// lease's lock file.
     pub fn lock_file(&self, workspace: &str, name: &str) -> io::Result<File> {
         let dir = self.dir(workspace)?;
-        let fd = beneath::open(
+        let fd = beneath::open_file_mode(
             dir.as_fd(),
             Path::new(name),
             OFlags::RDWR | OFlags::CREATE,
             0o600,
         )?;
-        regular(&fd)?;
         Ok(File::from(fd))
     }
 
@@ -195,11 +194,3 @@ impl Volume {
 
 /// The start of the names of unfinished copies.
 const TMP_PREFIX: &str = ".publish-";
-
-fn regular(fd: &OwnedFd) -> io::Result<()> {
-    let st = rustix::fs::fstat(fd)?;
-    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
-        rustix::fs::FileType::RegularFile => Ok(()),
-        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-    }
-}
