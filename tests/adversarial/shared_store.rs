@@ -426,3 +426,36 @@ fn another_hosts_root_cannot_stall_exhaust_or_redirect_this_hosts_daemon_and_com
     fs::remove_file(&format).unwrap();
     fs::write(&format, kept).unwrap();
 }
+
+#[test]
+fn another_hosts_audit_chain_cannot_stall_exhaust_or_redirect_audit_verify() {
+    let m = shared_store();
+    let chain = m.store.join(".clawfs/hosts/b/audit");
+    fs::create_dir_all(&chain).unwrap();
+    let segment = chain.join("audit-2026-11-29.jsonl");
+    let local = m.dir.path().join("local-disk");
+    fs::create_dir_all(&local).unwrap();
+    fs::write(
+        local.join("audit-2026-11-29.jsonl"),
+        "this machine's own file\n",
+    )
+    .unwrap();
+    let fifo = std::ffi::CString::new(segment.as_os_str().as_encoded_bytes()).unwrap();
+    // A FIFO, an endless file, a symlink to this machine's folder: each refused in time.
+    // SAFETY: mkfifo of a path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    assert!(!cli_a(&m, &["audit", "verify"]).status.success());
+    fs::remove_file(&segment).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &segment).unwrap();
+    assert!(!cli_a(&m, &["audit", "verify"]).status.success());
+    fs::remove_file(&segment).unwrap();
+    fs::remove_dir(&chain).unwrap();
+    std::os::unix::fs::symlink(&local, &chain).unwrap();
+    let out = cli_a(&m, &["audit", "verify"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        !text(&out).contains("this machine's own file"),
+        "{}",
+        text(&out)
+    );
+}

@@ -67,8 +67,40 @@ impl AuditFile {
     }
 }
 
-/// The audit files of `dir`, oldest first. A missing directory holds no files.
+/// The most one record's line may be: longer is a damaged file, not a record to hold in memory.
+const MAX_LINE: u64 = 1 << 20;
+
+/// Opens the audit file `path` for reading: never through a symlink, only a regular file, and
+/// without blocking (in a store that hosts share, another host's root writes these folders).
+pub fn open_file(path: &Path) -> Result<File, AuditError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| AuditError::io(path, e))?;
+    match file
+        .metadata()
+        .map_err(|e| AuditError::io(path, e))?
+        .is_file()
+    {
+        true => Ok(file),
+        false => Err(AuditError::io(
+            path,
+            io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
+        )),
+    }
+}
+
+/// The audit files of `dir`, oldest first. A missing directory holds no files; a symlink in
+/// its place is refused.
 pub fn list(dir: &Path) -> Result<Vec<AuditFile>, AuditError> {
+    if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(AuditError::io(
+            dir,
+            io::Error::new(io::ErrorKind::InvalidData, "not a real folder (a symlink?)"),
+        ));
+    }
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -108,7 +140,7 @@ pub struct Lines {
 impl Lines {
     /// Opens `path` for reading.
     pub fn open(path: &Path) -> Result<Lines, AuditError> {
-        let file = File::open(path).map_err(|e| AuditError::io(path, e))?;
+        let file = open_file(path)?;
         Ok(Lines {
             reader: BufReader::with_capacity(256 * 1024, file),
             path: path.to_path_buf(),
@@ -122,8 +154,20 @@ impl Iterator for Lines {
 
     fn next(&mut self) -> Option<Self::Item> {
         let mut buf = Vec::new();
-        match self.reader.read_until(b'\n', &mut buf) {
+        match (&mut self.reader)
+            .take(MAX_LINE)
+            .read_until(b'\n', &mut buf)
+        {
             Ok(0) => None,
+            Ok(n) if n as u64 == MAX_LINE && buf.last() != Some(&b'\n') => {
+                Some(Err(AuditError::io(
+                    &self.path,
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("line {} is longer than {MAX_LINE} bytes", self.number + 1),
+                    ),
+                )))
+            }
             Ok(_) => {
                 self.number += 1;
                 let terminated = buf.last() == Some(&b'\n');
@@ -145,7 +189,7 @@ impl Iterator for Lines {
 /// file up to the end of the last complete line (anything after it is a torn tail). Reads backwards
 /// in blocks, so the cost is proportional to the lines asked for, not the file size.
 pub fn last_lines(path: &Path, n: usize) -> Result<(Vec<Vec<u8>>, u64), AuditError> {
-    let mut file = File::open(path).map_err(|e| AuditError::io(path, e))?;
+    let mut file = open_file(path)?;
     let len = file
         .seek(SeekFrom::End(0))
         .map_err(|e| AuditError::io(path, e))?;

@@ -62,7 +62,7 @@ impl Follow {
                 .first()
                 .and_then(|l| AuditRecord::parse(l).ok())
                 .map_or(0, |r| r.seq);
-            let mut handle = File::open(&file.path).map_err(|e| AuditError::io(&file.path, e))?;
+            let mut handle = crate::files::open_file(&file.path)?;
             handle
                 .seek(SeekFrom::Start(complete))
                 .map_err(|e| AuditError::io(&file.path, e))?;

@@ -23,6 +23,7 @@ mod counter;
 pub mod crypto;
 mod error;
 pub mod fault;
+mod files;
 pub mod hosts;
 pub mod keyring;
 mod rotation;
@@ -220,6 +221,11 @@ impl Vault {
                 std::io::ErrorKind::NotFound,
             )));
         }
+        // Its folders are reached by path: refused if one is a symlink (in a store that hosts
+        // share, another host's root could point one at this machine's own folders).
+        for sub in ["", "secrets", "archive", "hosts", "rotation-staging"] {
+            files::real_dir(&dir.join(sub)).map_err(io_at(&dir.join(sub)))?;
+        }
         Ok(Vault {
             dir,
             store_root: store_root.to_path_buf(),
@@ -397,12 +403,16 @@ impl Vault {
     }
 
     /// The TCTI of this vault's TPM: configuration, environment or `/dev/tpmrm0`, else the one
-    /// recorded in `env` at sealing.
+    /// recorded in `env` at sealing. Never the recorded one in a store that hosts share: the
+    /// record is a file every host's root can write, and a TPM it names (another host's, or a
+    /// simulator) would unseal a key of that host's making, which this host would then use.
     fn tpm_tcti(&self, env: Option<&Envelope>) -> Result<String, VaultError> {
-        let recorded = env.and_then(|e| match &e.sealed {
-            SealedKey::Tpm { tcti, .. } => Some(tcti.clone()),
-            _ => None,
-        });
+        let recorded = env
+            .filter(|_| !self.config.shared)
+            .and_then(|e| match &e.sealed {
+                SealedKey::Tpm { tcti, .. } => Some(tcti.clone()),
+                _ => None,
+            });
         resolve_tcti(&self.config).or(recorded).ok_or_else(|| {
             VaultError::NoTpm(
                 "no TCTI configured, TPM2TOOLS_TCTI/TCTI unset and no /dev/tpmrm0".into(),
@@ -707,7 +717,7 @@ impl Vault {
 
     fn read_manifest(&self) -> Result<Manifest, VaultError> {
         let path = self.manifest_path();
-        match fs::read(&path) {
+        match files::read(&path, files::MAX_RECORD) {
             Ok(b) => Manifest::parse(&b, &path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Err(VaultError::tampered(&path, "missing"))

@@ -33,7 +33,10 @@ use super::error::io_at;
 use super::fault;
 use super::keyring::{MASTER, MASTER_NEXT};
 use super::secret::{ManifestEntry, SecretFile};
-use super::{mkdir_0700, now_rfc3339, sync_dir, write_atomic, Envelope, Key256, Vault, VaultError};
+use super::{
+    check_secret_name, mkdir_0700, now_rfc3339, sync_dir, write_atomic, Envelope, Key256, Vault,
+    VaultError,
+};
 
 const JOURNAL: &str = "rotation.json";
 const STAGING: &str = "rotation-staging";
@@ -122,10 +125,20 @@ fn journal_path(v: &Vault) -> PathBuf {
 
 fn read_journal(v: &Vault) -> Result<Option<Journal>, VaultError> {
     let path = journal_path(v);
-    match fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| VaultError::tampered(&path, format!("does not parse: {e}"))),
+    match crate::files::read(&path, crate::files::MAX_RECORD) {
+        Ok(b) => {
+            let j = serde_json::from_slice::<Journal>(&b)
+                .map_err(|e| VaultError::tampered(&path, format!("does not parse: {e}")))?;
+            // Each name becomes a path under the vault: a name with `/` or `..` would reach
+            // elsewhere.
+            if let Some(bad) = j.secrets.iter().find(|n| check_secret_name(n).is_err()) {
+                return Err(VaultError::tampered(
+                    &path,
+                    format!("names a secret {bad:?}"),
+                ));
+            }
+            Ok(Some(j))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_at(&path)(e)),
     }

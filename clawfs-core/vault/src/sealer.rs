@@ -146,7 +146,7 @@ impl Envelope {
 
     /// Reads and parses an envelope file.
     pub fn load(path: &Path) -> Result<Envelope, VaultError> {
-        let bytes = match fs::read(path) {
+        let bytes = match crate::files::read(path, crate::files::MAX_RECORD) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(VaultError::NotInitialized)

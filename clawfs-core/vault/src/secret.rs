@@ -19,7 +19,6 @@
 //! once this manifest is in force, under the same HMAC (see `super::counter`).
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -116,7 +115,7 @@ impl SecretFile {
 
     /// Reads and structurally checks `dir/<name>.enc` (no decryption). `Ok(None)` if absent.
     pub fn load(path: &Path, name: &str) -> Result<Option<SecretFile>, VaultError> {
-        let bytes = match fs::read(path) {
+        let bytes = match crate::files::read(path, crate::files::MAX_RECORD) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_at(path)(e)),

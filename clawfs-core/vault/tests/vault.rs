@@ -1164,3 +1164,120 @@ fn each_host_unseals_the_master_key_with_its_own_tpm() {
     assert!(r.hosts.is_empty() && r.hosts_skipped.len() == 1, "{r:?}");
     assert_eq!(&a.get("db-password").unwrap()[..], b"hunter2");
 }
+
+#[test]
+fn a_host_of_a_shared_store_never_takes_the_tpm_the_stores_files_name() {
+    let tpm = Swtpm::start();
+    let d = store();
+    // A vault sealed by a TPM the store's files name (any host's root could have made it).
+    let maker = Vault::open(d.path(), tpm_config(&tpm, Vec::new())).unwrap();
+    let _l = Locker(&maker);
+    maker
+        .init(SealerChoice::Kind(SealerKind::Tpm), None)
+        .unwrap();
+    maker.lock().unwrap();
+    // A store of one machine may use the TPM its envelope recorded…
+    let alone = vault(d.path());
+    assert!(alone.unlock(None).is_ok());
+    alone.lock().unwrap();
+    // …a host of a shared store only its own (configuration, environment, /dev/tpmrm0).
+    let host = Vault::open(
+        d.path(),
+        VaultConfig {
+            host: Some("a".into()),
+            shared: true,
+            ..VaultConfig::default()
+        },
+    )
+    .unwrap();
+    assert!(host.unlock(None).is_err());
+    assert!(!host.status().unwrap().unlocked);
+}
+
+/// Runs `f` on a thread; fails if it takes more than 10 s (it waited on a FIFO, say).
+fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("a vault call blocked")
+}
+
+#[test]
+fn fifos_endless_files_symlinks_and_forged_names_in_the_vault_are_refused_not_followed() {
+    let d = store();
+    let v = vault(d.path());
+    let _l = Locker(&v);
+    v.init(SealerChoice::Kind(SealerKind::Passphrase), Some(PASS))
+        .unwrap();
+    v.put("api-key", b"sk-1").unwrap();
+    let dir = d.path().join("vault");
+    let fifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    // The sealed key as a FIFO, then as an endless file: refused at once.
+    v.lock().unwrap();
+    let master = dir.join("master-key.enc");
+    std::fs::rename(&master, dir.join("kept")).unwrap();
+    fifo(&master);
+    let root = d.path().to_path_buf();
+    let status = within_10s(move || {
+        Vault::open(&root, VaultConfig::default())
+            .unwrap()
+            .unlock(Some(PASS))
+            .is_err()
+    });
+    assert!(status);
+    std::fs::remove_file(&master).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &master).unwrap();
+    let root = d.path().to_path_buf();
+    assert!(within_10s(move || {
+        Vault::open(&root, VaultConfig::default())
+            .unwrap()
+            .unlock(Some(PASS))
+            .is_err()
+    }));
+    std::fs::remove_file(&master).unwrap();
+    std::fs::rename(dir.join("kept"), &master).unwrap();
+    v.unlock(Some(PASS)).unwrap();
+    // A secret as a FIFO: refused, not waited on.
+    let secret = secret_path(d.path(), "api-key");
+    std::fs::rename(&secret, dir.join("kept")).unwrap();
+    fifo(&secret);
+    let root = d.path().to_path_buf();
+    assert!(within_10s(move || {
+        Vault::open(&root, VaultConfig::default())
+            .unwrap()
+            .get("api-key")
+            .is_err()
+    }));
+    std::fs::remove_file(&secret).unwrap();
+    std::fs::rename(dir.join("kept"), &secret).unwrap();
+    assert_eq!(v.get("api-key").unwrap().as_slice(), b"sk-1");
+    // The secrets' folder swapped for a symlink to a folder elsewhere: the vault refuses it.
+    let elsewhere = d.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("precious.enc"), "{}").unwrap();
+    std::fs::rename(dir.join("secrets"), dir.join("secrets.real")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("secrets")).unwrap();
+    assert!(Vault::open(d.path(), VaultConfig::default()).is_err());
+    assert!(elsewhere.join("precious.enc").exists());
+    std::fs::remove_file(dir.join("secrets")).unwrap();
+    std::fs::rename(dir.join("secrets.real"), dir.join("secrets")).unwrap();
+    // A rotation journal naming a path instead of a secret: refused before anything moves.
+    let journal = serde_json::json!({
+        "format": 1, "state": "staged", "started_at": "now", "old_key_id": "x",
+        "new_key_id": "y", "secrets": ["../../elsewhere/precious"],
+        "new_key": serde_json::from_slice::<Value>(&std::fs::read(&master).unwrap()).unwrap(),
+    });
+    std::fs::write(dir.join("rotation.json"), journal.to_string()).unwrap();
+    v.lock().unwrap();
+    assert!(Vault::open(d.path(), VaultConfig::default())
+        .unwrap()
+        .unlock(Some(PASS))
+        .is_err());
+    assert!(elsewhere.join("precious.enc").exists());
+}
