@@ -235,35 +235,21 @@ const MAX_FILE: u64 = 64 * 1024;
 /// The bytes of a file of the vault's `hosts/` folder: a regular file, not followed if a
 /// symlink, at most [`MAX_FILE`]; `None` if there is none.
 fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, VaultError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(file)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    match crate::files::read(file, MAX_FILE) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(VaultError::tampered(file, "a symlink"))
+            Err(VaultError::tampered(file, "a symlink"))
         }
-        Err(e) => return Err(io_at(file)(e)),
-    };
-    let meta = f.metadata().map_err(io_at(file))?;
-    if !meta.is_file() {
-        return Err(VaultError::tampered(file, "not a regular file"));
-    }
-    if meta.len() > MAX_FILE {
-        return Err(VaultError::tampered(
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(VaultError::tampered(file, "not a regular file"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(VaultError::tampered(
             file,
             format!("larger than {MAX_FILE} bytes"),
-        ));
+        )),
+        Err(e) => Err(io_at(file)(e)),
     }
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE)
-        .read_to_end(&mut bytes)
-        .map_err(io_at(file))?;
-    Ok(Some(bytes))
 }
 
 /// Reads a JSON file of the vault's `hosts/` folder; `None` if there is none.
