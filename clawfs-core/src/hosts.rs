@@ -189,17 +189,16 @@ pub fn host_dir(store_root: &Path, host: &HostName) -> PathBuf {
 /// The hosts that have joined the store at `store_root`, by name (none: the store is served
 /// by one daemon, as a store of one machine).
 pub fn joined(store_root: &Path) -> io::Result<Vec<Joined>> {
+    joined_beneath(clawfs_store::beneath::open_root(store_root)?.as_fd())
+}
+
+/// [`joined`], of the store whose root is opened as `root`.
+pub fn joined_beneath(root: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<Joined>> {
     use clawfs_store::beneath;
-    use rustix::fs::{Mode, OFlags};
     // By descriptor beneath the store root, never through a symlink, each `host.json` a
     // regular file read up to a limit: any host's root can plant things in this folder, which
     // every command and daemon of every host lists.
-    let root = rustix::fs::open(
-        store_root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let dir = match beneath::open_dir(root.as_fd(), &Path::new(PRIVATE_DIR).join(HOSTS_DIR)) {
+    let dir = match beneath::open_dir(root, &Path::new(PRIVATE_DIR).join(HOSTS_DIR)) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -238,11 +237,7 @@ pub fn join(store_root: &Path, host: &HostName) -> io::Result<bool> {
     if has_joined(store_root, host) {
         return Ok(false);
     }
-    let root = rustix::fs::open(
-        store_root,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
+    let root = clawfs_store::beneath::open_root(store_root)?;
     let rel = Path::new(PRIVATE_DIR).join(HOSTS_DIR).join(host.as_str());
     let dir = clawfs_store::beneath::create_dir_all(root.as_fd(), &rel, 0o755, None)?;
     let record = Joined {

@@ -260,7 +260,8 @@ impl Store {
                 version: crate::VERSION,
             });
         }
-        let joined = hosts::joined(&root).map_err(io_err(&hosts::hosts_dir(&root)))?;
+        let joined =
+            hosts::joined_beneath(root_dir.as_fd()).map_err(io_err(&hosts::hosts_dir(&root)))?;
         let shared = !joined.is_empty();
         // The machine's own name for itself applies to the stores it shares only.
         let host = match shared {

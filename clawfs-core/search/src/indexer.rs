@@ -180,16 +180,8 @@ impl Indexer {
         background: bool,
         leases: Option<Leases>,
     ) -> Result<Arc<Indexer>, SearchError> {
-        let root = rustix::fs::open(
-            store_root,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| {
-            SearchError::io(
-                format!("opening the store {}", store_root.display()),
-                e.into(),
-            )
+        let root = clawfs_store::beneath::open_root(store_root).map_err(|e| {
+            SearchError::io(format!("opening the store {}", store_root.display()), e)
         })?;
         let workspaces = clawfs_store::beneath::open(
             root.as_fd(),

@@ -24,6 +24,16 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_XDEV);
 
+/// Opens the trusted directory `path` (a store root, given by an admin) as the `base` of the
+/// calls below: `O_PATH`, following the path as given.
+pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
 /// Opens `rel` beneath `base` with `flags`, refusing a symlink or `..` at any step (ELOOP,
 /// EXDEV) and a path that climbs out. `rel` empty or `.` is `base` itself.
 pub fn open(base: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use clawfs_store::beneath;
 use clawfs_store::layout::PRIVATE_DIR;
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, OFlags};
 
 /// The folder of every workspace's index, in the private area.
 const INDEX_DIR: &str = "index";
@@ -34,12 +34,9 @@ pub(super) struct Entry {
 impl Volume {
     /// The index folders of the store at `store_root`.
     pub fn open(store_root: &Path) -> io::Result<Volume> {
-        let root = rustix::fs::open(
-            store_root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        Ok(Volume { root })
+        Ok(Volume {
+            root: beneath::open_root(store_root)?,
+        })
     }
 
     fn rel(workspace: &str) -> io::Result<PathBuf> {

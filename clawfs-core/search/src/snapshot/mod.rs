@@ -157,12 +157,8 @@ pub struct Workspaces {
 impl Workspaces {
     /// The workspaces of the store at `store_root`.
     pub fn open(store_root: &Path) -> Result<Workspaces, SnapshotError> {
-        let root = rustix::fs::open(
-            store_root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io(format!("opening the store {}", store_root.display())))?;
+        let root = clawfs_store::beneath::open_root(store_root)
+            .map_err(io(format!("opening the store {}", store_root.display())))?;
         let workspaces = clawfs_store::beneath::open_dir(
             root.as_fd(),
             Path::new(clawfs_store::area::Area::Workspaces.dir_name()),
