@@ -10,10 +10,10 @@
 # quota), which also runs on builds without `clawfs quota`. `--juicefs BIN` puts the store and
 # the other side on a JuiceFS volume instead (redis-server metadata on a free port, a file
 # bucket on the loop ext4), the store joined as host h1: ClawFS over JuiceFS against JuiceFS
-# alone.
+# alone. `--mount-arg ARG` (repeatable) passes ARG to `clawfs mount`, to time one of its options.
 #
 #   bash bench/agentwork.sh [--clawfs-bin BIN] [--rounds N] [--workdir DIR] [--cycles N]
-#                           [--quota SIZE|unlimited] [--juicefs BIN]
+#                           [--quota SIZE|unlimited] [--juicefs BIN] [--mount-arg ARG]...
 #
 # Run as root. Without --clawfs-bin it builds target/release/clawfs first.
 set -euo pipefail
@@ -21,6 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB juicefs=""
+mount_args=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --clawfs-bin) bin=$2; shift 2 ;;
@@ -29,7 +30,8 @@ while [[ $# -gt 0 ]]; do
         --cycles) cycles=$2; shift 2 ;;
         --quota) quota=$2; shift 2 ;;
         --juicefs) juicefs=$2; shift 2 ;;
-        -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+        --mount-arg) mount_args+=("$2"); shift 2 ;;
+        -h|--help) sed -n 2,17p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -128,7 +130,7 @@ if [[ -n $juicefs ]]; then
     export CLAWFS_HOST=h1  # for the commands below that find the daemon
     export CLAWFS_CACHE_DIR=$work/fs/clawfs-cache  # the host's index, on local disk
 fi
-"$bin" mount "$mnt" --store "$store" "${host_args[@]}" >&2
+"$bin" mount "$mnt" --store "$store" "${host_args[@]}" "${mount_args[@]}" >&2
 policy=$work/policy.toml
 sed "s/^\[agents\.fs-engine\]\$/[agents.fs-engine]\nquota = { bytes = \"$quota\" }/" \
     "$store/system/policy.toml" > "$policy"

@@ -2,9 +2,10 @@
 //!
 //! `fuse_floor MOUNTPOINT` serves one directory holding one 4 KiB file `f`, from memory, with the
 //! transport settings ClawFS uses (fuser, `default_permissions`, cloned descriptors, 4 worker
-//! threads). Every other name is answered ENOENT without caching, so a `stat` of a missing name
-//! costs exactly one round trip. `bench/floor.sh` times such calls here and on native ext4: no
-//! FUSE file system can answer faster on this machine, which bounds what per-call goals can ask.
+//! threads, one of them polling for 100 µs after each request). Every other name is answered
+//! ENOENT without caching, so a `stat` of a missing name costs exactly one round trip.
+//! `bench/floor.sh` times such calls here and on native ext4: no FUSE file system can answer
+//! faster on this machine, which bounds what per-call goals can ask.
 
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
@@ -98,6 +99,8 @@ fn main() -> anyhow::Result<()> {
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(4);
+    // As `clawfs mount` does by default (--busy-poll 100).
+    config.busy_poll = Some(Duration::from_micros(100));
     config.clone_fd = true;
     let fs = Floor {
         data: vec![b'x'; SIZE],

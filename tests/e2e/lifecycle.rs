@@ -329,3 +329,73 @@ fn mounting_with_no_path_or_no_fusermount3_works() {
     }
     m.mount(&[]);
 }
+
+/// The daemon's FUSE worker threads: (name, state letter, scheduling policy, CPU ticks).
+fn workers(pid: i32) -> Vec<(String, char, u32, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(task.join("stat")) else {
+            continue;
+        };
+        let comm = comm.trim().to_string();
+        if !comm.starts_with("fuser-") {
+            continue;
+        }
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15, policy 41.
+        let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let state = rest[0].chars().next().unwrap();
+        let ticks = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+        let policy = rest[38].parse::<u32>().unwrap();
+        out.push((comm, state, policy, ticks));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_polling_worker_serves_then_sleeps_at_its_own_priority() {
+    let m = Mounted::new();
+    let pid = m.daemon_pid();
+    // Requests back to back, which the polling worker takes as they come.
+    for i in 0..300 {
+        let p = m.ws().join(format!("f{i}"));
+        std::fs::write(&p, b"x").unwrap();
+        assert!(std::fs::metadata(m.ws().join(format!("missing{i}"))).is_err());
+        std::fs::remove_file(&p).unwrap();
+    }
+    let all = workers(pid);
+    assert_eq!(all.len(), 4, "{all:?}");
+    // Idle, every worker sleeps (S) at the normal policy (0, SCHED_OTHER), not SCHED_IDLE (5)
+    // where the poller polls.
+    wait_until("every worker asleep at SCHED_OTHER", || {
+        workers(pid)
+            .iter()
+            .all(|(_, state, policy, _)| *state == 'S' && *policy == 0)
+    });
+    // And stays asleep: a poller that never slept would burn a CPU (100 ticks a second).
+    let before: u64 = workers(pid).iter().map(|w| w.3).sum();
+    std::thread::sleep(Duration::from_secs(1));
+    let after: u64 = workers(pid).iter().map(|w| w.3).sum();
+    assert!(
+        after - before < 10,
+        "idle workers used {} ticks in 1 s",
+        after - before
+    );
+    // Still serving after its sleep.
+    std::fs::write(m.ws().join("after"), b"y").unwrap();
+    assert_eq!(std::fs::read(m.ws().join("after")).unwrap(), b"y");
+}
+
+#[test]
+fn busy_poll_can_be_turned_off_and_is_bounded() {
+    let m = Mounted::with_args(&["--busy-poll", "0", "--threads", "1"]);
+    std::fs::write(m.ws().join("f"), b"x").unwrap();
+    assert_eq!(std::fs::read(m.ws().join("f")).unwrap(), b"x");
+    let out = m.try_mount(&["--busy-poll", "20000"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--busy-poll"), "{}", stderr(&out));
+}

@@ -161,6 +161,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         foreground: _,
         no_passthrough,
         threads,
+        busy_poll,
         no_audit,
         trace_syscalls,
         attr_timeout,
@@ -178,6 +179,8 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         store.into(),
         "--threads".into(),
         threads.to_string().into(),
+        "--busy-poll".into(),
+        busy_poll.to_string().into(),
         "--atime".into(),
         clap::ValueEnum::to_possible_value(atime)
             .expect("every value has a name")
@@ -426,6 +429,8 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     config.acl = SessionACL::All;
     config.n_threads = Some(args.threads as usize);
     config.clone_fd = true;
+    config.busy_poll =
+        (args.busy_poll > 0).then(|| std::time::Duration::from_micros(u64::from(args.busy_poll)));
 
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;
