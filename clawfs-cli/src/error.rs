@@ -26,8 +26,8 @@ pub enum Failure {
     /// What must not change did (exit 5).
     #[error("{0}")]
     Tampered(String),
-    /// Anything else (exit 1).
-    #[error(transparent)]
+    /// Anything else (exit 1), with every cause: "opening the audit trail: …: Permission denied".
+    #[error("{0:#}")]
     Other(#[from] anyhow::Error),
 }
 

@@ -94,7 +94,7 @@ fn quotas() -> serde_json::Value {
         "defaults": {
             "memory.max": "1073741824",
             "memory.swap.max": "0",
-            "cpu.max": "100000 100000",
+            "cpu.weight": "50",
             "pids.max": "512"
         },
         "agents": agents
