@@ -509,10 +509,12 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 break;
             }
         }
+        let mut batches = Batches::default();
         for change in batch {
             if shared.stopping.load(Ordering::Relaxed) {
                 return;
             }
+            batches.prepare(shared, &change);
             if let Err(e) = apply(shared, &change, &mut unsaved) {
                 tracing::warn!(?change, error = %e, "indexing failed");
             }
@@ -528,6 +530,7 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 }
             }
         }
+        drop(batches);
         shared.applied.fetch_add(taken, Ordering::Relaxed);
         last_batch = Instant::now();
         if !unsaved.is_empty()
@@ -536,6 +539,49 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             save_graphs(shared, &mut unsaved);
             unsaved_since = None;
         }
+    }
+}
+
+/// The workspaces whose files a batch of changes indexes in one transaction each
+/// ([`WorkspaceIndex::begin_batch`]), all committed when this is dropped.
+#[derive(Default)]
+struct Batches(HashMap<String, Arc<WorkspaceIndex>>);
+
+impl Batches {
+    /// Before `change` is applied: a file or folder change joins its workspace's batch; a
+    /// rescan or a new dimension, which reopen or rebuild an index, first commits them all. In
+    /// a store that hosts share, whether this host writes an index is the lease's to say, at
+    /// each change: there, every file keeps its own transaction.
+    fn prepare(&mut self, shared: &Shared, change: &Change) {
+        if shared.leases.is_some() {
+            return;
+        }
+        match change {
+            Change::File { workspace, .. } | Change::Tree { workspace, .. } => {
+                if self.0.contains_key(workspace) {
+                    return;
+                }
+                if let Ok((ix, _)) = open_index(shared, workspace) {
+                    ix.begin_batch();
+                    self.0.insert(workspace.clone(), ix);
+                }
+            }
+            Change::Rescan { .. } | Change::Reconfigure { .. } => self.commit(),
+        }
+    }
+
+    fn commit(&mut self) {
+        for (ws, ix) in self.0.drain() {
+            if let Err(e) = ix.end_batch() {
+                tracing::warn!(workspace = %ws, error = %e, "committing indexed files");
+            }
+        }
+    }
+}
+
+impl Drop for Batches {
+    fn drop(&mut self) {
+        self.commit();
     }
 }
 

@@ -140,6 +140,9 @@ pub struct WorkspaceIndex {
     db: Mutex<IndexDb>,
     graph: Mutex<Hnsw>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// Between [`WorkspaceIndex::begin_batch`] and [`WorkspaceIndex::end_batch`]: the files
+    /// indexed go into one transaction, committed when anything else uses the database.
+    batching: std::sync::atomic::AtomicBool,
 }
 
 impl WorkspaceIndex {
@@ -189,6 +192,7 @@ impl WorkspaceIndex {
             db: Mutex::new(db),
             graph: Mutex::new(graph),
             embedder,
+            batching: std::sync::atomic::AtomicBool::new(false),
         };
         Ok((index, fresh))
     }
@@ -205,10 +209,8 @@ impl WorkspaceIndex {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos())
         ));
-        let db = self
-            .db
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Committed first: VACUUM INTO runs outside any transaction.
+        let db = self.db();
         let done = db
             .connection()
             .execute("VACUUM INTO ?1", [tmp.to_string_lossy()])
@@ -279,11 +281,45 @@ impl WorkspaceIndex {
     /// Writes to the new file `dest` a copy of the index holding only the files `keep`, as
     /// stamped (see [`super::index::write_view`]).
     pub fn write_view(&self, dest: &Path, keep: &[(String, FileStamp)]) -> Result<(), SearchError> {
+        // Read on a connection of its own: the batch is committed first.
+        drop(self.db());
         super::index::write_view(&self.files.db, dest, keep)
     }
 
+    /// The database, with the indexer's batch committed: what every reader and every other
+    /// writer sees.
     pub(super) fn db(&self) -> std::sync::MutexGuard<'_, IndexDb> {
-        self.db.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = db.settle() {
+            tracing::warn!(workspace = %self.name, error = %e, "committing indexed files");
+        }
+        db
+    }
+
+    /// The database for indexing a file: inside the batch transaction while one is on.
+    fn db_for_indexing(&self) -> Result<std::sync::MutexGuard<'_, IndexDb>, SearchError> {
+        let mut db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.batching.load(std::sync::atomic::Ordering::Relaxed) {
+            db.batch()?;
+        }
+        Ok(db)
+    }
+
+    /// From now on, files indexed or forgotten are committed together (by
+    /// [`WorkspaceIndex::end_batch`], or earlier when a search or anything else reads).
+    pub fn begin_batch(&self) {
+        self.batching
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Commits what the batch indexed and goes back to one transaction per file.
+    pub fn end_batch(&self) -> Result<(), SearchError> {
+        self.batching
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.db
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settle()
     }
 
     pub(super) fn graph(&self) -> std::sync::MutexGuard<'_, Hnsw> {
@@ -329,7 +365,7 @@ impl WorkspaceIndex {
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| SearchError::io("stat", e.into()))?;
         let stamp = FileStamp::of(&st);
-        if self.db().is_current(rel, &stamp)? {
+        if self.db_for_indexing()?.is_current(rel, &stamp)? {
             return Ok(false);
         }
         let mut bytes = Vec::new();
@@ -358,7 +394,7 @@ impl WorkspaceIndex {
             .map(|e| e.fingerprint())
             .unwrap_or_default();
         let (removed, added) = self
-            .db()
+            .db_for_indexing()?
             .replace_file(rel, stamp, skipped, &chunks, &vectors, &model)?;
         let graph = self.graph();
         for id in removed {
@@ -400,7 +436,7 @@ impl WorkspaceIndex {
 
     /// Forgets `rel` (and with `prefix`, everything below it); returns how many chunks went.
     pub fn forget(&self, rel: &str, prefix: bool) -> Result<usize, SearchError> {
-        let removed = self.db().remove_file(rel, prefix)?;
+        let removed = self.db_for_indexing()?.remove_file(rel, prefix)?;
         let graph = self.graph();
         for id in &removed {
             graph.remove(*id)?;
