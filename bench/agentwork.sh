@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/agentwork.sh — an agent's ordinary day, timed: as the sandboxed agent fs-engine on
-# ClawFS and as the same uid on native ext4, alternating round by round on one journaled loop
-# ext4, caches dropped before each side. Steps: git clone of a 10,500-file repository with
+# ClawFS, as the same uid on native ext4 and as root on the same mount (what is left once an
+# agent is not an agent), in turn round by round on one journaled loop ext4, caches dropped
+# before each side. Steps: git clone of a 10,500-file repository with
 # nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc,
 # rm -rf of the clone; untar of an npm-like tree (13,395 files, 148 MB) and its rm -rf. Then,
 # on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB quota (2.9 GB written), which must
@@ -31,7 +32,7 @@ while [[ $# -gt 0 ]]; do
         --quota) quota=$2; shift 2 ;;
         --juicefs) juicefs=$2; shift 2 ;;
         --mount-arg) mount_args+=("$2"); shift 2 ;;
-        -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -136,6 +137,9 @@ sed "s/^\[agents\.fs-engine\]\$/[agents.fs-engine]\nquota = { bytes = \"$quota\"
     "$store/system/policy.toml" > "$policy"
 "$bin" policy reload "$policy" --store "$store" >&2
 ws=$mnt/workspaces/default
+# Root's side of the day, on the same mount: what is left once an agent is not an agent.
+roothome=$work/roothome
+mkdir -p "$roothome" "$ws/root-side"
 cp -a "$inputs/repo" "$ws/repo"
 cp "$inputs/node_modules.tar" "$ws/node_modules.tar"
 
@@ -162,6 +166,10 @@ run_native() {
     setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
         env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar"
 }
+run_root() {
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    env HOME="$roothome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws/root-side" "$ws/repo" "$ws/node_modules.tar"
+}
 run_clawfs() {
     sync; echo 3 > /proc/sys/vm/drop_caches
     "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
@@ -174,6 +182,7 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r/$rounds" >&2
     run_native | sed "s/^/native $r /" >> "$results"
     run_clawfs | sed "s/^/clawfs $r /" >> "$results"
+    run_root | sed "s/^/root $r /" >> "$results"
 done
 
 # 20 installs and removals under the 512 MiB quota: never refused.
@@ -196,17 +205,24 @@ t = {}
 for side, rnd, step, ms in rows:
     t[(side, int(rnd), step)] = int(ms) / 1000
 rounds = int(sys.argv[2])
-print(f"| step | {sys.argv[6]} (s) | ClawFS, sandboxed agent (s) | ratio (median of {rounds} rounds) |")
-print("|---|---:|---:|---:|")
-logs = []
+print(f"| step | {sys.argv[6]} (s) | ClawFS, sandboxed agent (s) | ClawFS, root (s) | agent / {sys.argv[6]} | root / {sys.argv[6]} | agent / root |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+logs = {"agent": [], "root": [], "agent/root": []}
+def ratio(a, b):
+    # The median of the rounds' ratios: each round's sides ran back to back.
+    return statistics.median(x / max(y, 1e-3) for x, y in zip(a, b))
 for s in steps:
     n = [t[("native", r, s)] for r in range(1, rounds + 1)]
     c = [t[("clawfs", r, s)] for r in range(1, rounds + 1)]
-    ratio = statistics.median(ci / max(ni, 1e-3) for ni, ci in zip(n, c))
-    logs.append(ratio)
-    print(f"| {s} | {statistics.median(n):.2f} | {statistics.median(c):.2f} | {ratio:.2f}x |")
+    o = [t[("root", r, s)] for r in range(1, rounds + 1)]
+    row = {"agent": ratio(c, n), "root": ratio(o, n), "agent/root": ratio(c, o)}
+    for k, v in row.items():
+        logs[k].append(v)
+    print(f"| {s} | {statistics.median(n):.2f} | {statistics.median(c):.2f} | {statistics.median(o):.2f} | "
+          f"{row['agent']:.2f}x | {row['root']:.2f}x | {row['agent/root']:.2f}x |")
 import math
-print(f"| geometric mean | | | {math.exp(sum(math.log(x) for x in logs) / len(logs)):.2f}x |")
+g = {k: math.exp(sum(math.log(x) for x in v) / len(v)) for k, v in logs.items()}
+print(f"| geometric mean | | | | {g['agent']:.2f}x | {g['root']:.2f}x | {g['agent/root']:.2f}x |")
 print()
 print(f"{sys.argv[3]} untar/rm -rf cycles under the quota: none refused, {int(sys.argv[4]) / 1000:.1f} s; "
       f"fs-engine holds {int(sys.argv[5]):,} bytes after them")

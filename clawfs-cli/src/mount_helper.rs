@@ -6,8 +6,8 @@
 //!
 //! as `mount.fuse.clawfs SOURCE MOUNTPOINT [-o OPTIONS] [-n] [-s] [-v]`. The same binary as
 //! `clawfs`, installed (or linked) under that name: it becomes `clawfs mount MOUNTPOINT --store
-//! SOURCE` with the options mapped to flags (`threads=N`, `attr_timeout=SECONDS`,
-//! `no_passthrough`, `no_audit`, `trace_syscalls`). mount(8)'s own options (`defaults`, `rw`, `auto`, `nofail`,
+//! SOURCE` with the options mapped to flags (`threads=N`, `busy_poll=MICROSECONDS`,
+//! `attr_timeout=SECONDS`, `no_passthrough`, `no_audit`, `trace_syscalls`). mount(8)'s own options (`defaults`, `rw`, `auto`, `nofail`,
 //! `_netdev`, `x-systemd.*`…) are ignored; an unknown option is an error unless `-s` (sloppy).
 //! SOURCE `clawfs` or `none` names the default store.
 
@@ -97,6 +97,7 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
         };
         match (key, value) {
             ("threads", Some(v)) => out.extend(["--threads".into(), v.into()]),
+            ("busy_poll", Some(v)) => out.extend(["--busy-poll".into(), v.into()]),
             ("attr_timeout", Some(v)) => out.extend(["--attr-timeout".into(), v.into()]),
             ("metrics", Some(v)) => out.extend(["--metrics".into(), v.into()]),
             ("no_passthrough", None) => out.push("--no-passthrough".into()),
@@ -163,6 +164,10 @@ mod tests {
             ["clawfs", "mount", "/clawfs", "--store", "/var/lib/clawfs", "--threads", "8", "--no-passthrough"]
         );
         assert_eq!(args("clawfs /m").unwrap(), ["clawfs", "mount", "/m"]);
+        assert_eq!(
+            args("clawfs /m -o busy_poll=0").unwrap(),
+            ["clawfs", "mount", "/m", "--busy-poll", "0"]
+        );
         assert_eq!(
             args("none /m -onoatime -n").unwrap(),
             ["clawfs", "mount", "/m", "--atime", "noatime"]
