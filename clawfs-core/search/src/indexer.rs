@@ -530,7 +530,14 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 }
             }
         }
-        drop(batches);
+        // A batch rolled back (a full disk, say) lost files that were indexed: the workspace
+        // is compared with its index again, which indexes them once writes work.
+        for workspace in batches.commit() {
+            tracing::warn!(workspace = %workspace, "indexed files rolled back: comparing the workspace with its index again");
+            if let Err(e) = apply(shared, &Change::Rescan { workspace }, &mut unsaved) {
+                tracing::warn!(error = %e, "indexing failed");
+            }
+        }
         shared.applied.fetch_add(taken, Ordering::Relaxed);
         last_batch = Instant::now();
         if !unsaved.is_empty()
@@ -566,16 +573,25 @@ impl Batches {
                     self.0.insert(workspace.clone(), ix);
                 }
             }
-            Change::Rescan { .. } | Change::Reconfigure { .. } => self.commit(),
+            // What a rescan would find again, this one finds.
+            Change::Rescan { .. } | Change::Reconfigure { .. } => drop(self.commit()),
         }
     }
 
-    fn commit(&mut self) {
+    /// Commits every batch; returns the workspaces that lost part of theirs.
+    fn commit(&mut self) -> Vec<String> {
+        let mut lost = Vec::new();
         for (ws, ix) in self.0.drain() {
-            if let Err(e) = ix.end_batch() {
-                tracing::warn!(workspace = %ws, error = %e, "committing indexed files");
+            match ix.end_batch() {
+                Ok(true) => {}
+                Ok(false) => lost.push(ws),
+                Err(e) => {
+                    tracing::warn!(workspace = %ws, error = %e, "committing indexed files");
+                    lost.push(ws);
+                }
             }
         }
+        lost
     }
 }
 

@@ -312,14 +312,16 @@ impl WorkspaceIndex {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Commits what the batch indexed and goes back to one transaction per file.
-    pub fn end_batch(&self) -> Result<(), SearchError> {
+    /// Commits what the batch indexed and goes back to one transaction per file. `Ok(false)`:
+    /// part of the batch was rolled back (a failed write or commit), and the workspace must be
+    /// compared with its index again to find those files.
+    pub fn end_batch(&self) -> Result<bool, SearchError> {
         self.batching
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        self.db
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .settle()
+        let mut db = self.db.lock().unwrap_or_else(PoisonError::into_inner);
+        let settled = db.settle();
+        let lost = db.take_lost_batch();
+        settled.map(|()| !lost)
     }
 
     pub(super) fn graph(&self) -> std::sync::MutexGuard<'_, Hnsw> {
