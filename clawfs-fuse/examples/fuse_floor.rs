@@ -2,7 +2,7 @@
 //!
 //! `fuse_floor MOUNTPOINT` serves one directory holding one 4 KiB file `f`, from memory, with the
 //! transport settings ClawFS uses (fuser, `default_permissions`, cloned descriptors, 4 worker
-//! threads, one of them polling for 100 µs after each request). Every other name is answered
+//! threads; with `FLOOR_BUSY_POLL_US=N`, one of them polls as `--busy-poll N` does). Every other name is answered
 //! ENOENT without caching, so a `stat` of a missing name costs exactly one round trip.
 //! `bench/floor.sh` times such calls here and on native ext4: no FUSE file system can answer
 //! faster on this machine, which bounds what per-call goals can ask.
@@ -99,8 +99,12 @@ fn main() -> anyhow::Result<()> {
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(4);
-    // As `clawfs mount` does by default (--busy-poll 100).
-    config.busy_poll = Some(Duration::from_micros(100));
+    // `clawfs mount --busy-poll 100` polls; the default does not. FLOOR_BUSY_POLL_US=100 times
+    // the floor with polling.
+    config.busy_poll = std::env::var("FLOOR_BUSY_POLL_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros);
     config.clone_fd = true;
     let fs = Floor {
         data: vec![b'x'; SIZE],
