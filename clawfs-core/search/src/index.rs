@@ -691,8 +691,6 @@ impl IndexDb {
     }
 }
 
-/// Counts changes: the graph saved beside the database is good only for the generation it was
-/// saved at.
 /// Runs the writes `f` as one unit: in their own savepoint, or, while the indexer's batch is
 /// open, straight in its transaction. A savepoint per file inside the batch would end FTS5's
 /// pending terms at each file (it flushes them at every savepoint), which is the cost the batch
@@ -717,6 +715,8 @@ fn write<T>(
     Ok(out)
 }
 
+/// Counts changes: the graph saved beside the database is good only for the generation it was
+/// saved at.
 pub(super) fn bump_generation(tx: &Connection) -> Result<(), SearchError> {
     tx.execute(
         "INSERT INTO metadata (key, value) VALUES ('generation', '1')
