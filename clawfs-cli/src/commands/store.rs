@@ -42,7 +42,14 @@ fn is_stale(mp: &Path) -> bool {
 pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
     let shown = mp.display();
     if is_stale(mp) {
-        unmount(mp, true).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
+        // A stale mount cannot be canonicalised itself (its root answers ENOTCONN); its parent can.
+        let at = match (mp.parent(), mp.file_name()) {
+            (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+                .map(|p| p.join(name))
+                .unwrap_or_else(|_| mp.to_path_buf()),
+            _ => mp.to_path_buf(),
+        };
+        unmount_unless_gone(&at, true).map_err(|e| mountpoint(format!("{shown}: {e}")))?;
         println!("removed the stale ClawFS mount at {shown} (its daemon had died)");
         return Ok(());
     }
@@ -53,7 +60,7 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
     let daemon = Store::open(Path::new(&entry.source))
         .ok()
         .and_then(|s| s.daemon_info());
-    match unmount(&canonical, lazy) {
+    match unmount_unless_gone(&canonical, lazy) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             return Err(mountpoint(format!(
@@ -82,6 +89,18 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
     }
     println!("unmounted {shown}");
     Ok(())
+}
+
+/// Unmounts `mp`, or finds it already gone: when a daemon dies, fusermount3's auto-unmount
+/// removes its mount, and may do so between our look at mountinfo and our `umount2`, which
+/// then answers EINVAL.
+fn unmount_unless_gone(mp: &Path, lazy: bool) -> io::Result<()> {
+    match unmount(mp, lazy) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mountinfo::mount_at(mp)?.is_none() => {
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// Ends the FUSE connection of the filesystem of device `dev` through fusectl's `abort`
