@@ -2,7 +2,8 @@
 //!
 //! `fuse_floor MOUNTPOINT` serves one directory holding one 4 KiB file `f`, from memory, with the
 //! transport settings ClawFS uses (fuser, `default_permissions`, cloned descriptors, 4 worker
-//! threads; with `FLOOR_BUSY_POLL_US=N`, one of them polls as `--busy-poll N` does). Every other name is answered
+//! threads, one of which polls for 100 µs as `clawfs mount` does by default;
+//! `FLOOR_BUSY_POLL_US=N` sets that as `--busy-poll N` does). Every other name is answered
 //! ENOENT without caching, so a `stat` of a missing name costs exactly one round trip.
 //! `bench/floor.sh` times such calls here and on native ext4: no FUSE file system can answer
 //! faster on this machine, which bounds what per-call goals can ask.
@@ -99,12 +100,13 @@ fn main() -> anyhow::Result<()> {
     ];
     config.acl = SessionACL::All;
     config.n_threads = Some(4);
-    // `clawfs mount --busy-poll 100` polls; the default does not. FLOOR_BUSY_POLL_US=100 times
-    // the floor with polling.
-    config.busy_poll = std::env::var("FLOOR_BUSY_POLL_US")
+    // One worker polls for 100 µs, as `clawfs mount` does by default; FLOOR_BUSY_POLL_US=N
+    // changes that, 0 turns it off, as `--busy-poll N` does.
+    let poll_us = std::env::var("FLOOR_BUSY_POLL_US")
         .ok()
         .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros);
+        .unwrap_or(100);
+    config.busy_poll = (poll_us > 0).then(|| Duration::from_micros(poll_us));
     config.clone_fd = true;
     let fs = Floor {
         data: vec![b'x'; SIZE],

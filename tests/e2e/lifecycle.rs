@@ -358,7 +358,8 @@ fn workers(pid: i32) -> Vec<(String, char, u32, u64)> {
 
 #[test]
 fn the_polling_worker_serves_then_sleeps_at_its_own_priority() {
-    let m = Mounted::with_args(&["--busy-poll", "100"]);
+    // The default mount polls.
+    let m = Mounted::new();
     let pid = m.daemon_pid();
     // Requests back to back, which the polling worker takes as they come.
     for i in 0..300 {

@@ -22,11 +22,11 @@ pub struct MountArgs {
     /// Worker threads serving requests.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
-    /// Microseconds one worker keeps polling for the next request after each one, at idle
-    /// priority, before it sleeps [default: 0, off]. Saves a sleeping worker's wake-up on each
-    /// round trip of a busy caller, using only CPU time no other thread wants; on a loaded
-    /// host the poller can wait seconds for a CPU with a request in hand (docs/architecture.md).
-    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    /// Microseconds one worker keeps watching for the next request after each one, at idle
+    /// priority, before it sleeps; 0 turns it off. Saves a sleeping worker's wake-up on each
+    /// round trip of a busy caller, using only CPU time no other thread wants
+    /// (docs/architecture.md).
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub busy_poll: u32,
     /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
     #[arg(long)]

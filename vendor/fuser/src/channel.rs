@@ -56,9 +56,11 @@ impl Channel {
         Ok(())
     }
 
-    /// Receives the next request on a non-blocking descriptor: polls for up to `budget`, at idle
-    /// scheduling priority so that any runnable thread of the host goes first, then sleeps in
-    /// `poll` until a request comes. Runs the request at the thread's normal priority.
+    /// Receives the next request on a non-blocking descriptor: watches for one for up to
+    /// `budget`, at idle scheduling priority so that any runnable thread of the host goes first,
+    /// then sleeps in `poll` until a request comes. While idle it only asks whether a request
+    /// is waiting, never takes one: it restores the thread's priority first, so a request is
+    /// never held by a thread the scheduler may starve (the other workers take it meanwhile).
     pub(crate) fn receive_polling(
         &self,
         buffer: &mut [u8],
@@ -68,34 +70,33 @@ impl Channel {
             Err(Errno::EAGAIN | Errno::EINTR | Errno::ENOENT) => {}
             other => return other,
         }
-        // Polling at normal priority would take CPU time other threads want: without
-        // SCHED_IDLE, sleep at once.
-        let idle = IdlePriority::enter();
-        let deadline = std::time::Instant::now() + if idle.is_some() { budget } else { Default::default() };
+        let ready = |timeout: nix::poll::PollTimeout| {
+            let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), nix::poll::PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(n) => Ok(n > 0),
+                Err(Errno::EINTR) => Ok(false),
+                Err(err) => Err(err),
+            }
+        };
         loop {
-            match self.receive(buffer) {
-                Err(Errno::EAGAIN | Errno::EINTR | Errno::ENOENT) => {}
-                other => {
-                    drop(idle);
-                    return other;
+            // Watching at normal priority would take CPU time other threads want: without
+            // SCHED_IDLE, sleep at once.
+            let idle = IdlePriority::enter();
+            if idle.is_some() {
+                let deadline = std::time::Instant::now() + budget;
+                while !ready(nix::poll::PollTimeout::ZERO)? && std::time::Instant::now() < deadline
+                {
+                    // Each look takes the kernel's queue lock, which callers need to queue
+                    // requests.
+                    for _ in 0..32 {
+                        std::hint::spin_loop();
+                    }
                 }
             }
-            if std::time::Instant::now() >= deadline {
-                break;
-            }
-            // Each read takes the kernel's queue lock, which callers need to queue requests.
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-        }
-        drop(idle);
-        loop {
-            let mut fds = [nix::poll::PollFd::new(self.0.as_fd(), nix::poll::PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(err) => return Err(err),
-            }
+            drop(idle);
+            while !ready(nix::poll::PollTimeout::NONE)? {}
             match self.receive(buffer) {
+                // Another worker took it: watch again.
                 Err(Errno::EAGAIN | Errno::EINTR | Errno::ENOENT) => continue,
                 other => return other,
             }
