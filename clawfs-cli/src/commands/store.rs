@@ -86,6 +86,12 @@ pub fn umount(mp: &Path, lazy: bool) -> Result<(), Failure> {
             }
             wait(Duration::from_secs(8));
         }
+        if process_alive(d.pid) {
+            eprintln!(
+                "clawfs: {shown}: unmounted, but its daemon (pid {}) is still finishing; the store can be mounted again once it exits",
+                d.pid
+            );
+        }
     }
     println!("unmounted {shown}");
     Ok(())
