@@ -2,9 +2,11 @@
 # bench/agentwork.sh — an agent's ordinary day, timed: as the sandboxed agent fs-engine on
 # ClawFS, as the same uid on native ext4 and as root on the same mount (what is left once an
 # agent is not an agent), in turn round by round on one journaled loop ext4, caches dropped
-# before each side. Steps: git clone of a 10,500-file repository with
-# nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc,
-# rm -rf of the clone; untar of an npm-like tree (13,395 files, 148 MB) and its rm -rf. Then,
+# before each part of the day. Steps: git clone of a 10,500-file repository with
+# nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc;
+# git status + git log -200, cold; grep -rn over the clone, cold; rm -rf of the clone; untar of
+# an npm-like tree (13,395 files, 148 MB) and its rm -rf; python3 -m compileall of a
+# 3,000-module tree, cold. Then,
 # on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB quota (2.9 GB written), which must
 # never be refused. Prints a markdown table: per-step medians and the median of per-round ratios.
 # `--quota unlimited --cycles 0` times the day with the agent's writes by passthrough (no byte
@@ -115,6 +117,19 @@ for i in range(13_395):
 PY
 tar cf "$inputs/node_modules.tar" -C "$inputs/nm" node_modules
 rm -rf "$inputs/nm"
+# A Python tree: 3,000 modules of about 3 kB in 60 packages.
+python3 - "$inputs/pysrc" <<'PY'
+import os, sys
+for i in range(3000):
+    d = os.path.join(sys.argv[1], f"pkg{i // 50:02}")
+    os.makedirs(d, exist_ok=True)
+    if i % 50 == 0:
+        open(os.path.join(d, "__init__.py"), "w").close()
+    with open(os.path.join(d, f"mod{i}.py"), "w") as f:
+        f.write("".join(f"def f{j}(x, y={j}):\n    return [x * y + k for k in range({j})]\n\n" for j in range(40)))
+PY
+tar cf "$inputs/py.tar" -C "$inputs/pysrc" .
+rm -rf "$inputs/pysrc"
 chmod -R a+rX "$inputs"
 
 # ---- both sides -----------------------------------------------------------------------
@@ -141,39 +156,64 @@ ws=$mnt/workspaces/default
 roothome=$work/roothome
 mkdir -p "$roothome" "$ws/root-side"
 cp -a "$inputs/repo" "$ws/repo"
-cp "$inputs/node_modules.tar" "$ws/node_modules.tar"
+cp "$inputs/node_modules.tar" "$inputs/py.tar" "$ws/"
 
-# The day, as one shell script: prints "STEP MILLISECONDS" lines. $1: where to work, $2: the
-# repository to clone, $3: the tarball.
+# The day, as one shell script run in parts: prints "STEP MILLISECONDS" lines. $1: where to
+# work, $2: the repository to clone, $3: the tarball, $4: the Python tree's tarball, $5: the
+# part. The harness drops the caches before each part, as root, so each part's first step is
+# cold.
 day='set -e
 cd "$1"
 printf "[safe]\n\tdirectory = *\n[user]\n\tname = agent\n\temail = agent@example.invalid\n" > "$HOME/.gitconfig"
 t() { s=$(date +%s%N); "$@" >/dev/null; e=$(date +%s%N); echo "$step $(( (e - s) / 1000000 ))"; }
-step=clone t git clone -q --no-hardlinks "$2" clone
-cd clone
-step=make t make -s -j2 app
-edit() { for f in vendor/mod00*/pkg/f1*.go; do echo "// edited" >> "$f"; done; git commit -qam edit; }
-step=commit t edit
-step=gc t git gc -q
-cd ..
-step=rm_clone t rm -rf clone
-mkdir app
-step=untar t tar xf "$3" -C app
-step=rm_untar t rm -rf app'
+case $5 in
+build)
+    step=clone t git clone -q --no-hardlinks "$2" clone
+    cd clone
+    step=make t make -s -j2 app
+    edit() { for f in vendor/mod00*/pkg/f1*.go; do echo "// edited" >> "$f"; done; git commit -qam edit; }
+    step=commit t edit
+    step=gc t git gc -q ;;
+status)
+    cd clone
+    status() { git status --porcelain && git log -200 --oneline; }
+    step=status t status ;;
+grep)
+    cd clone
+    step=grep t grep -rn "return 7777 " . ;;
+files)
+    step=rm_clone t rm -rf clone
+    mkdir app
+    step=untar t tar xf "$3" -C app
+    step=rm_untar t rm -rf app
+    mkdir py
+    tar xf "$4" -C py ;;
+compile)
+    step=compileall t python3 -m compileall -q py
+    rm -rf py ;;
+esac'
+parts="build status grep files compile"
 
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 run_native() {
-    sync; echo 3 > /proc/sys/vm/drop_caches
-    setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
-        env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar"
+    for part in $parts; do
+        drop_caches
+        setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
+            env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar" "$inputs/py.tar" "$part"
+    done
 }
 run_root() {
-    sync; echo 3 > /proc/sys/vm/drop_caches
-    env HOME="$roothome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws/root-side" "$ws/repo" "$ws/node_modules.tar"
+    for part in $parts; do
+        drop_caches
+        env HOME="$roothome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws/root-side" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+    done
 }
 run_clawfs() {
-    sync; echo 3 > /proc/sys/vm/drop_caches
-    "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
-        env HOME="$mnt/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar"
+    for part in $parts; do
+        drop_caches
+        "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
+            env HOME="$mnt/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+    done
 }
 
 results=$work/results
@@ -200,7 +240,7 @@ held=$("$bin" quota --store "$store" --json 2>/dev/null | python3 -c 'import jso
 python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" "$other" <<'PY'
 import sys, statistics
 rows = [l.split() for l in open(sys.argv[1])]
-steps = ["clone", "make", "commit", "gc", "rm_clone", "untar", "rm_untar"]
+steps = ["clone", "make", "commit", "gc", "status", "grep", "rm_clone", "untar", "rm_untar", "compileall"]
 t = {}
 for side, rnd, step, ms in rows:
     t[(side, int(rnd), step)] = int(ms) / 1000
