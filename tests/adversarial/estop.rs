@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{clawfs, clawfs_bin, Mounted};
 use crate::support::{audit_until, denials, text};
+use serde_json::Value;
 
 const AGENT: &str = "fs-engine";
 
@@ -407,4 +408,45 @@ fn a_stopped_agents_open_identity_write_is_not_committed() {
         "{d:?}"
     );
     estop(&m, &["--clear"]);
+}
+
+/// A flag the daemon cannot read stops agents (failing closed), and the trail says why: the
+/// stop and its end are the daemon's, not an admin's.
+#[test]
+fn an_unreadable_flag_stops_agents_and_the_trail_says_it_was_unreadable() {
+    let _serial = one_at_a_time();
+    let m = Mounted::new();
+    // A folder where the flag's file should be: every read of it fails (EISDIR).
+    let flag = m.store.join(".clawfs/estop");
+    fs::create_dir(&flag).unwrap();
+    let pid = m.daemon_pid();
+    // SAFETY: a signal to the daemon we started; SIGHUP makes it read the flag at once.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let on = |r: &Value| r["operation"] == "estop:on";
+    let records = audit_until(&m, |rs| rs.iter().any(on));
+    let rec = records.iter().find(|r| on(r)).expect("an estop:on record");
+    let reason = rec["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("unreadable"), "{rec}");
+    assert!(!reason.contains("admin"), "{rec}");
+    // Failing closed: the agent's write is refused and nothing is written.
+    let target = m.path(&format!("agents/{AGENT}/while-unreadable.txt"));
+    let out = m.run_agent(AGENT, &format!("echo x > {}", target.display()));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!target.exists());
+
+    fs::remove_dir(&flag).unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let off = |r: &Value| r["operation"] == "estop:off";
+    let records = audit_until(&m, |rs| rs.iter().any(off));
+    let rec = records
+        .iter()
+        .find(|r| off(r))
+        .expect("an estop:off record");
+    let reason = rec["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("readable again"), "{rec}");
+    assert!(!reason.contains("admin"), "{rec}");
+    // And the agent works again.
+    let out = m.run_agent(AGENT, &format!("echo x > {}", target.display()));
+    assert!(out.status.success(), "{}", text(&out));
 }

@@ -32,11 +32,11 @@ impl ClawFs {
             Ok(None) => None,
             Ok(Some(bytes)) => Some(
                 serde_json::from_slice(&bytes)
-                    .unwrap_or_else(|_| serde_json::json!({"by": "?", "unreadable": true})),
+                    .unwrap_or_else(|_| serde_json::json!({"by": "?", "unreadable": "not JSON"})),
             ),
             Err(e) => {
                 tracing::warn!(error = %e, "unreadable emergency stop flag; treated as in force");
-                Some(serde_json::json!({"by": "?", "unreadable": true}))
+                Some(serde_json::json!({"by": "?", "unreadable": e.to_string()}))
             }
         }
     }
@@ -61,16 +61,30 @@ impl ClawFs {
         let before = self.estop();
         let id = |f: &Option<serde_json::Value>| f.as_ref().map(|v| v["id"].clone());
         if now != before {
-            let (op, flag) = match &now {
-                Some(f) => ("estop:on", f),
-                None => ("estop:off", before.as_ref().expect("a change from a stop")),
+            // What the record says is what was seen: a flag the daemon could not read is a
+            // stop it imposed itself (failing closed), and its end is not an admin's doing.
+            let unreadable = |f: &Option<serde_json::Value>| {
+                f.as_ref()
+                    .and_then(|f| f.get("unreadable"))
+                    .map(|why| why.as_str().unwrap_or("?").to_string())
             };
-            let by = match op {
-                "estop:off" => "admin".to_string(),
-                _ => flag["by"].as_str().unwrap_or("admin").to_string(),
+            let (op, reason) = match (&now, unreadable(&now), unreadable(&before)) {
+                (Some(_), Some(why), _) => (
+                    "estop:on",
+                    format!("the flag is unreadable ({why}): treated as in force"),
+                ),
+                (Some(f), None, _) => (
+                    "estop:on",
+                    format!("by {}", f["by"].as_str().unwrap_or("admin")),
+                ),
+                (None, _, Some(_)) => (
+                    "estop:off",
+                    "the flag is readable again and holds no stop".to_string(),
+                ),
+                (None, _, None) => ("estop:off", "by admin".to_string()),
             };
-            tracing::warn!(op, by = %by, "emergency stop changed");
-            self.record(AuditEvent::new("admin", 0, op, "/").reason(format!("by {by}")));
+            tracing::warn!(op, %reason, "emergency stop changed");
+            self.record(AuditEvent::new("admin", 0, op, "/").reason(reason));
             self.set_estop(now.clone());
         }
         let (in_force, seen_id) = (now.is_some(), id(&now).or_else(|| id(&before)));
