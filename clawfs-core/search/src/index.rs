@@ -83,10 +83,28 @@ pub struct IndexDb {
     /// From how many document ids on a text search is split in two.
     split_from: i64,
     workspace: String,
-    /// Whether `conn` holds the indexer's open batch transaction ([`IndexDb::batch`]).
-    batch_open: bool,
-    /// Whether a batch was rolled back since [`IndexDb::take_lost_batch`] last asked.
-    batch_lost: bool,
+    batch: Batch,
+}
+
+/// The indexer's batch transaction on an [`IndexDb`]'s connection ([`IndexDb::batch`]).
+#[derive(Default)]
+struct Batch {
+    /// Whether the connection holds it open.
+    open: bool,
+    /// Whether one was rolled back since [`IndexDb::take_lost_batch`] last asked.
+    lost: bool,
+}
+
+impl Batch {
+    /// Ends a batch whose write or commit failed: rolls back what it holds (SQLite may have
+    /// done so already), so that no file is left half written, and marks it lost.
+    fn abandon(&mut self, conn: &Connection) {
+        self.open = false;
+        self.lost = true;
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 /// `files.skipped` of a file whose chunks are indexed for text but have no vectors yet (the
@@ -286,8 +304,7 @@ impl IndexDb {
                 _ => SPLIT_FROM,
             },
             workspace: workspace.to_string(),
-            batch_open: false,
-            batch_lost: false,
+            batch: Batch::default(),
         })
     }
 
@@ -296,33 +313,36 @@ impl IndexDb {
     /// share of the text index's pages again, about 17 pages of WAL for a 5 kB file, which
     /// competed with the agents' own writes for the disk.
     pub(super) fn batch(&mut self) -> Result<(), SearchError> {
-        if !self.batch_open {
+        if !self.batch.open {
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            self.batch_open = true;
+            self.batch.open = true;
         }
         Ok(())
     }
 
     /// Commits the batch transaction, if one is open, before anything else reads or writes:
     /// searches and the helper connection see only committed files. A commit that fails is
-    /// rolled back: those files are indexed again at the next rescan.
+    /// rolled back and the batch marked lost ([`IndexDb::take_lost_batch`]).
     pub(super) fn settle(&mut self) -> Result<(), SearchError> {
-        if !std::mem::take(&mut self.batch_open) {
+        if !self.batch.open {
             return Ok(());
         }
-        self.conn.execute_batch("COMMIT").map_err(|e| {
-            if !self.conn.is_autocommit() {
-                let _ = self.conn.execute_batch("ROLLBACK");
+        match self.conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                self.batch.open = false;
+                Ok(())
             }
-            self.batch_lost = true;
-            SearchError::from(e)
-        })
+            Err(e) => {
+                self.batch.abandon(&self.conn);
+                Err(e.into())
+            }
+        }
     }
 
     /// Whether a batch was rolled back (a failed write or commit) since the last call: its
     /// files are no longer in the index, and the workspace must be compared with it again.
     pub(super) fn take_lost_batch(&mut self) -> bool {
-        std::mem::take(&mut self.batch_lost)
+        std::mem::take(&mut self.batch.lost)
     }
 
     /// A connection to the database with the settings of every one (P1.4 §9.1).
@@ -478,71 +498,61 @@ impl IndexDb {
         model: &str,
     ) -> Result<(Vec<i64>, Vec<i64>), SearchError> {
         let workspace = &self.workspace;
-        write(
-            &mut self.conn,
-            &mut self.batch_open,
-            &mut self.batch_lost,
-            |tx| {
-                let removed = remove_in(tx, path)?;
-                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-                let mut added = Vec::with_capacity(chunks.len());
-                for (i, c) in chunks.iter().enumerate() {
-                    let meta = serde_json::json!({
-                        "path": path,
-                        "line_start": c.line_start,
-                        "line_end": c.line_end,
-                        "heading": c.heading,
-                        "content_type": if path.ends_with(".md") { "text/markdown" } else { "text/plain" },
-                        "embedding_model": model,
-                        "embedding_dimension": vectors.get(i).map_or(0, Vec::len),
-                    });
-                    added.push(insert_chunk(
-                        tx,
-                        workspace,
-                        &ChunkRow {
-                            path,
-                            line_start: c.line_start,
-                            line_end: c.line_end,
-                            heading: &c.heading,
-                            text: &indexed_text(c),
-                            metadata: &meta,
-                        },
-                        vectors.get(i).map(|v| (v.as_slice(), now.as_str())),
-                    )?);
-                }
-                upsert_file(tx, path, stamp, skipped)?;
-                bump_generation(tx)?;
-                Ok((removed, added))
-            },
-        )
+        write(&mut self.conn, &mut self.batch, |tx| {
+            let removed = remove_in(tx, path)?;
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let mut added = Vec::with_capacity(chunks.len());
+            for (i, c) in chunks.iter().enumerate() {
+                let meta = serde_json::json!({
+                    "path": path,
+                    "line_start": c.line_start,
+                    "line_end": c.line_end,
+                    "heading": c.heading,
+                    "content_type": if path.ends_with(".md") { "text/markdown" } else { "text/plain" },
+                    "embedding_model": model,
+                    "embedding_dimension": vectors.get(i).map_or(0, Vec::len),
+                });
+                added.push(insert_chunk(
+                    tx,
+                    workspace,
+                    &ChunkRow {
+                        path,
+                        line_start: c.line_start,
+                        line_end: c.line_end,
+                        heading: &c.heading,
+                        text: &indexed_text(c),
+                        metadata: &meta,
+                    },
+                    vectors.get(i).map(|v| (v.as_slice(), now.as_str())),
+                )?);
+            }
+            upsert_file(tx, path, stamp, skipped)?;
+            bump_generation(tx)?;
+            Ok((removed, added))
+        })
     }
 
     /// Forgets `path` (and, with `prefix`, everything under it); returns the ids removed.
     pub fn remove_file(&mut self, path: &str, prefix: bool) -> Result<Vec<i64>, SearchError> {
-        write(
-            &mut self.conn,
-            &mut self.batch_open,
-            &mut self.batch_lost,
-            |tx| {
-                let mut removed = remove_in(tx, path)?;
-                tx.execute("DELETE FROM files WHERE path = ?1", [path])?;
-                if prefix {
-                    let below: Vec<String> = {
-                        let mut st =
-                            tx.prepare("SELECT path FROM files WHERE substr(path, 1, ?2) = ?1")?;
-                        let pat = format!("{path}/");
-                        let rows = st.query_map(params![pat, pat.len() as i64], |r| r.get(0))?;
-                        rows.collect::<Result<_, _>>()?
-                    };
-                    for p in below {
-                        removed.extend(remove_in(tx, &p)?);
-                        tx.execute("DELETE FROM files WHERE path = ?1", [&p])?;
-                    }
+        write(&mut self.conn, &mut self.batch, |tx| {
+            let mut removed = remove_in(tx, path)?;
+            tx.execute("DELETE FROM files WHERE path = ?1", [path])?;
+            if prefix {
+                let below: Vec<String> = {
+                    let mut st =
+                        tx.prepare("SELECT path FROM files WHERE substr(path, 1, ?2) = ?1")?;
+                    let pat = format!("{path}/");
+                    let rows = st.query_map(params![pat, pat.len() as i64], |r| r.get(0))?;
+                    rows.collect::<Result<_, _>>()?
+                };
+                for p in below {
+                    removed.extend(remove_in(tx, &p)?);
+                    tx.execute("DELETE FROM files WHERE path = ?1", [&p])?;
                 }
-                bump_generation(tx)?;
-                Ok(removed)
-            },
-        )
+            }
+            bump_generation(tx)?;
+            Ok(removed)
+        })
     }
 
     /// Text search: chunks matching every word of `query`, best BM25 first (higher is better
@@ -698,16 +708,11 @@ impl IndexDb {
 /// half written, and marks it lost: the indexer then compares the workspace with its index again.
 fn write<T>(
     conn: &mut Connection,
-    batch_open: &mut bool,
-    batch_lost: &mut bool,
+    batch: &mut Batch,
     f: impl FnOnce(&Connection) -> Result<T, SearchError>,
 ) -> Result<T, SearchError> {
-    if *batch_open {
-        return f(conn).inspect_err(|_| {
-            *batch_open = false;
-            *batch_lost = true;
-            let _ = conn.execute_batch("ROLLBACK");
-        });
+    if batch.open {
+        return f(conn).inspect_err(|_| batch.abandon(conn));
     }
     let sp = conn.savepoint()?;
     let out = f(&sp)?;
@@ -932,13 +937,13 @@ mod tests {
         put(&mut db, 1, 1, 0);
         db.batch().unwrap();
         put(&mut db, 2, 1, 0);
-        let failed = write(&mut db.conn, &mut db.batch_open, &mut db.batch_lost, |tx| {
+        let failed = write(&mut db.conn, &mut db.batch, |tx| {
             tx.execute("DELETE FROM files", [])?;
             tx.execute("INSERT INTO no_such_table VALUES (1)", [])?;
             Ok(())
         });
         assert!(failed.is_err());
-        assert!(!db.batch_open && db.conn.is_autocommit());
+        assert!(!db.batch.open && db.conn.is_autocommit());
         assert!(db.take_lost_batch(), "the indexer is told to compare again");
         assert!(!db.take_lost_batch());
         db.settle().unwrap();
