@@ -7,6 +7,7 @@
 //! as `mount.fuse.clawfs SOURCE MOUNTPOINT [-o OPTIONS] [-n] [-s] [-v]`. The same binary as
 //! `clawfs`, installed (or linked) under that name: it becomes `clawfs mount MOUNTPOINT --store
 //! SOURCE` with the options mapped to flags (`threads=N`, `busy_poll=MICROSECONDS`,
+//! `max_open_per_caller=N`,
 //! `attr_timeout=SECONDS`, `no_passthrough`, `no_audit`, `trace_syscalls`). mount(8)'s own options (`defaults`, `rw`, `auto`, `nofail`,
 //! `_netdev`, `x-systemd.*`…) are ignored; an unknown option is an error unless `-s` (sloppy).
 //! SOURCE `clawfs` or `none` names the default store.
@@ -98,6 +99,9 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
         match (key, value) {
             ("threads", Some(v)) => out.extend(["--threads".into(), v.into()]),
             ("busy_poll", Some(v)) => out.extend(["--busy-poll".into(), v.into()]),
+            ("max_open_per_caller", Some(v)) => {
+                out.extend(["--max-open-per-caller".into(), v.into()])
+            }
             ("attr_timeout", Some(v)) => out.extend(["--attr-timeout".into(), v.into()]),
             ("metrics", Some(v)) => out.extend(["--metrics".into(), v.into()]),
             ("no_passthrough", None) => out.push("--no-passthrough".into()),

@@ -7,6 +7,7 @@
 
 pub mod attr;
 pub mod creds;
+pub mod descriptors;
 pub mod error;
 pub mod fs;
 pub mod generated_files;

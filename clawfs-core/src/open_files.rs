@@ -82,6 +82,8 @@ pub struct OpenFile {
     /// For an open for writing: the inode's modes, where it is counted as a writer until
     /// released.
     pub writing: Option<Arc<IoMode>>,
+    /// The descriptor held for the opener, counted against its limit until released.
+    pub charge: crate::descriptors::Charge,
 }
 
 impl OpenFile {
@@ -142,6 +144,8 @@ pub struct OpenDir {
     /// The directory of the store, held while it is open (not for generated directories):
     /// `fstat` of an open directory that was removed still answers from it.
     pub fd: Option<std::os::fd::OwnedFd>,
+    /// The descriptor `fd` held for the opener, counted against its limit until released.
+    pub charge: Option<crate::descriptors::Charge>,
 }
 
 /// A table of open handles of one kind.

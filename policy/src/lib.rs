@@ -90,6 +90,9 @@ pub mod rule {
     pub const TOOL_DENIED: &str = "TOOL-DENIED";
     /// One uid, one agent: a uid whose files are counted for an agent cannot act as another.
     pub const ONE_UID: &str = "ONE-UID";
+    /// A caller holds as many open files and folders through the mount as it may, or callers
+    /// together hold all the daemon keeps for them.
+    pub const OPEN_FILES: &str = "OPEN-FILES";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -229,6 +232,11 @@ pub enum DenyKind {
     ReadOnly,
     /// `EDQUOT`: a quota would be exceeded.
     Quota,
+    /// `EMFILE`: the caller holds as many open files and folders through the mount as it may.
+    CallerFiles,
+    /// `ENFILE`: callers together hold all the open files and folders the daemon keeps for
+    /// them.
+    DaemonFiles,
 }
 
 /// The errno a refusal of `kind` returns to the caller (also written in audit records).
@@ -238,6 +246,8 @@ pub fn errno_of(kind: DenyKind) -> i32 {
         DenyKind::Permission => libc::EPERM,
         DenyKind::ReadOnly => libc::EROFS,
         DenyKind::Quota => libc::EDQUOT,
+        DenyKind::CallerFiles => libc::EMFILE,
+        DenyKind::DaemonFiles => libc::ENFILE,
     }
 }
 
@@ -267,6 +277,26 @@ impl Denial {
             reason: format!("{reason} ({rule})"),
             kind,
         }
+    }
+
+    /// An open refused because the caller holds `limit` open files and folders through the
+    /// mount.
+    pub fn caller_files(limit: u64) -> Denial {
+        Denial::new(
+            rule::OPEN_FILES,
+            DenyKind::CallerFiles,
+            format!("you hold {limit} open files and folders on this mount, as many as one caller may: close some first (`clawfs mount --max-open-per-caller`)"),
+        )
+    }
+
+    /// An open refused because callers together hold the `limit` open files and folders the
+    /// daemon keeps for them.
+    pub fn daemon_files(limit: u64) -> Denial {
+        Denial::new(
+            rule::OPEN_FILES,
+            DenyKind::DaemonFiles,
+            format!("callers together hold {limit} open files and folders on this mount, all the daemon keeps for them: try again once some are closed"),
+        )
     }
 }
 

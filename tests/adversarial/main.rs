@@ -10,6 +10,7 @@ mod audit_strip;
 mod audit_truth;
 mod bad_input;
 mod deferred_calls;
+mod descriptor_hoarding;
 mod disk_full;
 mod estop;
 mod git_for_agents;

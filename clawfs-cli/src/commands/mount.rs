@@ -162,6 +162,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         no_passthrough,
         threads,
         busy_poll,
+        max_open_per_caller,
         no_audit,
         trace_syscalls,
         attr_timeout,
@@ -181,6 +182,8 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         threads.to_string().into(),
         "--busy-poll".into(),
         busy_poll.to_string().into(),
+        "--max-open-per-caller".into(),
+        max_open_per_caller.to_string().into(),
         "--atime".into(),
         clap::ValueEnum::to_possible_value(atime)
             .expect("every value has a name")
@@ -382,6 +385,16 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     let (invalidations, invalidation_queue) = invalidation_channel();
     let activity = ActivityLink::default();
     let shared = store.is_shared();
+    // Every open file and folder of the mount holds a descriptor here.
+    let nofile = clawfs_core::descriptors::raise_nofile();
+    let descriptors =
+        clawfs_core::descriptors::DescriptorLimits::for_nofile(nofile, args.max_open_per_caller);
+    tracing::info!(
+        nofile,
+        callers = descriptors.callers,
+        per_caller = descriptors.per_caller,
+        "descriptors"
+    );
     let mut builder = ClawFs::builder(store)
         .atime(atime(args.atime))
         .cache_ttl(Duration::from_secs_f64(
@@ -394,6 +407,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
         ))
         .mountpoint(mp.to_path_buf())
         .tool_slots(usize::from(args.threads).saturating_sub(1))
+        .descriptor_limits(descriptors)
         .invalidations(invalidations)
         .activity(activity.clone());
     if let Some(audit) = &audit {

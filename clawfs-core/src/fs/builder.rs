@@ -103,6 +103,7 @@ pub struct ClawFsBuilder {
     pub(super) invalidations: Option<Invalidations>,
     pub(super) activity: ActivityLink,
     pub(super) tool_slots: usize,
+    pub(super) descriptor_limits: Option<crate::descriptors::DescriptorLimits>,
 }
 
 impl ClawFsBuilder {
@@ -117,6 +118,7 @@ impl ClawFsBuilder {
             invalidations: None,
             activity: ActivityLink::default(),
             tool_slots: 1,
+            descriptor_limits: None,
         }
     }
 
@@ -168,6 +170,14 @@ impl ClawFsBuilder {
     /// thread must stay free to serve them.
     pub fn tool_slots(mut self, n: usize) -> Self {
         self.tool_slots = n;
+        self
+    }
+
+    /// How many open files and folders callers may hold through the mount (default: by the
+    /// process's `RLIMIT_NOFILE` when built, [`crate::descriptors::DEFAULT_PER_CALLER`] per
+    /// caller).
+    pub fn descriptor_limits(mut self, limits: crate::descriptors::DescriptorLimits) -> Self {
+        self.descriptor_limits = Some(limits);
         self
     }
 

@@ -10,6 +10,7 @@ impl ClawFs {
 
     fn opendir_decided(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
         let mut held = None;
+        let mut charge = None;
         if let Route::Generated(node) = self.route(ino)? {
             if !node.is_dir() {
                 return Err(errno(libc::ENOTDIR));
@@ -21,12 +22,9 @@ impl ClawFs {
                 self.mount_fd(),
                 libc::O_RDONLY | libc::O_DIRECTORY | self.atime_flag(true),
             )?;
-            self.decide(
-                caller,
-                "opendir",
-                clawfs_policy::Access::List,
-                &self.node_path(&node, &fd)?,
-            )?;
+            let path = self.node_path(&node, &fd)?;
+            self.decide(caller, "opendir", clawfs_policy::Access::List, &path)?;
+            charge = Some(self.charge_descriptor(caller, "opendir", &path)?);
             held = Some(fd);
         }
         Ok(self
@@ -36,6 +34,7 @@ impl ClawFs {
                 caller: *caller,
                 entries: Default::default(),
                 fd: held,
+                charge,
             })
             .0)
     }

@@ -50,6 +50,7 @@ impl ClawFs {
             clawfs_policy::Access::Read
         };
         let who = self.decide(caller, "open", access, &path)?;
+        let charge = self.charge_descriptor(caller, "open", &path)?;
         // An open for writing adds nothing yet (each write, fallocate or truncation up is
         // checked against the quota as it comes): an agent over its quota may still open a
         // file to truncate or shrink it.
@@ -59,8 +60,8 @@ impl ClawFs {
                     Some(fd) => fd,
                     None => self.open_path(&node)?,
                 };
-                let (fh, file) =
-                    self.open_staged(ino, &opath, agent, flags & libc::O_TRUNC != 0)?;
+                let truncate = flags & libc::O_TRUNC != 0;
+                let (fh, file) = self.open_staged(ino, &opath, agent, truncate, charge)?;
                 return Ok(Opened::Backing(fh, file));
             }
         }
@@ -171,6 +172,7 @@ impl ClawFs {
             io,
             exec,
             writing,
+            charge,
         });
         Ok(Opened::Backing(fh, file))
     }
@@ -250,6 +252,7 @@ impl ClawFs {
         }
         let (place, dir, who, path) =
             self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
+        let charge = self.charge_descriptor(caller, "create", &path)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -314,6 +317,7 @@ impl ClawFs {
             io,
             exec: None,
             writing: Some(Arc::clone(&node.io)),
+            charge,
         });
         Ok((entry, Opened::Backing(fh, file)))
     }

@@ -201,6 +201,8 @@ pub struct ClawFs {
     /// Open files, directories and generated files by handle (each a leaf lock).
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
+    /// The store's descriptors held for callers' open files and folders, by uid (leaf lock).
+    descriptors: crate::descriptors::Descriptors,
     /// The generated files: their inodes, open handles and kept responses (leaf locks).
     generated: generated::Generated,
     /// Where the store is mounted, for tool requests that use absolute paths.
@@ -369,6 +371,7 @@ impl ClawFs {
             invalidations,
             activity,
             tool_slots,
+            descriptor_limits,
         } = b;
         let root = BackingHandle::at(store.root_fd(), OsStr::new(""))?;
         let st = rustix::fs::fstat(store.root_fd())?;
@@ -387,7 +390,13 @@ impl ClawFs {
             let _ = std::fs::remove_dir_all(store.host_dir().join(generated::VIEWS_DIR));
         }
         let listings = listings::Listings::for_store(&store.private_dir());
+        let descriptor_limits = descriptor_limits.unwrap_or_else(|| {
+            crate::descriptors::DescriptorLimits::for_this_process(
+                crate::descriptors::DEFAULT_PER_CALLER,
+            )
+        });
         let fs = Self {
+            descriptors: crate::descriptors::Descriptors::new(descriptor_limits),
             spill: Arc::new(crate::xattr_spill::Spill::new(&store.private_dir())),
             gate: gate::Gate::new(policy, st.st_uid, audit),
             #[cfg(feature = "fault-injection")]

@@ -99,6 +99,7 @@ impl ClawFs {
         node_fd: &std::os::fd::OwnedFd,
         agent: &str,
         truncate: bool,
+        charge: crate::descriptors::Charge,
     ) -> FsResult<(u64, Arc<OpenFile>)> {
         let staging = clawfs_store::beneath::create_dir_all(
             self.store.root_fd(),
@@ -132,6 +133,7 @@ impl ClawFs {
             io: None,
             exec: None,
             writing: None,
+            charge,
             staged: Some(StagedTarget {
                 agent: agent.to_string(),
                 dir,

@@ -457,6 +457,29 @@ impl ClawFs {
         self.conclude_refusal(caller, &who, op, path, None, Err(denial))
     }
 
+    /// One more store descriptor held for `caller`'s open of `path` (`op`): refused, as a
+    /// refusal of the rule `OPEN-FILES`, when the caller holds its limit (EMFILE) or callers
+    /// together hold theirs (ENFILE), so that one caller cannot starve the others or the
+    /// daemon ([`crate::descriptors`]).
+    pub(super) fn charge_descriptor(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        path: &NsPath,
+    ) -> FsResult<crate::descriptors::Charge> {
+        use crate::descriptors::Exhausted;
+        let exhausted = match self.descriptors.charge(caller.uid) {
+            Ok(charge) => return Ok(charge),
+            Err(e) => e,
+        };
+        let denial = match exhausted {
+            Exhausted::Caller { limit } => Denial::caller_files(limit),
+            Exhausted::Daemon { limit } => Denial::daemon_files(limit),
+        };
+        self.refuse(caller, op, path, denial)?;
+        unreachable!("a refusal is an error")
+    }
+
     /// [`Self::refuse`] for a move of `from` onto `to`, recorded as the move.
     pub(super) fn refuse_move(
         &self,

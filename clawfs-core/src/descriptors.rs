@@ -1,0 +1,233 @@
+//! The daemon's descriptors held for callers. Every open file and folder of the mount holds
+//! one of the store's descriptors in the daemon, so a caller that opens enough of them could
+//! take the daemon's whole `RLIMIT_NOFILE`: every caller would then get EMFILE, and the daemon
+//! could no longer read its emergency stop flag, save its state or rotate its audit trail.
+//!
+//! So each open charges its caller's uid (agents have uids of their own): one uid may hold at
+//! most [`DescriptorLimits::per_caller`] (root is not limited), and all callers together at
+//! most [`DescriptorLimits::callers`], which leaves a reserve for the daemon's own files. A
+//! [`Charge`] is released when the open it pays for is dropped, whatever path that takes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Descriptors kept back for the daemon's own files (store, audit trail, indexes, caches,
+/// tool calls), at most half of its limit.
+pub const RESERVE: u64 = 8192;
+/// Opens one uid may hold through the mount by default (`clawfs mount --max-open-per-caller`).
+pub const DEFAULT_PER_CALLER: u64 = 8192;
+/// What the daemon raises its own `RLIMIT_NOFILE` to when it may (2^20, the kernel's default
+/// `fs.nr_open`): descriptor tables grow only as they are used.
+const WANTED_NOFILE: u64 = 1 << 20;
+
+/// How many descriptors callers may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescriptorLimits {
+    /// Held by one uid other than root; 0: no limit per caller.
+    pub per_caller: u64,
+    /// Held by all callers together.
+    pub callers: u64,
+}
+
+impl DescriptorLimits {
+    /// The limits for a daemon whose `RLIMIT_NOFILE` is `nofile`: all of it but the reserve
+    /// for callers together, `per_caller` for each.
+    pub fn for_nofile(nofile: u64, per_caller: u64) -> Self {
+        let reserve = RESERVE.min(nofile / 2);
+        Self {
+            per_caller,
+            callers: nofile - reserve,
+        }
+    }
+
+    /// The limits for this process, by its `RLIMIT_NOFILE` now.
+    pub fn for_this_process(per_caller: u64) -> Self {
+        let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(WANTED_NOFILE);
+        Self::for_nofile(nofile, per_caller)
+    }
+}
+
+/// Raises this process's `RLIMIT_NOFILE` as far as it may (to 2^20 as root, else to its hard
+/// limit) and returns the soft limit now in force.
+pub fn raise_nofile() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let now = getrlimit(Resource::Nofile);
+    let hard = now.maximum.unwrap_or(WANTED_NOFILE);
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(WANTED_NOFILE);
+    let wanted = WANTED_NOFILE.min(nr_open).max(hard);
+    let raised = Rlimit {
+        current: Some(wanted),
+        maximum: Some(wanted),
+    };
+    if setrlimit(Resource::Nofile, raised).is_err() {
+        // Not privileged: as far as the hard limit allows.
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(hard),
+                maximum: now.maximum,
+            },
+        );
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(hard)
+}
+
+/// Why a caller may not hold one more descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exhausted {
+    /// The caller holds its limit (EMFILE).
+    Caller {
+        /// The limit it holds.
+        limit: u64,
+    },
+    /// All callers together hold theirs (ENFILE): the rest is the daemon's.
+    Daemon {
+        /// The limit they hold.
+        limit: u64,
+    },
+}
+
+#[derive(Default)]
+struct Held {
+    by_uid: HashMap<u32, u64>,
+    total: u64,
+}
+
+struct Shared {
+    limits: DescriptorLimits,
+    held: Mutex<Held>,
+}
+
+impl Shared {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Descriptors held for callers, by uid (cheap to clone: one count shared by all clones).
+#[derive(Clone)]
+pub struct Descriptors(Arc<Shared>);
+
+impl Descriptors {
+    /// An empty count under `limits`.
+    pub fn new(limits: DescriptorLimits) -> Self {
+        Self(Arc::new(Shared {
+            limits,
+            held: Mutex::default(),
+        }))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> DescriptorLimits {
+        self.0.limits
+    }
+
+    /// One more descriptor for `uid`, held until the charge is dropped; refused when `uid`
+    /// (not root) holds its limit or callers together hold theirs.
+    pub fn charge(&self, uid: u32) -> Result<Charge, Exhausted> {
+        let limits = self.0.limits;
+        let mut held = self.0.held();
+        if held.total >= limits.callers {
+            return Err(Exhausted::Daemon {
+                limit: limits.callers,
+            });
+        }
+        let mine = held.by_uid.entry(uid).or_default();
+        if uid != 0 && limits.per_caller != 0 && *mine >= limits.per_caller {
+            return Err(Exhausted::Caller {
+                limit: limits.per_caller,
+            });
+        }
+        *mine += 1;
+        held.total += 1;
+        Ok(Charge {
+            count: Arc::clone(&self.0),
+            uid,
+        })
+    }
+
+    /// Descriptors `uid` holds now.
+    pub fn held_by(&self, uid: u32) -> u64 {
+        self.0.held().by_uid.get(&uid).copied().unwrap_or(0)
+    }
+
+    /// Descriptors all callers hold now.
+    pub fn total(&self) -> u64 {
+        self.0.held().total
+    }
+}
+
+/// One descriptor held for a caller; released when dropped.
+pub struct Charge {
+    count: Arc<Shared>,
+    uid: u32,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut held = self.count.held();
+        held.total -= 1;
+        if let Some(n) = held.by_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                held.by_uid.remove(&self.uid);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Charge").field("uid", &self.uid).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_is_held_to_its_limit_and_gets_it_back_as_it_closes() {
+        let d = Descriptors::new(DescriptorLimits {
+            per_caller: 2,
+            callers: 10,
+        });
+        let a = d.charge(1000).unwrap();
+        let _b = d.charge(1000).unwrap();
+        assert_eq!(d.charge(1000).unwrap_err(), Exhausted::Caller { limit: 2 });
+        // Another caller is not affected, nor root.
+        let _c = d.charge(1001).unwrap();
+        let _r = (0..5).map(|_| d.charge(0).unwrap()).collect::<Vec<_>>();
+        drop(a);
+        assert_eq!(d.held_by(1000), 1);
+        let _a = d.charge(1000).unwrap();
+        assert_eq!(d.total(), 8);
+    }
+
+    #[test]
+    fn callers_together_leave_the_reserve_alone() {
+        let d = Descriptors::new(DescriptorLimits {
+            per_caller: 0,
+            callers: 3,
+        });
+        let held = (0..3).map(|uid| d.charge(uid).unwrap()).collect::<Vec<_>>();
+        assert_eq!(d.charge(0).unwrap_err(), Exhausted::Daemon { limit: 3 });
+        drop(held);
+        assert_eq!(d.total(), 0);
+        assert_eq!(d.held_by(1), 0);
+    }
+
+    #[test]
+    fn the_reserve_is_at_most_half_the_limit() {
+        assert_eq!(
+            DescriptorLimits::for_nofile(1 << 20, 5).callers,
+            (1 << 20) - RESERVE
+        );
+        assert_eq!(DescriptorLimits::for_nofile(1024, 5).callers, 512);
+    }
+}
