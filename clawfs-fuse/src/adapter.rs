@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use clawfs_core::attr::{Attr, FileKind};
 use clawfs_core::creds::Caller;
-use clawfs_core::fs::{Entry, Opened, RenameMode, SetAttr, SetTime};
+use clawfs_core::fs::{Entry, Opened, RenameMode, SetAttr, SetTime, ToolStep};
 use clawfs_core::generated_files::GeneratedInodes;
 use clawfs_core::open_files::OpenFile;
 use clawfs_core::{ClawFs, FsError};
@@ -524,7 +524,7 @@ impl Filesystem for Adapter {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -535,11 +535,18 @@ impl Filesystem for Adapter {
     ) {
         let _s = tracing::debug_span!("read", fh = fh.0, offset, size).entered();
         let _t = clawfs_metrics::Timed::start("read");
-        let r = self.fs.read(ino.0, fh.0, offset, size);
-        if let Ok(data) = &r {
-            clawfs_metrics::bytes("read", data.len());
-        }
-        Self::reply_data("read", r, reply);
+        let (ino, fh) = (ino.0, fh.0);
+        self.fs.serve_then(
+            &caller(req),
+            (ino, fh, ToolStep::Read),
+            move |fs| fs.read(ino, fh, offset, size),
+            |r| {
+                if let Ok(data) = &r {
+                    clawfs_metrics::bytes("read", data.len());
+                }
+                Self::reply_data("read", r, reply);
+            },
+        );
     }
 
     fn write(
@@ -579,12 +586,18 @@ impl Filesystem for Adapter {
         // Backing files are opened with FOPEN_NOFLUSH (nothing is buffered) but for passthrough
         // opens for reading and writing (see `passthrough_open_flags`); generated files get
         // here too, where closing a tool request runs it.
-        Self::reply_empty("flush", self.fs.flush(&caller(req), ino.0, fh.0), reply);
+        let (who, ino, fh) = (caller(req), ino.0, fh.0);
+        self.fs.serve_then(
+            &who,
+            (ino, fh, ToolStep::Flush),
+            move |fs| fs.flush(&who, ino, fh),
+            |r| Self::reply_empty("flush", r, reply),
+        );
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -595,7 +608,13 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
         let _t = clawfs_metrics::Timed::start("release");
         clawfs_metrics::released();
-        Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
+        let (ino, fh) = (ino.0, fh.0);
+        self.fs.serve_then(
+            &caller(req),
+            (ino, fh, ToolStep::Release),
+            move |fs| fs.release(ino, fh),
+            |r| Self::reply_empty("release", r, reply),
+        );
     }
 
     fn fsync(

@@ -93,6 +93,8 @@ pub mod rule {
     /// A caller holds as many open files and folders through the mount as it may, or callers
     /// together hold all the daemon keeps for them.
     pub const OPEN_FILES: &str = "OPEN-FILES";
+    /// A caller has as many tool calls waiting for their turn as it may.
+    pub const TOOL_CALLS: &str = "TOOL-CALLS";
 }
 
 // ---------------------------------------------------------------------------------------------

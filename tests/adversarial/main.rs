@@ -30,6 +30,7 @@ mod shared_store;
 mod snapshot_files;
 mod store_bypass;
 mod system_seal;
+mod tool_floods;
 mod tool_races;
 mod tool_rules;
 mod vault_leak;

@@ -221,6 +221,37 @@ impl Mounted {
             .expect("run clawfs run")
     }
 
+    /// CPU ticks the daemon's tool threads (where tool calls run) have used.
+    pub fn tool_thread_ticks(&self) -> u64 {
+        let tasks = format!("/proc/{}/task", self.daemon_pid());
+        std::fs::read_dir(tasks)
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .unwrap_or_default()
+                    .starts_with("clawfs-tool")
+            })
+            .map(|t| {
+                // utime and stime, fields 14 and 15; the name (field 2) has no spaces here.
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                let f: Vec<&str> = stat.split_whitespace().collect();
+                let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                tick(13) + tick(14)
+            })
+            .sum()
+    }
+
+    /// Waits until the tool threads have used 10 ticks of CPU more than `before` (from
+    /// [`Self::tool_thread_ticks`]): a call is running.
+    pub fn wait_for_busy_tool_threads(&self, before: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while self.tool_thread_ticks() < before + 10 {
+            assert!(std::time::Instant::now() < deadline, "no tool call started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The daemon's pid.
     pub fn daemon_pid(&self) -> i32 {
         let info = std::fs::read_to_string(self.store.join(".clawfs/daemon.json")).unwrap();

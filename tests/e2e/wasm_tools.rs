@@ -537,32 +537,39 @@ fn an_agent_cannot_lead_a_tool_out_of_its_folders() {
     let r = call_as_agent(&m, "fs-engine", "reader", "ff");
     assert_eq!(r["ok"], false, "{r}");
 
-    // One call at a time per caller: while its spin runs, the same agent is told to wait. The
-    // second calls are made from the same run, every 50 ms for as long as the first runs, so
-    // that however late the first starts on a loaded machine, they meet it running.
+    // One call at a time per caller: a second call of the same agent, made while its spin
+    // runs, waits for its turn and is answered after the spin ends (not beside it, not
+    // refused). "While it runs" is seen from the daemon: a tool thread burning CPU.
     let mnt = m.mnt.display().to_string();
-    let out = m.run_agent(
-        "fs-engine",
-        &format!(
-            r#"exec 3<>{mnt}/tools/call/spin && printf x >&3 || exit 9
-               (cat <&3; echo; echo FIRST-DONE) & first=$!
-               exec 3>&-
-               i=0
-               while kill -0 $first 2>/dev/null && [ $i -lt 2400 ]; do
-                 r=$(exec 4<>{mnt}/tools/call/reader && printf '%s' nothing >&4 && cat <&4)
-                 case "$r" in *"one at a time"*) echo SECOND-REFUSED; break;; esac
-                 i=$((i+1)); sleep 0.05
-               done
-               wait $first"#
-        ),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("SECOND-REFUSED"),
-        "a second call of the same caller ran beside its first: {text}"
-    );
+    let before = m.tool_thread_ticks();
+    let first = m
+        .run_command("fs-engine")
+        .args([
+            "--no-sandbox",
+            "--",
+            "sh",
+            "-c",
+            &format!("exec 3<>{mnt}/tools/call/spin && printf x >&3 && cat <&3"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    m.wait_for_busy_tool_threads(before);
+    let second = call_as_agent(&m, "fs-engine", "reader", "nothing");
+    assert!(!second.to_string().contains("one at a time"), "{second}");
+    let first = first.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&first.stdout);
     assert!(text.contains("limit of 4 s"), "{text}");
-    assert!(text.contains("FIRST-DONE"), "{text}");
+    let trail = audit_until(&m, |a| {
+        a.iter().any(|r| r["operation"] == "tool:reader")
+            && a.iter().any(|r| r["operation"] == "tool:spin")
+    });
+    let at = |op: &str| trail.iter().rposition(|r| r["operation"] == op).unwrap();
+    assert!(
+        at("tool:spin") < at("tool:reader"),
+        "the second call ended before the first: it ran beside it"
+    );
 }
 
 /// A caller keeping many call files open with large requests is held to a total, and gets it

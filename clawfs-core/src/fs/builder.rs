@@ -167,7 +167,7 @@ impl ClawFsBuilder {
 
     /// How many published WebAssembly tool calls may run at once (default 1; 0: none). A call's file
     /// operations come back through the mount, so give the mount's FUSE threads but one: a
-    /// thread must stay free to serve them.
+    /// thread must stay free to serve them. As many threads (at least one) run tool calls.
     pub fn tool_slots(mut self, n: usize) -> Self {
         self.tool_slots = n;
         self

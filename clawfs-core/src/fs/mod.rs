@@ -59,6 +59,7 @@ pub use builder::{
     invalidation_channel, ActivityLink, ClawFsBuilder, InvalidationQueue, Invalidations,
 };
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
+pub use generated::ToolStep;
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
     identity_file_agent, validate as validate_identity, InvalidIdentity, MAX_IDENTITY_BYTES,
@@ -239,6 +240,8 @@ pub struct ClawFs {
     paths: PathCache,
     /// The published WebAssembly tools' runtime and call slots.
     wasm: generated::WasmTools,
+    /// Where requests that run a tool call are served, off the FUSE workers.
+    tool_threads: generated::ToolThreads,
     /// The names of folders where lookups keep missing, to answer misses without asking the
     /// store (leaf lock).
     listings: listings::Listings,
@@ -423,6 +426,7 @@ impl ClawFs {
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
             wasm: generated::WasmTools::with_slots(tool_slots),
+            tool_threads: generated::ToolThreads::start(tool_slots.max(1))?,
             listings,
             atime,
             backup_sweeps: Default::default(),

@@ -7,6 +7,10 @@ pub(super) use index_view::VIEWS_DIR;
 mod search_dir;
 mod serve;
 mod tool_calls;
+mod tool_requests;
+pub use tool_requests::ToolStep;
+mod tool_threads;
+pub(crate) use tool_threads::ToolThreads;
 mod wasm_calls;
 pub(crate) use wasm_calls::WasmTools;
 

@@ -1,0 +1,163 @@
+//! An agent floods the mount with slow tool calls (regular-expression searches over 40,000
+//! files, several at once), to hold up everyone else: root's `stat` and listing, and another
+//! agent's tool call, are answered while its calls still run; its calls take turns, one at a
+//! time. And when it is killed, its calls still waiting are dropped, not run, and the trail
+//! says so.
+
+use std::fs;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::Mounted;
+use crate::support::{audit_until, text};
+
+const CALLS: usize = 6;
+
+/// 40,000 small files under `workspaces/default/big`, written to the store directly.
+fn big_workspace(m: &Mounted) {
+    let big = m.backing("workspaces/default/big");
+    let line = "lorem ipsum dolor sit amet consectetur adipiscing elit ".repeat(8) + "\n";
+    for d in 0..200 {
+        let dir = big.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..200 {
+            fs::write(dir.join(format!("f{f}.txt")), &line).unwrap();
+        }
+    }
+}
+
+/// fs-engine starts [`CALLS`] slow searches at once, each in its own process (whose pid goes
+/// to `agents/fs-engine/pids`), which writes the answer to `out<i>` in its folder.
+fn flood(m: &Mounted) -> Child {
+    let mnt = m.mnt.display();
+    let script = format!(
+        r#"cd {mnt}/agents/fs-engine || exit 9
+           printf '%s' '{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}' > req.json
+           for i in $(seq 1 {CALLS}); do
+             sh -c 'exec 3<>{mnt}/tools/call/search_files && cat req.json >&3 && exec cat <&3 >out'$i &
+             echo $! >> pids
+           done
+           wait"#
+    );
+    m.run_command("fs-engine")
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// How many of the flood's calls have been answered.
+fn answered(m: &Mounted) -> usize {
+    (1..=CALLS)
+        .filter(|i| {
+            fs::metadata(m.backing(&format!("agents/fs-engine/out{i}")))
+                .is_ok_and(|md| md.len() > 0)
+        })
+        .count()
+}
+
+#[test]
+fn slow_tool_calls_of_one_agent_hold_up_no_one_else() {
+    let m = Mounted::new();
+    big_workspace(&m);
+    let before = m.tool_thread_ticks();
+    let flood = flood(&m);
+    m.wait_for_busy_tool_threads(before);
+
+    // Root is answered while fs-engine's first call still runs: before any call of the flood
+    // is (each takes seconds; four at once used to hold every FUSE worker).
+    fs::metadata(m.mnt.join("workspaces/default/big/d7/f7.txt")).unwrap();
+    assert!(fs::read_dir(m.mnt.join("agents")).unwrap().count() > 0);
+    assert_eq!(
+        answered(&m),
+        0,
+        "root's stat waited for the flood's calls to be answered"
+    );
+    // Another agent's call is served beside the flood, not after it.
+    let other = m.run_agent_as(
+        "observability",
+        &[],
+        &format!(
+            r#"exec 3<>{}/tools/call/list_files && printf '{{"path":"big"}}' >&3 && cat <&3"#,
+            m.mnt.display()
+        ),
+    );
+    assert!(text(&other).contains("\"ok\":true"), "{}", text(&other));
+    assert!(
+        answered(&m) < CALLS,
+        "another agent's call waited for all of the flood's calls"
+    );
+
+    let out = flood.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(answered(&m), CALLS, "{}", text(&out));
+    // One at a time, in turn: every call ran, none was refused.
+    let trail = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| r["operation"] == "tool:search_files")
+            .count()
+            == CALLS
+    });
+    assert!(
+        !trail.iter().any(|r| r["operation"] == "tool"),
+        "a call was refused or dropped"
+    );
+}
+
+#[test]
+fn calls_still_waiting_when_their_agent_is_killed_are_dropped_and_audited() {
+    let m = Mounted::new();
+    big_workspace(&m);
+    let before = m.tool_thread_ticks();
+    let mut flood = flood(&m);
+    m.wait_for_busy_tool_threads(before);
+    // Every caller has sent its request (pids written) and a call runs; then all are killed.
+    let pids_file = m.backing("agents/fs-engine/pids");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pids = loop {
+        let pids: Vec<i32> = fs::read_to_string(&pids_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let waiting = pids
+            .iter()
+            .filter(|p| {
+                fs::read_to_string(format!("/proc/{p}/wchan"))
+                    .is_ok_and(|w| w.contains("request_wait_answer") || w.contains("fuse"))
+            })
+            .count();
+        if pids.len() == CALLS && waiting >= CALLS - 1 {
+            break pids;
+        }
+        assert!(Instant::now() < deadline, "the calls were never all sent");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for p in &pids {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    let _ = flood.kill();
+    let _ = flood.wait();
+
+    let dropped = |a: &[serde_json::Value]| {
+        a.iter()
+            .filter(|r| r["operation"] == "tool" && r["errno"] == libc::EINTR)
+            .count()
+    };
+    let trail = audit_until(&m, |a| dropped(a) >= CALLS - 2);
+    let ran = trail
+        .iter()
+        .filter(|r| r["operation"] == "tool:search_files")
+        .count();
+    assert!(
+        dropped(&trail) >= CALLS - 2 && ran <= 2,
+        "{ran} calls of the killed agent ran, {} were dropped",
+        dropped(&trail)
+    );
+    assert!(trail
+        .iter()
+        .any(|r| r["operation"] == "tool"
+            && r["reason"].as_str().is_some_and(|s| s.contains("killed"))));
+}
