@@ -89,6 +89,73 @@ pub fn child_of_workspace(ws: &str, name: &OsStr) -> Option<GeneratedNode> {
 
 /// The largest number of responses kept per caller; the oldest go first.
 pub const MAX_RESPONSES_PER_CALLER: usize = 256;
+/// Bytes of kept responses per caller; past it the oldest go first (the newest is always
+/// kept). One answer can be large (`read_media_file`: about 12 MB), and they are held in the
+/// daemon's memory, outside every agent's cgroup.
+pub const MAX_RESPONSE_BYTES_PER_CALLER: usize = 64 << 20;
+/// Bytes of answers one uid may hold in its open `tools/call/<tool>` files; an answer past it
+/// is withheld (the caller reads an error instead) until some are closed.
+pub const MAX_ANSWER_BYTES_PER_CALLER: usize = 64 << 20;
+
+/// The bytes of an answer held in an open call file, counted against its opener's
+/// [`MAX_ANSWER_BYTES_PER_CALLER`] until dropped (with the handle, or a new request on it).
+pub struct AnswerCharge {
+    held: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    uid: u32,
+    bytes: usize,
+}
+
+impl AnswerCharge {
+    /// Charges `bytes` to `uid` in `held`, unless that would pass
+    /// [`MAX_ANSWER_BYTES_PER_CALLER`]: then `Err` with what `uid` holds already.
+    pub fn take(
+        held: &std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+        uid: u32,
+        bytes: usize,
+    ) -> Result<AnswerCharge, usize> {
+        let mut map = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = map.entry(uid).or_default();
+        if *mine + bytes > MAX_ANSWER_BYTES_PER_CALLER {
+            let holding = *mine;
+            if holding == 0 {
+                map.remove(&uid);
+            }
+            return Err(holding);
+        }
+        *mine += bytes;
+        Ok(AnswerCharge {
+            held: std::sync::Arc::clone(held),
+            uid,
+            bytes,
+        })
+    }
+}
+
+impl Drop for AnswerCharge {
+    fn drop(&mut self) {
+        let mut map = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.uid) {
+            *n = n.saturating_sub(self.bytes);
+            if *n == 0 {
+                map.remove(&self.uid);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for AnswerCharge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerCharge")
+            .field("uid", &self.uid)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
 
 /// The id of a request or response file name: `<id>.json`, id of `[A-Za-z0-9._-]`, 1–128 bytes.
 pub fn request_id(name: &OsStr) -> Option<&str> {
@@ -312,6 +379,8 @@ pub struct Exchange {
     pub oversized: bool,
     /// The call is running (on a copy of the request, without this exchange's lock held).
     pub running: bool,
+    /// What the response of a call counts against its opener's answers, while held.
+    pub answer: Option<AnswerCharge>,
 }
 
 impl Exchange {

@@ -161,3 +161,70 @@ fn calls_still_waiting_when_their_agent_is_killed_are_dropped_and_audited() {
         .any(|r| r["operation"] == "tool"
             && r["reason"].as_str().is_some_and(|s| s.contains("killed"))));
 }
+
+/// Each agent keeps open call files holding large answers (`read_media_file` of an 8 MiB
+/// file: about 11 MB each, in the daemon's memory): past 64 MiB held, the next answer is
+/// withheld with an error the agent can read, audited; closing them gives the room back. Kept
+/// responses of the two-file interface are held to 64 MiB per caller too.
+#[test]
+fn large_answers_held_in_open_call_files_are_bounded() {
+    let m = Mounted::new();
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.resize((8 << 20) - 1, 0);
+    fs::write(m.ws().join("big.png"), &png).unwrap();
+    let call = format!("{}/tools/call/read_media_file", m.mnt.display());
+    let script = format!(
+        r#"
+import os
+held, said = [], []
+def call():
+    fd = os.open("{call}", os.O_RDWR)
+    os.write(fd, b'{{"path":"big.png"}}')
+    out = b""
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        out += chunk
+    held.append(fd)
+    return b'"ok":true' in out, out
+for i in range(8):
+    ok, out = call()
+    said.append("ok" if ok else ("withheld" if b"withheld" in out else out[:200].decode()))
+print("held:", " ".join(said))
+for fd in held:
+    os.close(fd)
+held.clear()
+print("after closing:", "ok" if call()[0] else "refused")
+"#
+    );
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let out = text(&out);
+    let said = out
+        .lines()
+        .find_map(|l| l.strip_prefix("held: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let answers: Vec<&str> = said.split(' ').collect();
+    let ok = answers.iter().filter(|a| **a == "ok").count();
+    assert!(
+        (4..=6).contains(&ok),
+        "{ok} large answers held at once: {out}"
+    );
+    assert!(
+        answers[ok..].iter().all(|a| *a == "withheld"),
+        "answers past the limit: {out}"
+    );
+    assert!(out.contains("after closing: ok"), "{out}");
+    let trail = audit_until(&m, |a| {
+        a.iter()
+            .any(|r| r["operation"] == "tool:read_media_file" && r["errno"] == libc::ENOMEM)
+    });
+    assert!(trail
+        .iter()
+        .any(|r| r["reason"].as_str().is_some_and(|s| s.contains("withheld"))));
+}

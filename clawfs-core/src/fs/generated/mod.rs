@@ -23,6 +23,7 @@ use crate::attr::Attr;
 use crate::error::{FsError, FsResult};
 use crate::generated_files::{
     GeneratedHandle, GeneratedInodes, GeneratedNode, MAX_RESPONSES_PER_CALLER,
+    MAX_RESPONSE_BYTES_PER_CALLER,
 };
 use crate::open_files::HandleTable;
 
@@ -74,6 +75,9 @@ pub(super) struct Generated {
     responses: Mutex<ResponsesByOwner>,
     /// Request bytes held in open call files, per opener uid (see [`BUFFERED_PER_CALLER`]).
     pub(super) buffered: Mutex<HashMap<u32, usize>>,
+    /// Answer bytes held in open call files, per opener uid
+    /// ([`crate::generated_files::MAX_ANSWER_BYTES_PER_CALLER`]).
+    pub(super) answers: std::sync::Arc<Mutex<HashMap<u32, usize>>>,
     /// When the daemon started: the times of generated nodes.
     started: SystemTime,
 }
@@ -85,6 +89,7 @@ impl Generated {
             handles: HandleTable::default(),
             responses: Mutex::default(),
             buffered: Mutex::default(),
+            answers: Default::default(),
             started: SystemTime::now(),
         }
     }
@@ -150,12 +155,16 @@ impl Generated {
             uid: asker.uid,
             gid: asker.gid,
         });
-        while mine.len() > MAX_RESPONSES_PER_CALLER {
+        let mut bytes: usize = mine.iter().map(|k| k.response.len()).sum();
+        while mine.len() > MAX_RESPONSES_PER_CALLER
+            || (bytes > MAX_RESPONSE_BYTES_PER_CALLER && mine.len() > 1)
+        {
             if let Some(old) = mine.pop_front() {
+                bytes -= old.response.len();
                 tracing::info!(
                     uid = asker.uid,
                     dropped = old.id,
-                    "{MAX_RESPONSES_PER_CALLER} tool responses kept: the oldest is forgotten"
+                    "{MAX_RESPONSES_PER_CALLER} tool responses or {MAX_RESPONSE_BYTES_PER_CALLER} bytes of them kept: the oldest is forgotten"
                 );
             }
         }
@@ -205,5 +214,34 @@ impl Generated {
             rdev: 0,
             blksize: 4096,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_responses_are_held_to_a_byte_budget_keeping_the_newest() {
+        let g = Generated::new();
+        let asker = crate::creds::Caller {
+            uid: 1000,
+            gid: 1000,
+            pid: 1,
+        };
+        let eleven_mb = vec![b'x'; 11 << 20];
+        for i in 0..8 {
+            g.keep_response(
+                "uid:1000".into(),
+                format!("r{i}"),
+                eleven_mb.clone(),
+                &asker,
+            );
+        }
+        let ids = g.response_ids("uid:1000");
+        assert_eq!(ids, ["r3", "r4", "r5", "r6", "r7"]);
+        // One answer larger than the budget is still kept, alone.
+        g.keep_response("uid:1000".into(), "huge".into(), vec![0; 70 << 20], &asker);
+        assert_eq!(g.response_ids("uid:1000"), ["huge"]);
     }
 }

@@ -282,12 +282,50 @@ impl ClawFs {
                 state.running = true;
                 drop(state);
                 let response = self.run_tool(&handle.opener, Some(tool), &call);
+                let (response, answer) = self.hold_answer(&handle.opener, tool, response);
                 state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
                 state.running = false;
                 state.response = Some(response);
+                state.answer = answer;
             }
         }
         Ok(state.read(offset, size as usize).to_vec())
+    }
+
+    /// `response`, counted against what its opener holds in open call files; past
+    /// [`crate::generated_files::MAX_ANSWER_BYTES_PER_CALLER`] an error to read instead
+    /// (audited: the call ran, its answer is withheld).
+    fn hold_answer(
+        &self,
+        (who, creds): &(Identity, crate::creds::Credentials),
+        tool: &str,
+        response: Vec<u8>,
+    ) -> (Vec<u8>, Option<crate::generated_files::AnswerCharge>) {
+        use crate::generated_files::{AnswerCharge, MAX_ANSWER_BYTES_PER_CALLER};
+        let caller = &creds.caller;
+        let holding = match AnswerCharge::take(&self.generated.answers, caller.uid, response.len())
+        {
+            Ok(charge) => return (response, Some(charge)),
+            Err(holding) => holding,
+        };
+        let message = format!(
+            "the answer ({} bytes) is withheld: you hold {holding} bytes of answers in open tools/call files, and at most {MAX_ANSWER_BYTES_PER_CALLER} are kept; close some and call again",
+            response.len()
+        );
+        self.record(
+            clawfs_audit::AuditEvent::new(
+                crate::fs::audit_name(who),
+                caller.pid,
+                format!("tool:{tool}"),
+                "/tools".to_string(),
+            )
+            .failed(libc::ENOMEM)
+            .reason(message.clone()),
+        );
+        let error = clawfs_agent_tools::ToolError::TooLarge(message);
+        let mut out = clawfs_agent_tools::render(Err(error));
+        out.push(b'\n');
+        (out, None)
     }
 
     /// Registers `caller`'s open of the generated file `node` (served from `content` when
