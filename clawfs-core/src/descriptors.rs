@@ -4,17 +4,23 @@
 //! could no longer read its emergency stop flag, save its state or rotate its audit trail.
 //!
 //! So each open charges its caller's uid (agents have uids of their own): one uid may hold at
-//! most [`DescriptorLimits::per_caller`] (root is not limited), and all callers together at
-//! most [`DescriptorLimits::callers`], which leaves a reserve for the daemon's own files. A
-//! [`Charge`] is released when the open it pays for is dropped, whatever path that takes.
+//! most [`DescriptorLimits::per_caller`] (root is not limited), callers other than root
+//! together at most [`DescriptorLimits::others`], which leaves root a share no one else can
+//! take, and all callers at most [`DescriptorLimits::callers`], which leaves a reserve for the
+//! daemon's own files. A [`Charge`] is released when the open it pays for is dropped,
+//! whatever path that takes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Descriptors kept back for the daemon's own files (store, audit trail, indexes, caches,
-/// tool calls), at most half of its limit.
+/// tool calls), at most a quarter of its limit.
 pub const RESERVE: u64 = 8192;
-/// Opens one uid may hold through the mount by default (`clawfs mount --max-open-per-caller`).
+/// Descriptors kept for root beyond what other callers may hold, at most an eighth of the
+/// limit: agents at their limits do not lock the admin out.
+pub const ROOT_SHARE: u64 = 8192;
+/// Opens one uid may hold through the mount by default (`clawfs mount --max-open-per-caller`),
+/// at most a quarter of what callers other than root may hold together.
 pub const DEFAULT_PER_CALLER: u64 = 8192;
 /// What the daemon raises its own `RLIMIT_NOFILE` to when it may (2^20, the kernel's default
 /// `fs.nr_open`): descriptor tables grow only as they are used.
@@ -25,23 +31,28 @@ const WANTED_NOFILE: u64 = 1 << 20;
 pub struct DescriptorLimits {
     /// Held by one uid other than root; 0: no limit per caller.
     pub per_caller: u64,
+    /// Held by callers other than root together.
+    pub others: u64,
     /// Held by all callers together.
     pub callers: u64,
 }
 
 impl DescriptorLimits {
-    /// The limits for a daemon whose `RLIMIT_NOFILE` is `nofile`: all of it but the reserve
-    /// for callers together, `per_caller` for each.
-    pub fn for_nofile(nofile: u64, per_caller: u64) -> Self {
-        let reserve = RESERVE.min(nofile / 2);
+    /// The limits for a daemon whose `RLIMIT_NOFILE` is `nofile`: all of it but the daemon's
+    /// reserve for callers, less root's share for callers other than root, and `per_caller`
+    /// for each (default: [`DEFAULT_PER_CALLER`], at most a quarter of theirs).
+    pub fn for_nofile(nofile: u64, per_caller: Option<u64>) -> Self {
+        let callers = nofile - RESERVE.min(nofile / 4);
+        let others = callers - ROOT_SHARE.min(nofile / 8);
         Self {
-            per_caller,
-            callers: nofile - reserve,
+            per_caller: per_caller.unwrap_or(DEFAULT_PER_CALLER.min(others / 4)),
+            others,
+            callers,
         }
     }
 
     /// The limits for this process, by its `RLIMIT_NOFILE` now.
-    pub fn for_this_process(per_caller: u64) -> Self {
+    pub fn for_this_process(per_caller: Option<u64>) -> Self {
         let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
             .unwrap_or(WANTED_NOFILE);
@@ -49,8 +60,8 @@ impl DescriptorLimits {
     }
 }
 
-/// Raises this process's `RLIMIT_NOFILE` as far as it may (to 2^20 as root, else to its hard
-/// limit) and returns the soft limit now in force.
+/// Raises this process's `RLIMIT_NOFILE` as far as it may (to 2^20 with `CAP_SYS_RESOURCE`,
+/// else to its hard limit) and returns the soft limit now in force.
 pub fn raise_nofile() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let now = getrlimit(Resource::Nofile);
@@ -64,8 +75,12 @@ pub fn raise_nofile() -> u64 {
         current: Some(wanted),
         maximum: Some(wanted),
     };
-    if setrlimit(Resource::Nofile, raised).is_err() {
-        // Not privileged: as far as the hard limit allows.
+    if let Err(e) = setrlimit(Resource::Nofile, raised) {
+        tracing::warn!(
+            wanted,
+            hard,
+            "cannot raise the open-file limit ({e}: no CAP_SYS_RESOURCE?): callers share what the hard limit allows"
+        );
         let _ = setrlimit(
             Resource::Nofile,
             Rlimit {
@@ -85,7 +100,7 @@ pub enum Exhausted {
         /// The limit it holds.
         limit: u64,
     },
-    /// All callers together hold theirs (ENFILE): the rest is the daemon's.
+    /// Callers together hold theirs (ENFILE): the rest is the daemon's, or root's.
     Daemon {
         /// The limit they hold.
         limit: u64,
@@ -96,6 +111,8 @@ pub enum Exhausted {
 struct Held {
     by_uid: HashMap<u32, u64>,
     total: u64,
+    /// Held by root.
+    root: u64,
 }
 
 struct Shared {
@@ -137,6 +154,11 @@ impl Descriptors {
                 limit: limits.callers,
             });
         }
+        if uid != 0 && held.total - held.root >= limits.others {
+            return Err(Exhausted::Daemon {
+                limit: limits.others,
+            });
+        }
         let mine = held.by_uid.entry(uid).or_default();
         if uid != 0 && limits.per_caller != 0 && *mine >= limits.per_caller {
             return Err(Exhausted::Caller {
@@ -145,6 +167,9 @@ impl Descriptors {
         }
         *mine += 1;
         held.total += 1;
+        if uid == 0 {
+            held.root += 1;
+        }
         Ok(Charge {
             count: Arc::clone(&self.0),
             uid,
@@ -172,6 +197,9 @@ impl Drop for Charge {
     fn drop(&mut self) {
         let mut held = self.count.held();
         held.total -= 1;
+        if self.uid == 0 {
+            held.root -= 1;
+        }
         if let Some(n) = held.by_uid.get_mut(&self.uid) {
             *n -= 1;
             if *n == 0 {
@@ -195,6 +223,7 @@ mod tests {
     fn a_caller_is_held_to_its_limit_and_gets_it_back_as_it_closes() {
         let d = Descriptors::new(DescriptorLimits {
             per_caller: 2,
+            others: 10,
             callers: 10,
         });
         let a = d.charge(1000).unwrap();
@@ -210,24 +239,35 @@ mod tests {
     }
 
     #[test]
-    fn callers_together_leave_the_reserve_alone() {
+    fn callers_together_leave_the_reserve_and_roots_share_alone() {
         let d = Descriptors::new(DescriptorLimits {
             per_caller: 0,
-            callers: 3,
+            others: 3,
+            callers: 5,
         });
-        let held = (0..3).map(|uid| d.charge(uid).unwrap()).collect::<Vec<_>>();
-        assert_eq!(d.charge(0).unwrap_err(), Exhausted::Daemon { limit: 3 });
+        let held = (1..=3)
+            .map(|uid| d.charge(uid).unwrap())
+            .collect::<Vec<_>>();
+        assert_eq!(d.charge(4).unwrap_err(), Exhausted::Daemon { limit: 3 });
+        // Root still opens, up to the daemon's reserve.
+        let root = (0..2).map(|_| d.charge(0).unwrap()).collect::<Vec<_>>();
+        assert_eq!(d.charge(0).unwrap_err(), Exhausted::Daemon { limit: 5 });
         drop(held);
+        drop(root);
         assert_eq!(d.total(), 0);
         assert_eq!(d.held_by(1), 0);
     }
 
     #[test]
-    fn the_reserve_is_at_most_half_the_limit() {
-        assert_eq!(
-            DescriptorLimits::for_nofile(1 << 20, 5).callers,
-            (1 << 20) - RESERVE
-        );
-        assert_eq!(DescriptorLimits::for_nofile(1024, 5).callers, 512);
+    fn limits_follow_the_daemons_own() {
+        let big = DescriptorLimits::for_nofile(1 << 20, None);
+        assert_eq!(big.callers, (1 << 20) - RESERVE);
+        assert_eq!(big.others, (1 << 20) - RESERVE - ROOT_SHARE);
+        assert_eq!(big.per_caller, DEFAULT_PER_CALLER);
+        // A host where the daemon may not raise its limit: one agent takes a quarter.
+        let small = DescriptorLimits::for_nofile(20_000, None);
+        assert_eq!((small.callers, small.others), (15_000, 12_500));
+        assert_eq!(small.per_caller, 3_125);
+        assert_eq!(DescriptorLimits::for_nofile(20_000, Some(9)).per_caller, 9);
     }
 }

@@ -361,6 +361,9 @@ pub struct GeneratedHandle {
     pub state: Mutex<Exchange>,
     /// A file served as it is, read at the caller's offsets (the index view).
     pub content: Option<std::fs::File>,
+    /// This open, counted against the opener's open files until released (see
+    /// [`crate::descriptors`]): each holds daemon memory, and the index view a descriptor.
+    pub charge: crate::descriptors::Charge,
 }
 
 /// The request/response exchange of one open generated file.

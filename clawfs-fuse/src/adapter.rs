@@ -448,6 +448,24 @@ impl Filesystem for Adapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0, flags = flags.0).entered();
         let _t = clawfs_metrics::Timed::start("open");
+        if GeneratedInodes::is_generated(ino.0) {
+            // Generated content: every read and write reaches the daemon. Some opens take long
+            // (a copy of an index), and are served on the tool threads.
+            let (who, ino, flags) = (caller(req), ino.0, flags.0);
+            return self.fs.serve_then(
+                &who,
+                (ino, 0, ToolStep::Open),
+                move |fs| fs.open(&who, ino, flags),
+                |r| match r {
+                    Ok(Opened::Generated(fh)) => {
+                        clawfs_metrics::opened("daemon");
+                        reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+                    }
+                    Ok(Opened::Backing(..)) => reply.error(Errno::from_i32(libc::EIO)),
+                    Err(e) => reply.error(fail("open", e)),
+                },
+            );
+        }
         match self.fs.open(&caller(req), ino.0, flags.0) {
             // A staged identity write: served by the daemon, committed at close (FLUSH).
             Ok(Opened::Backing(fh, file)) if file.staged.is_some() => {
@@ -464,11 +482,7 @@ impl Filesystem for Adapter {
                     reply.opened(FileHandle(fh), flags)
                 }
             },
-            // Generated content: every read and write reaches the daemon.
-            Ok(Opened::Generated(fh)) => {
-                clawfs_metrics::opened("daemon");
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
-            }
+            Ok(Opened::Generated(_)) => reply.error(Errno::from_i32(libc::EIO)),
             Err(e) => reply.error(fail("open", e)),
         }
     }
@@ -597,7 +611,7 @@ impl Filesystem for Adapter {
 
     fn release(
         &self,
-        req: &Request,
+        _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -608,13 +622,7 @@ impl Filesystem for Adapter {
         let _s = tracing::debug_span!("release", fh = fh.0).entered();
         let _t = clawfs_metrics::Timed::start("release");
         clawfs_metrics::released();
-        let (ino, fh) = (ino.0, fh.0);
-        self.fs.serve_then(
-            &caller(req),
-            (ino, fh, ToolStep::Release),
-            move |fs| fs.release(ino, fh),
-            |r| Self::reply_empty("release", r, reply),
-        );
+        Self::reply_empty("release", self.fs.release(ino.0, fh.0), reply);
     }
 
     fn fsync(

@@ -35,6 +35,7 @@ def attempt(what, f):
         print(what, "refused", e.errno)
 attempt("file", lambda: os.open("dir0/../identity.json", os.O_RDONLY))
 attempt("create", lambda: os.open("created-past-the-limit", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+attempt("tool", lambda: os.open(sys.argv[2] + "/tools/call/list_allowed", os.O_RDWR))
 print("held", len(held), "errno", errno, flush=True)
 os.mkdir("holding")
 deadline = time.time() + 120
@@ -54,6 +55,7 @@ fn an_agent_hoarding_descriptors_is_held_to_its_limit_and_starves_no_one() {
         .run_command("fs-engine")
         .args(["--", "python3", "-c", HOARD])
         .arg(&own)
+        .arg(&m.mnt)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -97,6 +99,11 @@ fn an_agent_hoarding_descriptors_is_held_to_its_limit_and_starves_no_one() {
     );
     assert!(
         out.contains(&format!("create refused {}", libc::EMFILE)),
+        "{out}"
+    );
+    // Generated files count too: each open holds daemon memory.
+    assert!(
+        out.contains(&format!("tool refused {}", libc::EMFILE)),
         "{out}"
     );
     assert!(

@@ -1,8 +1,8 @@
-//! An agent floods the mount with slow tool calls (regular-expression searches over 40,000
-//! files, several at once), to hold up everyone else: root's `stat` and listing, and another
-//! agent's tool call, are answered while its calls still run; its calls take turns, one at a
-//! time. And when it is killed, its calls still waiting are dropped, not run, and the trail
-//! says so.
+//! An agent floods the mount with slow tool calls (regular-expression searches over an 8 MiB
+//! file under many hard links, several at once), to hold up everyone else: root's `stat` and
+//! listing, and another agent's tool call, are answered while its calls still run; its calls
+//! take turns, one at a time. And when it is killed, its calls still waiting are dropped, not
+//! run, and the trail says so.
 
 use std::fs;
 use std::process::{Child, Stdio};
@@ -11,18 +11,19 @@ use std::time::{Duration, Instant};
 use crate::common::Mounted;
 use crate::support::{audit_until, text};
 
-const CALLS: usize = 6;
+const CALLS: usize = 4;
 
-/// 40,000 small files under `workspaces/default/big`, written to the store directly.
+/// `workspaces/default/big`: an 8 MiB text file and 30 hard links to it, written to the store
+/// directly. A search reads each link whole: seconds per call, whatever the machine.
 fn big_workspace(m: &Mounted) {
     let big = m.backing("workspaces/default/big");
-    let line = "lorem ipsum dolor sit amet consectetur adipiscing elit ".repeat(8) + "\n";
-    for d in 0..200 {
-        let dir = big.join(format!("d{d}"));
-        fs::create_dir_all(&dir).unwrap();
-        for f in 0..200 {
-            fs::write(dir.join(format!("f{f}.txt")), &line).unwrap();
-        }
+    fs::create_dir_all(&big).unwrap();
+    let line = "fizz buzz jazz lorem ipsum dolor sit amet ".repeat(12) + "\n";
+    let mut text = line.repeat((8 << 20) / line.len());
+    text.truncate((8 << 20) - 1);
+    fs::write(big.join("base.txt"), text).unwrap();
+    for i in 0..30 {
+        fs::hard_link(big.join("base.txt"), big.join(format!("l{i}.txt"))).unwrap();
     }
 }
 
@@ -67,7 +68,7 @@ fn slow_tool_calls_of_one_agent_hold_up_no_one_else() {
 
     // Root is answered while fs-engine's first call still runs: before any call of the flood
     // is (each takes seconds; four at once used to hold every FUSE worker).
-    fs::metadata(m.mnt.join("workspaces/default/big/d7/f7.txt")).unwrap();
+    fs::metadata(m.mnt.join("workspaces/default/big/l7.txt")).unwrap();
     assert!(fs::read_dir(m.mnt.join("agents")).unwrap().count() > 0);
     assert_eq!(
         answered(&m),
@@ -89,20 +90,28 @@ fn slow_tool_calls_of_one_agent_hold_up_no_one_else() {
         "another agent's call waited for all of the flood's calls"
     );
 
-    let out = flood.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(answered(&m), CALLS, "{}", text(&out));
-    // One at a time, in turn: every call ran, none was refused.
+    // Its calls take turns: none was refused.
+    stop(&m, flood);
     let trail = audit_until(&m, |a| {
-        a.iter()
-            .filter(|r| r["operation"] == "tool:search_files")
-            .count()
-            == CALLS
+        a.iter().any(|r| r["operation"] == "tool:search_files")
     });
     assert!(
-        !trail.iter().any(|r| r["operation"] == "tool"),
-        "a call was refused or dropped"
+        !trail
+            .iter()
+            .any(|r| r["operation"] == "tool" && r["errno"] == libc::EAGAIN),
+        "a call was refused"
     );
+}
+
+/// Kills the flood's callers (their waiting calls are dropped) and its runner.
+fn stop(m: &Mounted, mut flood: Child) {
+    let pids = fs::read_to_string(m.backing("agents/fs-engine/pids")).unwrap_or_default();
+    for p in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    let _ = flood.kill();
+    let _ = flood.wait();
 }
 
 #[test]

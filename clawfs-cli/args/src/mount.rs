@@ -31,10 +31,11 @@ pub struct MountArgs {
     /// Open files and folders one caller (a uid other than root) may hold through the mount at
     /// once; past it, opens fail with EMFILE (audited, rule OPEN-FILES). Each holds one of the
     /// daemon's descriptors, so no caller can take them from the others or from the daemon,
-    /// which also keeps a reserve for its own files (ENFILE when callers together hold the
-    /// rest). 0: no limit per caller.
-    #[arg(long, value_name = "N", default_value_t = 8192)]
-    pub max_open_per_caller: u64,
+    /// which also keeps a reserve for its own files and a share for root (ENFILE when callers
+    /// together hold the rest). 0: no limit per caller [default: 8192, at most a quarter of
+    /// what callers other than root may hold together].
+    #[arg(long, value_name = "N")]
+    pub max_open_per_caller: Option<u64>,
     /// Do not record the audit trail (for measuring its cost; policy decisions still apply).
     #[arg(long)]
     pub no_audit: bool,

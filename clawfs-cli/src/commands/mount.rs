@@ -182,8 +182,6 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         threads.to_string().into(),
         "--busy-poll".into(),
         busy_poll.to_string().into(),
-        "--max-open-per-caller".into(),
-        max_open_per_caller.to_string().into(),
         "--atime".into(),
         clap::ValueEnum::to_possible_value(atime)
             .expect("every value has a name")
@@ -192,6 +190,9 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
     ];
     if let Some(host) = host {
         argv.extend(["--host".into(), host.into()]);
+    }
+    if let Some(n) = max_open_per_caller {
+        argv.extend(["--max-open-per-caller".into(), n.to_string().into()]);
     }
     if let Some(t) = attr_timeout {
         argv.extend(["--attr-timeout".into(), t.to_string().into()]);
@@ -392,6 +393,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     tracing::info!(
         nofile,
         callers = descriptors.callers,
+        others = descriptors.others,
         per_caller = descriptors.per_caller,
         "descriptors"
     );

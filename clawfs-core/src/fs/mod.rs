@@ -393,11 +393,8 @@ impl ClawFs {
             let _ = std::fs::remove_dir_all(store.host_dir().join(generated::VIEWS_DIR));
         }
         let listings = listings::Listings::for_store(&store.private_dir());
-        let descriptor_limits = descriptor_limits.unwrap_or_else(|| {
-            crate::descriptors::DescriptorLimits::for_this_process(
-                crate::descriptors::DEFAULT_PER_CALLER,
-            )
-        });
+        let descriptor_limits = descriptor_limits
+            .unwrap_or_else(|| crate::descriptors::DescriptorLimits::for_this_process(None));
         let fs = Self {
             descriptors: crate::descriptors::Descriptors::new(descriptor_limits),
             spill: Arc::new(crate::xattr_spill::Spill::new(&store.private_dir())),

@@ -173,8 +173,10 @@ impl ClawFs {
         match &node {
             GeneratedNode::IndexView(_) if writes => return Err(read_only_generated()),
             GeneratedNode::IndexView(ws) => {
+                // Counted before the copy is made.
+                let charge = self.charge_generated(caller, &node)?;
                 let view = self.open_index_view(caller, ws)?;
-                return Ok(self.insert_generated(caller, node, exchange, Some(view)));
+                return Ok(self.insert_generated(caller, node, exchange, Some(view), charge));
             }
             GeneratedNode::SelfInfo if writes => return Err(read_only_generated()),
             GeneratedNode::SelfInfo => {
@@ -210,7 +212,8 @@ impl ClawFs {
             GeneratedNode::Request { .. } => return Err(errno(libc::ENOENT)),
             GeneratedNode::Call(_) => {}
         }
-        Ok(self.insert_generated(caller, node, exchange, None))
+        let charge = self.charge_generated(caller, &node)?;
+        Ok(self.insert_generated(caller, node, exchange, None, charge))
     }
 
     pub(in crate::fs) fn write_generated(
@@ -336,6 +339,7 @@ impl ClawFs {
         node: GeneratedNode,
         exchange: Exchange,
         content: Option<std::fs::File>,
+        charge: crate::descriptors::Charge,
     ) -> u64 {
         let (fh, _) = self.generated.handles.insert(GeneratedHandle {
             node,
@@ -343,8 +347,24 @@ impl ClawFs {
             opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
             state: std::sync::Mutex::new(exchange),
             content,
+            charge,
         });
         fh
+    }
+
+    /// `caller`'s open of the generated file `node`, counted against its open files.
+    fn charge_generated(
+        &self,
+        caller: &Caller,
+        node: &GeneratedNode,
+    ) -> FsResult<crate::descriptors::Charge> {
+        let path = match node {
+            GeneratedNode::Secret(_) | GeneratedNode::SecretsDir => "/vault/secrets",
+            GeneratedNode::IndexView(_) | GeneratedNode::SearchDir(_) => "/workspaces",
+            _ => "/tools",
+        };
+        let path = clawfs_policy::NsPath::parse(path).expect("a namespace path");
+        self.charge_descriptor(caller, "open", &path)
     }
 
     /// The entry and open handle of a generated file `caller` has just created.
@@ -353,13 +373,14 @@ impl ClawFs {
         caller: &Caller,
         node: GeneratedNode,
         exchange: Exchange,
-    ) -> (Entry, Opened) {
+    ) -> FsResult<(Entry, Opened)> {
         let entry = Entry {
             attr: self.attr_of_generated(&node),
             generation: 0,
         };
-        let fh = self.insert_generated(caller, node, exchange, None);
-        (entry, Opened::Generated(fh))
+        let charge = self.charge_generated(caller, &node)?;
+        let fh = self.insert_generated(caller, node, exchange, None, charge);
+        Ok((entry, Opened::Generated(fh)))
     }
 
     /// Creating `<id>.json` in `tools/requests/` starts a request.
@@ -375,7 +396,7 @@ impl ClawFs {
             let node = GeneratedNode::Secret(secret.clone());
             let mut exchange = Exchange::default();
             self.open_secret(caller, &secret, true, &mut exchange)?;
-            return Ok(self.created_generated(caller, node, exchange));
+            return self.created_generated(caller, node, exchange);
         }
         if dir != GeneratedNode::RequestsDir {
             return Err(FsError::Refused {
@@ -391,7 +412,7 @@ impl ClawFs {
             owner: self.owner_key(caller),
             id: id.to_string(),
         };
-        Ok(self.created_generated(caller, node, Exchange::default()))
+        self.created_generated(caller, node, Exchange::default())
     }
 
     /// Closing a request runs it; its answer is in `tools/responses/<id>.json` by the time
@@ -417,7 +438,7 @@ impl ClawFs {
         self.store_secret(&handle)
     }
 
-    /// The last close of a request that was never flushed also runs it.
+    /// The last close of a generated file.
     pub(in crate::fs) fn release_generated(&self, fh: u64) -> FsResult<()> {
         let handle = self
             .generated
@@ -444,8 +465,35 @@ impl ClawFs {
                 }
             }
         }
-        self.run_request(&handle);
+        self.drop_unrun_request(&handle);
         self.store_secret(&handle)
+    }
+
+    /// A request that holds what no close ran (written after its last FLUSH, by a write that
+    /// raced the close) is dropped, not run, and the trail says so. A release comes from the
+    /// kernel, without its caller's credentials, and while the daemon holds it no other
+    /// release of the mount reaches it (the kernel sends only a few at a time): it runs
+    /// nothing that can take long.
+    fn drop_unrun_request(&self, handle: &GeneratedHandle) {
+        let GeneratedNode::Request { .. } = &handle.node else {
+            return;
+        };
+        let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() || (state.request.is_empty() && !state.oversized) {
+            return;
+        }
+        drop(state);
+        let (who, creds) = &handle.opener;
+        self.record(
+            clawfs_audit::AuditEvent::new(
+                crate::fs::audit_name(who),
+                creds.caller.pid,
+                "tool",
+                "/tools/requests".to_string(),
+            )
+            .failed(libc::EINTR)
+            .reason("the request was written after its last close: not run"),
+        );
     }
 
     /// Runs a request once; later flushes of the same descriptor (after more writes) run it

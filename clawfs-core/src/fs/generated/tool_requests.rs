@@ -1,6 +1,8 @@
 //! Requests on generated files that run a tool call (the first read of `tools/call/<tool>`,
 //! the close of `tools/requests/<id>.json`) are answered from the tool threads
-//! ([`super::tool_threads`]); every other request is served where it arrived.
+//! ([`super::tool_threads`]), in the turn of the call's opener (the call runs as them), and
+//! so is an open of `workspace.db`, which copies the index; every other request is served
+//! where it arrived. A release never runs a call.
 
 use std::sync::{Arc, PoisonError};
 
@@ -13,12 +15,12 @@ use crate::generated_files::{GeneratedInodes, GeneratedNode};
 /// The requests that may run a tool call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolStep {
+    /// An open (OPEN).
+    Open,
     /// A read (READ).
     Read,
     /// A `close()` (FLUSH).
     Flush,
-    /// The last close (RELEASE).
-    Release,
 }
 
 impl ClawFs {
@@ -34,62 +36,59 @@ impl ClawFs {
     ) {
         // A running call's own requests (a WebAssembly tool's file operations) are never
         // queued behind it.
-        if !self.runs_tool_call(ino, fh, step) || self.tool_threads.is_tool_thread(caller.pid) {
-            return done(op(self));
-        }
+        let opener = match self.runs_tool_call(caller, ino, fh, step) {
+            Some(uid) if !self.tool_threads.is_tool_thread(caller.pid) => uid,
+            _ => return done(op(self)),
+        };
         let fs = Arc::clone(self);
         let caller = *caller;
-        // A call not run is not run later either (at the release that follows) when its
-        // caller was killed; a refused read or close may be tried again. A release is always
-        // served: it frees the handle.
+        // A call not run is not run later either, but for a refused read, which may be
+        // tried again on the same descriptor.
         let job: Job = Box::new(move |turn| match turn {
             Turn::Run => done(op(&fs)),
             Turn::Killed => {
                 fs.record_unrun_call(&caller, libc::EINTR, None);
                 fs.forgo_call(fh);
-                match step {
-                    ToolStep::Release => done(op(&fs)),
-                    _ => done(Err(errno(libc::EINTR))),
-                }
+                done(Err(errno(libc::EINTR)))
             }
             Turn::Refused => {
                 let reason = format!("you have {WAITING_PER_CALLER} tool calls waiting for their turn already: wait for their answers first");
                 fs.record_unrun_call(&caller, libc::EAGAIN, Some(reason));
-                match step {
-                    ToolStep::Release => {
-                        fs.forgo_call(fh);
-                        done(op(&fs))
-                    }
-                    _ => done(Err(errno(libc::EAGAIN))),
+                if step == ToolStep::Flush {
+                    fs.forgo_call(fh);
                 }
+                done(Err(errno(libc::EAGAIN)))
             }
         });
-        self.tool_threads.submit(caller.uid, caller.pid, job);
+        self.tool_threads.submit(opener, caller.pid, job);
     }
 
-    /// Whether `step` on the handle `fh` of `ino` would run a tool call now.
-    fn runs_tool_call(&self, ino: u64, fh: u64, step: ToolStep) -> bool {
+    /// The uid of the opener whose call `step` on the handle `fh` of `ino` would run now
+    /// (for an open, `caller`'s if it copies an index).
+    fn runs_tool_call(&self, caller: &Caller, ino: u64, fh: u64, step: ToolStep) -> Option<u32> {
         if !GeneratedInodes::is_generated(ino) {
-            return false;
+            return None;
         }
-        let Ok(handle) = self.generated.handles.get(fh) else {
-            return false;
-        };
+        if step == ToolStep::Open {
+            let node = self.generated.node(ino).ok()?;
+            return matches!(node, GeneratedNode::IndexView(_)).then_some(caller.uid);
+        }
+        let handle = self.generated.handles.get(fh).ok()?;
         if handle.content.is_some() {
-            return false;
+            return None;
         }
         let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.response.is_some() {
-            return false;
+            return None;
         }
-        match (&handle.node, step) {
+        let runs = match (&handle.node, step) {
             (GeneratedNode::Call(_), ToolStep::Read) => !state.running,
             (GeneratedNode::Request { .. }, ToolStep::Flush) => {
                 !state.request.is_empty() || state.oversized
             }
-            (GeneratedNode::Request { .. }, ToolStep::Release) => true,
             _ => false,
-        }
+        };
+        runs.then_some(handle.opener.1.caller.uid)
     }
 
     /// Marks the call of the handle `fh` as answered without running it (its reads then find
