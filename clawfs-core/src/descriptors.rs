@@ -20,7 +20,8 @@ pub const RESERVE: u64 = 8192;
 /// limit: agents at their limits do not lock the admin out.
 pub const ROOT_SHARE: u64 = 8192;
 /// Opens one uid may hold through the mount by default (`clawfs mount --max-open-per-caller`),
-/// at most a quarter of what callers other than root may hold together.
+/// at most an eighth of what callers other than root may hold together: it takes eight
+/// callers at their limits to leave the others (not root) nothing.
 pub const DEFAULT_PER_CALLER: u64 = 8192;
 /// What the daemon raises its own `RLIMIT_NOFILE` to when it may (2^20, the kernel's default
 /// `fs.nr_open`): descriptor tables grow only as they are used.
@@ -40,12 +41,12 @@ pub struct DescriptorLimits {
 impl DescriptorLimits {
     /// The limits for a daemon whose `RLIMIT_NOFILE` is `nofile`: all of it but the daemon's
     /// reserve for callers, less root's share for callers other than root, and `per_caller`
-    /// for each (default: [`DEFAULT_PER_CALLER`], at most a quarter of theirs).
+    /// for each (default: [`DEFAULT_PER_CALLER`], at most an eighth of theirs).
     pub fn for_nofile(nofile: u64, per_caller: Option<u64>) -> Self {
         let callers = nofile - RESERVE.min(nofile / 4);
         let others = callers - ROOT_SHARE.min(nofile / 8);
         Self {
-            per_caller: per_caller.unwrap_or(DEFAULT_PER_CALLER.min(others / 4)),
+            per_caller: per_caller.unwrap_or(DEFAULT_PER_CALLER.min(others / 8)),
             others,
             callers,
         }
@@ -264,10 +265,10 @@ mod tests {
         assert_eq!(big.callers, (1 << 20) - RESERVE);
         assert_eq!(big.others, (1 << 20) - RESERVE - ROOT_SHARE);
         assert_eq!(big.per_caller, DEFAULT_PER_CALLER);
-        // A host where the daemon may not raise its limit: one agent takes a quarter.
+        // A host where the daemon may not raise its limit: one agent takes an eighth.
         let small = DescriptorLimits::for_nofile(20_000, None);
         assert_eq!((small.callers, small.others), (15_000, 12_500));
-        assert_eq!(small.per_caller, 3_125);
+        assert_eq!(small.per_caller, 1_562);
         assert_eq!(DescriptorLimits::for_nofile(20_000, Some(9)).per_caller, 9);
     }
 }

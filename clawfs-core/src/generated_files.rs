@@ -170,6 +170,25 @@ pub fn request_id(name: &OsStr) -> Option<&str> {
 }
 
 impl GeneratedNode {
+    /// Where the node sits in the namespace, as the audit trail names it (a generated file of
+    /// a workspace or of the vault by its folder, names being the caller's own).
+    pub fn audit_path(&self) -> String {
+        match self {
+            GeneratedNode::SelfInfo => "/agents/self".into(),
+            GeneratedNode::CallDir => "/tools/call".into(),
+            GeneratedNode::Call(tool) => format!("/tools/call/{tool}"),
+            GeneratedNode::RequestsDir | GeneratedNode::Request { .. } => "/tools/requests".into(),
+            GeneratedNode::ResponsesDir | GeneratedNode::Response { .. } => {
+                "/tools/responses".into()
+            }
+            GeneratedNode::SecretsDir | GeneratedNode::Secret(_) => "/vault/secrets".into(),
+            GeneratedNode::IndexView(ws) => format!("/workspaces/{ws}/{INDEX_VIEW}"),
+            GeneratedNode::SearchDir(ws)
+            | GeneratedNode::SearchResults { workspace: ws, .. }
+            | GeneratedNode::SearchHit { workspace: ws, .. } => format!("/workspaces/{ws}"),
+        }
+    }
+
     /// Whether this node is a directory.
     pub fn is_dir(&self) -> bool {
         matches!(

@@ -32,7 +32,7 @@ pub struct MountArgs {
     /// once; past it, opens fail with EMFILE (audited, rule OPEN-FILES). Each holds one of the
     /// daemon's descriptors, so no caller can take them from the others or from the daemon,
     /// which also keeps a reserve for its own files and a share for root (ENFILE when callers
-    /// together hold the rest). 0: no limit per caller [default: 8192, at most a quarter of
+    /// together hold the rest). 0: no limit per caller [default: 8192, at most an eighth of
     /// what callers other than root may hold together].
     #[arg(long, value_name = "N")]
     pub max_open_per_caller: Option<u64>,

@@ -358,12 +358,8 @@ impl ClawFs {
         caller: &Caller,
         node: &GeneratedNode,
     ) -> FsResult<crate::descriptors::Charge> {
-        let path = match node {
-            GeneratedNode::Secret(_) | GeneratedNode::SecretsDir => "/vault/secrets",
-            GeneratedNode::IndexView(_) | GeneratedNode::SearchDir(_) => "/workspaces",
-            _ => "/tools",
-        };
-        let path = clawfs_policy::NsPath::parse(path).expect("a namespace path");
+        let path = clawfs_policy::NsPath::parse(&node.audit_path())
+            .or_else(|_| clawfs_policy::NsPath::parse("/tools"))?;
         self.charge_descriptor(caller, "open", &path)
     }
 

@@ -36,8 +36,8 @@ impl ClawFs {
     ) {
         // A running call's own requests (a WebAssembly tool's file operations) are never
         // queued behind it.
-        let opener = match self.runs_tool_call(caller, ino, fh, step) {
-            Some(uid) if !self.tool_threads.is_tool_thread(caller.pid) => uid,
+        let (opener, path) = match self.runs_tool_call(caller, ino, fh, step) {
+            Some(call) if !self.tool_threads.is_tool_thread(caller.pid) => call,
             _ => return done(op(self)),
         };
         let fs = Arc::clone(self);
@@ -47,13 +47,13 @@ impl ClawFs {
         let job: Job = Box::new(move |turn| match turn {
             Turn::Run => done(op(&fs)),
             Turn::Killed => {
-                fs.record_unrun_call(&caller, libc::EINTR, None);
+                fs.record_unrun_call(&caller, &path, libc::EINTR, None);
                 fs.forgo_call(fh);
                 done(Err(errno(libc::EINTR)))
             }
             Turn::Refused => {
                 let reason = format!("you have {WAITING_PER_CALLER} tool calls waiting for their turn already: wait for their answers first");
-                fs.record_unrun_call(&caller, libc::EAGAIN, Some(reason));
+                fs.record_unrun_call(&caller, &path, libc::EAGAIN, Some(reason));
                 if step == ToolStep::Flush {
                     fs.forgo_call(fh);
                 }
@@ -64,14 +64,21 @@ impl ClawFs {
     }
 
     /// The uid of the opener whose call `step` on the handle `fh` of `ino` would run now
-    /// (for an open, `caller`'s if it copies an index).
-    fn runs_tool_call(&self, caller: &Caller, ino: u64, fh: u64, step: ToolStep) -> Option<u32> {
+    /// (for an open, `caller`'s if it copies an index), and the call's file for the trail.
+    fn runs_tool_call(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: u64,
+        step: ToolStep,
+    ) -> Option<(u32, String)> {
         if !GeneratedInodes::is_generated(ino) {
             return None;
         }
         if step == ToolStep::Open {
             let node = self.generated.node(ino).ok()?;
-            return matches!(node, GeneratedNode::IndexView(_)).then_some(caller.uid);
+            return matches!(node, GeneratedNode::IndexView(_))
+                .then(|| (caller.uid, node.audit_path()));
         }
         let handle = self.generated.handles.get(fh).ok()?;
         if handle.content.is_some() {
@@ -88,7 +95,7 @@ impl ClawFs {
             }
             _ => false,
         };
-        runs.then_some(handle.opener.1.caller.uid)
+        runs.then(|| (handle.opener.1.caller.uid, handle.node.audit_path()))
     }
 
     /// Marks the call of the handle `fh` as answered without running it (its reads then find
@@ -105,13 +112,13 @@ impl ClawFs {
     /// Records a tool call that was not run: its caller was killed while it waited (EINTR),
     /// or it was refused a place in the queue (EAGAIN, with `refusal`'s reason, also in an
     /// agent's denials file).
-    fn record_unrun_call(&self, caller: &Caller, errno: i32, refusal: Option<String>) {
+    fn record_unrun_call(&self, caller: &Caller, path: &str, errno: i32, refusal: Option<String>) {
         let who = self.identify(caller);
         let ev = clawfs_audit::AuditEvent::new(
             crate::fs::audit_name(&who),
             caller.pid,
             "tool",
-            "/tools".to_string(),
+            path.to_string(),
         );
         let Some(reason) = refusal else {
             return self.record(
@@ -127,8 +134,8 @@ impl ClawFs {
                 reason,
                 kind: clawfs_policy::DenyKind::Access,
             };
-            if let Ok(tools) = clawfs_policy::NsPath::parse("/tools") {
-                self.write_denial(agent, "tool", &tools, None, &denial);
+            if let Ok(path) = clawfs_policy::NsPath::parse(path) {
+                self.write_denial(agent, "tool", &path, None, &denial);
             }
         }
     }
