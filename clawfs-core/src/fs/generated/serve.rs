@@ -320,7 +320,7 @@ impl ClawFs {
                 crate::fs::audit_name(who),
                 caller.pid,
                 format!("tool:{tool}"),
-                "/tools".to_string(),
+                GeneratedNode::Call(tool.to_string()).audit_path(),
             )
             .failed(libc::ENOMEM)
             .reason(message.clone()),
