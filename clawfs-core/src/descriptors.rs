@@ -10,8 +10,7 @@
 //! daemon's own files. A [`Charge`] is released when the open it pays for is dropped,
 //! whatever path that takes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::per_caller::{Ledger, Taken};
 
 /// Descriptors kept back for the daemon's own files (store, audit trail, indexes, caches,
 /// tool calls), at most a quarter of its limit.
@@ -108,111 +107,62 @@ pub enum Exhausted {
     },
 }
 
-#[derive(Default)]
-struct Held {
-    by_uid: HashMap<u32, u64>,
-    total: u64,
-    /// Held by root.
-    root: u64,
-}
-
-struct Shared {
-    limits: DescriptorLimits,
-    held: Mutex<Held>,
-}
-
-impl Shared {
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+/// One descriptor held for a caller; released when dropped.
+pub type Charge = Taken;
 
 /// Descriptors held for callers, by uid (cheap to clone: one count shared by all clones).
 #[derive(Clone)]
-pub struct Descriptors(Arc<Shared>);
+pub struct Descriptors {
+    limits: DescriptorLimits,
+    held: Ledger,
+}
 
 impl Descriptors {
     /// An empty count under `limits`.
     pub fn new(limits: DescriptorLimits) -> Self {
-        Self(Arc::new(Shared {
+        Self {
             limits,
-            held: Mutex::default(),
-        }))
+            held: Ledger::default(),
+        }
     }
 
     /// The limits in force.
     pub fn limits(&self) -> DescriptorLimits {
-        self.0.limits
+        self.limits
     }
 
     /// One more descriptor for `uid`, held until the charge is dropped; refused when `uid`
     /// (not root) holds its limit or callers together hold theirs.
     pub fn charge(&self, uid: u32) -> Result<Charge, Exhausted> {
-        let limits = self.0.limits;
-        let mut held = self.0.held();
-        if held.total >= limits.callers {
-            return Err(Exhausted::Daemon {
-                limit: limits.callers,
-            });
-        }
-        if uid != 0 && held.total - held.root >= limits.others {
-            return Err(Exhausted::Daemon {
-                limit: limits.others,
-            });
-        }
-        let mine = held.by_uid.entry(uid).or_default();
-        if uid != 0 && limits.per_caller != 0 && *mine >= limits.per_caller {
-            return Err(Exhausted::Caller {
-                limit: limits.per_caller,
-            });
-        }
-        *mine += 1;
-        held.total += 1;
-        if uid == 0 {
-            held.root += 1;
-        }
-        Ok(Charge {
-            count: Arc::clone(&self.0),
-            uid,
+        let limits = self.limits;
+        self.held.take(uid, 1, |held| {
+            if held.all >= limits.callers {
+                return Err(Exhausted::Daemon {
+                    limit: limits.callers,
+                });
+            }
+            if uid != 0 && held.all - held.root >= limits.others {
+                return Err(Exhausted::Daemon {
+                    limit: limits.others,
+                });
+            }
+            if uid != 0 && limits.per_caller != 0 && held.mine >= limits.per_caller {
+                return Err(Exhausted::Caller {
+                    limit: limits.per_caller,
+                });
+            }
+            Ok(())
         })
     }
 
     /// Descriptors `uid` holds now.
     pub fn held_by(&self, uid: u32) -> u64 {
-        self.0.held().by_uid.get(&uid).copied().unwrap_or(0)
+        self.held.held_by(uid)
     }
 
     /// Descriptors all callers hold now.
     pub fn total(&self) -> u64 {
-        self.0.held().total
-    }
-}
-
-/// One descriptor held for a caller; released when dropped.
-pub struct Charge {
-    count: Arc<Shared>,
-    uid: u32,
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        let mut held = self.count.held();
-        held.total -= 1;
-        if self.uid == 0 {
-            held.root -= 1;
-        }
-        if let Some(n) = held.by_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                held.by_uid.remove(&self.uid);
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for Charge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Charge").field("uid", &self.uid).finish()
+        self.held.total()
     }
 }
 

@@ -97,66 +97,6 @@ pub const MAX_RESPONSE_BYTES_PER_CALLER: usize = 64 << 20;
 /// is withheld (the caller reads an error instead) until some are closed.
 pub const MAX_ANSWER_BYTES_PER_CALLER: usize = 64 << 20;
 
-/// The bytes of an answer held in an open call file, counted against its opener's
-/// [`MAX_ANSWER_BYTES_PER_CALLER`] until dropped (with the handle, or a new request on it).
-pub struct AnswerCharge {
-    held: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
-    uid: u32,
-    bytes: usize,
-}
-
-impl AnswerCharge {
-    /// Charges `bytes` to `uid` in `held`, unless that would pass
-    /// [`MAX_ANSWER_BYTES_PER_CALLER`]: then `Err` with what `uid` holds already.
-    pub fn take(
-        held: &std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
-        uid: u32,
-        bytes: usize,
-    ) -> Result<AnswerCharge, usize> {
-        let mut map = held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mine = map.entry(uid).or_default();
-        if *mine + bytes > MAX_ANSWER_BYTES_PER_CALLER {
-            let holding = *mine;
-            if holding == 0 {
-                map.remove(&uid);
-            }
-            return Err(holding);
-        }
-        *mine += bytes;
-        Ok(AnswerCharge {
-            held: std::sync::Arc::clone(held),
-            uid,
-            bytes,
-        })
-    }
-}
-
-impl Drop for AnswerCharge {
-    fn drop(&mut self) {
-        let mut map = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = map.get_mut(&self.uid) {
-            *n = n.saturating_sub(self.bytes);
-            if *n == 0 {
-                map.remove(&self.uid);
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for AnswerCharge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnswerCharge")
-            .field("uid", &self.uid)
-            .field("bytes", &self.bytes)
-            .finish()
-    }
-}
-
 /// The id of a request or response file name: `<id>.json`, id of `[A-Za-z0-9._-]`, 1–128 bytes.
 pub fn request_id(name: &OsStr) -> Option<&str> {
     let id = name.to_str()?.strip_suffix(".json")?;
@@ -401,8 +341,12 @@ pub struct Exchange {
     pub oversized: bool,
     /// The call is running (on a copy of the request, without this exchange's lock held).
     pub running: bool,
-    /// What the response of a call counts against its opener's answers, while held.
-    pub answer: Option<AnswerCharge>,
+    /// What the response of a call counts against its opener's answers
+    /// ([`MAX_ANSWER_BYTES_PER_CALLER`]), while held.
+    pub answer: Option<crate::per_caller::Taken>,
+    /// What the request counts against its opener's request bytes, while held: as many as
+    /// [`Exchange::request`] holds.
+    pub buffered: Option<crate::per_caller::Taken>,
 }
 
 impl Exchange {
@@ -410,7 +354,10 @@ impl Exchange {
     /// call on the same descriptor.
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<usize, i32> {
         if self.response.is_some() {
-            *self = Exchange::default();
+            *self = Exchange {
+                buffered: self.buffered.take(),
+                ..Exchange::default()
+            };
         }
         let end = (offset as usize)
             .checked_add(data.len())

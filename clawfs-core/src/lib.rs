@@ -19,6 +19,7 @@ pub mod inodes;
 pub mod io_mode;
 pub mod open_files;
 pub mod path_cache;
+pub mod per_caller;
 pub mod seed;
 pub mod shared_edits;
 pub mod shared_usage;

@@ -5,6 +5,7 @@
 //! run, and the trail says so.
 
 use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -236,4 +237,72 @@ print("after closing:", "ok" if call()[0] else "refused")
     assert!(trail
         .iter()
         .any(|r| r["reason"].as_str().is_some_and(|s| s.contains("withheld"))));
+}
+
+/// An agent keeps call files open, each holding a request just under the 4 MiB a call may
+/// take and never finished: past 64 MiB held, its next write fails with EFBIG (the daemon's
+/// memory is not the agent's to fill), while root still writes a request; closing them gives
+/// the room back.
+#[test]
+fn requests_held_in_open_call_files_are_bounded() {
+    let m = Mounted::new();
+    let call = format!("{}/tools/call/list_allowed", m.mnt.display());
+    let script = format!(
+        r#"
+import errno, os, time
+body = b" " * ((4 << 20) - 1)
+def hold():
+    fd = os.open("{call}", os.O_RDWR)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view):]
+        return fd, "held"
+    except OSError as e:
+        return fd, errno.errorcode[e.errno]
+held, said = [], []
+for i in range(20):
+    fd, what = hold()
+    held.append(fd)
+    said.append(what)
+print("held:", " ".join(said), flush=True)
+input()
+for fd in held:
+    os.close(fd)
+# The kernel releases closed files after close returns: wait for the room to come back.
+for attempt in range(200):
+    fd, what = hold()
+    os.close(fd)
+    if what == "held":
+        break
+    time.sleep(0.05)
+print("after closing:", what)
+"#
+    );
+    let mut agent = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    let said = lines.next().unwrap().unwrap();
+    // Root's request is not the agent's to refuse.
+    let mut root = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&call)
+        .unwrap();
+    root.write_all(&vec![b' '; (4 << 20) - 1]).unwrap();
+    drop(root);
+    agent.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let after = lines.next().unwrap().unwrap();
+    assert!(agent.wait().unwrap().success());
+    let said: Vec<&str> = said.strip_prefix("held: ").unwrap().split(' ').collect();
+    let held = said.iter().filter(|s| **s == "held").count();
+    assert_eq!(held, 16, "{said:?}");
+    assert!(said[held..].iter().all(|s| *s == "EFBIG"), "{said:?}");
+    assert_eq!(after, "after closing: held");
 }

@@ -59,12 +59,12 @@ struct Kept {
     gid: u32,
 }
 
-/// The generated files' own state. Every lock here is a leaf: nothing else is taken while one
 /// Request bytes one uid may hold in its open call files at once: each holds at most
 /// [`crate::generated_files::MAX_CALL_REQUEST`], and a caller keeping many open must not grow
 /// the daemon without bound. A write past it fails with `EFBIG`, as an oversized request does.
-pub(super) const BUFFERED_PER_CALLER: usize = 64 << 20;
+pub(super) const BUFFERED_PER_CALLER: u64 = 64 << 20;
 
+/// The generated files' own state. Every lock here is a leaf: nothing else is taken while one
 /// is held.
 pub(super) struct Generated {
     /// Generated nodes ↔ their inode numbers.
@@ -74,10 +74,10 @@ pub(super) struct Generated {
     /// Answers of the two-file tool interface, per caller, oldest first.
     responses: Mutex<ResponsesByOwner>,
     /// Request bytes held in open call files, per opener uid (see [`BUFFERED_PER_CALLER`]).
-    pub(super) buffered: Mutex<HashMap<u32, usize>>,
+    pub(super) buffered: crate::per_caller::Ledger,
     /// Answer bytes held in open call files, per opener uid
     /// ([`crate::generated_files::MAX_ANSWER_BYTES_PER_CALLER`]).
-    pub(super) answers: std::sync::Arc<Mutex<HashMap<u32, usize>>>,
+    pub(super) answers: crate::per_caller::Ledger,
     /// When the daemon started: the times of generated nodes.
     started: SystemTime,
 }
@@ -88,7 +88,7 @@ impl Generated {
             inodes: GeneratedInodes::default(),
             handles: HandleTable::default(),
             responses: Mutex::default(),
-            buffered: Mutex::default(),
+            buffered: Default::default(),
             answers: Default::default(),
             started: SystemTime::now(),
         }

@@ -239,18 +239,26 @@ impl ClawFs {
             None => before.max(end),
         };
         let uid = handle.opener.1.caller.uid;
-        let mut buffered = self
-            .generated
-            .buffered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let held = buffered.entry(uid).or_default();
-        if after > before && *held + (after - before) > super::BUFFERED_PER_CALLER {
-            return Err(errno(libc::EFBIG));
+        let ledger = &self.generated.buffered;
+        let hold = match &mut state.buffered {
+            Some(hold) => hold,
+            empty => empty.insert(ledger.take(uid, 0, |_| Ok::<_, FsError>(()))?),
+        };
+        let (held, after) = (hold.amount(), after as u64);
+        if after > held {
+            hold.resize(after, |h| {
+                match h.mine + (after - held) > super::BUFFERED_PER_CALLER {
+                    true => Err(errno(libc::EFBIG)),
+                    false => Ok(()),
+                }
+            })?;
         }
         let written = state.write(offset, data);
         // Counted whatever the write did (a refused write after a response still cleared it).
-        *held = (*held + state.request.len()).saturating_sub(before);
+        let now = state.request.len() as u64;
+        if let Some(hold) = &mut state.buffered {
+            hold.resize(now, |_| Ok::<_, FsError>(()))?;
+        }
         Ok(written.map_err(errno)? as u32)
     }
 
@@ -303,11 +311,17 @@ impl ClawFs {
         (who, creds): &(Identity, crate::creds::Credentials),
         tool: &str,
         response: Vec<u8>,
-    ) -> (Vec<u8>, Option<crate::generated_files::AnswerCharge>) {
-        use crate::generated_files::{AnswerCharge, MAX_ANSWER_BYTES_PER_CALLER};
+    ) -> (Vec<u8>, Option<crate::per_caller::Taken>) {
+        use crate::generated_files::MAX_ANSWER_BYTES_PER_CALLER;
         let caller = &creds.caller;
-        let holding = match AnswerCharge::take(&self.generated.answers, caller.uid, response.len())
+        let bytes = response.len() as u64;
+        let within = |h: crate::per_caller::Holdings| match h.mine + bytes
+            > MAX_ANSWER_BYTES_PER_CALLER as u64
         {
+            true => Err(h.mine),
+            false => Ok(()),
+        };
+        let holding = match self.generated.answers.take(caller.uid, bytes, within) {
             Ok(charge) => return (response, Some(charge)),
             Err(holding) => holding,
         };
@@ -441,26 +455,6 @@ impl ClawFs {
             .handles
             .remove(fh)
             .ok_or(FsError::UnknownHandle(fh))?;
-        let held = handle
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .request
-            .len();
-        if held > 0 {
-            let mut buffered = self
-                .generated
-                .buffered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let uid = handle.opener.1.caller.uid;
-            if let Some(total) = buffered.get_mut(&uid) {
-                *total = total.saturating_sub(held);
-                if *total == 0 {
-                    buffered.remove(&uid);
-                }
-            }
-        }
         self.drop_unrun_request(&handle);
         self.store_secret(&handle)
     }
