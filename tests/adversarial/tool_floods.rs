@@ -2,7 +2,8 @@
 //! file under many hard links, several at once), to hold up everyone else: root's `stat` and
 //! listing, and another agent's tool call, are answered while its calls still run; its calls
 //! take turns, one at a time. And when it is killed, its calls still waiting are dropped, not
-//! run, and the trail says so.
+//! run, and the trail says so. What it may hold of the daemon is bounded: calls waiting in
+//! line, and the bytes of requests and answers kept in open call files.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -305,4 +306,79 @@ print("after closing:", what)
     assert_eq!(held, 16, "{said:?}");
     assert!(said[held..].iter().all(|s| *s == "EFBIG"), "{said:?}");
     assert_eq!(after, "after closing: held");
+}
+
+/// One agent lines up more slow calls than it may have waiting: one runs, 64 wait, and the
+/// rest are refused at once with EAGAIN, audited (rule TOOL-CALLS) and in its denials, rather
+/// than held in the daemon without bound. When it exits, what still waits is dropped.
+#[test]
+fn an_agent_may_not_line_up_calls_without_bound() {
+    const THREADS: usize = 70;
+    let m = Mounted::new();
+    big_workspace(&m);
+    let call = format!("{}/tools/call/search_files", m.mnt.display());
+    let script = format!(
+        r#"
+import errno, os, threading, time
+request = rb'{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}'
+said, lock = [], threading.Lock()
+def one():
+    fd = os.open("{call}", os.O_RDWR)
+    os.write(fd, request)
+    try:
+        os.read(fd, 1 << 16)
+        what = "answered"
+    except OSError as e:
+        what = errno.errorcode[e.errno]
+    with lock:
+        said.append(what)
+for i in range({THREADS}):
+    threading.Thread(target=one, daemon=True).start()
+deadline = time.time() + 120
+while time.time() < deadline:
+    with lock:
+        if said.count("EAGAIN") >= {THREADS} - 65:
+            break
+    time.sleep(0.05)
+time.sleep(0.5)
+with lock:
+    print("said:", " ".join(said), flush=True)
+os._exit(0)
+"#
+    );
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let out = text(&out);
+    let said: Vec<&str> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("said:"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    // 65 in line: one running and 64 waiting (66 if the first had not started yet).
+    let refused = said.iter().filter(|s| **s == "EAGAIN").count();
+    assert!(
+        (THREADS - 66..=THREADS - 65).contains(&refused) && refused == said.len(),
+        "{said:?}"
+    );
+    let trail = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| r["operation"] == "tool" && r["errno"] == libc::EAGAIN)
+            .count()
+            >= refused
+    });
+    let records: Vec<_> = trail
+        .iter()
+        .filter(|r| r["operation"] == "tool" && r["errno"] == libc::EAGAIN)
+        .collect();
+    assert_eq!(records.len(), refused);
+    assert!(records.iter().all(|r| r["rule"] == "TOOL-CALLS"
+        && r["agent"] == "fs-engine"
+        && r["path"] == "/tools/call/search_files"));
+    let denials = fs::read_to_string(m.mnt.join("agents/fs-engine/denials")).unwrap_or_default();
+    assert!(denials.contains("TOOL-CALLS"), "{denials}");
 }
