@@ -17,6 +17,9 @@ usage: bash bench/run.sh [options]
   --workdir DIR        scratch directory (default /tmp/clawfs-bench); must not contain spaces
   --clawfs-bin PATH    use this clawfs binary instead of building target/release/clawfs
   --mount-args "ARGS"  extra arguments for `clawfs mount` (e.g. "--no-passthrough")
+  --agent-running A    keep agent A sandboxed and asleep on the mount (`clawfs run --agent A --
+                       sleep`) while everything runs: what an agent's presence costs the host's
+                       other processes (compare with a run without it)
   --native-only        benchmark the native directory only (no ClawFS build or mount)
   --files N            files for create/stat/readdir and files in the git repo (default 10000)
   --seq-mb N           size of the sequential file in MiB (default 1024)
@@ -35,6 +38,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=/tmp/clawfs-bench
 CLAWFS=""
 MOUNT_ARGS=""
+AGENT_RUNNING=""
+AGENT_PID=""
 NATIVE_ONLY=0
 NFILES=10000
 SEQ_MB=1024
@@ -50,6 +55,7 @@ while (($#)); do
         --workdir) WORK=$2; shift 2 ;;
         --clawfs-bin) CLAWFS=$2; shift 2 ;;
         --mount-args) MOUNT_ARGS=$2; shift 2 ;;
+        --agent-running) AGENT_RUNNING=$2; shift 2 ;;
         --native-only) NATIVE_ONLY=1; shift ;;
         --files) NFILES=$2; shift 2 ;;
         --seq-mb) SEQ_MB=$2; shift 2 ;;
@@ -122,6 +128,11 @@ source "$REPO/bench/lib.sh"
 
 stop_clawfs() {
     local i
+    if [[ -n $AGENT_PID ]]; then
+        kill "$AGENT_PID" 2>/dev/null || true
+        wait "$AGENT_PID" 2>/dev/null || true
+        AGENT_PID=""
+    fi
     unmount_clawfs "$CLAWFS" "$MNT" >>"$LOG" 2>&1 || true
     # The daemon should exit on its own once unmounted; give it 10 s, then stop it (by pid).
     if [[ -n $DAEMON_PID ]]; then
@@ -296,6 +307,17 @@ if ((!NATIVE_ONLY)); then
         done
     fi
     log "ClawFS mounted (daemon pid ${DAEMON_PID:-unknown})"
+    if [[ -n $AGENT_RUNNING ]]; then
+        "$CLAWFS" run --store "$STORE" --mount "$MNT" --agent "$AGENT_RUNNING" -- \
+            sleep infinity >>"$LOG" 2>&1 &
+        AGENT_PID=$!
+        for ((i = 0; i < 100; i++)); do
+            pgrep -P "$AGENT_PID" -x sleep >/dev/null && break
+            kill -0 "$AGENT_PID" 2>/dev/null || die "agent $AGENT_RUNNING did not start (see $LOG)"
+            sleep 0.1
+        done
+        log "agent $AGENT_RUNNING running on the mount (clawfs run pid $AGENT_PID)"
+    fi
     CLAWFS_STATUS=$("$CLAWFS" status 2>&1) || true
     echo "$CLAWFS_STATUS" >>"$LOG"
     mkdir -p "$CLAWDIR"
@@ -522,6 +544,7 @@ report() {
         echo "- ClawFS: not run (--native-only)"
     else
         echo "- ClawFS: $CLAWFS_VERSION; mount args: ${MOUNT_ARGS:-(none)}; passthrough: $PASSTHROUGH"
+        [[ -z $AGENT_RUNNING ]] || echo "- agent $AGENT_RUNNING asleep on the mount, sandboxed, throughout"
     fi
     echo "- timing: $( ((USE_HYPERFINE)) && hyperfine --version || echo 'built-in loop (date +%s%N)'), median of $RUNS runs" \
         "($SLOW_RUNS for create and dd; 1 warm-up run for warm workloads); random reads:" \

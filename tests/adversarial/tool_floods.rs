@@ -116,6 +116,9 @@ fn stop(m: &Mounted, mut flood: Child) {
     let _ = flood.wait();
 }
 
+/// The flood's callers are killed once a call runs: the calls still waiting are dropped, and
+/// the running one stops early (answered `interrupted`, audited EINTR) instead of searching on
+/// for no one: each would otherwise end `ok` after seconds.
 #[test]
 fn calls_still_waiting_when_their_agent_is_killed_are_dropped_and_audited() {
     let m = Mounted::new();
@@ -171,6 +174,21 @@ fn calls_still_waiting_when_their_agent_is_killed_are_dropped_and_audited() {
         .iter()
         .any(|r| r["operation"] == "tool"
             && r["reason"].as_str().is_some_and(|s| s.contains("killed"))));
+    // The call that ran was stopped: its record comes once it stops.
+    let trail = audit_until(&m, |a| {
+        a.iter().any(|r| r["operation"] == "tool:search_files")
+    });
+    let ran: Vec<_> = trail
+        .iter()
+        .filter(|r| r["operation"] == "tool:search_files")
+        .collect();
+    assert!(
+        ran.iter().all(|r| r["errno"] == libc::EINTR
+            && r["reason"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("interrupted"))),
+        "{ran:#?}"
+    );
 }
 
 /// Each agent keeps open call files holding large answers (`read_media_file` of an 8 MiB

@@ -76,6 +76,9 @@ pub enum ToolError {
     /// The file holds binary data or is not UTF-8, so a text tool cannot work on it.
     #[error("{0}")]
     NotText(String),
+    /// The call was stopped before it finished: its caller is gone.
+    #[error("{0}")]
+    Interrupted(String),
     /// The operating system refused or failed.
     #[error("{context}: {source}")]
     Io {
@@ -104,6 +107,7 @@ impl clawfs_store::ToErrno for ToolError {
             ToolError::Denied(_) | ToolError::Protected(_) => libc_errno::EACCES,
             ToolError::NotAFile(_) => libc_errno::EISDIR,
             ToolError::NotADirectory(_) => libc_errno::ENOTDIR,
+            ToolError::Interrupted(_) => libc_errno::EINTR,
             ToolError::Io { source, .. } => clawfs_store::ToErrno::errno(source),
             ToolError::MultipleMatches { .. }
             | ToolError::PatchFailed { .. }
@@ -127,6 +131,7 @@ mod libc_errno {
     pub const EISDIR: i32 = Errno::ISDIR.raw_os_error();
     pub const ENOTDIR: i32 = Errno::NOTDIR.raw_os_error();
     pub const EINVAL: i32 = Errno::INVAL.raw_os_error();
+    pub const EINTR: i32 = Errno::INTR.raw_os_error();
 }
 
 impl ToolError {
@@ -148,6 +153,7 @@ impl ToolError {
             ToolError::NotADirectory(_) => "not_a_directory",
             ToolError::Exists(_) => "exists",
             ToolError::NotText(_) => "not_text",
+            ToolError::Interrupted(_) => "interrupted",
             ToolError::Io { .. } => "io_error",
         }
     }
@@ -225,7 +231,8 @@ impl ToolError {
             | ToolError::NotAFile(_)
             | ToolError::NotADirectory(_)
             | ToolError::Exists(_)
-            | ToolError::NotText(_) => {}
+            | ToolError::NotText(_)
+            | ToolError::Interrupted(_) => {}
         }
         Value::Object(m)
     }
@@ -248,6 +255,7 @@ pub const ERROR_CODES: &[&str] = &[
     "not_a_directory",
     "exists",
     "not_text",
+    "interrupted",
     "io_error",
 ];
 

@@ -18,6 +18,7 @@ pub mod beneath;
 mod budget;
 pub mod error;
 mod fsops;
+pub mod interrupt;
 pub mod limits;
 mod patch;
 pub mod paths;
@@ -41,6 +42,7 @@ use serde_json::Value;
 pub use access::{Access, AccessCheck, Allowed, OpenAccess};
 pub use error::{ToolError, ToolResult, ERROR_CODES};
 pub use fsops::sweep_backups;
+pub use interrupt::Interrupt;
 pub use limits::Limits;
 pub use perms::{CallerIds, FilePermissions, Id, IdNames};
 pub use registry::{definition, registry};
@@ -74,6 +76,8 @@ pub struct ToolRoot {
     meter: Option<Meter>,
     /// Told of every inode a call makes or removes and every file it rewrites.
     ledger: Option<Arc<dyn Ledger>>,
+    /// Stops the call once its caller is gone (see [`ToolRoot::with_interrupt`]).
+    interrupt: Option<Interrupt>,
     /// The workspace's index, for `semantic_search`.
     semantic: Option<Arc<dyn SemanticIndex>>,
     /// Runs a closure with the daemon's own credentials (see [`ToolRoot::with_elevation`]).
@@ -213,6 +217,7 @@ impl ToolRoot {
             observer: None,
             meter: None,
             ledger: None,
+            interrupt: None,
             semantic: None,
             elevation: None,
             mount: None,
@@ -468,6 +473,23 @@ impl ToolRoot {
 
     pub(crate) fn dir_mode(&self) -> u32 {
         0o777 & !self.umask
+    }
+
+    /// Stops long work (walks, reads of large files) once `interrupt` says the caller is gone:
+    /// the call answers `interrupted` instead.
+    pub fn with_interrupt(mut self, interrupt: Interrupt) -> ToolRoot {
+        self.interrupt = Some(interrupt);
+        self
+    }
+
+    /// `Err(interrupted)` once the call should stop (see [`ToolRoot::with_interrupt`]).
+    pub(crate) fn check_interrupt(&self) -> ToolResult<()> {
+        self.interrupt.as_ref().map_or(Ok(()), Interrupt::check)
+    }
+
+    /// The interrupt of the call, for work that outlives a borrow of the root.
+    pub(crate) fn interrupt(&self) -> Option<Interrupt> {
+        self.interrupt.clone()
     }
 
     /// Limits on request and file sizes.

@@ -23,7 +23,13 @@ pub(crate) struct Lines {
     rel: String,
     number: usize,
     line: Vec<u8>,
+    /// Asked every [`CHECK_BYTES`] read: a read of a large file stops once its caller is gone.
+    interrupt: Option<crate::Interrupt>,
+    unchecked: usize,
 }
+
+/// Bytes read between two questions to the call's [`crate::Interrupt`].
+const CHECK_BYTES: usize = 1 << 20;
 
 impl Lines {
     /// Reads `file` (at `rel`) from its start; refuses a binary file.
@@ -42,7 +48,28 @@ impl Lines {
             rel,
             number: 0,
             line: Vec::new(),
+            interrupt: None,
+            unchecked: 0,
         })
+    }
+
+    /// Stops reading (`interrupted`) once `interrupt` says so.
+    fn with_interrupt(mut self, interrupt: Option<crate::Interrupt>) -> Lines {
+        self.interrupt = interrupt;
+        self
+    }
+
+    /// Counts `n` bytes read, and asks the interrupt every [`CHECK_BYTES`].
+    fn consume(&mut self, n: usize) -> ToolResult<()> {
+        self.reader.consume(n);
+        self.unchecked += n;
+        if self.unchecked >= CHECK_BYTES {
+            self.unchecked = 0;
+            if let Some(i) = &self.interrupt {
+                i.check()?;
+            }
+        }
+        Ok(())
     }
 
     /// The file's path.
@@ -73,7 +100,7 @@ impl Lines {
             let room = LONGEST_LINE.saturating_sub(self.line.len());
             self.line.extend_from_slice(&buf[..take.min(room)]);
             let found = done > take;
-            self.reader.consume(done);
+            self.consume(done)?;
             if found {
                 break;
             }
@@ -112,7 +139,7 @@ impl Lines {
             let n = buf.len();
             self.number += count_newlines(buf);
             open_line = buf[n - 1] != b'\n';
-            self.reader.consume(n);
+            self.consume(n)?;
         }
         Ok(self.number + usize::from(open_line))
     }
@@ -137,7 +164,7 @@ pub(crate) fn count_newlines(buf: &[u8]) -> usize {
 /// Opens the text file at `path` for reading by lines, as the caller may.
 pub(crate) fn open(root: &crate::ToolRoot, path: &str) -> ToolResult<Lines> {
     let f = root.existing_file(path, crate::access::Access::Read)?;
-    Lines::new(f.file, f.rel)
+    Ok(Lines::new(f.file, f.rel)?.with_interrupt(root.interrupt()))
 }
 
 impl Lines {
@@ -145,6 +172,7 @@ impl Lines {
     pub(crate) fn counted(self) -> ToolResult<(usize, Lines)> {
         use std::io::Seek;
         let rel = self.rel.clone();
+        let interrupt = self.interrupt.clone();
         let mut file = self
             .reader
             .get_ref()
@@ -152,7 +180,7 @@ impl Lines {
             .map_err(read_failed(&rel))?;
         let total = self.count_rest()?;
         file.rewind().map_err(read_failed(&rel))?;
-        Ok((total, Lines::new(file, rel)?))
+        Ok((total, Lines::new(file, rel)?.with_interrupt(interrupt)))
     }
 }
 
@@ -229,6 +257,25 @@ mod tests {
 
     fn lines_of(text: &[u8]) -> Lines {
         open_bytes(text).unwrap()
+    }
+
+    #[test]
+    fn a_read_stops_once_its_caller_is_gone() {
+        let text = "line of text\n".repeat((3 * CHECK_BYTES) / 13);
+        let gone = crate::Interrupt::new(|| true);
+        let mut l = lines_of(text.as_bytes()).with_interrupt(Some(gone.clone()));
+        let mut read = 0;
+        let stopped = loop {
+            match l.next_line() {
+                Ok(Some(_)) => read += 1,
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        assert_eq!(stopped.map(|e| e.code()), Some("interrupted"));
+        assert!(read <= CHECK_BYTES / 13 + 1, "{read} lines read");
+        let l = lines_of(text.as_bytes()).with_interrupt(Some(gone));
+        assert_eq!(l.count_rest().unwrap_err().code(), "interrupted");
     }
 
     #[test]

@@ -286,6 +286,11 @@ impl ClawFs {
                         .push(p.to_path_buf())
                 }
             }));
+        // No one reads the answer of a caller that is gone: its walk or read stops early.
+        if let Some(pid) = super::tool_threads::serving() {
+            let gone = move || super::tool_threads::killed(pid);
+            root = root.with_interrupt(clawfs_agent_tools::Interrupt::new(gone));
+        }
         let as_caller = match AsCaller::enter_with(creds) {
             Ok(guard) => guard,
             Err(e) => return error(ToolError::io("starting the call", e)),

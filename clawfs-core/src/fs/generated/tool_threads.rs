@@ -9,6 +9,7 @@
 //! without running. The threads run at a lower priority than the workers, so the CPU a call
 //! takes is what the requests being served leave over.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -18,6 +19,17 @@ pub(crate) const RUNNING_PER_CALLER: usize = 1;
 pub(crate) const WAITING_PER_CALLER: usize = 64;
 /// The tool threads' nice value: below the FUSE workers (0).
 const NICE: i32 = 5;
+
+thread_local! {
+    /// The caller (thread id) whose request this tool thread serves now; 0 when none.
+    static SERVING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The caller whose request this thread serves, when it is a tool thread serving one: a call
+/// running here may stop once that caller is gone ([`killed`]).
+pub(crate) fn serving() -> Option<u32> {
+    Some(SERVING.get()).filter(|&pid| pid != 0)
+}
 
 /// What becomes of a queued request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,10 +175,12 @@ fn serve(shared: &Shared) {
         caller.running += 1;
         state.take_turn(uid);
         drop(state);
+        SERVING.set(pid);
         job(match killed(pid) {
             true => Turn::Killed,
             false => Turn::Run,
         });
+        SERVING.set(0);
         state = shared.state();
         if let Some(c) = state.callers.get_mut(&uid) {
             c.running -= 1;
@@ -180,7 +194,7 @@ fn serve(shared: &Shared) {
 
 /// Whether the thread `pid` is gone or has been sent SIGKILL: a killed caller waits, unkillable,
 /// for the answer to a request the daemon has taken, so it is still there.
-fn killed(pid: u32) -> bool {
+pub(crate) fn killed(pid: u32) -> bool {
     if pid == 0 {
         return false;
     }

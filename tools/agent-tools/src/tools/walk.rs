@@ -80,15 +80,19 @@ pub(crate) fn walk(
         max_depth: max_depth.min(MAX_WALK_DEPTH),
         stats: &mut stats,
         visit: &mut visit,
+        interrupted: None,
     };
     let at = Folder {
         rel: &start.rel,
         sub: "",
         depth: 1,
     };
-    // Stopping early is not an error: the stats say what was seen.
+    // Stopping early is not an error: the stats say what was seen. Being stopped is.
     let _stopped: Go = w.folder(&dir, at).map_err(failed)?;
-    Ok(stats)
+    match w.interrupted.take() {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
 }
 
 /// A folder being walked: its workspace-relative path, its path below the start, and the
@@ -108,6 +112,8 @@ struct Walk<'w, V> {
     max_depth: usize,
     stats: &'w mut WalkStats,
     visit: &'w mut V,
+    /// Set when the call was stopped (its caller is gone).
+    interrupted: Option<ToolError>,
 }
 
 /// Whether to go on after a folder.
@@ -127,6 +133,10 @@ impl<V: FnMut(&Entry) -> Step> Walk<'_, V> {
             let erel = join_rel(at.rel, &name);
             if self.root.policy().check(&erel, Access::Read).is_err() {
                 continue;
+            }
+            if let Err(e) = self.root.check_interrupt() {
+                self.interrupted = Some(e);
+                return Ok(Go::Break(()));
             }
             self.stats.visited += 1;
             if self.stats.visited > MAX_WALK_ENTRIES {
