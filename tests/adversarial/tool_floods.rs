@@ -50,6 +50,24 @@ fn flood(m: &Mounted) -> Child {
         .unwrap()
 }
 
+/// What a Python script run by fs-engine in its sandbox printed.
+fn python_as_agent(m: &Mounted, script: &str) -> String {
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    text(&out)
+}
+
+/// The rest of the line of `out` that starts with `prefix`.
+fn line_after<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("{out}"))
+}
+
 /// How many of the flood's calls have been answered.
 fn answered(m: &Mounted) -> usize {
     (1..=CALLS)
@@ -227,17 +245,8 @@ held.clear()
 print("after closing:", "ok" if call()[0] else "refused")
 "#
     );
-    let out = m
-        .run_command("fs-engine")
-        .args(["--", "python3", "-c", &script])
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let out = text(&out);
-    let said = out
-        .lines()
-        .find_map(|l| l.strip_prefix("held: "))
-        .unwrap_or_else(|| panic!("{out}"));
+    let out = python_as_agent(&m, &script);
+    let said = line_after(&out, "held: ");
     let answers: Vec<&str> = said.split(' ').collect();
     let ok = answers.iter().filter(|a| **a == "ok").count();
     assert!(
@@ -364,19 +373,8 @@ with lock:
 os._exit(0)
 "#
     );
-    let out = m
-        .run_command("fs-engine")
-        .args(["--", "python3", "-c", &script])
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let out = text(&out);
-    let said: Vec<&str> = out
-        .lines()
-        .find_map(|l| l.strip_prefix("said:"))
-        .unwrap_or_else(|| panic!("{out}"))
-        .split_whitespace()
-        .collect();
+    let out = python_as_agent(&m, &script);
+    let said: Vec<&str> = line_after(&out, "said:").split_whitespace().collect();
     // 65 in line: one running and 64 waiting (66 if the first had not started yet).
     let refused = said.iter().filter(|s| **s == "EAGAIN").count();
     assert!(
