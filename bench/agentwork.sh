@@ -2,7 +2,11 @@
 # bench/agentwork.sh — an agent's ordinary day, timed: as the sandboxed agent fs-engine on
 # ClawFS, as the same uid on native ext4 and as root on the same mount (what is left once an
 # agent is not an agent), in turn round by round on one journaled loop ext4, caches dropped
-# before each part of the day. Steps: git clone of a 10,500-file repository with
+# before each part of the day; and, beside them, root on bindfs over the same ext4 (a plain
+# FUSE peer) and the agent on a second ClawFS mount with `--no-search` (what indexing costs
+# while it runs). After each part on a searching mount the harness waits for the daemon's
+# indexer to go quiet and reports, for the agent's parts, how long after the part it caught up.
+# Steps: git clone of a 10,500-file repository with
 # nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc;
 # git status + git log -200, cold; grep -rn over the clone, cold; rm -rf of the clone; untar of
 # an npm-like tree (13,395 files, 148 MB) and its rm -rf; python3 -m compileall of a
@@ -13,10 +17,13 @@
 # quota), which also runs on builds without `clawfs quota`. `--juicefs BIN` puts the store and
 # the other side on a JuiceFS volume instead (redis-server metadata on a free port, a file
 # bucket on the loop ext4), the store joined as host h1: ClawFS over JuiceFS against JuiceFS
-# alone. `--mount-arg ARG` (repeatable) passes ARG to `clawfs mount`, to time one of its options.
+# alone (no bindfs or `--no-search` side there). `--mount-arg ARG` (repeatable) passes ARG to
+# both `clawfs mount`s, to time one of its options. `--skip SIDE` (repeatable: bindfs,
+# nosearch) leaves a side out.
 #
 #   bash bench/agentwork.sh [--clawfs-bin BIN] [--rounds N] [--workdir DIR] [--cycles N]
 #                           [--quota SIZE|unlimited] [--juicefs BIN] [--mount-arg ARG]...
+#                           [--skip bindfs|nosearch]...
 #
 # Run as root. Without --clawfs-bin it builds target/release/clawfs first.
 set -euo pipefail
@@ -24,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB juicefs=""
-mount_args=()
+mount_args=() skip=" "
 while [[ $# -gt 0 ]]; do
     case $1 in
         --clawfs-bin) bin=$2; shift 2 ;;
@@ -34,20 +41,30 @@ while [[ $# -gt 0 ]]; do
         --quota) quota=$2; shift 2 ;;
         --juicefs) juicefs=$2; shift 2 ;;
         --mount-arg) mount_args+=("$2"); shift 2 ;;
-        -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+        --skip) skip+="$2 "; shift 2 ;;
+        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "$0: run as root" >&2; exit 1; }
 bin=$(release_clawfs "$bin")
 AGENT_UID=61006
+[[ -z $juicefs ]] || skip+="bindfs nosearch "
+wants() { [[ $skip != *" $1 "* ]]; }
+if wants bindfs && ! command -v bindfs >/dev/null; then
+    echo "installing bindfs (the FUSE peer)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bindfs >&2
+fi
 
 rm -rf "$work"; mkdir -p "$work/fs"
 redis_port="" base=$work/fs
 finish() {
     set +e
     unmount_clawfs "$bin" "$work/fs/mnt" 2>/dev/null
-    # The daemon's log outlives the run, for what went wrong.
+    unmount_clawfs "$bin" "$work/fs/mnt-nosearch" 2>/dev/null
+    if is_mounted "$work/fs/bindmnt"; then umount "$work/fs/bindmnt" || umount -l "$work/fs/bindmnt"; fi
+    # The raw figures and the daemon's log outlive the run, for what went wrong.
+    [[ -f $work/results ]] && cp "$work/results" "$work.results"
     for log in "$base/store/.clawfs/daemon.log" "$base/store/.clawfs/hosts/h1/daemon.log"; do
         [[ -f $log ]] && cp "$log" "$work.daemon.log"
     done
@@ -157,6 +174,25 @@ roothome=$work/roothome
 mkdir -p "$roothome" "$ws/root-side"
 cp -a "$inputs/repo" "$ws/repo"
 cp "$inputs/node_modules.tar" "$inputs/py.tar" "$ws/"
+daemon=$("$bin" status "$mnt" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["daemon"]["pid"])')
+# The agent on a second mount that does not index: what indexing costs while it runs.
+store2=$base/store-nosearch mnt2=$work/fs/mnt-nosearch ws2=$mnt2/workspaces/default
+if wants nosearch; then
+    mkdir -p "$mnt2"
+    "$bin" init --store "$store2" >&2
+    "$bin" mount "$mnt2" --store "$store2" --no-search "${mount_args[@]}" >&2
+    "$bin" policy reload "$policy" --store "$store2" >&2
+    cp -a "$inputs/repo" "$ws2/repo"
+    cp "$inputs/node_modules.tar" "$inputs/py.tar" "$ws2/"
+fi
+# Root on bindfs over a folder of the same ext4: a plain FUSE peer.
+bsrc=$base/bindsrc bmnt=$work/fs/bindmnt bindhome=$work/bindhome
+if wants bindfs; then
+    mkdir -p "$bsrc/work" "$bmnt" "$bindhome"
+    cp -a "$inputs/repo" "$bsrc/repo"
+    cp "$inputs/node_modules.tar" "$inputs/py.tar" "$bsrc/"
+    bindfs "$bsrc" "$bmnt"
+fi
 
 # The day, as one shell script run in parts: prints "STEP MILLISECONDS" lines. $1: where to
 # work, $2: the repository to clone, $3: the tarball, $4: the Python tree's tarball, $5: the
@@ -202,10 +238,42 @@ run_native() {
             env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar" "$inputs/py.tar" "$part"
     done
 }
+# index_quiet: waits until the daemon's indexer threads have used no CPU for 3 s (longer than
+# the indexer's longest wait for a batch) and prints how many seconds after the call they last
+# did, in milliseconds: how long the index took to catch up. Their CPU time is read from /proc, so the mount
+# runs as it does by default.
+index_quiet() {
+    python3 - "$daemon" <<'PY'
+import os, sys, time
+pid = sys.argv[1]
+def used():
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() != "indexer":
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass  # a thread that ended
+    return total
+start = time.monotonic()
+last, seen = start, used()
+while time.monotonic() - last < 3:
+    time.sleep(0.02)
+    now = used()
+    if now != seen:
+        last, seen = time.monotonic(), now
+print(round((last - start) * 1000))
+PY
+}
 run_root() {
     for part in $parts; do
         drop_caches
         env HOME="$roothome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws/root-side" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+        index_quiet >/dev/null
     done
 }
 run_clawfs() {
@@ -213,6 +281,20 @@ run_clawfs() {
         drop_caches
         "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
             env HOME="$mnt/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+        echo "catchup_$part $(index_quiet)"
+    done
+}
+run_nosearch() {
+    for part in $parts; do
+        drop_caches
+        "$bin" run --store "$store2" --mount "$mnt2" --agent fs-engine -- \
+            env HOME="$mnt2/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws2" "$ws2/repo" "$ws2/node_modules.tar" "$ws2/py.tar" "$part"
+    done
+}
+run_bindfs() {
+    for part in $parts; do
+        drop_caches
+        env HOME="$bindhome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$bmnt/work" "$bmnt/repo" "$bmnt/node_modules.tar" "$bmnt/py.tar" "$part"
     done
 }
 
@@ -223,6 +305,8 @@ for r in $(seq 1 "$rounds"); do
     run_native | sed "s/^/native $r /" >> "$results"
     run_clawfs | sed "s/^/clawfs $r /" >> "$results"
     run_root | sed "s/^/root $r /" >> "$results"
+    if wants bindfs; then run_bindfs | sed "s/^/bindfs $r /" >> "$results"; fi
+    if wants nosearch; then run_nosearch | sed "s/^/nosearch $r /" >> "$results"; fi
 done
 
 # 20 installs and removals under the 512 MiB quota: never refused.
@@ -238,31 +322,40 @@ sleep 3  # the daemon saves its counts every 2 s
 held=$("$bin" quota --store "$store" --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(a["bytes"] for a in d["agents"] if a["agent"]=="fs-engine"))' 2>/dev/null || echo 0)
 
 python3 - "$results" "$rounds" "$cycles" "$cyc_s" "$held" "$other" <<'PY'
-import sys, statistics
+import math, statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 steps = ["clone", "make", "commit", "gc", "status", "grep", "rm_clone", "untar", "rm_untar", "compileall"]
 t = {}
 for side, rnd, step, ms in rows:
-    t[(side, int(rnd), step)] = int(ms) / 1000
-rounds = int(sys.argv[2])
-print(f"| step | {sys.argv[6]} (s) | ClawFS, sandboxed agent (s) | ClawFS, root (s) | agent / {sys.argv[6]} | root / {sys.argv[6]} | agent / root |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-logs = {"agent": [], "root": [], "agent/root": []}
-def ratio(a, b):
-    # The median of the rounds' ratios: each round's sides ran back to back.
-    return statistics.median(x / max(y, 1e-3) for x, y in zip(a, b))
-for s in steps:
-    n = [t[("native", r, s)] for r in range(1, rounds + 1)]
-    c = [t[("clawfs", r, s)] for r in range(1, rounds + 1)]
-    o = [t[("root", r, s)] for r in range(1, rounds + 1)]
-    row = {"agent": ratio(c, n), "root": ratio(o, n), "agent/root": ratio(c, o)}
-    for k, v in row.items():
-        logs[k].append(v)
-    print(f"| {s} | {statistics.median(n):.2f} | {statistics.median(c):.2f} | {statistics.median(o):.2f} | "
-          f"{row['agent']:.2f}x | {row['root']:.2f}x | {row['agent/root']:.2f}x |")
-import math
-g = {k: math.exp(sum(math.log(x) for x in v) / len(v)) for k, v in logs.items()}
-print(f"| geometric mean | | | | {g['agent']:.2f}x | {g['root']:.2f}x | {g['agent/root']:.2f}x |")
+    t.setdefault((side, step), {})[int(rnd)] = int(ms) / 1000
+rounds, other = int(sys.argv[2]), sys.argv[6]
+names = {"native": other, "clawfs": "ClawFS, sandboxed agent", "root": "ClawFS, root",
+         "bindfs": "bindfs, root", "nosearch": "agent, `--no-search`"}
+sides = [s for s in names if (s, "clone") in t]
+# Each ratio: the median of the rounds' ratios (each round's sides ran back to back).
+pairs = [("clawfs", "native", f"agent / {other}"), ("root", "native", f"root / {other}"),
+         ("bindfs", "native", f"bindfs / {other}"), ("clawfs", "root", "agent / root"),
+         ("clawfs", "bindfs", "agent / bindfs"), ("clawfs", "nosearch", "search on / off")]
+pairs = [p for p in pairs if p[0] in sides and p[1] in sides]
+def ratio(a, b, step):
+    x, y = t[(a, step)], t[(b, step)]
+    return statistics.median(x[r] / max(y[r], 1e-3) for r in range(1, rounds + 1))
+print("| step | " + " | ".join(f"{names[s]} (s)" for s in sides) + " | " + " | ".join(p[2] for p in pairs) + " |")
+print("|---|" + "---:|" * (len(sides) + len(pairs)))
+logs = {p: [] for p in pairs}
+for step in steps:
+    cells = [f"{statistics.median(t[(s, step)].values()):.2f}" for s in sides]
+    for p in pairs:
+        logs[p].append(ratio(p[0], p[1], step))
+        cells.append(f"{logs[p][-1]:.2f}x")
+    print(f"| {step} | " + " | ".join(cells) + " |")
+g = [math.exp(sum(map(math.log, v)) / len(v)) for v in logs.values()]
+print("| geometric mean | " + " | " * len(sides) + " | ".join(f"{x:.2f}x" for x in g) + " |")
+caught = {k[1][len("catchup_"):]: v for k, v in t.items() if k[0] == "clawfs" and k[1].startswith("catchup_")}
+if caught:
+    print()
+    print("The index caught up after the agent's parts (median s): " + ", ".join(
+        f"{part} {statistics.median(v.values()):.2f}" for part, v in caught.items()))
 print()
 print(f"{sys.argv[3]} untar/rm -rf cycles under the quota: none refused, {int(sys.argv[4]) / 1000:.1f} s; "
       f"fs-engine holds {int(sys.argv[5]):,} bytes after them")
