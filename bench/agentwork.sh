@@ -5,7 +5,7 @@
 # before each part of the day; and, beside them, root on bindfs over the same ext4 (a plain
 # FUSE peer) and the agent on a second ClawFS mount with `--no-search` (what indexing costs
 # while it runs). After each part on a searching mount the harness waits for the daemon's
-# indexer to go quiet and reports, for the agent's parts, how long after the part it caught up.
+# indexer to go quiet (its graphs saved) and reports, for the agent's parts, how long after the part it caught up.
 # Steps: git clone of a 10,500-file repository with
 # nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc;
 # git status + git log -200, cold; grep -rn over the clone, cold; rm -rf of the clone; untar of
@@ -238,8 +238,9 @@ run_native() {
             env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar" "$inputs/py.tar" "$part"
     done
 }
-# index_quiet: waits until the daemon's indexer threads have used no CPU for 3 s (longer than
-# the indexer's longest wait for a batch) and prints how many seconds after the call they last
+# index_quiet: waits until the daemon's indexer threads have used no CPU for 6 s (longer than
+# its longest wait for a batch, 2 s, and than the quiet after which it saves its graphs, 5 s)
+# and prints how many seconds after the call they last
 # did, in milliseconds: how long the index took to catch up. Their CPU time is read from /proc, so the mount
 # runs as it does by default.
 index_quiet() {
@@ -261,7 +262,7 @@ def used():
     return total
 start = time.monotonic()
 last, seen = start, used()
-while time.monotonic() - last < 3:
+while time.monotonic() - last < 6:
     time.sleep(0.02)
     now = used()
     if now != seen:
@@ -269,33 +270,34 @@ while time.monotonic() - last < 3:
 print(round((last - start) * 1000))
 PY
 }
+# agent_day STORE MNT PART: the day's PART as the sandboxed agent fs-engine, in MNT's default
+# workspace, with its inputs there.
+agent_day() {
+    local ws=$2/workspaces/default
+    "$bin" run --store "$1" --mount "$2" --agent fs-engine -- \
+        env HOME="$2/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$3"
+}
+# root_day HOME DIR INPUTS PART: the day's PART as root in DIR, the inputs in INPUTS.
+root_day() {
+    env HOME="$1" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$2" "$3/repo" "$3/node_modules.tar" "$3/py.tar" "$4"
+}
 run_root() {
     for part in $parts; do
-        drop_caches
-        env HOME="$roothome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws/root-side" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+        drop_caches; root_day "$roothome" "$ws/root-side" "$ws" "$part"
         index_quiet >/dev/null
     done
 }
 run_clawfs() {
     for part in $parts; do
-        drop_caches
-        "$bin" run --store "$store" --mount "$mnt" --agent fs-engine -- \
-            env HOME="$mnt/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$part"
+        drop_caches; agent_day "$store" "$mnt" "$part"
         echo "catchup_$part $(index_quiet)"
     done
 }
 run_nosearch() {
-    for part in $parts; do
-        drop_caches
-        "$bin" run --store "$store2" --mount "$mnt2" --agent fs-engine -- \
-            env HOME="$mnt2/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws2" "$ws2/repo" "$ws2/node_modules.tar" "$ws2/py.tar" "$part"
-    done
+    for part in $parts; do drop_caches; agent_day "$store2" "$mnt2" "$part"; done
 }
 run_bindfs() {
-    for part in $parts; do
-        drop_caches
-        env HOME="$bindhome" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$bmnt/work" "$bmnt/repo" "$bmnt/node_modules.tar" "$bmnt/py.tar" "$part"
-    done
+    for part in $parts; do drop_caches; root_day "$bindhome" "$bmnt/work" "$bmnt" "$part"; done
 }
 
 results=$work/results
