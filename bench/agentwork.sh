@@ -5,14 +5,14 @@
 # before each part of the day; and, beside them, root on bindfs over the same ext4 (a plain
 # FUSE peer) and the agent on a second ClawFS mount with `--no-search` (what indexing costs
 # while it runs). After each part on a searching mount the harness waits for the daemon's
-# indexer to go quiet (its graphs saved) and reports, for the agent's parts, how long after the part it caught up.
-# Steps: git clone of a 10,500-file repository with
-# nested .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc;
-# git status + git log -200, cold; grep -rn over the clone, cold; rm -rf of the clone; untar of
-# an npm-like tree (13,395 files, 148 MB) and its rm -rf; python3 -m compileall of a
-# 3,000-module tree, cold. Then,
-# on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB quota (2.9 GB written), which must
-# never be refused. Prints a markdown table: per-step medians and the median of per-round ratios.
+# indexer to go quiet (its graphs saved) and reports, for the agent's parts, how long after
+# the part it caught up. Steps: git clone of a 10,500-file repository with nested
+# .gitmodules, make -j2 of its C sources, an edit of 111 files and a commit, git gc; git
+# status + git log -200, cold; grep -rn over the clone, cold; rm -rf of the clone; untar of an
+# npm-like tree (13,395 files, 148 MB) and its rm -rf; python3 -m compileall of a
+# 3,000-module tree, cold. Then, on ClawFS only, 20 untar / rm -rf cycles under a 512 MiB
+# quota (2.9 GB written), which must never be refused. Prints a markdown table: per-step
+# medians and the median of per-round ratios.
 # `--quota unlimited --cycles 0` times the day with the agent's writes by passthrough (no byte
 # quota), which also runs on builds without `clawfs quota`. `--juicefs BIN` puts the store and
 # the other side on a JuiceFS volume instead (redis-server metadata on a free port, a file
