@@ -42,7 +42,7 @@ while [[ $# -gt 0 ]]; do
         --juicefs) juicefs=$2; shift 2 ;;
         --mount-arg) mount_args+=("$2"); shift 2 ;;
         --skip) skip+="$2 "; shift 2 ;;
-        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,28p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
