@@ -336,9 +336,9 @@ pub struct Exchange {
     /// program reading at offset 0 and a shell reading on after its write both see the
     /// response from its start.
     pub read_base: Option<u64>,
-    /// A write went past [`MAX_CALL_REQUEST`]: the request is answered `too_large`, never run
-    /// on what was kept of it.
-    pub oversized: bool,
+    /// A write was refused part of the body: the request is answered `too_large` (a secret is
+    /// not stored), never run on what was kept of it.
+    pub cut: Option<Cut>,
     /// The call is running (on a copy of the request, without this exchange's lock held).
     pub running: bool,
     /// What the response of a call counts against its opener's answers
@@ -349,21 +349,25 @@ pub struct Exchange {
     pub buffered: Option<crate::per_caller::Taken>,
 }
 
+/// Why a write to a request was refused (`EFBIG`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// It went past [`MAX_CALL_REQUEST`].
+    TooLarge,
+    /// The caller's open requests held all the request bytes a caller may hold.
+    CallerShare,
+}
+
 impl Exchange {
     /// Appends or overwrites request bytes at `offset`; a write after a response starts a new
     /// call on the same descriptor.
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<usize, i32> {
-        if self.response.is_some() {
-            *self = Exchange {
-                buffered: self.buffered.take(),
-                ..Exchange::default()
-            };
-        }
+        self.restart_if_answered();
         let end = (offset as usize)
             .checked_add(data.len())
             .ok_or(libc::EFBIG)?;
         if end > MAX_CALL_REQUEST {
-            self.oversized = true;
+            self.refuse(Cut::TooLarge);
             return Err(libc::EFBIG);
         }
         if self.request.len() < end {
@@ -373,16 +377,32 @@ impl Exchange {
         Ok(data.len())
     }
 
-    /// Whether the request went past [`MAX_CALL_REQUEST`]: a write was refused, or the body
+    /// A write after a response starts a new call on the same descriptor.
+    fn restart_if_answered(&mut self) {
+        if self.response.is_some() {
+            *self = Exchange {
+                buffered: self.buffered.take(),
+                ..Exchange::default()
+            };
+        }
+    }
+
+    /// Marks the request as refused part of its body: whatever was kept of it never runs.
+    pub fn refuse(&mut self, why: Cut) {
+        self.restart_if_answered();
+        self.cut.get_or_insert(why);
+    }
+
+    /// Why the request was cut, if it was: a write was refused, or the body
     /// reaches into the last (largest) FUSE write below the limit and ends in the middle of its
     /// JSON, its rest refused by a write the kernel delivered after the close. Either way it is
     /// answered `too_large` and never run, whatever order the writes and the close came in.
-    pub fn is_cut(&self) -> bool {
+    pub fn cut(&self) -> Option<Cut> {
         const LARGEST_FUSE_WRITE: usize = 1 << 20;
-        self.oversized
-            || (self.request.len() > MAX_CALL_REQUEST - LARGEST_FUSE_WRITE
-                && serde_json::from_slice::<serde::de::IgnoredAny>(&self.request)
-                    .is_err_and(|e| e.is_eof()))
+        let reaches_the_limit = self.request.len() > MAX_CALL_REQUEST - LARGEST_FUSE_WRITE
+            && serde_json::from_slice::<serde::de::IgnoredAny>(&self.request)
+                .is_err_and(|e| e.is_eof());
+        self.cut.or(reaches_the_limit.then_some(Cut::TooLarge))
     }
 
     /// The response bytes a read at `offset` of `size` returns.
@@ -404,17 +424,20 @@ mod tests {
         let mut cut = Exchange::default();
         let body = format!("{{\"content\": \"{}", "x".repeat(MAX_CALL_REQUEST - 100));
         cut.write(0, body.as_bytes()).unwrap();
-        assert!(cut.is_cut(), "ends mid-JSON next to the limit");
+        assert!(cut.cut().is_some(), "ends mid-JSON next to the limit");
         let mut bad = Exchange::default();
         bad.write(0, b"{\"content\": ").unwrap();
         assert!(
-            !bad.is_cut(),
+            bad.cut().is_none(),
             "short and broken: invalid_json, not too_large"
         );
         let mut whole = Exchange::default();
         let body = format!("{{\"c\": \"{}\"}}", "x".repeat(MAX_CALL_REQUEST - 100));
         whole.write(0, body.as_bytes()).unwrap();
-        assert!(!whole.is_cut(), "complete JSON just under the limit runs");
+        assert!(
+            whole.cut().is_none(),
+            "complete JSON just under the limit runs"
+        );
     }
 
     #[test]

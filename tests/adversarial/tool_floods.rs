@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 use crate::common::Mounted;
 use crate::support::{audit_until, text};
+use serde_json::Value;
+
+/// A JSON string's text ("" for anything else).
+fn text_of(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
 
 const CALLS: usize = 4;
 
@@ -333,6 +339,71 @@ print("after closing:", what)
     assert_eq!(held, 16, "{said:?}");
     assert!(said[held..].iter().all(|s| *s == "EFBIG"), "{said:?}");
     assert_eq!(after, "after closing: held");
+}
+
+/// Once an agent's open call files hold all the request bytes it may hold, a request refused
+/// part of its body is never run on what was kept: not through a call file (its read answers
+/// `too_large`), not through a request file (its response says `too_large` as soon as
+/// `close()` returns). Nothing is written, and the trail has the refusal with EFBIG.
+#[test]
+fn a_request_refused_part_of_its_body_is_answered_not_run() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    let script = format!(
+        r#"
+import errno, json, os
+body = b" " * ((4 << 20) - 1)
+held = []
+for i in range(16):
+    fd = os.open("{mnt}/tools/call/list_allowed", os.O_RDWR)
+    os.write(fd, body)
+    held.append(fd)
+def attempt(fd, request):
+    try:
+        os.write(fd, request)
+        return "written"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+fd = os.open("{mnt}/tools/call/write_file", os.O_RDWR)
+said = attempt(fd, json.dumps({{"path": "by-call.md", "content": "x"}}).encode())
+answer = b""
+while chunk := os.read(fd, 65536):
+    answer += chunk
+print("call write:", said)
+print("call answer:", json.loads(answer)["error"])
+fd = os.open("{mnt}/tools/requests/r1.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+said = attempt(fd, json.dumps({{"tool": "write_file", "path": "by-request.md", "content": "x"}}).encode())
+os.close(fd)
+print("request write:", said)
+with open("{mnt}/tools/responses/r1.json") as f:
+    print("request answer:", json.load(f)["error"])
+"#
+    );
+    let out = python_as_agent(&m, &script);
+    assert_eq!(line_after(&out, "call write: "), "EFBIG", "{out}");
+    assert_eq!(line_after(&out, "call answer: "), "too_large", "{out}");
+    assert_eq!(line_after(&out, "request write: "), "EFBIG", "{out}");
+    assert_eq!(line_after(&out, "request answer: "), "too_large", "{out}");
+    for name in ["by-call.md", "by-request.md"] {
+        assert!(!m.backing(&format!("workspaces/default/{name}")).exists());
+    }
+    // The request file's body was refused whole: the trail cannot name its tool.
+    let refused = |r: &Value| {
+        r["errno"] == libc::EFBIG
+            && r["agent"] == "fs-engine"
+            && text_of(&r["reason"]).starts_with("too_large: your open tool-call files hold")
+    };
+    let trail = audit_until(&m, |a| a.iter().filter(|r| refused(r)).count() >= 2);
+    let mut ops: Vec<&str> = trail
+        .iter()
+        .filter(|r| refused(r))
+        .map(|r| r["operation"].as_str().unwrap())
+        .collect();
+    ops.sort();
+    assert_eq!(ops, ["tool:?", "tool:write_file"], "{trail:?}");
+    assert!(!trail
+        .iter()
+        .any(|r| r["operation"] == "tool:write_file" && r["result"] == "ok"));
 }
 
 /// One agent lines up more slow calls than it may have waiting: one runs, 64 wait, and the

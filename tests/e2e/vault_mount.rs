@@ -129,3 +129,46 @@ fn secrets_are_served_to_the_admin_and_granted_agents_only() {
         "{trail}"
     );
 }
+
+/// A secret whose value is refused in part (past the 4 MiB a write to the mount may hold) is
+/// not stored cut short: the write fails with EFBIG, the `close()` too, the secret keeps its
+/// old value, and the trail has the refused store.
+#[test]
+fn a_secret_refused_in_part_is_not_stored() {
+    use std::io::Write;
+    let m = Mounted::new();
+    ok(vault(&m, &["init", "--sealer", "passphrase"], None));
+    ok(vault(&m, &["put", "big-token"], Some("old-value\n")));
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.path("vault/secrets/big-token"))
+        .unwrap();
+    let refused = file.write_all(&vec![b'k'; 5 << 20]).unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EFBIG));
+    // SAFETY: the descriptor is ours and closed once (into_raw_fd gives up the File's).
+    let closed = unsafe { libc::close(std::os::fd::IntoRawFd::into_raw_fd(file)) };
+    assert_eq!(closed, -1);
+    let failed = std::io::Error::last_os_error();
+    assert_eq!(failed.raw_os_error(), Some(libc::EFBIG));
+    assert_eq!(ok(vault(&m, &["get", "big-token"], None)), "old-value");
+    let trail = ok(clawfs([
+        OsStr::new("audit"),
+        OsStr::new("--store"),
+        m.store.as_os_str(),
+        OsStr::new("search"),
+        OsStr::new("--json"),
+    ]));
+    let refused = trail
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|r| {
+            r["operation"] == "vault:put"
+                && r["errno"] == libc::EFBIG
+                && r["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("not stored")
+        });
+    assert!(refused, "{trail}");
+}

@@ -120,9 +120,10 @@ impl ClawFs {
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A read handle holds the plaintext as its response; a write handle that wrote
         // nothing (a shell's copy closed after dup2) stores nothing.
-        if state.response.is_some() || state.request.is_empty() {
+        if state.response.is_some() || (state.request.is_empty() && state.cut.is_none()) {
             return Ok(());
         }
+        let cut = state.cut;
         let mut value = std::mem::take(&mut state.request);
         if value.last() == Some(&b'\n') {
             value.pop();
@@ -138,6 +139,16 @@ impl ClawFs {
             "vault:put",
             path.to_string(),
         );
+        if cut.is_some() {
+            // Part of the value was refused: storing the rest would keep a secret cut short.
+            zeroize::Zeroize::zeroize(&mut value);
+            let why = "part of the value was refused (too large): the secret was not stored";
+            self.record(ev.failed(libc::EFBIG).reason(why));
+            return Err(FsError::Refused {
+                errno: libc::EFBIG,
+                why,
+            });
+        }
         let stored = self.vault()?.put(name, &value);
         zeroize::Zeroize::zeroize(&mut value);
         match stored {

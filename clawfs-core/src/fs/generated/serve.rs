@@ -245,13 +245,23 @@ impl ClawFs {
             empty => empty.insert(ledger.take(uid, 0, |_| Ok::<_, FsError>(()))?),
         };
         let (held, after) = (hold.amount(), after as u64);
-        if after > held {
-            hold.resize(after, |h| {
+        let grown = match after > held {
+            true => hold.resize(after, |h| {
                 match h.mine + (after - held) > super::BUFFERED_PER_CALLER {
                     true => Err(errno(libc::EFBIG)),
                     false => Ok(()),
                 }
-            })?;
+            }),
+            false => Ok(()),
+        };
+        if let Err(e) = grown {
+            // Never run (or stored) on what was kept of it: answered `too_large` instead.
+            state.refuse(crate::generated_files::Cut::CallerShare);
+            let now = state.request.len() as u64;
+            if let Some(hold) = &mut state.buffered {
+                hold.resize(now, |_| Ok::<_, FsError>(()))?;
+            }
+            return Err(e);
         }
         let written = state.write(offset, data);
         // Counted whatever the write did (a refused write after a response still cleared it).
@@ -287,7 +297,7 @@ impl ClawFs {
                 // not wait for it, holding a thread the call's own file operations need.
                 let call = Exchange {
                     request: state.request.clone(),
-                    oversized: state.oversized,
+                    cut: state.cut,
                     ..Exchange::default()
                 };
                 state.running = true;
@@ -440,7 +450,7 @@ impl ClawFs {
         // follows the close: the caller reads its answer once `close()` returns.
         let written = {
             let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-            !state.request.is_empty() || state.oversized
+            !state.request.is_empty() || state.cut.is_some()
         };
         if written {
             self.run_request(&handle);
@@ -469,7 +479,7 @@ impl ClawFs {
             return;
         };
         let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.response.is_some() || (state.request.is_empty() && !state.oversized) {
+        if state.response.is_some() || (state.request.is_empty() && state.cut.is_none()) {
             return;
         }
         drop(state);

@@ -30,23 +30,15 @@ impl ClawFs {
         let target = head.target();
         if let Some(t) = tool.filter(|t| self.is_published_tool(t)) {
             // Recorded by the call itself, with what the tool was given.
-            let result = match exchange.is_cut() {
-                true => Err(clawfs_agent_tools::ToolError::TooLarge(format!(
-                    "the request is larger than {} bytes and was not run",
-                    generated_files::MAX_CALL_REQUEST
-                ))),
-                false => self.call_wasm((who, creds), t, &exchange.request),
+            let result = match exchange.cut() {
+                Some(cut) => Err(too_large(cut)),
+                None => self.call_wasm((who, creds), t, &exchange.request),
             };
             return finish(result);
         }
-        let (workspace, result) = if exchange.is_cut() {
-            let message = format!(
-                "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
-                generated_files::MAX_CALL_REQUEST
-            );
-            (None, Err(clawfs_agent_tools::ToolError::TooLarge(message)))
-        } else {
-            self.call_tool(creds, who, tool, &exchange.request)
+        let (workspace, result) = match exchange.cut() {
+            Some(cut) => (None, Err(too_large(cut))),
+            None => self.call_tool(creds, who, tool, &exchange.request),
         };
         let named = target.as_ref().map(|(p, to)| (p.as_str(), to.as_deref()));
         let call = (tool_name.as_str(), named);
@@ -510,6 +502,21 @@ fn namespace_target(ws: &str, raw: &str, mount: Option<&str>) -> String {
         true => ws.to_string(),
         false => format!("{ws}/{}", parts.join("/")),
     }
+}
+
+/// The answer to a request that was refused part of its body, and so not run.
+fn too_large(cut: generated_files::Cut) -> clawfs_agent_tools::ToolError {
+    let message = match cut {
+        generated_files::Cut::TooLarge => format!(
+            "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
+            generated_files::MAX_CALL_REQUEST
+        ),
+        generated_files::Cut::CallerShare => format!(
+            "your open tool-call files hold {} bytes of requests already, so this one was refused part of its body and was not run; close or finish the others first",
+            super::BUFFERED_PER_CALLER
+        ),
+    };
+    clawfs_agent_tools::ToolError::TooLarge(message)
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ impl ClawFs {
         let runs = match (&handle.node, step) {
             (GeneratedNode::Call(_), ToolStep::Read) => !state.running,
             (GeneratedNode::Request { .. }, ToolStep::Flush) => {
-                !state.request.is_empty() || state.oversized
+                !state.request.is_empty() || state.cut.is_some()
             }
             _ => false,
         };
