@@ -387,6 +387,11 @@ impl Exchange {
         }
     }
 
+    /// Whether anything was written to the request, kept or refused.
+    pub fn written(&self) -> bool {
+        !self.request.is_empty() || self.cut.is_some()
+    }
+
     /// Marks the request as refused part of its body: whatever was kept of it never runs.
     pub fn refuse(&mut self, why: Cut) {
         self.restart_if_answered();

@@ -152,23 +152,14 @@ fn a_secret_refused_in_part_is_not_stored() {
     let failed = std::io::Error::last_os_error();
     assert_eq!(failed.raw_os_error(), Some(libc::EFBIG));
     assert_eq!(ok(vault(&m, &["get", "big-token"], None)), "old-value");
-    let trail = ok(clawfs([
-        OsStr::new("audit"),
-        OsStr::new("--store"),
-        m.store.as_os_str(),
-        OsStr::new("search"),
-        OsStr::new("--json"),
-    ]));
-    let refused = trail
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|r| {
-            r["operation"] == "vault:put"
-                && r["errno"] == libc::EFBIG
-                && r["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("not stored")
-        });
-    assert!(refused, "{trail}");
+    let refused = |r: &serde_json::Value| {
+        r["operation"] == "vault:put"
+            && r["errno"] == libc::EFBIG
+            && r["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not stored")
+    };
+    let trail = crate::common::audit_until(&m, |a| a.iter().any(refused));
+    assert!(trail.iter().any(refused), "{trail:?}");
 }

@@ -120,7 +120,7 @@ impl ClawFs {
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A read handle holds the plaintext as its response; a write handle that wrote
         // nothing (a shell's copy closed after dup2) stores nothing.
-        if state.response.is_some() || (state.request.is_empty() && state.cut.is_none()) {
+        if state.response.is_some() || !state.written() {
             return Ok(());
         }
         let cut = state.cut;

@@ -450,7 +450,7 @@ impl ClawFs {
         // follows the close: the caller reads its answer once `close()` returns.
         let written = {
             let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-            !state.request.is_empty() || state.cut.is_some()
+            state.written()
         };
         if written {
             self.run_request(&handle);
@@ -479,7 +479,7 @@ impl ClawFs {
             return;
         };
         let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.response.is_some() || (state.request.is_empty() && state.cut.is_none()) {
+        if state.response.is_some() || !state.written() {
             return;
         }
         drop(state);

@@ -90,9 +90,7 @@ impl ClawFs {
         }
         let runs = match (&handle.node, step) {
             (GeneratedNode::Call(_), ToolStep::Read) => !state.running,
-            (GeneratedNode::Request { .. }, ToolStep::Flush) => {
-                !state.request.is_empty() || state.cut.is_some()
-            }
+            (GeneratedNode::Request { .. }, ToolStep::Flush) => state.written(),
             _ => false,
         };
         runs.then(|| (handle.opener.1.caller.uid, handle.node.audit_path()))
