@@ -261,6 +261,7 @@ fn main() {
     for (id, v) in &vectors {
         graph.add(*id, v).unwrap();
     }
+    graph.settle(&|| true).unwrap();
     let mut found = 0usize;
     let probes = queries.min(100);
     for q in qtexts.iter().take(probes) {

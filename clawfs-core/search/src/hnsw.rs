@@ -1,8 +1,17 @@
 //! The HNSW graph over a workspace's vectors (usearch, cosine). It is a cache of the vectors in
 //! SQLite: saved beside the database (temp file + rename), and rebuilt from SQLite when it is
 //! missing, unreadable, of another dimension or older than the database.
+//!
+//! Inserting into the graph is most of what indexing a file costs (the distance computations of
+//! the insert's search, at `ef_construction` candidates). A vector added one at a time therefore
+//! waits beside the graph, searched exactly, until [`Hnsw::settle`] inserts it when the indexer
+//! has a quiet moment: the insert then no longer competes with the writer whose files are being
+//! indexed. At most [`MAX_WAITING_BYTES`] of vectors wait; past that they go into the graph at
+//! once.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
@@ -40,10 +49,20 @@ impl HnswParams {
     }
 }
 
-/// An HNSW graph of `dim`-component vectors keyed by document id.
+/// The most the vectors waiting beside the graph may take (32,768 vectors of the built-in
+/// model's 256 components): an exact search over them costs a few milliseconds.
+pub const MAX_WAITING_BYTES: usize = 32 << 20;
+
+/// How many waiting vectors [`Hnsw::settle`] inserts between two looks at `go_on`: tens of
+/// milliseconds of work, so a search or a new change never waits long for it.
+const SETTLE_SLICE: usize = 32;
+
+/// An HNSW graph of `dim`-component vectors keyed by document id, and the vectors added since
+/// it was last settled.
 pub struct Hnsw {
     index: Index,
     dim: usize,
+    waiting: Mutex<BTreeMap<i64, Vec<f32>>>,
 }
 
 fn err(
@@ -72,7 +91,15 @@ impl Hnsw {
         index
             .reserve(1024)
             .map_err(|e| err("reserving the graph", e))?;
-        Ok(Hnsw { index, dim })
+        Ok(Hnsw {
+            index,
+            dim,
+            waiting: Mutex::default(),
+        })
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, BTreeMap<i64, Vec<f32>>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The graph saved at `path`, if it loads and has `dim` components.
@@ -96,10 +123,49 @@ impl Hnsw {
         Ok(h)
     }
 
-    /// Adds (or replaces) the vector of `key`.
+    /// Adds (or replaces) the vector of `key`: it waits beside the graph until
+    /// [`Hnsw::settle`], or goes in at once when [`MAX_WAITING_BYTES`] already wait.
     pub fn add(&self, key: i64, v: &[f32]) -> Result<(), SearchError> {
         self.make_room(&[(key, v)])?;
+        let mut waiting = self.waiting();
+        if (waiting.len() + 1) * self.dim * std::mem::size_of::<f32>() <= MAX_WAITING_BYTES {
+            waiting.insert(key, v.to_vec());
+            return Ok(());
+        }
+        drop(waiting);
         self.index.add(key as u64, v).map_err(|e| err("adding", e))
+    }
+
+    /// Inserts the waiting vectors into the graph, a slice at a time, until none waits (true)
+    /// or `go_on` says no (false).
+    pub fn settle(&self, go_on: &dyn Fn() -> bool) -> Result<bool, SearchError> {
+        loop {
+            // In key order, one at a time, as they were indexed: the graph comes out as if
+            // each had gone in at once.
+            let slice: Vec<(i64, Vec<f32>)> = {
+                let mut waiting = self.waiting();
+                std::iter::from_fn(|| waiting.pop_first())
+                    .take(SETTLE_SLICE)
+                    .collect()
+            };
+            if slice.is_empty() {
+                return Ok(true);
+            }
+            self.make_room(&slice)?;
+            for (key, v) in &slice {
+                self.index
+                    .add(*key as u64, v)
+                    .map_err(|e| err("adding", e))?;
+            }
+            if !go_on() {
+                return Ok(self.waiting().is_empty());
+            }
+        }
+    }
+
+    /// How many vectors wait beside the graph.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting().len()
     }
 
     /// Checks the vectors' dimension, removes the keys' old vectors, and reserves room for
@@ -121,7 +187,9 @@ impl Hnsw {
                 format!("the vector of {key} has a component that is not a finite number"),
             ));
         }
+        let mut waiting = self.waiting();
         for (key, _) in items {
+            waiting.remove(key);
             if self.index.contains(*key as u64) {
                 self.index
                     .remove(*key as u64)
@@ -164,28 +232,50 @@ impl Hnsw {
 
     /// Removes `key` (nothing if absent).
     pub fn remove(&self, key: i64) -> Result<(), SearchError> {
+        self.waiting().remove(&key);
         self.index
             .remove(key as u64)
             .map(|_| ())
             .map_err(|e| err("removing", e))
     }
 
-    /// The `k` nearest keys to `v`, with their cosine similarity, best first.
+    /// The `k` nearest keys to `v`, with their cosine similarity, best first: the graph's
+    /// approximate neighbours and the waiting vectors' exact ones, together.
     pub fn search(&self, v: &[f32], k: usize) -> Result<Vec<(i64, f32)>, SearchError> {
-        if self.index.size() == 0 || k == 0 {
+        if k == 0 {
             return Ok(Vec::new());
         }
-        let m = self.index.search(v, k).map_err(|e| err("searching", e))?;
-        Ok(m.keys
-            .iter()
-            .zip(&m.distances)
-            .map(|(k, d)| (*k as i64, 1.0 - d))
-            .collect())
+        let mut found: Vec<(i64, f32)> = match self.index.size() {
+            0 => Vec::new(),
+            n => {
+                let m = self
+                    .index
+                    .search(v, k.min(n))
+                    .map_err(|e| err("searching", e))?;
+                m.keys
+                    .iter()
+                    .zip(&m.distances)
+                    .map(|(k, d)| (*k as i64, 1.0 - d))
+                    .collect()
+            }
+        };
+        let norm = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let vn = norm(v);
+        found.extend(self.waiting().iter().filter_map(|(key, w)| {
+            let wn = norm(w);
+            (vn > 0.0 && wn > 0.0).then(|| {
+                let dot: f32 = v.iter().zip(w).map(|(a, b)| a * b).sum();
+                (*key, dot / (vn * wn))
+            })
+        }));
+        found.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        found.truncate(k);
+        Ok(found)
     }
 
-    /// How many vectors the graph holds.
+    /// How many vectors the graph holds, waiting ones included.
     pub fn len(&self) -> usize {
-        self.index.size()
+        self.index.size() + self.waiting_len()
     }
 
     /// Whether the graph is empty.
@@ -193,8 +283,10 @@ impl Hnsw {
         self.len() == 0
     }
 
-    /// Saves the graph to `path` atomically (a temp file in the same folder, then rename).
+    /// Saves the graph to `path` atomically (a temp file in the same folder, then rename),
+    /// with every waiting vector inserted first.
     pub fn save(&self, path: &Path) -> Result<(), SearchError> {
+        self.settle(&|| true)?;
         let dir = path.parent().ok_or_else(|| err("saving", "no folder"))?;
         let tmp = tempfile::Builder::new()
             .prefix(".hnsw-")
@@ -233,5 +325,52 @@ mod tests {
         assert_eq!(h.len(), 1);
         assert!(h.add(5, &[1.0, 0.0]).is_err(), "another dimension");
         assert_eq!(h.search(&[0.0, 1.0, 0.0, 0.0], 3).unwrap().len(), 1);
+    }
+
+    /// A vector added waits beside the graph and is found by exact search; replaced or removed
+    /// before it is settled, its old value is never found; settled, the graph finds it, and a
+    /// saved graph holds every vector.
+    #[test]
+    fn waiting_vectors_are_searched_until_settled() {
+        let h = Hnsw::new(4, HnswParams::default()).unwrap();
+        let many: Vec<(i64, Vec<f32>)> = (10..60)
+            .map(|i| (i, vec![1.0, i as f32 / 100.0, 0.0, 0.0]))
+            .collect();
+        h.add_many(&many).unwrap();
+        h.add(1, &[0.0, 0.0, 1.0, 0.0]).unwrap();
+        h.add(2, &[0.0, 0.0, 0.0, 1.0]).unwrap();
+        assert_eq!((h.len(), h.waiting_len()), (52, 2));
+        let best = h.search(&[0.0, 0.0, 1.0, 0.1], 3).unwrap();
+        assert_eq!(best[0].0, 1);
+        assert!((best[0].1 - 0.995).abs() < 0.01, "{best:?}");
+
+        // Replaced while waiting, and a graph vector replaced: only the new values are found.
+        h.add(1, &[0.0, 1.0, 0.0, 0.0]).unwrap();
+        h.add(10, &[0.0, 0.0, 1.0, 0.0]).unwrap();
+        assert_eq!(h.search(&[0.0, 0.0, 1.0, 0.0], 1).unwrap()[0].0, 10);
+        h.remove(2).unwrap();
+        assert!(h
+            .search(&[0.0, 0.0, 0.0, 1.0], 60)
+            .unwrap()
+            .iter()
+            .all(|(k, _)| *k != 2));
+        assert_eq!((h.len(), h.waiting_len()), (51, 2));
+
+        // Settling stops when told to, between slices, and goes on later.
+        for i in 100..200 {
+            h.add(i, &[0.5, 0.5, i as f32 / 200.0, 0.0]).unwrap();
+        }
+        assert!(!h.settle(&|| false).unwrap());
+        assert!(h.waiting_len() > 0 && h.waiting_len() < 102);
+        assert!(h.settle(&|| true).unwrap());
+        assert_eq!((h.len(), h.waiting_len()), (151, 0));
+        assert_eq!(h.search(&[0.0, 0.0, 1.0, 0.0], 1).unwrap()[0].0, 10);
+
+        let dir = tempfile::tempdir().unwrap();
+        h.add(3, &[1.0, 1.0, 1.0, 1.0]).unwrap();
+        h.save(&dir.path().join("g")).unwrap();
+        let back = Hnsw::load(&dir.path().join("g"), 4, HnswParams::default()).unwrap();
+        assert_eq!((back.len(), back.waiting_len()), (152, 0));
+        assert_eq!(back.search(&[1.0, 1.0, 1.0, 1.0], 1).unwrap()[0].0, 3);
     }
 }

@@ -9,6 +9,11 @@
 //! to hundreds of megabytes, which done after every batch competed with the writers for the
 //! disk. A graph left unsaved by a crash does not match the database's generation and is
 //! rebuilt from the database at the next start.
+//!
+//! The quiet moment before a save is also when the vectors indexed since wait to be inserted
+//! into the graph ([`super::hnsw`]): the inserts, most of indexing's work, stop as soon as a
+//! change comes in, so they run when the writers pause, not beside them. Under a steady stream
+//! they are inserted at the save of [`SAVE_AT_LEAST_EVERY`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
@@ -466,8 +471,10 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
             // on a shared volume is new objects every time.
             Err(RecvTimeoutError::Timeout) if shared.leases.is_some() => {
                 if !unsaved.is_empty() && last_batch.elapsed() >= SAVE_QUIET {
-                    save_graphs(shared, &mut unsaved);
-                    unsaved_since = None;
+                    settle_graphs(shared, &mut unsaved);
+                    if unsaved.is_empty() {
+                        unsaved_since = None;
+                    }
                 }
                 continue;
             }
@@ -476,8 +483,10 @@ fn run(shared: &Shared, rx: &mpsc::Receiver<Change>) {
                 continue;
             }
             Err(RecvTimeoutError::Timeout) => {
-                save_graphs(shared, &mut unsaved);
-                unsaved_since = None;
+                settle_graphs(shared, &mut unsaved);
+                if unsaved.is_empty() {
+                    unsaved_since = None;
+                }
                 continue;
             }
             // Stopping: `Indexer::stop` saves every open graph.
@@ -645,7 +654,38 @@ fn look_at_leases(shared: &Shared, leases: &Leases, unsaved: &mut BTreeSet<Strin
     }
 }
 
-/// Saves the graphs of the workspaces in `unsaved`, and empties it.
+/// In a quiet moment: inserts the vectors waiting beside the graphs of the workspaces in
+/// `unsaved` until a change comes, and saves each graph that has none left waiting (it leaves
+/// `unsaved`).
+fn settle_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
+    let quiet = || {
+        !shared.stopping.load(Ordering::Relaxed)
+            && shared.queued.load(Ordering::Relaxed) <= shared.applied.load(Ordering::Relaxed)
+    };
+    for ws in unsaved.clone() {
+        if !quiet() {
+            return;
+        }
+        let Ok((ix, _)) = open_index(shared, &ws) else {
+            unsaved.remove(&ws);
+            continue;
+        };
+        match ix.settle_graph(&quiet) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(workspace = %ws, error = %e, "inserting into the vector graph")
+            }
+        }
+        unsaved.remove(&ws);
+        if let Err(e) = ix.save_graph() {
+            tracing::warn!(workspace = %ws, error = %e, "saving the vector graph");
+        }
+    }
+}
+
+/// Saves the graphs of the workspaces in `unsaved` (their waiting vectors inserted first),
+/// and empties it.
 fn save_graphs(shared: &Shared, unsaved: &mut BTreeSet<String>) {
     for ws in std::mem::take(unsaved) {
         if let Ok((ix, _)) = open_index(shared, &ws) {

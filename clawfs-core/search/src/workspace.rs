@@ -328,7 +328,21 @@ impl WorkspaceIndex {
         self.graph.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Saves the graph with the database generation it matches.
+    /// Inserts the vectors waiting beside the graph ([`Hnsw::settle`]) a slice at a time,
+    /// letting searches in between, until none waits (true) or `go_on` says no (false).
+    pub fn settle_graph(&self, go_on: &dyn Fn() -> bool) -> Result<bool, SearchError> {
+        loop {
+            if self.graph().settle(&|| false)? {
+                return Ok(true);
+            }
+            if !go_on() {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Saves the graph, every waiting vector inserted, with the database generation it
+    /// matches.
     pub fn save_graph(&self) -> Result<(), SearchError> {
         let db = self.db();
         let generation = db.meta("generation")?.unwrap_or_default();
