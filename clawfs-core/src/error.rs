@@ -123,6 +123,25 @@ impl FsError {
         matches!(self, FsError::Io(e) if e.raw_os_error() == Some(libc::ENOENT))
     }
 
+    /// Whether ClawFS refused the call by one of its own fixed rules (not the policy, which
+    /// records its refusals as it decides, nor the store): the refusals recorded with the rule
+    /// `NAMESPACE`.
+    pub fn is_rule_refusal(&self) -> bool {
+        matches!(
+            self,
+            FsError::ReadOnly(_)
+                | FsError::SnapshotReadOnly
+                | FsError::FixedRoot
+                | FsError::InvalidName { .. }
+                | FsError::Managed(_)
+                | FsError::CrossArea { .. }
+                | FsError::NotADirectoryArea(_)
+                | FsError::XattrNamespace(_)
+                | FsError::InvalidXattr { .. }
+                | FsError::Refused { .. }
+        )
+    }
+
     /// Wraps the last OS error.
     pub fn last_os_error() -> Self {
         FsError::Io(io::Error::last_os_error())

@@ -156,14 +156,27 @@ pub struct HandleTable<T> {
 
 impl<T> Default for HandleTable<T> {
     fn default() -> Self {
-        Self {
-            next: AtomicU64::new(1),
-            map: Mutex::new(HashMap::new()),
-        }
+        Self::numbered_from(1)
     }
 }
 
+/// Where the numbers of each table's handles start: far apart, so that a handle of one kind
+/// (a generated file's) never has the number of a handle of another (an open store file's).
+pub const FILE_HANDLES_FROM: u64 = 1;
+/// See [`FILE_HANDLES_FROM`].
+pub const DIR_HANDLES_FROM: u64 = 1 << 60;
+/// See [`FILE_HANDLES_FROM`].
+pub const GENERATED_HANDLES_FROM: u64 = 1 << 61;
+
 impl<T> HandleTable<T> {
+    /// An empty table whose first handle is `first`.
+    pub fn numbered_from(first: u64) -> Self {
+        Self {
+            next: AtomicU64::new(first),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Registers `value` and returns its new handle number.
     pub fn insert(&self, value: T) -> (u64, Arc<T>) {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);

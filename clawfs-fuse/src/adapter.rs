@@ -800,7 +800,7 @@ impl Filesystem for Adapter {
     fn fallocate(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -812,7 +812,8 @@ impl Filesystem for Adapter {
         let kill_suidgid = req.uid() != 0;
         Self::reply_empty(
             "fallocate",
-            self.fs.fallocate(fh.0, offset, length, mode, kill_suidgid),
+            self.fs
+                .fallocate((ino.0, fh.0), offset, length, mode, kill_suidgid),
             reply,
         );
     }
@@ -820,7 +821,7 @@ impl Filesystem for Adapter {
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
@@ -828,7 +829,7 @@ impl Filesystem for Adapter {
     ) {
         let _s = tracing::debug_span!("lseek", fh = fh.0, offset, whence).entered();
         let _t = clawfs_metrics::Timed::start("lseek");
-        match self.fs.lseek(fh.0, offset, whence) {
+        match self.fs.lseek(ino.0, fh.0, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(fail("lseek", e)),
         }
@@ -837,10 +838,10 @@ impl Filesystem for Adapter {
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -857,10 +858,11 @@ impl Filesystem for Adapter {
         )
         .entered();
         let _t = clawfs_metrics::Timed::start("copy_file_range");
-        match self
-            .fs
-            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
-        {
+        match self.fs.copy_file_range(
+            (ino_in.0, fh_in.0, offset_in),
+            (ino_out.0, fh_out.0, offset_out),
+            len,
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail("copy_file_range", e)),
         }

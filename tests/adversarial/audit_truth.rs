@@ -125,3 +125,95 @@ fn names_that_are_not_utf8_are_recorded_exactly() {
         assert!(created.contains(&want), "{want} not in {created:?}");
     }
 }
+
+/// What ClawFS refuses in the tool folders by its own rules, before any policy decision, is on
+/// the trail and in the agent's denials like every other refusal: an agent that probes
+/// `tools/requests/` and `tools/responses/` with folders, links, FIFOs, renames, bad request
+/// names and a `chmod` of its response leaves a record of each, with the errno it
+/// got, and changes nothing.
+#[test]
+fn refusals_in_the_tool_folders_are_recorded_and_change_nothing() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    let script = format!(
+        r#"
+import errno, os
+t = "{mnt}/tools"
+with open(t + "/requests/r1.json", "w") as f:
+    f.write('{{"tool":"list_allowed"}}')
+resp = t + "/responses/r1.json"
+mode = os.stat(resp).st_mode
+def probe(what, call):
+    try:
+        call()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+probe("mkdir", lambda: os.mkdir(t + "/requests/d"))
+probe("symlink", lambda: os.symlink("x", t + "/requests/s.json"))
+probe("mkfifo", lambda: os.mkfifo(t + "/requests/f.json"))
+probe("badname", lambda: open(t + "/requests/bad name", "w"))
+probe("link", lambda: os.link(resp, t + "/requests/h.json"))
+probe("rename", lambda: os.rename(resp, t + "/requests/m.json"))
+probe("chmod", lambda: os.chmod(resp, 0o777))
+made = [n for n in ["d", "s.json", "f.json", "bad name", "h.json", "m.json"] if os.path.lexists(t + "/requests/" + n)]
+print("left", made, os.stat(resp).st_mode == mode)
+"#
+    );
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let out = text(&out);
+    let got = |what: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .unwrap_or_else(|| panic!("{what}: {out}"))
+            .to_string()
+    };
+    let expected = [
+        ("mkdir", "EPERM", "mkdir", "/tools/requests"),
+        ("symlink", "EPERM", "symlink", "/tools/requests"),
+        ("mkfifo", "EPERM", "mknod", "/tools/requests"),
+        ("badname", "EINVAL", "create", "/tools/requests"),
+        ("link", "EPERM", "link", "/tools/responses"),
+        ("rename", "EPERM", "rename", "/tools/responses"),
+        ("chmod", "EPERM", "setattr", "/tools/responses"),
+    ];
+    for (what, errno, _, _) in expected {
+        assert_eq!(got(what), errno, "{what}: {out}");
+    }
+    assert_eq!(
+        got("left"),
+        "[] True",
+        "something was made or changed: {out}"
+    );
+
+    let errno_of = |name: &str| match name {
+        "EPERM" => libc::EPERM,
+        _ => libc::EINVAL,
+    };
+    let all = audit_until(&m, |a| {
+        a.iter().filter(|r| r["rule"] == "NAMESPACE").count() >= expected.len()
+    });
+    let trail_denials = denials(&m, "fs-engine");
+    for (what, errno, op, path) in expected {
+        let rec: Vec<_> = all
+            .iter()
+            .filter(|r| r["operation"] == op && r["rule"] == "NAMESPACE")
+            .collect();
+        assert_eq!(rec.len(), 1, "{what}: {rec:?}");
+        assert_eq!(rec[0]["agent"], "fs-engine", "{what}: {rec:?}");
+        assert_eq!(rec[0]["result"], "denied", "{what}: {rec:?}");
+        assert_eq!(rec[0]["errno"], errno_of(errno), "{what}: {rec:?}");
+        assert_eq!(rec[0]["path"], path, "{what}: {rec:?}");
+        assert!(
+            trail_denials
+                .iter()
+                .any(|d| d["operation"] == op && d["rule"] == "NAMESPACE"),
+            "{what} is not in the agent's denials: {trail_denials:?}"
+        );
+    }
+}

@@ -14,6 +14,7 @@ mod descriptor_hoarding;
 mod disk_full;
 mod estop;
 mod git_for_agents;
+mod handle_confusion;
 mod hostile_memory;
 mod hostile_pg_source;
 mod kernel_checks;

@@ -40,11 +40,16 @@ fn big_workspace(m: &Mounted) {
 /// fs-engine starts [`CALLS`] slow searches at once, each in its own process (whose pid goes
 /// to `agents/fs-engine/pids`), which writes the answer to `out<i>` in its folder.
 fn flood(m: &Mounted) -> Child {
+    calls(m, 1, CALLS)
+}
+
+/// [`flood`]'s calls numbered `first..=last`.
+fn calls(m: &Mounted, first: usize, last: usize) -> Child {
     let mnt = m.mnt.display();
     let script = format!(
         r#"cd {mnt}/agents/fs-engine || exit 9
            printf '%s' '{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}' > req.json
-           for i in $(seq 1 {CALLS}); do
+           for i in $(seq {first} {last}); do
              sh -c 'exec 3<>{mnt}/tools/call/search_files && cat req.json >&3 && exec cat <&3 >out'$i &
              echo $! >> pids
            done
@@ -129,6 +134,90 @@ fn slow_tool_calls_of_one_agent_hold_up_no_one_else() {
             .any(|r| r["operation"] == "tool" && r["errno"] == libc::EAGAIN),
         "a call was refused"
     );
+}
+
+/// The pids in `agents/fs-engine/pids`, in the order the calls started.
+fn caller_pids(m: &Mounted) -> Vec<i32> {
+    fs::read_to_string(m.backing("agents/fs-engine/pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Whether the thread `pid` waits for the daemon's answer to a request.
+fn waits_in_fuse(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/wchan"))
+        .is_ok_and(|w| w.contains("request_wait_answer") || w.contains("fuse"))
+}
+
+/// Whether `pid` has ended (gone, or a zombie not yet reaped).
+fn ended(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// An agent's callers killed while their calls wait behind its own running call go at once:
+/// their requests are answered (dropped, audited EINTR "killed") while that call still runs,
+/// rather than holding them, unkillable, until their turn came minutes later.
+#[test]
+fn callers_killed_while_their_calls_wait_go_at_once() {
+    let m = Mounted::new();
+    big_workspace(&m);
+    let before = m.tool_thread_ticks();
+    let first = calls(&m, 1, 1);
+    m.wait_for_busy_tool_threads(before);
+    let rest = calls(&m, 2, CALLS);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let pids = caller_pids(&m);
+        if pids.len() == CALLS && pids[1..].iter().all(|&p| waits_in_fuse(p)) {
+            break pids[1..].to_vec();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiting calls were never all sent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for &p in &waiting {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !waiting.iter().all(|&p| ended(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "killed callers still wait for their turn: {:?}",
+            waiting.iter().filter(|&&p| !ended(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        answered(&m),
+        0,
+        "the running call ended: {:?}",
+        fs::read_to_string(m.backing("agents/fs-engine/out1")).unwrap_or_default()
+    );
+    let trail = audit_until(&m, |a| {
+        a.iter()
+            .filter(|r| r["operation"] == "tool" && r["errno"] == libc::EINTR)
+            .count()
+            >= waiting.len()
+    });
+    assert!(trail
+        .iter()
+        .filter(|r| r["operation"] == "tool" && r["errno"] == libc::EINTR)
+        .all(|r| r["agent"] == "fs-engine"
+            && r["reason"].as_str().is_some_and(|s| s.contains("killed"))));
+    assert!(!trail
+        .iter()
+        .any(|r| r["operation"] == "tool:search_files" && r["result"] == "ok"));
+    stop(&m, first);
+    stop(&m, rest);
 }
 
 /// Kills the flood's callers (their waiting calls are dropped) and its runner.

@@ -11,7 +11,9 @@ impl ClawFs {
     fn open_decided(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<Opened> {
         if let Route::Generated(node) = self.route(ino)? {
             return self
-                .open_generated(caller, node, flags)
+                .generated_call(caller, "open", &node.clone(), || {
+                    self.open_generated(caller, node, flags)
+                })
                 .map(Opened::Generated);
         }
         let node = self.node(ino)?;
@@ -248,7 +250,9 @@ impl ClawFs {
         flags: i32,
     ) -> FsResult<(Entry, Opened)> {
         if let Route::Generated(dir) = self.route(parent)? {
-            return self.create_generated(caller, dir, name);
+            return self.generated_call(caller, "create", &dir.clone(), || {
+                self.create_generated(caller, dir, name)
+            });
         }
         let (place, dir, who, path) =
             self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
@@ -322,9 +326,25 @@ impl ClawFs {
         Ok((entry, Opened::Backing(fh, file)))
     }
 
-    /// The open file `fh`.
-    pub fn file(&self, fh: u64) -> FsResult<Arc<OpenFile>> {
-        self.files.get(fh)
+    /// The open file `fh` of the inode `ino`. The kernel names both, and a handle is good
+    /// only for the inode it was opened on: a number that names no open file of `ino` (a
+    /// generated file's handle, another file's) is refused, never taken for another file
+    /// that someone else opened.
+    pub(super) fn open_file(&self, ino: u64, fh: u64) -> FsResult<Arc<OpenFile>> {
+        let file = self.files.get(fh)?;
+        if file.ino != ino {
+            return Err(FsError::UnknownHandle(fh));
+        }
+        Ok(file)
+    }
+
+    /// Refuses `op` on a generated file, which has no store file behind it (EOPNOTSUPP: the
+    /// kernel then copies through reads and writes, which the generated file serves).
+    fn not_generated(&self, ino: u64) -> FsResult<()> {
+        match self.route(ino)? {
+            Route::Generated(_) => Err(errno(libc::EOPNOTSUPP)),
+            _ => Ok(()),
+        }
     }
 
     /// Reads up to `size` bytes at `offset` (fewer only at end of file).
@@ -333,7 +353,7 @@ impl ClawFs {
             self.estop_tool_call(fh);
             return self.read_generated(fh, offset, size);
         }
-        let file = self.files.get(fh)?;
+        let file = self.open_file(ino, fh)?;
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;
         while done < buf.len() {
@@ -366,7 +386,7 @@ impl ClawFs {
         if let Route::Generated(_) = self.route(ino)? {
             return self.write_generated(fh, offset, data);
         }
-        let file = self.files.get(fh)?;
+        let file = self.open_file(ino, fh)?;
         // The write's right is the opener's: an agent's descriptor (handed to anyone) writes
         // nothing the daemon serves once a stop is in force.
         self.estop_check_opener(&file, "write")?;
@@ -394,7 +414,7 @@ impl ClawFs {
         if let Route::Generated(_) = self.route(ino)? {
             return Ok(());
         }
-        let file = self.files.get(fh)?;
+        let file = self.open_file(ino, fh)?;
         if datasync {
             file.backing.file.sync_data()?;
         } else {
@@ -414,7 +434,7 @@ impl ClawFs {
             self.estop_tool_call(fh);
             return self.flush_generated(fh);
         }
-        let file = self.files.get(fh)?;
+        let file = self.open_file(ino, fh)?;
         if file.writer.is_some() && matches!(file.io, Some((IoChoice::Passthrough, _))) {
             // Writes through a mapping changed the backing file's times (and maybe its size)
             // without a word to the kernel, which may hold the attributes from before for the
@@ -432,6 +452,7 @@ impl ClawFs {
             self.estop_tool_call(fh);
             return self.release_generated(fh);
         }
+        self.open_file(ino, fh)?;
         let file = self.files.remove(fh).ok_or(FsError::UnknownHandle(fh))?;
         if let Some((choice, mode)) = &file.io {
             mode.close(*choice);
@@ -488,13 +509,14 @@ impl ClawFs {
     /// itself, as root, would keep them).
     pub fn fallocate(
         &self,
-        fh: u64,
+        (ino, fh): (u64, u64),
         offset: u64,
         len: u64,
         mode: i32,
         kill_suidgid: bool,
     ) -> FsResult<()> {
-        let file = self.files.get(fh)?;
+        self.not_generated(ino)?;
+        let file = self.open_file(ino, fh)?;
         if let Some(w) = file.writer.as_ref().filter(|w| w.metered) {
             if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
                 // Frees space.
@@ -524,8 +546,9 @@ impl ClawFs {
     /// Finds data or holes (`SEEK_DATA`/`SEEK_HOLE`), or computes a plain seek. A negative
     /// offset is EINVAL for a plain seek and ENXIO (no data or hole there) for the others, as on
     /// a local filesystem.
-    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
-        let file = self.files.get(fh)?;
+    pub fn lseek(&self, ino: u64, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        self.not_generated(ino)?;
+        let file = self.open_file(ino, fh)?;
         let off = |negative| u64::try_from(offset).map_err(|_| errno(negative));
         let pos = match whence {
             libc::SEEK_SET => rustix::fs::SeekFrom::Start(off(libc::EINVAL)?),
@@ -538,16 +561,18 @@ impl ClawFs {
     }
 
     /// Copies a range between two open files inside the store.
-    #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
-        fh_in: u64,
-        offset_in: u64,
-        fh_out: u64,
-        offset_out: u64,
+        (ino_in, fh_in, offset_in): (u64, u64, u64),
+        (ino_out, fh_out, offset_out): (u64, u64, u64),
         len: u64,
     ) -> FsResult<u32> {
-        let (src, dst) = (self.files.get(fh_in)?, self.files.get(fh_out)?);
+        self.not_generated(ino_in)?;
+        self.not_generated(ino_out)?;
+        let (src, dst) = (
+            self.open_file(ino_in, fh_in)?,
+            self.open_file(ino_out, fh_out)?,
+        );
         if let Some(w) = dst.writer.as_ref().filter(|w| w.metered) {
             self.charge_growth(w, "copy_file_range", offset_out.saturating_add(len), &dst)?;
         }

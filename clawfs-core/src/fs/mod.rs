@@ -403,8 +403,8 @@ impl ClawFs {
             faults: Faults::from_env(),
             inodes: InodeTable::new(root, st.st_ino),
             store,
-            files: HandleTable::default(),
-            dirs: HandleTable::default(),
+            files: HandleTable::numbered_from(crate::open_files::FILE_HANDLES_FROM),
+            dirs: HandleTable::numbered_from(crate::open_files::DIR_HANDLES_FROM),
             generated: generated::Generated::new(),
             specs: Default::default(),
             tool_files: clawfs_integrity::registry::ToolChecker::new(mountpoint.clone()),
@@ -694,7 +694,7 @@ impl ClawFs {
         name: &OsStr,
         (kind, bytes): (FileKind, u64),
     ) -> FsResult<(Place, Arc<OwnedFd>, Identity, NsPath)> {
-        let pnode = self.node(parent)?;
+        let pnode = self.node_for(caller, op, parent)?;
         let place = self
             .check_create(&pnode, name, kind)
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;

@@ -128,15 +128,17 @@ impl ClawFs {
         name: &OsStr,
         flags: AtFlags,
     ) -> FsResult<()> {
-        if let Route::Generated(dir) = self.route(parent)? {
-            return self.remove_generated(caller, dir, name);
-        }
-        let pnode = self.node(parent)?;
         let op = if flags.contains(AtFlags::REMOVEDIR) {
             "rmdir"
         } else {
             "unlink"
         };
+        if let Route::Generated(dir) = self.route(parent)? {
+            return self.generated_call(caller, op, &dir.clone(), || {
+                self.remove_generated(caller, dir, name)
+            });
+        }
+        let pnode = self.node(parent)?;
         self.check_remove(&pnode, name)
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
@@ -246,8 +248,8 @@ impl ClawFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Entry> {
-        let node = self.node(ino)?;
-        let pnode = self.node(newparent)?;
+        let node = self.node_for(caller, "link", ino)?;
+        let pnode = self.node_for(caller, "link", newparent)?;
         let (from, to) = (node.place.area(), pnode.place.area());
         if from != to {
             let e = FsError::CrossArea { from, to };
@@ -323,8 +325,8 @@ impl ClawFs {
         newname: &OsStr,
         mode: RenameMode,
     ) -> FsResult<()> {
-        let pnode = self.node(parent)?;
-        let npnode = self.node(newparent)?;
+        let pnode = self.node_for(caller, "rename", parent)?;
+        let npnode = self.node_for(caller, "rename", newparent)?;
         self.check_remove(&pnode, name)
             .map_err(|e| self.rule_refusal(caller, "rename", &pnode, Some(name), e))?;
         self.check_remove(&npnode, newname)
@@ -337,7 +339,8 @@ impl ClawFs {
         for (p, n) in [(&pnode, name), (&npnode, newname)] {
             if let Place::AreaRoot(area) = p.place {
                 // Workspace and agent directories are named once, at creation.
-                return Err(FsError::Managed(format!("{area}{}", n.to_string_lossy())));
+                let e = FsError::Managed(format!("{area}{}", n.to_string_lossy()));
+                return Err(self.rule_refusal(caller, "rename", p, Some(n), e));
             }
         }
         let flags = match (mode.noreplace, mode.exchange) {

@@ -83,7 +83,7 @@ impl ClawFs {
         if let Route::Generated(node) = self.route(ino)? {
             return Ok(self.attr_of_open_generated(caller, &node, fh));
         }
-        if let Some(file) = fh.and_then(|fh| self.files.get(fh).ok()) {
+        if let Some(file) = fh.and_then(|fh| self.open_file(ino, fh).ok()) {
             return self.attr_of(&file.backing.file);
         }
         // An open (or recently closed) file's descriptor saves opening the inode again.
@@ -124,7 +124,9 @@ impl ClawFs {
         change: SetAttr,
     ) -> FsResult<Attr> {
         if let Route::Generated(node) = self.route(ino)? {
-            return self.generated_setattr(&node, fh, change);
+            return self.generated_call(caller, "setattr", &node, || {
+                self.generated_setattr(&node, fh, change)
+            });
         }
         let node = self.node(ino)?;
         self.check_modify(&node)
@@ -144,7 +146,7 @@ impl ClawFs {
             self.decide_growth(caller, &who, "setattr", &ns, growth, before.st_uid)?;
         }
         let path = proc_fd_path(&fd);
-        let open = fh.and_then(|fh| self.files.get(fh).ok());
+        let open = fh.and_then(|fh| self.open_file(ino, fh).ok());
         if let (Some(file), Some(_)) = (&open, change.size) {
             // A truncation through a descriptor is the opener's (see `estop_check_opener`).
             self.estop_check_opener(file, "setattr")?;

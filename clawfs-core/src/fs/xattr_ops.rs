@@ -91,7 +91,7 @@ impl ClawFs {
         value: &[u8],
         flags: i32,
     ) -> FsResult<()> {
-        let node = self.node(ino)?;
+        let node = self.node_for(caller, "setxattr", ino)?;
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "setxattr", &node, None, e))?;
         let refused = |e| self.rule_refusal(caller, "setxattr", &node, None, e);
@@ -201,7 +201,7 @@ impl ClawFs {
     }
 
     fn removexattr_decided(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
-        let node = self.node(ino)?;
+        let node = self.node_for(caller, "removexattr", ino)?;
         self.check_modify(&node)
             .map_err(|e| self.rule_refusal(caller, "removexattr", &node, None, e))?;
         let refused = |e| self.rule_refusal(caller, "removexattr", &node, None, e);

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::ClawFs;
 use crate::creds::Caller;
 use crate::error::{FsError, FsResult};
+use crate::generated_files::GeneratedNode;
 use crate::inodes::Node;
 use clawfs_audit::{AuditEvent, AuditLog};
 use clawfs_policy::{Access, AgentName, Denial, Identity, NsPath, Policy, PolicyError, Quota};
@@ -83,6 +84,15 @@ thread_local! {
     /// it ends ([`ClawFs::audited`]); `None` outside an operation. A request runs start to end
     /// on one thread.
     static PENDING: std::cell::RefCell<Option<Vec<AuditEvent>>> = const { std::cell::RefCell::new(None) };
+    /// How many records this thread has made or left to its operation's end: a call that
+    /// changed neither recorded nothing ([`ClawFs::generated_call`]).
+    static RECORDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Where this thread's records stand: the records made and the decisions pending.
+fn trail_mark() -> (u64, usize) {
+    let pending = PENDING.with(|p| p.borrow().as_ref().map_or(0, Vec::len));
+    (RECORDED.with(std::cell::Cell::get), pending)
 }
 
 /// Forgets what the running operation decided so far: a refusal is its only record.
@@ -195,6 +205,7 @@ impl ClawFs {
     }
 
     pub(super) fn record(&self, event: AuditEvent) {
+        RECORDED.with(|r| r.set(r.get() + 1));
         if matches!(event.errno, Some(libc::EACCES | libc::EPERM)) {
             let mut recent = self
                 .gate
@@ -425,6 +436,47 @@ impl ClawFs {
             None => self.ns_path(&fd).ok(),
         });
         let path = path.map_or_else(|| "?".to_string(), |p| p.to_string());
+        self.record_rule_refusal(caller, op, path, e)
+    }
+
+    /// Runs `call`, an operation on the generated file or folder `node` (`tools/requests/`, a
+    /// response, `vault/secrets/`…). A refusal of ClawFS's own rules that it did not record
+    /// itself (a folder, link or rename made in `tools/requests/`, a `chmod` of a response, a
+    /// request badly named) is recorded as the rule `NAMESPACE` refusing it at `node`'s path,
+    /// and written to the agent's denials, as every other refusal is.
+    pub(super) fn generated_call<T>(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        node: &GeneratedNode,
+        call: impl FnOnce() -> FsResult<T>,
+    ) -> FsResult<T> {
+        let before = trail_mark();
+        match call() {
+            Err(e) if e.is_rule_refusal() && trail_mark() == before => {
+                Err(self.record_rule_refusal(caller, op, node.audit_path(), e))
+            }
+            result => result,
+        }
+    }
+
+    /// The store node of `ino` for `op`: a generated file or folder has none, and the
+    /// refusal is recorded ([`Self::generated_call`]).
+    pub(super) fn node_for(&self, caller: &Caller, op: &'static str, ino: u64) -> FsResult<Node> {
+        if let super::generated::Route::Generated(node) = self.route(ino)? {
+            return self.generated_call(caller, op, &node, || self.node(ino));
+        }
+        self.node(ino)
+    }
+
+    /// Records the refusal `e` of `op` at `path` by a fixed rule; returns `e`.
+    fn record_rule_refusal(
+        &self,
+        caller: &Caller,
+        op: &'static str,
+        path: String,
+        e: FsError,
+    ) -> FsError {
         let who = self.identify(caller);
         forget_pending();
         self.record(

@@ -86,7 +86,7 @@ impl Generated {
     pub(super) fn new() -> Generated {
         Generated {
             inodes: GeneratedInodes::default(),
-            handles: HandleTable::default(),
+            handles: HandleTable::numbered_from(crate::open_files::GENERATED_HANDLES_FROM),
             responses: Mutex::default(),
             buffered: Default::default(),
             answers: Default::default(),

@@ -6,8 +6,11 @@
 //! Fair between callers: each uid (agents have uids of their own) runs at most
 //! [`RUNNING_PER_CALLER`] call at a time, uids take turns, and one uid may have at most
 //! [`WAITING_PER_CALLER`] calls waiting. A waiting call whose caller was killed is dropped
-//! without running. The threads run at a lower priority than the workers, so the CPU a call
-//! takes is what the requests being served leave over.
+//! without running, as soon as the kill is seen ([`REAP_EVERY`]), not when its turn comes: the
+//! kernel lets a killed caller go only once the daemon answers a request it has taken, so until
+//! then the caller would stay, unkillable, behind another caller's slow calls. The threads run
+//! at a lower priority than the workers, so the CPU a call takes is what the requests being
+//! served leave over.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -19,6 +22,8 @@ pub(crate) const RUNNING_PER_CALLER: usize = 1;
 pub(crate) const WAITING_PER_CALLER: usize = 64;
 /// The tool threads' nice value: below the FUSE workers (0).
 const NICE: i32 = 5;
+/// How often the callers of waiting calls are looked at for a kill, while any call waits.
+const REAP_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 thread_local! {
     /// The caller (thread id) whose request this tool thread serves now; 0 when none.
@@ -88,6 +93,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     ready: Condvar,
+    /// Told when a call is queued: the reaper sleeps on it while nothing waits.
+    queued: Condvar,
 }
 
 impl Shared {
@@ -107,6 +114,7 @@ impl ToolThreads {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             ready: Condvar::new(),
+            queued: Condvar::new(),
         });
         for i in 0..n.max(1) {
             let shared = Arc::clone(&shared);
@@ -114,6 +122,10 @@ impl ToolThreads {
                 .name(format!("clawfs-tool-{i}"))
                 .spawn(move || serve(&shared))?;
         }
+        let reaper = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("clawfs-tool-reap".into())
+            .spawn(move || reap(&reaper))?;
         Ok(Self { shared })
     }
 
@@ -136,6 +148,7 @@ impl ToolThreads {
         state.take_turn(uid);
         drop(state);
         self.shared.ready.notify_one();
+        self.shared.queued.notify_one();
     }
 }
 
@@ -143,6 +156,7 @@ impl Drop for ToolThreads {
     fn drop(&mut self) {
         self.shared.state().stopping = true;
         self.shared.ready.notify_all();
+        self.shared.queued.notify_all();
     }
 }
 
@@ -189,6 +203,62 @@ fn serve(shared: &Shared) {
         if !state.turns.is_empty() {
             shared.ready.notify_one();
         }
+    }
+}
+
+/// While calls wait: every [`REAP_EVERY`], the waiting calls whose callers were killed are
+/// taken out of the queue and told [`Turn::Killed`] (answered without running), so their
+/// callers can go.
+fn reap(shared: &Shared) {
+    let mut state = shared.state();
+    loop {
+        if state.stopping {
+            return;
+        }
+        if state.callers.values().all(|c| c.waiting.is_empty()) {
+            state = shared
+                .queued
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            continue;
+        }
+        drop(state);
+        std::thread::sleep(REAP_EVERY);
+        // The callers are looked at outside the lock (each a read of /proc); a thread has at
+        // most one request in flight, so its pid names its waiting call.
+        let pids: Vec<u32> = shared
+            .state()
+            .callers
+            .values()
+            .flat_map(|c| c.waiting.iter().map(|q| q.pid))
+            .collect();
+        let gone: HashSet<u32> = pids.into_iter().filter(|&p| killed(p)).collect();
+        state = shared.state();
+        if gone.is_empty() {
+            continue;
+        }
+        let mut dropped = Vec::new();
+        let uids: Vec<u32> = state.callers.keys().copied().collect();
+        for uid in uids {
+            let Some(c) = state.callers.get_mut(&uid) else {
+                continue;
+            };
+            let (out, kept): (VecDeque<Queued>, VecDeque<Queued>) = std::mem::take(&mut c.waiting)
+                .into_iter()
+                .partition(|q| gone.contains(&q.pid));
+            c.waiting = kept;
+            dropped.extend(out);
+            // A caller with a turn in line stays: the thread that takes the turn finds nothing
+            // waiting and lets it go.
+            if !c.queued_turn {
+                state.take_turn(uid);
+            }
+        }
+        drop(state);
+        for q in dropped {
+            (q.job)(Turn::Killed);
+        }
+        state = shared.state();
     }
 }
 
@@ -294,6 +364,53 @@ mod tests {
         for _ in 0..WAITING_PER_CALLER {
             assert_eq!(turn_rx.recv_timeout(Duration::from_secs(10)), Ok(Turn::Run));
         }
+    }
+
+    /// A caller killed while its call waits behind another caller's running call is answered
+    /// at once, not when the turn comes; the queue goes on as before.
+    #[test]
+    fn a_waiting_call_of_a_killed_caller_is_answered_before_its_turn() {
+        let pool = ToolThreads::start(1).unwrap();
+        let (block_tx, block_rx) = mpsc::channel::<()>();
+        let (turn_tx, turn_rx) = mpsc::channel();
+        let blocker = turn_tx.clone();
+        pool.submit(
+            7,
+            0,
+            Box::new(move |turn| {
+                blocker.send((7, turn)).unwrap();
+                let _ = block_rx.recv_timeout(Duration::from_secs(30));
+            }),
+        );
+        assert_eq!(
+            turn_rx.recv_timeout(Duration::from_secs(10)),
+            Ok((7, Turn::Run))
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        for (uid, pid) in [(8, child.id()), (8, 0), (9, 0)] {
+            let tx = turn_tx.clone();
+            pool.submit(
+                uid,
+                pid,
+                Box::new(move |turn| tx.send((uid, turn)).unwrap()),
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The first call is still running: the killed caller's call is answered anyway.
+        assert_eq!(
+            turn_rx.recv_timeout(Duration::from_secs(10)),
+            Ok((8, Turn::Killed))
+        );
+        block_tx.send(()).unwrap();
+        let mut rest: Vec<_> = (0..2)
+            .map(|_| turn_rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        rest.sort_by_key(|(uid, _)| *uid);
+        assert_eq!(rest, [(8, Turn::Run), (9, Turn::Run)]);
     }
 
     #[test]
