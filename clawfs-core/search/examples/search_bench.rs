@@ -257,7 +257,8 @@ fn main() {
     // Recall@10 of the graph against an exact scan of every vector.
     let db = clawfs_search::index::IndexDb::open(&ixdir.join("index.db"), "bench").unwrap();
     let vectors = db.all_vectors().unwrap();
-    let graph = clawfs_search::hnsw::Hnsw::new(dim, HnswParams::default()).unwrap();
+    let width = clawfs_search::hnsw::width_for(dim, vectors.iter().map(|(_, v)| v.as_slice()));
+    let graph = clawfs_search::hnsw::Hnsw::new(dim, width, HnswParams::default()).unwrap();
     for (id, v) in &vectors {
         graph.add(*id, v).unwrap();
     }

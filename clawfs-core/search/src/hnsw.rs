@@ -8,6 +8,12 @@
 //! has a quiet moment: the insert then no longer competes with the writer whose files are being
 //! indexed. At most [`MAX_WAITING_BYTES`] of vectors wait; past that they go into the graph at
 //! once.
+//!
+//! The graph keeps only the leading components that are not zero in any of its vectors, in
+//! steps of [`WIDTH_STEP`] (its width): the built-in model's 256 components of a 1,536-component
+//! workspace are 256 wide, and each distance costs a sixth. Cosine similarity is the same over
+//! the components kept, the others being zero. A vector wider than the graph ([`Hnsw::fits`]:
+//! an imported embedding of another model) makes its owner rebuild the graph wider.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -57,12 +63,29 @@ pub const MAX_WAITING_BYTES: usize = 32 << 20;
 /// milliseconds of work, so a search or a new change never waits long for it.
 const SETTLE_SLICE: usize = 32;
 
-/// An HNSW graph of `dim`-component vectors keyed by document id, and the vectors added since
-/// it was last settled.
+/// The graph's width is a multiple of this (or the whole dimension).
+pub const WIDTH_STEP: usize = 64;
+
+/// An HNSW graph of `dim`-component vectors keyed by document id, of which it keeps the first
+/// `width` components, and the vectors added since it was last settled.
 pub struct Hnsw {
     index: Index,
     dim: usize,
+    width: usize,
     waiting: Mutex<BTreeMap<i64, Vec<f32>>>,
+}
+
+/// The width a graph needs for `vectors` of `dim` components: up to their last component
+/// that is not zero, rounded up to [`WIDTH_STEP`], at most `dim`, at least one step.
+pub fn width_for<'a>(dim: usize, vectors: impl IntoIterator<Item = &'a [f32]>) -> usize {
+    vectors
+        .into_iter()
+        .map(|v| v.iter().rposition(|x| *x != 0.0).map_or(0, |i| i + 1))
+        .max()
+        .unwrap_or(0)
+        .max(1)
+        .next_multiple_of(WIDTH_STEP)
+        .min(dim)
 }
 
 fn err(
@@ -76,10 +99,12 @@ fn err(
 }
 
 impl Hnsw {
-    /// An empty graph.
-    pub fn new(dim: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
+    /// An empty graph of `dim`-component vectors that keeps `width` of them (see
+    /// [`width_for`]).
+    pub fn new(dim: usize, width: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
+        let width = width.clamp(1, dim.max(1));
         let options = IndexOptions {
-            dimensions: dim,
+            dimensions: width,
             metric: MetricKind::Cos,
             quantization: ScalarKind::F32,
             connectivity: params.m,
@@ -94,25 +119,44 @@ impl Hnsw {
         Ok(Hnsw {
             index,
             dim,
+            width,
             waiting: Mutex::default(),
         })
+    }
+
+    /// The components the graph keeps of each vector.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Whether `v` has no component that is not zero past the graph's width.
+    pub fn fits(&self, v: &[f32]) -> bool {
+        v.iter().skip(self.width).all(|x| *x == 0.0)
     }
 
     fn waiting(&self) -> MutexGuard<'_, BTreeMap<i64, Vec<f32>>> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The graph saved at `path`, if it loads and has `dim` components.
+    /// The graph saved at `path`, if it loads and is at most `dim` components wide.
     pub fn load(path: &Path, dim: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
-        let h = Hnsw::new(dim, params)?;
         let p = path
             .to_str()
             .ok_or_else(|| err("loading", "path is not UTF-8"))?;
-        h.index.load(p).map_err(|e| err("loading the graph", e))?;
-        if h.index.dimensions() != dim {
+        let saved = Index::metadata(p).map_err(|e| err("loading the graph", e))?;
+        let width = usize::try_from(saved.dimensions).unwrap_or(usize::MAX);
+        if width == 0 || width > dim {
             return Err(err(
                 "loading the graph",
-                format!("{} dimensions, expected {dim}", h.index.dimensions()),
+                format!("{width} dimensions, expected at most {dim}"),
+            ));
+        }
+        let h = Hnsw::new(dim, width, params)?;
+        h.index.load(p).map_err(|e| err("loading the graph", e))?;
+        if h.index.dimensions() != width {
+            return Err(err(
+                "loading the graph",
+                format!("{} dimensions, expected {width}", h.index.dimensions()),
             ));
         }
         h.index.change_expansion_search(params.ef_search);
@@ -127,8 +171,9 @@ impl Hnsw {
     /// [`Hnsw::settle`], or goes in at once when [`MAX_WAITING_BYTES`] already wait.
     pub fn add(&self, key: i64, v: &[f32]) -> Result<(), SearchError> {
         self.make_room(&[(key, v)])?;
+        let v = &v[..self.width];
         let mut waiting = self.waiting();
-        if (waiting.len() + 1) * self.dim * std::mem::size_of::<f32>() <= MAX_WAITING_BYTES {
+        if (waiting.len() + 1) * self.width * std::mem::size_of::<f32>() <= MAX_WAITING_BYTES {
             waiting.insert(key, v.to_vec());
             return Ok(());
         }
@@ -151,7 +196,8 @@ impl Hnsw {
             if slice.is_empty() {
                 return Ok(true);
             }
-            self.make_room(&slice)?;
+            // Waiting vectors are cut to the width already.
+            self.reserve(slice.len())?;
             for (key, v) in &slice {
                 self.index
                     .add(*key as u64, v)
@@ -168,13 +214,23 @@ impl Hnsw {
         self.waiting().len()
     }
 
-    /// Checks the vectors' dimension, removes the keys' old vectors, and reserves room for
-    /// the new ones (usearch takes concurrent inserts only within the capacity reserved).
+    /// Checks the vectors' dimension and width, removes the keys' old vectors, and reserves
+    /// room for the new ones (usearch takes concurrent inserts only within the capacity
+    /// reserved).
     fn make_room<V: AsRef<[f32]>>(&self, items: &[(i64, V)]) -> Result<(), SearchError> {
         if let Some((_, v)) = items.iter().find(|(_, v)| v.as_ref().len() != self.dim) {
             return Err(err(
                 "adding",
                 format!("{} components, expected {}", v.as_ref().len(), self.dim),
+            ));
+        }
+        if let Some((key, _)) = items.iter().find(|(_, v)| !self.fits(v.as_ref())) {
+            return Err(err(
+                "adding",
+                format!(
+                    "the vector of {key} is wider than the graph ({} components)",
+                    self.width
+                ),
             ));
         }
         // A NaN's distance to anything is NaN, which would rank it first for every query.
@@ -196,7 +252,13 @@ impl Hnsw {
                     .map_err(|e| err("replacing", e))?;
             }
         }
-        let need = self.index.size() + items.len();
+        drop(waiting);
+        self.reserve(items.len())
+    }
+
+    /// Room in the graph for `more` vectors.
+    fn reserve(&self, more: usize) -> Result<(), SearchError> {
+        let need = self.index.size() + more;
         if need >= self.index.capacity() {
             let cap = (self.index.capacity() * 2).max(need + 1).max(1024);
             self.index
@@ -218,7 +280,7 @@ impl Hnsw {
                 .map(|part| {
                     s.spawn(move || {
                         part.iter()
-                            .try_for_each(|(key, v)| self.index.add(*key as u64, v))
+                            .try_for_each(|(key, v)| self.index.add(*key as u64, &v[..self.width]))
                     })
                 })
                 .collect();
@@ -245,7 +307,21 @@ impl Hnsw {
         if k == 0 {
             return Ok(Vec::new());
         }
+        if v.len() != self.dim {
+            return Err(err(
+                "searching",
+                format!("{} components, expected {}", v.len(), self.dim),
+            ));
+        }
+        // The graph's vectors are zero past its width: the query's components there add
+        // nothing to a dot product, only to the query's length.
+        let norm = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let (whole, v) = (norm(v), &v[..self.width]);
+        let vn = norm(v);
+        let scale = if whole > 0.0 { vn / whole } else { 0.0 };
         let mut found: Vec<(i64, f32)> = match self.index.size() {
+            // A query with nothing in the graph's components is as far from every vector.
+            _ if vn == 0.0 => Vec::new(),
             0 => Vec::new(),
             n => {
                 let m = self
@@ -255,17 +331,15 @@ impl Hnsw {
                 m.keys
                     .iter()
                     .zip(&m.distances)
-                    .map(|(k, d)| (*k as i64, 1.0 - d))
+                    .map(|(k, d)| (*k as i64, (1.0 - d) * scale))
                     .collect()
             }
         };
-        let norm = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
-        let vn = norm(v);
         found.extend(self.waiting().iter().filter_map(|(key, w)| {
             let wn = norm(w);
-            (vn > 0.0 && wn > 0.0).then(|| {
+            (whole > 0.0 && wn > 0.0).then(|| {
                 let dot: f32 = v.iter().zip(w).map(|(a, b)| a * b).sum();
-                (*key, dot / (vn * wn))
+                (*key, dot / (whole * wn))
             })
         }));
         found.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -314,7 +388,7 @@ mod tests {
     /// with a component that is not a finite number never enters the graph.
     #[test]
     fn a_vector_that_is_not_finite_is_refused() {
-        let h = Hnsw::new(4, HnswParams::default()).unwrap();
+        let h = Hnsw::new(4, 4, HnswParams::default()).unwrap();
         h.add(1, &[1.0, 0.0, 0.0, 0.0]).unwrap();
         for bad in [f32::NAN, f32::INFINITY] {
             assert!(h.add(2, &[0.0, bad, 0.0, 0.0]).is_err());
@@ -332,7 +406,7 @@ mod tests {
     /// saved graph holds every vector.
     #[test]
     fn waiting_vectors_are_searched_until_settled() {
-        let h = Hnsw::new(4, HnswParams::default()).unwrap();
+        let h = Hnsw::new(4, 4, HnswParams::default()).unwrap();
         let many: Vec<(i64, Vec<f32>)> = (10..60)
             .map(|i| (i, vec![1.0, i as f32 / 100.0, 0.0, 0.0]))
             .collect();
@@ -372,5 +446,58 @@ mod tests {
         let back = Hnsw::load(&dir.path().join("g"), 4, HnswParams::default()).unwrap();
         assert_eq!((back.len(), back.waiting_len()), (152, 0));
         assert_eq!(back.search(&[1.0, 1.0, 1.0, 1.0], 1).unwrap()[0].0, 3);
+    }
+
+    /// Vectors whose components past the first 256 are zero (the built-in model's, in a
+    /// 1,536-component workspace) make a graph 256 wide: the same similarities as over the
+    /// whole vectors, saved and loaded at that width; a wider vector is refused, not cut.
+    #[test]
+    fn a_graph_keeps_only_the_components_its_vectors_use() {
+        let dim = 1536;
+        let vector = |seed: usize, used: usize| -> Vec<f32> {
+            (0..dim)
+                .map(|i| match i < used {
+                    true => (((i * 7 + seed * 13) % 17) as f32 - 8.0) / 8.0,
+                    false => 0.0,
+                })
+                .collect()
+        };
+        let vs: Vec<(i64, Vec<f32>)> = (0..40).map(|s| (s as i64, vector(s, 250))).collect();
+        let width = width_for(dim, vs.iter().map(|(_, v)| v.as_slice()));
+        assert_eq!(width, 256);
+        assert_eq!(width_for(dim, [vector(1, 1536).as_slice()]), dim);
+        assert_eq!(width_for(dim, std::iter::empty()), WIDTH_STEP);
+        let h = Hnsw::new(dim, width, HnswParams::default()).unwrap();
+        h.add_many(&vs[..30]).unwrap();
+        for (k, v) in &vs[30..] {
+            h.add(*k, v).unwrap();
+        }
+        let cos = |a: &[f32], b: &[f32]| {
+            let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let n = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
+            dot / (n(a) * n(b))
+        };
+        // A query with components past the width: its similarity is still the whole one.
+        let mut q = vector(99, 250);
+        q[1000] = 3.0;
+        let check = |h: &Hnsw| {
+            let found = h.search(&q, 40).unwrap();
+            assert_eq!(found.len(), 40);
+            for (k, sim) in found {
+                let want = cos(&q, &vs[k as usize].1);
+                assert!((sim - want).abs() < 1e-4, "{k}: {sim} against {want}");
+            }
+        };
+        check(&h);
+        let wide = vector(7, 300);
+        assert!(!h.fits(&wide) && h.fits(&vs[0].1));
+        assert!(h.add(77, &wide).is_err());
+        assert!(h.add_many(&[(78, wide)]).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        h.save(&dir.path().join("g")).unwrap();
+        let back = Hnsw::load(&dir.path().join("g"), dim, HnswParams::default()).unwrap();
+        assert_eq!((back.width(), back.len()), (256, 40));
+        check(&back);
+        assert!(Hnsw::load(&dir.path().join("g"), 128, HnswParams::default()).is_err());
     }
 }

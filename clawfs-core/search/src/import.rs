@@ -224,16 +224,19 @@ impl WorkspaceIndex {
     ) -> Result<(), SearchError> {
         check_batch(docs)?;
         let (removed, added) = self.db().import_batch(key, docs, model, progress)?;
-        let graph = self.graph();
-        for id in removed {
-            graph.remove(id)?;
-        }
         let vectors: Vec<(i64, Vec<f32>)> = added
             .iter()
             .zip(docs)
             .filter_map(|(id, (d, _))| d.embedding.clone().map(|v| (*id, v)))
             .filter(|(_, v)| v.len() == self.dimension() && v.iter().any(|x| *x != 0.0))
             .collect();
+        if self.widened(vectors.iter().map(|(_, v)| v.as_slice()))? {
+            return Ok(());
+        }
+        let graph = self.graph();
+        for id in removed {
+            graph.remove(id)?;
+        }
         graph.add_many(&vectors)
     }
 

@@ -139,6 +139,7 @@ pub struct WorkspaceIndex {
     dim: usize,
     db: Mutex<IndexDb>,
     graph: Mutex<Hnsw>,
+    params: HnswParams,
     embedder: Option<Arc<dyn Embedder>>,
     /// Between [`WorkspaceIndex::begin_batch`] and [`WorkspaceIndex::end_batch`]: the files
     /// indexed go into one transaction, committed when anything else uses the database.
@@ -191,6 +192,7 @@ impl WorkspaceIndex {
             dim,
             db: Mutex::new(db),
             graph: Mutex::new(graph),
+            params,
             embedder,
             batching: std::sync::atomic::AtomicBool::new(false),
         };
@@ -239,14 +241,41 @@ impl WorkspaceIndex {
                 Err(e) => tracing::warn!(error = %e, "vector graph unreadable: rebuilding it"),
             }
         }
-        let graph = Hnsw::new(dim, params)?;
+        Self::graph_of(db, dim, params)
+    }
+
+    /// A graph of every vector `db` holds, as wide as they need ([`super::hnsw::width_for`]).
+    fn graph_of(db: &IndexDb, dim: usize, params: HnswParams) -> Result<Hnsw, SearchError> {
         let vectors: Vec<(i64, Vec<f32>)> = db
             .all_vectors()?
             .into_iter()
-            .filter(|(_, v)| v.len() == dim)
+            .filter(|(_, v)| v.len() == dim && v.iter().any(|x| *x != 0.0))
             .collect();
+        let width = super::hnsw::width_for(dim, vectors.iter().map(|(_, v)| v.as_slice()));
+        let graph = Hnsw::new(dim, width, params)?;
         graph.add_many(&vectors)?;
         Ok(graph)
+    }
+
+    /// Whether the graph is too narrow for `vectors` (stored in the database already); if so,
+    /// it is rebuilt from the database as wide as they all need, and they are in it.
+    pub(super) fn widened<'a>(
+        &self,
+        vectors: impl IntoIterator<Item = &'a [f32]>,
+    ) -> Result<bool, SearchError> {
+        let fits = {
+            let graph = self.graph();
+            vectors.into_iter().all(|v| graph.fits(v))
+        };
+        if fits {
+            return Ok(false);
+        }
+        tracing::info!(workspace = %self.name, "vectors wider than the graph: rebuilding it wider");
+        // The database before the graph, as every other user takes them.
+        let db = self.db_for_indexing()?;
+        let rebuilt = Self::graph_of(&db, self.dim, self.params)?;
+        *self.graph() = rebuilt;
+        Ok(true)
     }
 
     /// The dimension of its vectors.
@@ -412,6 +441,9 @@ impl WorkspaceIndex {
         let (removed, added) = self
             .db_for_indexing()?
             .replace_file(rel, stamp, skipped, &chunks, &vectors, &model)?;
+        if self.widened(vectors.iter().map(Vec::as_slice))? {
+            return Ok(true);
+        }
         let graph = self.graph();
         for id in removed {
             graph.remove(id)?;

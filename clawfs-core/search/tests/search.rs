@@ -393,3 +393,77 @@ fn vector_and_hybrid_find_notes_by_meaning_where_text_cannot() {
     assert_eq!(keyword(Mode::Text).hit_at_1, 1.0);
     assert!(keyword(Mode::Hybrid).hit_at_1 >= 0.8);
 }
+
+/// The built-in model's 256 components in a 1,536-component workspace make a graph 256 wide
+/// (a sixth of the work per distance); an imported embedding of another model that uses all
+/// 1,536 makes the graph rebuild itself wider, and meaning is still found.
+#[test]
+fn the_graph_is_as_wide_as_its_vectors_and_grows_for_wider_ones() {
+    use clawfs_search::import::{Document, Placed, Progress};
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    corpus(&ws);
+    let embedder: Arc<dyn Embedder> = Arc::new(model().with_dimension(1536));
+    let files = IndexFiles::private(&tmp.path().join("ix")).unwrap();
+    let open = || {
+        WorkspaceIndex::open(
+            "ws",
+            &files,
+            1536,
+            HnswParams::default(),
+            Some(Arc::clone(&embedder)),
+        )
+        .unwrap()
+        .0
+    };
+    let ix = open();
+    let fd = ws_fd(&ws);
+    ix.rescan(fd.as_fd(), &mut |_, _| {}).unwrap();
+    let width = || {
+        usearch::Index::metadata(files.graph.to_str().unwrap())
+            .unwrap()
+            .dimensions
+    };
+    assert_eq!(width(), 256);
+    let feline = |ix: &WorkspaceIndex| {
+        ix.query(&query(
+            &fd,
+            "small feline napping",
+            Mode::Vector,
+            &everything,
+        ))
+        .unwrap()[0]
+            .path
+            .clone()
+    };
+    assert_eq!(feline(&ix), "pets/cats.md");
+
+    let wide: Vec<f32> = (0..1536).map(|i| (i % 7) as f32 - 3.0).collect();
+    let doc = Document {
+        source_id: "1".into(),
+        workspace_id: "w".into(),
+        content: "imported".into(),
+        metadata: None,
+        embedding: Some(wide),
+        created_at: None,
+    };
+    let placed = Placed {
+        path: "imported/1.md".into(),
+        stamp: clawfs_search::index::FileStamp {
+            size: 0,
+            mtime_ns: 0,
+            ino: 0,
+            ctime_ns: 0,
+        },
+    };
+    ix.import("k", &[(doc, placed)], "another-model", &Progress::default())
+        .unwrap();
+    assert_eq!(ix.counts().unwrap().2, 4);
+    assert_eq!(feline(&ix), "pets/cats.md");
+    ix.save_graph().unwrap();
+    assert_eq!(width(), 1536);
+    drop(ix);
+    let ix = open();
+    assert_eq!(ix.counts().unwrap().2, 4);
+    assert_eq!(feline(&ix), "pets/cats.md");
+}
