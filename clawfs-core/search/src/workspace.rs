@@ -132,6 +132,15 @@ impl IndexFiles {
     }
 }
 
+/// How a saved graph is made, written with the generation it matches: a graph saved by a
+/// build that kept every component (before graphs were cut to their width) is rebuilt once.
+const GRAPH_FORMAT: &str = "width";
+
+/// What `hnsw.generation` holds for a graph of the database generation `generation`.
+fn graph_stamp(generation: &str) -> String {
+    format!("{GRAPH_FORMAT}:{generation}")
+}
+
 /// The index of one workspace.
 pub struct WorkspaceIndex {
     name: String,
@@ -235,7 +244,7 @@ impl WorkspaceIndex {
     ) -> Result<Hnsw, SearchError> {
         let generation = db.meta("generation")?.unwrap_or_default();
         let saved = std::fs::read_to_string(&files.generation).unwrap_or_default();
-        if saved.trim() == generation && !generation.is_empty() {
+        if saved.trim() == graph_stamp(&generation) && !generation.is_empty() {
             match Hnsw::load(&files.graph, dim, params) {
                 Ok(g) => return Ok(g),
                 Err(e) => tracing::warn!(error = %e, "vector graph unreadable: rebuilding it"),
@@ -388,7 +397,7 @@ impl WorkspaceIndex {
                 })
             }
         };
-        clawfs_store::atomic::atomic_write(dir, &name, generation.as_bytes(), 0o600)
+        clawfs_store::atomic::atomic_write(dir, &name, graph_stamp(&generation).as_bytes(), 0o600)
             .map_err(|e| SearchError::io("saving the graph's generation", e))
     }
 
