@@ -95,32 +95,10 @@ fi
 # ---- inputs, made once by root ----------------------------------------------------------
 inputs=$work/fs/inputs
 mkdir -p "$inputs"
+python3 "$here/make_repo.py" "$inputs/repo"
 python3 - "$inputs" <<'PY'
-import os, sys, subprocess
+import os, sys
 root = sys.argv[1]
-# A repository: 10,500 files, 40 C sources and a Makefile, vendored packages with .gitmodules.
-repo = os.path.join(root, "repo")
-os.makedirs(os.path.join(repo, "src"))
-for i in range(40):
-    with open(os.path.join(repo, "src", f"m{i}.c"), "w") as f:
-        f.write("".join(f"int f{i}_{j}(int x) {{ return x * {j} + {i}; }}\n" for j in range(300)))
-with open(os.path.join(repo, "src", "main.c"), "w") as f:
-    f.write('#include <stdio.h>\nint main(void) { puts("built"); return 0; }\n')
-objs = " ".join(f"src/m{i}.o" for i in range(40))
-with open(os.path.join(repo, "Makefile"), "w") as f:
-    f.write(f"app: src/main.o {objs}\n\tcc -o $@ $^\n%.o: %.c\n\tcc -O1 -c -o $@ $<\n")
-for i in range(10_458):
-    d = os.path.join(repo, "vendor", f"mod{i // 100:03}", "pkg")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i}.go"), "w") as f:
-        f.write(f"package pkg\n\n// file {i}\nfunc F{i}() int {{ return {i} }}\n" * 4)
-for m in range(0, 105, 10):
-    with open(os.path.join(repo, "vendor", f"mod{m:03}", ".gitmodules"), "w") as f:
-        f.write('[submodule "site"]\n\tpath = site\n\turl = https://example.invalid/site.git\n')
-env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")
-git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
-for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-    subprocess.run(git + args, cwd=repo, env=env, check=True)
 # An npm-like tree: 13,395 files in nested packages, 148 MB.
 nm = os.path.join(root, "nm", "node_modules")
 left = 148_000_000

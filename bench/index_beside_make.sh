@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/index_beside_make.sh — what indexing costs a build that runs while the index catches up.
-# Root clones a 10,500-file repository (10,458 small Go files, 40 C sources and a Makefile) into
-# the default workspace, and at once runs `make -s -B -j2` of it: the indexer is catching up on
-# the clone while make runs ("busy"). Then, once the daemon's `indexer` threads have used no CPU
-# for 6 s, the same `make -B -j2` again ("idle"). Per round it prints both times, their ratio,
+# Root clones a 10,500-file repository (bench/make_repo.py: 10,458 small Go files, 40 C sources
+# and a Makefile) into the default workspace, and at once runs `make -s -B -j2` of it: the
+# indexer is catching up on the clone while make runs ("busy"). Then, once the daemon's
+# `indexer` threads have used no CPU for 6 s, the same `make -B -j2` again ("idle"). Per round
+# it prints both times, their ratio,
 # the indexer's CPU during each make (from /proc/PID/task/*/stat) and how long after the busy
 # make the index caught up. With several --clawfs-bin, the builds take turns round by round,
 # each on a fresh store on one journaled loop ext4 (direct I/O), so their figures compare.
@@ -45,29 +46,7 @@ mkfs.ext4 -q "$work/fs.img"
 dev=$(losetup --direct-io=on -f --show "$work/fs.img")
 mount "$dev" "$fs"
 
-python3 - "$fs/repo" <<'PY'
-import os, sys, subprocess
-repo = sys.argv[1]
-os.makedirs(os.path.join(repo, "src"))
-for i in range(40):
-    with open(os.path.join(repo, "src", f"m{i}.c"), "w") as f:
-        f.write("".join(f"int f{i}_{j}(int x) {{ return x * {j} + {i}; }}\n" for j in range(300)))
-with open(os.path.join(repo, "src", "main.c"), "w") as f:
-    f.write('#include <stdio.h>\nint main(void) { puts("built"); return 0; }\n')
-objs = " ".join(f"src/m{i}.o" for i in range(40))
-with open(os.path.join(repo, "Makefile"), "w") as f:
-    f.write(f"app: src/main.o {objs}\n\tcc -o $@ $^\n%.o: %.c\n\tcc -O1 -c -o $@ $<\n")
-for i in range(10_458):
-    d = os.path.join(repo, "vendor", f"mod{i // 100:03}", "pkg")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i}.go"), "w") as f:
-        f.write(f"package pkg\n\n// file {i}\nfunc F{i}() int {{ return {i} }}\n" * 4)
-env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")
-git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid",
-       "-c", "gc.auto=0"]
-for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
-    subprocess.run(git + args, cwd=repo, env=env, check=True)
-PY
+python3 "$(dirname "$0")/make_repo.py" "$fs/repo"
 export GIT_CONFIG_NOSYSTEM=1 HOME=$work
 
 # The CPU ticks of the daemon's indexer threads.

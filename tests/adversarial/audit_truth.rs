@@ -2,7 +2,7 @@
 //! a create over quota are never recorded "ok"; every refusal reaches the agent's denials.
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, audit_until, denials, records, text};
+use crate::support::{agent_policy, audit_until, denials, python_as_agent, records, text};
 
 #[test]
 fn failures_are_recorded_with_their_errno_not_as_ok() {
@@ -160,13 +160,7 @@ made = [n for n in ["d", "s.json", "f.json", "bad name", "h.json", "m.json"] if 
 print("left", made, os.stat(resp).st_mode == mode)
 "#
     );
-    let out = m
-        .run_command("fs-engine")
-        .args(["--", "python3", "-c", &script])
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let out = text(&out);
+    let out = python_as_agent(&m, &script);
     let got = |what: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(&format!("{what} ")))

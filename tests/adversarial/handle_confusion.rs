@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use crate::common::Mounted;
-use crate::support::text;
+use crate::support::python_as_agent;
 
 #[test]
 fn handles_of_generated_files_never_name_another_open_file() {
@@ -56,13 +56,7 @@ for i in range(300):
 print("seen", sorted(seen))
 "#
     );
-    let out = m
-        .run_command("fs-engine")
-        .args(["--", "python3", "-c", &script])
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let out = text(&out);
+    let out = python_as_agent(&m, &script);
     assert!(out.contains("direct EACCES"), "{out}");
     drop(held);
     let now = fs::read(m.backing("workspaces/default/root-only.txt")).unwrap();

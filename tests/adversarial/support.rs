@@ -249,3 +249,14 @@ impl Drop for StoreOnImage {
             .output();
     }
 }
+
+/// What a Python script run by fs-engine in its sandbox printed (stdout and stderr).
+pub fn python_as_agent(m: &Mounted, script: &str) -> String {
+    let out = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    text(&out)
+}

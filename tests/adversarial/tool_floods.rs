@@ -11,7 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::Mounted;
-use crate::support::{audit_until, text};
+use crate::support::{audit_until, python_as_agent, text};
 use serde_json::Value;
 
 /// A JSON string's text ("" for anything else).
@@ -61,17 +61,6 @@ fn calls(m: &Mounted, first: usize, last: usize) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// What a Python script run by fs-engine in its sandbox printed.
-fn python_as_agent(m: &Mounted, script: &str) -> String {
-    let out = m
-        .run_command("fs-engine")
-        .args(["--", "python3", "-c", script])
-        .current_dir("/")
-        .output()
-        .unwrap();
-    text(&out)
 }
 
 /// The rest of the line of `out` that starts with `prefix`.
