@@ -234,6 +234,9 @@ pub enum DenyKind {
     ReadOnly,
     /// `EDQUOT`: a quota would be exceeded.
     Quota,
+    /// `EINVAL`: the caller may write here, but what it wrote is not valid (an identity
+    /// document that does not validate).
+    Invalid,
     /// `EMFILE`: the caller holds as many open files and folders through the mount as it may.
     CallerFiles,
     /// `ENFILE`: callers together hold all the open files and folders the daemon keeps for
@@ -248,6 +251,7 @@ pub fn errno_of(kind: DenyKind) -> i32 {
         DenyKind::Permission => libc::EPERM,
         DenyKind::ReadOnly => libc::EROFS,
         DenyKind::Quota => libc::EDQUOT,
+        DenyKind::Invalid => libc::EINVAL,
         DenyKind::CallerFiles => libc::EMFILE,
         DenyKind::DaemonFiles => libc::ENFILE,
     }

@@ -211,3 +211,111 @@ print("left", made, os.stat(resp).st_mode == mode)
         );
     }
 }
+
+/// The trail says what the agent got, for refusals of what it wrote: a truncation of its
+/// identity file by path (refused: EPERM, rule NAMESPACE) or through a descriptor (the empty
+/// document is refused at close: EINVAL, rule IDENTITY-SCHEMA, the file unchanged), a document
+/// that does not validate (EINVAL on the record as for the writer), a tool call refused as too
+/// large whose caller closes it without reading the answer, and a request written far past
+/// the size limit (refused as too large, not as over the caller's share).
+#[test]
+fn refused_writes_are_recorded_as_the_caller_got_them() {
+    let m = Mounted::new();
+    let mnt = m.mnt.display();
+    let identity = m.backing("agents/fs-engine/identity.json");
+    let before = std::fs::read(&identity).unwrap();
+    let script = format!(
+        r#"
+import errno, os
+me = "{mnt}/agents/fs-engine/identity.json"
+def probe(what, call):
+    try:
+        call()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+probe("truncate", lambda: os.truncate(me, 0))
+def ftruncate():
+    fd = os.open(me, os.O_WRONLY)
+    os.ftruncate(fd, 0)
+    os.close(fd)
+probe("ftruncate", ftruncate)
+def bad():
+    fd = os.open(me, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"{{not json")
+    os.close(fd)
+probe("invalid", bad)
+def unread_call():
+    fd = os.open("{mnt}/tools/call/info", os.O_RDWR)
+    try:
+        for _ in range(6):
+            os.write(fd, b" " * (1 << 20))
+    finally:
+        os.close(fd)
+probe("unread", unread_call)
+def far():
+    fd = os.open("{mnt}/tools/requests/far.json", os.O_WRONLY | os.O_CREAT)
+    try:
+        os.pwrite(fd, b"{{}}", 1 << 30)
+    finally:
+        os.close(fd)
+probe("far", far)
+"#
+    );
+    let out = python_as_agent(&m, &script);
+    for (what, got) in [
+        ("truncate", "EPERM"),
+        ("ftruncate", "EINVAL"),
+        ("invalid", "EINVAL"),
+        ("unread", "EFBIG"),
+        ("far", "EFBIG"),
+    ] {
+        assert!(out.contains(&format!("{what} {got}")), "{what}: {out}");
+    }
+    assert_eq!(std::fs::read(&identity).unwrap(), before, "{out}");
+
+    let all = audit_until(&m, |a| {
+        a.iter().filter(|r| r["rule"] == "IDENTITY-SCHEMA").count() >= 2
+            && a.iter().any(|r| r["operation"] == "tool:info")
+            && a.iter().any(|r| r["operation"] == "tool:?")
+    });
+    let setattr = records(&all, "setattr", "/agents/fs-engine/identity.json");
+    assert!(
+        setattr.iter().any(|r| r["result"] == "denied"
+            && r["rule"] == "NAMESPACE"
+            && r["errno"] == libc::EPERM),
+        "{setattr:?}"
+    );
+    let schema: Vec<_> = all
+        .iter()
+        .filter(|r| r["rule"] == "IDENTITY-SCHEMA")
+        .collect();
+    assert_eq!(schema.len(), 2, "{schema:?}");
+    assert!(
+        schema.iter().all(|r| r["errno"] == libc::EINVAL),
+        "{schema:?}"
+    );
+    let info: Vec<_> = all
+        .iter()
+        .filter(|r| r["operation"] == "tool:info")
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0]["errno"], libc::EFBIG, "{info:?}");
+    let far: Vec<_> = all
+        .iter()
+        .filter(|r| r["operation"] == "tool:?" && r["errno"] == libc::EFBIG)
+        .collect();
+    assert_eq!(far.len(), 1, "{far:?}");
+    assert!(
+        far[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("larger than")),
+        "{far:?}"
+    );
+    let d = denials(&m, "fs-engine");
+    assert!(
+        d.iter()
+            .any(|r| r["rule"] == "NAMESPACE" && r["operation"] == "setattr"),
+        "{d:?}"
+    );
+}

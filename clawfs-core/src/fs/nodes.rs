@@ -136,7 +136,8 @@ impl ClawFs {
         let who = self.decide(caller, "setattr", clawfs_policy::Access::Write, &ns)?;
         if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
             // Identity files change whole, validated at close: open and write them.
-            return Err(FsError::Managed("identity.json (write it whole)".into()));
+            let e = FsError::Managed("identity.json (write it whole)".into());
+            return Err(self.rule_refusal(caller, "setattr", &node, None, e));
         }
         let before = rustix::fs::fstat(&*fd)?;
         if let Some(size) = change.size {
@@ -168,7 +169,16 @@ impl ClawFs {
             }
             if let Some(size) = change.size {
                 match &open {
-                    Some(f) => f.backing.file.set_len(size)?,
+                    Some(f) => {
+                        f.backing.file.set_len(size)?;
+                        if let Some(staged) = &f.staged {
+                            // An identity file's private copy, truncated: validated and
+                            // committed at close, as a write is.
+                            staged
+                                .dirty
+                                .store(true, std::sync::atomic::Ordering::Release);
+                        }
+                    }
                     None => {
                         // SAFETY: `path` is a valid NUL-terminated string.
                         if unsafe { libc::truncate(path.as_ptr(), size as libc::off_t) } != 0 {

@@ -266,14 +266,10 @@ impl ClawFs {
         let denial = clawfs_policy::Denial {
             rule: "IDENTITY-SCHEMA",
             reason: format!("identity.json was not saved: {reason}; the previous version stays"),
-            kind: clawfs_policy::DenyKind::Permission,
+            // EINVAL, for the writer and on the record: the content, not its right, is wrong.
+            kind: clawfs_policy::DenyKind::Invalid,
         };
-        // On record as a refusal; the writer gets EINVAL: the content, not its right, is wrong.
-        let _ = self.refuse(caller, "write", &path, denial);
-        Err(FsError::InvalidName {
-            name: "identity.json".into(),
-            reason: "the identity document does not validate (see the denials file)",
-        })
+        self.refuse(caller, "write", &path, denial)
     }
 }
 

@@ -234,6 +234,16 @@ impl ClawFs {
             .ok()
             .and_then(|o| o.checked_add(data.len()))
             .ok_or_else(|| errno(libc::EFBIG))?;
+        if end > crate::generated_files::MAX_CALL_REQUEST {
+            // Past what one request may be, whatever the caller's share: refused as too large
+            // (a write after an answer clears the request it holds).
+            let refused = state.write(offset, data);
+            let now = state.request.len() as u64;
+            if let Some(hold) = &mut state.buffered {
+                hold.resize(now, |_| Ok::<_, FsError>(()))?;
+            }
+            return refused.map(|n| n as u32).map_err(errno);
+        }
         let after = match state.response {
             Some(_) => end,
             None => before.max(end),
@@ -465,25 +475,31 @@ impl ClawFs {
             .handles
             .remove(fh)
             .ok_or(FsError::UnknownHandle(fh))?;
-        self.drop_unrun_request(&handle);
+        self.record_unanswered(&handle);
         self.store_secret(&handle)
     }
 
-    /// A request that holds what no close ran (written after its last FLUSH, by a write that
-    /// raced the close) is dropped, not run, and the trail says so. A release comes from the
-    /// kernel, without its caller's credentials, and while the daemon holds it no other
-    /// release of the mount reaches it (the kernel sends only a few at a time): it runs
-    /// nothing that can take long.
-    fn drop_unrun_request(&self, handle: &GeneratedHandle) {
-        let GeneratedNode::Request { .. } = &handle.node else {
-            return;
-        };
+    /// A request that holds what nothing ran is dropped, not run, and the trail says so: a
+    /// call refused part of its body whose caller closed it without reading the answer (as a
+    /// read would have: `too_large`), or a request file written after its last FLUSH, by a
+    /// write that raced the close. A release comes from the kernel, without its caller's
+    /// credentials, and while the daemon holds it no other release of the mount reaches it
+    /// (the kernel sends only a few at a time): it runs nothing that can take long.
+    fn record_unanswered(&self, handle: &GeneratedHandle) {
         let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.response.is_some() || !state.written() {
+        let (cut, written) = (state.cut(), state.written());
+        if state.response.is_some() || !written {
             return;
         }
         drop(state);
         let (who, creds) = &handle.opener;
+        if let (GeneratedNode::Call(tool), Some(cut)) = (&handle.node, cut) {
+            let refused = Err(super::tool_calls::too_large(cut));
+            return self.record_tool(&creds.caller, who, (tool, None), None, &refused);
+        }
+        let GeneratedNode::Request { .. } = &handle.node else {
+            return;
+        };
         self.record(
             clawfs_audit::AuditEvent::new(
                 crate::fs::audit_name(who),

@@ -505,7 +505,7 @@ fn namespace_target(ws: &str, raw: &str, mount: Option<&str>) -> String {
 }
 
 /// The answer to a request that was refused part of its body, and so not run.
-fn too_large(cut: generated_files::Cut) -> clawfs_agent_tools::ToolError {
+pub(super) fn too_large(cut: generated_files::Cut) -> clawfs_agent_tools::ToolError {
     let message = match cut {
         generated_files::Cut::TooLarge => format!(
             "the request is larger than {} bytes and was not run; send a smaller one (e.g. fewer or shorter edits per call)",
