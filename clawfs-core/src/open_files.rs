@@ -56,9 +56,17 @@ pub struct StagedTarget {
     pub agent: String,
     /// The agent's directory, relative to the store root (`agents/<agent>`).
     pub dir: std::path::PathBuf,
-    /// Written since the last commit. Only writes count: a descriptor closed without writing
-    /// (a shell's copy after `dup2`, or a bare truncation) commits nothing.
+    /// Changed since the last commit, by a write, `ftruncate`, `fallocate` or
+    /// `copy_file_range` through a descriptor. A descriptor closed without any (a shell's copy
+    /// after `dup2`, a bare `O_TRUNC` open) commits nothing.
     pub dirty: std::sync::atomic::AtomicBool,
+}
+
+impl StagedTarget {
+    /// The private copy changed: it is validated and committed at the next close.
+    pub fn changed(&self) {
+        self.dirty.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// An open regular file.

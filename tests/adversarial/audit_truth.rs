@@ -215,9 +215,11 @@ print("left", made, os.stat(resp).st_mode == mode)
 /// The trail says what the agent got, for refusals of what it wrote: a truncation of its
 /// identity file by path (refused: EPERM, rule NAMESPACE) or through a descriptor (the empty
 /// document is refused at close: EINVAL, rule IDENTITY-SCHEMA, the file unchanged), a document
-/// that does not validate (EINVAL on the record as for the writer), a tool call refused as too
-/// large whose caller closes it without reading the answer, and a request written far past
-/// the size limit (refused as too large, not as over the caller's share).
+/// that does not validate (EINVAL on the record as for the writer), one changed by
+/// `copy_file_range` or `fallocate` instead of a write (validated all the same), a tool call
+/// refused as too large whose caller closes it without reading the answer or clears it by
+/// truncation, and a request written far past the size limit (refused as too large, not as
+/// over the caller's share).
 #[test]
 fn refused_writes_are_recorded_as_the_caller_got_them() {
     let m = Mounted::new();
@@ -245,6 +247,29 @@ def bad():
     os.write(fd, b"{{not json")
     os.close(fd)
 probe("invalid", bad)
+src = "{mnt}/agents/fs-engine/notjson"
+with open(src, "w") as f:
+    f.write("not json")
+def cfr():
+    s = os.open(src, os.O_RDONLY)
+    fd = os.open(me, os.O_RDWR)
+    os.copy_file_range(s, fd, 8, 0, 0)
+    os.close(s)
+    os.close(fd)
+probe("cfr", cfr)
+def falloc():
+    fd = os.open(me, os.O_RDWR)
+    os.posix_fallocate(fd, 0, 1 << 20)
+    os.close(fd)
+probe("falloc", falloc)
+def cleared():
+    fd = os.open("{mnt}/tools/call/info", os.O_RDWR)
+    try:
+        os.pwrite(fd, b"x", 5 << 20)
+    finally:
+        os.ftruncate(fd, 0)
+        os.close(fd)
+probe("cleared", cleared)
 def unread_call():
     fd = os.open("{mnt}/tools/call/info", os.O_RDWR)
     try:
@@ -267,7 +292,10 @@ probe("far", far)
         ("truncate", "EPERM"),
         ("ftruncate", "EINVAL"),
         ("invalid", "EINVAL"),
+        ("cfr", "EINVAL"),
+        ("falloc", "EINVAL"),
         ("unread", "EFBIG"),
+        ("cleared", "EFBIG"),
         ("far", "EFBIG"),
     ] {
         assert!(out.contains(&format!("{what} {got}")), "{what}: {out}");
@@ -275,8 +303,8 @@ probe("far", far)
     assert_eq!(std::fs::read(&identity).unwrap(), before, "{out}");
 
     let all = audit_until(&m, |a| {
-        a.iter().filter(|r| r["rule"] == "IDENTITY-SCHEMA").count() >= 2
-            && a.iter().any(|r| r["operation"] == "tool:info")
+        a.iter().filter(|r| r["rule"] == "IDENTITY-SCHEMA").count() >= 4
+            && a.iter().filter(|r| r["operation"] == "tool:info").count() >= 2
             && a.iter().any(|r| r["operation"] == "tool:?")
     });
     let setattr = records(&all, "setattr", "/agents/fs-engine/identity.json");
@@ -290,7 +318,7 @@ probe("far", far)
         .iter()
         .filter(|r| r["rule"] == "IDENTITY-SCHEMA")
         .collect();
-    assert_eq!(schema.len(), 2, "{schema:?}");
+    assert_eq!(schema.len(), 4, "{schema:?}");
     assert!(
         schema.iter().all(|r| r["errno"] == libc::EINVAL),
         "{schema:?}"
@@ -299,8 +327,8 @@ probe("far", far)
         .iter()
         .filter(|r| r["operation"] == "tool:info")
         .collect();
-    assert_eq!(info.len(), 1, "{info:?}");
-    assert_eq!(info[0]["errno"], libc::EFBIG, "{info:?}");
+    assert_eq!(info.len(), 2, "{info:?}");
+    assert!(info.iter().all(|r| r["errno"] == libc::EFBIG), "{info:?}");
     let far: Vec<_> = all
         .iter()
         .filter(|r| r["operation"] == "tool:?" && r["errno"] == libc::EFBIG)

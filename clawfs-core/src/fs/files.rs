@@ -402,9 +402,7 @@ impl ClawFs {
             self.settle_write(&file);
         }
         if let Some(staged) = &file.staged {
-            staged
-                .dirty
-                .store(true, std::sync::atomic::Ordering::Release);
+            staged.changed();
         }
         Ok(n as u32)
     }
@@ -537,6 +535,9 @@ impl ClawFs {
             offset,
             len,
         )?;
+        if let Some(staged) = &file.staged {
+            staged.changed();
+        }
         if file.writer.is_some() {
             self.settle_write(&file);
         }
@@ -584,6 +585,9 @@ impl ClawFs {
             Some(&mut oo),
             len.min(u32::MAX as u64) as usize,
         )?;
+        if let Some(staged) = &dst.staged {
+            staged.changed();
+        }
         if dst.writer.is_some() {
             self.settle_write(&dst);
         }

@@ -174,9 +174,7 @@ impl ClawFs {
                         if let Some(staged) = &f.staged {
                             // An identity file's private copy, truncated: validated and
                             // committed at close, as a write is.
-                            staged
-                                .dirty
-                                .store(true, std::sync::atomic::Ordering::Release);
+                            staged.changed();
                         }
                     }
                     None => {

@@ -157,6 +157,8 @@ impl ClawFs {
         }
         if let (true, Some(fh)) = (only_truncate, fh) {
             let handle = self.generated.handles.get(fh)?;
+            // A request refused part of its body and cleared unanswered is on the record.
+            self.record_refused(&handle);
             *handle.state.lock().unwrap_or_else(PoisonError::into_inner) = Exchange::default();
         }
         Ok(self.attr_of_generated(node))
@@ -486,20 +488,18 @@ impl ClawFs {
     /// credentials, and while the daemon holds it no other release of the mount reaches it
     /// (the kernel sends only a few at a time): it runs nothing that can take long.
     fn record_unanswered(&self, handle: &GeneratedHandle) {
-        let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let (cut, written) = (state.cut(), state.written());
-        if state.response.is_some() || !written {
+        if self.record_refused(handle) {
             return;
-        }
-        drop(state);
-        let (who, creds) = &handle.opener;
-        if let (GeneratedNode::Call(tool), Some(cut)) = (&handle.node, cut) {
-            let refused = Err(super::tool_calls::too_large(cut));
-            return self.record_tool(&creds.caller, who, (tool, None), None, &refused);
         }
         let GeneratedNode::Request { .. } = &handle.node else {
             return;
         };
+        let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.response.is_some() || !state.written() {
+            return;
+        }
+        drop(state);
+        let (who, creds) = &handle.opener;
         self.record(
             clawfs_audit::AuditEvent::new(
                 crate::fs::audit_name(who),
@@ -510,6 +510,29 @@ impl ClawFs {
             .failed(libc::EINTR)
             .reason("the request was written after its last close: not run"),
         );
+    }
+
+    /// Records a request refused part of its body that was never answered (closed unread, or
+    /// cleared by a truncation), as its answer would have been: `too_large`. Whether it did.
+    fn record_refused(&self, handle: &GeneratedHandle) -> bool {
+        let state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let cut = match state.response {
+            Some(_) => None,
+            None => state.cut(),
+        };
+        drop(state);
+        let Some(cut) = cut else {
+            return false;
+        };
+        let tool = match &handle.node {
+            GeneratedNode::Call(tool) => tool.as_str(),
+            GeneratedNode::Request { .. } => "?",
+            _ => return false,
+        };
+        let (who, creds) = &handle.opener;
+        let refused = Err(super::tool_calls::too_large(cut));
+        self.record_tool(&creds.caller, who, (tool, None), None, &refused);
+        true
     }
 
     /// Runs a request once; later flushes of the same descriptor (after more writes) run it
