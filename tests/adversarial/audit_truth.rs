@@ -314,24 +314,21 @@ probe("far", far)
             && r["errno"] == libc::EPERM),
         "{setattr:?}"
     );
-    let schema: Vec<_> = all
-        .iter()
-        .filter(|r| r["rule"] == "IDENTITY-SCHEMA")
-        .collect();
+    let matching = |key: &str, value: &str| -> Vec<&serde_json::Value> {
+        all.iter().filter(|r| r[key] == value).collect()
+    };
+    let schema = matching("rule", "IDENTITY-SCHEMA");
     assert_eq!(schema.len(), 4, "{schema:?}");
     assert!(
         schema.iter().all(|r| r["errno"] == libc::EINVAL),
         "{schema:?}"
     );
-    let info: Vec<_> = all
-        .iter()
-        .filter(|r| r["operation"] == "tool:info")
-        .collect();
+    let info = matching("operation", "tool:info");
     assert_eq!(info.len(), 2, "{info:?}");
     assert!(info.iter().all(|r| r["errno"] == libc::EFBIG), "{info:?}");
-    let far: Vec<_> = all
-        .iter()
-        .filter(|r| r["operation"] == "tool:?" && r["errno"] == libc::EFBIG)
+    let far: Vec<_> = matching("operation", "tool:?")
+        .into_iter()
+        .filter(|r| r["errno"] == libc::EFBIG)
         .collect();
     assert_eq!(far.len(), 1, "{far:?}");
     assert!(

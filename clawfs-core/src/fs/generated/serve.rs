@@ -236,51 +236,39 @@ impl ClawFs {
             .ok()
             .and_then(|o| o.checked_add(data.len()))
             .ok_or_else(|| errno(libc::EFBIG))?;
-        if end > crate::generated_files::MAX_CALL_REQUEST {
-            // Past what one request may be, whatever the caller's share: refused as too large
-            // (a write after an answer clears the request it holds).
-            let refused = state.write(offset, data);
-            let now = state.request.len() as u64;
-            if let Some(hold) = &mut state.buffered {
-                hold.resize(now, |_| Ok::<_, FsError>(()))?;
+        // Past what one request may be, the write is refused as too large whatever the
+        // caller's share holds (below); within it, the share is checked first.
+        if end <= crate::generated_files::MAX_CALL_REQUEST {
+            let after = match state.response {
+                Some(_) => end,
+                None => before.max(end),
+            };
+            let uid = handle.opener.1.caller.uid;
+            let ledger = &self.generated.buffered;
+            let hold = match &mut state.buffered {
+                Some(hold) => hold,
+                empty => empty.insert(ledger.take(uid, 0, |_| Ok::<_, FsError>(()))?),
+            };
+            let (held, after) = (hold.amount(), after as u64);
+            let grown = match after > held {
+                true => hold.resize(after, |h| {
+                    match h.mine + (after - held) > super::BUFFERED_PER_CALLER {
+                        true => Err(errno(libc::EFBIG)),
+                        false => Ok(()),
+                    }
+                }),
+                false => Ok(()),
+            };
+            if let Err(e) = grown {
+                // Never run (or stored) on what was kept of it: answered `too_large` instead.
+                state.refuse(crate::generated_files::Cut::CallerShare);
+                hold_request(&mut state)?;
+                return Err(e);
             }
-            return refused.map(|n| n as u32).map_err(errno);
-        }
-        let after = match state.response {
-            Some(_) => end,
-            None => before.max(end),
-        };
-        let uid = handle.opener.1.caller.uid;
-        let ledger = &self.generated.buffered;
-        let hold = match &mut state.buffered {
-            Some(hold) => hold,
-            empty => empty.insert(ledger.take(uid, 0, |_| Ok::<_, FsError>(()))?),
-        };
-        let (held, after) = (hold.amount(), after as u64);
-        let grown = match after > held {
-            true => hold.resize(after, |h| {
-                match h.mine + (after - held) > super::BUFFERED_PER_CALLER {
-                    true => Err(errno(libc::EFBIG)),
-                    false => Ok(()),
-                }
-            }),
-            false => Ok(()),
-        };
-        if let Err(e) = grown {
-            // Never run (or stored) on what was kept of it: answered `too_large` instead.
-            state.refuse(crate::generated_files::Cut::CallerShare);
-            let now = state.request.len() as u64;
-            if let Some(hold) = &mut state.buffered {
-                hold.resize(now, |_| Ok::<_, FsError>(()))?;
-            }
-            return Err(e);
         }
         let written = state.write(offset, data);
         // Counted whatever the write did (a refused write after a response still cleared it).
-        let now = state.request.len() as u64;
-        if let Some(hold) = &mut state.buffered {
-            hold.resize(now, |_| Ok::<_, FsError>(()))?;
-        }
+        hold_request(&mut state)?;
         Ok(written.map_err(errno)? as u32)
     }
 
@@ -706,4 +694,13 @@ fn read_only_generated() -> FsError {
         errno: libc::EACCES,
         why: "this generated file is read-only",
     }
+}
+
+/// What the caller holds for `state` set to what its request holds now.
+fn hold_request(state: &mut Exchange) -> FsResult<()> {
+    let now = state.request.len() as u64;
+    if let Some(hold) = &mut state.buffered {
+        hold.resize(now, |_| Ok::<_, FsError>(()))?;
+    }
+    Ok(())
 }
