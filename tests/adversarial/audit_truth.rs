@@ -4,6 +4,18 @@
 use crate::common::Mounted;
 use crate::support::{agent_policy, audit_until, denials, python_as_agent, records, text};
 
+/// Python for the agent's scripts: `probe(what, call)` prints `what` and `ok` or the errno
+/// name the call failed with.
+const PROBE: &str = r#"
+import errno, os
+def probe(what, call):
+    try:
+        call()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+"#;
+
 #[test]
 fn failures_are_recorded_with_their_errno_not_as_ok() {
     let m = Mounted::new();
@@ -143,12 +155,6 @@ with open(t + "/requests/r1.json", "w") as f:
     f.write('{{"tool":"list_allowed"}}')
 resp = t + "/responses/r1.json"
 mode = os.stat(resp).st_mode
-def probe(what, call):
-    try:
-        call()
-        print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
 probe("mkdir", lambda: os.mkdir(t + "/requests/d"))
 probe("symlink", lambda: os.symlink("x", t + "/requests/s.json"))
 probe("mkfifo", lambda: os.mkfifo(t + "/requests/f.json"))
@@ -160,7 +166,7 @@ made = [n for n in ["d", "s.json", "f.json", "bad name", "h.json", "m.json"] if 
 print("left", made, os.stat(resp).st_mode == mode)
 "#
     );
-    let out = python_as_agent(&m, &script);
+    let out = python_as_agent(&m, &format!("{PROBE}{script}"));
     let got = |what: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(&format!("{what} ")))
@@ -230,12 +236,6 @@ fn refused_writes_are_recorded_as_the_caller_got_them() {
         r#"
 import errno, os
 me = "{mnt}/agents/fs-engine/identity.json"
-def probe(what, call):
-    try:
-        call()
-        print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
 probe("truncate", lambda: os.truncate(me, 0))
 def ftruncate():
     fd = os.open(me, os.O_WRONLY)
@@ -287,7 +287,7 @@ def far():
 probe("far", far)
 "#
     );
-    let out = python_as_agent(&m, &script);
+    let out = python_as_agent(&m, &format!("{PROBE}{script}"));
     for (what, got) in [
         ("truncate", "EPERM"),
         ("ftruncate", "EINVAL"),
