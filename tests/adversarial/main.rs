@@ -29,6 +29,7 @@ mod sandbox_network;
 mod search_leaks;
 mod shared_store;
 mod snapshot_files;
+mod stale_paths;
 mod store_bypass;
 mod system_seal;
 mod tool_floods;

@@ -254,9 +254,8 @@ impl ClawFs {
                 self.create_generated(caller, dir, name)
             });
         }
-        let (place, dir, who, path) =
-            self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
-        let charge = self.charge_descriptor(caller, "create", &path)?;
+        let made = self.begin_create(caller, "create", parent, name, (FileKind::File, 0))?;
+        let charge = self.charge_descriptor(caller, "create", &made.path)?;
         let fd = {
             let _as = AsCaller::enter(caller)?;
             let flags = (flags & !libc::O_NOCTTY) | libc::O_CREAT | libc::O_CLOEXEC;
@@ -266,7 +265,7 @@ impl ClawFs {
                 (flags & !(libc::O_ACCMODE | libc::O_APPEND | libc::O_DIRECT)) | libc::O_RDWR;
             let open = |flags: i32| {
                 rustix::fs::openat(
-                    &dir,
+                    &made.dir,
                     name,
                     rustix::fs::OFlags::from_bits_retain(flags as u32),
                     Mode::from_raw_mode(mode & 0o7777),
@@ -281,8 +280,9 @@ impl ClawFs {
                     .or_else(|_| open(flags & !libc::O_DIRECT))?,
             }
         };
-        let entry = self.entry_of_fd(fd.as_fd(), place, (parent, name))?;
+        let entry = self.entry_of_fd(fd.as_fd(), made.place, (parent, name))?;
         let ino = entry.attr.ino;
+        self.created(&made, ino);
         let backing = match self.passthrough() {
             true => self.shared.get_or_try_insert(ino, || {
                 let rw = rustix::fs::fcntl_getfl(&fd)?.contains(rustix::fs::OFlags::RDWR);
@@ -294,6 +294,7 @@ impl ClawFs {
             false => Arc::new(BackingFile::new(File::from(fd))),
         };
         let node = self.node(ino)?;
+        let Creating { dir, who, path, .. } = made;
         self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
         node.held.base(0);
         let writer = WriteHandle {

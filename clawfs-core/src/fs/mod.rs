@@ -684,8 +684,7 @@ impl ClawFs {
 
     /// What create, mknod, mkdir and symlink check before making `name` in `parent`: ClawFS's
     /// naming and area rules, then the policy and the quota for one file of `bytes` (each
-    /// refusal audited). Returns the new entry's
-    /// place, the parent's descriptor and who is creating what, for the audit trail.
+    /// refusal audited). Returns what the creator needs to make it ([`Creating`]).
     fn begin_create(
         &self,
         caller: &Caller,
@@ -693,7 +692,9 @@ impl ClawFs {
         parent: u64,
         name: &OsStr,
         (kind, bytes): (FileKind, u64),
-    ) -> FsResult<(Place, Arc<OwnedFd>, Identity, NsPath)> {
+    ) -> FsResult<Creating> {
+        // Read before the path is: a rename from here on voids the path cached for the new node.
+        let generation = self.paths.generation();
         let pnode = self.node_for(caller, op, parent)?;
         let place = self
             .check_create(&pnode, name, kind)
@@ -717,7 +718,21 @@ impl ClawFs {
                 self.refuse(caller, op, &path, denial)?;
             }
         }
-        Ok((place, dir, who, path))
+        Ok(Creating {
+            place,
+            dir,
+            who,
+            path,
+            generation,
+        })
+    }
+
+    /// Caches the path of the node `ino` that `made` just created: a new inode has that one
+    /// name, and its first open or change then needs no readlink.
+    fn created(&self, made: &Creating, ino: u64) {
+        if let Some(node) = self.inodes.get(ino) {
+            self.paths.insert(made.generation, &node.handle, &made.path);
+        }
     }
 
     /// May something named `name` of kind `kind` be created in `parent`? Returns its place.
@@ -786,4 +801,18 @@ pub(crate) fn read_only(place: Place) -> FsError {
         Place::SnapshotsDir | Place::Snapshot => FsError::SnapshotReadOnly,
         p => FsError::ReadOnly(p.area()),
     }
+}
+
+/// A node about to be made, decided and counted ([`ClawFs::begin_create`]).
+struct Creating {
+    /// Where it will sit.
+    place: Place,
+    /// Its folder.
+    dir: Arc<OwnedFd>,
+    /// Who makes it, for the audit trail and the quota.
+    who: Identity,
+    /// Its namespace path.
+    path: NsPath,
+    /// The path cache's generation before `path` was computed.
+    generation: u64,
 }

@@ -23,7 +23,7 @@ impl ClawFs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Entry> {
-        let (place, dir, who, _) = self.begin_create(
+        let made = self.begin_create(
             caller,
             "mknod",
             parent,
@@ -33,15 +33,28 @@ impl ClawFs {
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::mknodat(
-                &dir,
+                &made.dir,
                 name,
                 rustix::fs::FileType::from_raw_mode(mode),
                 Mode::from_raw_mode(mode & 0o7777),
                 decode_dev(rdev),
             )?;
         }
-        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
-        self.entry_at(parent, dir.as_fd(), name, place)
+        self.made_entry(caller, parent, name, &made)
+    }
+
+    /// Counts the node `made` just made as `name` in `parent` and answers its entry.
+    fn made_entry(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        made: &Creating,
+    ) -> FsResult<Entry> {
+        self.held_made((&made.who, caller.uid), parent, made.dir.as_fd(), name);
+        let entry = self.entry_at(parent, made.dir.as_fd(), name, made.place)?;
+        self.created(made, entry.attr.ino);
+        Ok(entry)
     }
 
     /// Creates a directory; in `workspaces/` that is a new workspace with its metadata.
@@ -56,7 +69,7 @@ impl ClawFs {
         name: &OsStr,
         mode: u32,
     ) -> FsResult<Entry> {
-        let (place, dir, who, _) = self.begin_create(
+        let made = self.begin_create(
             caller,
             "mkdir",
             parent,
@@ -65,13 +78,12 @@ impl ClawFs {
         )?;
         {
             let _as = AsCaller::enter(caller)?;
-            rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode & 0o7777))?;
-            if place == Place::WorkspaceRoot {
-                self.lay_out_workspace(caller, dir.as_fd(), name, mode)?;
+            rustix::fs::mkdirat(&made.dir, name, Mode::from_raw_mode(mode & 0o7777))?;
+            if made.place == Place::WorkspaceRoot {
+                self.lay_out_workspace(caller, made.dir.as_fd(), name, mode)?;
             }
         }
-        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
-        self.entry_at(parent, dir.as_fd(), name, place)
+        self.made_entry(caller, parent, name, &made)
     }
 
     /// Gives a new workspace directory its `metadata.json` and `snapshots/`. Runs as the
@@ -142,14 +154,14 @@ impl ClawFs {
         self.check_remove(&pnode, name)
             .map_err(|e| self.rule_refusal(caller, op, &pnode, Some(name), e))?;
         let dir = self.open_path(&pnode)?;
-        let path = self.ns_child(&dir, name)?;
+        let path = self.node_path(&pnode, &*dir)?.join(name)?;
         self.decide(caller, op, clawfs_policy::Access::Delete, &path)?;
-        let victim = rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW).ok();
         let removal = self.held_cost(dir.as_fd(), name);
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::unlinkat(&dir, name, flags)?;
         }
+        let freed = removal.as_ref().and_then(|r| r.last_file());
         if let Some(r) = removal {
             self.held_removed(r);
         }
@@ -157,8 +169,8 @@ impl ClawFs {
             true => self.index_tree_gone(&path),
             false => self.index_file(&path),
         }
-        if let Some(st) = victim.filter(|st| st.st_nlink <= 1) {
-            self.release_space(self.inodes.mount_ino(st.st_ino));
+        if let Some(ino) = freed {
+            self.release_space(self.inodes.mount_ino(ino));
         }
         Ok(())
     }
@@ -190,20 +202,19 @@ impl ClawFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Entry> {
-        let (place, dir, who, path) = self.begin_create(
+        let made = self.begin_create(
             caller,
             "symlink",
             parent,
             name,
             (FileKind::Symlink, target.len() as u64),
         )?;
-        self.refuse_symlink_in_foreign_git(caller, &who, "symlink", &path)?;
+        self.refuse_symlink_in_foreign_git(caller, &made.who, "symlink", &made.path)?;
         {
             let _as = AsCaller::enter(caller)?;
-            rustix::fs::symlinkat(target, &dir, name)?;
+            rustix::fs::symlinkat(target, &made.dir, name)?;
         }
-        self.held_made((&who, caller.uid), parent, dir.as_fd(), name);
-        self.entry_at(parent, dir.as_fd(), name, place)
+        self.made_entry(caller, parent, name, &made)
     }
 
     /// Refuses an agent a symlink at `path` (made by `op`) inside the `.git` folder of a
@@ -350,7 +361,8 @@ impl ClawFs {
         };
         let dir = self.open_path(&pnode)?;
         let newdir = self.open_path(&npnode)?;
-        let (from, to) = (self.ns_child(&dir, name)?, self.ns_child(&newdir, newname)?);
+        let from = self.node_path(&pnode, &*dir)?.join(name)?;
+        let to = self.node_path(&npnode, &*newdir)?.join(newname)?;
         let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let sealed = match matches!(who, Identity::Agent(_)) {
             true => self.check_git_config_rename(
@@ -362,14 +374,13 @@ impl ClawFs {
             )?,
             false => None,
         };
-        let replaced = match mode.exchange {
+        // What a replaced target's last name gives back (an exchange or a no-replace rename
+        // replaces nothing).
+        let removal = match mode.exchange || mode.noreplace {
             true => None,
-            false => rustix::fs::statat(&*newdir, newname, AtFlags::SYMLINK_NOFOLLOW).ok(),
+            false => self.held_cost(newdir.as_fd(), newname),
         };
-        let removal = match (&replaced, mode.noreplace) {
-            (Some(_), false) => self.held_cost(newdir.as_fd(), newname),
-            _ => None,
-        };
+        let freed = removal.as_ref().and_then(|r| r.last_file());
         let renamed: FsResult<()> =
             AsCaller::enter(caller)
                 .map_err(FsError::from)
@@ -406,8 +417,8 @@ impl ClawFs {
             // What was at `to` is now at `from`.
             self.index_moved(&to, &from, || is_folder(&dir, name));
         }
-        if let Some(st) = replaced.filter(|st| st.st_nlink <= 1) {
-            self.release_space(self.inodes.mount_ino(st.st_ino));
+        if let Some(ino) = freed {
+            self.release_space(self.inodes.mount_ino(ino));
         }
         Ok(())
     }

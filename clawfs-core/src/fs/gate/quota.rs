@@ -482,6 +482,7 @@ pub(in crate::fs) struct Removal {
     data: u64,
     cost: u64,
     ino: u64,
+    folder: bool,
     handle: Option<BackingHandle>,
 }
 
@@ -503,12 +504,18 @@ impl Removal {
             },
             cost,
             ino: st.st_ino,
+            folder,
             // Its attributes kept beside it go with it.
             handle: match spill.unused() {
                 true => None,
                 false => BackingHandle::at(dir, name).ok(),
             },
         })
+    }
+
+    /// The backing inode number of the file whose last name this removes (none for a folder).
+    pub(in crate::fs) fn last_file(&self) -> Option<u64> {
+        (!self.folder).then_some(self.ino)
     }
 }
 
