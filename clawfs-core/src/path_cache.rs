@@ -49,6 +49,11 @@ impl PathCache {
         inner.paths.insert(Arc::clone(handle), path.clone());
     }
 
+    /// Forgets the path of `handle`: one of its names went, and the cached one may be it.
+    pub fn forget(&self, handle: &BackingHandle) {
+        self.lock().paths.remove(handle);
+    }
+
     /// Forgets every path: something was renamed.
     pub fn clear(&self) {
         let mut inner = self.lock();

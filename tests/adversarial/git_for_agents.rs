@@ -711,3 +711,78 @@ fn a_shared_repositorys_operation_state_and_symlinks_are_the_owners() {
     assert!(!repo.join(".git/rebase-merge").exists());
     assert!(fs::symlink_metadata(repo.join(".git/modules/lib")).is_err());
 }
+
+/// The `move` and `restore` tools carry a folder as a rename through the mount does: an agent's
+/// own repository goes under a repository someone else owns by neither. Found by a red-team
+/// round: the tools checked only the two paths, and root's `git status` in the shared
+/// repository then ran the moved repository's `core.fsmonitor` as root.
+#[test]
+fn the_tools_do_not_carry_an_agents_repository_under_someone_elses() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 3);
+    share_with_agents(&repo);
+    let env = git_env(&m);
+    let w = m.ws();
+    let made = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{env}
+             for d in mine gone; do mkdir {w}/$d && cd {w}/$d && g init -q && g config core.fsmonitor x || exit 1; done
+             mkdir {w}/plain && echo hi > {w}/plain/f",
+            w = w.display()
+        ),
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let call = |tool: &str, request: serde_json::Value| -> serde_json::Value {
+        let out = m.run_agent_as(
+            "fs-engine",
+            &[],
+            &crate::common::tool_call_script(&m, tool, &request),
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{tool}: {e}: {}", text(&out)))
+    };
+    let before = snapshot(&repo);
+    let moved = call(
+        "move",
+        serde_json::json!({"from": "mine", "to": "shared/vendored"}),
+    );
+    assert_eq!(moved["error"], "denied", "{moved}");
+    let deleted = call("delete", serde_json::json!({"path": "gone"}));
+    let id = deleted["trash_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{deleted}"))
+        .to_string();
+    let restored = call(
+        "restore",
+        serde_json::json!({"trash_id": id, "to": "shared/restored"}),
+    );
+    assert_eq!(restored["error"], "denied", "{restored}");
+    assert_eq!(snapshot(&repo), before, "the shared repository changed");
+    assert!(w.join("mine/.git/config").exists());
+    // What may go there still does: a folder without a repository; and the repository goes
+    // anywhere no one else's is.
+    let plain = call(
+        "move",
+        serde_json::json!({"from": "plain", "to": "shared/plain"}),
+    );
+    assert!(plain["error"].is_null(), "{plain}");
+    let own = call("move", serde_json::json!({"from": "mine", "to": "mine2"}));
+    assert!(own["error"].is_null(), "{own}");
+    let all = audit_until(&m, |all| {
+        ["tool:move", "tool:restore"].iter().all(|op| {
+            all.iter()
+                .any(|r| r["operation"] == *op && r["result"] == "denied")
+        })
+    });
+    assert!(
+        denials(&m, "fs-engine")
+            .iter()
+            .filter(|d| d.to_string().contains("tool:"))
+            .count()
+            >= 2,
+        "{all:?}"
+    );
+}

@@ -90,3 +90,54 @@ fn a_folder_moved_under_a_protected_name_is_decided_by_its_new_path() {
         );
     }
 }
+
+/// A file with two names is decided where it is reached now, never under a name that is gone:
+/// the agent links its file into a folder, removes the first name, and an admin then moves
+/// the folder under a protected name. The file's one name is protected: reading and appending
+/// are refused, and nothing is recorded under the dead name.
+#[test]
+fn a_file_whose_first_name_is_gone_is_decided_by_the_name_it_keeps() {
+    let m = Mounted::new();
+    let ws = m.ws();
+    let made = m.run_agent_as(
+        AGENT,
+        &[],
+        &format!(
+            "cd {} && mkdir h vault vault/k && echo one > h/a && cat h/a >/dev/null \
+             && ln h/a vault/k/plugin.js && rm h/a && cat vault/k/plugin.js >/dev/null",
+            ws.display()
+        ),
+    );
+    assert!(made.status.success(), "{}", crate::common::text(&made));
+    std::fs::rename(ws.join("vault/k"), ws.join("vault/.obsidian")).unwrap();
+    let before = snapshot(&m.backing("workspaces/default"));
+    let out = m.run_agent_as(
+        AGENT,
+        &[],
+        &format!(
+            "cd {} && (echo INJECTED >> vault/.obsidian/plugin.js; echo \"append $?\") \
+             && (cat vault/.obsidian/plugin.js >/dev/null; echo \"read $?\")",
+            ws.display()
+        ),
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("append ") && said.contains("read ") && !said.contains(" 0"),
+        "the protected file was reached: {said}"
+    );
+    assert_eq!(snapshot(&m.backing("workspaces/default")), before);
+    let all = audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "open"
+                && r["result"] == "denied"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/vault/.obsidian/plugin.js"))
+        })
+    });
+    let dead: Vec<_> = all
+        .iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.contains("(deleted)")))
+        .collect();
+    assert!(dead.is_empty(), "records under a dead name: {dead:?}");
+}

@@ -156,7 +156,7 @@ const GIT_DIR: &str = ".git";
 
 /// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth, or more
 /// than [`WALK_BUDGET`] entries: what cannot be looked through counts as holding one.
-fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
+pub(super) fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
     let open = |d: std::os::fd::BorrowedFd<'_>, n: &std::ffi::OsStr| {
         rustix::fs::openat(
             d,

@@ -157,6 +157,12 @@ impl ClawFs {
         let path = self.node_path(&pnode, &*dir)?.join(name)?;
         self.decide(caller, op, clawfs_policy::Access::Delete, &path)?;
         let removal = self.held_cost(dir.as_fd(), name);
+        if removal.is_none() && !flags.contains(AtFlags::REMOVEDIR) {
+            // A file keeping other names: the path cached for it may be this one.
+            if let Ok(handle) = BackingHandle::at(dir.as_fd(), name) {
+                self.paths.forget(&handle);
+            }
+        }
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::unlinkat(&dir, name, flags)?;

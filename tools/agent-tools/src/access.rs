@@ -43,6 +43,20 @@ pub trait AccessCheck: Send + Sync {
     fn check(&self, rel: &str, access: Access) -> ToolResult<()>;
     /// What this caller may read and write, for `list_allowed`.
     fn describe(&self) -> Allowed;
+    /// May the entry `name` of the folder `dir` be moved (or restored) to `to`
+    /// (workspace-relative), both already allowed by [`Self::check`]? Asked right before the
+    /// rename, on the descriptor it renames from. Allowed unless the implementation says
+    /// otherwise (ClawFS refuses an agent to carry a repository of its own under one it does not
+    /// own, as it does through the mount).
+    fn check_carry(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &str,
+        to: &str,
+    ) -> ToolResult<()> {
+        let _ = (dir, name, to);
+        Ok(())
+    }
 }
 
 /// Folder names refused to every tool. Compared case-insensitively with each path component.

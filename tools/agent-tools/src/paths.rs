@@ -506,6 +506,12 @@ impl ToolRoot {
         self.policy.check(rel, access)
     }
 
+    /// The caller's policy on moving the entry `name` of `dir` to `to` ([`AccessCheck::check_carry`]).
+    pub(crate) fn check_carry(&self, dir: &File, name: &str, to: &str) -> ToolResult<()> {
+        use std::os::fd::AsFd;
+        self.policy.check_carry(dir.as_fd(), name, to)
+    }
+
     /// `root/rel`, as a name only (for locks, the observer and messages).
     pub(crate) fn abs_of(&self, rel: &str) -> PathBuf {
         if rel.is_empty() {

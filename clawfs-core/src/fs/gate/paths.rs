@@ -20,6 +20,27 @@ impl ClawFs {
             // Reached by a file handle without its folder (a disconnected name): rebuilt.
             return self.ns_path_by_links(fd.as_fd());
         };
+        if let Some(dead) = real.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
+            // The name this descriptor was opened through is gone (the kernel marks it so): a
+            // file with another name is decided where it was last reached, never under the
+            // dead name; if that name went too, ESTALE (an open is then looked up again by
+            // the kernel, and reaches the name). A file with no name left is decided where it
+            // was.
+            return match self.ns_path_by_links(fd.as_fd()) {
+                Ok(path) => Ok(path),
+                Err(_) if rustix::fs::fstat(fd.as_fd())?.st_nlink == 0 => {
+                    let rel = std::path::Path::new(OsStr::from_bytes(dead))
+                        .strip_prefix(self.store.root())
+                        .map_err(|_| {
+                            FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE))
+                        })?;
+                    Ok(NsPath::from_components(
+                        rel.components().map(|c| c.as_os_str()),
+                    )?)
+                }
+                Err(_) => Err(FsError::Io(std::io::Error::from_raw_os_error(libc::ESTALE))),
+            };
+        }
         Ok(NsPath::from_components(
             rel.components().map(|c| c.as_os_str()),
         )?)
@@ -69,7 +90,16 @@ impl ClawFs {
     }
 
     /// The namespace path of `node`, reached through `fd` (a descriptor of it) unless cached.
+    /// A file of more than one name is never cached: its path is the name the kernel last
+    /// reached it by, each step checked ([`Self::ns_path_by_links`]), not whichever name was
+    /// cached or its descriptor was opened through.
     pub(in crate::fs) fn node_path(&self, node: &Node, fd: impl AsFd) -> FsResult<NsPath> {
+        let st = rustix::fs::fstat(fd.as_fd())?;
+        if st.st_nlink > 1 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return self
+                .ns_path_by_links(fd.as_fd())
+                .or_else(|_| self.ns_path(fd));
+        }
         if let Some(path) = self.paths.get(&node.handle) {
             return Ok(path);
         }

@@ -52,6 +52,7 @@ impl ClawFs {
             policy: self.policy(),
             who,
             workspace: ws.to_string(),
+            repos: None,
         };
         let readable = |rel: &str| -> bool {
             use clawfs_agent_tools::AccessCheck;

@@ -220,6 +220,9 @@ impl ClawFs {
                 policy,
                 who: who.clone(),
                 workspace: workspace.clone(),
+                repos: rustix::io::fcntl_dupfd_cloexec(self.store.root_fd(), 0)
+                    .ok()
+                    .map(|fd| (fd, creds.caller.uid)),
             }));
         if let Some(mp) = &self.mountpoint {
             root = root
@@ -422,6 +425,9 @@ pub(super) struct ToolAccess {
     pub(super) policy: std::sync::Arc<Policy>,
     pub(super) who: Identity,
     pub(super) workspace: String,
+    /// The store's root and the caller's uid, for the repositories a move may carry a
+    /// repository under (none: moves are not checked, as for a listing).
+    pub(super) repos: Option<(std::os::fd::OwnedFd, u32)>,
 }
 
 impl ToolAccess {
@@ -463,6 +469,41 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         self.policy
             .check(&self.who, access, &path)
             .map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
+    }
+
+    fn check_carry(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &str,
+        to: &str,
+    ) -> clawfs_agent_tools::ToolResult<()> {
+        use clawfs_policy::GitRepos;
+        let Some((store, uid)) = &self.repos else {
+            return Ok(());
+        };
+        if !matches!(self.who, Identity::Agent(_)) || !self.policy.guards_git() {
+            return Ok(());
+        }
+        let folder = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        let to_ns = self.ns(to).ok_or_else(|| {
+            clawfs_agent_tools::ToolError::InvalidArgs(format!("{to:?} is not a valid path"))
+        })?;
+        // As through the mount (where the daemon looks, with its own ids: the caller may not
+        // see the store's folders): the owner's git, recursing into it as a submodule, would
+        // run its config.
+        let carried = folder
+            && crate::creds::with_daemon_ids(|| {
+                let repos = crate::fs::git_repos::Repos::new(std::os::fd::AsFd::as_fd(store), *uid);
+                repos.foreign_git_above(&to_ns)
+                    && crate::fs::git_guard::holds_git(&dir, OsStr::new(name))
+            });
+        if carried {
+            return Err(clawfs_agent_tools::ToolError::Denied(format!(
+                "the folder you move to '{to}' holds a git repository (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
+            )));
+        }
+        Ok(())
     }
 
     fn describe(&self) -> clawfs_agent_tools::Allowed {

@@ -111,6 +111,7 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
     let from = slot_of(root, &src.rel)?;
     let to = new_slot(root, &to_rel)?;
+    root.check_carry(&from.dir, &from.name, &to_rel)?;
     root.charge(0, 0)?;
     root.renaming((&from.dir, &to.dir), || {
         beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
@@ -316,14 +317,14 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     }
     let _guard = root.locks.lock(&[&abs, &root.trash_dir.join(&a.trash_id)]);
     let to = new_slot(root, &rel)?;
-    root.charge(0, 0)?;
-    beneath::open(&trash, &a.trash_id, DIR_PATH)
-        .and_then(|entry| {
-            root.renaming((&entry, &to.dir), || {
-                beneath::rename_noreplace(&entry, "item", &to.dir, &to.name)
-            })
-        })
+    let entry = beneath::open(&trash, &a.trash_id, DIR_PATH)
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
+    root.check_carry(&entry, "item", &rel)?;
+    root.charge(0, 0)?;
+    root.renaming((&entry, &to.dir), || {
+        beneath::rename_noreplace(&entry, "item", &to.dir, &to.name)
+    })
+    .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
     root.changed(&abs);
     remove_trash_entry(root, &trash, &a.trash_id);
     Ok(RestoreResult {
