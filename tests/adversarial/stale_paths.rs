@@ -8,20 +8,25 @@ use crate::support::{records, snapshot};
 
 const AGENT: &str = "fs-engine";
 
+/// Runs `script` as the sandboxed agent in the default workspace; its output.
+fn in_workspace(m: &Mounted, script: &str) -> std::process::Output {
+    m.run_agent_as(AGENT, &[], &format!("cd {} && {script}", m.ws().display()))
+}
+
+/// Runs `script` as the agent in the default workspace, which must succeed: what it made.
+fn made_by_agent(m: &Mounted, script: &str) {
+    let made = in_workspace(m, script);
+    assert!(made.status.success(), "{}", crate::common::text(&made));
+}
+
 #[test]
 fn a_folder_moved_under_a_protected_name_is_decided_by_its_new_path() {
     let m = Mounted::new();
     let ws = m.ws();
-    let made = m.run_agent_as(
-        AGENT,
-        &[],
-        &format!(
-            "mkdir {ws}/notes && echo one > {ws}/notes/a.md && echo two > {ws}/notes/b.md \
-             && touch {ws}/notes/a.md",
-            ws = ws.display()
-        ),
+    made_by_agent(
+        &m,
+        "mkdir notes && echo one > notes/a.md && echo two > notes/b.md && touch notes/a.md",
     );
-    assert!(made.status.success(), "{}", crate::common::text(&made));
     // The admin's move: admins are not held to the protected names.
     std::fs::rename(ws.join("notes"), ws.join(".obsidian")).unwrap();
     let before = snapshot(&m.backing("workspaces/default"));
@@ -38,15 +43,12 @@ fn a_folder_moved_under_a_protected_name_is_decided_by_its_new_path() {
         ("mkdir", "mkdir .obsidian/sub"),
         ("rename", "mv .obsidian/a.md moved.md"),
     ];
-    let script: String = std::iter::once(format!("cd {}", ws.display()))
-        .chain(
-            attempts
-                .iter()
-                .map(|(what, cmd)| format!("{cmd} 2>/dev/null; echo \"{what} $?\"")),
-        )
+    let script: String = attempts
+        .iter()
+        .map(|(what, cmd)| format!("{cmd} 2>/dev/null; echo \"{what} $?\""))
         .collect::<Vec<_>>()
         .join("\n");
-    let out = m.run_agent_as(AGENT, &[], &script);
+    let out = in_workspace(&m, &format!("true\n{script}"));
     let said = String::from_utf8_lossy(&out.stdout);
     for (what, _) in attempts {
         let line = said
@@ -99,26 +101,17 @@ fn a_folder_moved_under_a_protected_name_is_decided_by_its_new_path() {
 fn a_file_whose_first_name_is_gone_is_decided_by_the_name_it_keeps() {
     let m = Mounted::new();
     let ws = m.ws();
-    let made = m.run_agent_as(
-        AGENT,
-        &[],
-        &format!(
-            "cd {} && mkdir h vault vault/k && echo one > h/a && cat h/a >/dev/null \
-             && ln h/a vault/k/plugin.js && rm h/a && cat vault/k/plugin.js >/dev/null",
-            ws.display()
-        ),
+    made_by_agent(
+        &m,
+        "mkdir h vault vault/k && echo one > h/a && cat h/a >/dev/null \
+         && ln h/a vault/k/plugin.js && rm h/a && cat vault/k/plugin.js >/dev/null",
     );
-    assert!(made.status.success(), "{}", crate::common::text(&made));
     std::fs::rename(ws.join("vault/k"), ws.join("vault/.obsidian")).unwrap();
     let before = snapshot(&m.backing("workspaces/default"));
-    let out = m.run_agent_as(
-        AGENT,
-        &[],
-        &format!(
-            "cd {} && (echo INJECTED >> vault/.obsidian/plugin.js; echo \"append $?\") \
-             && (cat vault/.obsidian/plugin.js >/dev/null; echo \"read $?\")",
-            ws.display()
-        ),
+    let out = in_workspace(
+        &m,
+        "(echo INJECTED >> vault/.obsidian/plugin.js; echo \"append $?\") \
+         && (cat vault/.obsidian/plugin.js >/dev/null; echo \"read $?\")",
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
