@@ -786,3 +786,81 @@ fn the_tools_do_not_carry_an_agents_repository_under_someone_elses() {
         "{all:?}"
     );
 }
+
+/// The look through a folder moving under someone else's repository is no window: an agent
+/// thread renames a prepared `xgit` onto `.git` inside the folder while another thread's move
+/// of it is being looked through, at several points of the look. Found by a red-team round:
+/// the `.git` landed in a part already looked through, and the move carried it under root's
+/// repository. Now the rename onto `.git` waits for the move and is decided under the
+/// repository, where it is refused.
+#[test]
+fn a_git_made_while_its_folder_is_moved_under_someone_elses_does_not_land() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 3);
+    share_with_agents(&repo);
+    let before = snapshot(&repo);
+    let (folder, dest) = (m.ws().join("f/F"), repo.join("F"));
+    // The look goes through the folder's entries last listed first: the prepared repository
+    // goes in the folder looked through first, so that the rest of the look (9 × 1,500
+    // folders) comes after it.
+    let script = format!(
+        r#"
+import os, threading, time
+F, DEST = {folder:?}, {dest:?}
+for i in range(10):
+    os.makedirs(F + "/c%d" % i)
+first = os.listdir(F)[-1]
+for c in os.listdir(F):
+    if c != first:
+        for j in range(1500):
+            os.mkdir(F + "/" + c + "/d%04d" % j)
+prep = F + "/" + first + "/xgit"
+for d in ("objects", "refs/heads", "hooks"):
+    os.makedirs(prep + "/" + d)
+open(prep + "/HEAD", "w").write("ref: refs/heads/main\n")
+open(prep + "/config", "w").write("[core]\n\tfsmonitor = touch /tmp/carried\n")
+t0 = time.monotonic(); os.rename(F, DEST); took = time.monotonic() - t0
+os.rename(DEST, F)
+print("look %.0f ms" % (took * 1000), flush=True)
+for frac in (0.1, 0.25, 0.4, 0.55, 0.7, 0.85) * 2:
+    moved = {{}}
+    def move():
+        try:
+            os.rename(F, DEST); moved["ok"] = True
+        except OSError as e:
+            moved["ok"] = False
+    t = threading.Thread(target=move); t.start()
+    time.sleep(frac * took)
+    try:
+        os.rename(F + "/" + first + "/xgit", F + "/" + first + "/.git"); made = "made"
+    except OSError as e:
+        made = "refused " + os.strerror(e.errno)
+    t.join()
+    if os.path.isdir(DEST + "/" + first + "/.git"):
+        print("CARRIED at %.2f" % frac, flush=True)
+        break
+    print("at %.2f: move %s, .git %s" % (frac, moved["ok"], made), flush=True)
+    if moved["ok"]:
+        os.rename(DEST, F)
+    if os.path.isdir(F + "/" + first + "/.git"):
+        os.rename(F + "/" + first + "/.git", F + "/" + first + "/xgit")
+print("end", flush=True)
+"#
+    );
+    let out = crate::support::python_as_agent(&m, &script);
+    assert!(out.contains("end") && !out.contains("CARRIED"), "{out}");
+    // A try whose move landed had its `.git` refused: decided after the move, under the
+    // repository.
+    assert!(out.contains("move True, .git refused"), "{out}");
+    assert_eq!(snapshot(&repo), before, "the shared repository changed");
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "rename"
+                && r["result"] == "denied"
+                && r["target"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("/shared/F/") && p.ends_with("/.git"))
+        })
+    });
+}

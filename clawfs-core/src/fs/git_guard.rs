@@ -4,6 +4,13 @@
 //! elsewhere ([`crate::git_settings`]); so that what it read is what lands, the source inode is
 //! sealed first — refused if anything has it open for writing, and no agent may open it for
 //! writing after — and stays sealed once it is the config.
+//!
+//! A folder an agent moves under someone else's repository is looked through for a `.git`
+//! first ([`holds_git`]). So that nothing puts one in it between the look and the move, both
+//! happen in a sole turn of [`MoveOrder`], and everything else that could (every rename, the
+//! making of a `.git` name) in a shared turn, held from before its path is computed until it
+//! is done: each either lands before the look, which sees it, or is decided after the move,
+//! on the path under that repository.
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -20,19 +27,67 @@ use clawfs_policy::{rule, Denial, DenyKind, NsPath};
 /// The largest git config file an agent may put in place.
 pub const MAX_GIT_CONFIG: u64 = 1 << 20;
 
+/// The order of renames and `.git` names against the looks through moved folders (see the
+/// module's documentation). Held across system calls on the store, never across anything that
+/// waits for the kernel's FUSE side, so a FUSE request waiting for a turn blocks no holder.
+#[derive(Default)]
+pub(super) struct MoveOrder(std::sync::RwLock<()>);
+
+/// A turn in [`MoveOrder`], until dropped.
+pub(super) enum Turn<'a> {
+    Shared {
+        _held: std::sync::RwLockReadGuard<'a, ()>,
+    },
+    Sole {
+        _held: std::sync::RwLockWriteGuard<'a, ()>,
+    },
+}
+
+impl MoveOrder {
+    /// A turn beside other shared turns: a rename, or the making of a `.git` name.
+    pub(super) fn shared(&self) -> Turn<'_> {
+        Turn::Shared {
+            _held: self
+                .0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        }
+    }
+
+    /// The only turn: a look through a folder and its move.
+    pub(super) fn sole(&self) -> Turn<'_> {
+        Turn::Sole {
+            _held: self
+                .0
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        }
+    }
+}
+
+/// What [`ClawFs::check_git_config_rename`] found.
+pub(super) enum GitRename {
+    /// The rename may go ahead; the sealed source, if it becomes git's config.
+    Allowed(Option<Node>),
+    /// The moved folder must be looked through, which only a sole turn may do: decide again
+    /// in one.
+    NeedsSoleTurn,
+}
+
 impl ClawFs {
     /// For a rename by an agent of `name` in `dir` (`from`) onto `newname` in `newdir` (`to`):
     /// refuses a folder moving into, out of or within a `.git` folder; if `to` is a git config,
     /// seals the source and checks its settings, refusing (and recording) what may not land.
-    /// Returns the sealed source node, to unseal if the rename then fails.
+    /// Returns the sealed source node, to unseal if the rename then fails. A folder moving
+    /// under someone else's repository is looked through only in a sole `turn`.
     pub(super) fn check_git_config_rename(
         &self,
         caller: &Caller,
         (dir, name): (impl AsFd, &std::ffi::OsStr),
         (newdir, newname): (impl AsFd, &std::ffi::OsStr),
         (from, to): (&NsPath, &NsPath),
-        mode: RenameMode,
-    ) -> FsResult<Option<Node>> {
+        (mode, turn): (RenameMode, &Turn<'_>),
+    ) -> FsResult<GitRename> {
         use clawfs_policy::GitRepos;
         let policy = self.policy();
         let git = self.repos(caller);
@@ -91,11 +146,17 @@ impl ClawFs {
         }
         // A repository of the agent's own, unguarded where it was made, may not move under
         // someone else's: their git, recursing into it as a submodule, would run its config.
+        let looked = policy.guards_git()
+            && ((foreign_to && !foreign_from) || (mode.exchange && foreign_from && !foreign_to));
+        if moved_dir && looked && !matches!(turn, Turn::Sole { .. }) {
+            return Ok(GitRename::NeedsSoleTurn);
+        }
         let carried =
             |from_foreign: bool, to_foreign: bool, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
-                policy.guards_git() && to_foreign && !from_foreign && holds_git(d, n)
+                to_foreign && !from_foreign && holds_git(d, n)
             };
         if moved_dir
+            && looked
             && (carried(foreign_from, foreign_to, (&dir, name))
                 || (mode.exchange && carried(foreign_to, foreign_from, (&newdir, newname))))
         {
@@ -104,7 +165,7 @@ impl ClawFs {
             )));
         }
         if !(policy.is_git_config(to) && foreign_to) {
-            return Ok(None);
+            return Ok(GitRename::Allowed(None));
         }
         let st = source;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -146,7 +207,7 @@ impl ClawFs {
                 refused.join(", ")
             )));
         }
-        Ok(Some(node))
+        Ok(GitRename::Allowed(Some(node)))
     }
 }
 

@@ -190,6 +190,9 @@ impl Faults {
 ///   opens never make two; inside it only `inodes` is taken. Order: `shared` → `inodes`.
 /// - the gate's `denials`: held while an agent's denials file is rewritten, so that two denials
 ///   never interleave their rewrites. Nothing else is taken inside it.
+/// - `git_moves` (a turn, shared or sole): held by a rename, the making of a `.git` name and
+///   the tools' moves for the whole operation, leaf locks taken inside it; never taken twice
+///   by one thread, never held while waiting for the kernel's FUSE side.
 ///
 /// A request never holds two leaf locks at once; `Arc`s are cloned out of a map and the lock is
 /// dropped before the work.
@@ -238,6 +241,9 @@ pub struct ClawFs {
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
     /// Namespace paths of nodes in use, for policy decisions (leaf lock).
     paths: PathCache,
+    /// The order of renames and `.git` names against the git guard's looks through moved
+    /// folders (lock: see `# Locks`).
+    git_moves: Arc<git_guard::MoveOrder>,
     /// The published WebAssembly tools' runtime and call slots.
     wasm: generated::WasmTools,
     /// Where requests that run a tool call are served, off the FUSE workers.
@@ -422,6 +428,7 @@ impl ClawFs {
             audit_key: Default::default(),
             path_fds: std::sync::Mutex::new(lru::LruCache::new(PATH_FDS)),
             paths: Default::default(),
+            git_moves: Default::default(),
             wasm: generated::WasmTools::with_slots(tool_slots),
             tool_threads: generated::ToolThreads::start(tool_slots.max(1))?,
             listings,
@@ -692,7 +699,13 @@ impl ClawFs {
         parent: u64,
         name: &OsStr,
         (kind, bytes): (FileKind, u64),
-    ) -> FsResult<Creating> {
+    ) -> FsResult<Creating<'_>> {
+        // A `.git` name is made in the git guard's order (`git_guard.rs`), from before its path
+        // is computed until it is made.
+        let turn = self
+            .policy()
+            .is_git_dir_name(&name.to_string_lossy())
+            .then(|| self.git_moves.shared());
         // Read before the path is: a rename from here on voids the path cached for the new node.
         let generation = self.paths.generation();
         let pnode = self.node_for(caller, op, parent)?;
@@ -724,12 +737,13 @@ impl ClawFs {
             who,
             path,
             generation,
+            _turn: turn,
         })
     }
 
     /// Caches the path of the node `ino` that `made` just created: a new inode has that one
     /// name, and its first open or change then needs no readlink.
-    fn created(&self, made: &Creating, ino: u64) {
+    fn created(&self, made: &Creating<'_>, ino: u64) {
         if let Some(node) = self.inodes.get(ino) {
             self.paths.insert(made.generation, &node.handle, &made.path);
         }
@@ -804,7 +818,7 @@ pub(crate) fn read_only(place: Place) -> FsError {
 }
 
 /// A node about to be made, decided and counted ([`ClawFs::begin_create`]).
-struct Creating {
+struct Creating<'a> {
     /// Where it will sit.
     place: Place,
     /// Its folder.
@@ -815,4 +829,6 @@ struct Creating {
     path: NsPath,
     /// The path cache's generation before `path` was computed.
     generation: u64,
+    /// The git guard's turn, for a `.git` name.
+    _turn: Option<git_guard::Turn<'a>>,
 }

@@ -1,5 +1,6 @@
 //! Making and removing names: mknod, mkdir, symlink, link, unlink, rmdir, rename.
 
+use super::git_guard::{GitRename, Turn};
 use super::*;
 
 impl ClawFs {
@@ -49,7 +50,7 @@ impl ClawFs {
         caller: &Caller,
         parent: u64,
         name: &OsStr,
-        made: &Creating,
+        made: &Creating<'_>,
     ) -> FsResult<Entry> {
         self.held_made((&made.who, caller.uid), parent, made.dir.as_fd(), name);
         let entry = self.entry_at(parent, made.dir.as_fd(), name, made.place)?;
@@ -265,6 +266,11 @@ impl ClawFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Entry> {
+        // A `.git` name is made in the git guard's order (`git_guard.rs`).
+        let _turn = self
+            .policy()
+            .is_git_dir_name(&newname.to_string_lossy())
+            .then(|| self.git_moves.shared());
         let node = self.node_for(caller, "link", ino)?;
         let pnode = self.node_for(caller, "link", newparent)?;
         let (from, to) = (node.place.area(), pnode.place.area());
@@ -330,18 +336,50 @@ impl ClawFs {
         newname: &OsStr,
         mode: RenameMode,
     ) -> FsResult<()> {
-        self.audited(|| self.rename_decided(caller, parent, name, newparent, newname, mode))
+        self.audited(|| self.rename_decided(caller, (parent, name), (newparent, newname), mode))
     }
 
+    /// Decides and makes the rename in a shared turn of the git guard's order, or, when it
+    /// carries a folder under someone else's repository, in a sole one, deciding again there.
     fn rename_decided(
         &self,
         caller: &Caller,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
+        (parent, name): (u64, &OsStr),
+        (newparent, newname): (u64, &OsStr),
         mode: RenameMode,
     ) -> FsResult<()> {
+        let shared = self.git_moves.shared();
+        let turn = match self.rename_in_turn(
+            caller,
+            (parent, name),
+            (newparent, newname),
+            mode,
+            &shared,
+        )? {
+            Some(()) => return Ok(()),
+            None => {
+                drop(shared);
+                // What was decided so far is decided again.
+                super::gate::forget_pending();
+                self.git_moves.sole()
+            }
+        };
+        self.rename_in_turn(caller, (parent, name), (newparent, newname), mode, &turn)?
+            .ok_or(FsError::Refused {
+                errno: libc::EAGAIN,
+                why: "a rename that asked for the sole turn in it",
+            })
+    }
+
+    /// The rename, in `turn`; `None` if it needs a sole turn it does not have (nothing done).
+    fn rename_in_turn(
+        &self,
+        caller: &Caller,
+        (parent, name): (u64, &OsStr),
+        (newparent, newname): (u64, &OsStr),
+        mode: RenameMode,
+        turn: &Turn<'_>,
+    ) -> FsResult<Option<()>> {
         let pnode = self.node_for(caller, "rename", parent)?;
         let npnode = self.node_for(caller, "rename", newparent)?;
         self.check_remove(&pnode, name)
@@ -371,13 +409,16 @@ impl ClawFs {
         let to = self.node_path(&npnode, &*newdir)?.join(newname)?;
         let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let sealed = match matches!(who, Identity::Agent(_)) {
-            true => self.check_git_config_rename(
+            true => match self.check_git_config_rename(
                 caller,
                 (&*dir, name),
                 (&*newdir, newname),
                 (&from, &to),
-                mode,
-            )?,
+                (mode, turn),
+            )? {
+                GitRename::Allowed(sealed) => sealed,
+                GitRename::NeedsSoleTurn => return Ok(None),
+            },
             false => None,
         };
         // What a replaced target's last name gives back (an exchange or a no-replace rename
@@ -426,6 +467,6 @@ impl ClawFs {
         if let Some(ino) = freed {
             self.release_space(self.inodes.mount_ino(ino));
         }
-        Ok(())
+        Ok(Some(()))
     }
 }

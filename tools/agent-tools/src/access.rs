@@ -43,19 +43,20 @@ pub trait AccessCheck: Send + Sync {
     fn check(&self, rel: &str, access: Access) -> ToolResult<()>;
     /// What this caller may read and write, for `list_allowed`.
     fn describe(&self) -> Allowed;
-    /// May the entry `name` of the folder `dir` be moved (or restored) to `to`
-    /// (workspace-relative), both already allowed by [`Self::check`]? Asked right before the
-    /// rename, on the descriptor it renames from. Allowed unless the implementation says
-    /// otherwise (ClawFS refuses an agent to carry a repository of its own under one it does not
-    /// own, as it does through the mount).
-    fn check_carry(
+    /// Runs `rename`, which moves (or restores) the entry `name` of the folder `dir` into the
+    /// folder `to_dir` as `to` (workspace-relative), both already allowed by [`Self::check`],
+    /// if the caller may carry it there. Asked on the descriptors the rename uses, which it
+    /// runs inside, so that nothing changes between the answer and the move. Runs it unless the
+    /// implementation says otherwise (ClawFS refuses an agent to carry a repository of its own
+    /// under one it does not own, as it does through the mount).
+    fn carry(
         &self,
-        dir: std::os::fd::BorrowedFd<'_>,
-        name: &str,
-        to: &str,
+        (dir, name): (std::os::fd::BorrowedFd<'_>, &str),
+        (to_dir, to): (std::os::fd::BorrowedFd<'_>, &str),
+        rename: &mut dyn FnMut() -> ToolResult<()>,
     ) -> ToolResult<()> {
-        let _ = (dir, name, to);
-        Ok(())
+        let _ = (dir, name, to_dir, to);
+        rename()
     }
 }
 

@@ -506,10 +506,24 @@ impl ToolRoot {
         self.policy.check(rel, access)
     }
 
-    /// The caller's policy on moving the entry `name` of `dir` to `to` ([`AccessCheck::check_carry`]).
-    pub(crate) fn check_carry(&self, dir: &File, name: &str, to: &str) -> ToolResult<()> {
+    /// Runs `rename` of the entry `name` of `dir` into `to_dir` as `to`, if the caller's
+    /// policy lets it carry the entry there ([`AccessCheck::carry`]).
+    pub(crate) fn carry(
+        &self,
+        (dir, name): (&File, &str),
+        (to_dir, to): (&File, &str),
+        rename: impl FnOnce() -> ToolResult<()>,
+    ) -> ToolResult<()> {
         use std::os::fd::AsFd;
-        self.policy.check_carry(dir.as_fd(), name, to)
+        let mut rename = Some(rename);
+        self.policy.carry(
+            (dir.as_fd(), name),
+            (to_dir.as_fd(), to),
+            &mut || match rename.take() {
+                Some(f) => f(),
+                None => Ok(()),
+            },
+        )
     }
 
     /// `root/rel`, as a name only (for locks, the observer and messages).

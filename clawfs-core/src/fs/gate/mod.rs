@@ -96,7 +96,7 @@ fn trail_mark() -> (u64, usize) {
 }
 
 /// Forgets what the running operation decided so far: a refusal is its only record.
-fn forget_pending() {
+pub(in crate::fs) fn forget_pending() {
     PENDING.with(|p| {
         if let Some(pending) = p.borrow_mut().as_mut() {
             pending.clear();

@@ -2,6 +2,7 @@
 //! caller's access, and recording it on the audit trail.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::PoisonError;
 
 use clawfs_store::ToErrno;
@@ -222,7 +223,12 @@ impl ClawFs {
                 workspace: workspace.clone(),
                 repos: rustix::io::fcntl_dupfd_cloexec(self.store.root_fd(), 0)
                     .ok()
-                    .map(|fd| (fd, creds.caller.uid)),
+                    .map(|store| Carrying {
+                        store,
+                        root: self.store.root().to_path_buf(),
+                        uid: creds.caller.uid,
+                        order: std::sync::Arc::clone(&self.git_moves),
+                    }),
             }));
         if let Some(mp) = &self.mountpoint {
             root = root
@@ -425,9 +431,33 @@ pub(super) struct ToolAccess {
     pub(super) policy: std::sync::Arc<Policy>,
     pub(super) who: Identity,
     pub(super) workspace: String,
-    /// The store's root and the caller's uid, for the repositories a move may carry a
-    /// repository under (none: moves are not checked, as for a listing).
-    pub(super) repos: Option<(std::os::fd::OwnedFd, u32)>,
+    /// What a move needs to see the repositories it may carry a repository under (none: moves
+    /// are not checked, as for a listing).
+    pub(super) repos: Option<Carrying>,
+}
+
+/// The store and the caller's uid, for the repositories around a tool's move, and the git
+/// guard's order its look and move take their turn in.
+pub(super) struct Carrying {
+    store: std::os::fd::OwnedFd,
+    root: std::path::PathBuf,
+    uid: u32,
+    order: std::sync::Arc<crate::fs::git_guard::MoveOrder>,
+}
+
+impl Carrying {
+    /// The namespace path of `name` in the store's folder `dir`, wherever `dir` is now.
+    fn path_in(&self, dir: std::os::fd::BorrowedFd<'_>, name: &str) -> Option<NsPath> {
+        let real = std::fs::read_link(std::path::Path::new(OsStr::from_bytes(
+            clawfs_store::backing::proc_fd_path(&dir).as_bytes(),
+        )))
+        .ok()?;
+        let rel = real.strip_prefix(&self.root).ok()?;
+        NsPath::from_components(rel.components().map(|c| c.as_os_str()))
+            .ok()?
+            .join(name)
+            .ok()
+    }
 }
 
 impl ToolAccess {
@@ -471,31 +501,36 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             .map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
     }
 
-    fn check_carry(
+    fn carry(
         &self,
-        dir: std::os::fd::BorrowedFd<'_>,
-        name: &str,
-        to: &str,
+        (dir, name): (std::os::fd::BorrowedFd<'_>, &str),
+        (to_dir, to): (std::os::fd::BorrowedFd<'_>, &str),
+        rename: &mut dyn FnMut() -> clawfs_agent_tools::ToolResult<()>,
     ) -> clawfs_agent_tools::ToolResult<()> {
         use clawfs_policy::GitRepos;
-        let Some((store, uid)) = &self.repos else {
-            return Ok(());
+        let Some(carrying) = &self.repos else {
+            return rename();
         };
         if !matches!(self.who, Identity::Agent(_)) || !self.policy.guards_git() {
-            return Ok(());
+            return rename();
         }
+        // As through the mount: the look through the folder and its move in a sole turn, where
+        // they are looked at — where the folders the rename uses are now, with the daemon's
+        // ids, since the caller may not see the store's folders. The owner's git, recursing
+        // into it as a submodule, would run its config.
+        let _turn = carrying.order.sole();
         let folder = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
-        let to_ns = self.ns(to).ok_or_else(|| {
-            clawfs_agent_tools::ToolError::InvalidArgs(format!("{to:?} is not a valid path"))
-        })?;
-        // As through the mount (where the daemon looks, with its own ids: the caller may not
-        // see the store's folders): the owner's git, recursing into it as a submodule, would
-        // run its config.
+        let leaf = to.rsplit('/').next().unwrap_or(to);
         let carried = folder
             && crate::creds::with_daemon_ids(|| {
-                let repos = crate::fs::git_repos::Repos::new(std::os::fd::AsFd::as_fd(store), *uid);
-                repos.foreign_git_above(&to_ns)
+                let repos = crate::fs::git_repos::Repos::new(
+                    std::os::fd::AsFd::as_fd(&carrying.store),
+                    carrying.uid,
+                );
+                carrying
+                    .path_in(to_dir, leaf)
+                    .is_none_or(|dest| repos.foreign_git_above(&dest))
                     && crate::fs::git_guard::holds_git(&dir, OsStr::new(name))
             });
         if carried {
@@ -503,7 +538,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
                 "the folder you move to '{to}' holds a git repository (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
             )));
         }
-        Ok(())
+        rename()
     }
 
     fn describe(&self) -> clawfs_agent_tools::Allowed {

@@ -111,12 +111,13 @@ pub(crate) fn move_entry(root: &ToolRoot, a: MoveArgs) -> ToolResult<MoveResult>
     let _guard = root.locks.lock(&[&src.abs, &to_abs]);
     let from = slot_of(root, &src.rel)?;
     let to = new_slot(root, &to_rel)?;
-    root.check_carry(&from.dir, &from.name, &to_rel)?;
-    root.charge(0, 0)?;
-    root.renaming((&from.dir, &to.dir), || {
-        beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
-    })
-    .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))?;
+    root.carry((&from.dir, &from.name), (&to.dir, &to_rel), || {
+        root.charge(0, 0)?;
+        root.renaming((&from.dir, &to.dir), || {
+            beneath::rename_noreplace(&from.dir, &from.name, &to.dir, &to.name)
+        })
+        .map_err(|e| ToolError::io(format!("moving '{}' to '{to_rel}'", src.rel), e))
+    })?;
     root.changed(&src.abs);
     root.changed(&to_abs);
     let _ = to.dir.sync_all();
@@ -319,12 +320,13 @@ pub(crate) fn restore(root: &ToolRoot, a: RestoreArgs) -> ToolResult<RestoreResu
     let to = new_slot(root, &rel)?;
     let entry = beneath::open(&trash, &a.trash_id, DIR_PATH)
         .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
-    root.check_carry(&entry, "item", &rel)?;
-    root.charge(0, 0)?;
-    root.renaming((&entry, &to.dir), || {
-        beneath::rename_noreplace(&entry, "item", &to.dir, &to.name)
-    })
-    .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))?;
+    root.carry((&entry, "item"), (&to.dir, &rel), || {
+        root.charge(0, 0)?;
+        root.renaming((&entry, &to.dir), || {
+            beneath::rename_noreplace(&entry, "item", &to.dir, &to.name)
+        })
+        .map_err(|e| ToolError::io(format!("restoring '{rel}' from the trash"), e))
+    })?;
     root.changed(&abs);
     remove_trash_entry(root, &trash, &a.trash_id);
     Ok(RestoreResult {
