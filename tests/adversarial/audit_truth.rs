@@ -2,19 +2,7 @@
 //! a create over quota are never recorded "ok"; every refusal reaches the agent's denials.
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, audit_until, denials, python_as_agent, records, text};
-
-/// Python for the agent's scripts: `probe(what, call)` prints `what` and `ok` or the errno
-/// name the call failed with.
-const PROBE: &str = r#"
-import errno, os
-def probe(what, call):
-    try:
-        call()
-        print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
-"#;
+use crate::support::{agent_policy, audit_until, denials, python_as_agent, records, text, PROBE};
 
 #[test]
 fn failures_are_recorded_with_their_errno_not_as_ok() {

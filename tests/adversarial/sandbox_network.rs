@@ -5,20 +5,21 @@ use std::net::TcpListener;
 use std::process::Output;
 
 use crate::common::Mounted;
-use crate::support::{agent_policy, audit_until, denials, edit_policy, run_agent_with, text};
+use crate::support::{
+    agent_policy, audit_until, denials, edit_policy, run_agent_with, text, PROBE,
+};
 
-/// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME`.
-const PROBE: &str = r#"
-import errno, socket, sys
+/// Connects to 127.0.0.1 on each port and prints `PORT ok` or `PORT ERRNAME` (after
+/// [`PROBE`]).
+const CONNECT: &str = r#"
+import socket, sys
+def connect(port):
+    s = socket.socket()
+    s.settimeout(5)
+    s.connect(("127.0.0.1", int(port)))
+    s.close()
 for port in sys.argv[1:]:
-    try:
-        s = socket.socket()
-        s.settimeout(5)
-        s.connect(("127.0.0.1", int(port)))
-        s.close()
-        print(port, "ok")
-    except OSError as e:
-        print(port, errno.errorcode.get(e.errno, e.errno))
+    probe(port, lambda: connect(port))
 "#;
 
 fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
@@ -28,7 +29,13 @@ fn run(m: &Mounted, sandbox: bool, ports: [u16; 2]) -> Output {
         m,
         "fs-engine",
         options,
-        &["/usr/bin/python3", "-c", PROBE, &p1, &p2],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            &format!("{PROBE}{CONNECT}"),
+            &p1,
+            &p2,
+        ],
     )
 }
 
@@ -235,25 +242,20 @@ fn no_sandbox_is_refused_when_the_policy_requires_a_layer() {
 }
 
 /// Tries, as the agent in the default sandbox, to make an IPv4 socket, to bind and listen on a
-/// port it names, and to listen on one the kernel picks (no bind): prints one line each.
+/// port it names, and to listen on one the kernel picks (no bind): prints one line each (after
+/// [`PROBE`]).
 const LISTEN: &str = r#"
-import errno, socket
-def attempt(what, f):
-    try:
-        f()
-        print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode.get(e.errno, e.errno))
-attempt("socket", lambda: socket.socket().close())
+import socket
+probe("socket", lambda: socket.socket().close())
 def bound():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 def unbound():
     s = socket.socket(); s.listen()
 def udp():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0))
-attempt("bind", bound)
-attempt("listen", unbound)
-attempt("udp", udp)
+probe("bind", bound)
+probe("listen", unbound)
+probe("udp", udp)
 "#;
 
 /// `network = "none"` means no network in either direction: no socket to listen with, so
@@ -263,7 +265,12 @@ attempt("udp", udp)
 fn an_agent_without_network_cannot_listen_either() {
     let m = Mounted::with_args(&["--trace-syscalls"]);
     agent_policy(&m, "fs-engine", "sandbox = { network = \"none\" }");
-    let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", LISTEN]);
+    let out = run_agent_with(
+        &m,
+        "fs-engine",
+        &[],
+        &["/usr/bin/python3", "-c", &format!("{PROBE}{LISTEN}")],
+    );
     let shown = text(&out);
     for what in ["socket", "bind", "listen", "udp"] {
         assert!(
@@ -293,7 +300,12 @@ fn an_agent_without_network_cannot_listen_either() {
             &format!("sandbox = {{ network = [\"127.0.0.1:{}\"] }}", ports[0]),
         )
     });
-    let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", LISTEN]);
+    let out = run_agent_with(
+        &m,
+        "fs-engine",
+        &[],
+        &["/usr/bin/python3", "-c", &format!("{PROBE}{LISTEN}")],
+    );
     let shown = text(&out);
     assert!(shown.contains("socket ok"), "{shown}");
     for what in ["bind", "udp"] {

@@ -250,6 +250,18 @@ impl Drop for StoreOnImage {
     }
 }
 
+/// Python for the agent's scripts: `probe(what, call)` prints `what` and `ok` or the errno's
+/// name the call failed with.
+pub const PROBE: &str = r#"
+import errno, os
+def probe(what, call):
+    try:
+        call()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+"#;
+
 /// What a Python script run by fs-engine in its sandbox printed (stdout and stderr).
 pub fn python_as_agent(m: &Mounted, script: &str) -> String {
     let out = m
