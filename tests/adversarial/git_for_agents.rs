@@ -864,3 +864,91 @@ print("end", flush=True)
         })
     });
 }
+
+/// Where the moved folder comes from does not spare it the look: a repository under another's
+/// `.git` may still be one whose config was never guarded. Found by a red-team round, in two
+/// shapes: (1) one agent renames its repository into root's by descriptor while a second
+/// thread keeps moving the repository's parent folder, so the path decided on was not where
+/// the folder was; (2) two agents: one makes a repository in a shared folder, the other a
+/// `.git` above it, and the first then moves its repository into root's as if from under a
+/// guarded one. Root's own submodules still move within root's repository.
+#[test]
+fn a_repository_moved_from_anywhere_is_looked_through() {
+    let m = Mounted::new();
+    let repo = m.ws().join("shared");
+    real_repository(&repo, 3);
+    fs::create_dir_all(repo.join("vendor/sub")).unwrap();
+    assert!(root_git(&repo.join("vendor/sub"), &["init", "-q"])
+        .status
+        .success());
+    share_with_agents(&repo);
+    let env = git_env(&m);
+    let w = m.ws();
+    let made = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{env}
+             mkdir -p {w}/mine/repo {w}/p/inner && chmod 777 {w}/p || exit 1
+             for r in {w}/mine/repo {w}/p/inner; do g init -q $r && g -C $r config core.fsmonitor 'touch /tmp/carried' || exit 1; done",
+            w = w.display()
+        ),
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let other = m.run_agent_as(
+        "build-engine",
+        &[],
+        &format!("mkdir {}/p/.git", w.display()),
+    );
+    assert!(other.status.success(), "{}", text(&other));
+    let before = snapshot(&repo);
+    let script = format!(
+        r#"
+import os, threading
+W, R = {w:?}, {r:?}
+os.chdir(W)
+mine = os.open("mine", os.O_RDONLY | os.O_DIRECTORY)
+shared = os.open(R, os.O_RDONLY | os.O_DIRECTORY)
+stop = False
+def toggle():
+    while not stop:
+        try:
+            os.rename("mine", "minex"); os.rename("minex", "mine")
+        except OSError:
+            pass
+t = threading.Thread(target=toggle); t.start()
+landed = 0
+for i in range(400):
+    try:
+        os.rename("repo", "landed", src_dir_fd=mine, dst_dir_fd=shared)
+        landed += 1
+        os.rename("landed", "repo", src_dir_fd=shared, dst_dir_fd=mine)
+    except OSError:
+        pass
+stop = True; t.join()
+print("landed", landed)
+probe("coop", lambda: os.rename(W + "/p/inner", R + "/coop"))
+probe("submodule", lambda: os.rename(R + "/vendor/sub", R + "/vendor/moved"))
+"#,
+        w = w.display().to_string(),
+        r = repo.display().to_string(),
+    );
+    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
+    for want in ["landed 0", "coop EROFS", "submodule ok"] {
+        assert!(out.lines().any(|l| l == want), "missing {want}: {out}");
+    }
+    let after: Vec<String> = snapshot(&repo)
+        .into_iter()
+        .filter(|l| !l.starts_with("vendor/"))
+        .collect();
+    let before: Vec<String> = before
+        .into_iter()
+        .filter(|l| !l.starts_with("vendor/"))
+        .collect();
+    assert_eq!(
+        after, before,
+        "the shared repository changed outside vendor/"
+    );
+    assert!(!repo.join("landed").exists() && !repo.join("coop").exists());
+    assert!(repo.join("vendor/moved/.git").is_dir());
+}

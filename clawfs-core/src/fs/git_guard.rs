@@ -144,21 +144,22 @@ impl ClawFs {
                 "agents may not move a folder or a symlink into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard, or send its owner's git elsewhere"
             )));
         }
-        // A repository of the agent's own, unguarded where it was made, may not move under
-        // someone else's: their git, recursing into it as a submodule, would run its config.
-        let looked = policy.guards_git()
-            && ((foreign_to && !foreign_from) || (mode.exchange && foreign_from && !foreign_to));
-        if moved_dir && looked && !matches!(turn, Turn::Sole { .. }) {
+        // A folder moving under someone else's repository may not hold a repository of an
+        // owner other than that one's or root: their git, recursing into it as a submodule,
+        // would run its config, which may never have been guarded (made where it was the
+        // agent's own, or before the repository around it came). Looked through wherever it
+        // comes from: where it was, or whose, when made is not known.
+        let looked =
+            policy.guards_git() && moved_dir && (foreign_to || (mode.exchange && foreign_from));
+        if looked && !matches!(turn, Turn::Sole { .. }) {
             return Ok(GitRename::NeedsSoleTurn);
         }
-        let carried =
-            |from_foreign: bool, to_foreign: bool, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
-                to_foreign && !from_foreign && holds_git(d, n)
-            };
-        if moved_dir
-            && looked
-            && (carried(foreign_from, foreign_to, (&dir, name))
-                || (mode.exchange && carried(foreign_to, foreign_from, (&newdir, newname))))
+        let carried = |foreign: bool, dest: &NsPath, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
+            foreign && holds_untrusted_git(&git, dest, (d, n))
+        };
+        if looked
+            && (carried(foreign_to, to, (&dir, name))
+                || (mode.exchange && carried(foreign_from, from, (&newdir, newname))))
         {
             return Err(refuse(format!(
                 "{from} holds a git repository (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
@@ -215,9 +216,31 @@ impl ClawFs {
 const WALK_BUDGET: usize = 100_000;
 const GIT_DIR: &str = ".git";
 
-/// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth, or more
-/// than [`WALK_BUDGET`] entries: what cannot be looked through counts as holding one.
-pub(super) fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
+/// Whether the folder `name` in `dir`, moving to `dest`, holds a repository the git above
+/// `dest` would run the config of for someone other than its owner ([`holds_git`]): a `.git`
+/// of anyone but root and the owners of the `.git`s above `dest`. A file holds none.
+pub(super) fn holds_untrusted_git(
+    repos: &super::git_repos::Repos<'_>,
+    dest: &NsPath,
+    (dir, name): (&dyn AsFd, &std::ffi::OsStr),
+) -> bool {
+    let is_dir = rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    if matches!(is_dir, Ok(false)) {
+        return false;
+    }
+    let owners = repos.git_owners_above(dest);
+    holds_git(dir, name, &|uid| uid == 0 || owners.contains(&uid))
+}
+
+/// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth whose
+/// owner is not `trusted`, or more than [`WALK_BUDGET`] entries: what cannot be looked through
+/// counts as holding one.
+pub(super) fn holds_git(
+    dir: &dyn AsFd,
+    name: &std::ffi::OsStr,
+    trusted: &dyn Fn(u32) -> bool,
+) -> bool {
     let open = |d: std::os::fd::BorrowedFd<'_>, n: &std::ffi::OsStr| {
         rustix::fs::openat(
             d,
@@ -246,7 +269,10 @@ pub(super) fn holds_git(dir: &dyn AsFd, name: &std::ffi::OsStr) -> bool {
                 None => return true,
             };
             if n.eq_ignore_ascii_case(GIT_DIR.as_bytes()) {
-                return true;
+                match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if trusted(st.st_uid) => continue,
+                    _ => return true,
+                }
             }
             let folder = match entry.file_type() {
                 FileType::Unknown => {

@@ -56,6 +56,18 @@ impl<'a> Repos<'a> {
     }
 }
 
+impl Repos<'_> {
+    /// The owners of the `.git`s in the folders holding `path` (none where they cannot be
+    /// looked at).
+    pub(super) fn git_owners_above(&self, path: &NsPath) -> Vec<u32> {
+        self.folders(path)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|dir| git_in(dir).ok().flatten().map(|st| st.st_uid))
+            .collect()
+    }
+}
+
 /// `.git` in `dir`, not followed if a symlink: `Ok(None)` if there is none.
 fn git_in(dir: impl AsFd) -> rustix::io::Result<Option<rustix::fs::Stat>> {
     match rustix::fs::statat(dir, GIT_DIR, AtFlags::SYMLINK_NOFOLLOW) {

@@ -528,10 +528,18 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
                     std::os::fd::AsFd::as_fd(&carrying.store),
                     carrying.uid,
                 );
-                carrying
-                    .path_in(to_dir, leaf)
-                    .is_none_or(|dest| repos.foreign_git_above(&dest))
-                    && crate::fs::git_guard::holds_git(&dir, OsStr::new(name))
+                match carrying.path_in(to_dir, leaf) {
+                    Some(dest) => {
+                        repos.foreign_git_above(&dest)
+                            && crate::fs::git_guard::holds_untrusted_git(
+                                &repos,
+                                &dest,
+                                (&dir, OsStr::new(name)),
+                            )
+                    }
+                    // Where it would go cannot be named: refused, as what cannot be looked at.
+                    None => true,
+                }
             });
         if carried {
             return Err(clawfs_agent_tools::ToolError::Denied(format!(
