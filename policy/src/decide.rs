@@ -305,6 +305,12 @@ impl Policy {
         }
     }
 
+    /// Whether `name` is `HEAD` while the git guard is on: the file that makes a folder a bare
+    /// repository, which git trusts for the folder's owner (see the `HEAD` rule of the guard).
+    pub fn is_git_head_name(&self, name: &str) -> bool {
+        self.guards_git() && name == GIT_HEAD
+    }
+
     /// Whether the policy protects `.git` (in any letter case), which for agents means the git
     /// guard of `git_guard` rather than full protection.
     pub fn guards_git(&self) -> bool {

@@ -952,3 +952,75 @@ probe("submodule", lambda: os.rename(R + "/vendor/sub", R + "/vendor/moved"))
     assert!(!repo.join("landed").exists() && !repo.join("coop").exists());
     assert!(repo.join("vendor/moved/.git").is_dir());
 }
+
+/// What decides by a path decides where the operation acts: an agent holding a descriptor of
+/// root's `.git/hooks` (or root's repository's top) creates a hook (or `.gitmodules`) through
+/// it while a second thread keeps exchanging root's repository with a look-alike of its own,
+/// so that the path looked up by name shows the agent's repository. Found by a red-team round
+/// (a shared folder root made writable to all, without the sticky bit): root's next commit ran
+/// the hook. And the tools write no `HEAD`, which would make root's folder a bare repository.
+#[test]
+fn names_moved_under_an_operation_do_not_change_its_decision() {
+    let m = Mounted::new();
+    let shared = m.ws().join("open");
+    fs::create_dir_all(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+    for (repo, args) in [
+        ("proj", &["init", "-q"][..]),
+        ("proj2", &["init", "-q", "--shared=group"]),
+    ] {
+        fs::create_dir_all(shared.join(repo)).unwrap();
+        assert!(root_git(&shared.join(repo), args).status.success());
+        share_with_agents(&shared.join(repo));
+    }
+    let script = format!(
+        r##"
+import ctypes, os, threading
+S = {s:?}
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    libc.renameat2(-100, (S + "/" + a).encode(), -100, (S + "/" + b).encode(), 2)
+os.makedirs(S + "/fake2/.git/hooks"); os.makedirs(S + "/fake/.git")
+hooks = os.open(S + "/proj2/.git/hooks", os.O_RDONLY | os.O_DIRECTORY)
+top = os.open(S + "/proj", os.O_RDONLY | os.O_DIRECTORY)
+stop = False
+def toggle():
+    while not stop:
+        exchange("proj2", "fake2"); exchange("proj", "fake")
+t = threading.Thread(target=toggle); t.start()
+made = {{"hook": 0, "gitmodules": 0}}
+for i in range(400):
+    for what, d, name in (("hook", hooks, "post-commit"), ("gitmodules", top, ".gitmodules")):
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755, dir_fd=d)
+            os.write(fd, b"#!/bin/sh\nid > /tmp/ran\n"); os.close(fd)
+            made[what] += 1
+        except OSError:
+            pass
+stop = True; t.join()
+print("hook", made["hook"], "gitmodules", made["gitmodules"])
+"##,
+        s = shared.display().to_string(),
+    );
+    let out = crate::support::python_as_agent(&m, &script);
+    assert!(out.contains("hook 0 gitmodules 0"), "{out}");
+    // Wherever the exchanges left root's repositories, nothing of the agent's is in them.
+    for name in ["proj", "proj2", "fake", "fake2"] {
+        let dir = shared.join(name);
+        let roots = fs::symlink_metadata(dir.join(".git"))
+            .is_ok_and(|md| std::os::unix::fs::MetadataExt::uid(&md) == 0);
+        if roots {
+            assert!(!dir.join(".gitmodules").exists(), "{name}/.gitmodules");
+            assert!(!dir.join(".git/hooks/post-commit").exists(), "{name} hook");
+        }
+    }
+    let call = crate::common::tool_call_script(
+        &m,
+        "write_file",
+        &serde_json::json!({"path": "open/HEAD", "content": "ref: refs/heads/main\n"}),
+    );
+    let answer = m.run_agent_as("fs-engine", &[], &call);
+    let answer: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap();
+    assert_eq!(answer["error"], "denied", "{answer}");
+    assert!(!shared.join("HEAD").exists());
+}

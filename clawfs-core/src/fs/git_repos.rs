@@ -23,11 +23,41 @@ const GIT_DIR: &str = ".git";
 pub(super) struct Repos<'a> {
     store: BorrowedFd<'a>,
     uid: u32,
+    anchors: Vec<Anchor>,
+}
+
+/// A path the operation computed from a descriptor, and the inode it names: the folders
+/// looked up by name for the path must lead to that inode, or the names moved in between (a
+/// rename or an exchange racing the operation) and what they show is not where it acts.
+#[derive(Clone, Debug)]
+pub(crate) struct Anchor {
+    path: NsPath,
+    node: (u64, u64),
+}
+
+impl Anchor {
+    /// `path`, computed for the inode `st` describes.
+    pub(crate) fn new(path: &NsPath, st: &rustix::fs::Stat) -> Self {
+        Self {
+            path: path.clone(),
+            node: (st.st_dev, st.st_ino),
+        }
+    }
 }
 
 impl<'a> Repos<'a> {
     pub(super) fn new(store: BorrowedFd<'a>, uid: u32) -> Self {
-        Self { store, uid }
+        Self {
+            store,
+            uid,
+            anchors: Vec::new(),
+        }
+    }
+
+    /// The same, checked against the paths the operation computed from its descriptors.
+    pub(super) fn anchored(mut self, anchors: Vec<Anchor>) -> Self {
+        self.anchors = anchors;
+        self
     }
 
     /// Whether the caller owns what `st` describes: root never counts, since root's
@@ -37,8 +67,8 @@ impl<'a> Repos<'a> {
     }
 
     /// The folders holding `path`, from its workspace or agent directory down to its parent,
-    /// each opened `O_PATH`; `None` if `path` is not in such a directory or a folder cannot be
-    /// opened (a symlink, a race with a rename).
+    /// each opened `O_PATH`; `None` if `path` is not in such a directory, a folder cannot be
+    /// opened (a symlink, a race with a rename), or the names lead elsewhere than an anchor.
     fn folders(&self, path: &NsPath) -> Option<Vec<OwnedFd>> {
         let parts: Vec<&str> = path.components().collect();
         if parts.len() <= AREA_TOP_DEPTH || !REPO_AREAS.contains(&parts[0]) {
@@ -52,7 +82,30 @@ impl<'a> Repos<'a> {
                 clawfs_store::beneath::open(out.last()?.as_fd(), Path::new(name), flags, 0).ok()?;
             out.push(next);
         }
-        Some(out)
+        self.at_anchors(&parts, &out).then_some(out)
+    }
+
+    /// Whether the folders opened by name for `parts` (and the last part itself, if an anchor
+    /// names it) are the inodes the anchors on the way say.
+    fn at_anchors(&self, parts: &[&str], folders: &[OwnedFd]) -> bool {
+        self.anchors.iter().all(|a| {
+            let depth = a.path.components().count();
+            if depth < AREA_TOP_DEPTH
+                || depth > parts.len()
+                || !a.path.components().zip(parts).all(|(x, y)| x == *y)
+            {
+                return true;
+            }
+            let node = match folders.get(depth - AREA_TOP_DEPTH) {
+                Some(dir) => rustix::fs::fstat(dir),
+                None => rustix::fs::statat(
+                    folders.last().map(AsFd::as_fd).unwrap_or(self.store),
+                    parts[depth - 1],
+                    AtFlags::SYMLINK_NOFOLLOW,
+                ),
+            };
+            node.is_ok_and(|st| (st.st_dev, st.st_ino) == a.node)
+        })
     }
 }
 

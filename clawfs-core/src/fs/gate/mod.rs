@@ -357,7 +357,7 @@ impl ClawFs {
 
     /// The git repositories around paths as `caller` sees them, for the git guard.
     pub(super) fn repos(&self, caller: &Caller) -> super::git_repos::Repos<'_> {
-        super::git_repos::Repos::new(self.store.root_fd(), caller.uid)
+        super::git_repos::Repos::new(self.store.root_fd(), caller.uid).anchored(paths::anchors())
     }
 
     /// Decides `access` to `path` for `caller`, records the decision, and on refusal writes the
@@ -588,10 +588,14 @@ impl ClawFs {
             }
             outermost
         });
+        if outermost {
+            paths::forget_anchors();
+        }
         let result = call();
         if !outermost {
             return result;
         }
+        paths::forget_anchors();
         let decided = PENDING.with(|p| p.borrow_mut().take().unwrap_or_default());
         for ev in decided {
             self.record(match &result {

@@ -3,10 +3,48 @@
 //! cannot name it (longer than a page), and cached per node.
 
 use super::*;
+use crate::fs::git_repos::Anchor;
+
+/// Anchors kept per operation at most: an operation computes a few paths.
+const MAX_ANCHORS: usize = 16;
+
+thread_local! {
+    /// The paths this thread's operation computed from descriptors, with the inodes they
+    /// named ([`Anchor`]): what the git guard's lookups by name must agree with.
+    static ANCHORS: std::cell::RefCell<Vec<Anchor>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Notes that `path` names the inode `st` describes, for the running operation.
+fn anchor(path: &NsPath, st: &rustix::fs::Stat) {
+    ANCHORS.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.len() >= MAX_ANCHORS {
+            a.remove(0);
+        }
+        a.push(Anchor::new(path, st));
+    });
+}
+
+/// The paths the running operation computed from descriptors ([`anchor`]).
+pub(in crate::fs) fn anchors() -> Vec<Anchor> {
+    ANCHORS.with(|a| a.borrow().clone())
+}
+
+/// Forgets the anchors: an operation starts or ends.
+pub(in crate::fs) fn forget_anchors() {
+    ANCHORS.with(|a| a.borrow_mut().clear());
+}
 
 impl ClawFs {
-    /// The namespace path of an open backing descriptor (`/workspaces/default/notes.md`).
+    /// The namespace path of an open backing descriptor (`/workspaces/default/notes.md`),
+    /// noted as the running operation's ([`anchors`]).
     pub(in crate::fs) fn ns_path(&self, fd: impl AsFd) -> FsResult<NsPath> {
+        let path = self.ns_path_unanchored(fd.as_fd())?;
+        anchor(&path, &rustix::fs::fstat(fd)?);
+        Ok(path)
+    }
+
+    fn ns_path_unanchored(&self, fd: BorrowedFd<'_>) -> FsResult<NsPath> {
         let real = match std::fs::read_link(OsStr::from_bytes(proc_fd_path(&fd.as_fd()).as_bytes()))
         {
             Ok(real) => real,
@@ -95,17 +133,18 @@ impl ClawFs {
     /// cached or its descriptor was opened through.
     pub(in crate::fs) fn node_path(&self, node: &Node, fd: impl AsFd) -> FsResult<NsPath> {
         let st = rustix::fs::fstat(fd.as_fd())?;
-        if st.st_nlink > 1 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return self
-                .ns_path_by_links(fd.as_fd())
-                .or_else(|_| self.ns_path(fd));
-        }
-        if let Some(path) = self.paths.get(&node.handle) {
-            return Ok(path);
-        }
-        let generation = self.paths.generation();
-        let path = self.ns_path(fd)?;
-        self.paths.insert(generation, &node.handle, &path);
+        let path = if st.st_nlink > 1 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            self.ns_path_by_links(fd.as_fd())
+                .or_else(|_| self.ns_path_unanchored(fd.as_fd()))?
+        } else if let Some(path) = self.paths.get(&node.handle) {
+            path
+        } else {
+            let generation = self.paths.generation();
+            let path = self.ns_path_unanchored(fd.as_fd())?;
+            self.paths.insert(generation, &node.handle, &path);
+            path
+        };
+        anchor(&path, &st);
         Ok(path)
     }
 

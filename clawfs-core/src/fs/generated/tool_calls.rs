@@ -446,17 +446,20 @@ pub(super) struct Carrying {
 }
 
 impl Carrying {
-    /// The namespace path of `name` in the store's folder `dir`, wherever `dir` is now.
-    fn path_in(&self, dir: std::os::fd::BorrowedFd<'_>, name: &str) -> Option<NsPath> {
+    /// The namespace path of the store's folder `dir`, wherever it is now, and the anchor
+    /// that ties it to `dir` for the lookups by name ([`crate::fs::git_repos::Anchor`]).
+    fn path_of(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+    ) -> Option<(NsPath, crate::fs::git_repos::Anchor)> {
         let real = std::fs::read_link(std::path::Path::new(OsStr::from_bytes(
             clawfs_store::backing::proc_fd_path(&dir).as_bytes(),
         )))
         .ok()?;
         let rel = real.strip_prefix(&self.root).ok()?;
-        NsPath::from_components(rel.components().map(|c| c.as_os_str()))
-            .ok()?
-            .join(name)
-            .ok()
+        let path = NsPath::from_components(rel.components().map(|c| c.as_os_str())).ok()?;
+        let anchor = crate::fs::git_repos::Anchor::new(&path, &rustix::fs::fstat(dir).ok()?);
+        Some((path, anchor))
     }
 }
 
@@ -476,6 +479,19 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         access: clawfs_agent_tools::Access,
     ) -> clawfs_agent_tools::ToolResult<()> {
         clawfs_agent_tools::access::check_protected(rel)?;
+        if access == clawfs_agent_tools::Access::Write
+            && matches!(self.who, Identity::Agent(_))
+            && rel
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| self.policy.is_git_head_name(n))
+        {
+            // A tool cannot tell making a file from changing one, nor see whose folder it is
+            // in by the descriptor it writes through: `HEAD` is git's, like `.git`.
+            return Err(clawfs_agent_tools::ToolError::Denied(format!(
+                "{rel}: a file named HEAD makes its folder a bare git repository, which git trusts for the folder's owner; tools do not write git's files (make repositories with git through the mount: git init --bare, in a folder of your own)"
+            )));
+        }
         let top = rel.split('/').find(|c| !c.is_empty());
         if access == clawfs_agent_tools::Access::Write
             && top.is_some_and(|t| {
@@ -524,12 +540,16 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         let leaf = to.rsplit('/').next().unwrap_or(to);
         let carried = folder
             && crate::creds::with_daemon_ids(|| {
-                let repos = crate::fs::git_repos::Repos::new(
-                    std::os::fd::AsFd::as_fd(&carrying.store),
-                    carrying.uid,
-                );
-                match carrying.path_in(to_dir, leaf) {
-                    Some(dest) => {
+                let dest = carrying
+                    .path_of(to_dir)
+                    .and_then(|(dir, anchor)| Some((dir.join(leaf).ok()?, anchor)));
+                match dest {
+                    Some((dest, anchor)) => {
+                        let repos = crate::fs::git_repos::Repos::new(
+                            std::os::fd::AsFd::as_fd(&carrying.store),
+                            carrying.uid,
+                        )
+                        .anchored(vec![anchor]);
                         repos.foreign_git_above(&dest)
                             && crate::fs::git_guard::holds_untrusted_git(
                                 &repos,
