@@ -871,7 +871,9 @@ print("end", flush=True)
 /// thread keeps moving the repository's parent folder, so the path decided on was not where
 /// the folder was; (2) two agents: one makes a repository in a shared folder, the other a
 /// `.git` above it, and the first then moves its repository into root's as if from under a
-/// guarded one. Root's own submodules still move within root's repository.
+/// guarded one; (3) an agent moves its repository into a repository of its own that it made
+/// inside root's, as if under one it owns. Root's own submodules still move within root's
+/// repository.
 #[test]
 fn a_repository_moved_from_anywhere_is_looked_through() {
     let m = Mounted::new();
@@ -889,9 +891,11 @@ fn a_repository_moved_from_anywhere_is_looked_through() {
         &[],
         &format!(
             "{env}
-             mkdir -p {w}/mine/repo {w}/p/inner && chmod 777 {w}/p || exit 1
-             for r in {w}/mine/repo {w}/p/inner; do g init -q $r && g -C $r config core.fsmonitor 'touch /tmp/carried' || exit 1; done",
-            w = w.display()
+             mkdir -p {w}/mine/repo {w}/p/inner {w}/mine2 {r}/nested && chmod 777 {w}/p || exit 1
+             for r in {w}/mine/repo {w}/p/inner {w}/mine2; do g init -q $r && g -C $r config core.fsmonitor 'touch /tmp/carried' || exit 1; done
+             g init -q {r}/nested",
+            w = w.display(),
+            r = repo.display(),
         ),
     );
     assert!(made.status.success(), "{}", text(&made));
@@ -928,13 +932,14 @@ for i in range(400):
 stop = True; t.join()
 print("landed", landed)
 probe("coop", lambda: os.rename(W + "/p/inner", R + "/coop"))
+probe("nested", lambda: os.rename(W + "/mine2", R + "/nested/mine2"))
 probe("submodule", lambda: os.rename(R + "/vendor/sub", R + "/vendor/moved"))
 "#,
         w = w.display().to_string(),
         r = repo.display().to_string(),
     );
     let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
-    for want in ["landed 0", "coop EROFS", "submodule ok"] {
+    for want in ["landed 0", "coop EROFS", "nested EROFS", "submodule ok"] {
         assert!(out.lines().any(|l| l == want), "missing {want}: {out}");
     }
     let after: Vec<String> = snapshot(&repo)

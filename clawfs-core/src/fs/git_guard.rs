@@ -151,12 +151,12 @@ impl ClawFs {
         // comes from: where it was, or whose, when made is not known.
         let looked =
             policy.guards_git() && moved_dir && (foreign_to || (mode.exchange && foreign_from));
-        if looked && !matches!(turn, Turn::Sole { .. }) {
-            return Ok(GitRename::NeedsSoleTurn);
-        }
         let carried = |foreign: bool, dest: &NsPath, (d, n): (&dyn AsFd, &std::ffi::OsStr)| {
             foreign && holds_untrusted_git(&git, dest, (d, n))
         };
+        // Looked through in a shared turn first: what it finds there is refused without
+        // holding up every other rename (a refusal needs no order); what passes is looked
+        // through again in the sole turn, where nothing can change it before the move.
         if looked
             && (carried(foreign_to, to, (&dir, name))
                 || (mode.exchange && carried(foreign_from, from, (&newdir, newname))))
@@ -164,6 +164,9 @@ impl ClawFs {
             return Err(refuse(format!(
                 "{from} holds a git repository (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
             )));
+        }
+        if looked && !matches!(turn, Turn::Sole { .. }) {
+            return Ok(GitRename::NeedsSoleTurn);
         }
         if !(policy.is_git_config(to) && foreign_to) {
             return Ok(GitRename::Allowed(None));
@@ -218,7 +221,9 @@ const GIT_DIR: &str = ".git";
 
 /// Whether the folder `name` in `dir`, moving to `dest`, holds a repository the git above
 /// `dest` would run the config of for someone other than its owner ([`holds_git`]): a `.git`
-/// of anyone but root and the owners of the `.git`s above `dest`. A file holds none.
+/// of anyone but root and the owner of the outermost `.git` above `dest`, whose git recurses
+/// into all of it (a repository nested in it, even the mover's own, is guarded, and its
+/// owner is not trusted for what comes in below). A file holds none.
 pub(super) fn holds_untrusted_git(
     repos: &super::git_repos::Repos<'_>,
     dest: &NsPath,
@@ -229,8 +234,8 @@ pub(super) fn holds_untrusted_git(
     if matches!(is_dir, Ok(false)) {
         return false;
     }
-    let owners = repos.git_owners_above(dest);
-    holds_git(dir, name, &|uid| uid == 0 || owners.contains(&uid))
+    let owner = repos.outermost_git_owner(dest);
+    holds_git(dir, name, &|uid| uid == 0 || owner == Some(uid))
 }
 
 /// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth whose

@@ -110,14 +110,13 @@ impl<'a> Repos<'a> {
 }
 
 impl Repos<'_> {
-    /// The owners of the `.git`s in the folders holding `path` (none where they cannot be
-    /// looked at).
-    pub(super) fn git_owners_above(&self, path: &NsPath) -> Vec<u32> {
-        self.folders(path)
-            .unwrap_or_default()
+    /// The owner of the outermost `.git` in the folders holding `path`: whose git recurses
+    /// into everything below (none where it cannot be looked at).
+    pub(super) fn outermost_git_owner(&self, path: &NsPath) -> Option<u32> {
+        self.folders(path)?
             .iter()
-            .filter_map(|dir| git_in(dir).ok().flatten().map(|st| st.st_uid))
-            .collect()
+            .find_map(|dir| git_in(dir).ok().flatten())
+            .map(|st| st.st_uid)
     }
 }
 

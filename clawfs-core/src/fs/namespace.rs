@@ -359,8 +359,7 @@ impl ClawFs {
             Some(()) => return Ok(()),
             None => {
                 drop(shared);
-                // What was decided so far is decided again.
-                super::gate::forget_pending();
+                super::gate::decide_again();
                 self.git_moves.sole()
             }
         };

@@ -95,8 +95,14 @@ fn trail_mark() -> (u64, usize) {
     (RECORDED.with(std::cell::Cell::get), pending)
 }
 
+/// Forgets what the running operation decided and the paths it computed: it decides again.
+pub(in crate::fs) fn decide_again() {
+    forget_pending();
+    paths::forget_anchors();
+}
+
 /// Forgets what the running operation decided so far: a refusal is its only record.
-pub(in crate::fs) fn forget_pending() {
+fn forget_pending() {
     PENDING.with(|p| {
         if let Some(pending) = p.borrow_mut().as_mut() {
             pending.clear();
