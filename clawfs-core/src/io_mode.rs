@@ -139,6 +139,14 @@ impl IoMode {
         true
     }
 
+    /// Whether the inode is sealed ([`IoMode::seal`]).
+    pub fn is_sealed(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sealed
+    }
+
     /// Lifts [`IoMode::seal`] (the rename it guarded was refused).
     pub fn unseal(&self) {
         self.state

@@ -211,6 +211,21 @@ fn share_with_agents(dir: &Path) {
     }
 }
 
+/// Runs `script` as fs-engine with [`git_env`]'s git (`g`), which must succeed.
+fn agent_git(m: &Mounted, script: &str) {
+    let out = m.run_agent_as("fs-engine", &[], &format!("{}\n{script}", git_env(m)));
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Root's repository `shared` in the default workspace, of `files` more files, which the
+/// agents' group may write.
+fn shared_repository(m: &Mounted, files: usize) -> std::path::PathBuf {
+    let repo = m.ws().join("shared");
+    real_repository(&repo, files);
+    share_with_agents(&repo);
+    repo
+}
+
 /// git run by root (the admin), with no config of its own, in `dir`. No automatic gc: a
 /// commit of more than 6,700 loose objects would start one in the background, which packs and
 /// removes them while an agent's clone is copying them.
@@ -655,9 +670,7 @@ fn a_submodules_git_dir_cannot_be_sent_to_the_agents_repository() {
 #[test]
 fn a_shared_repositorys_operation_state_and_symlinks_are_the_owners() {
     let m = Mounted::new();
-    let repo = m.ws().join("shared");
-    real_repository(&repo, 2);
-    share_with_agents(&repo);
+    let repo = shared_repository(&m, 2);
     let marker = m.dir.path().join("PWNED-by-state");
     let env = git_env(&m);
     let own = m.path("agents/fs-engine/own");
@@ -719,22 +732,16 @@ fn a_shared_repositorys_operation_state_and_symlinks_are_the_owners() {
 #[test]
 fn the_tools_do_not_carry_an_agents_repository_under_someone_elses() {
     let m = Mounted::new();
-    let repo = m.ws().join("shared");
-    real_repository(&repo, 3);
-    share_with_agents(&repo);
-    let env = git_env(&m);
+    let repo = shared_repository(&m, 3);
     let w = m.ws();
-    let made = m.run_agent_as(
-        "fs-engine",
-        &[],
+    agent_git(
+        &m,
         &format!(
-            "{env}
-             for d in mine gone; do mkdir {w}/$d && cd {w}/$d && g init -q && g config core.fsmonitor x || exit 1; done
+            "for d in mine gone; do mkdir {w}/$d && cd {w}/$d && g init -q && g config core.fsmonitor x || exit 1; done
              mkdir {w}/plain && echo hi > {w}/plain/f",
             w = w.display()
         ),
     );
-    assert!(made.status.success(), "{}", text(&made));
     let call = |tool: &str, request: serde_json::Value| -> serde_json::Value {
         let out = m.run_agent_as(
             "fs-engine",
@@ -796,9 +803,7 @@ fn the_tools_do_not_carry_an_agents_repository_under_someone_elses() {
 #[test]
 fn a_git_made_while_its_folder_is_moved_under_someone_elses_does_not_land() {
     let m = Mounted::new();
-    let repo = m.ws().join("shared");
-    real_repository(&repo, 3);
-    share_with_agents(&repo);
+    let repo = shared_repository(&m, 3);
     let before = snapshot(&repo);
     let (folder, dest) = (m.ws().join("f/F"), repo.join("F"));
     // The look goes through the folder's entries last listed first: the prepared repository
@@ -877,28 +882,23 @@ print("end", flush=True)
 #[test]
 fn a_repository_moved_from_anywhere_is_looked_through() {
     let m = Mounted::new();
-    let repo = m.ws().join("shared");
-    real_repository(&repo, 3);
+    let repo = shared_repository(&m, 3);
     fs::create_dir_all(repo.join("vendor/sub")).unwrap();
     assert!(root_git(&repo.join("vendor/sub"), &["init", "-q"])
         .status
         .success());
-    share_with_agents(&repo);
-    let env = git_env(&m);
+    share_with_agents(&repo.join("vendor"));
     let w = m.ws();
-    let made = m.run_agent_as(
-        "fs-engine",
-        &[],
+    agent_git(
+        &m,
         &format!(
-            "{env}
-             mkdir -p {w}/mine/repo {w}/p/inner {w}/mine2 {r}/nested && chmod 777 {w}/p || exit 1
+            "mkdir -p {w}/mine/repo {w}/p/inner {w}/mine2 {r}/nested && chmod 777 {w}/p || exit 1
              for r in {w}/mine/repo {w}/p/inner {w}/mine2; do g init -q $r && g -C $r config core.fsmonitor 'touch /tmp/carried' || exit 1; done
              g init -q {r}/nested",
             w = w.display(),
             r = repo.display(),
         ),
     );
-    assert!(made.status.success(), "{}", text(&made));
     let other = m.run_agent_as(
         "build-engine",
         &[],
@@ -1028,4 +1028,55 @@ print("hook", made["hook"], "gitmodules", made["gitmodules"])
     let answer: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap();
     assert_eq!(answer["error"], "denied", "{answer}");
     assert!(!shared.join("HEAD").exists());
+}
+
+/// Git's config in a repository someone else owns is checked at its rename and keeps the one
+/// name it was checked under. Found by a red-team round: the agent kept a second hard link to
+/// the clean file it renamed onto `.git/config`, then edited that link with the tools, which
+/// write the store directly; root's next `git status` ran the agent's `core.fsmonitor`.
+#[test]
+fn git_config_keeps_the_one_name_it_was_checked_under() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let config = repo.join(".git/config");
+    let clean = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+    let script = format!(
+        r#"
+import os
+W, G = {w:?}, {g:?}
+open(W + "/m3", "w").write({clean:?})
+os.link(W + "/m3", G + "/config.lock")
+probe("two-names", lambda: os.rename(G + "/config.lock", G + "/config"))
+os.unlink(G + "/config.lock")
+open(G + "/config.lock", "w").write({clean:?})
+probe("one-name", lambda: os.rename(G + "/config.lock", G + "/config"))
+probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
+"#,
+        w = m.ws().display().to_string(),
+        g = repo.join(".git").display().to_string(),
+    );
+    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
+    for want in ["two-names EROFS", "one-name ok", "link-after EPERM"] {
+        assert!(out.lines().any(|l| l == want), "missing {want}: {out:?}");
+    }
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&config).unwrap().nlink(), 1);
+    // The tools find no other name of it to write.
+    let call = crate::common::tool_call_script(
+        &m,
+        "write_file",
+        &serde_json::json!({"path": "m3", "content": "[core]\n\tfsmonitor = touch /tmp/x\n", "overwrite": true}),
+    );
+    let answer = m.run_agent_as("fs-engine", &[], &call);
+    assert!(answer.status.success(), "{}", text(&answer));
+    assert_eq!(fs::read_to_string(&config).unwrap(), clean);
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "rename"
+                && r["result"] == "denied"
+                && r["target"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/shared/.git/config"))
+        })
+    });
 }

@@ -173,20 +173,14 @@ fn udp_and_other_addresses_are_held_to_the_allow_list() {
         &format!("sandbox = {{ network = [\"127.0.0.1:{p}\"] }}"),
     );
     let probe = format!(
-        r#"
-import errno, socket
-def show(what, f):
-    try:
-        f()
-        print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode.get(e.errno, e.errno))
-show("tcp-127.0.0.1", lambda: socket.create_connection(("127.0.0.1", {p}), 5).close())
-show("tcp-127.0.0.2", lambda: socket.create_connection(("127.0.0.2", {p}), 5).close())
+        r#"{PROBE}
+import socket
+probe("tcp-127.0.0.1", lambda: socket.create_connection(("127.0.0.1", {p}), 5).close())
+probe("tcp-127.0.0.2", lambda: socket.create_connection(("127.0.0.2", {p}), 5).close())
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-show("udp-sendto", lambda: u.sendto(b"leak", ("127.0.0.1", {pu})))
+probe("udp-sendto", lambda: u.sendto(b"leak", ("127.0.0.1", {pu})))
 u6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-show("udp6-mapped", lambda: u6.sendto(b"leak", ("::ffff:127.0.0.1", {pu})))
+probe("udp6-mapped", lambda: u6.sendto(b"leak", ("::ffff:127.0.0.1", {pu})))
 "#
     );
     let out = run_agent_with(&m, "fs-engine", &[], &["/usr/bin/python3", "-c", &probe]);

@@ -171,6 +171,11 @@ impl ClawFs {
         if !(policy.is_git_config(to) && foreign_to) {
             return Ok(GitRename::Allowed(None));
         }
+        // Checked alone: no name is made or moved meanwhile, so the file read is the one that
+        // lands, and it keeps the one name it has.
+        if !matches!(turn, Turn::Sole { .. }) {
+            return Ok(GitRename::NeedsSoleTurn);
+        }
         let st = source;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(refuse(format!(
@@ -186,6 +191,16 @@ impl ClawFs {
         if !node.io.seal() {
             return Err(refuse(format!(
                 "{from} is open for writing; close it before renaming it onto git's config {to}, whose settings are checked at the rename"
+            )));
+        }
+        // Sealed first, so no name can be added after this count (a link of a sealed file is
+        // refused).
+        let names = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map(|now| (now.st_ino == st.st_ino).then_some(now.st_nlink));
+        if names != Ok(Some(1)) {
+            node.io.unseal();
+            return Err(refuse(format!(
+                "{from} has other names (hard links), or changed while checked; git's config may have only the one name it is checked under, or it could be written through another"
             )));
         }
         let text = match read_regular(&dir, name) {

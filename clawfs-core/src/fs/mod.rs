@@ -700,12 +700,11 @@ impl ClawFs {
         name: &OsStr,
         (kind, bytes): (FileKind, u64),
     ) -> FsResult<Creating<'_>> {
-        // A `.git` name is made in the git guard's order (`git_guard.rs`), from before its path
-        // is computed until it is made.
-        let turn = self
-            .policy()
-            .is_git_dir_name(&name.to_string_lossy())
-            .then(|| self.git_moves.shared());
+        // Names are made in the git guard's order (`git_guard.rs`), from before the path is
+        // computed until the name is made: a `.git` lands before a look through its folder or
+        // is decided after the move, and no name is made while a file is checked for its
+        // rename onto git's config.
+        let turn = self.git_moves.shared();
         // Read before the path is: a rename from here on voids the path cached for the new node.
         let generation = self.paths.generation();
         let pnode = self.node_for(caller, op, parent)?;
@@ -829,6 +828,6 @@ struct Creating<'a> {
     path: NsPath,
     /// The path cache's generation before `path` was computed.
     generation: u64,
-    /// The git guard's turn, for a `.git` name.
-    _turn: Option<git_guard::Turn<'a>>,
+    /// The git guard's turn.
+    _turn: git_guard::Turn<'a>,
 }

@@ -266,12 +266,18 @@ impl ClawFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Entry> {
-        // A `.git` name is made in the git guard's order (`git_guard.rs`).
-        let _turn = self
-            .policy()
-            .is_git_dir_name(&newname.to_string_lossy())
-            .then(|| self.git_moves.shared());
+        // Names are made in the git guard's order (`git_guard.rs`).
+        let _turn = self.git_moves.shared();
         let node = self.node_for(caller, "link", ino)?;
+        if node.io.is_sealed() {
+            // Git's config, checked at its rename, keeps the one name it was checked under:
+            // another would be written where the guard does not look (by the tools).
+            let e = FsError::Refused {
+                errno: libc::EPERM,
+                why: "a second name for a git config checked at its rename",
+            };
+            return Err(self.rule_refusal(caller, "link", &node, None, e));
+        }
         let pnode = self.node_for(caller, "link", newparent)?;
         let (from, to) = (node.place.area(), pnode.place.area());
         if from != to {
