@@ -46,6 +46,8 @@ pub trait GitRepos {
     /// Whether the caller (not root) owns the folder holding `path`: a bare repository made
     /// there is one git trusts for the caller alone.
     fn owns_folder(&self, path: &NsPath) -> bool;
+    /// Whether the caller (not root) owns the file at `path`.
+    fn owns_file(&self, path: &NsPath) -> bool;
 }
 
 /// Every repository is someone else's: the guard in full, for callers that cannot look.
@@ -60,6 +62,11 @@ impl GitRepos for EveryRepoForeign {
     }
     fn owns_folder(&self, _: &NsPath) -> bool {
         false
+    }
+    // A lock file being written is taken for the caller's own: git writes one before every
+    // checked rename, and whose it is cannot be looked at here.
+    fn owns_file(&self, _: &NsPath) -> bool {
+        true
     }
 }
 
@@ -334,8 +341,16 @@ impl Policy {
                     // Asked only of what the guard would refuse: the walk costs a few stats.
                     match git_guard(access, path, &parts[i + 1..], renamed_onto) {
                         Err(d) if git.foreign_git_above(path) => return Err(d),
-                        _ => continue,
+                        _ => {}
                     }
+                    if access == Access::Write
+                        && git_config_lock_in(&parts[i + 1..])
+                        && !git.owns_file(path)
+                        && git.foreign_git_above(path)
+                    {
+                        return Err(foreign_lock(path));
+                    }
+                    continue;
                 }
                 return deny(
                     rule::PROTECTED,
@@ -359,6 +374,18 @@ impl Policy {
                     "{path}: a HEAD file outside a .git folder, in a folder you do not own, would make a bare git repository that git trusts for the folder's owner, whose config and hooks the git guard does not see; agents make repositories as .git folders (git init), or bare ones in folders of their own"
                 ),
             );
+        }
+        if access == Access::Write
+            && self.guards_git()
+            && parts.last().is_some_and(|c| {
+                c.strip_suffix(LOCK_SUFFIX)
+                    .is_some_and(|t| t.eq_ignore_ascii_case(GITMODULES))
+            })
+            && !git.owns_file(path)
+            && git.at_repo_top(path)
+            && git.foreign_git_above(path)
+        {
+            return Err(foreign_lock(path));
         }
         if !access.is_read()
             && self.guards_git()
@@ -683,6 +710,39 @@ fn git_in_progress_in(rest: &[&str]) -> bool {
         .any(|c| GIT_IN_PROGRESS.iter().any(|s| c.eq_ignore_ascii_case(s)))
 }
 
+/// The folders of `.git` where git still reads remotes defined the old way (`remotes/<name>`,
+/// `branches/<name>`: a URL each), which modern git never writes.
+const LEGACY_REMOTES: &[&str] = &["remotes", "branches"];
+
+/// What git writes a file in place of `X` as, before renaming it onto `X`.
+const LOCK_SUFFIX: &str = ".lock";
+
+/// Whether `rest` (the components after a `.git`) names the lock file git writes a config as
+/// (`config.lock`) before renaming it onto the config.
+fn git_config_lock_in(rest: &[&str]) -> bool {
+    let Some((last, dirs)) = rest.split_last() else {
+        return false;
+    };
+    last.strip_suffix(LOCK_SUFFIX).is_some_and(|target| {
+        let mut named: Vec<&str> = dirs.to_vec();
+        named.push(target);
+        git_config_in(&named)
+    })
+}
+
+/// The refusal of writing someone else's lock file of a file the guard keeps (a config, the
+/// top `.gitmodules`): what is written through it lands when its owner's git renames it into
+/// place, unchecked.
+fn foreign_lock(path: &NsPath) -> Denial {
+    Denial::new(
+        rule::PROTECTED,
+        DenyKind::ReadOnly,
+        format!(
+            "{path} is the lock file someone else's git is writing a guarded file as (its config or .gitmodules), which it renames into place unchecked; agents may write only lock files of their own there"
+        ),
+    )
+}
+
 /// Whether `rest` (the components after a `.git`) names a file that sends git to another
 /// repository and its config and hooks: a `commondir` or `gitdir` at any depth — `.git`'s own,
 /// a worktree's, and those of a submodule's git dir below `modules/`, which a superproject's
@@ -733,6 +793,12 @@ fn git_guard(
         "git's hooks folder, whose scripts git runs"
     } else if git_redirect_in(rest) {
         "a file that sends git to another repository and its config"
+    } else if rest.len() > 1
+        && LEGACY_REMOTES
+            .iter()
+            .any(|r| rest[0].eq_ignore_ascii_case(r))
+    {
+        "a remote's old-style definition (its URL, which may name a program git runs), which git still reads"
     } else if git_in_progress_in(rest) {
         // Ending the operation (git rebase --abort, --quit) removes its state; removing runs
         // nothing.

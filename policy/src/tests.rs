@@ -1654,6 +1654,9 @@ impl GitRepos for AllMine {
     fn owns_folder(&self, _: &NsPath) -> bool {
         true
     }
+    fn owns_file(&self, _: &NsPath) -> bool {
+        true
+    }
 }
 
 #[test]

@@ -1080,3 +1080,72 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
         })
     });
 }
+
+/// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
+/// unchecked: in a repository shared with the agents' group (`git init --shared=group`) the
+/// lock file is group-writable. Found by a red-team round: the agent opened root's
+/// `config.lock` for appending, kept the descriptor across root's rename, and wrote
+/// `core.fsmonitor` into root's config. Agents write only lock files of their own there, and
+/// no remote defined the old way (`.git/remotes/<name>`, a URL git still reads).
+#[test]
+fn an_agent_cannot_write_roots_lock_files() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    for (lock, of) in [
+        (git.join("config.lock"), git.join("config")),
+        (repo.join(".gitmodules.lock"), repo.join(".gitmodules")),
+    ] {
+        if of.exists() {
+            fs::copy(&of, &lock).unwrap();
+        } else {
+            fs::write(&lock, "").unwrap();
+        }
+        share_with_agents(&lock);
+    }
+    fs::create_dir_all(git.join("remotes")).unwrap();
+    share_with_agents(&git.join("remotes"));
+    let before = snapshot(&repo);
+    let script = format!(
+        r#"
+import os
+G, R = {g:?}, {r:?}
+probe("config-lock", lambda: os.open(G + "/config.lock", os.O_WRONLY | os.O_APPEND))
+probe("gitmodules-lock", lambda: os.open(R + "/.gitmodules.lock", os.O_WRONLY | os.O_APPEND))
+probe("truncate", lambda: os.truncate(G + "/config.lock", 0))
+probe("legacy-remote", lambda: open(G + "/remotes/evil", "w"))
+"#,
+        g = git.display().to_string(),
+        r = repo.display().to_string(),
+    );
+    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
+    for want in [
+        "config-lock EROFS",
+        "gitmodules-lock EROFS",
+        "truncate EROFS",
+        "legacy-remote EROFS",
+    ] {
+        assert!(out.lines().any(|l| l == want), "missing {want}: {out:?}");
+    }
+    assert_eq!(snapshot(&repo), before, "root's repository changed");
+    // Its own lock file, as git makes one, the agent still writes: git config works in a
+    // repository it owns, and a checked config still goes into root's.
+    agent_git(
+        &m,
+        &format!(
+            "mkdir {w}/mine && cd {w}/mine && g init -q && g config user.name x
+             printf '[core]\\n\\tbare = false\\n' > {g}/config.lock.tmp && mv {g}/config.lock.tmp {g}/config",
+            w = m.ws().display(),
+            g = git.display(),
+        ),
+    );
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "open"
+                && r["result"] == "denied"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/shared/.git/config.lock"))
+        })
+    });
+}

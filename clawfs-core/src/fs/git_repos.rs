@@ -156,6 +156,18 @@ impl clawfs_policy::GitRepos for Repos<'_> {
             .flatten()
             .is_some_and(|st| self.owns(&st))
     }
+
+    fn owns_file(&self, path: &NsPath) -> bool {
+        let Some(name) = path.file_name() else {
+            return false;
+        };
+        self.folders(path)
+            .and_then(|f| {
+                let dir = f.last()?;
+                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+            })
+            .is_some_and(|st| self.owns(&st))
+    }
 }
 
 #[cfg(test)]
