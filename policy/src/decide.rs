@@ -350,6 +350,23 @@ impl Policy {
                     {
                         return Err(foreign_lock(path));
                     }
+                    // A `.git` file (`gitdir: …`) sends git, a superproject's recursing with
+                    // `GIT_DIR` set, to the repository it names: changed only where making
+                    // one is allowed, by its owner.
+                    if access == Access::Write
+                        && i + 1 == parts.len()
+                        && (git.foreign_git_above(path)
+                            || !git.owns_file(path)
+                            || !git.owns_folder(path))
+                    {
+                        return deny(
+                            rule::PROTECTED,
+                            DenyKind::ReadOnly,
+                            format!(
+                                "{path} is a .git file (gitdir:) that is not yours in a folder of your own, or in a repository you do not own; it tells git, its owner's included, which repository to use, so it is read-only to you"
+                            ),
+                        );
+                    }
                     continue;
                 }
                 return deny(

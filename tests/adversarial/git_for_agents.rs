@@ -1086,9 +1086,11 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
 /// lock file is group-writable. Found by a red-team round: the agent opened root's
 /// `config.lock` for appending, kept the descriptor across root's rename, and wrote
 /// `core.fsmonitor` into root's config. Agents write only lock files of their own there, and
-/// no remote defined the old way (`.git/remotes/<name>`, a URL git still reads).
+/// no remote defined the old way (`.git/remotes/<name>`, a URL git still reads). Nor a
+/// submodule's `.git` file made group-writable with the rest (`chmod -R g+rwX`), which the next
+/// review pointed at the agent's own repository: root's `git status` ran its fsmonitor.
 #[test]
-fn an_agent_cannot_write_roots_lock_files() {
+fn an_agent_cannot_write_roots_lock_or_gitdir_files() {
     let m = Mounted::new();
     let repo = shared_repository(&m, 2);
     let git = repo.join(".git");
@@ -1105,6 +1107,9 @@ fn an_agent_cannot_write_roots_lock_files() {
     }
     fs::create_dir_all(git.join("remotes")).unwrap();
     share_with_agents(&git.join("remotes"));
+    fs::create_dir_all(repo.join("sub")).unwrap();
+    fs::write(repo.join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
+    share_with_agents(&repo.join("sub"));
     let before = snapshot(&repo);
     let script = format!(
         r#"
@@ -1114,6 +1119,8 @@ probe("config-lock", lambda: os.open(G + "/config.lock", os.O_WRONLY | os.O_APPE
 probe("gitmodules-lock", lambda: os.open(R + "/.gitmodules.lock", os.O_WRONLY | os.O_APPEND))
 probe("truncate", lambda: os.truncate(G + "/config.lock", 0))
 probe("legacy-remote", lambda: open(G + "/remotes/evil", "w"))
+probe("gitdir-file", lambda: os.open(R + "/sub/.git", os.O_WRONLY | os.O_TRUNC))
+probe("gitdir-truncate", lambda: os.truncate(R + "/sub/.git", 0))
 "#,
         g = git.display().to_string(),
         r = repo.display().to_string(),
@@ -1124,6 +1131,8 @@ probe("legacy-remote", lambda: open(G + "/remotes/evil", "w"))
         "gitmodules-lock EROFS",
         "truncate EROFS",
         "legacy-remote EROFS",
+        "gitdir-file EROFS",
+        "gitdir-truncate EROFS",
     ] {
         assert!(out.lines().any(|l| l == want), "missing {want}: {out:?}");
     }
