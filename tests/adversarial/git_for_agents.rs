@@ -217,6 +217,15 @@ fn agent_git(m: &Mounted, script: &str) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Runs the Python `script` as fs-engine after [`crate::support::PROBE`]'s `probe`, and checks
+/// that it printed each line of `want`.
+fn probes_as_agent(m: &Mounted, script: &str, want: &[&str]) {
+    let out = crate::support::python_as_agent(m, &format!("{}{script}", crate::support::PROBE));
+    for line in want {
+        assert!(out.lines().any(|l| l == *line), "missing {line}: {out:?}");
+    }
+}
+
 /// Root's repository `shared` in the default workspace, of `files` more files, which the
 /// agents' group may write.
 fn shared_repository(m: &Mounted, files: usize) -> std::path::PathBuf {
@@ -938,10 +947,11 @@ probe("submodule", lambda: os.rename(R + "/vendor/sub", R + "/vendor/moved"))
         w = w.display().to_string(),
         r = repo.display().to_string(),
     );
-    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
-    for want in ["landed 0", "coop EROFS", "nested EROFS", "submodule ok"] {
-        assert!(out.lines().any(|l| l == want), "missing {want}: {out}");
-    }
+    probes_as_agent(
+        &m,
+        &script,
+        &["landed 0", "coop EROFS", "nested EROFS", "submodule ok"],
+    );
     let after: Vec<String> = snapshot(&repo)
         .into_iter()
         .filter(|l| !l.starts_with("vendor/"))
@@ -1055,10 +1065,11 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
         w = m.ws().display().to_string(),
         g = repo.join(".git").display().to_string(),
     );
-    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
-    for want in ["two-names EROFS", "one-name ok", "link-after EPERM"] {
-        assert!(out.lines().any(|l| l == want), "missing {want}: {out:?}");
-    }
+    probes_as_agent(
+        &m,
+        &script,
+        &["two-names EROFS", "one-name ok", "link-after EPERM"],
+    );
     use std::os::unix::fs::MetadataExt;
     assert_eq!(fs::metadata(&config).unwrap().nlink(), 1);
     // The tools find no other name of it to write.
@@ -1125,17 +1136,18 @@ probe("gitdir-truncate", lambda: os.truncate(R + "/sub/.git", 0))
         g = git.display().to_string(),
         r = repo.display().to_string(),
     );
-    let out = crate::support::python_as_agent(&m, &format!("{}{script}", crate::support::PROBE));
-    for want in [
-        "config-lock EROFS",
-        "gitmodules-lock EROFS",
-        "truncate EROFS",
-        "legacy-remote EROFS",
-        "gitdir-file EROFS",
-        "gitdir-truncate EROFS",
-    ] {
-        assert!(out.lines().any(|l| l == want), "missing {want}: {out:?}");
-    }
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "config-lock EROFS",
+            "gitmodules-lock EROFS",
+            "truncate EROFS",
+            "legacy-remote EROFS",
+            "gitdir-file EROFS",
+            "gitdir-truncate EROFS",
+        ],
+    );
     assert_eq!(snapshot(&repo), before, "root's repository changed");
     // Its own lock file, as git makes one, the agent still writes: git config works in a
     // repository it owns, and a checked config still goes into root's.
