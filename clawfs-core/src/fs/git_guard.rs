@@ -8,8 +8,8 @@
 //! A folder an agent moves under someone else's repository is looked through for a `.git`
 //! first ([`holds_git`]). So that nothing puts one in it between the look and the move, both
 //! happen in a sole turn of [`MoveOrder`], and everything else that could (every rename, the
-//! making of a `.git` name) in a shared turn, held from before its path is computed until it
-//! is done: each either lands before the look, which sees it, or is decided after the move,
+//! making of every name) in a shared turn, held from before its path is computed until it is
+//! done: each either lands before the look, which sees it, or is decided after the move,
 //! on the path under that repository.
 
 use std::io::Read;
@@ -27,9 +27,10 @@ use clawfs_policy::{rule, Denial, DenyKind, NsPath};
 /// The largest git config file an agent may put in place.
 pub const MAX_GIT_CONFIG: u64 = 1 << 20;
 
-/// The order of renames and `.git` names against the looks through moved folders (see the
-/// module's documentation). Held across system calls on the store, never across anything that
-/// waits for the kernel's FUSE side, so a FUSE request waiting for a turn blocks no holder.
+/// The order of renames and the making of names against the looks through moved folders and
+/// the checked renames onto git's config (see the module's documentation). Held across system
+/// calls on the store, never across anything that waits for the kernel's FUSE side, so a FUSE
+/// request waiting for a turn blocks no holder.
 #[derive(Default)]
 pub(super) struct MoveOrder(std::sync::RwLock<()>);
 
@@ -44,7 +45,7 @@ pub(super) enum Turn<'a> {
 }
 
 impl MoveOrder {
-    /// A turn beside other shared turns: a rename, or the making of a `.git` name.
+    /// A turn beside other shared turns: a rename, or the making of a name.
     pub(super) fn shared(&self) -> Turn<'_> {
         Turn::Shared {
             _held: self

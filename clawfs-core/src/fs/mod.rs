@@ -190,8 +190,8 @@ impl Faults {
 ///   opens never make two; inside it only `inodes` is taken. Order: `shared` → `inodes`.
 /// - the gate's `denials`: held while an agent's denials file is rewritten, so that two denials
 ///   never interleave their rewrites. Nothing else is taken inside it.
-/// - `git_moves` (a turn, shared or sole): held by a rename, the making of a `.git` name and
-///   the tools' moves for the whole operation, leaf locks taken inside it; never taken twice
+/// - `git_moves` (a turn, shared or sole): held by a rename, the making of a name (create,
+///   mkdir, mknod, symlink, link) and the tools' moves for the whole operation, leaf locks taken inside it; never taken twice
 ///   by one thread, never held while waiting for the kernel's FUSE side.
 ///
 /// A request never holds two leaf locks at once; `Arc`s are cloned out of a map and the lock is
@@ -241,8 +241,8 @@ pub struct ClawFs {
     path_fds: std::sync::Mutex<lru::LruCache<Arc<BackingHandle>, Arc<OwnedFd>>>,
     /// Namespace paths of nodes in use, for policy decisions (leaf lock).
     paths: PathCache,
-    /// The order of renames and `.git` names against the git guard's looks through moved
-    /// folders (lock: see `# Locks`).
+    /// The order of renames and the making of names against the git guard's looks through
+    /// moved folders and its checked renames (lock: see `# Locks`).
     git_moves: Arc<git_guard::MoveOrder>,
     /// The published WebAssembly tools' runtime and call slots.
     wasm: generated::WasmTools,
