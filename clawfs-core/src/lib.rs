@@ -11,6 +11,7 @@ pub mod descriptors;
 pub mod error;
 pub mod fs;
 pub mod generated_files;
+pub mod git_index;
 pub mod git_settings;
 pub mod held;
 pub mod hosts;

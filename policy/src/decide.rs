@@ -174,6 +174,38 @@ impl Policy {
             .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && git_config_in(&parts[i + 1..]))
     }
 
+    /// Whether `path` is a git index (`.git/index`, a worktree's or a submodule's, or a split
+    /// index's `sharedindex.*`) an agent may make only by renaming a finished file onto it,
+    /// whose entries the daemon checks first (`clawfs_core::git_index`), in any letter case,
+    /// where `.git` is protected.
+    pub fn is_git_index(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        parts
+            .iter()
+            .enumerate()
+            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && git_index_in(&parts[i + 1..]))
+    }
+
+    /// Whether `path` is a hook git would run: a file directly in a `.git/hooks` folder (or a
+    /// submodule's) not named `*.sample`, where `.git` is protected. Whoever may still write
+    /// the file once it has that name decides what its repository's owner runs.
+    pub fn is_active_git_hook(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        parts.iter().enumerate().any(|(i, c)| {
+            let rest = &parts[i + 1..];
+            c.eq_ignore_ascii_case(GIT_DIR)
+                && git_hooks_at(rest).is_some_and(|h| {
+                    h + 2 == rest.len() && !rest[h + 1].to_ascii_lowercase().ends_with(".sample")
+                })
+        })
+    }
+
     /// A hard link to `from` at `to`: the caller must be able to modify the source (the new name
     /// reaches the same content) and create the destination, so a link never turns a read-only
     /// file into a writable one.
@@ -344,7 +376,7 @@ impl Policy {
                         _ => {}
                     }
                     if access == Access::Write
-                        && git_config_lock_in(&parts[i + 1..])
+                        && git_checked_lock_in(&parts[i + 1..])
                         && !git.owns_file(path)
                         && git.foreign_git_above(path)
                     {
@@ -715,6 +747,40 @@ fn git_config_in(rest: &[&str]) -> bool {
     }
 }
 
+const GIT_INDEX: &str = "index";
+const GIT_SHARED_INDEX: &str = "sharedindex.";
+/// Folders of a git dir whose files are refs and their logs, never an index (a branch may be
+/// called `index`).
+const GIT_REF_FOLDERS: &[&str] = &["refs", "logs"];
+
+/// Whether `rest` (the components after a `.git`) names a git index: `index` or a split
+/// index's `sharedindex.<hash>`, in the git dir, a worktree's (`worktrees/<x>/`) or a
+/// submodule's (`modules/<name>/`), never below `refs/` or `logs/`. git checks out what an
+/// index lists without checking its paths, so one naming `.git/hooks/…` would be written by
+/// its owner's next `git checkout`.
+fn git_index_in(rest: &[&str]) -> bool {
+    let Some((last, dirs)) = rest.split_last() else {
+        return false;
+    };
+    let named = last.eq_ignore_ascii_case(GIT_INDEX)
+        || last
+            .get(..GIT_SHARED_INDEX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(GIT_SHARED_INDEX));
+    let is = |i: usize, name: &str| dirs.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    named
+        && match dirs.len() {
+            0 => true,
+            2 if is(0, GIT_WORKTREES) => true,
+            _ => {
+                is(0, GIT_MODULES)
+                    && dirs.len() > 1
+                    && !dirs
+                        .iter()
+                        .any(|c| GIT_REF_FOLDERS.iter().any(|r| c.eq_ignore_ascii_case(r)))
+            }
+        }
+}
+
 /// The folders of an operation in progress — a rebase, `git am`, a cherry-pick or revert —
 /// whose files say what git runs when whoever continues it does (`exec` lines, a merge
 /// strategy, which git runs as `git-merge-<strategy>`, strategy options).
@@ -734,16 +800,16 @@ const LEGACY_REMOTES: &[&str] = &["remotes", "branches"];
 /// What git writes a file in place of `X` as, before renaming it onto `X`.
 const LOCK_SUFFIX: &str = ".lock";
 
-/// Whether `rest` (the components after a `.git`) names the lock file git writes a config as
-/// (`config.lock`) before renaming it onto the config.
-fn git_config_lock_in(rest: &[&str]) -> bool {
+/// Whether `rest` (the components after a `.git`) names the lock file git writes a config or
+/// an index as (`config.lock`, `index.lock`) before renaming it onto its target.
+fn git_checked_lock_in(rest: &[&str]) -> bool {
     let Some((last, dirs)) = rest.split_last() else {
         return false;
     };
     last.strip_suffix(LOCK_SUFFIX).is_some_and(|target| {
         let mut named: Vec<&str> = dirs.to_vec();
         named.push(target);
-        git_config_in(&named)
+        git_config_in(&named) || git_index_in(&named)
     })
 }
 
@@ -755,7 +821,7 @@ fn foreign_lock(path: &NsPath) -> Denial {
         rule::PROTECTED,
         DenyKind::ReadOnly,
         format!(
-            "{path} is the lock file someone else's git is writing a guarded file as (its config or .gitmodules), which it renames into place unchecked; agents may write only lock files of their own there"
+            "{path} is the lock file someone else's git is writing a guarded file as (its config, index or .gitmodules), which it renames into place unchecked; agents may write only lock files of their own there"
         ),
     )
 }
@@ -769,6 +835,17 @@ fn git_redirect_in(rest: &[&str]) -> bool {
         .is_some_and(|c| c.eq_ignore_ascii_case(GIT_COMMONDIR) || c.eq_ignore_ascii_case("gitdir"))
 }
 
+/// Where in `rest` (the components after a `.git`) git's hooks folder is, if `rest` is in it:
+/// `hooks/`, or a submodule's (`modules/<name>/hooks/`, the name may hold `/`), whose own
+/// hooks its superproject's git runs too.
+fn git_hooks_at(rest: &[&str]) -> Option<usize> {
+    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
+    match is(0, GIT_MODULES) && rest.len() > 2 {
+        true => (2..rest.len()).find(|&i| is(i, GIT_HOOKS)),
+        false => is(0, GIT_HOOKS).then_some(0),
+    }
+}
+
 /// The git guard: with `.git` protected, agents may use git (read and write a `.git` folder)
 /// but not change what makes git run code or fetch from elsewhere. `rest` is the components
 /// after a `.git` component of `path`.
@@ -778,7 +855,9 @@ fn git_redirect_in(rest: &[&str]) -> bool {
 /// - `.git/config` may not be modified or deleted. It may be created, because `git init` writes
 ///   it (as `config.lock`, renamed onto `config`); replacing an existing one by a rename is
 ///   refused only if the filesystem also checks a replaced destination for modification.
-/// - everything else in `.git` (objects, refs, index, HEAD, `info/`, …) is the agent's.
+/// - the index (`.git/index`, a worktree's, a submodule's, `sharedindex.*`) likewise: made only
+///   by a rename, whose entries the daemon checks, never written in place.
+/// - everything else in `.git` (objects, refs, HEAD, `info/`, …) is the agent's.
 fn git_guard(
     access: Access,
     path: &NsPath,
@@ -788,14 +867,7 @@ fn git_guard(
     if access.is_read() {
         return Ok(());
     }
-    let is = |i: usize, name: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(name));
-    // A submodule's git dir (`.git/modules/<name>/`, the name may hold `/`) has its own hooks
-    // and config: any `hooks` or final `config` below `modules/` is guarded too.
-    let submodule = is(0, GIT_MODULES) && rest.len() > 2;
-    let hooks_at = match submodule {
-        true => (2..rest.len()).find(|&i| is(i, GIT_HOOKS)),
-        false => is(0, GIT_HOOKS).then_some(0),
-    };
+    let hooks_at = git_hooks_at(rest);
     let config = git_config_in(rest);
     let what = if let Some(h) = hooks_at {
         let git_init = access == Access::Create
@@ -823,6 +895,13 @@ fn git_guard(
             return Ok(());
         }
         "the state of a rebase, git am or cherry-pick in progress, which says what its owner's git runs when it continues (exec lines, merge strategies)"
+    } else if git_index_in(rest) {
+        // Made the way git makes it: a finished file renamed onto it, whose entries the daemon
+        // checks (`clawfs_core::git_index`); never written in place. Removing it runs nothing.
+        if (access == Access::Create && renamed_onto) || access == Access::Delete {
+            return Ok(());
+        }
+        "git's index, whose entries its owner's git checks out without checking their paths (git itself may replace it, with entries git would check out itself)"
     } else if config {
         // Made the way git makes it: a finished file renamed onto it, whose settings the daemon
         // checks (`clawfs_core::gitconfig`); never opened for writing.

@@ -242,6 +242,9 @@ pub enum DenyKind {
     /// `ENFILE`: callers together hold all the open files and folders the daemon keeps for
     /// them.
     DaemonFiles,
+    /// `ETXTBSY`: someone else holds the file open for writing, and it would become a program
+    /// (a git hook) they could still change.
+    Busy,
 }
 
 /// The errno a refusal of `kind` returns to the caller (also written in audit records).
@@ -254,6 +257,7 @@ pub fn errno_of(kind: DenyKind) -> i32 {
         DenyKind::Invalid => libc::EINVAL,
         DenyKind::CallerFiles => libc::EMFILE,
         DenyKind::DaemonFiles => libc::ENFILE,
+        DenyKind::Busy => libc::ETXTBSY,
     }
 }
 

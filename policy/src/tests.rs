@@ -1428,10 +1428,13 @@ fn git_guard_lets_agents_use_git() {
             allowed(&pol, &fs, Access::Create, &format!("{dir}/{git}"));
             for rest in [
                 "HEAD",
-                "index",
+                "index.lock",
                 "config.lock",
                 "objects/ab/cdef",
                 "refs/heads/main",
+                "refs/heads/index",
+                "logs/refs/heads/index",
+                "modules/m/refs/heads/index",
                 "logs/HEAD",
                 "info/exclude",
                 "info/attributes",
@@ -1470,6 +1473,55 @@ fn git_guard_lets_agents_use_git() {
             assert!(pol.is_git_config(&to), "{to}");
             assert!(!pol.is_git_config(&from), "{from}");
             assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
+            // So is an index (its entries are checked then), and it is never written in place.
+            for index in [
+                "index",
+                "INDEX",
+                "sharedindex.0123abcd",
+                "worktrees/w/index",
+                "modules/m/index",
+                "modules/a/b/index",
+            ] {
+                for a in [Access::Create, Access::Write] {
+                    denied(
+                        &pol,
+                        &fs,
+                        a,
+                        &format!("{dir}/{git}/{index}"),
+                        rule::PROTECTED,
+                        DenyKind::ReadOnly,
+                    );
+                }
+                for a in [Access::Read, Access::Delete] {
+                    allowed(&pol, &fs, a, &format!("{dir}/{git}/{index}"));
+                }
+                let to = NsPath::parse(&format!("{dir}/{git}/{index}")).unwrap();
+                // git writes a shared index as a temporary `sharedindex_XXXXXX`.
+                let lock = match index.starts_with("sharedindex") {
+                    true => "sharedindex_a1b2c3".to_string(),
+                    false => format!("{index}.lock"),
+                };
+                let from = NsPath::parse(&format!("{dir}/{git}/{lock}")).unwrap();
+                assert!(pol.is_git_index(&to), "{to}");
+                assert!(!pol.is_git_index(&from), "{from}");
+                assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
+            }
+            for (hook, active) in [
+                ("hooks/pre-commit", true),
+                ("HOOKS/post-checkout", true),
+                ("modules/a/b/hooks/pre-commit", true),
+                ("hooks/pre-commit.sample", false),
+                ("hooks/x/pre-commit", false),
+                ("hooks", false),
+                ("refs/heads/hooks", false),
+            ] {
+                let p = NsPath::parse(&format!("{dir}/{git}/{hook}")).unwrap();
+                assert_eq!(pol.is_active_git_hook(&p), active, "{p}");
+            }
+            for not_index in ["refs/heads/index", "logs/refs/heads/index", "objects/index"] {
+                let p = NsPath::parse(&format!("{dir}/{git}/{not_index}")).unwrap();
+                assert!(!pol.is_git_index(&p), "{p}");
+            }
         }
     }
     // The grants still apply inside .git.

@@ -1170,3 +1170,177 @@ probe("gitdir-truncate", lambda: os.truncate(R + "/sub/.git", 0))
         })
     });
 }
+
+/// git does not check the paths of an index it reads: an entry `.git/hooks/post-checkout` in
+/// the index of a repository shared with the agents' group (which an agent writes: `git add`
+/// needs it) was written by root's next `git checkout -- .`, past the config's check. Found by
+/// a red-team round. The index is put in place only by a rename whose entries the daemon
+/// checks; a genuine one (the agent's `git add`) still lands.
+#[test]
+fn an_agent_cannot_put_a_git_path_in_a_shared_repositorys_index() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    let w = m.ws();
+    // The attacker's index: what git writes for `xgit/hooks/post-checkout`, renamed to
+    // `.git/…` (same length) and summed again, so git reads it as an index.
+    let marker = m.dir.path().join("PWNED");
+    agent_git(
+        &m,
+        &format!(
+            "cd {r} || exit 9
+             G() {{ g -c safe.directory='*' \"$@\"; }}
+             printf '#!/bin/sh\\ntouch {marker}\\n' > {w}/hook
+             blob=$(G hash-object -w {w}/hook)
+             GIT_INDEX_FILE={w}/evil-index G update-index --add --cacheinfo 100755,$blob,xgit/hooks/post-checkout
+             GIT_INDEX_FILE={w}/evil-config G update-index --add --cacheinfo 100644,$blob,XGIT/config
+             GIT_INDEX_FILE={w}/evil-up G update-index --add --cacheinfo 100644,$blob,xx/up",
+            r = repo.display(),
+            w = w.display(),
+            marker = marker.display(),
+        ),
+    );
+    let before = snapshot(&git.join("hooks"));
+    let index_before = fs::read(git.join("index")).unwrap();
+    let script = format!(
+        r#"
+import hashlib, os, shutil
+W, G = {w:?}, {g:?}
+def patched(name, old, new):
+    b = bytearray(open(W + "/" + name, "rb").read())
+    at = b.find(old)
+    b[at:at + len(new)] = new
+    b[-20:] = hashlib.sha1(bytes(b[:-20])).digest()
+    open(W + "/" + name + ".patched", "wb").write(b)
+    return W + "/" + name + ".patched"
+for name, old, new in [("evil-index", b"xgit/", b".git/"), ("evil-config", b"XGIT/", b".GIT/"), ("evil-up", b"xx/up", b"../up")]:
+    shutil.copy(patched(name, old, new), G + "/index.lock")
+    probe("rename-" + name, lambda: os.rename(G + "/index.lock", G + "/index"))
+    os.unlink(G + "/index.lock")
+probe("write-in-place", lambda: os.open(G + "/index", os.O_WRONLY))
+probe("create-other", lambda: os.open(G + "/worktrees-x-index", os.O_WRONLY | os.O_CREAT))
+probe("shared-index", lambda: os.open(G + "/sharedindex.0123", os.O_WRONLY | os.O_CREAT))
+"#,
+        w = w.display().to_string(),
+        g = git.display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "rename-evil-index EROFS",
+            "rename-evil-config EROFS",
+            "rename-evil-up EROFS",
+            "write-in-place EROFS",
+            "create-other ok",
+            "shared-index EROFS",
+        ],
+    );
+    assert_eq!(fs::read(git.join("index")).unwrap(), index_before);
+    // Root's checkout writes nothing into .git, and runs nothing.
+    let out = root_git(&repo, &["checkout", "--", "."]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(snapshot(&git.join("hooks")), before);
+    assert!(!marker.exists(), "root's checkout ran the agent's hook");
+    // A genuine index, written by the agent's own git, lands; root sees the agent's file.
+    agent_git(
+        &m,
+        &format!(
+            "cd {r} && echo new > by-agent.txt && g -c safe.directory='*' add by-agent.txt",
+            r = repo.display()
+        ),
+    );
+    let status = root_git(&repo, &["status", "--short"]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("A  by-agent.txt"),
+        "{}",
+        text(&status)
+    );
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "rename"
+                && r["result"] == "denied"
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("'.git/hooks/post-checkout'"))
+        })
+    });
+}
+
+/// git makes hook samples with its templates, so an agent may make a `*.sample` in a shared
+/// repository's hooks folder; one it kept open for writing became a hook when root renamed
+/// it into use, and the agent's next write was what root's git ran. Found by a red-team round.
+/// Someone else's file becomes a hook only once nothing has it open for writing, and no agent
+/// opens it for writing after.
+#[test]
+fn a_hook_sample_held_open_by_an_agent_does_not_become_a_hook() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let hooks = repo.join(".git/hooks");
+    let (ready, go) = (m.ws().join("ready"), m.ws().join("go"));
+    let marker = m.dir.path().join("PWNED");
+    let script = format!(
+        r##"
+import os, time
+H, READY, GO = {h:?}, {ready:?}, {go:?}
+f = open(H + "/evil.sample", "w")
+f.write("#!/bin/sh\nexit 0\n"); f.flush()
+open(READY, "w").close()
+while not os.path.exists(GO):
+    time.sleep(0.02)
+f.seek(0); f.write("#!/bin/sh\ntouch {marker}\n"); f.close()
+"##,
+        h = hooks.display().to_string(),
+        ready = ready.display().to_string(),
+        go = go.display().to_string(),
+        marker = marker.display(),
+    );
+    let mut agent = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            waited.elapsed().as_secs() < 60 && agent.try_wait().unwrap().is_none(),
+            "the agent did not make its sample"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let renamed = fs::rename(hooks.join("evil.sample"), hooks.join("pre-commit"));
+    fs::write(&go, "").unwrap();
+    assert!(agent.wait().unwrap().success());
+    assert_eq!(
+        renamed.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::ETXTBSY)),
+        "root made a hook of a file the agent still writes"
+    );
+    assert!(!hooks.join("pre-commit").exists());
+    // Closed, it may become a hook (root's choice, with what it holds now), and the agent
+    // cannot write it any more.
+    fs::rename(hooks.join("evil.sample"), hooks.join("pre-commit")).unwrap();
+    fs::write(hooks.join("pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    let h = hooks.display().to_string();
+    probes_as_agent(
+        &m,
+        &format!(
+            "probe('write-hook', lambda: os.open({:?}, os.O_WRONLY))\n",
+            format!("{h}/pre-commit")
+        ),
+        &["write-hook EROFS"],
+    );
+    let commit = root_git(&repo, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    assert!(commit.status.success(), "{}", text(&commit));
+    assert!(!marker.exists(), "root's git ran what the agent wrote");
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "rename"
+                && r["result"] == "denied"
+                && r["target"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/.git/hooks/pre-commit"))
+        })
+    });
+}

@@ -153,7 +153,7 @@ impl ClawFs {
                     let denial = Denial {
                         rule: clawfs_policy::rule::PROTECTED,
                         kind: clawfs_policy::DenyKind::ReadOnly,
-                        reason: format!("{} is being renamed onto git's config, whose settings were checked; it may not be opened for writing now", w.path),
+                        reason: format!("{} is sealed: git's config or index, checked when renamed into place, or a hook made of someone else's file; agents may not open it for writing", w.path),
                     };
                     self.refuse(caller, "open", &w.path, denial)?;
                 }

@@ -1,9 +1,14 @@
-//! An agent makes git's config file the way git does, by renaming a finished file onto it
-//! (`config.lock` → `config`), and only so (the policy refuses opening it for writing). Before
-//! such a rename the daemon reads the file and refuses settings that run commands or send git
-//! elsewhere ([`crate::git_settings`]); so that what it read is what lands, the source inode is
-//! sealed first — refused if anything has it open for writing, and no agent may open it for
-//! writing after — and stays sealed once it is the config.
+//! In someone else's repository an agent makes git's config file and its index the way git
+//! does, by renaming a finished file onto them (`config.lock` → `config`, `index.lock` →
+//! `index`), and only so (the policy refuses opening them for writing). Before such a rename
+//! the daemon reads the file and refuses settings that run commands or send git elsewhere
+//! ([`crate::git_settings`]), or index entries git would never check out itself
+//! ([`crate::git_index`]); so that what it read is what lands, the source inode is sealed first
+//! — refused if anything has it open for writing, and no agent may open it for writing after —
+//! and stays sealed once in place.
+//!
+//! A file becoming a hook git runs is sealed the same way when it is someone else's
+//! ([`ClawFs::seal_new_hook`]): an agent's `*.sample` its owner renames into use.
 //!
 //! A folder an agent moves under someone else's repository is looked through for a `.git`
 //! first ([`holds_git`]). So that nothing puts one in it between the look and the move, both
@@ -66,7 +71,7 @@ impl MoveOrder {
     }
 }
 
-/// What [`ClawFs::check_git_config_rename`] found.
+/// What [`ClawFs::check_git_rename`] found.
 pub(super) enum GitRename {
     /// The rename may go ahead; the sealed source, if it becomes git's config.
     Allowed(Option<Node>),
@@ -81,7 +86,7 @@ impl ClawFs {
     /// seals the source and checks its settings, refusing (and recording) what may not land.
     /// Returns the sealed source node, to unseal if the rename then fails. A folder moving
     /// under someone else's repository is looked through only in a sole `turn`.
-    pub(super) fn check_git_config_rename(
+    pub(super) fn check_git_rename(
         &self,
         caller: &Caller,
         (dir, name): (impl AsFd, &std::ffi::OsStr),
@@ -125,12 +130,12 @@ impl ClawFs {
             )));
         }
         let (foreign_from, foreign_to) = (git.foreign_git_above(from), git.foreign_git_above(to));
+        let checked = |p: &NsPath| CheckedFile::of(&policy, p);
         if mode.exchange
-            && ((policy.is_git_config(from) && foreign_from)
-                || (policy.is_git_config(to) && foreign_to))
+            && ((checked(from).is_some() && foreign_from) || (checked(to).is_some() && foreign_to))
         {
             return Err(refuse(format!(
-                "{to}: git's config may not be exchanged with another file; rename a finished file onto it, as git does"
+                "{to}: git's config and index may not be exchanged with another file; rename a finished file onto them, as git does"
             )));
         }
         // Folders do not move into, out of or within a `.git` folder of a repository someone
@@ -169,29 +174,30 @@ impl ClawFs {
         if looked && !matches!(turn, Turn::Sole { .. }) {
             return Ok(GitRename::NeedsSoleTurn);
         }
-        if !(policy.is_git_config(to) && foreign_to) {
+        let Some(kind) = checked(to).filter(|_| foreign_to) else {
             return Ok(GitRename::Allowed(None));
-        }
+        };
         // Checked alone: no name is made or moved meanwhile, so the file read is the one that
         // lands, and it keeps the one name it has.
         if !matches!(turn, Turn::Sole { .. }) {
             return Ok(GitRename::NeedsSoleTurn);
         }
         let st = source;
+        let what = kind.what();
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(refuse(format!(
-                "{from} is not a regular file; only a file can become git's config {to}"
+                "{from} is not a regular file; only a file can become {what} {to}"
             )));
         }
         let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
             return Err(FsError::Refused {
                 errno: libc::EBUSY,
-                why: "the file renamed onto git's config is not a node the daemon knows",
+                why: "the file renamed onto git's config or index is not a node the daemon knows",
             });
         };
         if !node.io.seal() {
             return Err(refuse(format!(
-                "{from} is open for writing; close it before renaming it onto git's config {to}, whose settings are checked at the rename"
+                "{from} is open for writing; close it before renaming it onto {what} {to}, which is checked at the rename"
             )));
         }
         // Sealed first, so no name can be added after this count (a link of a sealed file is
@@ -201,16 +207,25 @@ impl ClawFs {
         if names != Ok(Some(1)) {
             node.io.unseal();
             return Err(refuse(format!(
-                "{from} has other names (hard links), or changed while checked; git's config may have only the one name it is checked under, or it could be written through another"
+                "{from} has other names (hard links), or changed while checked; {what} may have only the one name it is checked under, or it could be written through another"
             )));
         }
-        let text = match read_regular(&dir, name) {
+        let text = match read_regular(&dir, name, kind.max_size()) {
             Ok(t) => t,
             Err(e) => {
                 node.io.unseal();
                 return Err(e);
             }
         };
+        if kind == CheckedFile::Index {
+            if let Err(bad) = crate::git_index::check(&text) {
+                node.io.unseal();
+                return Err(refuse(format!(
+                    "{from} cannot become git's index {to}: {bad}; its owner's git would check those out unchecked, so agents may put in place only an index of paths git enters itself"
+                )));
+            }
+            return Ok(GitRename::Allowed(Some(node)));
+        }
         let refused = match crate::git_settings::refused_settings(&text) {
             Ok(refused) => refused,
             Err(why) => {
@@ -228,6 +243,89 @@ impl ClawFs {
             )));
         }
         Ok(GitRename::Allowed(Some(node)))
+    }
+}
+
+impl ClawFs {
+    /// For a rename by anyone of `name` in `dir` onto `to`: if `to` is a hook git would run
+    /// and the file is someone else's, seals it (no agent opens it for writing after) and
+    /// refuses (`ETXTBSY`) while anything has it open for writing: whoever made it (an agent's
+    /// `*.sample` in a shared repository) could otherwise write what the repository's owner's
+    /// git runs after the owner renamed it into place. Returns the sealed node, to unseal if
+    /// the rename then fails.
+    pub(super) fn seal_new_hook(
+        &self,
+        caller: &Caller,
+        (dir, name): (impl AsFd, &std::ffi::OsStr),
+        (from, to): (&NsPath, &NsPath),
+    ) -> FsResult<Option<Node>> {
+        if !self.policy().is_active_git_hook(to) {
+            return Ok(None);
+        }
+        let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // The rename itself answers for a missing source.
+            Err(_) => return Ok(None),
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_uid == caller.uid {
+            return Ok(None);
+        }
+        // Unknown to the daemon: nothing has it open through the mount.
+        let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
+            return Ok(None);
+        };
+        if node.io.is_sealed() {
+            return Ok(None);
+        }
+        if node.io.seal() {
+            return Ok(Some(node));
+        }
+        let denial = Denial {
+            rule: rule::PROTECTED,
+            kind: DenyKind::Busy,
+            reason: format!(
+                "{from} is uid {}'s and open for writing; as the git hook {to} whoever holds it could change what git runs, so it becomes a hook only once closed (or copy it: `cp`, then `chmod +x`)",
+                st.st_uid
+            ),
+        };
+        match self.refuse_move(caller, "rename", (from, to), denial) {
+            Err(e) => Err(e),
+            Ok(()) => Err(FsError::Io(std::io::Error::from_raw_os_error(
+                libc::ETXTBSY,
+            ))),
+        }
+    }
+}
+
+/// A file an agent puts in place in someone else's repository only by a rename the daemon
+/// checks: what git reads from it runs commands (a config) or writes files (an index).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CheckedFile {
+    Config,
+    Index,
+}
+
+impl CheckedFile {
+    fn of(policy: &clawfs_policy::Policy, path: &NsPath) -> Option<Self> {
+        match (policy.is_git_config(path), policy.is_git_index(path)) {
+            (true, _) => Some(Self::Config),
+            (false, true) => Some(Self::Index),
+            _ => None,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Self::Config => "git's config",
+            Self::Index => "git's index",
+        }
+    }
+
+    fn max_size(self) -> u64 {
+        match self {
+            Self::Config => MAX_GIT_CONFIG,
+            Self::Index => crate::git_index::MAX_GIT_INDEX,
+        }
     }
 }
 
@@ -314,20 +412,18 @@ pub(super) fn holds_git(
 }
 
 /// The content of the regular file `name` in `dir` (reached as every daemon read of an agent's
-/// file is: no symlink, no blocking on a FIFO), refused past [`MAX_GIT_CONFIG`] bytes rather
-/// than checked in part.
-fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
+/// file is: no symlink, no blocking on a FIFO), refused past `max` bytes rather than checked
+/// in part.
+fn read_regular(dir: impl AsFd, name: &std::ffi::OsStr, max: u64) -> FsResult<Vec<u8>> {
     let fd =
         clawfs_store::beneath::open_file(dir.as_fd(), std::path::Path::new(name), OFlags::RDONLY)?;
-    if rustix::fs::fstat(&fd)?.st_size as u64 > MAX_GIT_CONFIG {
+    if rustix::fs::fstat(&fd)?.st_size as u64 > max {
         return Err(FsError::Refused {
             errno: libc::EFBIG,
-            why: "a git config file larger than 1 MiB",
+            why: "a git config or index larger than ClawFS checks",
         });
     }
     let mut out = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_GIT_CONFIG)
-        .read_to_end(&mut out)?;
+    std::fs::File::from(fd).take(max).read_to_end(&mut out)?;
     Ok(out)
 }

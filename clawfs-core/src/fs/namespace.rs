@@ -414,7 +414,7 @@ impl ClawFs {
         let to = self.node_path(&npnode, &*newdir)?.join(newname)?;
         let who = self.decide_move(caller, "rename", &from, &to, mode.exchange)?;
         let sealed = match matches!(who, Identity::Agent(_)) {
-            true => match self.check_git_config_rename(
+            true => match self.check_git_rename(
                 caller,
                 (&*dir, name),
                 (&*newdir, newname),
@@ -426,6 +426,21 @@ impl ClawFs {
             },
             false => None,
         };
+        let mut sealed = sealed.into_iter().collect::<Vec<_>>();
+        let unseal = |sealed: &[crate::inodes::Node]| sealed.iter().for_each(|n| n.io.unseal());
+        let mut hooks = vec![((&*dir, name), (&from, &to))];
+        if mode.exchange {
+            hooks.push(((&*newdir, newname), (&to, &from)));
+        }
+        for (source, moved) in hooks {
+            match self.seal_new_hook(caller, source, moved) {
+                Ok(node) => sealed.extend(node),
+                Err(e) => {
+                    unseal(&sealed);
+                    return Err(e);
+                }
+            }
+        }
         // What a replaced target's last name gives back (an exchange or a no-replace rename
         // replaces nothing).
         let removal = match mode.exchange || mode.noreplace {
@@ -441,8 +456,8 @@ impl ClawFs {
                         &dir, name, &newdir, newname, flags,
                     )?)
                 });
-        if let (Err(_), Some(node)) = (&renamed, &sealed) {
-            node.io.unseal();
+        if renamed.is_err() {
+            unseal(&sealed);
         }
         renamed?;
         if let Some(r) = removal {
