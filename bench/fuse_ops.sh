@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/fuse_ops.sh — where an agent's per-file time goes: the FUSE requests the kernel sends
-# ClawFS for each file of an untar, a `git clone`, a cold `git status`, a cold `grep -rn` and an
+# ClawFS for each file of an untar, a `git clone`, a cold `git status`, an edit of 100 files and
+# their `git commit -a`, a cold `grep -rn` and an
 # `rm -rf`, counted by opcode with the kernel's own `fuse:fuse_request_send` tracepoint (an ftrace histogram
 # filtered to this mount's connection), as the sandboxed agent fs-engine and as root, on the
 # same mount. Counts do not depend on the build or on the machine's load. Prints, per workload,
@@ -101,10 +102,11 @@ declare -A steps=(
     [untar]='mkdir -p "$1/$W" && tar xf "$1/tree.tar" -C "$1/$W"'
     [clone]="$git_id clone -q --no-hardlinks \"\$1/repo\" \"\$1/\$W-clone\""
     [status]="cd \"\$1/\$W-clone\" && $git_id status --porcelain"
+    [commit]="cd \"\$1/\$W-clone\" && for f in node_modules/pkg00*/lib/sub0/*.js; do echo '// edited' >> \"\$f\"; done && $git_id commit -qam edit"
     [grep]='grep -rn "return 7777 " "$1/$W-clone" || true'
     [rm]='rm -rf "$1/$W" "$1/$W-clone"'
 )
-order=(untar clone status grep rm)
+order=(untar clone status commit grep rm)
 
 names() {
     case $1 in

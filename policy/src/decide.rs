@@ -97,7 +97,7 @@ impl Policy {
 
     /// [`Policy::check`]; `renamed_onto`: `path` is the destination of a rename, which may make a
     /// git config (see [`Policy::is_git_config`]).
-    fn check_as(
+    pub(crate) fn check_as(
         &self,
         who: &Identity,
         access: Access,
@@ -235,8 +235,29 @@ impl Policy {
                 format!("{to}: a .git that is not a folder would send git to a repository of its choosing; agents make repositories as .git folders (git init)"),
             );
         }
+        if matches!(who, Identity::Agent(_))
+            && self.is_in_git_hooks(to)
+            && git.foreign_git_above(to)
+        {
+            return deny(
+                rule::PROTECTED,
+                DenyKind::ReadOnly,
+                format!("{to}: a second name in git's hooks folder of a repository you do not own would let you write, by your own name, what its owner's git runs once the file is a hook; git makes hook samples as new files"),
+            );
+        }
         self.check_in(who, Access::Write, from, git)?;
         self.check_in(who, Access::Create, to, git)
+    }
+
+    /// Whether `path` is in git's hooks folder (or a submodule's), where `.git` is protected.
+    pub fn is_in_git_hooks(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        parts.iter().enumerate().any(|(i, c)| {
+            c.eq_ignore_ascii_case(GIT_DIR) && git_hooks_at(&parts[i + 1..]).is_some()
+        })
     }
 
     /// Whether `path` is in a `.git` folder (any letter case) while the git guard is on: a folder
@@ -375,7 +396,7 @@ impl Policy {
                         Err(d) if git.foreign_git_above(path) => return Err(d),
                         _ => {}
                     }
-                    if access == Access::Write
+                    if touches_lock(access, renamed_onto)
                         && git_checked_lock_in(&parts[i + 1..])
                         && !git.owns_file(path)
                         && git.foreign_git_above(path)
@@ -424,7 +445,7 @@ impl Policy {
                 ),
             );
         }
-        if access == Access::Write
+        if touches_lock(access, renamed_onto)
             && self.guards_git()
             && parts.last().is_some_and(|c| {
                 c.strip_suffix(LOCK_SUFFIX)
@@ -813,6 +834,15 @@ fn git_checked_lock_in(rest: &[&str]) -> bool {
     })
 }
 
+/// Whether `access` (a rename's destination if `renamed_onto`) changes what a lock file there
+/// holds when its owner's git renames it into place: writing it, removing it (and making one
+/// of the agent's own in its place), or renaming a file onto it.
+fn touches_lock(access: Access, renamed_onto: bool) -> bool {
+    access == Access::Write
+        || access == Access::Delete
+        || (access == Access::Create && renamed_onto)
+}
+
 /// The refusal of writing someone else's lock file of a file the guard keeps (a config, the
 /// top `.gitmodules`): what is written through it lands when its owner's git renames it into
 /// place, unchecked.
@@ -821,7 +851,7 @@ fn foreign_lock(path: &NsPath) -> Denial {
         rule::PROTECTED,
         DenyKind::ReadOnly,
         format!(
-            "{path} is the lock file someone else's git is writing a guarded file as (its config, index or .gitmodules), which it renames into place unchecked; agents may write only lock files of their own there"
+            "{path} is the lock file someone else's git is writing a guarded file as (its config, index or .gitmodules), which it renames into place unchecked; agents may not write, remove or rename onto lock files other than their own there"
         ),
     )
 }

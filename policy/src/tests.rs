@@ -1650,14 +1650,51 @@ fn git_guard_refuses_moves_onto_or_out_of_git_names() {
             &p(&format!("{d}/.git"))
         )
         .is_ok());
-    // Links reach the same content: none onto hooks.
-    assert!(pol
-        .check_link(
-            &fs,
-            &p(&format!("{d}/x")),
-            &p(&format!("{d}/.git/hooks/pre-commit"))
-        )
-        .is_err());
+    // Links reach the same content: none onto hooks, samples included (a second name would
+    // write the hook once its owner renames the sample into use).
+    for hook in ["pre-commit", "pre-commit.sample", "x.SAMPLE"] {
+        assert!(pol
+            .check_link(
+                &fs,
+                &p(&format!("{d}/x")),
+                &p(&format!("{d}/.git/hooks/{hook}"))
+            )
+            .is_err());
+    }
+    // Someone else's lock files are theirs: not removed, renamed away or replaced.
+    let theirs = SomeoneElsesFiles;
+    for lock in [".git/index.lock", ".git/config.lock", ".gitmodules.lock"] {
+        let lock = p(&format!("{d}/{lock}"));
+        for (access, onto) in [
+            (Access::Write, false),
+            (Access::Delete, false),
+            (Access::Create, true),
+        ] {
+            assert!(
+                pol.check_as(&fs, access, &lock, onto, &theirs).is_err(),
+                "{lock} {access:?}"
+            );
+        }
+        assert!(pol.check_in(&fs, Access::Read, &lock, &theirs).is_ok());
+    }
+}
+
+/// Repositories as a caller sees someone else's: every file in them is theirs.
+struct SomeoneElsesFiles;
+
+impl GitRepos for SomeoneElsesFiles {
+    fn foreign_git_above(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn at_repo_top(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn owns_folder(&self, _: &NsPath) -> bool {
+        false
+    }
+    fn owns_file(&self, _: &NsPath) -> bool {
+        false
+    }
 }
 
 #[test]

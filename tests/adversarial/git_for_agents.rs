@@ -1099,7 +1099,9 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
 /// `core.fsmonitor` into root's config. Agents write only lock files of their own there, and
 /// no remote defined the old way (`.git/remotes/<name>`, a URL git still reads). Nor a
 /// submodule's `.git` file made group-writable with the rest (`chmod -R g+rwX`), which the next
-/// review pointed at the agent's own repository: root's `git status` ran its fsmonitor.
+/// review pointed at the agent's own repository: root's `git status` ran its fsmonitor. Nor
+/// rename a file of its own onto root's lock, or remove root's lock and make its own (the
+/// next review, while root's `git commit -a` held `index.lock` with its editor open).
 #[test]
 fn an_agent_cannot_write_roots_lock_or_gitdir_files() {
     let m = Mounted::new();
@@ -1107,6 +1109,7 @@ fn an_agent_cannot_write_roots_lock_or_gitdir_files() {
     let git = repo.join(".git");
     for (lock, of) in [
         (git.join("config.lock"), git.join("config")),
+        (git.join("index.lock"), git.join("index")),
         (repo.join(".gitmodules.lock"), repo.join(".gitmodules")),
     ] {
         if of.exists() {
@@ -1132,6 +1135,15 @@ probe("truncate", lambda: os.truncate(G + "/config.lock", 0))
 probe("legacy-remote", lambda: open(G + "/remotes/evil", "w"))
 probe("gitdir-file", lambda: os.open(R + "/sub/.git", os.O_WRONLY | os.O_TRUNC))
 probe("gitdir-truncate", lambda: os.truncate(R + "/sub/.git", 0))
+probe("index-lock", lambda: os.open(G + "/index.lock", os.O_WRONLY | os.O_APPEND))
+open(R + "/mine", "w").write("[core]\n\tbare = false\n")
+probe("rename-onto-index-lock", lambda: os.rename(R + "/mine", G + "/index.lock"))
+probe("rename-onto-config-lock", lambda: os.rename(R + "/mine", G + "/config.lock"))
+probe("rename-onto-gitmodules-lock", lambda: os.rename(R + "/mine", R + "/.gitmodules.lock"))
+probe("unlink-index-lock", lambda: os.unlink(G + "/index.lock"))
+probe("unlink-config-lock", lambda: os.unlink(G + "/config.lock"))
+probe("rename-lock-away", lambda: os.rename(G + "/index.lock", R + "/taken"))
+os.unlink(R + "/mine")
 "#,
         g = git.display().to_string(),
         r = repo.display().to_string(),
@@ -1146,6 +1158,13 @@ probe("gitdir-truncate", lambda: os.truncate(R + "/sub/.git", 0))
             "legacy-remote EROFS",
             "gitdir-file EROFS",
             "gitdir-truncate EROFS",
+            "index-lock EROFS",
+            "rename-onto-index-lock EROFS",
+            "rename-onto-config-lock EROFS",
+            "rename-onto-gitmodules-lock EROFS",
+            "unlink-index-lock EROFS",
+            "unlink-config-lock EROFS",
+            "rename-lock-away EROFS",
         ],
     );
     assert_eq!(snapshot(&repo), before, "root's repository changed");
@@ -1341,6 +1360,136 @@ f.seek(0); f.write("#!/bin/sh\ntouch {marker}\n"); f.close()
                 && r["target"]
                     .as_str()
                     .is_some_and(|p| p.ends_with("/.git/hooks/pre-commit"))
+        })
+    });
+}
+
+/// A hook sample the agent made as a second name of a file of its own became root's hook when
+/// root renamed it into use, and the agent then rewrote it by its other name with the
+/// `write_file` tool (which writes the store directly). Found by a red-team round. An agent
+/// makes no second name in someone else's hooks folder, and someone else's file with two
+/// names does not become a hook.
+#[test]
+fn a_hook_has_one_name_the_agent_cannot_write() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let hooks = repo.join(".git/hooks");
+    let w = m.ws();
+    let script = format!(
+        "open({w:?} + '/mine', 'w').write('#!/bin/sh\\nexit 0\\n')\n\
+         probe('link-sample', lambda: os.link({w:?} + '/mine', {h:?} + '/post-commit.sample'))\n\
+         probe('link-hook', lambda: os.link({w:?} + '/mine', {h:?} + '/post-commit'))\n",
+        w = w.display().to_string(),
+        h = hooks.display().to_string(),
+    );
+    probes_as_agent(&m, &script, &["link-sample EROFS", "link-hook EROFS"]);
+    // Someone else's file with a second name (made here by root for the agent) stays a sample.
+    use std::os::unix::fs::{chown, MetadataExt};
+    let agent_uid = fs::metadata(w.join("mine")).unwrap().uid();
+    fs::write(hooks.join("two.sample"), "#!/bin/sh\nexit 0\n").unwrap();
+    chown(hooks.join("two.sample"), Some(agent_uid), None).unwrap();
+    fs::hard_link(hooks.join("two.sample"), w.join("two")).unwrap();
+    let renamed = fs::rename(hooks.join("two.sample"), hooks.join("post-commit"));
+    assert_eq!(
+        renamed.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EPERM))
+    );
+    assert!(!hooks.join("post-commit").exists());
+    // With one name it may (root's choice); the agent cannot write it after.
+    fs::remove_file(w.join("two")).unwrap();
+    fs::rename(hooks.join("two.sample"), hooks.join("post-commit")).unwrap();
+    probes_as_agent(
+        &m,
+        &format!(
+            "probe('write-hook', lambda: os.open({:?}, os.O_WRONLY))\n",
+            hooks.join("post-commit").display().to_string()
+        ),
+        &["write-hook EROFS"],
+    );
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "link"
+                && r["result"] == "denied"
+                && r["target"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/.git/hooks/post-commit.sample"))
+        })
+    });
+}
+
+/// Root's `git checkout` makes a folder and then a file in it; an agent that swapped the new
+/// folder for a symlink to `.git/hooks` (or to a folder outside the mount) in between had
+/// root's git write a hook there. Found by a red-team round (won within three swaps). An
+/// agent's symlink in someone else's repository, made or moved there, leads within the
+/// workspace, to no `.git` in any spelling, and through no symlink.
+#[test]
+fn an_agents_symlinks_in_a_shared_repository_lead_nowhere_git_would_write_for_root() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    std::os::unix::fs::symlink("src", repo.join("root-link")).unwrap();
+    let before = snapshot(&repo.join(".git"));
+    let w = m.ws();
+    let script = format!(
+        r#"
+R, W = {r:?}, {w:?}
+for name, target in [
+    ("hooks", ".git/hooks"), ("hooks-case", ".GIT/hooks"), ("hooks-ntfs", "git~1/hooks"),
+    ("up-hooks", "src/../.git/hooks"), ("cron", "/etc/cron.d"), ("out", "../../../../etc"),
+    ("via-root-link", "root-link/x"), ("empty", ""),
+]:
+    probe("symlink-" + name, lambda: os.symlink(target, R + "/d-" + name))
+probe("symlink-inside", lambda: os.symlink("src/main.c", R + "/d-inside"))
+probe("symlink-sibling", lambda: os.symlink("../other", R + "/d-sibling"))
+os.symlink("/etc/cron.d", W + "/own-link")
+probe("move-in", lambda: os.rename(W + "/own-link", R + "/d-moved"))
+os.mkdir(R + "/folder")
+"#,
+        r = repo.display().to_string(),
+        w = w.display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "symlink-hooks EPERM",
+            "symlink-hooks-case EPERM",
+            "symlink-hooks-ntfs EPERM",
+            "symlink-up-hooks EPERM",
+            "symlink-cron EPERM",
+            "symlink-out EPERM",
+            "symlink-via-root-link EPERM",
+            "symlink-inside ok",
+            "symlink-sibling ok",
+            "move-in EROFS",
+        ],
+    );
+    // An exchange of a folder with a symlink, as the race made it.
+    let exchange = format!(
+        r#"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+R, W = {r:?}, {w:?}
+def exchange():
+    if libc.renameat2(-100, (W + "/own-link").encode(), -100, (R + "/folder").encode(), 2) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+probe("exchange", exchange)
+"#,
+        r = repo.display().to_string(),
+        w = w.display().to_string(),
+    );
+    probes_as_agent(&m, &exchange, &["exchange EROFS"]);
+    assert!(repo.join("folder").is_dir() && !repo.join("folder").is_symlink());
+    for n in ["d-hooks", "d-cron", "d-out", "d-moved", "d-via-root-link"] {
+        assert!(fs::symlink_metadata(repo.join(n)).is_err(), "{n} was made");
+    }
+    assert_eq!(snapshot(&repo.join(".git")), before);
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "symlink"
+                && r["result"] == "denied"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/shared/d-hooks"))
         })
     });
 }

@@ -150,6 +150,38 @@ impl ClawFs {
                 "agents may not move a folder or a symlink into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard, or send its owner's git elsewhere"
             )));
         }
+        // A symlink landing in someone else's repository leads where a symlink the agent made
+        // there may (`symlink_escape`).
+        let landing = [
+            (
+                true,
+                foreign_to,
+                to,
+                (&dir as &dyn AsFd, name),
+                &newdir as &dyn AsFd,
+            ),
+            (
+                mode.exchange,
+                foreign_from,
+                from,
+                (&newdir as &dyn AsFd, newname),
+                &dir as &dyn AsFd,
+            ),
+        ];
+        for (moves, foreign, dest, (d, n), dest_dir) in landing {
+            if !(moves && foreign && policy.guards_git()) {
+                continue;
+            }
+            let Ok(target) = rustix::fs::readlinkat(d.as_fd(), n, Vec::new()) else {
+                continue;
+            };
+            if let Some(why) = symlink_escape(dest, dest_dir, target.as_bytes()) {
+                return Err(refuse(format!(
+                    "{dest} would be a symlink to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads, so agents' symlinks there lead within the workspace, to no .git and through no symlink",
+                    target.to_string_lossy()
+                )));
+            }
+        }
         // A folder moving under someone else's repository may not hold a repository of an
         // owner other than that one's or root: their git, recursing into it as a submodule,
         // would run its config, which may never have been guarded (made where it was the
@@ -274,11 +306,31 @@ impl ClawFs {
         let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
             return Ok(None);
         };
-        if node.io.is_sealed() {
-            return Ok(None);
-        }
-        if node.io.seal() {
-            return Ok(Some(node));
+        let sealed_before = node.io.is_sealed();
+        if sealed_before || node.io.seal() {
+            // Sealed first, so no name can be added after this count (a link of a sealed
+            // file is refused): another name would be written where the seal does not reach
+            // (by the tools, which write the store directly).
+            let names = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|now| (now.st_ino == st.st_ino).then_some(now.st_nlink));
+            if names == Ok(Some(1)) {
+                return Ok((!sealed_before).then_some(node));
+            }
+            if !sealed_before {
+                node.io.unseal();
+            }
+            let denial = Denial {
+                rule: rule::PROTECTED,
+                kind: DenyKind::Permission,
+                reason: format!(
+                    "{from} is uid {}'s and has other names (hard links); as the git hook {to} it could be written through them, so only a file with one name becomes a hook (or copy it: `cp`, then `chmod +x`)",
+                    st.st_uid
+                ),
+            };
+            return match self.refuse_move(caller, "rename", (from, to), denial) {
+                Err(e) => Err(e),
+                Ok(()) => Err(FsError::Io(std::io::Error::from_raw_os_error(libc::EPERM))),
+            };
         }
         let denial = Denial {
             rule: rule::PROTECTED,
@@ -296,6 +348,86 @@ impl ClawFs {
         }
     }
 }
+
+/// Why a symlink at `at` (in the folder `dir`) pointing at `target` may not be an agent's in a
+/// repository someone else owns, if it may not. Its owner's git, checking out a path whose
+/// folder the agent swapped for the symlink between git's `mkdir` and its `open`, writes
+/// where the symlink leads: so it must lead, by name, within the workspace (or agent folder)
+/// to no `.git` in any spelling git refuses (gitoxide's `gix-validate`), and through no
+/// symlink that exists now.
+pub(super) fn symlink_escape(at: &NsPath, dir: &dyn AsFd, target: &[u8]) -> Option<String> {
+    use gix_index::validate::path::component::{self, Options};
+    let options = Options {
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    };
+    if target.is_empty() || target.starts_with(b"/") {
+        return Some("it is empty or absolute".into());
+    }
+    let parts: Vec<&[u8]> = target.split(|b| *b == b'/').collect();
+    // By name, from the symlink's folder: never above the workspace or agent folder.
+    let mut depth = at.components().count().saturating_sub(1);
+    for part in &parts {
+        match *part {
+            b"" | b"." => {}
+            b".." if depth <= AREA_DEPTH => {
+                return Some("it climbs out of its workspace or agent folder".into())
+            }
+            b".." => depth -= 1,
+            name => match gix_index::validate::path::component(name.into(), None, options) {
+                Err(component::Error::DotGitDir) => return Some("it leads into a .git".into()),
+                Err(e) => return Some(format!("a part of it is not a name git enters: {e}")),
+                Ok(_) => depth += 1,
+            },
+        }
+    }
+    // On the store as it is now: no part that exists is a symlink.
+    let open = |d: &dyn AsFd, n: &[u8]| {
+        rustix::fs::openat(
+            d.as_fd(),
+            std::ffi::OsStr::from_bytes(n),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+    };
+    let mut cur = match open(dir, b".") {
+        Ok(fd) => fd,
+        Err(e) => return Some(format!("its folder cannot be opened: {e}")),
+    };
+    for part in parts {
+        if part.is_empty() || part == b"." {
+            continue;
+        }
+        let st = match rustix::fs::statat(
+            &cur,
+            std::ffi::OsStr::from_bytes(part),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            // What does not exist yet leads nowhere now.
+            Err(_) => return None,
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => {
+                return Some(format!(
+                    "it leads through the symlink '{}'",
+                    String::from_utf8_lossy(part)
+                ))
+            }
+            FileType::Directory => match open(&cur, part) {
+                Ok(fd) => cur = fd,
+                Err(e) => return Some(format!("a folder of it cannot be opened: {e}")),
+            },
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Namespace components of a workspace's or agent's folder (`/workspaces/NAME`): a symlink in
+/// someone else's repository leads nowhere above it.
+const AREA_DEPTH: usize = 2;
 
 /// A file an agent puts in place in someone else's repository only by a rename the daemon
 /// checks: what git reads from it runs commands (a config) or writes files (an index).

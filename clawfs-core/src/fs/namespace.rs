@@ -217,6 +217,7 @@ impl ClawFs {
             (FileKind::Symlink, target.len() as u64),
         )?;
         self.refuse_symlink_in_foreign_git(caller, &made.who, "symlink", &made.path)?;
+        self.refuse_escaping_symlink(caller, &made, target)?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &made.dir, name)?;
@@ -246,6 +247,36 @@ impl ClawFs {
             reason: format!("{path} would be a symlink in the .git folder of a repository you do not own, sending its owner's git wherever it points; agents may not make symlinks there"),
         };
         self.refuse(caller, op, path, denial)
+    }
+
+    /// Refuses an agent a symlink to `target` in a repository someone else owns that leads out
+    /// of the workspace, into a `.git` or through a symlink ([`super::git_guard::symlink_escape`]).
+    fn refuse_escaping_symlink(
+        &self,
+        caller: &Caller,
+        made: &super::Creating<'_>,
+        target: &OsStr,
+    ) -> FsResult<()> {
+        if !matches!(made.who, Identity::Agent(_))
+            || !self.policy().guards_git()
+            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), &made.path)
+        {
+            return Ok(());
+        }
+        let Some(why) = super::git_guard::symlink_escape(&made.path, &made.dir, target.as_bytes())
+        else {
+            return Ok(());
+        };
+        let denial = Denial {
+            rule: clawfs_policy::rule::PROTECTED,
+            kind: clawfs_policy::DenyKind::Permission,
+            reason: format!(
+                "{} would be a symlink to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads, so agents' symlinks there lead within the workspace, to no .git and through no symlink",
+                made.path,
+                target.to_string_lossy()
+            ),
+        };
+        self.refuse(caller, "symlink", &made.path, denial)
     }
 
     /// Creates a hard link to `ino` as `newparent/newname`.
