@@ -7,7 +7,9 @@
 //! (gitoxide's `gix-validate`), the index parsed by gitoxide's `gix-index`.
 //!
 //! A file that is not an index (no `DIRC` signature: a ref of a branch called `index`) passes:
-//! git reads none as one. A split index (the `link` extension) is refused: its entries are in
+//! git reads none as one. git also reads indexes under names of its own (`git stash` reads
+//! `index.stash.<pid>`), so the daemon checks every file renamed into someone else's `.git`
+//! that starts as one, and refuses rewriting one in place ([`is_index`]). A split index (the `link` extension) is refused: its entries are in
 //! a shared index this check would have to read too.
 
 use bstr::ByteSlice;
@@ -40,11 +42,17 @@ fn plural(n: usize) -> String {
     }
 }
 
+/// Whether `head` (a file's first bytes) starts as an index does: git reads nothing else as
+/// one.
+pub fn is_index(head: &[u8]) -> bool {
+    head.starts_with(SIGNATURE)
+}
+
 /// Checks `bytes` as an index: `Ok` if it is not one, or if every entry's path is one git would
 /// enter. Parsed in every object format it parses in (the repository's is not looked up), and
 /// refused if it parses in none or any parse lists a bad path.
 pub fn check(bytes: &[u8]) -> Result<(), BadIndex> {
-    if !bytes.starts_with(SIGNATURE) {
+    if !is_index(bytes) {
         return Ok(());
     }
     let options = gix_index::decode::Options {

@@ -249,6 +249,23 @@ impl Policy {
         self.check_in(who, Access::Create, to, git)
     }
 
+    /// Whether `path` is in a `.git` folder's `refs/` or `logs/` (a submodule's included), where
+    /// `.git` is protected: files git reads as refs and their logs, never as an index.
+    pub fn is_git_ref_or_log(&self, path: &NsPath) -> bool {
+        if !self.guards_git() {
+            return false;
+        }
+        let parts: Vec<&str> = path.components().collect();
+        parts.iter().enumerate().any(|(i, c)| {
+            let rest = &parts[i + 1..];
+            c.eq_ignore_ascii_case(GIT_DIR)
+                && rest.len() > 1
+                && rest[..rest.len() - 1]
+                    .iter()
+                    .any(|d| GIT_REF_FOLDERS.iter().any(|r| d.eq_ignore_ascii_case(r)))
+        })
+    }
+
     /// Whether `path` is in git's hooks folder (or a submodule's), where `.git` is protected.
     pub fn is_in_git_hooks(&self, path: &NsPath) -> bool {
         if !self.guards_git() {
@@ -397,7 +414,7 @@ impl Policy {
                         _ => {}
                     }
                     if touches_lock(access, renamed_onto)
-                        && git_checked_lock_in(&parts[i + 1..])
+                        && git_lock_in(&parts[i + 1..])
                         && !git.owns_file(path)
                         && git.foreign_git_above(path)
                     {
@@ -821,16 +838,15 @@ const LEGACY_REMOTES: &[&str] = &["remotes", "branches"];
 /// What git writes a file in place of `X` as, before renaming it onto `X`.
 const LOCK_SUFFIX: &str = ".lock";
 
-/// Whether `rest` (the components after a `.git`) names the lock file git writes a config or
-/// an index as (`config.lock`, `index.lock`) before renaming it onto its target.
-fn git_checked_lock_in(rest: &[&str]) -> bool {
-    let Some((last, dirs)) = rest.split_last() else {
-        return false;
-    };
-    last.strip_suffix(LOCK_SUFFIX).is_some_and(|target| {
-        let mut named: Vec<&str> = dirs.to_vec();
-        named.push(target);
-        git_config_in(&named) || git_index_in(&named)
+/// Whether `rest` (the components after a `.git`) names a lock file: what git writes a file
+/// as (`config.lock`, `index.lock`, `index.stash.<pid>.lock`, `refs/heads/main.lock`…) before
+/// renaming it onto its target, which it never shares with another writer.
+fn git_lock_in(rest: &[&str]) -> bool {
+    rest.last().is_some_and(|last| {
+        last.len() > LOCK_SUFFIX.len()
+            && last
+                .get(last.len() - LOCK_SUFFIX.len()..)
+                .is_some_and(|s| s.eq_ignore_ascii_case(LOCK_SUFFIX))
     })
 }
 
@@ -851,7 +867,7 @@ fn foreign_lock(path: &NsPath) -> Denial {
         rule::PROTECTED,
         DenyKind::ReadOnly,
         format!(
-            "{path} is the lock file someone else's git is writing a guarded file as (its config, index or .gitmodules), which it renames into place unchecked; agents may not write, remove or rename onto lock files other than their own there"
+            "{path} is a lock file someone else's git is writing a file as (its config, an index, a ref, .gitmodules…), which it renames into place unchecked; agents may not write, remove or rename onto lock files other than their own there"
         ),
     )
 }

@@ -1493,3 +1493,115 @@ probe("exchange", exchange)
         })
     });
 }
+
+/// git reads indexes under names of its own: `git stash pop` of untracked files writes
+/// `.git/index.stash.<pid>` and checks out what it lists. An agent watching `.git` renamed an
+/// index listing `.git/hooks/pre-commit` onto it in between (five wins in five), and root's
+/// next commit ran the hook. Found by a red-team round. Whatever its name, a file in someone
+/// else's `.git` that is an index is checked when renamed there and never rewritten in place;
+/// someone else's lock files are theirs alone.
+#[test]
+fn an_index_under_any_name_in_a_shared_repository_is_checked() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    let w = m.ws();
+    // Root's git mid-stash: its temporary index, and a lock it is writing, group-writable as
+    // everything in a shared repository.
+    let stash = git.join("index.stash.4242");
+    let out = std::process::Command::new("git")
+        .args(["read-tree", "HEAD"])
+        .current_dir(&repo)
+        .env("GIT_INDEX_FILE", &stash)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    fs::copy(&stash, git.join("next-index-4242.lock")).unwrap();
+    for f in [&stash, &git.join("next-index-4242.lock")] {
+        share_with_agents(f);
+    }
+    let stash_before = fs::read(&stash).unwrap();
+    let marker = m.dir.path().join("PWNED");
+    agent_git(
+        &m,
+        &format!(
+            "cd {r} || exit 9
+             printf '#!/bin/sh\\ntouch {marker}\\n' > {w}/hook
+             blob=$(g -c safe.directory='*' hash-object -w {w}/hook)
+             GIT_INDEX_FILE={w}/evil-index g -c safe.directory='*' update-index --add --cacheinfo 100755,$blob,xgit/hooks/pre-commit",
+            r = repo.display(),
+            w = w.display(),
+            marker = marker.display(),
+        ),
+    );
+    let hooks_before = snapshot(&git.join("hooks"));
+    let script = format!(
+        r#"
+import hashlib, os, shutil
+W, G = {w:?}, {g:?}
+b = bytearray(open(W + "/evil-index", "rb").read())
+at = b.find(b"xgit/"); b[at:at + 1] = b"."
+b[-20:] = hashlib.sha1(bytes(b[:-20])).digest()
+open(W + "/evil", "wb").write(b)
+def put(name):
+    shutil.copy(W + "/evil", G + "/mine.tmp")
+    try:
+        os.rename(G + "/mine.tmp", G + "/" + name)
+    finally:
+        if os.path.exists(G + "/mine.tmp"): os.unlink(G + "/mine.tmp")
+probe("rename-onto-stash-index", lambda: put("index.stash.4242"))
+probe("rename-new-name", lambda: put("tmpidx"))
+probe("rename-onto-roots-lock", lambda: put("next-index-4242.lock"))
+probe("write-stash-index", lambda: os.open(G + "/index.stash.4242", os.O_WRONLY))
+probe("truncate-stash-index", lambda: os.truncate(G + "/index.stash.4242", 0))
+probe("write-roots-lock", lambda: os.open(G + "/next-index-4242.lock", os.O_WRONLY))
+probe("unlink-roots-lock", lambda: os.unlink(G + "/next-index-4242.lock"))
+open(G + "/notes.tmp", "w").write("not an index\n")
+probe("rename-other-file", lambda: os.rename(G + "/notes.tmp", G + "/notes"))
+"#,
+        w = w.display().to_string(),
+        g = git.display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "rename-onto-stash-index EROFS",
+            "rename-new-name EROFS",
+            "rename-onto-roots-lock EROFS",
+            "write-stash-index EROFS",
+            "truncate-stash-index EROFS",
+            "write-roots-lock EROFS",
+            "unlink-roots-lock EROFS",
+            "rename-other-file ok",
+        ],
+    );
+    assert_eq!(fs::read(&stash).unwrap(), stash_before);
+    // What root's stash does next with its index writes nothing into .git.
+    let out = std::process::Command::new("git")
+        .args(["checkout-index", "--all", "--force"])
+        .current_dir(&repo)
+        .env("GIT_INDEX_FILE", &stash)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(snapshot(&git.join("hooks")), hooks_before);
+    assert!(!marker.exists());
+    // The agent's own git still works there.
+    agent_git(
+        &m,
+        &format!(
+            "cd {r} && echo x > by-agent && g -c safe.directory='*' add by-agent && g -c safe.directory='*' commit -qm by-agent && g -c safe.directory='*' stash list >/dev/null",
+            r = repo.display()
+        ),
+    );
+    audit_until(&m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == "open"
+                && r["result"] == "denied"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/.git/index.stash.4242"))
+        })
+    });
+}

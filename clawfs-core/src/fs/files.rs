@@ -52,6 +52,9 @@ impl ClawFs {
             clawfs_policy::Access::Read
         };
         let who = self.decide(caller, "open", access, &path)?;
+        if writes {
+            self.refuse_rewriting_an_index(caller, &who, ("open", &path), &node)?;
+        }
         let charge = self.charge_descriptor(caller, "open", &path)?;
         // An open for writing adds nothing yet (each write, fallocate or truncation up is
         // checked against the quota as it comes): an agent over its quota may still open a

@@ -131,11 +131,10 @@ impl ClawFs {
         }
         let (foreign_from, foreign_to) = (git.foreign_git_above(from), git.foreign_git_above(to));
         let checked = |p: &NsPath| CheckedFile::of(&policy, p);
-        if mode.exchange
-            && ((checked(from).is_some() && foreign_from) || (checked(to).is_some() && foreign_to))
-        {
+        let in_git = |p: &NsPath| policy.is_in_git_dir(p);
+        if mode.exchange && ((in_git(from) && foreign_from) || (in_git(to) && foreign_to)) {
             return Err(refuse(format!(
-                "{to}: git's config and index may not be exchanged with another file; rename a finished file onto them, as git does"
+                "{from} ↔ {to}: nothing in the .git folder of a repository you do not own may be exchanged with another file (git never does); rename a finished file onto it, as git does"
             )));
         }
         // Folders do not move into, out of or within a `.git` folder of a repository someone
@@ -206,7 +205,18 @@ impl ClawFs {
         if looked && !matches!(turn, Turn::Sole { .. }) {
             return Ok(GitRename::NeedsSoleTurn);
         }
-        let Some(kind) = checked(to).filter(|_| foreign_to) else {
+        // Any file landing in someone else's `.git` outside its refs and logs could be one git
+        // reads as an index under a name of its own (`git stash` reads `index.stash.<pid>`),
+        // so it is sealed, keeps one name, and is checked as an index if it is one.
+        let regular = FileType::from_raw_mode(source.st_mode) == FileType::RegularFile;
+        let kind = match checked(to) {
+            Some(kind) => Some(kind),
+            None if regular && in_git(to) && !policy.is_git_ref_or_log(to) => {
+                Some(CheckedFile::InGitDir)
+            }
+            None => None,
+        };
+        let Some(kind) = kind.filter(|_| foreign_to) else {
             return Ok(GitRename::Allowed(None));
         };
         // Checked alone: no name is made or moved meanwhile, so the file read is the one that
@@ -242,6 +252,11 @@ impl ClawFs {
                 "{from} has other names (hard links), or changed while checked; {what} may have only the one name it is checked under, or it could be written through another"
             )));
         }
+        // A file that is no index (a pack, `ORIG_HEAD`) is not read whole.
+        if kind == CheckedFile::InGitDir && !crate::git_index::is_index(&peek_regular(&dir, name)?)
+        {
+            return Ok(GitRename::Allowed(Some(node)));
+        }
         let text = match read_regular(&dir, name, kind.max_size()) {
             Ok(t) => t,
             Err(e) => {
@@ -249,7 +264,7 @@ impl ClawFs {
                 return Err(e);
             }
         };
-        if kind == CheckedFile::Index {
+        if kind == CheckedFile::Index || kind == CheckedFile::InGitDir {
             if let Err(bad) = crate::git_index::check(&text) {
                 node.io.unseal();
                 return Err(refuse(format!(
@@ -429,12 +444,53 @@ pub(super) fn symlink_escape(at: &NsPath, dir: &dyn AsFd, target: &[u8]) -> Opti
 /// someone else's repository leads nowhere above it.
 const AREA_DEPTH: usize = 2;
 
+impl ClawFs {
+    /// Refuses an agent rewriting in place (`op`: an open for writing, a truncation) a file at
+    /// `path` in the `.git` folder of a repository someone else owns that is an index by its
+    /// first bytes, whatever its name (`git stash` reads `index.stash.<pid>`, which its owner
+    /// made group-writable in a shared repository): its entries are checked only when renamed
+    /// into place.
+    pub(super) fn refuse_rewriting_an_index(
+        &self,
+        caller: &Caller,
+        who: &clawfs_policy::Identity,
+        (op, path): (&'static str, &NsPath),
+        node: &Node,
+    ) -> FsResult<()> {
+        if !matches!(who, clawfs_policy::Identity::Agent(_))
+            || !self.policy().is_in_git_dir(path)
+            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), path)
+        {
+            return Ok(());
+        }
+        let fd = node
+            .handle
+            .open(self.mount_fd(), libc::O_RDONLY | libc::O_NOFOLLOW)?;
+        let mut head = Vec::new();
+        std::fs::File::from(fd).take(8).read_to_end(&mut head)?;
+        if !crate::git_index::is_index(&head) {
+            return Ok(());
+        }
+        let denial = Denial {
+            rule: rule::PROTECTED,
+            kind: DenyKind::ReadOnly,
+            reason: format!(
+                "{path} is a git index in a repository you do not own, which its owner's git checks out without checking its paths; agents put an index in place only by renaming a finished one onto it, whose entries are checked then"
+            ),
+        };
+        self.refuse(caller, op, path, denial)
+    }
+}
+
 /// A file an agent puts in place in someone else's repository only by a rename the daemon
 /// checks: what git reads from it runs commands (a config) or writes files (an index).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum CheckedFile {
     Config,
     Index,
+    /// Any other file in the `.git` folder but its refs and logs: checked as an index if it
+    /// is one.
+    InGitDir,
 }
 
 impl CheckedFile {
@@ -450,13 +506,14 @@ impl CheckedFile {
         match self {
             Self::Config => "git's config",
             Self::Index => "git's index",
+            Self::InGitDir => "a file of git's",
         }
     }
 
     fn max_size(self) -> u64 {
         match self {
             Self::Config => MAX_GIT_CONFIG,
-            Self::Index => crate::git_index::MAX_GIT_INDEX,
+            Self::Index | Self::InGitDir => crate::git_index::MAX_GIT_INDEX,
         }
     }
 }
@@ -541,6 +598,16 @@ pub(super) fn holds_git(
         }
     }
     false
+}
+
+/// The first bytes of the regular file `name` in `dir` (reached as [`read_regular`] reaches
+/// it): enough to tell an index.
+fn peek_regular(dir: impl AsFd, name: &std::ffi::OsStr) -> FsResult<Vec<u8>> {
+    let fd =
+        clawfs_store::beneath::open_file(dir.as_fd(), std::path::Path::new(name), OFlags::RDONLY)?;
+    let mut out = Vec::new();
+    std::fs::File::from(fd).take(8).read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// The content of the regular file `name` in `dir` (reached as every daemon read of an agent's

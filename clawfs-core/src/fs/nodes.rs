@@ -134,6 +134,9 @@ impl ClawFs {
         let fd = self.open_path(&node)?;
         let ns = self.node_path(&node, &*fd)?;
         let who = self.decide(caller, "setattr", clawfs_policy::Access::Write, &ns)?;
+        if change.size.is_some() {
+            self.refuse_rewriting_an_index(caller, &who, ("setattr", &ns), &node)?;
+        }
         if change.size.is_some() && fh.is_none() && staged::identity_file_agent(&ns).is_some() {
             // Identity files change whole, validated at close: open and write them.
             let e = FsError::Managed("identity.json (write it whole)".into());
