@@ -164,6 +164,12 @@ impl Policy {
     /// onto it, whose settings the daemon checks first (`clawfs_core::gitconfig`): `.git/config`, or
     /// the `config` of a submodule's git dir, in any letter case, where `.git` is protected.
     pub fn is_git_config(&self, path: &NsPath) -> bool {
+        self.in_git_dir_where(path, git_config_in)
+    }
+
+    /// Whether, with `.git` protected, `path` has a `.git` component (any letter case) whose
+    /// following components `rest` satisfy `rest_is`.
+    fn in_git_dir_where(&self, path: &NsPath, rest_is: impl Fn(&[&str]) -> bool) -> bool {
         if !self.guards_git() {
             return false;
         }
@@ -171,7 +177,7 @@ impl Policy {
         parts
             .iter()
             .enumerate()
-            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && git_config_in(&parts[i + 1..]))
+            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && rest_is(&parts[i + 1..]))
     }
 
     /// Whether `path` is a git index (`.git/index`, a worktree's or a submodule's, or a split
@@ -179,30 +185,17 @@ impl Policy {
     /// whose entries the daemon checks first (`clawfs_core::git_index`), in any letter case,
     /// where `.git` is protected.
     pub fn is_git_index(&self, path: &NsPath) -> bool {
-        if !self.guards_git() {
-            return false;
-        }
-        let parts: Vec<&str> = path.components().collect();
-        parts
-            .iter()
-            .enumerate()
-            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && git_index_in(&parts[i + 1..]))
+        self.in_git_dir_where(path, git_index_in)
     }
 
     /// Whether `path` is a hook git would run: a file directly in a `.git/hooks` folder (or a
     /// submodule's) not named `*.sample`, where `.git` is protected. Whoever may still write
     /// the file once it has that name decides what its repository's owner runs.
     pub fn is_active_git_hook(&self, path: &NsPath) -> bool {
-        if !self.guards_git() {
-            return false;
-        }
-        let parts: Vec<&str> = path.components().collect();
-        parts.iter().enumerate().any(|(i, c)| {
-            let rest = &parts[i + 1..];
-            c.eq_ignore_ascii_case(GIT_DIR)
-                && git_hooks_at(rest).is_some_and(|h| {
-                    h + 2 == rest.len() && !rest[h + 1].to_ascii_lowercase().ends_with(".sample")
-                })
+        self.in_git_dir_where(path, |rest| {
+            git_hooks_at(rest).is_some_and(|h| {
+                h + 2 == rest.len() && !rest[h + 1].to_ascii_lowercase().ends_with(".sample")
+            })
         })
     }
 
@@ -252,29 +245,17 @@ impl Policy {
     /// Whether `path` is in a `.git` folder's `refs/` or `logs/` (a submodule's included), where
     /// `.git` is protected: files git reads as refs and their logs, never as an index.
     pub fn is_git_ref_or_log(&self, path: &NsPath) -> bool {
-        if !self.guards_git() {
-            return false;
-        }
-        let parts: Vec<&str> = path.components().collect();
-        parts.iter().enumerate().any(|(i, c)| {
-            let rest = &parts[i + 1..];
-            c.eq_ignore_ascii_case(GIT_DIR)
-                && rest.len() > 1
-                && rest[..rest.len() - 1]
-                    .iter()
+        self.in_git_dir_where(path, |rest| {
+            rest.split_last().is_some_and(|(_, dirs)| {
+                dirs.iter()
                     .any(|d| GIT_REF_FOLDERS.iter().any(|r| d.eq_ignore_ascii_case(r)))
+            })
         })
     }
 
     /// Whether `path` is in git's hooks folder (or a submodule's), where `.git` is protected.
     pub fn is_in_git_hooks(&self, path: &NsPath) -> bool {
-        if !self.guards_git() {
-            return false;
-        }
-        let parts: Vec<&str> = path.components().collect();
-        parts.iter().enumerate().any(|(i, c)| {
-            c.eq_ignore_ascii_case(GIT_DIR) && git_hooks_at(&parts[i + 1..]).is_some()
-        })
+        self.in_git_dir_where(path, |rest| git_hooks_at(rest).is_some())
     }
 
     /// Whether `path` is in a `.git` folder (any letter case) while the git guard is on: a folder
@@ -822,7 +803,15 @@ fn git_index_in(rest: &[&str]) -> bool {
 /// The folders of an operation in progress — a rebase, `git am`, a cherry-pick or revert —
 /// whose files say what git runs when whoever continues it does (`exec` lines, a merge
 /// strategy, which git runs as `git-merge-<strategy>`, strategy options).
-const GIT_IN_PROGRESS: &[&str] = &["rebase-merge", "rebase-apply", "sequencer"];
+const GIT_IN_PROGRESS: &[&str] = &[
+    "rebase-merge",
+    "rebase-apply",
+    "sequencer",
+    // Recorded conflict resolutions (rerere), which git turns on once `rr-cache` exists and
+    // replays after every commit and merge onto the paths `MERGE_RR` names, wherever they are.
+    "rr-cache",
+    "MERGE_RR",
+];
 
 /// Whether `rest` (the components after a `.git`) is in, or is, the state of an operation in
 /// progress ([`GIT_IN_PROGRESS`]), in the repository's git dir or a submodule's.
@@ -940,7 +929,7 @@ fn git_guard(
         if access == Access::Delete {
             return Ok(());
         }
-        "the state of a rebase, git am or cherry-pick in progress, which says what its owner's git runs when it continues (exec lines, merge strategies)"
+        "the state of a rebase, git am or cherry-pick in progress, or of recorded conflict resolutions (rerere), which says what its owner's git runs when it continues (exec lines, merge strategies) or which files it rewrites after a commit"
     } else if git_index_in(rest) {
         // Made the way git makes it: a finished file renamed onto it, whose entries the daemon
         // checks (`clawfs_core::git_index`); never written in place. Removing it runs nothing.

@@ -211,6 +211,18 @@ fn share_with_agents(dir: &Path) {
     }
 }
 
+/// Waits for the audit record of a denied `operation` whose `field` (`path` or `target`) ends
+/// with `suffix`.
+fn denied_on(m: &Mounted, operation: &str, field: &str, suffix: &str) {
+    audit_until(m, |all| {
+        all.iter().any(|r| {
+            r["operation"] == operation
+                && r["result"] == "denied"
+                && r[field].as_str().is_some_and(|p| p.ends_with(suffix))
+        })
+    });
+}
+
 /// Runs `script` as fs-engine with [`git_env`]'s git (`g`), which must succeed.
 fn agent_git(m: &Mounted, script: &str) {
     let out = m.run_agent_as("fs-engine", &[], &format!("{}\n{script}", git_env(m)));
@@ -1081,15 +1093,7 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
     let answer = m.run_agent_as("fs-engine", &[], &call);
     assert!(answer.status.success(), "{}", text(&answer));
     assert_eq!(fs::read_to_string(&config).unwrap(), clean);
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "rename"
-                && r["result"] == "denied"
-                && r["target"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/shared/.git/config"))
-        })
-    });
+    denied_on(&m, "rename", "target", "/shared/.git/config");
 }
 
 /// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
@@ -1179,15 +1183,7 @@ os.unlink(R + "/mine")
             g = git.display(),
         ),
     );
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "open"
-                && r["result"] == "denied"
-                && r["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/shared/.git/config.lock"))
-        })
-    });
+    denied_on(&m, "open", "path", "/shared/.git/config.lock");
 }
 
 /// git does not check the paths of an index it reads: an entry `.git/hooks/post-checkout` in
@@ -1353,15 +1349,7 @@ f.seek(0); f.write("#!/bin/sh\ntouch {marker}\n"); f.close()
     let commit = root_git(&repo, &["commit", "-q", "--allow-empty", "-m", "x"]);
     assert!(commit.status.success(), "{}", text(&commit));
     assert!(!marker.exists(), "root's git ran what the agent wrote");
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "rename"
-                && r["result"] == "denied"
-                && r["target"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/.git/hooks/pre-commit"))
-        })
-    });
+    denied_on(&m, "rename", "target", "/.git/hooks/pre-commit");
 }
 
 /// A hook sample the agent made as a second name of a file of its own became root's hook when
@@ -1406,15 +1394,7 @@ fn a_hook_has_one_name_the_agent_cannot_write() {
         ),
         &["write-hook EROFS"],
     );
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "link"
-                && r["result"] == "denied"
-                && r["target"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/.git/hooks/post-commit.sample"))
-        })
-    });
+    denied_on(&m, "link", "target", "/.git/hooks/post-commit.sample");
 }
 
 /// Root's `git checkout` makes a folder and then a file in it; an agent that swapped the new
@@ -1483,15 +1463,7 @@ probe("exchange", exchange)
         assert!(fs::symlink_metadata(repo.join(n)).is_err(), "{n} was made");
     }
     assert_eq!(snapshot(&repo.join(".git")), before);
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "symlink"
-                && r["result"] == "denied"
-                && r["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/shared/d-hooks"))
-        })
-    });
+    denied_on(&m, "symlink", "path", "/shared/d-hooks");
 }
 
 /// git reads indexes under names of its own: `git stash pop` of untracked files writes
@@ -1595,13 +1567,55 @@ probe("rename-other-file", lambda: os.rename(G + "/notes.tmp", G + "/notes"))
             r = repo.display()
         ),
     );
-    audit_until(&m, |all| {
-        all.iter().any(|r| {
-            r["operation"] == "open"
-                && r["result"] == "denied"
-                && r["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/.git/index.stash.4242"))
-        })
-    });
+    denied_on(&m, "open", "path", "/.git/index.stash.4242");
+}
+
+/// git replays recorded conflict resolutions (rerere) after every commit once `.git/rr-cache`
+/// exists, onto the paths `.git/MERGE_RR` names, wherever they are: an agent that wrote a
+/// resolution of root's `.git/config` adding `core.fsmonitor`, and a `MERGE_RR` naming it,
+/// had root's `git commit -a` rewrite the config ("Resolved '.git/config' using previous
+/// resolution"), and root's next `git status` ran the command; a path outside the mount was
+/// rewritten the same way, and a root-only file copied where the agent could read it. Found
+/// by a red-team round. rerere's state is its owner's, as a rebase's is.
+#[test]
+fn rerere_state_in_a_shared_repository_is_the_owners() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    let config_before = fs::read(git.join("config")).unwrap();
+    // Root has rerere on in one case: its rr-cache exists, group-writable.
+    fs::create_dir(git.join("rr-cache")).unwrap();
+    share_with_agents(&git.join("rr-cache"));
+    let id = "0123456789abcdef0123456789abcdef01234567";
+    let script = format!(
+        r#"
+G = {g:?}
+probe("mkdir-resolution", lambda: os.mkdir(G + "/rr-cache/{id}"))
+probe("merge-rr", lambda: open(G + "/MERGE_RR", "w").write("{id}.-1\t.git/config\0"))
+open(G + "/MERGE_RR.lock", "w").write("{id}.-1\t.git/config\0")
+probe("merge-rr-rename", lambda: os.rename(G + "/MERGE_RR.lock", G + "/MERGE_RR"))
+probe("rmdir-rr-cache", lambda: os.rmdir(G + "/rr-cache"))
+probe("mkdir-rr-cache", lambda: os.mkdir(G + "/RR-cache"))
+"#,
+        g = git.display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "mkdir-resolution EROFS",
+            "merge-rr EROFS",
+            "merge-rr-rename EROFS",
+            "rmdir-rr-cache ok",
+            "mkdir-rr-cache EROFS",
+        ],
+    );
+    assert!(!git.join("MERGE_RR").exists());
+    fs::write(repo.join("src/changed-by-root.c"), "int x;\n").unwrap();
+    let add = root_git(&repo, &["add", "src/changed-by-root.c"]);
+    assert!(add.status.success(), "{}", text(&add));
+    let commit = root_git(&repo, &["commit", "-q", "-a", "-m", "root"]);
+    assert!(commit.status.success(), "{}", text(&commit));
+    assert_eq!(fs::read(git.join("config")).unwrap(), config_before);
+    denied_on(&m, "create", "path", "/.git/MERGE_RR");
 }
