@@ -1619,3 +1619,60 @@ probe("mkdir-rr-cache", lambda: os.mkdir(G + "/RR-cache"))
     assert_eq!(fs::read(git.join("config")).unwrap(), config_before);
     denied_on(&m, "create", "path", "/.git/MERGE_RR");
 }
+
+/// A folder moved into or within someone else's repository brings its symlinks along: one
+/// made where symlinks are the agent's business (its own folder), or deep in the repository
+/// where `../../../../../x` stays in the workspace, leads out of it (or into `.git/hooks`)
+/// where the folder lands, and root's `git checkout` wrote through it when the agent swapped
+/// the folder for one of root's. Found by a red-team round (won on the first run). Every
+/// symlink in a moved folder is judged where it lands, as a symlink made there is.
+#[test]
+fn symlinks_inside_a_moved_folder_are_judged_where_they_land() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    fs::create_dir(repo.join("roots")).unwrap();
+    share_with_agents(&repo.join("roots"));
+    let before = snapshot(&repo.join(".git"));
+    let script = format!(
+        r#"
+import ctypes
+R, O = {r:?}, {o:?}
+hooks = R + "/.git/hooks"
+os.makedirs(O + "/k")
+os.symlink(hooks, O + "/k/e")
+probe("move-in-absolute", lambda: os.rename(O + "/k", R + "/k"))
+os.makedirs(O + "/k2/sub")
+os.symlink("../../../../../../etc", O + "/k2/sub/e")
+probe("move-in-climbing", lambda: os.rename(O + "/k2", R + "/k2"))
+deep = R + "/l1/l2/l3/l4"
+os.makedirs(deep + "/k3")
+probe("make-deep", lambda: os.symlink("../../../../../../z", deep + "/k3/e"))
+probe("move-up", lambda: os.rename(deep + "/k3", R + "/k3"))
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+probe("exchange-with-roots", lambda: exchange(deep + "/k3", R + "/roots"))
+os.makedirs(R + "/fine/sub")
+os.symlink("../x", R + "/fine/sub/e")
+probe("move-fine", lambda: os.rename(R + "/fine", R + "/l1/fine"))
+"#,
+        r = repo.display().to_string(),
+        o = m.ws().join("own").display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "move-in-absolute EROFS",
+            "move-in-climbing EROFS",
+            "make-deep ok",
+            "move-up EROFS",
+            "exchange-with-roots EROFS",
+            "move-fine ok",
+        ],
+    );
+    assert!(!repo.join("k").exists() && !repo.join("k2").exists() && !repo.join("k3").exists());
+    assert_eq!(snapshot(&repo.join(".git")), before);
+    denied_on(&m, "rename", "target", "/shared/k");
+}

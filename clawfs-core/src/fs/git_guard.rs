@@ -199,7 +199,7 @@ impl ClawFs {
                 || (mode.exchange && carried(foreign_from, from, (&newdir, newname))))
         {
             return Err(refuse(format!(
-                "{from} holds a git repository (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
+                "{from} holds a git repository, or a symlink that at {to} would lead out of the workspace, into a .git or through a symlink (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it or write through the symlink; keep your repositories and such symlinks outside others'"
             )));
         }
         if looked && !matches!(turn, Turn::Sole { .. }) {
@@ -526,7 +526,9 @@ const GIT_DIR: &str = ".git";
 /// `dest` would run the config of for someone other than its owner ([`holds_git`]): a `.git`
 /// of anyone but root and the owner of the outermost `.git` above `dest`, whose git recurses
 /// into all of it (a repository nested in it, even the mover's own, is guarded, and its
-/// owner is not trusted for what comes in below). A file holds none.
+/// owner is not trusted for what comes in below); or a symlink that, where it lands, an agent
+/// could not make there ([`symlink_escape`]: a folder moved up turns `../../x` into a way out).
+/// A file holds none.
 pub(super) fn holds_untrusted_git(
     repos: &super::git_repos::Repos<'_>,
     dest: &NsPath,
@@ -538,16 +540,33 @@ pub(super) fn holds_untrusted_git(
         return false;
     }
     let owner = repos.outermost_git_owner(dest);
-    holds_git(dir, name, &|uid| uid == 0 || owner == Some(uid))
+    let symlink_escapes = |within: &[&std::ffi::OsStr], at: &dyn AsFd, target: &[u8]| {
+        within
+            .iter()
+            .try_fold(dest.clone(), |p, c| p.join(c))
+            .map_or(true, |link| symlink_escape(&link, at, target).is_some())
+    };
+    holds_git(
+        dir,
+        name,
+        &|uid| uid == 0 || owner == Some(uid),
+        &symlink_escapes,
+    )
 }
 
+/// What [`holds_git`] asks of each symlink it meets: whether the symlink at the path `within`
+/// (below the folder looked through, its own name last), in the folder `at`, pointing at
+/// `target`, may not come along.
+pub(super) type SymlinkJudge<'a> = dyn Fn(&[&std::ffi::OsStr], &dyn AsFd, &[u8]) -> bool + 'a;
+
 /// Whether the folder `name` in `dir` holds a `.git` (any letter case) at any depth whose
-/// owner is not `trusted`, or more than [`WALK_BUDGET`] entries: what cannot be looked through
-/// counts as holding one.
+/// owner is not `trusted`, a symlink `escapes` refuses, or more than [`WALK_BUDGET`] entries:
+/// what cannot be looked through counts as holding one.
 pub(super) fn holds_git(
     dir: &dyn AsFd,
     name: &std::ffi::OsStr,
     trusted: &dyn Fn(u32) -> bool,
+    escapes: &SymlinkJudge<'_>,
 ) -> bool {
     let open = |d: std::os::fd::BorrowedFd<'_>, n: &std::ffi::OsStr| {
         rustix::fs::openat(
@@ -561,8 +580,9 @@ pub(super) fn holds_git(
         return true;
     };
     let mut budget = WALK_BUDGET;
-    let mut stack = vec![top];
-    while let Some(fd) = stack.pop() {
+    // Each folder with the names leading to it from the top.
+    let mut stack = vec![(top, Vec::<std::ffi::OsString>::new())];
+    while let Some((fd, within)) = stack.pop() {
         let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
             return true;
         };
@@ -582,18 +602,37 @@ pub(super) fn holds_git(
                     _ => return true,
                 }
             }
-            let folder = match entry.file_type() {
+            let kind = match entry.file_type() {
                 FileType::Unknown => {
-                    rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
-                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+                    match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => FileType::from_raw_mode(st.st_mode),
+                        Err(_) => return true,
+                    }
                 }
-                t => t == FileType::Directory,
+                t => t,
             };
-            if folder {
-                match open(fd.as_fd(), std::ffi::OsStr::from_bytes(n)) {
-                    Ok(sub) => stack.push(sub),
+            let here = std::ffi::OsStr::from_bytes(n);
+            match kind {
+                FileType::Directory => match open(fd.as_fd(), here) {
+                    Ok(sub) => {
+                        let mut deeper = within.clone();
+                        deeper.push(here.to_os_string());
+                        stack.push((sub, deeper));
+                    }
                     Err(_) => return true,
+                },
+                FileType::Symlink => {
+                    let Ok(target) = rustix::fs::readlinkat(&fd, here, Vec::new()) else {
+                        return true;
+                    };
+                    let mut path: Vec<&std::ffi::OsStr> =
+                        within.iter().map(|c| c.as_os_str()).collect();
+                    path.push(here);
+                    if escapes(&path, &fd, target.as_bytes()) {
+                        return true;
+                    }
                 }
+                _ => {}
             }
         }
     }
