@@ -174,10 +174,9 @@ impl Policy {
             return false;
         }
         let parts: Vec<&str> = path.components().collect();
-        parts
-            .iter()
-            .enumerate()
-            .any(|(i, c)| c.eq_ignore_ascii_case(GIT_DIR) && rest_is(&parts[i + 1..]))
+        parts.iter().enumerate().any(|(i, c)| {
+            c.eq_ignore_ascii_case(GIT_DIR) && rest_is(beyond_worktrees(&parts[i + 1..]))
+        })
     }
 
     /// Whether `path` is a git index (`.git/index`, a worktree's or a submodule's, or a split
@@ -870,6 +869,17 @@ fn git_redirect_in(rest: &[&str]) -> bool {
         .is_some_and(|c| c.eq_ignore_ascii_case(GIT_COMMONDIR) || c.eq_ignore_ascii_case("gitdir"))
 }
 
+/// `rest` (the components after a `.git`) as seen from the git dir it is in: a linked
+/// worktree's (`worktrees/<x>/`) holds what the main one does — an index, `config.worktree`,
+/// operation state, and its own submodules' git dirs (`worktrees/<x>/modules/<name>/`, with
+/// their config and hooks) — so its files are guarded as the main git dir's are.
+fn beyond_worktrees<'a, 'b>(mut rest: &'a [&'b str]) -> &'a [&'b str] {
+    while rest.len() > 2 && rest[0].eq_ignore_ascii_case(GIT_WORKTREES) {
+        rest = &rest[2..];
+    }
+    rest
+}
+
 /// Where in `rest` (the components after a `.git`) git's hooks folder is, if `rest` is in it:
 /// `hooks/`, or a submodule's (`modules/<name>/hooks/`, the name may hold `/`), whose own
 /// hooks its superproject's git runs too.
@@ -902,6 +912,7 @@ fn git_guard(
     if access.is_read() {
         return Ok(());
     }
+    let rest = beyond_worktrees(rest);
     let hooks_at = git_hooks_at(rest);
     let config = git_config_in(rest);
     let what = if let Some(h) = hooks_at {

@@ -1506,7 +1506,26 @@ fn git_guard_lets_agents_use_git() {
                 assert!(!pol.is_git_index(&from), "{from}");
                 assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
             }
+            // A linked worktree's git dir holds its own submodules' git dirs.
+            for guarded in [
+                "worktrees/wt/modules/sm/config",
+                "worktrees/wt/modules/sm/hooks/post-checkout",
+                "worktrees/wt/rebase-merge/git-rebase-todo",
+                "worktrees/wt/MERGE_RR",
+            ] {
+                for a in [Access::Create, Access::Write] {
+                    denied(
+                        &pol,
+                        &fs,
+                        a,
+                        &format!("{dir}/{git}/{guarded}"),
+                        rule::PROTECTED,
+                        DenyKind::ReadOnly,
+                    );
+                }
+            }
             for (hook, active) in [
+                ("worktrees/wt/modules/sm/hooks/pre-commit", true),
                 ("hooks/pre-commit", true),
                 ("HOOKS/post-checkout", true),
                 ("modules/a/b/hooks/pre-commit", true),

@@ -1676,3 +1676,64 @@ probe("move-fine", lambda: os.rename(R + "/fine", R + "/l1/fine"))
     assert_eq!(snapshot(&repo.join(".git")), before);
     denied_on(&m, "rename", "target", "/shared/k");
 }
+
+/// Three more ways a symlink or a git dir reached root's repository, found by a red-team
+/// round: a hard link gives a deep symlink (`../../../../x`, inside the workspace from there) a
+/// second name at the repository's top, where it leads out; the `move` tool carried one the
+/// same way (root's checkout wrote through both); and a linked worktree keeps its submodules'
+/// git dirs at `.git/worktrees/<x>/modules/<name>/`, whose config and hooks root's git in the
+/// worktree runs.
+#[test]
+fn links_tools_and_worktree_git_dirs_carry_nothing_past_the_guard() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let wt_modules = repo.join(".git/worktrees/wt/modules/sm");
+    fs::create_dir_all(wt_modules.join("hooks")).unwrap();
+    fs::write(wt_modules.join("config"), "[core]\n\tbare = false\n").unwrap();
+    share_with_agents(&repo.join(".git/worktrees"));
+    let before = snapshot(&repo.join(".git"));
+    let script = format!(
+        r#"
+R, M = {r:?}, {m:?}
+os.makedirs(R + "/z/a/b")
+os.symlink("../../../../outside", R + "/z/a/b/s")
+probe("link-up", lambda: os.link(R + "/z/a/b/s", R + "/d1", follow_symlinks=False))
+probe("link-same-depth", lambda: os.link(R + "/z/a/b/s", R + "/z/a/b/s2", follow_symlinks=False))
+probe("wt-sub-config", lambda: open(M + "/config", "a").write("[core]\n\tfsmonitor = x\n"))
+probe("wt-sub-hook", lambda: open(M + "/hooks/post-checkout", "w"))
+probe("wt-sub-new-config", lambda: open({n:?}, "w"))
+"#,
+        r = repo.display().to_string(),
+        m = wt_modules.display().to_string(),
+        n = repo
+            .join(".git/worktrees/wt/modules/other/config")
+            .display()
+            .to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "link-up EPERM",
+            "link-same-depth ok",
+            "wt-sub-config EROFS",
+            "wt-sub-hook EROFS",
+        ],
+    );
+    assert!(fs::symlink_metadata(repo.join("d1")).is_err());
+    let moved = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &crate::common::tool_call_script(
+            &m,
+            "move",
+            &serde_json::json!({"from": "shared/z/a/b/s", "to": "shared/d2"}),
+        ),
+    );
+    let moved: serde_json::Value =
+        serde_json::from_slice(&moved.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&moved)));
+    assert_eq!(moved["error"], "denied", "{moved}");
+    assert!(fs::symlink_metadata(repo.join("d2")).is_err());
+    assert_eq!(snapshot(&repo.join(".git")), before);
+    denied_on(&m, "link", "target", "/shared/d1");
+}

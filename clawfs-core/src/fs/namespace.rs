@@ -279,6 +279,39 @@ impl ClawFs {
         self.refuse(caller, "symlink", &made.path, denial)
     }
 
+    /// Refuses an agent a second name `to` (in `dir`) for the symlink `src` in a repository
+    /// someone else owns where a symlink made there would be refused: a hard link is a new
+    /// name for the same target text, which leads elsewhere from there.
+    fn refuse_escaping_link(
+        &self,
+        caller: &Caller,
+        src: &impl AsFd,
+        (to, dir): (&clawfs_policy::NsPath, &impl AsFd),
+    ) -> FsResult<()> {
+        let symlink = rustix::fs::fstat(src.as_fd())
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+        if !symlink
+            || !matches!(self.identify(caller), Identity::Agent(_))
+            || !self.policy().guards_git()
+            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), to)
+        {
+            return Ok(());
+        }
+        let target = rustix::fs::readlinkat(src.as_fd(), "", Vec::new())?;
+        let Some(why) = super::git_guard::symlink_escape(to, dir, target.as_bytes()) else {
+            return Ok(());
+        };
+        let denial = Denial {
+            rule: clawfs_policy::rule::PROTECTED,
+            kind: clawfs_policy::DenyKind::Permission,
+            reason: format!(
+                "{to} would be a second name of a symlink to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads",
+                target.to_string_lossy()
+            ),
+        };
+        self.refuse(caller, "link", to, denial)
+    }
+
     /// Creates a hard link to `ino` as `newparent/newname`.
     pub fn link(
         &self,
@@ -326,6 +359,7 @@ impl ClawFs {
         let src = self.open_path(&node)?;
         let dir = self.open_path(&pnode)?;
         let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
+        self.refuse_escaping_link(caller, &src, (&to, &dir))?;
         if staged::identity_file_agent(&from).is_some() {
             // A second name would let writes through it skip the staged, validated commit.
             let e = FsError::Managed("identity.json (it has one name)".into());

@@ -535,10 +535,11 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         // ids, since the caller may not see the store's folders. The owner's git, recursing
         // into it as a submodule, would run its config.
         let _turn = carrying.order.sole();
-        let folder = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        let kind = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| st.st_mode & libc::S_IFMT);
+        let (folder, symlink) = (kind == Ok(libc::S_IFDIR), kind == Ok(libc::S_IFLNK));
         let leaf = to.rsplit('/').next().unwrap_or(to);
-        let carried = folder
+        let carried = (folder || symlink)
             && crate::creds::with_daemon_ids(|| {
                 let dest = carrying
                     .path_of(to_dir)
@@ -550,12 +551,22 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
                             carrying.uid,
                         )
                         .anchored(vec![anchor]);
+                        // A symlink leads where one made there may ([`symlink_escape`]).
+                        let escapes = || {
+                            rustix::fs::readlinkat(dir, name, Vec::new()).map_or(true, |t| {
+                                crate::fs::git_guard::symlink_escape(&dest, &to_dir, t.as_bytes())
+                                    .is_some()
+                            })
+                        };
                         repos.foreign_git_above(&dest)
-                            && crate::fs::git_guard::holds_untrusted_git(
-                                &repos,
-                                &dest,
-                                (&dir, OsStr::new(name)),
-                            )
+                            && match symlink {
+                                true => escapes(),
+                                false => crate::fs::git_guard::holds_untrusted_git(
+                                    &repos,
+                                    &dest,
+                                    (&dir, OsStr::new(name)),
+                                ),
+                            }
                     }
                     // Where it would go cannot be named: refused, as what cannot be looked at.
                     None => true,
@@ -563,7 +574,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             });
         if carried {
             return Err(clawfs_agent_tools::ToolError::Denied(format!(
-                "the folder you move to '{to}' holds a git repository (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it; keep your repositories outside others'"
+                "what you move to '{to}' is, or holds, a git repository or a symlink that there would lead out of the workspace, into a .git or through a symlink (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it or write through the symlink; keep your repositories and such symlinks outside others'"
             )));
         }
         rename()
