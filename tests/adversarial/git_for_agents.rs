@@ -229,7 +229,7 @@ fn agent_git(m: &Mounted, script: &str) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
-/// Runs the Python `script` as fs-engine after [`crate::support::PROBE`]'s `probe`, and checks
+/// Runs the Python `script` as fs-engine after [`crate::support::PROBE`]'s `probe` and `exchange`, and checks
 /// that it printed each line of `want`.
 fn probes_as_agent(m: &Mounted, script: &str, want: &[&str]) {
     let out = crate::support::python_as_agent(m, &format!("{}{script}", crate::support::PROBE));
@@ -1446,13 +1446,8 @@ os.mkdir(R + "/folder")
     // An exchange of a folder with a symlink, as the race made it.
     let exchange = format!(
         r#"
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
 R, W = {r:?}, {w:?}
-def exchange():
-    if libc.renameat2(-100, (W + "/own-link").encode(), -100, (R + "/folder").encode(), 2) != 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
-probe("exchange", exchange)
+probe("exchange", lambda: exchange(W + "/own-link", R + "/folder"))
 "#,
         r = repo.display().to_string(),
         w = w.display().to_string(),
@@ -1635,7 +1630,6 @@ fn symlinks_inside_a_moved_folder_are_judged_where_they_land() {
     let before = snapshot(&repo.join(".git"));
     let script = format!(
         r#"
-import ctypes
 R, O = {r:?}, {o:?}
 hooks = R + "/.git/hooks"
 os.makedirs(O + "/k")
@@ -1648,10 +1642,6 @@ deep = R + "/l1/l2/l3/l4"
 os.makedirs(deep + "/k3")
 probe("make-deep", lambda: os.symlink("../../../../../../z", deep + "/k3/e"))
 probe("move-up", lambda: os.rename(deep + "/k3", R + "/k3"))
-libc = ctypes.CDLL(None, use_errno=True)
-def exchange(a, b):
-    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
 probe("exchange-with-roots", lambda: exchange(deep + "/k3", R + "/roots"))
 os.makedirs(R + "/fine/sub")
 os.symlink("../x", R + "/fine/sub/e")

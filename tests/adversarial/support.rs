@@ -253,13 +253,17 @@ impl Drop for StoreOnImage {
 /// Python for the agent's scripts: `probe(what, call)` prints `what` and `ok` or the errno's
 /// name the call failed with.
 pub const PROBE: &str = r#"
-import errno, os
+import ctypes, errno, os
 def probe(what, call):
     try:
         call()
         print(what, "ok")
     except OSError as e:
         print(what, errno.errorcode.get(e.errno, e.errno))
+def exchange(a, b):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
 "#;
 
 /// What a Python script run by fs-engine in its sandbox printed (stdout and stderr).
