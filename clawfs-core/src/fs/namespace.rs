@@ -217,7 +217,13 @@ impl ClawFs {
             (FileKind::Symlink, target.len() as u64),
         )?;
         self.refuse_symlink_in_foreign_git(caller, &made.who, "symlink", &made.path)?;
-        self.refuse_escaping_symlink(caller, &made, target)?;
+        self.refuse_escaping_symlink(
+            caller,
+            &made.who,
+            ("symlink", &made.path),
+            &made.dir,
+            target.as_bytes(),
+        )?;
         {
             let _as = AsCaller::enter(caller)?;
             rustix::fs::symlinkat(target, &made.dir, name)?;
@@ -249,67 +255,39 @@ impl ClawFs {
         self.refuse(caller, op, path, denial)
     }
 
-    /// Refuses an agent a symlink to `target` in a repository someone else owns that leads out
-    /// of the workspace, into a `.git` or through a symlink ([`super::git_guard::symlink_escape`]).
+    /// Refuses an agent a symlink to `target` at `path` (in `dir`, made by `op`: `symlink`, or
+    /// `link` giving one a second name) in a repository someone else owns that leads out of the
+    /// workspace, into a `.git` or through a symlink ([`super::git_guard::symlink_escape`]).
     fn refuse_escaping_symlink(
         &self,
         caller: &Caller,
-        made: &super::Creating<'_>,
-        target: &OsStr,
+        who: &Identity,
+        (op, path): (&'static str, &clawfs_policy::NsPath),
+        dir: &dyn AsFd,
+        target: &[u8],
     ) -> FsResult<()> {
-        if !matches!(made.who, Identity::Agent(_))
+        if !matches!(who, Identity::Agent(_))
             || !self.policy().guards_git()
-            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), &made.path)
+            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), path)
         {
             return Ok(());
         }
-        let Some(why) = super::git_guard::symlink_escape(&made.path, &made.dir, target.as_bytes())
-        else {
+        let Some(why) = super::git_guard::symlink_escape(path, dir, target) else {
             return Ok(());
+        };
+        let what = match op {
+            "link" => "a second name of a symlink",
+            _ => "a symlink",
         };
         let denial = Denial {
             rule: clawfs_policy::rule::PROTECTED,
             kind: clawfs_policy::DenyKind::Permission,
             reason: format!(
-                "{} would be a symlink to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads, so agents' symlinks there lead within the workspace, to no .git and through no symlink",
-                made.path,
-                target.to_string_lossy()
+                "{path} would be {what} to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads, so agents' symlinks there lead within the workspace, to no .git and through no symlink",
+                String::from_utf8_lossy(target)
             ),
         };
-        self.refuse(caller, "symlink", &made.path, denial)
-    }
-
-    /// Refuses an agent a second name `to` (in `dir`) for the symlink `src` in a repository
-    /// someone else owns where a symlink made there would be refused: a hard link is a new
-    /// name for the same target text, which leads elsewhere from there.
-    fn refuse_escaping_link(
-        &self,
-        caller: &Caller,
-        src: &impl AsFd,
-        (to, dir): (&clawfs_policy::NsPath, &impl AsFd),
-    ) -> FsResult<()> {
-        let symlink = rustix::fs::fstat(src.as_fd())
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
-        if !symlink
-            || !matches!(self.identify(caller), Identity::Agent(_))
-            || !self.policy().guards_git()
-            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), to)
-        {
-            return Ok(());
-        }
-        let target = rustix::fs::readlinkat(src.as_fd(), "", Vec::new())?;
-        let Some(why) = super::git_guard::symlink_escape(to, dir, target.as_bytes()) else {
-            return Ok(());
-        };
-        let denial = Denial {
-            rule: clawfs_policy::rule::PROTECTED,
-            kind: clawfs_policy::DenyKind::Permission,
-            reason: format!(
-                "{to} would be a second name of a symlink to '{}' in a repository you do not own, and {why}; its owner's git could be made to write where it leads",
-                target.to_string_lossy()
-            ),
-        };
-        self.refuse(caller, "link", to, denial)
+        self.refuse(caller, op, path, denial)
     }
 
     /// Creates a hard link to `ino` as `newparent/newname`.
@@ -359,7 +337,12 @@ impl ClawFs {
         let src = self.open_path(&node)?;
         let dir = self.open_path(&pnode)?;
         let (from, to) = (self.ns_path(&src)?, self.ns_child(&dir, newname)?);
-        self.refuse_escaping_link(caller, &src, (&to, &dir))?;
+        // A second name of a symlink is judged where it lands, as a symlink made there.
+        if rustix::fs::fstat(&*src).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK) {
+            let target = rustix::fs::readlinkat(&*src, "", Vec::new())?;
+            let who = self.identify(caller);
+            self.refuse_escaping_symlink(caller, &who, ("link", &to), &*dir, target.as_bytes())?;
+        }
         if staged::identity_file_agent(&from).is_some() {
             // A second name would let writes through it skip the staged, validated commit.
             let e = FsError::Managed("identity.json (it has one name)".into());
