@@ -48,6 +48,11 @@ pub trait GitRepos {
     fn owns_folder(&self, path: &NsPath) -> bool;
     /// Whether the caller (not root) owns the file at `path`.
     fn owns_file(&self, path: &NsPath) -> bool;
+    /// The folders holding `path` that are git dirs by what they hold (a `HEAD`), whatever
+    /// their name — a bare repository, a `--separate-git-dir`, a mirror — as the index of
+    /// their last component in `path`: git uses them as it uses a `.git`, so the guard keeps
+    /// them as it keeps a `.git` (see [`Policy::check_in`]).
+    fn git_dirs(&self, path: &NsPath) -> Vec<usize>;
 }
 
 /// Every repository is someone else's: the guard in full, for callers that cannot look.
@@ -67,6 +72,10 @@ impl GitRepos for EveryRepoForeign {
     // checked rename, and whose it is cannot be looked at here.
     fn owns_file(&self, _: &NsPath) -> bool {
         true
+    }
+    // What a folder holds cannot be looked at here: only `.git` names are git dirs.
+    fn git_dirs(&self, _: &NsPath) -> Vec<usize> {
+        Vec::new()
     }
 }
 
@@ -145,7 +154,10 @@ impl Policy {
     ) -> Result<(), Denial> {
         if matches!(who, Identity::Agent(_)) && self.guards_git() {
             for (end, path) in [("from", from), ("onto", to)] {
-                if let Some(what) = git_move_target(path).filter(|_| git.foreign_git_above(path)) {
+                if let Some(what) = self
+                    .git_move_target(path, git)
+                    .filter(|_| git.foreign_git_above(path))
+                {
                     return deny(
                         rule::PROTECTED,
                         DenyKind::Permission,
@@ -160,38 +172,79 @@ impl Policy {
         self.check_as(who, Access::Create, to, true, git)
     }
 
+    /// What a move may not start from or end on, with `.git` protected: a `.git` name itself
+    /// (moving a prepared folder into place) or a git dir's `hooks` (a whole prepared hooks
+    /// folder).
+    fn git_move_target(&self, path: &NsPath, git: &dyn GitRepos) -> Option<&'static str> {
+        if path.file_name().is_some_and(is_git_dir_named) {
+            return Some("a .git folder");
+        }
+        let hooks = |rest: &[&str]| rest.len() == 1 && rest[0].eq_ignore_ascii_case(GIT_HOOKS);
+        (!self.git_dirs_where(path, git, hooks).is_empty()).then_some("a git dir's hooks folder")
+    }
+
     /// Whether `path` is a git config file an agent may make only by renaming a finished file
     /// onto it, whose settings the daemon checks first (`clawfs_core::gitconfig`): `.git/config`, or
     /// the `config` of a submodule's git dir, in any letter case, where `.git` is protected.
-    pub fn is_git_config(&self, path: &NsPath) -> bool {
-        self.in_git_dir_where(path, git_config_in)
+    pub fn is_git_config(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, git_config_in)
     }
 
-    /// Whether, with `.git` protected, `path` has a `.git` component (any letter case) whose
-    /// following components `rest` satisfy `rest_is`.
-    fn in_git_dir_where(&self, path: &NsPath, rest_is: impl Fn(&[&str]) -> bool) -> bool {
+    /// The git dirs in `path` (as the index of their component) whose following components
+    /// pass `rest_is`, where `.git` is protected: every `.git` in any letter case, and every
+    /// folder `git` finds holding a `HEAD` under another name — asked only where the rest
+    /// would pass, so the names alone decide most paths.
+    fn git_dirs_where(
+        &self,
+        path: &NsPath,
+        git: &dyn GitRepos,
+        rest_is: impl Fn(&[&str]) -> bool,
+    ) -> Vec<usize> {
         if !self.guards_git() {
-            return false;
+            return Vec::new();
         }
         let parts: Vec<&str> = path.components().collect();
-        parts.iter().enumerate().any(|(i, c)| {
-            c.eq_ignore_ascii_case(GIT_DIR) && rest_is(beyond_worktrees(&parts[i + 1..]))
-        })
+        let passing: Vec<usize> = (0..parts.len())
+            .filter(|&i| rest_is(&parts[i + 1..]))
+            .collect();
+        // A git dir by content holds the path: it is neither the path itself nor an area.
+        let unnamed = |i: usize| !is_git_dir_named(parts[i]) && i > 0 && i + 1 < parts.len();
+        let by_content = match passing.iter().any(|&i| unnamed(i)) {
+            true => git.git_dirs(path),
+            false => Vec::new(),
+        };
+        passing
+            .into_iter()
+            .filter(|&i| is_git_dir_named(parts[i]) || (unnamed(i) && by_content.contains(&i)))
+            .collect()
+    }
+
+    /// Whether `path` is in a git dir (see [`Policy::git_dirs_where`]) where the components
+    /// after it, as seen from the git dir they are in ([`beyond_worktrees`]), pass `rest_is`.
+    fn in_git_dir_where(
+        &self,
+        path: &NsPath,
+        git: &dyn GitRepos,
+        rest_is: impl Fn(&[&str]) -> bool,
+    ) -> bool {
+        !self
+            .git_dirs_where(path, git, |rest| rest_is(beyond_worktrees(rest)))
+            .is_empty()
     }
 
     /// Whether `path` is a git index (`.git/index`, a worktree's or a submodule's, or a split
     /// index's `sharedindex.*`) an agent may make only by renaming a finished file onto it,
     /// whose entries the daemon checks first (`clawfs_core::git_index`), in any letter case,
     /// where `.git` is protected.
-    pub fn is_git_index(&self, path: &NsPath) -> bool {
-        self.in_git_dir_where(path, git_index_in)
+    pub fn is_git_index(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, git_index_in)
     }
 
     /// Whether `path` is a hook git would run: a file directly in a `.git/hooks` folder (or a
     /// submodule's) not named `*.sample`, where `.git` is protected. Whoever may still write
     /// the file once it has that name decides what its repository's owner runs.
-    pub fn is_active_git_hook(&self, path: &NsPath) -> bool {
-        self.in_git_dir_where(path, |rest| {
+    pub fn is_active_git_hook(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, |rest| {
             git_hooks_at(rest).is_some_and(|h| {
                 h + 2 == rest.len() && !rest[h + 1].to_ascii_lowercase().ends_with(".sample")
             })
@@ -228,7 +281,7 @@ impl Policy {
             );
         }
         if matches!(who, Identity::Agent(_))
-            && self.is_in_git_hooks(to)
+            && self.is_in_git_hooks(to, git)
             && git.foreign_git_above(to)
         {
             return deny(
@@ -243,8 +296,8 @@ impl Policy {
 
     /// Whether `path` is in a `.git` folder's `refs/` or `logs/` (a submodule's included), where
     /// `.git` is protected: files git reads as refs and their logs, never as an index.
-    pub fn is_git_ref_or_log(&self, path: &NsPath) -> bool {
-        self.in_git_dir_where(path, |rest| {
+    pub fn is_git_ref_or_log(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, |rest| {
             rest.split_last().is_some_and(|(_, dirs)| {
                 dirs.iter()
                     .any(|d| GIT_REF_FOLDERS.iter().any(|r| d.eq_ignore_ascii_case(r)))
@@ -253,15 +306,16 @@ impl Policy {
     }
 
     /// Whether `path` is in git's hooks folder (or a submodule's), where `.git` is protected.
-    pub fn is_in_git_hooks(&self, path: &NsPath) -> bool {
-        self.in_git_dir_where(path, |rest| git_hooks_at(rest).is_some())
+    pub fn is_in_git_hooks(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, |rest| git_hooks_at(rest).is_some())
     }
 
-    /// Whether `path` is in a `.git` folder (any letter case) while the git guard is on: a folder
-    /// moved in or out would carry config, hooks or a `HEAD` past the guard, which checks names
-    /// as they are made.
-    pub fn is_in_git_dir(&self, path: &NsPath) -> bool {
-        self.guards_git() && path.components().any(|c| c.eq_ignore_ascii_case(GIT_DIR))
+    /// Whether `path` is, or is in, a `.git` folder (any letter case), or is in a git dir of
+    /// another name (see [`Policy::git_dir_where`]), while the git guard is on: a folder moved
+    /// in or out would carry config, hooks or a `HEAD` past the guard, which checks names as
+    /// they are made.
+    pub fn is_in_git_dir(&self, path: &NsPath, git: &dyn GitRepos) -> bool {
+        self.in_git_dir_where(path, git, |_| true)
     }
 
     /// Whether `name` is `.git` (any letter case) while the git guard is on: agents may make it
@@ -428,6 +482,7 @@ impl Policy {
                 );
             }
         }
+        self.guard_unnamed_git_dirs(access, path, renamed_onto, git)?;
         if access == Access::Create
             && self.guards_git()
             && parts.last() == Some(&GIT_HEAD)
@@ -494,6 +549,56 @@ impl Policy {
                     "{path} is outside the six areas (agents, specs, system, tools, vault, workspaces)"
                 ),
             ),
+        }
+    }
+
+    /// The git guard in git dirs not named `.git` (a bare repository, a `--separate-git-dir`,
+    /// a mirror) someone other than the caller owns: refused as at a `.git`, and their `HEAD`,
+    /// which makes them git dirs to git and the guard alike, is never removed or renamed away
+    /// (git replaces it by a rename onto it).
+    fn guard_unnamed_git_dirs(
+        &self,
+        access: Access,
+        path: &NsPath,
+        renamed_onto: bool,
+        git: &dyn GitRepos,
+    ) -> Result<(), Denial> {
+        if access.is_read() {
+            return Ok(());
+        }
+        let locks = touches_lock(access, renamed_onto);
+        let removes_head = |rest: &[&str]| access == Access::Delete && rest == [GIT_HEAD];
+        let refused = |rest: &[&str]| {
+            !rest.is_empty()
+                && (git_guard(access, path, rest, renamed_onto).is_err()
+                    || (locks && git_lock_in(rest))
+                    || removes_head(rest))
+        };
+        let parts: Vec<&str> = path.components().collect();
+        let Some(at) = self
+            .git_dirs_where(path, git, refused)
+            .into_iter()
+            .find(|&i| !is_git_dir_named(parts[i]))
+        else {
+            return Ok(());
+        };
+        if !git.foreign_git_above(path) {
+            return Ok(());
+        }
+        let rest = &parts[at + 1..];
+        git_guard(access, path, rest, renamed_onto)?;
+        if removes_head(rest) {
+            return deny(
+                rule::PROTECTED,
+                DenyKind::ReadOnly,
+                format!(
+                    "{path} is the HEAD that makes its folder a git repository you do not own; git replaces it by renaming a new one onto it, but agents may not remove it or rename it away"
+                ),
+            );
+        }
+        match git.owns_file(path) {
+            true => Ok(()),
+            false => Err(foreign_lock(path)),
         }
     }
 
@@ -748,6 +853,11 @@ fn own_dir(myself: &AgentName, access: Access, path: &NsPath) -> Result<(), Deni
     }
 }
 
+/// Whether `name` is `.git` in any letter case.
+fn is_git_dir_named(name: &str) -> bool {
+    name.eq_ignore_ascii_case(GIT_DIR)
+}
+
 /// Whether `rest` (the components after a `.git`) names a file git acts on that agents make only
 /// by a checked rename: git's config (`config`, `config.worktree`, a submodule git dir's below
 /// `modules/`).
@@ -810,6 +920,8 @@ const GIT_IN_PROGRESS: &[&str] = &[
     // replays after every commit and merge onto the paths `MERGE_RR` names, wherever they are.
     "rr-cache",
     "MERGE_RR",
+    // The branch `git bisect reset` checks out, passed to `git checkout` as its argument.
+    "BISECT_START",
 ];
 
 /// Whether `rest` (the components after a `.git`) is in, or is, the state of an operation in
@@ -966,19 +1078,4 @@ fn git_guard(
             access.verb()
         ),
     )
-}
-
-/// What a move may not start from or end on, with `.git` protected: a `.git` name itself
-/// (moving a prepared folder into place) or `.git/hooks` (a whole prepared hooks folder).
-fn git_move_target(path: &NsPath) -> Option<&'static str> {
-    let parts: Vec<&str> = path.components().collect();
-    let n = parts.len();
-    let git = |c: &str| c.eq_ignore_ascii_case(GIT_DIR);
-    if n >= 1 && git(parts[n - 1]) {
-        return Some("a .git folder");
-    }
-    if n >= 2 && git(parts[n - 2]) && parts[n - 1].eq_ignore_ascii_case(GIT_HOOKS) {
-        return Some("a .git/hooks folder");
-    }
-    None
 }

@@ -1470,8 +1470,8 @@ fn git_guard_lets_agents_use_git() {
             let who = Identity::Agent(AgentName::new("fs-engine").unwrap());
             let to = NsPath::parse(&format!("{dir}/{git}/config")).unwrap();
             let from = NsPath::parse(&format!("{dir}/{git}/config.lock")).unwrap();
-            assert!(pol.is_git_config(&to), "{to}");
-            assert!(!pol.is_git_config(&from), "{from}");
+            assert!(pol.is_git_config(&to, &SomeoneElsesFiles), "{to}");
+            assert!(!pol.is_git_config(&from, &SomeoneElsesFiles), "{from}");
             assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
             // So is an index (its entries are checked then), and it is never written in place.
             for index in [
@@ -1502,8 +1502,8 @@ fn git_guard_lets_agents_use_git() {
                     false => format!("{index}.lock"),
                 };
                 let from = NsPath::parse(&format!("{dir}/{git}/{lock}")).unwrap();
-                assert!(pol.is_git_index(&to), "{to}");
-                assert!(!pol.is_git_index(&from), "{from}");
+                assert!(pol.is_git_index(&to, &SomeoneElsesFiles), "{to}");
+                assert!(!pol.is_git_index(&from, &SomeoneElsesFiles), "{from}");
                 assert!(pol.check_move(&who, &from, &to).is_ok(), "{to}");
             }
             // A linked worktree's git dir holds its own submodules' git dirs.
@@ -1535,11 +1535,15 @@ fn git_guard_lets_agents_use_git() {
                 ("refs/heads/hooks", false),
             ] {
                 let p = NsPath::parse(&format!("{dir}/{git}/{hook}")).unwrap();
-                assert_eq!(pol.is_active_git_hook(&p), active, "{p}");
+                assert_eq!(
+                    pol.is_active_git_hook(&p, &SomeoneElsesFiles),
+                    active,
+                    "{p}"
+                );
             }
             for not_index in ["refs/heads/index", "logs/refs/heads/index", "objects/index"] {
                 let p = NsPath::parse(&format!("{dir}/{git}/{not_index}")).unwrap();
-                assert!(!pol.is_git_index(&p), "{p}");
+                assert!(!pol.is_git_index(&p, &SomeoneElsesFiles), "{p}");
             }
         }
     }
@@ -1714,6 +1718,9 @@ impl GitRepos for SomeoneElsesFiles {
     fn owns_file(&self, _: &NsPath) -> bool {
         false
     }
+    fn git_dirs(&self, _: &NsPath) -> Vec<usize> {
+        Vec::new()
+    }
 }
 
 #[test]
@@ -1764,6 +1771,9 @@ impl GitRepos for AllMine {
     }
     fn owns_file(&self, _: &NsPath) -> bool {
         true
+    }
+    fn git_dirs(&self, _: &NsPath) -> Vec<usize> {
+        Vec::new()
     }
 }
 
@@ -1872,4 +1882,94 @@ fn backup_retention_is_read_from_the_defaults_and_checked() {
         3,
         "max_age_days",
     );
+}
+
+/// Someone else's bare repository at `/workspaces/default/shared.git`, a git dir by what it
+/// holds (component 2 of the paths in it).
+struct SomeoneElsesBareRepo;
+
+impl GitRepos for SomeoneElsesBareRepo {
+    fn foreign_git_above(&self, _: &NsPath) -> bool {
+        true
+    }
+    fn at_repo_top(&self, _: &NsPath) -> bool {
+        false
+    }
+    fn owns_folder(&self, _: &NsPath) -> bool {
+        false
+    }
+    fn owns_file(&self, _: &NsPath) -> bool {
+        false
+    }
+    fn git_dirs(&self, path: &NsPath) -> Vec<usize> {
+        match path.get(2) == Some("shared.git") && path.depth() > 3 {
+            true => vec![2],
+            false => Vec::new(),
+        }
+    }
+}
+
+#[test]
+fn a_git_dir_of_another_name_is_guarded_as_a_git_folder() {
+    let pol = policy();
+    let fs = agent("fs-engine");
+    let bare = SomeoneElsesBareRepo;
+    let at = |s: &str| p(&format!("/workspaces/default/shared.git/{s}"));
+    let refused = |access: Access, s: &str| {
+        let d = pol
+            .check_in(&fs, access, &at(s), &bare)
+            .expect_err(&format!("{access} {s} allowed"));
+        assert_eq!(d.rule, rule::PROTECTED, "{access} {s}: {d:?}");
+    };
+    for s in [
+        "config",
+        "hooks/post-receive",
+        "hooks/pre-push",
+        "config.lock",
+    ] {
+        for access in [Access::Write, Access::Delete] {
+            refused(access, s);
+        }
+    }
+    refused(Access::Write, "index");
+    refused(Access::Create, "hooks/post-update");
+    refused(Access::Create, "commondir");
+    refused(Access::Create, "rebase-merge/git-rebase-todo");
+    refused(Access::Write, "BISECT_START");
+    refused(Access::Delete, "HEAD");
+    refused(Access::Write, "refs/heads/main.lock");
+    // What a push writes is the agent's, and git's own ways of making hooks and config.
+    for (access, s) in [
+        (Access::Create, "objects/ab/cdef"),
+        (Access::Write, "refs/heads/main"),
+        (Access::Write, "HEAD"),
+        (Access::Create, "hooks/pre-push.sample"),
+        (Access::Read, "config"),
+        (Access::Read, "hooks/post-receive"),
+    ] {
+        assert!(
+            pol.check_in(&fs, access, &at(s), &bare).is_ok(),
+            "{access} {s}"
+        );
+    }
+    assert!(pol
+        .check_move_in(&fs, &p("/workspaces/default/c"), &at("config"), &bare)
+        .is_ok());
+    assert!(pol.is_git_config(&at("config"), &bare));
+    assert!(pol.is_git_index(&at("index"), &bare));
+    assert!(pol.is_active_git_hook(&at("hooks/post-receive"), &bare));
+    assert!(pol.is_in_git_dir(&at("objects/ab"), &bare));
+    assert!(!pol.is_git_ref_or_log(&at("objects/ab"), &bare));
+    assert!(pol.is_git_ref_or_log(&at("refs/heads/index"), &bare));
+    assert!(pol
+        .check_move_in(&fs, &p("/workspaces/default/h"), &at("hooks"), &bare)
+        .is_err());
+    assert!(pol
+        .check_link_in(&fs, &p("/workspaces/default/h"), &at("hooks/x"), &bare)
+        .is_err());
+    // The folder itself is no path in a git dir, and a folder holding no HEAD is none.
+    assert!(!pol.is_in_git_dir(&p("/workspaces/default/shared.git"), &bare));
+    let plain = p("/workspaces/default/other.git/config");
+    assert!(pol.check_in(&fs, Access::Write, &plain, &bare).is_ok());
+    assert!(!pol.is_git_config(&plain, &bare));
 }

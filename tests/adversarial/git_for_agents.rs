@@ -1727,3 +1727,119 @@ probe("wt-sub-new-config", lambda: open({n:?}, "w"))
     assert_eq!(snapshot(&repo.join(".git")), before);
     denied_on(&m, "link", "target", "/shared/d1");
 }
+
+/// Root's repositories whose git dir is not named `.git` — a bare one the agents push to
+/// (`git init --bare --shared=group`) and a worktree's `--separate-git-dir` — are git dirs by
+/// what they hold: the agent writes neither hooks nor config there, by hand, through git, or
+/// through the tools; cannot remove the `HEAD` that makes them one; and still pushes its work.
+#[test]
+fn a_git_dir_under_any_name_keeps_its_hooks_and_config() {
+    let m = Mounted::new();
+    let (bare, wt, sep) = (
+        m.ws().join("shared.git"),
+        m.ws().join("wt"),
+        m.ws().join("wt-git"),
+    );
+    for (dir, args) in [
+        (
+            m.ws(),
+            vec!["init", "-q", "--bare", "--shared=group", "shared.git"],
+        ),
+        (
+            m.ws(),
+            vec!["init", "-q", "--separate-git-dir=wt-git", "wt"],
+        ),
+    ] {
+        let out = root_git(&dir, &args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    fs::write(wt.join("README"), "root's\n").unwrap();
+    for args in [&["add", "README"][..], &["commit", "-qm", "root"]] {
+        assert!(root_git(&wt, args).status.success());
+    }
+    for dir in [&bare, &wt, &sep] {
+        share_with_agents(dir);
+    }
+    let kept = |dir: &Path| {
+        (
+            snapshot(&dir.join("hooks")),
+            fs::read(dir.join("config")).unwrap(),
+        )
+    };
+    let before = (kept(&bare), kept(&sep));
+    let script = format!(
+        r#"
+B, S, W, A = {b:?}, {s:?}, {w:?}, {a:?}
+probe("bare-hook", lambda: open(B + "/hooks/post-receive", "w"))
+probe("bare-config", lambda: open(B + "/config", "a").write("[core]\n\tfsmonitor = x\n"))
+probe("bare-head", lambda: os.unlink(B + "/HEAD"))
+probe("bare-head-away", lambda: os.rename(B + "/HEAD", B + "/HEAD.old"))
+os.makedirs(A + "/hooks")
+probe("bare-hooks-in", lambda: os.rename(A + "/hooks", B + "/info/hooks"))
+probe("sep-config", lambda: open(S + "/config", "a").write("[core]\n\thooksPath = /tmp\n"))
+probe("sep-hook", lambda: open(S + "/hooks/pre-commit", "w"))
+probe("wt-link", lambda: os.symlink("../shared.git/hooks", W + "/l"))
+probe("wt-file", lambda: open(W + "/notes", "w").write("mine\n"))
+"#,
+        b = bare.display().to_string(),
+        s = sep.display().to_string(),
+        w = wt.display().to_string(),
+        a = m.ws().join("prep").display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "bare-hook EROFS",
+            "bare-config EROFS",
+            "bare-head EROFS",
+            "bare-head-away EROFS",
+            "bare-hooks-in EROFS",
+            "sep-config EROFS",
+            "sep-hook EROFS",
+            "wt-link EPERM",
+            "wt-file ok",
+        ],
+    );
+    // git's own way to the config is checked as at a `.git`; a push is the agent's to make.
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{}\ng --git-dir={b} config core.fsmonitor 'touch /tmp/owned'; echo config=$?\n\
+             cd $HOME && printf '[safe]\\n\\tdirectory = *\\n' > safe && G() {{ GIT_CONFIG_GLOBAL=$HOME/safe g \"$@\"; }} && G clone -q {b} mine && cd mine && echo x > x && G add x \
+             && G commit -qm agent && G push -q origin HEAD:main && echo pushed",
+            git_env(&m),
+            b = bare.display()
+        ),
+    );
+    let said = text(&out);
+    assert!(
+        said.contains("config=") && !said.contains("config=0"),
+        "{said}"
+    );
+    assert!(said.contains("pushed"), "{said}");
+    for (path, bad) in [
+        ("shared.git/hooks/post-update", "tool-hook"),
+        ("shared.git/config", "tool-config"),
+    ] {
+        let reply = m.run_agent_as(
+            "fs-engine",
+            &[],
+            &crate::common::tool_call_script(
+                &m,
+                "write_file",
+                &serde_json::json!({"path": path, "content": "#!/bin/sh\ntouch /tmp/x\n"}),
+            ),
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&reply.stdout)
+            .unwrap_or_else(|e| panic!("{bad} {e}: {}", text(&reply)));
+        assert_eq!(reply["error"], "denied", "{bad}: {reply}");
+    }
+    assert_eq!((kept(&bare), kept(&sep)), before);
+    assert!(bare.join("HEAD").exists());
+    let log = root_git(&bare, &["log", "--format=%an", "main"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "agent");
+    denied_on(&m, "create", "path", "/shared.git/hooks/post-receive");
+    denied_on(&m, "rename", "target", "/shared.git/config");
+}

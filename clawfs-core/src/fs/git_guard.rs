@@ -130,9 +130,9 @@ impl ClawFs {
             )));
         }
         let (foreign_from, foreign_to) = (git.foreign_git_above(from), git.foreign_git_above(to));
-        let checked = |p: &NsPath| CheckedFile::of(&policy, p);
-        let in_git = |p: &NsPath| policy.is_in_git_dir(p);
-        if mode.exchange && ((in_git(from) && foreign_from) || (in_git(to) && foreign_to)) {
+        let checked = |p: &NsPath| CheckedFile::of(&policy, p, &git);
+        let in_git = |p: &NsPath| policy.is_in_git_dir(p, &git);
+        if mode.exchange && ((foreign_from && in_git(from)) || (foreign_to && in_git(to))) {
             return Err(refuse(format!(
                 "{from} ↔ {to}: nothing in the .git folder of a repository you do not own may be exchanged with another file (git never does); rename a finished file onto it, as git does"
             )));
@@ -142,8 +142,7 @@ impl ClawFs {
         // past the guard, and one built inside would take a `HEAD` out and make a repository
         // under another name. (git renames files there, lock files onto their targets.)
         if (moved_dir || moved_link)
-            && ((policy.is_in_git_dir(from) && foreign_from)
-                || (policy.is_in_git_dir(to) && foreign_to))
+            && ((foreign_from && in_git(from)) || (foreign_to && in_git(to)))
         {
             return Err(refuse(format!(
                 "agents may not move a folder or a symlink into, out of or within a .git folder of a repository they do not own ({from} → {to}): it would carry git config, hooks or a HEAD past the guard, or send its owner's git elsewhere"
@@ -211,7 +210,7 @@ impl ClawFs {
         let regular = FileType::from_raw_mode(source.st_mode) == FileType::RegularFile;
         let kind = match checked(to) {
             Some(kind) => Some(kind),
-            None if regular && in_git(to) && !policy.is_git_ref_or_log(to) => {
+            None if regular && in_git(to) && !policy.is_git_ref_or_log(to, &git) => {
                 Some(CheckedFile::InGitDir)
             }
             None => None,
@@ -306,7 +305,7 @@ impl ClawFs {
         (dir, name): (impl AsFd, &std::ffi::OsStr),
         (from, to): (&NsPath, &NsPath),
     ) -> FsResult<Option<Node>> {
-        if !self.policy().is_active_git_hook(to) {
+        if !self.policy().is_active_git_hook(to, &self.repos(caller)) {
             return Ok(None);
         }
         let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -436,6 +435,13 @@ pub(super) fn symlink_escape(at: &NsPath, dir: &dyn AsFd, target: &[u8]) -> Opti
             },
             _ => return None,
         }
+        // A git dir under another name (a bare repository) is one as much as a `.git`.
+        if rustix::fs::statat(&cur, GIT_HEAD, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Some(format!(
+                "it leads into '{}', a git repository (a folder holding a HEAD)",
+                String::from_utf8_lossy(part)
+            ));
+        }
     }
     None
 }
@@ -457,9 +463,10 @@ impl ClawFs {
         (op, path): (&'static str, &NsPath),
         node: &Node,
     ) -> FsResult<()> {
+        let repos = self.repos(caller);
         if !matches!(who, clawfs_policy::Identity::Agent(_))
-            || !self.policy().is_in_git_dir(path)
-            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), path)
+            || !self.policy().is_in_git_dir(path, &repos)
+            || !clawfs_policy::GitRepos::foreign_git_above(&repos, path)
         {
             return Ok(());
         }
@@ -494,8 +501,15 @@ enum CheckedFile {
 }
 
 impl CheckedFile {
-    fn of(policy: &clawfs_policy::Policy, path: &NsPath) -> Option<Self> {
-        match (policy.is_git_config(path), policy.is_git_index(path)) {
+    fn of(
+        policy: &clawfs_policy::Policy,
+        path: &NsPath,
+        git: &dyn clawfs_policy::GitRepos,
+    ) -> Option<Self> {
+        match (
+            policy.is_git_config(path, git),
+            policy.is_git_index(path, git),
+        ) {
             (true, _) => Some(Self::Config),
             (false, true) => Some(Self::Index),
             _ => None,
@@ -521,6 +535,8 @@ impl CheckedFile {
 /// How many entries [`holds_git`] looks through before it answers yes.
 const WALK_BUDGET: usize = 100_000;
 const GIT_DIR: &str = ".git";
+/// What makes a folder a git dir, whatever its name.
+const GIT_HEAD: &str = "HEAD";
 
 /// Whether the folder `name` in `dir`, moving to `dest`, holds a repository the git above
 /// `dest` would run the config of for someone other than its owner ([`holds_git`]): a `.git`

@@ -18,6 +18,9 @@ use clawfs_policy::NsPath;
 const REPO_AREAS: &[&str] = &["workspaces", "agents"];
 const AREA_TOP_DEPTH: usize = 2;
 const GIT_DIR: &str = ".git";
+/// What makes a folder a git dir to git, under any name (with `objects/` and `refs/`, which an
+/// agent could remove where it may write; the guard keeps `HEAD`).
+const GIT_HEAD: &str = "HEAD";
 
 /// The repositories around paths, as the caller with fs uid `uid` sees them.
 pub(super) struct Repos<'a> {
@@ -122,11 +125,22 @@ impl Repos<'_> {
 
 /// `.git` in `dir`, not followed if a symlink: `Ok(None)` if there is none.
 fn git_in(dir: impl AsFd) -> rustix::io::Result<Option<rustix::fs::Stat>> {
-    match rustix::fs::statat(dir, GIT_DIR, AtFlags::SYMLINK_NOFOLLOW) {
+    entry_in(dir, GIT_DIR)
+}
+
+/// `name` in `dir`, not followed if a symlink: `Ok(None)` if there is none.
+fn entry_in(dir: impl AsFd, name: &str) -> rustix::io::Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether the folder `dir` is a git dir by what it holds, whatever its name: a `HEAD`
+/// (what cannot be looked at counts as one).
+fn is_git_dir(dir: impl AsFd) -> bool {
+    !matches!(entry_in(dir, GIT_HEAD), Ok(None))
 }
 
 impl clawfs_policy::GitRepos for Repos<'_> {
@@ -134,11 +148,30 @@ impl clawfs_policy::GitRepos for Repos<'_> {
         let Some(folders) = self.folders(path) else {
             return true;
         };
-        folders.iter().any(|dir| match git_in(dir) {
-            Ok(None) => false,
-            Ok(Some(st)) => !self.owns(&st),
-            Err(_) => true,
+        // A `.git` someone else owns, or a folder of theirs git uses as a git dir.
+        folders.iter().any(|dir| {
+            let foreign =
+                |st: rustix::io::Result<rustix::fs::Stat>| st.map_or(true, |st| !self.owns(&st));
+            let dot_git = match git_in(dir) {
+                Ok(None) => false,
+                Ok(Some(st)) => foreign(Ok(st)),
+                Err(_) => true,
+            };
+            dot_git || (is_git_dir(dir) && foreign(rustix::fs::fstat(dir)))
         })
+    }
+
+    fn git_dirs(&self, path: &NsPath) -> Vec<usize> {
+        match self.folders(path) {
+            Some(folders) => folders
+                .iter()
+                .enumerate()
+                .filter(|(_, dir)| is_git_dir(dir))
+                .map(|(k, _)| AREA_TOP_DEPTH - 1 + k)
+                .collect(),
+            // What cannot be looked at counts as a git dir, as for the guard's other looks.
+            None => (1..path.depth().saturating_sub(1)).collect(),
+        }
     }
 
     fn at_repo_top(&self, path: &NsPath) -> bool {
@@ -221,5 +254,30 @@ mod tests {
         // A symlink on the way counts as someone else's.
         std::os::unix::fs::symlink("mine", root.join("workspaces/w/link")).unwrap();
         assert!(me.foreign_git_above(&p("/workspaces/w/link/.git/config")));
+    }
+
+    #[test]
+    fn a_folder_holding_a_head_is_a_git_dir_whatever_its_name() {
+        let store = tempfile::tempdir().unwrap();
+        let root = store.path();
+        for d in [
+            "workspaces/w/proj.git/hooks",
+            "workspaces/w/mine.git/hooks",
+            "workspaces/w/other",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for d in ["workspaces/w/proj.git", "workspaces/w/mine.git"] {
+            std::fs::write(root.join(d).join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        }
+        chown(root.join("workspaces/w/mine.git"), Some(61006), None).unwrap();
+        let fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY, 0.into()).unwrap();
+        let me = Repos::new(fd.as_fd(), 61006);
+        assert_eq!(me.git_dirs(&p("/workspaces/w/proj.git/hooks/x")), vec![2]);
+        assert_eq!(me.git_dirs(&p("/workspaces/w/proj.git/config")), vec![2]);
+        assert!(me.git_dirs(&p("/workspaces/w/other/config")).is_empty());
+        assert!(me.foreign_git_above(&p("/workspaces/w/proj.git/config")));
+        // The caller's own bare repository is its business.
+        assert!(!me.foreign_git_above(&p("/workspaces/w/mine.git/config")));
     }
 }

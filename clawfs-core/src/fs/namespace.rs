@@ -241,9 +241,10 @@ impl ClawFs {
         op: &'static str,
         path: &clawfs_policy::NsPath,
     ) -> FsResult<()> {
+        let repos = self.repos(caller);
         if !matches!(who, Identity::Agent(_))
-            || !self.policy().is_in_git_dir(path)
-            || !clawfs_policy::GitRepos::foreign_git_above(&self.repos(caller), path)
+            || !self.policy().is_in_git_dir(path, &repos)
+            || !clawfs_policy::GitRepos::foreign_git_above(&repos, path)
         {
             return Ok(());
         }

@@ -43,6 +43,19 @@ pub trait AccessCheck: Send + Sync {
     fn check(&self, rel: &str, access: Access) -> ToolResult<()>;
     /// What this caller may read and write, for `list_allowed`.
     fn describe(&self) -> Allowed;
+    /// Whether the caller may write, make or remove the entry `name` of the folder `dir`
+    /// (`rel`, workspace-relative, already allowed by [`Self::check`]): asked again on the
+    /// descriptor the write goes through, where what the folders around it are (a git
+    /// repository under a name of its own) can be looked at without a second lookup by name.
+    fn writing_in(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &str,
+        rel: &str,
+    ) -> ToolResult<()> {
+        let _ = (dir, name, rel);
+        Ok(())
+    }
     /// Runs `rename`, which moves (or restores) the entry `name` of the folder `dir` into the
     /// folder `to_dir` as `to` (workspace-relative), both already allowed by [`Self::check`],
     /// if the caller may carry it there. Asked on the descriptors the rename uses, which it

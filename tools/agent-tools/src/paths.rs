@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, Metadata};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use crate::access::{check_protected, Access};
@@ -442,6 +443,7 @@ impl ToolRoot {
                 ))
             }
         };
+        self.policy.writing_in(dir.as_fd(), name, rel)?;
         Ok(Some(Slot {
             dir,
             name: name.to_string(),

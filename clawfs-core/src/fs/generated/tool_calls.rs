@@ -512,9 +512,55 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             clawfs_agent_tools::Access::Read => clawfs_policy::Access::Read,
             clawfs_agent_tools::Access::Write => clawfs_policy::Access::Write,
         };
-        self.policy
-            .check(&self.who, access, &path)
-            .map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
+        // The repositories around the path as the caller's git dirs, looked at in the store
+        // (with the daemon's ids: the caller may not see the store's folders).
+        let decided = match &self.repos {
+            Some(carrying) => crate::creds::with_daemon_ids(|| {
+                let repos = crate::fs::git_repos::Repos::new(
+                    std::os::fd::AsFd::as_fd(&carrying.store),
+                    carrying.uid,
+                );
+                self.policy.check_in(&self.who, access, &path, &repos)
+            }),
+            None => self.policy.check(&self.who, access, &path),
+        };
+        decided.map_err(|d| clawfs_agent_tools::ToolError::Denied(d.reason))
+    }
+
+    fn writing_in(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &str,
+        rel: &str,
+    ) -> clawfs_agent_tools::ToolResult<()> {
+        if !matches!(self.who, Identity::Agent(_)) || !self.policy.guards_git() {
+            return Ok(());
+        }
+        // Where the folder is now, tied to it by an anchor, with the daemon's ids (the caller
+        // may not see the store's folders): a git dir around it is looked at, by name, only
+        // where the names still lead to the folder written through.
+        let decided = self.repos.as_ref().and_then(|carrying| {
+            crate::creds::with_daemon_ids(|| {
+                let (dir_path, anchor) = carrying.path_of(dir)?;
+                let path = dir_path.join(name).ok()?;
+                let repos = crate::fs::git_repos::Repos::new(
+                    std::os::fd::AsFd::as_fd(&carrying.store),
+                    carrying.uid,
+                )
+                .anchored(vec![anchor]);
+                Some(
+                    self.policy
+                        .check_in(&self.who, clawfs_policy::Access::Write, &path, &repos),
+                )
+            })
+        });
+        match decided {
+            Some(Ok(())) => Ok(()),
+            Some(Err(d)) => Err(clawfs_agent_tools::ToolError::Denied(d.reason)),
+            None => Err(clawfs_agent_tools::ToolError::Denied(format!(
+                "the folder of '{rel}' could not be looked at for git repositories around it (it moved while the call ran); nothing was written"
+            ))),
+        }
     }
 
     fn carry(
@@ -559,14 +605,15 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
                             })
                         };
                         repos.foreign_git_above(&dest)
-                            && match symlink {
-                                true => escapes(),
-                                false => crate::fs::git_guard::holds_untrusted_git(
-                                    &repos,
-                                    &dest,
-                                    (&dir, OsStr::new(name)),
-                                ),
-                            }
+                            && (self.policy.is_in_git_dir(&dest, &repos)
+                                || match symlink {
+                                    true => escapes(),
+                                    false => crate::fs::git_guard::holds_untrusted_git(
+                                        &repos,
+                                        &dest,
+                                        (&dir, OsStr::new(name)),
+                                    ),
+                                })
                     }
                     // Where it would go cannot be named: refused, as what cannot be looked at.
                     None => true,
@@ -574,7 +621,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             });
         if carried {
             return Err(clawfs_agent_tools::ToolError::Denied(format!(
-                "what you move to '{to}' is, or holds, a git repository or a symlink that there would lead out of the workspace, into a .git or through a symlink (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it or write through the symlink; keep your repositories and such symlinks outside others'"
+                "what you move to '{to}' is a folder or symlink landing in a git dir, or holds a git repository or a symlink that there would lead out of the workspace, into a .git or through a symlink (or more entries than can be looked through), and '{to}' is in a repository you do not own, whose git would recurse into it or write through the symlink; keep your repositories and such symlinks outside others'"
             )));
         }
         rename()
