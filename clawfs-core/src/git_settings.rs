@@ -86,12 +86,81 @@ pub enum Unplaceable {
     NoSection,
 }
 
+/// Settings that say where git pushes or fetches: a value naming a path on this machine (a
+/// local path, `file://`) sends whoever runs `git push` there into a repository whose hooks
+/// then run as them, one the agent shaped (a folder of the owner's that became a git dir
+/// later, when the owner's git wrote a `HEAD` into it).
+const PLACES: &[&str] = &[
+    "remote.url",
+    "remote.pushurl",
+    "submodule.url",
+    "branch.remote",
+    "branch.pushremote",
+];
+
+/// One setting of a git config file, as git reads it.
+#[derive(Debug, PartialEq, Eq)]
+struct Setting {
+    /// Lower case.
+    section: String,
+    /// As written; `Some` for `[section "sub"]`, `[section ""]` and `[section.sub]`.
+    subsection: Option<Vec<u8>>,
+    /// Lower case.
+    key: String,
+    /// Normalized as git does (quotes and escapes resolved).
+    value: Vec<u8>,
+}
+
+impl Setting {
+    /// `section.key`, as the refusals name it.
+    fn name(&self) -> String {
+        format!("{}.{}", self.section, self.key)
+    }
+}
+
 /// The settings of a git config file an agent may not write, as git names them
 /// (`core.hookspath`, `alias.x`, `remote.url` for a remote helper's URL); empty if every setting
 /// is allowed. The file is read by gitoxide's implementation of git's own grammar (continued
 /// lines, quoting, comments, legacy `[section.sub]` headers), so the settings checked are the
-/// settings git applies; a file it cannot read is refused whole.
-pub fn refused_settings(bytes: &[u8]) -> Result<Vec<String>, Unplaceable> {
+/// settings git applies; a file it cannot read is refused whole. A setting that sends git to a
+/// path on this machine ([`PLACES`]) is allowed only as it was in the file `replaced`.
+pub fn refused_settings(bytes: &[u8], replaced: Option<&[u8]>) -> Result<Vec<String>, Unplaceable> {
+    let new = settings(bytes)?;
+    let old = replaced.and_then(|b| settings(b).ok()).unwrap_or_default();
+    // Remotes the file defines: a branch's `remote` naming one is a name, not a path.
+    let remotes: Vec<&[u8]> = new
+        .iter()
+        .filter(|s| s.section == "remote" && s.key == "url")
+        .filter_map(|s| s.subsection.as_deref())
+        .collect();
+    let mut refused: Vec<String> = Vec::new();
+    for s in &new {
+        let name = s.name();
+        let here = PLACES.contains(&name.as_str())
+            && !(name.starts_with("branch.")
+                && (s.value == b"." || remotes.contains(&s.value.as_slice())))
+            && on_this_machine(&s.value)
+            && !old.contains(s);
+        let ok = allowed(&s.section, s.subsection.is_some(), &s.key)
+            && allowed_value(&name, &s.value)
+            && !here;
+        if !ok && !refused.contains(&name) {
+            refused.push(name);
+        }
+    }
+    Ok(refused)
+}
+
+/// Whether git takes `value`, a remote's URL, for a repository on this machine (gitoxide's
+/// `gix-url`, which reads URLs as git does: a path, `file://`, not `host:path`); what it
+/// cannot read counts as one.
+fn on_this_machine(value: &[u8]) -> bool {
+    use bstr::ByteSlice;
+    gix_url::parse(value.as_bstr()).map_or(true, |url| url.scheme == gix_url::Scheme::File)
+}
+
+/// Every setting of a git config file, read with git's grammar.
+fn settings(bytes: &[u8]) -> Result<Vec<Setting>, Unplaceable> {
     use gix_config::parse::{EventRef, Events};
     if bytes.contains(&0) {
         return Err(Unplaceable::Bytes("a NUL byte"));
@@ -115,12 +184,7 @@ pub fn refused_settings(bytes: &[u8]) -> Result<Vec<String>, Unplaceable> {
     {
         return Err(Unplaceable::NoSection);
     }
-    let mut refused = Vec::new();
-    let mut refuse = |name: String| {
-        if !refused.contains(&name) {
-            refused.push(name);
-        }
-    };
+    let mut out = Vec::new();
     for section in events.sections() {
         let EventRef::SectionHeader {
             name,
@@ -132,16 +196,18 @@ pub fn refused_settings(bytes: &[u8]) -> Result<Vec<String>, Unplaceable> {
         };
         let section_name = name.to_string().to_ascii_lowercase();
         // `[core ""]` and `[core.x]` are subsections: their keys are not `core.KEY` to git.
-        let subsection = subsection_name.is_some() || separator.is_some();
+        let subsection = (subsection_name.is_some() || separator.is_some())
+            .then(|| subsection_name.map(|s| s.to_vec()).unwrap_or_default());
         let mut key: Option<String> = None;
         let mut value: Vec<u8> = Vec::new();
         let mut finish = |key: &mut Option<String>, value: &mut Vec<u8>| {
             if let Some(k) = key.take() {
-                let full = format!("{section_name}.{k}");
-                let v = gix_config::value::normalize(value.as_slice());
-                if !allowed(&section_name, subsection, &k) || !allowed_value(&full, &v) {
-                    refuse(full);
-                }
+                out.push(Setting {
+                    section: section_name.clone(),
+                    subsection: subsection.clone(),
+                    key: k,
+                    value: gix_config::value::normalize(value.as_slice()).to_vec(),
+                });
             }
             value.clear();
         };
@@ -159,7 +225,7 @@ pub fn refused_settings(bytes: &[u8]) -> Result<Vec<String>, Unplaceable> {
         }
         finish(&mut key, &mut value);
     }
-    Ok(refused)
+    Ok(out)
 }
 
 /// Whether `section.key` (in a subsection or not) may be set by an agent.
@@ -200,7 +266,7 @@ mod tests {
             b"\xff\xfe[\x00c\x00",
         ] {
             assert!(
-                refused_settings(text).is_err(),
+                refused_settings(text, None).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(text)
             );
@@ -210,7 +276,52 @@ mod tests {
     #[test]
     fn what_git_init_clone_and_config_write_is_allowed() {
         let text = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\turl = https://example.org/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[user]\n\tname = Agent\n\temail = a@example.org\n[color]\n\tui = auto\n";
-        assert_eq!(refused_settings(text.as_bytes()), Ok(Vec::<String>::new()));
+        assert_eq!(
+            refused_settings(text.as_bytes(), None),
+            Ok(Vec::<String>::new())
+        );
+    }
+
+    #[test]
+    fn a_new_path_on_this_machine_to_push_to_is_refused() {
+        let was =
+            b"[remote \"origin\"]\n\turl = /srv/proj.git\n[branch \"main\"]\n\tremote = origin\n";
+        for (text, key) in [
+            (
+                "[remote \"origin\"]\n\tpushurl = /srv/w/x/.git/refs/tags",
+                "remote.pushurl",
+            ),
+            ("[remote \"origin\"]\n\turl = ../elsewhere", "remote.url"),
+            ("[remote \"origin\"]\n\turl = file:///srv/x", "remote.url"),
+            ("[remote \"o\"]\n\turl = tags", "remote.url"),
+            (
+                "[branch \"main\"]\n\tpushRemote = /srv/x",
+                "branch.pushremote",
+            ),
+            // Not a remote the file defines: git takes it for a path.
+            ("[branch \"main\"]\n\tremote = tags", "branch.remote"),
+            ("[submodule \"s\"]\n\turl = /srv/s", "submodule.url"),
+            ("[remote \"Origin\"]\n\turl = /srv/proj.git", "remote.url"),
+        ] {
+            let refused = refused_settings(text.as_bytes(), Some(was));
+            assert!(
+                refused.as_ref().is_ok_and(|r| r.contains(&key.to_string())),
+                "{text:?}: {refused:?}"
+            );
+        }
+        for text in [
+            // As it was, a remote the file defines, the repository itself, the network.
+            "[remote \"origin\"]\n\turl = /srv/proj.git\n[branch \"main\"]\n\tremote = origin\n",
+            "[branch \"main\"]\n\tremote = .\n",
+            "[remote \"gh\"]\n\turl = https://example.org/r.git\n\tpushurl = git@example.org:r.git\n[branch \"x\"]\n\tpushRemote = gh\n",
+            "[remote \"s\"]\n\turl = ssh://example.org/srv/r.git\n",
+        ] {
+            assert_eq!(
+                refused_settings(text.as_bytes(), Some(was)),
+                Ok(Vec::<String>::new()),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
@@ -250,7 +361,7 @@ mod tests {
                 "extensions.worktreeconfig",
             ),
         ] {
-            let refused = refused_settings(text.as_bytes());
+            let refused = refused_settings(text.as_bytes(), None);
             assert!(
                 refused.as_ref().is_ok_and(|r| r.contains(&key.to_string())),
                 "{text:?}: {refused:?}"

@@ -42,7 +42,7 @@ fn git_reads(bytes: &[u8]) -> Option<Vec<(String, bool, String, String)>> {
 
 /// The check and git agree: what the check accepts, git reads as allowed settings only.
 fn agree(bytes: &[u8]) -> Result<(), String> {
-    let Ok(refused) = refused_settings(bytes) else {
+    let Ok(refused) = refused_settings(bytes, None) else {
         return Ok(());
     };
     if !refused.is_empty() {
@@ -116,7 +116,9 @@ fn every_written_attack_shape_is_refused_or_harmless_to_git() {
     continued.extend_from_slice(b"\n\tfsmonitor = x\n");
     agree(&continued).unwrap();
     // The continuation attack itself is refused, not merely harmless.
-    assert!(refused_settings(shapes[0]).is_ok_and(|r| r.contains(&"core.fsmonitor".to_string())));
+    assert!(
+        refused_settings(shapes[0], None).is_ok_and(|r| r.contains(&"core.fsmonitor".to_string()))
+    );
 }
 
 /// Pieces of config files, combined at random.

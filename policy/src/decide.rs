@@ -1038,6 +1038,10 @@ fn git_guard(
             return Ok(());
         }
         "git's hooks folder, whose scripts git runs"
+    } else if access != Access::Delete && rest.iter().any(|c| c.eq_ignore_ascii_case(GIT_HOOKS)) {
+        // A folder the owner's own git later writes a `HEAD` into (a tag or branch named
+        // `HEAD`, fetched into `refs/tags/`) becomes a git dir, with whatever `hooks/` it holds.
+        "a folder named hooks deeper in git's folder, which would be a git dir's hooks once its owner's git wrote a HEAD beside it"
     } else if git_redirect_in(rest) {
         "a file that sends git to another repository and its config"
     } else if rest.len() > 1

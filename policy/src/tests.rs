@@ -1936,6 +1936,8 @@ fn a_git_dir_of_another_name_is_guarded_as_a_git_folder() {
     refused(Access::Create, "commondir");
     refused(Access::Create, "rebase-merge/git-rebase-todo");
     refused(Access::Write, "BISECT_START");
+    refused(Access::Create, "refs/tags/hooks");
+    refused(Access::Create, "refs/tags/hooks/pre-receive");
     refused(Access::Delete, "HEAD");
     refused(Access::Write, "refs/heads/main.lock");
     // What a push writes is the agent's, and git's own ways of making hooks and config.

@@ -1843,3 +1843,70 @@ probe("wt-file", lambda: open(W + "/notes", "w").write("mine\n"))
     denied_on(&m, "create", "path", "/shared.git/hooks/post-receive");
     denied_on(&m, "rename", "target", "/shared.git/config");
 }
+
+/// An agent cannot shape a folder of root's into a git dir with hooks of its own (a `hooks/`
+/// in root's `.git/refs/tags/`, which root's own `git fetch` of a tag named `HEAD` would make
+/// a git dir) nor send root's `git push` to a path on this machine of its choosing (a new
+/// `pushurl`): root's push runs the receiving repository's hooks as root.
+#[test]
+fn root_is_not_sent_to_push_into_a_git_dir_the_agent_shaped() {
+    let m = Mounted::new();
+    let ws = m.ws();
+    for args in [
+        &["init", "-q", "--bare", "--shared=group", "proj.git"][..],
+        &["clone", "-q", "proj.git", "rootclone"],
+    ] {
+        let out = root_git(&ws, args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let clone = ws.join("rootclone");
+    fs::write(clone.join("a"), "root's\n").unwrap();
+    for args in [
+        &["add", "a"][..],
+        &["commit", "-qm", "root"],
+        &["push", "-q", "origin", "HEAD:master"],
+    ] {
+        let out = root_git(&clone, args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    for dir in ["proj.git", "rootclone"] {
+        share_with_agents(&ws.join(dir));
+    }
+    let config_before = fs::read(clone.join(".git/config")).unwrap();
+    let tags = clone.join(".git/refs/tags");
+    let script = format!(
+        r#"
+T, C = {t:?}, {c:?}
+probe("plant-hooks", lambda: os.makedirs(T + "/hooks"))
+probe("plant-hook-file", lambda: open(T + "/hooks", "w"))
+cfg = open(C + "/config").read() + "[remote \"origin\"]\n\tpushurl = " + T + "\n"
+open(C + "/config.tmp", "w").write(cfg)
+probe("pushurl", lambda: os.rename(C + "/config.tmp", C + "/config"))
+"#,
+        t = tags.display().to_string(),
+        c = clone.join(".git").display().to_string(),
+    );
+    probes_as_agent(
+        &m,
+        &script,
+        &[
+            "plant-hooks EROFS",
+            "plant-hook-file EROFS",
+            "pushurl EROFS",
+        ],
+    );
+    assert_eq!(fs::read(clone.join(".git/config")).unwrap(), config_before);
+    assert!(!tags.join("hooks").exists());
+    // Root's ordinary day after: fetch, commit, push, to its own repository.
+    fs::write(clone.join("a"), "more\n").unwrap();
+    for args in [
+        &["fetch", "-q"][..],
+        &["commit", "-qam", "work"],
+        &["push", "-q", "origin", "master"],
+    ] {
+        let out = root_git(&clone, args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    denied_on(&m, "rename", "target", "/rootclone/.git/config");
+    denied_on(&m, "mkdir", "path", "/rootclone/.git/refs/tags/hooks");
+}

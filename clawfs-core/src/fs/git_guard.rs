@@ -272,7 +272,9 @@ impl ClawFs {
             }
             return Ok(GitRename::Allowed(Some(node)));
         }
-        let refused = match crate::git_settings::refused_settings(&text) {
+        // What the config it replaces says, which may keep a setting the agent could not make.
+        let replaced = read_regular(&newdir, newname, MAX_GIT_CONFIG).ok();
+        let refused = match crate::git_settings::refused_settings(&text, replaced.as_deref()) {
             Ok(refused) => refused,
             Err(why) => {
                 node.io.unseal();
