@@ -147,8 +147,8 @@ pub struct OpenDir {
     pub ino: u64,
     /// Who opened it (generated directories list per caller).
     pub caller: crate::creds::Caller,
-    /// The snapshot of entries being served.
-    pub entries: Mutex<Arc<Vec<DirEntry>>>,
+    /// The snapshot of entries being served (none before the handle's first reading).
+    pub entries: Mutex<Option<Arc<Vec<DirEntry>>>>,
     /// The directory of the store, held while it is open (not for generated directories):
     /// `fstat` of an open directory that was removed still answers from it.
     pub fd: Option<std::os::fd::OwnedFd>,

@@ -405,3 +405,52 @@ fn small_and_large_directories_list_whole_with_right_attributes() {
         check_listing(&m, dir, n);
     }
 }
+
+/// A listing read in small steps stays whole when the kernel drops its cache of the folder
+/// midway (memory pressure; here `drop_caches`): the kernel served the first entries from
+/// that cache, then asks the daemon for the rest on a handle that has listed nothing yet.
+/// `git clone` of a local repository copied half of `objects/` this way.
+#[test]
+fn a_listing_survives_the_kernel_dropping_its_cache_midway() {
+    let m = Mounted::new();
+    let dir = m.ws().join("big");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..300 {
+        fs::write(dir.join(format!("entry-{i:04}")), "").unwrap();
+    }
+    let script = r#"
+import ctypes, os, sys
+d = sys.argv[1]
+whole = len(os.listdir(d))  # fills the kernel's cache of the folder
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+buf = ctypes.create_string_buffer(1024)
+names, first = [], True
+while True:
+    n = libc.syscall(217, fd, buf, len(buf))  # getdents64
+    if n < 0:
+        raise OSError(ctypes.get_errno(), "getdents64")
+    if n == 0:
+        break
+    off = 0
+    while off < n:
+        reclen = int.from_bytes(buf.raw[off + 16:off + 18], "little")
+        names.append(buf.raw[off + 19:off + reclen].split(b"\0", 1)[0])
+        off += reclen
+    if first:
+        open("/proc/sys/vm/drop_caches", "w").write("1\n")
+        first = False
+print(whole, len(set(names) - {b".", b".."}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300 300");
+}

@@ -40,17 +40,21 @@ impl ClawFs {
     }
 
     /// The entries of the open directory `fh`, read afresh when `offset` is 0 (a new pass or
-    /// a rewind), else the snapshot being served.
+    /// a rewind) or when this handle has none yet, else the snapshot being served. A handle's
+    /// first request may come at any offset: the kernel serves the start of a listing from
+    /// its cache of the folder, and asks for the rest when that cache is dropped midway
+    /// (memory pressure, an invalidation); the offsets of a fresh reading of an unchanged
+    /// folder are those of the one cached.
     pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Arc<Vec<DirEntry>>> {
         let dir = self.dirs.get(fh)?;
         let mut entries = dir
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if offset == 0 {
-            *entries = Arc::new(self.list_dir(&dir.caller, dir.ino)?);
+        if offset == 0 || entries.is_none() {
+            *entries = Some(Arc::new(self.list_dir(&dir.caller, dir.ino)?));
         }
-        Ok(Arc::clone(&entries))
+        Ok(entries.as_ref().map(Arc::clone).unwrap_or_default())
     }
 
     pub(super) fn list_dir(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
