@@ -196,8 +196,15 @@ fn settings(bytes: &[u8]) -> Result<Vec<Setting>, Unplaceable> {
         };
         let section_name = name.to_string().to_ascii_lowercase();
         // `[core ""]` and `[core.x]` are subsections: their keys are not `core.KEY` to git.
-        let subsection = (subsection_name.is_some() || separator.is_some())
-            .then(|| subsection_name.map(|s| s.to_vec()).unwrap_or_default());
+        // A legacy `[section.Sub]` header names subsection `sub`: git lowers its case.
+        let legacy = separator.as_ref().is_some_and(|s| s.to_vec() == b".");
+        let subsection = (subsection_name.is_some() || separator.is_some()).then(|| {
+            let name = subsection_name.map(|s| s.to_vec()).unwrap_or_default();
+            match legacy {
+                true => name.to_ascii_lowercase(),
+                false => name,
+            }
+        });
         let mut key: Option<String> = None;
         let mut value: Vec<u8> = Vec::new();
         let mut finish = |key: &mut Option<String>, value: &mut Vec<u8>| {
@@ -302,6 +309,11 @@ mod tests {
             ("[branch \"main\"]\n\tremote = tags", "branch.remote"),
             ("[submodule \"s\"]\n\turl = /srv/s", "submodule.url"),
             ("[remote \"Origin\"]\n\turl = /srv/proj.git", "remote.url"),
+            // git lowers a legacy header's subsection: no remote `Tools` is defined.
+            (
+                "[remote.Tools]\n\turl = https://example.org/x.git\n[branch \"main\"]\n\tpushRemote = Tools",
+                "branch.pushremote",
+            ),
         ] {
             let refused = refused_settings(text.as_bytes(), Some(was));
             assert!(

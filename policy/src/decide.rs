@@ -972,13 +972,57 @@ fn foreign_lock(path: &NsPath) -> Denial {
     )
 }
 
+/// Whether `rest` (the components after a `.git`) holds a `hooks` or `config` other than
+/// git's own (those [`git_hooks_at`] and [`git_config_in`] place): one a `HEAD` coming beside
+/// it later would make a git dir's. A branch may be named `hooks` or `config`: a file
+/// directly in `refs/heads/` (or its log) under that name is a ref, and no `HEAD` is made
+/// there ([`ref_named_head`]).
+fn deep_hooks_or_config(rest: &[&str]) -> bool {
+    let named = |c: &&str| c.eq_ignore_ascii_case(GIT_HOOKS) || c.eq_ignore_ascii_case(GIT_CONFIG);
+    let branch = |r: &[&str]| {
+        r.len() == 3 && r[0].eq_ignore_ascii_case("refs") && r[1].eq_ignore_ascii_case("heads")
+    };
+    let is_branch = branch(rest)
+        || (rest.len() == 4 && rest[0].eq_ignore_ascii_case("logs") && branch(&rest[1..]));
+    !is_branch && rest.iter().any(named)
+}
+
+/// Whether `rest` (the components after a `.git`) is a `HEAD` in `refs/` or `logs/` other
+/// than git's own there (`logs/HEAD`, a remote's `refs/remotes/<r>/HEAD` and its log): a
+/// folder holding one is a git dir to git, with what the agent put in it.
+fn ref_named_head(rest: &[&str]) -> bool {
+    let is = |i: usize, n: &str| rest.get(i).is_some_and(|c| c.eq_ignore_ascii_case(n));
+    let Some(last) = rest.last() else {
+        return false;
+    };
+    let skip = usize::from(is(0, "logs"));
+    let remote_head = rest.len() == skip + 4 && is(skip, "refs") && is(skip + 1, "remotes");
+    *last == GIT_HEAD
+        && rest.len() > 1
+        && (is(0, "refs") || is(0, "logs"))
+        && !(rest.len() == 2 && is(0, "logs"))
+        && !remote_head
+}
+
 /// Whether `rest` (the components after a `.git`) names a file that sends git to another
 /// repository and its config and hooks: a `commondir` or `gitdir` at any depth — `.git`'s own,
 /// a worktree's, and those of a submodule's git dir below `modules/`, which a superproject's
-/// git enters with `GIT_DIR` set and no ownership check.
+/// git enters with `GIT_DIR` set and no ownership check — or `objects/info/alternates` (and
+/// `http-alternates`), whose repositories the owner's fetch and push list refs of by running
+/// git in them with `--git-dir`, which skips the ownership check too.
 fn git_redirect_in(rest: &[&str]) -> bool {
-    rest.last()
-        .is_some_and(|c| c.eq_ignore_ascii_case(GIT_COMMONDIR) || c.eq_ignore_ascii_case("gitdir"))
+    let alternates = match rest {
+        [.., info, last] => {
+            info.eq_ignore_ascii_case("info")
+                && (last.eq_ignore_ascii_case("alternates")
+                    || last.eq_ignore_ascii_case("http-alternates"))
+        }
+        _ => false,
+    };
+    alternates
+        || rest.last().is_some_and(|c| {
+            c.eq_ignore_ascii_case(GIT_COMMONDIR) || c.eq_ignore_ascii_case("gitdir")
+        })
 }
 
 /// `rest` (the components after a `.git`) as seen from the git dir it is in: a linked
@@ -1038,10 +1082,13 @@ fn git_guard(
             return Ok(());
         }
         "git's hooks folder, whose scripts git runs"
-    } else if access != Access::Delete && rest.iter().any(|c| c.eq_ignore_ascii_case(GIT_HOOKS)) {
-        // A folder the owner's own git later writes a `HEAD` into (a tag or branch named
-        // `HEAD`, fetched into `refs/tags/`) becomes a git dir, with whatever `hooks/` it holds.
-        "a folder named hooks deeper in git's folder, which would be a git dir's hooks once its owner's git wrote a HEAD beside it"
+    } else if access != Access::Delete && !config && deep_hooks_or_config(rest) {
+        // A folder that gets a `HEAD` later (a tag named `HEAD`, fetched into `refs/tags/` by
+        // the owner's git or made by the agent's) becomes a git dir, with whatever `hooks/`
+        // and `config` it holds.
+        "a hooks or config deeper in git's folder, which would be a git dir's once a HEAD came beside it"
+    } else if access == Access::Create && ref_named_head(rest) {
+        "a ref named HEAD, whose folder would then be a git dir to git"
     } else if git_redirect_in(rest) {
         "a file that sends git to another repository and its config"
     } else if rest.len() > 1

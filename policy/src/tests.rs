@@ -1938,6 +1938,30 @@ fn a_git_dir_of_another_name_is_guarded_as_a_git_folder() {
     refused(Access::Write, "BISECT_START");
     refused(Access::Create, "refs/tags/hooks");
     refused(Access::Create, "refs/tags/hooks/pre-receive");
+    refused(Access::Create, "refs/tags/config");
+    refused(Access::Create, "refs/tags/HEAD");
+    refused(Access::Create, "refs/heads/x/HEAD");
+    refused(Access::Create, "refs/heads/x/config");
+    for ok in [
+        "logs/HEAD",
+        "refs/remotes/origin/HEAD",
+        "logs/refs/remotes/origin/HEAD",
+        "refs/heads/config",
+        "logs/refs/heads/hooks",
+    ] {
+        assert!(
+            pol.check_in(
+                &fs,
+                Access::Create,
+                &p(&format!("/workspaces/default/t/.git/{ok}")),
+                &SomeoneElsesFiles
+            )
+            .is_ok(),
+            "{ok}"
+        );
+    }
+    refused(Access::Write, "objects/info/alternates");
+    refused(Access::Create, "objects/info/http-alternates");
     refused(Access::Delete, "HEAD");
     refused(Access::Write, "refs/heads/main.lock");
     // What a push writes is the agent's, and git's own ways of making hooks and config.

@@ -1882,6 +1882,12 @@ probe("plant-hook-file", lambda: open(T + "/hooks", "w"))
 cfg = open(C + "/config").read() + "[remote \"origin\"]\n\tpushurl = " + T + "\n"
 open(C + "/config.tmp", "w").write(cfg)
 probe("pushurl", lambda: os.rename(C + "/config.tmp", C + "/config"))
+probe("plant-config", lambda: open(T + "/config", "w"))
+probe("tag-head", lambda: open(T + "/HEAD", "w"))
+probe("alternates", lambda: open(C + "/objects/info/alternates", "w"))
+legacy = "[remote.Tools]\n\turl = https://example.org/x.git\n[branch \"master\"]\n\tpushRemote = Tools\n"
+open(C + "/config.tmp", "w").write(open(C + "/config").read() + legacy)
+probe("legacy-remote", lambda: os.rename(C + "/config.tmp", C + "/config"))
 "#,
         t = tags.display().to_string(),
         c = clone.join(".git").display().to_string(),
@@ -1893,6 +1899,10 @@ probe("pushurl", lambda: os.rename(C + "/config.tmp", C + "/config"))
             "plant-hooks EROFS",
             "plant-hook-file EROFS",
             "pushurl EROFS",
+            "plant-config EROFS",
+            "tag-head EROFS",
+            "alternates EROFS",
+            "legacy-remote EROFS",
         ],
     );
     assert_eq!(fs::read(clone.join(".git/config")).unwrap(), config_before);
