@@ -313,15 +313,16 @@ fn real_repository(dir: &Path, files: usize) {
         .status();
 }
 
-/// The agent, in the default sandbox, clones a real repository (10,200 files, nested
-/// `.gitmodules`, hook samples), builds it with make, commits, branches, rebases, adds a hook
-/// and a `hooksPath` of its own, runs gc, and removes it: in a granted workspace and in its own
-/// directory. Root's git then refuses the agent's repository, whatever its config says.
+/// The agent, in the default sandbox, clones a real repository (4,000 files, objects in all
+/// 256 of `objects/`' folders, nested `.gitmodules`, hook samples), builds it with make,
+/// commits, branches, rebases, adds a hook and a `hooksPath` of its own, runs gc, and removes
+/// it: in a granted workspace and in its own directory. Root's git then refuses the agent's
+/// repository, whatever its config says.
 #[test]
 fn an_agent_clones_builds_and_removes_a_real_repository() {
     let m = Mounted::new();
     let src = m.ws().join("upstream");
-    real_repository(&src, 10_200);
+    real_repository(&src, 4_000);
     let marker = m.dir.path().join("root-ran-the-agents-command");
     let env = git_env(&m);
     for dir in [m.ws(), m.path("agents/fs-engine")] {
