@@ -162,6 +162,11 @@ impl clawfs_policy::GitRepos for Repos<'_> {
     }
 
     fn git_dirs(&self, path: &NsPath) -> Vec<usize> {
+        // Repositories are looked for where agents make them; the other areas are the
+        // policy's alone (a secret or a tool file may be named `config`).
+        if !path.get(0).is_some_and(|a| REPO_AREAS.contains(&a)) {
+            return Vec::new();
+        }
         match self.folders(path) {
             Some(folders) => folders
                 .iter()
@@ -276,6 +281,7 @@ mod tests {
         assert_eq!(me.git_dirs(&p("/workspaces/w/proj.git/hooks/x")), vec![2]);
         assert_eq!(me.git_dirs(&p("/workspaces/w/proj.git/config")), vec![2]);
         assert!(me.git_dirs(&p("/workspaces/w/other/config")).is_empty());
+        assert!(me.git_dirs(&p("/vault/secrets/config")).is_empty());
         assert!(me.foreign_git_above(&p("/workspaces/w/proj.git/config")));
         // The caller's own bare repository is its business.
         assert!(!me.foreign_git_above(&p("/workspaces/w/mine.git/config")));
