@@ -127,11 +127,15 @@ impl Setting {
 pub fn refused_settings(bytes: &[u8], replaced: Option<&[u8]>) -> Result<Vec<String>, Unplaceable> {
     let new = settings(bytes)?;
     let old = replaced.and_then(|b| settings(b).ok()).unwrap_or_default();
-    // Remotes the file defines: a branch's `remote` naming one is a name, not a path.
+    // Remotes the file defines: a branch's `remote` naming one is a name, not a path. git
+    // takes a name for a remote only if it could be one (no `/`, not empty, `.` or `..`);
+    // any other it reads as a URL, whatever section the file has of that name.
+    let nickname = |n: &[u8]| !n.is_empty() && n != b"." && n != b".." && !n.contains(&b'/');
     let remotes: Vec<&[u8]> = new
         .iter()
         .filter(|s| s.section == "remote" && s.key == "url")
         .filter_map(|s| s.subsection.as_deref())
+        .filter(|n| nickname(n))
         .collect();
     let mut refused: Vec<String> = Vec::new();
     for s in &new {
@@ -309,6 +313,11 @@ mod tests {
             ("[branch \"main\"]\n\tremote = tags", "branch.remote"),
             ("[submodule \"s\"]\n\turl = /srv/s", "submodule.url"),
             ("[remote \"Origin\"]\n\turl = /srv/proj.git", "remote.url"),
+            // git reads a remote name with a `/` as a path, whatever the file defines.
+            (
+                "[remote \"/srv/evil.git\"]\n\turl = https://example.org/x.git\n[branch \"main\"]\n\tremote = /srv/evil.git",
+                "branch.remote",
+            ),
             // git lowers a legacy header's subsection: no remote `Tools` is defined.
             (
                 "[remote.Tools]\n\turl = https://example.org/x.git\n[branch \"main\"]\n\tpushRemote = Tools",

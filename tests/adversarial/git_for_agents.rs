@@ -1889,6 +1889,9 @@ probe("alternates", lambda: open(C + "/objects/info/alternates", "w"))
 legacy = "[remote.Tools]\n\turl = https://example.org/x.git\n[branch \"master\"]\n\tpushRemote = Tools\n"
 open(C + "/config.tmp", "w").write(open(C + "/config").read() + legacy)
 probe("legacy-remote", lambda: os.rename(C + "/config.tmp", C + "/config"))
+slash = "[remote \"" + T + "\"]\n\turl = https://example.org/x.git\n[branch \"master\"]\n\tremote = " + T + "\n"
+open(C + "/config.tmp", "w").write(open(C + "/config").read() + slash)
+probe("slash-remote", lambda: os.rename(C + "/config.tmp", C + "/config"))
 "#,
         t = tags.display().to_string(),
         c = clone.join(".git").display().to_string(),
@@ -1904,6 +1907,7 @@ probe("legacy-remote", lambda: os.rename(C + "/config.tmp", C + "/config"))
             "tag-head EROFS",
             "alternates EROFS",
             "legacy-remote EROFS",
+            "slash-remote EROFS",
         ],
     );
     assert_eq!(fs::read(clone.join(".git/config")).unwrap(), config_before);
