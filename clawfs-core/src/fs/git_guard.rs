@@ -438,7 +438,7 @@ pub(super) fn symlink_escape(at: &NsPath, dir: &dyn AsFd, target: &[u8]) -> Opti
             _ => return None,
         }
         // A git dir under another name (a bare repository) is one as much as a `.git`.
-        if rustix::fs::statat(&cur, GIT_HEAD, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        if super::git_repos::is_git_dir(&cur) {
             return Some(format!(
                 "it leads into '{}', a git repository (a folder holding a HEAD)",
                 String::from_utf8_lossy(part)
@@ -537,8 +537,6 @@ impl CheckedFile {
 /// How many entries [`holds_git`] looks through before it answers yes.
 const WALK_BUDGET: usize = 100_000;
 const GIT_DIR: &str = ".git";
-/// What makes a folder a git dir, whatever its name.
-const GIT_HEAD: &str = "HEAD";
 
 /// Whether the folder `name` in `dir`, moving to `dest`, holds a repository the git above
 /// `dest` would run the config of for someone other than its owner ([`holds_git`]): a `.git`

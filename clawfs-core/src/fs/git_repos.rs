@@ -139,7 +139,7 @@ fn entry_in(dir: impl AsFd, name: &str) -> rustix::io::Result<Option<rustix::fs:
 
 /// Whether the folder `dir` is a git dir by what it holds, whatever its name: a `HEAD`
 /// (what cannot be looked at counts as one).
-fn is_git_dir(dir: impl AsFd) -> bool {
+pub(super) fn is_git_dir(dir: impl AsFd) -> bool {
     !matches!(entry_in(dir, GIT_HEAD), Ok(None))
 }
 

@@ -446,6 +446,11 @@ pub(super) struct Carrying {
 }
 
 impl Carrying {
+    /// The repositories around paths in the store, as the caller sees them.
+    fn repos(&self) -> crate::fs::git_repos::Repos<'_> {
+        crate::fs::git_repos::Repos::new(std::os::fd::AsFd::as_fd(&self.store), self.uid)
+    }
+
     /// The namespace path of the store's folder `dir`, wherever it is now, and the anchor
     /// that ties it to `dir` for the lookups by name ([`crate::fs::git_repos::Anchor`]).
     fn path_of(
@@ -516,11 +521,8 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
         // (with the daemon's ids: the caller may not see the store's folders).
         let decided = match &self.repos {
             Some(carrying) => crate::creds::with_daemon_ids(|| {
-                let repos = crate::fs::git_repos::Repos::new(
-                    std::os::fd::AsFd::as_fd(&carrying.store),
-                    carrying.uid,
-                );
-                self.policy.check_in(&self.who, access, &path, &repos)
+                self.policy
+                    .check_in(&self.who, access, &path, &carrying.repos())
             }),
             None => self.policy.check(&self.who, access, &path),
         };
@@ -543,11 +545,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
             crate::creds::with_daemon_ids(|| {
                 let (dir_path, anchor) = carrying.path_of(dir)?;
                 let path = dir_path.join(name).ok()?;
-                let repos = crate::fs::git_repos::Repos::new(
-                    std::os::fd::AsFd::as_fd(&carrying.store),
-                    carrying.uid,
-                )
-                .anchored(vec![anchor]);
+                let repos = carrying.repos().anchored(vec![anchor]);
                 Some(
                     self.policy
                         .check_in(&self.who, clawfs_policy::Access::Write, &path, &repos),
@@ -592,11 +590,7 @@ impl clawfs_agent_tools::AccessCheck for ToolAccess {
                     .and_then(|(dir, anchor)| Some((dir.join(leaf).ok()?, anchor)));
                 match dest {
                     Some((dest, anchor)) => {
-                        let repos = crate::fs::git_repos::Repos::new(
-                            std::os::fd::AsFd::as_fd(&carrying.store),
-                            carrying.uid,
-                        )
-                        .anchored(vec![anchor]);
+                        let repos = carrying.repos().anchored(vec![anchor]);
                         // A symlink leads where one made there may ([`symlink_escape`]).
                         let escapes = || {
                             rustix::fs::readlinkat(dir, name, Vec::new()).map_or(true, |t| {
