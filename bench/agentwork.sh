@@ -77,6 +77,7 @@ finish() {
 trap finish EXIT
 journaled_loop "$work/fs.img" 16G "$work/fs"
 echo "loop device $LOOPDEV (direct I/O $LOOP_DIO)" >&2
+echo "FUSE over io_uring offered by the kernel: $(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo no) (scripts/setup.sh turns it on; --mount-arg --no-io-uring serves /dev/fuse)" >&2
 # Where both sides work: the loop ext4, or a JuiceFS volume whose bucket is on it.
 base=$work/fs other=native
 if [[ -n $juicefs ]]; then

@@ -62,3 +62,18 @@ clawfs_create_groups() {
     getent group "$g" >/dev/null || groupadd --system "$g"
   done
 }
+
+# FUSE over io_uring (kernel 6.14 and later): the fuse module offers it to a mounting daemon
+# only while its enable_uring parameter is on, which it is not by default. ClawFS serves each
+# CPU's requests on that CPU with it (docs/architecture.md, "Transport"). Turned on now and at
+# every boot; a kernel without the parameter keeps /dev/fuse, and so does `clawfs mount
+# --no-io-uring`.
+clawfs_enable_fuse_uring() {
+  local param=/sys/module/fuse/parameters/enable_uring
+  modprobe fuse 2>/dev/null || true
+  [ -e "$param" ] || { echo "this kernel has no FUSE over io_uring; ClawFS serves /dev/fuse"; return 0; }
+  echo Y >"$param"
+  if [ -d /etc/modprobe.d ]; then
+    echo "options fuse enable_uring=1" >/etc/modprobe.d/clawfs-fuse-uring.conf
+  fi
+}

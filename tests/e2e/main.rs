@@ -26,6 +26,7 @@ mod tools_call;
 mod tools_consistency;
 mod tools_e2e;
 mod tools_third;
+mod transport;
 mod vault_mount;
 mod vaultctl;
 mod vaultctl_sshd;

@@ -28,6 +28,12 @@ pub struct MountArgs {
     /// (docs/architecture.md).
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub busy_poll: u32,
+    /// Serve requests only through /dev/fuse, even when the kernel offers FUSE over io_uring
+    /// (its fuse.enable_uring parameter, which `scripts/setup.sh` turns on). With io_uring,
+    /// each CPU has a queue served by a thread on that CPU, so a caller's round trip stays on
+    /// its CPU (docs/architecture.md).
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Open files and folders one caller (a uid other than root) may hold through the mount at
     /// once; past it, opens fail with EMFILE (audited, rule OPEN-FILES). Each holds one of the
     /// daemon's descriptors, so no caller can take them from the others or from the daemon,

@@ -162,6 +162,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
         no_passthrough,
         threads,
         busy_poll,
+        no_io_uring,
         max_open_per_caller,
         no_audit,
         trace_syscalls,
@@ -199,6 +200,7 @@ fn foreground_argv(args: &MountArgs, mp: &Path, store: &Path) -> Vec<std::ffi::O
     }
     for (on, flag) in [
         (no_passthrough, "--no-passthrough"),
+        (no_io_uring, "--no-io-uring"),
         (no_audit, "--no-audit"),
         (trace_syscalls, "--trace-syscalls"),
         (no_search, "--no-search"),
@@ -447,6 +449,7 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     config.clone_fd = true;
     config.busy_poll =
         (args.busy_poll > 0).then(|| std::time::Duration::from_micros(u64::from(args.busy_poll)));
+    config.io_uring = !args.no_io_uring;
 
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;

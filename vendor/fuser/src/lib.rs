@@ -97,6 +97,7 @@ mod poll_events;
 mod read_buf;
 mod rename_flags;
 mod reply;
+mod ring;
 mod request;
 mod request_param;
 mod session;

@@ -48,6 +48,8 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
+use crate::ring::RingConfig;
+use crate::ring::Rings;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -139,6 +141,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Set at the handshake when requests are to be served over io_uring.
+    ring: Option<RingConfig>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +190,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            ring: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            ring: None,
         };
 
         session.handshake()?;
@@ -252,6 +258,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            ring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,13 +293,20 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        // The queues' commands go through the session's own descriptor, which every queue's
+        // loop keeps open.
+        let ch_for_ring = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
 
         // One thread polls. More pollers measured slower: they contend for the queue's lock and
         // for the CPUs. Its descriptor must be its own open file: a clone, or the only one.
-        let busy_poll = config.busy_poll.filter(|_| config.clone_fd || n_threads == 1);
+        // Over io_uring the descriptor carries only forgets and interrupts: nothing to poll for.
+        let busy_poll = config
+            .busy_poll
+            .filter(|_| (config.clone_fd || n_threads == 1) && ring.is_none());
+        let ring_ch = ring.as_ref().map(|_| ch_for_ring.clone());
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let busy_poll = busy_poll.filter(|_| i == 0);
@@ -314,6 +328,17 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        let rings = match (ring, ring_ch) {
+            (Some(ring), Some(ch)) => Some(Rings::start(
+                ring,
+                ch,
+                filesystem.clone(),
+                (allowed, session_owner),
+                n_threads,
+            )?),
+            _ => None,
+        };
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -327,6 +352,11 @@ impl<FS: Filesystem> Session<FS> {
                     reply = Err(e);
                 }
             }
+        }
+
+        // The /dev/fuse threads end with the connection; the queues may still wait.
+        if let Some(rings) = rings {
+            rings.stop()?;
         }
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
@@ -476,6 +506,17 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_readahead,
                 config.max_write
             );
+
+            if self.config.io_uring && config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
+                let page = page_size::get();
+                self.ring = Some(RingConfig {
+                    payload_len: (config.max_write as usize)
+                        .max(usize::from(config.max_pages()) * page)
+                        .max(8192),
+                });
+            }
 
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))

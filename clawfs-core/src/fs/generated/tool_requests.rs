@@ -35,10 +35,22 @@ impl ClawFs {
         done: impl FnOnce(FsResult<T>) + Send + 'static,
     ) {
         // A running call's own requests (a WebAssembly tool's file operations) are never
-        // queued behind it.
+        // queued behind it. One that runs a call of its own runs it on a thread of its own:
+        // the thread serving requests may be the only one serving its CPU's (FUSE over
+        // io_uring), and the inner call's own file operations may come from that CPU.
         let (opener, path) = match self.runs_tool_call(caller, ino, fh, step) {
             Some(call) if !self.tool_threads.is_tool_thread(caller.pid) => call,
-            _ => return done(op(self)),
+            Some(_) => {
+                let fs = Arc::clone(self);
+                let spawned = std::thread::Builder::new()
+                    .name("clawfs-tool-inner".into())
+                    .spawn(move || done(op(&fs)));
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "cannot start a thread for a call's own call");
+                }
+                return;
+            }
+            None => return done(op(self)),
         };
         let fs = Arc::clone(self);
         let caller = *caller;

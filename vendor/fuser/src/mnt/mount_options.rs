@@ -25,6 +25,10 @@ pub struct Config {
     /// (the default): every thread sleeps in `read`. Linux only; with more than one thread,
     /// needs `clone_fd`.
     pub busy_poll: Option<std::time::Duration>,
+    /// Serve requests over FUSE-over-io_uring when the kernel offers it (its `fuse.enable_uring`
+    /// parameter): one queue per possible CPU, its thread pinned to that CPU. The `/dev/fuse`
+    /// threads keep serving what the kernel still sends there (forgets, interrupts). Linux only.
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
