@@ -549,3 +549,137 @@ os._exit(0)
     let denials = fs::read_to_string(m.mnt.join("agents/fs-engine/denials")).unwrap_or_default();
     assert!(denials.contains("TOOL-CALLS"), "{denials}");
 }
+
+/// `agent` starts `n` slow searches at once from CPU 0, each in its own process (pids in
+/// `agents/<agent>/pids`), each writing its answer to `out<i>` in its folder.
+fn calls_from_cpu0(m: &Mounted, agent: &str, n: usize) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mnt = m.mnt.display();
+    let script = format!(
+        r#"cd {mnt}/agents/{agent} || exit 9
+           printf '%s' '{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}' > req.json
+           for i in $(seq 1 {n}); do
+             sh -c 'exec 3<>{mnt}/tools/call/search_files && cat req.json >&3 && exec cat <&3 >out'$i &
+             echo $! >> pids
+           done
+           wait"#
+    );
+    let mut cmd = m.run_command(agent);
+    cmd.args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only sched_setaffinity between fork and exec, on a zeroed cpu_set_t.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Four agents each line up all the calls they may (one running, 64 waiting) from CPU 0. Over
+/// FUSE over io_uring a request waiting for its answer holds an entry of its CPU's queue, and
+/// these are more than CPU 0's first servers have: root's `stat` and listing from CPU 0 are
+/// still answered while every one of those calls waits or runs.
+#[test]
+fn agents_lining_up_calls_from_one_cpu_hold_up_no_one_on_it() {
+    let m = Mounted::new();
+    big_workspace(&m);
+    let agents = [
+        "fs-engine",
+        "kernel-engine",
+        "build-engine",
+        "observability",
+    ];
+    m.open_workspace_to_all();
+    let mut floods: Vec<Child> = agents.iter().map(|a| calls_from_cpu0(&m, a, 65)).collect();
+    let pids = |a: &str| -> Vec<i32> {
+        fs::read_to_string(m.backing(&format!("agents/{a}/pids")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let waiting = agents
+            .iter()
+            .flat_map(|a| pids(a))
+            .filter(|&p| waits_in_fuse(p) || task_waits_in_fuse(p))
+            .count();
+        // Every caller started, and most wait in the daemon (or, their CPU's entries all
+        // taken, in the kernel for one).
+        let started: usize = agents.iter().map(|a| pids(a).len()).sum();
+        if started == agents.len() * 65 && waiting >= 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {waiting} of the agents' calls wait in the daemon"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Root, on CPU 0 too.
+    let root = std::thread::spawn({
+        let ws = m.ws();
+        move || {
+            // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            let missing = fs::metadata(ws.join("root-was-here")).is_err();
+            let listed = fs::read_dir(&ws).unwrap().count();
+            (missing, listed)
+        }
+    });
+    let started = Instant::now();
+    while !root.is_finished() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done = root.is_finished();
+    let answered: usize = agents
+        .iter()
+        .map(|a| {
+            (1..=65)
+                .filter(|i| {
+                    fs::metadata(m.backing(&format!("agents/{a}/out{i}")))
+                        .is_ok_and(|md| md.len() > 0)
+                })
+                .count()
+        })
+        .sum();
+    for a in agents {
+        for p in pids(a) {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+    }
+    for f in &mut floods {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    assert!(
+        done,
+        "root's stat from CPU 0 waited behind the agents' calls"
+    );
+    assert!(root.join().unwrap().0);
+    assert!(
+        answered <= agents.len(),
+        "{answered} calls were answered before root was: root waited for them"
+    );
+}
+
+/// Whether any thread of `pid` waits for the daemon's answer.
+fn task_waits_in_fuse(pid: i32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.flatten().any(|t| {
+            fs::read_to_string(t.path().join("wchan"))
+                .is_ok_and(|w| w.contains("request_wait_answer") || w.contains("fuse"))
+        })
+    })
+}

@@ -449,7 +449,9 @@ fn serve(args: &MountArgs, mp: &Path, store: Store) -> Result<(), Failure> {
     config.clone_fd = true;
     config.busy_poll =
         (args.busy_poll > 0).then(|| std::time::Duration::from_micros(u64::from(args.busy_poll)));
-    config.io_uring = !args.no_io_uring;
+    // A store hosts share lives on a network file system, where any request may wait on the
+    // network: /dev/fuse's workers keep one from holding up the others of its CPU.
+    config.io_uring = !args.no_io_uring && !shared;
 
     let session = fuser::Session::new(adapter, mp, &config)
         .with_context(|| format!("mounting {}", mp.display()))?;

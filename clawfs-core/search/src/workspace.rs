@@ -414,6 +414,11 @@ impl WorkspaceIndex {
         });
         let fd = match opened {
             Ok(fd) => fd,
+            // Out of descriptors or memory, interrupted: the file is still there, and what the
+            // index holds of it stays until it can be read.
+            Err(e) if is_transient(&e) => {
+                return Err(SearchError::io(format!("opening {rel}"), e));
+            }
             // Gone, or a folder, a symlink or a special file: not indexed.
             Err(_) => return self.forget(rel, false).map(|n| n > 0),
         };
@@ -787,4 +792,12 @@ fn snippet(content: &str, query: &str) -> String {
         true => format!("…{text}"),
         false => text,
     }
+}
+
+/// An open that failed for want of a resource or by interruption, not because of the file.
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EINTR | libc::EAGAIN | libc::EIO)
+    )
 }

@@ -61,6 +61,9 @@ const EXTRA_DEPTH: usize = 32;
 /// A server busy with one request this long, or with this few entries left, is held up.
 const HELD_UP_AFTER: Duration = Duration::from_millis(5);
 const ENTRIES_LEFT: usize = 8;
+/// Servers a CPU may have while its entries are all taken by requests waiting for answers:
+/// 128 + 63 × 32 entries, room for 33 callers' 64 waiting tool calls each.
+const MAX_SERVERS: usize = 64;
 /// How often the watcher looks while requests come, and after how many quiet looks it sleeps
 /// until the next request.
 const WATCH_EVERY: Duration = Duration::from_millis(2);
@@ -140,6 +143,7 @@ pub(crate) struct Queue {
     /// Entries whose request waits for its answer.
     in_flight: AtomicUsize,
     watch: Arc<Watch>,
+    slow: Arc<SlowJobs>,
     /// Last: unmapped only after everything above that may point into it. `depth` strides,
     /// then a page whose first 8 bytes the kernel's reads of `wake` land in.
     area: Area,
@@ -148,7 +152,12 @@ pub(crate) struct Queue {
 const PAGE: usize = 4096;
 
 impl Queue {
-    fn new(qid: u16, depth: usize, config: RingConfig, watch: Arc<Watch>) -> io::Result<Arc<Self>> {
+    fn new(
+        qid: u16,
+        depth: usize,
+        config: RingConfig,
+        (watch, slow): (Arc<Watch>, Arc<SlowJobs>),
+    ) -> io::Result<Arc<Self>> {
         let payload_len = config.payload_len.next_multiple_of(PAGE);
         let stride = PAGE + payload_len;
         // SAFETY: plain syscall; the descriptor is owned below.
@@ -172,6 +181,7 @@ impl Queue {
             began: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             watch,
+            slow,
             area: Area::new(stride * depth + PAGE)?,
         }))
     }
@@ -209,13 +219,16 @@ impl Queue {
         self.served.fetch_add(1, Ordering::Release);
     }
 
-    /// Whether this server can take no new request soon: it has been serving one request for
-    /// [`HELD_UP_AFTER`], or almost all its entries wait for answers.
-    fn held_up(&self, now: u64) -> bool {
-        let busy = self.served.load(Ordering::Acquire) % 2 == 1
+    /// Whether this server has been serving one request for [`HELD_UP_AFTER`].
+    fn stuck(&self, now: u64) -> bool {
+        self.served.load(Ordering::Acquire) % 2 == 1
             && now.saturating_sub(self.began.load(Ordering::Relaxed))
-                >= HELD_UP_AFTER.as_nanos() as u64;
-        busy || self.in_flight.load(Ordering::Relaxed) + ENTRIES_LEFT >= self.depth
+                >= HELD_UP_AFTER.as_nanos() as u64
+    }
+
+    /// Whether almost all its entries hold requests waiting for their answers.
+    fn full(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) + ENTRIES_LEFT >= self.depth
     }
 
     /// Ends the queue's thread at its next wake-up (the session is over).
@@ -482,6 +495,21 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             entry: entry as u16,
             commit_id,
         };
+        if may_take_long(&buf[..len]) {
+            // Copied out (8-byte aligned, as requests are parsed in place) for a thread that
+            // may wait: this one serves its CPU's other requests meanwhile.
+            let mut owned = vec![0u64; len.div_ceil(8)];
+            // SAFETY: `owned` holds at least len bytes; u64 has no invalid bit patterns.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(owned.as_mut_ptr().cast::<u8>(), len) };
+            bytes.copy_from_slice(&buf[..len]);
+            return queue.slow.push(SlowJob {
+                request: owned,
+                len,
+                reply,
+                ch: ch.clone(),
+            });
+        }
         match RequestWithSender::from_ring(ch.clone(), reply, &buf[..len]) {
             Some(req) => req.dispatch(self),
             None => {
@@ -554,6 +582,8 @@ pub(crate) struct Rings<FS: Filesystem> {
     servers: Mutex<Vec<Server>>,
     stopping: AtomicBool,
     watcher: Mutex<Option<JoinHandle<()>>>,
+    slow: Arc<SlowJobs>,
+    slow_threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
@@ -580,7 +610,17 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
             servers: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             watcher: Mutex::new(None),
+            slow: Arc::new(SlowJobs::default()),
+            slow_threads: Mutex::new(Vec::new()),
         });
+        for i in 0..max_per_queue.max(2) {
+            let event_loop = rings.event_loop(format!("fuser-slow-{i}"));
+            let jobs = Arc::clone(&rings.slow);
+            let t = std::thread::Builder::new()
+                .name(format!("fuser-slow-{i}"))
+                .spawn(move || event_loop.serve_slow(&jobs))?;
+            rings.slow_threads.lock().push(t);
+        }
         let cpus = possible_cpus();
         for qid in 0..cpus {
             rings.add_server(qid as u16, FIRST_DEPTH)?;
@@ -595,16 +635,25 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
         Ok(rings)
     }
 
-    fn add_server(&self, qid: u16, depth: usize) -> io::Result<()> {
-        let queue = Queue::new(qid, depth, self.config, Arc::clone(&self.watch))?;
-        let event_loop = SessionEventLoop {
-            thread_name: format!("fuser-ring-{qid}"),
+    fn event_loop(&self, thread_name: String) -> SessionEventLoop<FS> {
+        SessionEventLoop {
+            thread_name,
             filesystem: Arc::clone(&self.filesystem),
             ch: self.ch.clone(),
             allowed: self.allowed,
             session_owner: self.session_owner,
             busy_poll: None,
-        };
+        }
+    }
+
+    fn add_server(&self, qid: u16, depth: usize) -> io::Result<()> {
+        let queue = Queue::new(
+            qid,
+            depth,
+            self.config,
+            (Arc::clone(&self.watch), Arc::clone(&self.slow)),
+        )?;
+        let event_loop = self.event_loop(format!("fuser-ring-{qid}"));
         let dev = std::os::fd::AsFd::as_fd(&self.ch).as_raw_fd();
         let sender = self.ch.sender();
         let q = Arc::clone(&queue);
@@ -651,16 +700,24 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
             let now = self.watch.now();
             let held_up: Vec<u16> = {
                 let servers = self.servers.lock();
-                let mut by_queue: std::collections::BTreeMap<u16, (usize, bool)> =
+                // Per CPU: servers, all held up (stuck or full), all full.
+                let mut by_queue: std::collections::BTreeMap<u16, (usize, bool, bool)> =
                     std::collections::BTreeMap::new();
                 for s in servers.iter() {
-                    let e = by_queue.entry(s.queue.qid).or_insert((0, true));
+                    let e = by_queue.entry(s.queue.qid).or_insert((0, true, true));
+                    let full = s.queue.full();
                     e.0 += 1;
-                    e.1 &= s.queue.held_up(now);
+                    e.1 &= full || s.queue.stuck(now);
+                    e.2 &= full;
                 }
+                // Slow requests get up to `--threads` servers per CPU; entries held by requests
+                // waiting for answers (tool calls of many callers), which cost a thread that
+                // sleeps, up to MAX_SERVERS.
                 by_queue
                     .into_iter()
-                    .filter(|(_, (n, all_held))| *all_held && *n < self.max_per_queue)
+                    .filter(|(_, (n, held_up, full))| {
+                        (*held_up && *n < self.max_per_queue) || (*full && *n < MAX_SERVERS)
+                    })
                     .map(|(qid, _)| qid)
                     .collect()
             };
@@ -691,6 +748,10 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
         if let Some(w) = self.watcher.lock().take() {
             let _ = w.join();
         }
+        self.slow.stop();
+        for t in std::mem::take(&mut *self.slow_threads.lock()) {
+            let _ = t.join();
+        }
         let servers = std::mem::take(&mut *self.servers.lock());
         for s in &servers {
             s.queue.stop();
@@ -701,5 +762,98 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
             }
         }
         Ok(())
+    }
+}
+
+/// Opcodes served off a queue's thread: they wait for the disk (`FSYNC`, `FSYNCDIR`,
+/// `FALLOCATE`, `COPY_FILE_RANGE`), or move at least [`LARGE_IO`] bytes (`READ`, `WRITE`).
+const FSYNC: u32 = 20;
+const FSYNCDIR: u32 = 30;
+const FALLOCATE: u32 = 43;
+const COPY_FILE_RANGE: u32 = 47;
+const READ: u32 = 15;
+const WRITE: u32 = 16;
+const LARGE_IO: usize = 256 * 1024;
+
+/// Whether the request in `req` (`/dev/fuse` layout) is one a queue's thread hands on.
+fn may_take_long(req: &[u8]) -> bool {
+    let word = |at: usize| {
+        req.get(at..at + 4)
+            .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    };
+    match word(4) {
+        FSYNC | FSYNCDIR | FALLOCATE | COPY_FILE_RANGE => true,
+        // struct fuse_read_in: fh, offset, then the size.
+        READ => word(IN_HEADER_LEN + 16) as usize >= LARGE_IO,
+        WRITE => req.len() >= LARGE_IO,
+        _ => false,
+    }
+}
+
+/// A request handed on by a queue's thread, with where its answer goes.
+struct SlowJob {
+    request: Vec<u64>,
+    len: usize,
+    reply: RingReply,
+    ch: ChannelSender,
+}
+
+/// Requests that may take long, waiting for a slow-request thread.
+#[derive(Default)]
+struct SlowJobs {
+    jobs: Mutex<std::collections::VecDeque<SlowJob>>,
+    ready: parking_lot::Condvar,
+    stopping: AtomicBool,
+}
+
+impl std::fmt::Debug for SlowJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowJobs").finish_non_exhaustive()
+    }
+}
+
+impl SlowJobs {
+    fn push(&self, job: SlowJob) {
+        self.jobs.lock().push_back(job);
+        self.ready.notify_one();
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _guard = self.jobs.lock();
+        self.ready.notify_all();
+    }
+
+    fn next(&self) -> Option<SlowJob> {
+        let mut jobs = self.jobs.lock();
+        loop {
+            if let Some(job) = jobs.pop_front() {
+                return Some(job);
+            }
+            if self.stopping.load(Ordering::Acquire) {
+                return None;
+            }
+            self.ready.wait(&mut jobs);
+        }
+    }
+}
+
+impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// Serves handed-on requests until the session stops.
+    fn serve_slow(&self, jobs: &SlowJobs) {
+        while let Some(job) = jobs.next() {
+            // SAFETY: the job's buffer holds `len` bytes it was filled with.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(job.request.as_ptr().cast::<u8>(), job.len) };
+            let (queue, entry, commit_id) = (Arc::clone(&job.reply.queue), job.reply.entry, job.reply.commit_id);
+            match RequestWithSender::from_ring(job.ch, job.reply, bytes) {
+                Some(req) => req.dispatch(self),
+                None => {
+                    let unique = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+                    let out = error_header(unique, libc::EIO);
+                    let _ = queue.answer(entry, commit_id, &[IoSlice::new(&out)]);
+                }
+            }
+        }
     }
 }
