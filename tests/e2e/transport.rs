@@ -197,7 +197,8 @@ fn a_slow_request_does_not_hold_up_its_cpus_queue() {
         !slow.is_finished(),
         "ls and 50 creates from the same CPU were served while the slow lookup was still in the daemon"
     );
-    assert_eq!(servers_of_cpu0(), 2, "CPU 0's queue gained a server");
+    let n = servers_of_cpu0();
+    assert_eq!(n, 2, "CPU 0's queue has {n} servers: one added");
     assert!(slow.join().unwrap());
     assert!(m.umount().status.success());
 }

@@ -58,9 +58,11 @@ const WAKE: u64 = u64::MAX;
 const FIRST_DEPTH: usize = 128;
 /// Entries of a server added while the CPU's others are held up.
 const EXTRA_DEPTH: usize = 32;
-/// A server busy with one request this long, or with this few entries left, is held up.
+/// A server busy with one request this long, or with a quarter of its entries or fewer left
+/// (early: a new server's entries do not take requests already waiting in the kernel), is
+/// held up.
 const HELD_UP_AFTER: Duration = Duration::from_millis(5);
-const ENTRIES_LEFT: usize = 8;
+const ENTRIES_LEFT_PART: usize = 4;
 /// Servers a CPU may have while its entries are all taken by requests waiting for answers:
 /// 128 + 63 × 32 entries, room for 33 callers' 64 waiting tool calls each.
 const MAX_SERVERS: usize = 64;
@@ -140,8 +142,11 @@ pub(crate) struct Queue {
     /// Requests begun, odd while one is being served, and when the last one began.
     served: AtomicU64,
     began: AtomicU64,
-    /// Entries whose request waits for its answer.
+    /// Entries whose request waits for its answer, those of them handed to the slow-request
+    /// threads, and entries whose command failed (the kernel dropped them).
     in_flight: AtomicUsize,
+    slow_in_flight: AtomicUsize,
+    lost: AtomicUsize,
     watch: Arc<Watch>,
     slow: Arc<SlowJobs>,
     /// Last: unmapped only after everything above that may point into it. `depth` strides,
@@ -180,6 +185,8 @@ impl Queue {
             served: AtomicU64::new(0),
             began: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            slow_in_flight: AtomicUsize::new(0),
+            lost: AtomicUsize::new(0),
             watch,
             slow,
             area: Area::new(stride * depth + PAGE)?,
@@ -226,9 +233,15 @@ impl Queue {
                 >= HELD_UP_AFTER.as_nanos() as u64
     }
 
-    /// Whether almost all its entries hold requests waiting for their answers.
+    /// Whether few of its entries are left: most hold requests waiting for the filesystem's
+    /// answer (not those the slow-request threads serve, which answer as fast as the disk
+    /// goes), or were dropped by the kernel.
     fn full(&self) -> bool {
-        self.in_flight.load(Ordering::Relaxed) + ENTRIES_LEFT >= self.depth
+        let waiting = self
+            .in_flight
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.slow_in_flight.load(Ordering::Relaxed));
+        waiting + self.lost.load(Ordering::Relaxed) + self.depth / ENTRIES_LEFT_PART >= self.depth
     }
 
     /// Ends the queue's thread at its next wake-up (the session is over).
@@ -375,6 +388,9 @@ fn register(dev: RawFd, entry: u64, qid: u16, iov: *const libc::iovec) -> squeue
 }
 
 fn pin_to_cpu(cpu: usize) {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return;
+    }
     // SAFETY: plain libc calls on a zeroed cpu_set_t. Failing (a CPU this process may not
     // use) leaves the thread where the scheduler puts it.
     unsafe {
@@ -404,14 +420,43 @@ struct Ring {
 impl Ring {
     fn push(&mut self, sqe: &squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: every buffer a queued command points to lives in the queue's area (or,
-            // for the bell, in the serving loop's frame), which outlives the ring.
+            // SAFETY: every buffer a queued command points to lives in the queue's area (its
+            // entries, its bell), which outlives the ring.
             if unsafe { self.ring.submission().push(sqe) }.is_ok() {
                 return Ok(());
             }
-            self.ring.submit()?;
+            self.submit()?;
         }
     }
+
+    /// Submits what is queued; the kernel being short of memory or busy is waited out.
+    fn submit(&mut self) -> io::Result<()> {
+        loop {
+            match self.ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if transient(&e) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Queues the commits of the requests answered so far; whether there were any.
+    fn commit_answered(&mut self, queue: &Queue, dev: RawFd) -> io::Result<bool> {
+        let answered = std::mem::take(&mut *queue.answered.lock());
+        let any = !answered.is_empty();
+        for (entry, commit_id) in answered {
+            self.push(&command(dev, CMD_COMMIT_AND_FETCH, u64::from(entry), queue.qid, commit_id))?;
+        }
+        Ok(any)
+    }
+}
+
+/// An io_uring_enter failure that passes: interrupted, or the kernel short of memory or busy.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY | libc::ENOMEM)
+    )
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -455,11 +500,20 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             match ring.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if transient(&e) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
             done.clear();
             done.extend(ring.ring.completion().map(|c| (c.user_data(), c.result())));
-            for &(user_data, res) in &done {
+            for (i, &(user_data, res)) in done.iter().enumerate() {
+                // Each answer goes back as soon as it is made, not after the whole batch: its
+                // caller waits for it, and its entry takes the CPU's next request.
+                if i > 0 && ring.commit_answered(queue, dev)? {
+                    ring.submit()?;
+                }
                 if user_data == WAKE {
                     if queue.stopping.load(Ordering::Acquire) {
                         return Ok(());
@@ -470,16 +524,29 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 match res {
                     0 => {}
                     r if r == -libc::ENOTCONN || r == -libc::ENODEV => return Ok(()),
-                    r => return Err(io::Error::from_raw_os_error(-r)),
+                    // This entry's command failed and the kernel holds it no more; the
+                    // server's other entries and the requests it fetched are still served.
+                    r => {
+                        error!(
+                            "io_uring queue {qid}: entry {user_data}: {}",
+                            io::Error::from_raw_os_error(-r)
+                        );
+                        queue.lost.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                 }
                 queue.begin();
-                self.serve_entry(queue, user_data as usize, buf, &ch);
+                // A handler that panics answers EIO (its reply objects do, as they drop); the
+                // server goes on serving its CPU.
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.serve_entry(queue, user_data as usize, buf, &ch)
+                }));
+                if served.is_err() {
+                    error!("io_uring queue {qid}: a request's handler panicked; answered EIO");
+                }
                 queue.end();
             }
-            let answered = std::mem::take(&mut *queue.answered.lock());
-            for (entry, commit_id) in answered {
-                ring.push(&command(dev, CMD_COMMIT_AND_FETCH, u64::from(entry), qid, commit_id))?;
-            }
+            ring.commit_answered(queue, dev)?;
         }
     }
 
@@ -503,6 +570,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(owned.as_mut_ptr().cast::<u8>(), len) };
             bytes.copy_from_slice(&buf[..len]);
+            queue.slow_in_flight.fetch_add(1, Ordering::Relaxed);
             return queue.slow.push(SlowJob {
                 request: owned,
                 len,
@@ -748,20 +816,24 @@ impl<FS: Filesystem + Send + Sync + 'static> Rings<FS> {
         if let Some(w) = self.watcher.lock().take() {
             let _ = w.join();
         }
-        self.slow.stop();
-        for t in std::mem::take(&mut *self.slow_threads.lock()) {
-            let _ = t.join();
-        }
+        // The servers first: they hand requests to the slow-request threads, which then serve
+        // what is left before they end.
         let servers = std::mem::take(&mut *self.servers.lock());
         for s in &servers {
             s.queue.stop();
         }
+        let mut panicked = false;
         for s in servers {
-            if s.thread.join().is_err() {
-                return Err(io::Error::other("io_uring queue thread panicked"));
-            }
+            panicked |= s.thread.join().is_err();
         }
-        Ok(())
+        self.slow.stop();
+        for t in std::mem::take(&mut *self.slow_threads.lock()) {
+            panicked |= t.join().is_err();
+        }
+        match panicked {
+            true => Err(io::Error::other("an io_uring thread panicked")),
+            false => Ok(()),
+        }
     }
 }
 
@@ -846,14 +918,20 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             let bytes =
                 unsafe { std::slice::from_raw_parts(job.request.as_ptr().cast::<u8>(), job.len) };
             let (queue, entry, commit_id) = (Arc::clone(&job.reply.queue), job.reply.entry, job.reply.commit_id);
-            match RequestWithSender::from_ring(job.ch, job.reply, bytes) {
-                Some(req) => req.dispatch(self),
-                None => {
-                    let unique = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-                    let out = error_header(unique, libc::EIO);
-                    let _ = queue.answer(entry, commit_id, &[IoSlice::new(&out)]);
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match RequestWithSender::from_ring(job.ch, job.reply, bytes) {
+                    Some(req) => req.dispatch(self),
+                    None => {
+                        let unique = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+                        let out = error_header(unique, libc::EIO);
+                        let _ = queue.answer(entry, commit_id, &[IoSlice::new(&out)]);
+                    }
                 }
+            }));
+            if served.is_err() {
+                error!("a slow request's handler panicked; answered EIO");
             }
+            queue.slow_in_flight.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

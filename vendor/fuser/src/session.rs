@@ -328,14 +328,18 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // A queue that cannot be set up leaves the kernel on /dev/fuse (it uses the rings only
+        // once every CPU's queue has registered).
         let rings = match (ring, ring_ch) {
-            (Some(ring), Some(ch)) => Some(Rings::start(
+            (Some(ring), Some(ch)) => Rings::start(
                 ring,
                 ch,
                 filesystem.clone(),
                 (allowed, session_owner),
                 n_threads,
-            )?),
+            )
+            .inspect_err(|e| warn!("cannot serve over io_uring, serving /dev/fuse: {e}"))
+            .ok(),
             _ => None,
         };
 
