@@ -227,15 +227,7 @@ fn a_slow_call_does_not_stall_ls() {
         let p = m.ws().join("busy/slow");
         move || fs::metadata(p).is_err()
     });
-    std::thread::sleep(Duration::from_millis(200));
-    for i in 0..50 {
-        fs::write(m.ws().join(format!("other/f{i}")), b"x").unwrap();
-        assert!(fs::read_dir(m.ws().join("other")).unwrap().count() > i);
-    }
-    assert!(
-        !slow.is_finished(),
-        "ls and 50 creates were served while the slow lookup was still in the daemon"
-    );
+    creates_and_lists_while(&m.ws().join("other"), &slow);
     assert!(slow.join().unwrap());
 }
 
@@ -453,4 +445,18 @@ print(whole, len(set(names) - {b".", b".."}))
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300 300");
+}
+
+/// 200 ms after `slow` started, 50 creates in `dir`, each followed by a listing of it, all
+/// while `slow` (a request the daemon holds for seconds) has not ended.
+pub(crate) fn creates_and_lists_while(dir: &Path, slow: &std::thread::JoinHandle<bool>) {
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..50 {
+        fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+        assert!(fs::read_dir(dir).unwrap().count() > i);
+    }
+    assert!(
+        !slow.is_finished(),
+        "ls and 50 creates were served while the slow request was still in the daemon"
+    );
 }
