@@ -7,10 +7,10 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::Mounted;
+use crate::common::{pin_to_cpu, Mounted};
 use crate::support::{audit_until, python_as_agent, text};
 use serde_json::Value;
 
@@ -45,9 +45,20 @@ fn flood(m: &Mounted) -> Child {
 
 /// [`flood`]'s calls numbered `first..=last`.
 fn calls(m: &Mounted, first: usize, last: usize) -> Child {
+    calls_as(m, "fs-engine", first, last)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The command by which `agent` starts its calls numbered `first..=last`, slow searches each
+/// in its own process (pids in `agents/<agent>/pids`), each writing its answer to `out<i>` in
+/// its folder.
+fn calls_as(m: &Mounted, agent: &str, first: usize, last: usize) -> Command {
     let mnt = m.mnt.display();
     let script = format!(
-        r#"cd {mnt}/agents/fs-engine || exit 9
+        r#"cd {mnt}/agents/{agent} || exit 9
            printf '%s' '{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}' > req.json
            for i in $(seq {first} {last}); do
              sh -c 'exec 3<>{mnt}/tools/call/search_files && cat req.json >&3 && exec cat <&3 >out'$i &
@@ -55,12 +66,9 @@ fn calls(m: &Mounted, first: usize, last: usize) -> Child {
            done
            wait"#
     );
-    m.run_command("fs-engine")
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut cmd = m.run_command(agent);
+    cmd.args(["--", "sh", "-c", &script]);
+    cmd
 }
 
 /// The rest of the line of `out` that starts with `prefix`.
@@ -550,32 +558,14 @@ os._exit(0)
     assert!(denials.contains("TOOL-CALLS"), "{denials}");
 }
 
-/// `agent` starts `n` slow searches at once from CPU 0, each in its own process (pids in
-/// `agents/<agent>/pids`), each writing its answer to `out<i>` in its folder.
+/// `agent` starts `n` slow searches at once from CPU 0 ([`calls_as`]).
 fn calls_from_cpu0(m: &Mounted, agent: &str, n: usize) -> Child {
     use std::os::unix::process::CommandExt;
-    let mnt = m.mnt.display();
-    let script = format!(
-        r#"cd {mnt}/agents/{agent} || exit 9
-           printf '%s' '{{"path":"big","pattern":"(?i)\\w+zz\\w+q","regex":true}}' > req.json
-           for i in $(seq 1 {n}); do
-             sh -c 'exec 3<>{mnt}/tools/call/search_files && cat req.json >&3 && exec cat <&3 >out'$i &
-             echo $! >> pids
-           done
-           wait"#
-    );
-    let mut cmd = m.run_command(agent);
-    cmd.args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: only sched_setaffinity between fork and exec, on a zeroed cpu_set_t.
+    let mut cmd = calls_as(m, agent, 1, n);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: only sched_setaffinity between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-            Ok(())
-        });
+        cmd.pre_exec(|| pin_to_cpu(0));
     }
     cmd.spawn().unwrap()
 }
@@ -608,7 +598,7 @@ fn agents_lining_up_calls_from_one_cpu_hold_up_no_one_on_it() {
         let waiting = agents
             .iter()
             .flat_map(|a| pids(a))
-            .filter(|&p| waits_in_fuse(p) || task_waits_in_fuse(p))
+            .filter(|&p| task_waits_in_fuse(p))
             .count();
         // Every caller started, and most wait in the daemon (or, their CPU's entries all
         // taken, in the kernel for one).
@@ -626,12 +616,7 @@ fn agents_lining_up_calls_from_one_cpu_hold_up_no_one_on_it() {
     let root = std::thread::spawn({
         let ws = m.ws();
         move || {
-            // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-            }
+            pin_to_cpu(0).unwrap();
             let missing = fs::metadata(ws.join("root-was-here")).is_err();
             let listed = fs::read_dir(&ws).unwrap().count();
             (missing, listed)

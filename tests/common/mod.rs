@@ -223,6 +223,11 @@ impl Mounted {
 
     /// CPU ticks the daemon's tool threads (where tool calls run) have used.
     pub fn tool_thread_ticks(&self) -> u64 {
+        self.thread_ticks("clawfs-tool")
+    }
+
+    /// CPU ticks the daemon's threads whose names start with `prefix` have used.
+    pub fn thread_ticks(&self, prefix: &str) -> u64 {
         let tasks = format!("/proc/{}/task", self.daemon_pid());
         std::fs::read_dir(tasks)
             .unwrap()
@@ -230,7 +235,7 @@ impl Mounted {
             .filter(|t| {
                 std::fs::read_to_string(t.path().join("comm"))
                     .unwrap_or_default()
-                    .starts_with("clawfs-tool")
+                    .starts_with(prefix)
             })
             .map(|t| {
                 // utime and stime, fields 14 and 15; the name (field 2) has no spaces here.
@@ -490,5 +495,21 @@ pub fn audit_until(m: &Mounted, until: impl Fn(&[Value]) -> bool) -> Vec<Value> 
             return records;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Pins the calling thread (and what it starts from then on) to `cpu`: over FUSE over
+/// io_uring its requests then go to that CPU's queue. Allocates nothing and cannot panic, so
+/// it may run between fork and exec.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for the calling thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::{skip, tool_call, Mounted};
+use crate::common::{pin_to_cpu, skip, tool_call, Mounted};
 
 const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -115,45 +115,11 @@ fn requests_are_served_from_a_queue_per_cpu_when_the_kernel_offers_io_uring() {
     );
     // Idle, the queues' threads and their watcher sleep.
     std::thread::sleep(Duration::from_secs(2));
-    let before = ticks(&m);
+    let before = m.thread_ticks("fuser-");
     std::thread::sleep(Duration::from_secs(1));
-    let used = ticks(&m) - before;
+    let used = m.thread_ticks("fuser-") - before;
     assert!(used < 10, "idle request threads used {used} ticks in 1 s");
     assert!(m.umount().status.success());
-}
-
-/// CPU ticks the daemon's request threads have used.
-fn ticks(m: &Mounted) -> u64 {
-    let tasks = format!("/proc/{}/task", m.daemon_pid());
-    fs::read_dir(tasks)
-        .unwrap()
-        .flatten()
-        .filter(|t| {
-            fs::read_to_string(t.path().join("comm"))
-                .unwrap_or_default()
-                .starts_with("fuser-")
-        })
-        .map(|t| {
-            // utime and stime, fields 14 and 15; the name (field 2) has no spaces here.
-            let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let f: Vec<&str> = stat.split_whitespace().collect();
-            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            tick(13) + tick(14)
-        })
-        .sum()
-}
-
-/// Pins the calling thread to `cpu`: its requests then go to that CPU's queue.
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t with one bit set, for the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0
-        );
-    }
 }
 
 #[test]
@@ -183,11 +149,11 @@ fn a_slow_request_does_not_hold_up_its_cpus_queue() {
     let slow = std::thread::spawn({
         let p = m.ws().join("busy/slow");
         move || {
-            pin(0);
+            pin_to_cpu(0).unwrap();
             fs::metadata(p).is_err()
         }
     });
-    pin(0);
+    pin_to_cpu(0).unwrap();
     crate::posix::creates_and_lists_while(&m.ws().join("other"), &slow);
     let n = servers_of_cpu0();
     assert_eq!(n, 2, "CPU 0's queue has {n} servers: one added");

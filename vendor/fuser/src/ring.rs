@@ -210,6 +210,18 @@ impl Queue {
         unsafe { self.area.base.add(self.stride * self.depth) }
     }
 
+    /// Takes `entry`, which the kernel filled with the request `commit_id`: its answer goes
+    /// through the returned reply.
+    fn hold(self: &Arc<Self>, entry: usize, commit_id: u64) -> RingReply {
+        self.held[entry].store(commit_id, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        RingReply {
+            queue: Arc::clone(self),
+            entry: entry as u16,
+            commit_id,
+        }
+    }
+
     /// Marks the start of serving a request (the watcher looks at it), waking the watcher if
     /// it sleeps.
     fn begin(&self) {
@@ -360,6 +372,12 @@ pub(crate) struct RingReply {
 impl RingReply {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         self.queue.answer(self.entry, self.commit_id, data)
+    }
+
+    /// Answers the request `unique` with `errno` alone.
+    fn fail(&self, unique: u64, errno: i32) {
+        let out = error_header(unique, errno);
+        let _ = self.send(&[IoSlice::new(&out)]);
     }
 }
 
@@ -555,13 +573,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             error!("ring queue {}: a request whose sizes do not add up", queue.qid);
             return refuse(queue, entry);
         };
-        queue.held[entry].store(commit_id, Ordering::Release);
-        queue.in_flight.fetch_add(1, Ordering::Relaxed);
-        let reply = RingReply {
-            queue: Arc::clone(queue),
-            entry: entry as u16,
-            commit_id,
-        };
+        let reply = queue.hold(entry, commit_id);
         if may_take_long(&buf[..len]) {
             // Copied out (8-byte aligned, as requests are parsed in place) for a thread that
             // may wait: this one serves its CPU's other requests meanwhile.
@@ -578,13 +590,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 ch: ch.clone(),
             });
         }
-        match RequestWithSender::from_ring(ch.clone(), reply, &buf[..len]) {
+        self.dispatch_ring(ch.clone(), reply, &buf[..len]);
+    }
+
+    /// Dispatches the request `bytes` (in `/dev/fuse` layout), answered through `reply`; one
+    /// that does not parse is answered EIO.
+    fn dispatch_ring(&self, ch: ChannelSender, reply: RingReply, bytes: &[u8]) {
+        let unparsed = reply.clone();
+        match RequestWithSender::from_ring(ch, reply, bytes) {
             Some(req) => req.dispatch(self),
             None => {
-                warn!("ring queue {}: a request that does not parse", queue.qid);
-                let unique = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-                let out = error_header(unique, libc::EIO);
-                let _ = queue.answer(entry as u16, commit_id, &[IoSlice::new(&out)]);
+                warn!("ring queue {}: a request that does not parse", unparsed.queue.qid);
+                let unique = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+                unparsed.fail(unique, libc::EIO);
             }
         }
     }
@@ -599,10 +617,7 @@ fn refuse(queue: &Arc<Queue>, entry: usize) {
     let unique = u64::from_le_bytes(fixed[8..16].try_into().expect("8 bytes"));
     let commit_id =
         u64::from_le_bytes(fixed[COMMIT_ID..COMMIT_ID + 8].try_into().expect("8 bytes"));
-    queue.held[entry].store(commit_id, Ordering::Release);
-    queue.in_flight.fetch_add(1, Ordering::Relaxed);
-    let out = error_header(unique, libc::EIO);
-    let _ = queue.answer(entry as u16, commit_id, &[IoSlice::new(&out)]);
+    queue.hold(entry, commit_id).fail(unique, libc::EIO);
 }
 
 fn error_header(unique: u64, errno: i32) -> [u8; OUT_HEADER_LEN] {
@@ -917,16 +932,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // SAFETY: the job's buffer holds `len` bytes it was filled with.
             let bytes =
                 unsafe { std::slice::from_raw_parts(job.request.as_ptr().cast::<u8>(), job.len) };
-            let (queue, entry, commit_id) = (Arc::clone(&job.reply.queue), job.reply.entry, job.reply.commit_id);
+            let queue = Arc::clone(&job.reply.queue);
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                match RequestWithSender::from_ring(job.ch, job.reply, bytes) {
-                    Some(req) => req.dispatch(self),
-                    None => {
-                        let unique = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-                        let out = error_header(unique, libc::EIO);
-                        let _ = queue.answer(entry, commit_id, &[IoSlice::new(&out)]);
-                    }
-                }
+                self.dispatch_ring(job.ch, job.reply, bytes)
             }));
             if served.is_err() {
                 error!("a slow request's handler panicked; answered EIO");

@@ -295,7 +295,7 @@ impl<FS: Filesystem> Session<FS> {
         }
         // The queues' commands go through the session's own descriptor, which every queue's
         // loop keeps open.
-        let ch_for_ring = ch.clone();
+        let ring_ch = ring.is_some().then(|| ch.clone());
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -306,7 +306,6 @@ impl<FS: Filesystem> Session<FS> {
         let busy_poll = config
             .busy_poll
             .filter(|_| (config.clone_fd || n_threads == 1) && ring.is_none());
-        let ring_ch = ring.as_ref().map(|_| ch_for_ring.clone());
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let busy_poll = busy_poll.filter(|_| i == 0);
