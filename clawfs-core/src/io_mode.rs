@@ -11,7 +11,8 @@
 //! is live. The kernel drops its own count before it sends RELEASE, so these counts can only lag
 //! behind in the safe direction.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 /// Read-only opens of files up to this size are served through the page cache.
 pub const CACHED_MAX_SIZE: u64 = 256 * 1024;
@@ -45,6 +46,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct IoMode {
     state: Mutex<State>,
+    /// Signalled when the last writer is released.
+    released: Condvar,
     /// Opens by `execve` (the kernel marks them `FMODE_EXEC`) not yet released.
     executing: std::sync::atomic::AtomicU32,
 }
@@ -125,6 +128,22 @@ impl IoMode {
     pub fn write_close(&self) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.writers = s.writers.saturating_sub(1);
+        if s.writers == 0 {
+            self.released.notify_all();
+        }
+    }
+
+    /// Waits up to `bound` until no open for writing is counted; `true` if none is. A writer's
+    /// `close` returns before the kernel's RELEASE of it reaches the daemon (on another
+    /// thread, behind other requests), so whatever the writer does next (git renaming its
+    /// `config.lock` into place) can find it still counted.
+    pub fn wait_writers_released(&self, bound: Duration) -> bool {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (s, _) = self
+            .released
+            .wait_timeout_while(s, bound, |s| s.writers > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        s.writers == 0
     }
 
     /// Seals the inode if nothing has it open for writing: from then on agents may not open it
@@ -225,6 +244,22 @@ mod tests {
         m.write_close();
         m.unseal();
         assert!(m.write_open(true));
+    }
+
+    #[test]
+    fn a_release_on_its_way_is_waited_for_and_a_live_writer_is_not_forever() {
+        let m = std::sync::Arc::new(IoMode::default());
+        assert!(m.write_open(true));
+        let bound = Duration::from_millis(50);
+        assert!(!m.wait_writers_released(bound), "the writer is live");
+        let later = std::sync::Arc::clone(&m);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            later.write_close();
+        });
+        assert!(m.wait_writers_released(Duration::from_secs(60)));
+        release.join().unwrap();
+        assert!(m.seal());
     }
 
     #[test]

@@ -1097,6 +1097,65 @@ probe("link-after", lambda: os.link(G + "/config", W + "/m4"))
     denied_on(&m, "rename", "target", "/shared/.git/config");
 }
 
+/// git writes a config as `config.lock`, closes it and at once renames it onto `config`; the
+/// kernel sends the close's RELEASE after `close` returns, so the rename (checked, in someone
+/// else's repository, with the file sealed against writers) can arrive before it. That rename
+/// was refused as "open for writing" under load: an agent's `git config` in the full suite.
+/// Here the agent does it a thousand times while it keeps the daemon busy listing the
+/// repository; every rename lands, and the last config is the one in place.
+#[test]
+fn an_agents_config_renamed_right_after_its_close_lands() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    let clean = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+    let script = format!(
+        r#"
+import os, subprocess
+R, G, CLEAN = {r:?}, {g:?}, {clean:?}
+busy = [subprocess.Popen(["sh", "-c", "while :; do ls -laR \"$0\" >/dev/null 2>&1; done", R]) for _ in range(2)]
+refused = []
+try:
+    for i in range(1000):
+        with open(G + "/config.lock", "w") as f:
+            f.write(CLEAN + "[user]\n\tname = round %d\n" % i)
+        try:
+            os.rename(G + "/config.lock", G + "/config")
+        except OSError as e:
+            refused.append(e.errno)
+            os.unlink(G + "/config.lock")
+finally:
+    for b in busy:
+        b.kill(); b.wait()
+print("refused", len(refused), sorted(set(refused)))
+"#,
+        r = repo.display().to_string(),
+        g = git.display().to_string(),
+    );
+    let out = crate::support::python_as_agent(&m, &script);
+    assert!(out.lines().any(|l| l == "refused 0 []"), "{out}");
+    assert_eq!(
+        fs::read_to_string(git.join("config")).unwrap(),
+        format!("{clean}[user]\n\tname = round 999\n")
+    );
+    let out = m.run_agent_as(
+        "fs-engine",
+        &[],
+        &format!(
+            "{}\ncd {} || exit 9
+             for i in $(seq 1 30); do g -c safe.directory='*' config user.email kept$i@example.invalid || exit 1; done",
+            git_env(&m),
+            repo.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let config = fs::read_to_string(git.join("config")).unwrap();
+    assert!(
+        config.contains("email = kept30@example.invalid"),
+        "{config}"
+    );
+}
+
 /// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
 /// unchecked: in a repository shared with the agents' group (`git init --shared=group`) the
 /// lock file is group-writable. Found by a red-team round: the agent opened root's

@@ -71,13 +71,34 @@ impl MoveOrder {
     }
 }
 
-/// What [`ClawFs::check_git_rename`] found.
+/// How long a rename that would seal a file waits, holding no turn, for the releases of the
+/// file's writers to arrive: git closes its `config.lock` and renames it at once, and the
+/// kernel's RELEASE of the close may still be on its way, behind other requests.
+pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How far the decision on a rename has come: the turn it holds, and whether it has waited
+/// ([`RELEASE_WAIT`]) for the writers of a file it would seal.
+pub(super) struct Attempt<'a> {
+    pub turn: Turn<'a>,
+    pub waited: bool,
+}
+
+impl Attempt<'_> {
+    fn is_sole(&self) -> bool {
+        matches!(self.turn, Turn::Sole { .. })
+    }
+}
+
+/// What [`ClawFs::check_git_rename`] or [`ClawFs::seal_new_hook`] found.
 pub(super) enum GitRename {
     /// The rename may go ahead; the sealed source, if it becomes git's config.
     Allowed(Option<Node>),
     /// The moved folder must be looked through, which only a sole turn may do: decide again
     /// in one.
     NeedsSoleTurn,
+    /// The file the rename would seal is counted open for writing: decide again once the
+    /// releases on their way have come, waiting with no turn held.
+    Writing(Node),
 }
 
 impl ClawFs {
@@ -92,7 +113,7 @@ impl ClawFs {
         (dir, name): (impl AsFd, &std::ffi::OsStr),
         (newdir, newname): (impl AsFd, &std::ffi::OsStr),
         (from, to): (&NsPath, &NsPath),
-        (mode, turn): (RenameMode, &Turn<'_>),
+        (mode, attempt): (RenameMode, &Attempt<'_>),
     ) -> FsResult<GitRename> {
         use clawfs_policy::GitRepos;
         let policy = self.policy();
@@ -201,7 +222,7 @@ impl ClawFs {
                 "{from} holds a git repository, or a symlink that at {to} would lead out of the workspace, into a .git or through a symlink (or more than {WALK_BUDGET} entries to look through), and {to} is in a repository you do not own, whose git would recurse into it or write through the symlink; keep your repositories and such symlinks outside others'"
             )));
         }
-        if looked && !matches!(turn, Turn::Sole { .. }) {
+        if looked && !attempt.is_sole() {
             return Ok(GitRename::NeedsSoleTurn);
         }
         // Any file landing in someone else's `.git` outside its refs and logs could be one git
@@ -220,7 +241,7 @@ impl ClawFs {
         };
         // Checked alone: no name is made or moved meanwhile, so the file read is the one that
         // lands, and it keeps the one name it has.
-        if !matches!(turn, Turn::Sole { .. }) {
+        if !attempt.is_sole() {
             return Ok(GitRename::NeedsSoleTurn);
         }
         let st = source;
@@ -237,6 +258,9 @@ impl ClawFs {
             });
         };
         if !node.io.seal() {
+            if !attempt.waited {
+                return Ok(GitRename::Writing(node));
+            }
             return Err(refuse(format!(
                 "{from} is open for writing; close it before renaming it onto {what} {to}, which is checked at the rename"
             )));
@@ -306,31 +330,36 @@ impl ClawFs {
         caller: &Caller,
         (dir, name): (impl AsFd, &std::ffi::OsStr),
         (from, to): (&NsPath, &NsPath),
-    ) -> FsResult<Option<Node>> {
+        attempt: &Attempt<'_>,
+    ) -> FsResult<GitRename> {
         if !self.policy().is_active_git_hook(to, &self.repos(caller)) {
-            return Ok(None);
+            return Ok(GitRename::Allowed(None));
         }
         let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             // The rename itself answers for a missing source.
-            Err(_) => return Ok(None),
+            Err(_) => return Ok(GitRename::Allowed(None)),
         };
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_uid == caller.uid {
-            return Ok(None);
+            return Ok(GitRename::Allowed(None));
         }
         // Unknown to the daemon: nothing has it open through the mount.
         let Some(node) = self.inodes.get(self.inodes.mount_ino(st.st_ino)) else {
-            return Ok(None);
+            return Ok(GitRename::Allowed(None));
         };
         let sealed_before = node.io.is_sealed();
-        if sealed_before || node.io.seal() {
+        let sealed = sealed_before || node.io.seal();
+        if !sealed && !attempt.waited {
+            return Ok(GitRename::Writing(node));
+        }
+        if sealed {
             // Sealed first, so no name can be added after this count (a link of a sealed
             // file is refused): another name would be written where the seal does not reach
             // (by the tools, which write the store directly).
             let names = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
                 .map(|now| (now.st_ino == st.st_ino).then_some(now.st_nlink));
             if names == Ok(Some(1)) {
-                return Ok((!sealed_before).then_some(node));
+                return Ok(GitRename::Allowed((!sealed_before).then_some(node)));
             }
             if !sealed_before {
                 node.io.unseal();

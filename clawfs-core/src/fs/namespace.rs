@@ -1,6 +1,6 @@
 //! Making and removing names: mknod, mkdir, symlink, link, unlink, rmdir, rename.
 
-use super::git_guard::{GitRename, Turn};
+use super::git_guard::{self, Attempt, GitRename};
 use super::*;
 
 impl ClawFs {
@@ -395,7 +395,9 @@ impl ClawFs {
     }
 
     /// Decides and makes the rename in a shared turn of the git guard's order, or, when it
-    /// carries a folder under someone else's repository, in a sole one, deciding again there.
+    /// carries a folder under someone else's repository, in a sole one, deciding again there;
+    /// when a file it would seal is still counted open for writing, deciding again once more
+    /// after waiting for the releases on their way ([`git_guard::RELEASE_WAIT`]), no turn held.
     fn rename_decided(
         &self,
         caller: &Caller,
@@ -403,37 +405,44 @@ impl ClawFs {
         (newparent, newname): (u64, &OsStr),
         mode: RenameMode,
     ) -> FsResult<()> {
-        let shared = self.git_moves.shared();
-        let turn = match self.rename_in_turn(
-            caller,
-            (parent, name),
-            (newparent, newname),
-            mode,
-            &shared,
-        )? {
-            Some(()) => return Ok(()),
-            None => {
-                drop(shared);
-                super::gate::decide_again();
-                self.git_moves.sole()
+        let (mut sole, mut waited) = (false, false);
+        loop {
+            let turn = match sole {
+                true => self.git_moves.sole(),
+                false => self.git_moves.shared(),
+            };
+            let attempt = Attempt { turn, waited };
+            let again =
+                self.rename_in_turn(caller, (parent, name), (newparent, newname), mode, &attempt)?;
+            drop(attempt);
+            match again {
+                None => return Ok(()),
+                Some(GitRename::NeedsSoleTurn) if !sole => sole = true,
+                Some(GitRename::Writing(node)) if !waited => {
+                    node.io.wait_writers_released(git_guard::RELEASE_WAIT);
+                    waited = true;
+                }
+                Some(_) => {
+                    return Err(FsError::Refused {
+                        errno: libc::EAGAIN,
+                        why: "a rename decided again in the turn it asked for",
+                    })
+                }
             }
-        };
-        self.rename_in_turn(caller, (parent, name), (newparent, newname), mode, &turn)?
-            .ok_or(FsError::Refused {
-                errno: libc::EAGAIN,
-                why: "a rename that asked for the sole turn in it",
-            })
+            super::gate::decide_again();
+        }
     }
 
-    /// The rename, in `turn`; `None` if it needs a sole turn it does not have (nothing done).
+    /// The rename, in `attempt`'s turn; what it must wait for to be decided again, if it
+    /// must (nothing done).
     fn rename_in_turn(
         &self,
         caller: &Caller,
         (parent, name): (u64, &OsStr),
         (newparent, newname): (u64, &OsStr),
         mode: RenameMode,
-        turn: &Turn<'_>,
-    ) -> FsResult<Option<()>> {
+        attempt: &Attempt<'_>,
+    ) -> FsResult<Option<GitRename>> {
         let pnode = self.node_for(caller, "rename", parent)?;
         let npnode = self.node_for(caller, "rename", newparent)?;
         self.check_remove(&pnode, name)
@@ -468,10 +477,10 @@ impl ClawFs {
                 (&*dir, name),
                 (&*newdir, newname),
                 (&from, &to),
-                (mode, turn),
+                (mode, attempt),
             )? {
                 GitRename::Allowed(sealed) => sealed,
-                GitRename::NeedsSoleTurn => return Ok(None),
+                again => return Ok(Some(again)),
             },
             false => None,
         };
@@ -482,8 +491,12 @@ impl ClawFs {
             hooks.push(((&*newdir, newname), (&to, &from)));
         }
         for (source, moved) in hooks {
-            match self.seal_new_hook(caller, source, moved) {
-                Ok(node) => sealed.extend(node),
+            match self.seal_new_hook(caller, source, moved, attempt) {
+                Ok(GitRename::Allowed(node)) => sealed.extend(node),
+                Ok(again) => {
+                    unseal(&sealed);
+                    return Ok(Some(again));
+                }
                 Err(e) => {
                     unseal(&sealed);
                     return Err(e);
@@ -536,6 +549,6 @@ impl ClawFs {
         if let Some(ino) = freed {
             self.release_space(self.inodes.mount_ino(ino));
         }
-        Ok(Some(()))
+        Ok(None)
     }
 }
