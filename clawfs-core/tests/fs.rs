@@ -218,11 +218,32 @@ fn git_config_is_made_only_by_a_checked_rename() {
             Default::default(),
         )
     };
+    let after_release = |after| {
+        fs.rename_after_release(
+            &FS_ENGINE,
+            (git, OsStr::new("config.lock")),
+            (git, OsStr::new("config")),
+            Default::default(),
+            after,
+        )
+    };
     let (ino, fh) = lock(b"[core]\n\thooksPath = /tmp/x\n");
-    // Still open for writing: refused whatever it says.
-    assert!(matches!(rename().unwrap_err(), FsError::Denied(_)));
-    fs.release(ino, fh).unwrap();
-    let e = rename().unwrap_err();
+    // Still open for writing: put off, then refused whatever it says.
+    let after = rename().unwrap().expect("put off while open for writing");
+    let e = after_release(after).unwrap_err();
+    let FsError::Denied(d) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(d.reason.contains("is open for writing"), "{}", d.reason);
+    // Released while put off: decided on what it says.
+    let after = rename().unwrap().expect("put off while open for writing");
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            fs.release(ino, fh).unwrap();
+        });
+        after_release(after).unwrap_err()
+    });
     let FsError::Denied(d) = &e else {
         panic!("{e:?}")
     };
@@ -231,7 +252,7 @@ fn git_config_is_made_only_by_a_checked_rename() {
     // What git init writes lands.
     let (ino, fh) = lock(b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n");
     fs.release(ino, fh).unwrap();
-    rename().unwrap();
+    assert!(rename().unwrap().is_none(), "renamed at once");
     assert!(dir.join("config").exists() && !dir.join("config.lock").exists());
 }
 

@@ -424,10 +424,34 @@ impl Filesystem for Adapter {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        let r = self
+        let caller = caller(req);
+        let after = match self
             .fs
-            .rename(&caller(req), parent.0, name, newparent.0, newname, mode);
-        Self::reply_empty("rename", r, reply);
+            .rename(&caller, parent.0, name, newparent.0, newname, mode)
+        {
+            Ok(Some(after)) => after,
+            r => return Self::reply_empty("rename", r.map(|_| ()), reply),
+        };
+        // Put off until a writer's release comes: waited for on a thread of its own, so that
+        // the wait holds up no thread serving requests (the release among them).
+        let fs = std::sync::Arc::clone(&self.fs);
+        let (name, newname) = (name.to_owned(), newname.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("rename-wait".into())
+            .spawn(move || {
+                let r = fs.rename_after_release(
+                    &caller,
+                    (parent.0, &name),
+                    (newparent.0, &newname),
+                    mode,
+                    after,
+                );
+                Self::reply_empty("rename", r, reply);
+            });
+        if let Err(e) = spawned {
+            // The closure, the reply with it, is dropped: the caller gets EIO.
+            tracing::error!(error = %e, "could not start a thread for a rename put off");
+        }
     }
 
     fn link(

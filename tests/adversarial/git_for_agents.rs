@@ -1156,6 +1156,100 @@ print("refused", len(refused), sorted(set(refused)))
     );
 }
 
+/// A rename onto git's config of a file still open for writing waits (for a release that
+/// may be on its way) on a thread of its own: an agent that keeps its `config.lock` files open
+/// and renames them at once (in four folders: the kernel lets one rename per folder through
+/// at a time) holds up no thread serving requests. With two `/dev/fuse` threads and four such
+/// renames waiting in the daemon, root still lists and makes files; the renames are then
+/// refused, each audited.
+#[test]
+fn renames_waiting_for_a_writers_release_hold_up_no_one() {
+    let m = Mounted::with_args(&["--no-io-uring", "--threads", "2"]);
+    let repo = shared_repository(&m, 2);
+    let git = repo.join(".git");
+    for sub in ["s1", "s2", "s3"] {
+        fs::create_dir_all(git.join("modules").join(sub)).unwrap();
+    }
+    share_with_agents(&git.join("modules"));
+    let script = format!(
+        r#"
+import errno, os, threading
+G = {g:?}
+dirs = [G] + [G + "/modules/" + s for s in ("s1", "s2", "s3")]
+held = []
+for d in dirs:
+    f = open(d + "/config.lock", "w")
+    f.write("[core]\n\tbare = false\n"); f.flush()
+    held.append(f)
+got = []
+def rename(d):
+    try:
+        os.rename(d + "/config.lock", d + "/config"); got.append("ok")
+    except OSError as e:
+        got.append(errno.errorcode[e.errno])
+ts = [threading.Thread(target=rename, args=(d,)) for d in dirs]
+for t in ts: t.start()
+for t in ts: t.join()
+for f in held: f.close()
+print("renames", " ".join(sorted(got)))
+"#,
+        g = git.display().to_string(),
+    );
+    let mut agent = m
+        .run_command("fs-engine")
+        .args(["--", "python3", "-c", &script])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while m.thread_count("rename-wait") < 4 {
+        if agent.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+            let _ = agent.kill();
+            let out = agent.wait_with_output().unwrap();
+            panic!(
+                "the renames were not put off ({} waiting): {} {:?}",
+                m.thread_count("rename-wait"),
+                text(&out),
+                crate::support::denials(&m, "fs-engine")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Both request threads are free for root while the four wait.
+    assert!(fs::read_dir(&repo).unwrap().count() > 0);
+    fs::write(m.ws().join("roots-note"), "made meanwhile\n").unwrap();
+    assert_eq!(
+        m.thread_count("rename-wait"),
+        4,
+        "root's requests waited for a rename"
+    );
+    let out = agent.wait_with_output().unwrap();
+    assert!(
+        text(&out).contains("renames EROFS EROFS EROFS EROFS"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(m.ws().join("roots-note")).unwrap(),
+        "made meanwhile\n"
+    );
+    let refused = audit_until(&m, |all| {
+        all.iter()
+            .filter(|r| {
+                r["operation"] == "rename"
+                    && r["result"] == "denied"
+                    && r["reason"]
+                        .as_str()
+                        .is_some_and(|w| w.contains("is open for writing"))
+            })
+            .count()
+            >= 4
+    });
+    assert!(!refused.is_empty());
+}
+
 /// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
 /// unchecked: in a repository shared with the agents' group (`git init --shared=group`) the
 /// lock file is group-writable. Found by a red-team round: the agent opened root's

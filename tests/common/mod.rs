@@ -226,20 +226,33 @@ impl Mounted {
         self.thread_ticks("clawfs-tool")
     }
 
-    /// CPU ticks the daemon's threads whose names start with `prefix` have used.
-    pub fn thread_ticks(&self, prefix: &str) -> u64 {
+    /// The `/proc` folders of the daemon's threads whose names start with `prefix`.
+    fn threads(&self, prefix: &str) -> Vec<PathBuf> {
         let tasks = format!("/proc/{}/task", self.daemon_pid());
         std::fs::read_dir(tasks)
             .unwrap()
             .flatten()
+            .map(|t| t.path())
             .filter(|t| {
-                std::fs::read_to_string(t.path().join("comm"))
+                std::fs::read_to_string(t.join("comm"))
                     .unwrap_or_default()
                     .starts_with(prefix)
             })
+            .collect()
+    }
+
+    /// How many of the daemon's threads have names starting with `prefix`.
+    pub fn thread_count(&self, prefix: &str) -> usize {
+        self.threads(prefix).len()
+    }
+
+    /// CPU ticks the daemon's threads whose names start with `prefix` have used.
+    pub fn thread_ticks(&self, prefix: &str) -> u64 {
+        self.threads(prefix)
+            .into_iter()
             .map(|t| {
                 // utime and stime, fields 14 and 15; the name (field 2) has no spaces here.
-                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                let stat = std::fs::read_to_string(t.join("stat")).unwrap_or_default();
                 let f: Vec<&str> = stat.split_whitespace().collect();
                 let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                 tick(13) + tick(14)

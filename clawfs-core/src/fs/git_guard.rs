@@ -37,7 +37,14 @@ pub const MAX_GIT_CONFIG: u64 = 1 << 20;
 /// calls on the store, never across anything that waits for the kernel's FUSE side, so a FUSE
 /// request waiting for a turn blocks no holder.
 #[derive(Default)]
-pub(super) struct MoveOrder(std::sync::RwLock<()>);
+pub(super) struct MoveOrder {
+    turns: std::sync::RwLock<()>,
+    /// Renames put off until a file's releases come ([`AfterRelease`]).
+    release_waits: std::sync::atomic::AtomicUsize,
+}
+
+/// Renames put off at once at most ([`AfterRelease`]); past it a rename is decided at once.
+const RELEASE_WAITS: usize = 64;
 
 /// A turn in [`MoveOrder`], until dropped.
 pub(super) enum Turn<'a> {
@@ -54,7 +61,7 @@ impl MoveOrder {
     pub(super) fn shared(&self) -> Turn<'_> {
         Turn::Shared {
             _held: self
-                .0
+                .turns
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         }
@@ -64,7 +71,7 @@ impl MoveOrder {
     pub(super) fn sole(&self) -> Turn<'_> {
         Turn::Sole {
             _held: self
-                .0
+                .turns
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         }
@@ -75,6 +82,51 @@ impl MoveOrder {
 /// file's writers to arrive: git closes its `config.lock` and renames it at once, and the
 /// kernel's RELEASE of the close may still be on its way, behind other requests.
 pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A rename put off until the releases of a file it would seal have come (or
+/// [`RELEASE_WAIT`] has passed): [`ClawFs::rename`] returns it so that the wait holds no thread
+/// that serves requests, and [`ClawFs::rename_after_release`] decides the rename again after
+/// it. At most [`RELEASE_WAITS`] are out at once.
+pub struct AfterRelease {
+    node: Node,
+    order: std::sync::Arc<MoveOrder>,
+}
+
+impl AfterRelease {
+    /// One for `node`, unless [`RELEASE_WAITS`] are out already.
+    pub(super) fn take(order: &std::sync::Arc<MoveOrder>, node: Node) -> Option<AfterRelease> {
+        use std::sync::atomic::Ordering;
+        order
+            .release_waits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < RELEASE_WAITS).then_some(n + 1)
+            })
+            .ok()?;
+        Some(AfterRelease {
+            node,
+            order: std::sync::Arc::clone(order),
+        })
+    }
+
+    /// Waits for the releases, at most [`RELEASE_WAIT`].
+    pub(super) fn wait(&self) {
+        self.node.io.wait_writers_released(RELEASE_WAIT);
+    }
+}
+
+impl std::fmt::Debug for AfterRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfterRelease").finish_non_exhaustive()
+    }
+}
+
+impl Drop for AfterRelease {
+    fn drop(&mut self) {
+        self.order
+            .release_waits
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
 
 /// How far the decision on a rename has come: the turn it holds, and whether it has waited
 /// ([`RELEASE_WAIT`]) for the writers of a file it would seal.

@@ -60,6 +60,7 @@ pub use builder::{
 };
 pub use gate::{audit_name, installed_policy, POLICY_FILE};
 pub use generated::ToolStep;
+pub use git_guard::AfterRelease;
 pub use kernel_cache::{PlusEntry, READDIRPLUS_BATCH};
 pub use staged::{
     identity_file_agent, validate as validate_identity, InvalidIdentity, MAX_IDENTITY_BYTES,

@@ -1,6 +1,6 @@
 //! Making and removing names: mknod, mkdir, symlink, link, unlink, rmdir, rename.
 
-use super::git_guard::{self, Attempt, GitRename};
+use super::git_guard::{AfterRelease, Attempt, GitRename};
 use super::*;
 
 impl ClawFs {
@@ -382,6 +382,10 @@ impl ClawFs {
     }
 
     /// Renames `parent/name` to `newparent/newname`.
+    /// Renames as `caller`; or, when the rename would seal a file still counted open for
+    /// writing (a writer's release may be on its way: git closes its `config.lock` and renames
+    /// it at once), puts it off: nothing is done or recorded, and the caller waits for
+    /// [`ClawFs::rename_after_release`], run on a thread that may wait.
     pub fn rename(
         &self,
         caller: &Caller,
@@ -390,22 +394,45 @@ impl ClawFs {
         newparent: u64,
         newname: &OsStr,
         mode: RenameMode,
+    ) -> FsResult<Option<AfterRelease>> {
+        self.audited(|| {
+            self.rename_decided(caller, (parent, name), (newparent, newname), mode, false)
+        })
+    }
+
+    /// The rename [`ClawFs::rename`] put off, decided again once `after`'s releases have
+    /// come or [`super::git_guard::RELEASE_WAIT`] has passed: a file it would seal that is still
+    /// counted open for writing is then refused.
+    pub fn rename_after_release(
+        &self,
+        caller: &Caller,
+        (parent, name): (u64, &OsStr),
+        (newparent, newname): (u64, &OsStr),
+        mode: RenameMode,
+        after: AfterRelease,
     ) -> FsResult<()> {
-        self.audited(|| self.rename_decided(caller, (parent, name), (newparent, newname), mode))
+        after.wait();
+        drop(after);
+        self.audited(|| {
+            self.rename_decided(caller, (parent, name), (newparent, newname), mode, true)
+                .map(|_| ())
+        })
     }
 
     /// Decides and makes the rename in a shared turn of the git guard's order, or, when it
-    /// carries a folder under someone else's repository, in a sole one, deciding again there;
-    /// when a file it would seal is still counted open for writing, deciding again once more
-    /// after waiting for the releases on their way ([`git_guard::RELEASE_WAIT`]), no turn held.
+    /// carries a folder under someone else's repository, in a sole one, deciding again there.
+    /// A file it would seal that is still counted open for writing puts it off
+    /// ([`AfterRelease`]) unless `waited` (or too many are put off already: then it is
+    /// decided at once).
     fn rename_decided(
         &self,
         caller: &Caller,
         (parent, name): (u64, &OsStr),
         (newparent, newname): (u64, &OsStr),
         mode: RenameMode,
-    ) -> FsResult<()> {
-        let (mut sole, mut waited) = (false, false);
+        mut waited: bool,
+    ) -> FsResult<Option<AfterRelease>> {
+        let mut sole = false;
         loop {
             let turn = match sole {
                 true => self.git_moves.sole(),
@@ -416,10 +443,14 @@ impl ClawFs {
                 self.rename_in_turn(caller, (parent, name), (newparent, newname), mode, &attempt)?;
             drop(attempt);
             match again {
-                None => return Ok(()),
+                None => return Ok(None),
                 Some(GitRename::NeedsSoleTurn) if !sole => sole = true,
                 Some(GitRename::Writing(node)) if !waited => {
-                    node.io.wait_writers_released(git_guard::RELEASE_WAIT);
+                    if let Some(after) = AfterRelease::take(&self.git_moves, node) {
+                        // Put off: what was decided so far is decided again after the wait.
+                        super::gate::decide_again();
+                        return Ok(Some(after));
+                    }
                     waited = true;
                 }
                 Some(_) => {
