@@ -227,15 +227,14 @@ fn git_config_is_made_only_by_a_checked_rename() {
             after,
         )
     };
-    let (ino, fh) = lock(b"[core]\n\thooksPath = /tmp/x\n");
-    // Still open for writing: put off, then refused whatever it says.
-    let after = rename().unwrap().expect("put off while open for writing");
-    let e = after_release(after).unwrap_err();
-    let FsError::Denied(d) = &e else {
-        panic!("{e:?}")
+    let refused_for = |e: FsError, why: &str| {
+        let FsError::Denied(d) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(d.reason.contains(why), "{}", d.reason);
     };
-    assert!(d.reason.contains("is open for writing"), "{}", d.reason);
-    // Released while put off: decided on what it says.
+    // Still open for writing: put off; released meanwhile, then decided on what it says.
+    let (ino, fh) = lock(b"[core]\n\thooksPath = /tmp/x\n");
     let after = rename().unwrap().expect("put off while open for writing");
     let e = std::thread::scope(|s| {
         s.spawn(|| {
@@ -244,11 +243,15 @@ fn git_config_is_made_only_by_a_checked_rename() {
         });
         after_release(after).unwrap_err()
     });
-    let FsError::Denied(d) = &e else {
-        panic!("{e:?}")
-    };
-    assert!(d.reason.contains("core.hookspath"), "{}", d.reason);
+    refused_for(e, "core.hookspath");
     assert!(dir.join("config.lock").exists() && !dir.join("config").exists());
+    // Never released: put off, then refused whatever it says.
+    let (ino, fh) = lock(b"[core]\n\trepositoryformatversion = 0\n");
+    let after = rename().unwrap().expect("put off while open for writing");
+    refused_for(after_release(after).unwrap_err(), "is open for writing");
+    // That wait was in vain: the same uid's next such rename is refused at once.
+    refused_for(rename().unwrap_err(), "is open for writing");
+    fs.release(ino, fh).unwrap();
     // What git init writes lands.
     let (ino, fh) = lock(b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n");
     fs.release(ino, fh).unwrap();

@@ -436,21 +436,33 @@ impl Filesystem for Adapter {
         // the wait holds up no thread serving requests (the release among them).
         let fs = std::sync::Arc::clone(&self.fs);
         let (name, newname) = (name.to_owned(), newname.to_owned());
+        let job = move || {
+            let r = fs.rename_after_release(
+                &caller,
+                (parent.0, &name),
+                (newparent.0, &newname),
+                mode,
+                after,
+            );
+            Self::reply_empty("rename", r, reply);
+        };
+        // Taken by the thread, or run here if no thread can start: decided and audited either
+        // way.
+        let job = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
+        let theirs = std::sync::Arc::clone(&job);
+        let take = |job: &std::sync::Mutex<Option<_>>| {
+            job.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        };
         let spawned = std::thread::Builder::new()
             .name("rename-wait".into())
-            .spawn(move || {
-                let r = fs.rename_after_release(
-                    &caller,
-                    (parent.0, &name),
-                    (newparent.0, &newname),
-                    mode,
-                    after,
-                );
-                Self::reply_empty("rename", r, reply);
-            });
+            .spawn(move || take(&theirs).map(|job| job()));
         if let Err(e) = spawned {
-            // The closure, the reply with it, is dropped: the caller gets EIO.
-            tracing::error!(error = %e, "could not start a thread for a rename put off");
+            tracing::warn!(error = %e, "no thread for a rename put off: it waits here");
+            if let Some(job) = take(&job) {
+                job();
+            }
         }
     }
 

@@ -41,10 +41,19 @@ pub(super) struct MoveOrder {
     turns: std::sync::RwLock<()>,
     /// Renames put off until a file's releases come ([`AfterRelease`]).
     release_waits: std::sync::atomic::AtomicUsize,
+    /// When each uid's last put-off rename waited in vain (its file still open after
+    /// [`RELEASE_WAIT`]).
+    in_vain: std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>>,
 }
 
 /// Renames put off at once at most ([`AfterRelease`]); past it a rename is decided at once.
 const RELEASE_WAITS: usize = 64;
+
+/// How long after a put-off rename of a uid waited in vain its next ones are decided at once.
+/// While a rename waits, the kernel holds its folders' locks (and, across folders, the mount's
+/// rename lock): a caller that keeps its file open and renames it over and over would
+/// otherwise hold them most of the time. git's own renames never wait in vain.
+const IN_VAIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A turn in [`MoveOrder`], until dropped.
 pub(super) enum Turn<'a> {
@@ -81,21 +90,37 @@ impl MoveOrder {
 /// How long a rename that would seal a file waits, holding no turn, for the releases of the
 /// file's writers to arrive: git closes its `config.lock` and renames it at once, and the
 /// kernel's RELEASE of the close may still be on its way, behind other requests.
-pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A rename put off until the releases of a file it would seal have come (or
 /// [`RELEASE_WAIT`] has passed): [`ClawFs::rename`] returns it so that the wait holds no thread
 /// that serves requests, and [`ClawFs::rename_after_release`] decides the rename again after
-/// it. At most [`RELEASE_WAITS`] are out at once.
+/// it. At most [`RELEASE_WAITS`] are out at once, and none for a uid whose last one waited in
+/// vain within [`IN_VAIN_PAUSE`].
 pub struct AfterRelease {
     node: Node,
+    uid: u32,
     order: std::sync::Arc<MoveOrder>,
 }
 
 impl AfterRelease {
-    /// One for `node`, unless [`RELEASE_WAITS`] are out already.
-    pub(super) fn take(order: &std::sync::Arc<MoveOrder>, node: Node) -> Option<AfterRelease> {
+    /// One for `node`, renamed by `uid`, unless too many are out already or `uid`'s last one
+    /// waited in vain lately.
+    pub(super) fn take(
+        order: &std::sync::Arc<MoveOrder>,
+        node: Node,
+        uid: u32,
+    ) -> Option<AfterRelease> {
         use std::sync::atomic::Ordering;
+        let in_vain = order
+            .in_vain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&uid)
+            .is_some_and(|at| at.elapsed() < IN_VAIN_PAUSE);
+        if in_vain {
+            return None;
+        }
         order
             .release_waits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -104,13 +129,23 @@ impl AfterRelease {
             .ok()?;
         Some(AfterRelease {
             node,
+            uid,
             order: std::sync::Arc::clone(order),
         })
     }
 
-    /// Waits for the releases, at most [`RELEASE_WAIT`].
+    /// Waits for the releases, at most [`RELEASE_WAIT`]; remembers a wait in vain.
     pub(super) fn wait(&self) {
-        self.node.io.wait_writers_released(RELEASE_WAIT);
+        if self.node.io.wait_writers_released(RELEASE_WAIT) {
+            return;
+        }
+        let mut in_vain = self
+            .order
+            .in_vain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        in_vain.retain(|_, at| at.elapsed() < IN_VAIN_PAUSE);
+        in_vain.insert(self.uid, std::time::Instant::now());
     }
 }
 

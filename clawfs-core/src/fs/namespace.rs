@@ -446,7 +446,7 @@ impl ClawFs {
                 None => return Ok(None),
                 Some(GitRename::NeedsSoleTurn) if !sole => sole = true,
                 Some(GitRename::Writing(node)) if !waited => {
-                    if let Some(after) = AfterRelease::take(&self.git_moves, node) {
+                    if let Some(after) = AfterRelease::take(&self.git_moves, node, caller.uid) {
                         // Put off: what was decided so far is decided again after the wait.
                         super::gate::decide_again();
                         return Ok(Some(after));
