@@ -223,6 +223,24 @@ fn denied_on(m: &Mounted, operation: &str, field: &str, suffix: &str) {
     });
 }
 
+/// A config as `git init` writes it, which an agent may put in place.
+const CLEAN_CONFIG: &str =
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+
+/// Waits for more than `n` audited refusals that `matches`; all the audit records then.
+fn refused_more_than(
+    m: &Mounted,
+    n: usize,
+    matches: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    audit_until(m, |all| {
+        all.iter()
+            .filter(|r| r["result"] == "denied" && matches(r))
+            .count()
+            > n
+    })
+}
+
 /// Runs `script` as fs-engine with [`git_env`]'s git (`g`), which must succeed.
 fn agent_git(m: &Mounted, script: &str) {
     let out = m.run_agent_as("fs-engine", &[], &format!("{}\n{script}", git_env(m)));
@@ -534,17 +552,11 @@ fn a_shared_repository_keeps_its_config_hooks_and_gitmodules() {
         refused_configs > CONFIG_ATTACKS.len(),
         "{refused_configs} config refusals: {mine:#?}"
     );
-    let all = audit_until(&m, |a| {
-        a.iter()
-            .filter(|r| {
-                r["result"] == "denied"
-                    && r["rule"] == "PROTECTED"
-                    && r["target"]
-                        .as_str()
-                        .is_some_and(|t| t.ends_with(".git/config"))
-            })
-            .count()
-            > CONFIG_ATTACKS.len()
+    let all = refused_more_than(&m, CONFIG_ATTACKS.len(), |r| {
+        r["rule"] == "PROTECTED"
+            && r["target"]
+                .as_str()
+                .is_some_and(|t| t.ends_with(".git/config"))
     });
     assert!(all.iter().any(|r| r["result"] == "denied"
         && r["path"]
@@ -1062,7 +1074,7 @@ fn git_config_keeps_the_one_name_it_was_checked_under() {
     let m = Mounted::new();
     let repo = shared_repository(&m, 2);
     let config = repo.join(".git/config");
-    let clean = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+    let clean = CLEAN_CONFIG;
     let script = format!(
         r#"
 import os
@@ -1108,7 +1120,7 @@ fn an_agents_config_renamed_right_after_its_close_lands() {
     let m = Mounted::new();
     let repo = shared_repository(&m, 2);
     let git = repo.join(".git");
-    let clean = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+    let clean = CLEAN_CONFIG;
     let script = format!(
         r#"
 import os, subprocess
@@ -1235,19 +1247,12 @@ print("renames", " ".join(sorted(got)))
         fs::read_to_string(m.ws().join("roots-note")).unwrap(),
         "made meanwhile\n"
     );
-    let refused = audit_until(&m, |all| {
-        all.iter()
-            .filter(|r| {
-                r["operation"] == "rename"
-                    && r["result"] == "denied"
-                    && r["reason"]
-                        .as_str()
-                        .is_some_and(|w| w.contains("is open for writing"))
-            })
-            .count()
-            >= 4
+    refused_more_than(&m, 3, |r| {
+        r["operation"] == "rename"
+            && r["reason"]
+                .as_str()
+                .is_some_and(|w| w.contains("is open for writing"))
     });
-    assert!(!refused.is_empty());
 }
 
 /// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
