@@ -233,6 +233,24 @@ fn git_config_is_made_only_by_a_checked_rename() {
         };
         assert!(d.reason.contains(why), "{}", d.reason);
     };
+    // Open for writing and renamed across folders: refused at once, never put off.
+    fs.create(
+        &FS_ENGINE,
+        mine,
+        OsStr::new("staged-config"),
+        0o644,
+        libc::O_CREAT | libc::O_WRONLY,
+    )
+    .unwrap();
+    let across = fs.rename(
+        &FS_ENGINE,
+        mine,
+        OsStr::new("staged-config"),
+        git,
+        OsStr::new("config"),
+        Default::default(),
+    );
+    refused_for(across.unwrap_err(), "is open for writing");
     // Still open for writing: put off; released meanwhile, then decided on what it says.
     let (ino, fh) = lock(b"[core]\n\thooksPath = /tmp/x\n");
     let after = rename().unwrap().expect("put off while open for writing");

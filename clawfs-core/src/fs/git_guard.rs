@@ -40,19 +40,38 @@ pub const MAX_GIT_CONFIG: u64 = 1 << 20;
 pub(super) struct MoveOrder {
     turns: std::sync::RwLock<()>,
     /// Renames put off until a file's releases come ([`AfterRelease`]).
-    release_waits: std::sync::atomic::AtomicUsize,
-    /// When each uid's last put-off rename waited in vain (its file still open after
-    /// [`RELEASE_WAIT`]).
-    in_vain: std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>>,
+    release_waits: std::sync::Mutex<ReleaseWaits>,
 }
 
-/// Renames put off at once at most ([`AfterRelease`]); past it a rename is decided at once.
+/// The renames put off now, in all and by uid.
+#[derive(Default)]
+struct ReleaseWaits {
+    out: usize,
+    by_uid: std::collections::HashMap<u32, UidWaits>,
+}
+
+#[derive(Default)]
+struct UidWaits {
+    out: usize,
+    /// When the uid's last one waited in vain (its file still open after [`RELEASE_WAIT`]).
+    in_vain: Option<std::time::Instant>,
+}
+
+impl UidWaits {
+    fn paused(&self) -> bool {
+        self.in_vain.is_some_and(|at| at.elapsed() < IN_VAIN_PAUSE)
+    }
+}
+
+/// Renames put off at once at most ([`AfterRelease`]), in all and by one uid; past either a
+/// rename is decided at once.
 const RELEASE_WAITS: usize = 64;
+const RELEASE_WAITS_PER_UID: usize = 4;
 
 /// How long after a put-off rename of a uid waited in vain its next ones are decided at once.
-/// While a rename waits, the kernel holds its folders' locks (and, across folders, the mount's
-/// rename lock): a caller that keeps its file open and renames it over and over would
-/// otherwise hold them most of the time. git's own renames never wait in vain.
+/// While a rename waits, the kernel holds its folder's lock: a caller that keeps its file open
+/// and renames it over and over would otherwise hold it (and up someone else's git in that
+/// folder) most of the time. git's own renames never wait in vain.
 const IN_VAIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A turn in [`MoveOrder`], until dropped.
@@ -95,8 +114,8 @@ pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_s
 /// A rename put off until the releases of a file it would seal have come (or
 /// [`RELEASE_WAIT`] has passed): [`ClawFs::rename`] returns it so that the wait holds no thread
 /// that serves requests, and [`ClawFs::rename_after_release`] decides the rename again after
-/// it. At most [`RELEASE_WAITS`] are out at once, and none for a uid whose last one waited in
-/// vain within [`IN_VAIN_PAUSE`].
+/// it. At most [`RELEASE_WAITS`] are out at once ([`RELEASE_WAITS_PER_UID`] of one uid), and
+/// none for a uid whose last one waited in vain within [`IN_VAIN_PAUSE`].
 pub struct AfterRelease {
     node: Node,
     uid: u32,
@@ -104,29 +123,21 @@ pub struct AfterRelease {
 }
 
 impl AfterRelease {
-    /// One for `node`, renamed by `uid`, unless too many are out already or `uid`'s last one
-    /// waited in vain lately.
+    /// One for `node`, renamed by `uid`, unless too many are out or `uid`'s last one waited
+    /// in vain lately.
     pub(super) fn take(
         order: &std::sync::Arc<MoveOrder>,
         node: Node,
         uid: u32,
     ) -> Option<AfterRelease> {
-        use std::sync::atomic::Ordering;
-        let in_vain = order
-            .in_vain
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&uid)
-            .is_some_and(|at| at.elapsed() < IN_VAIN_PAUSE);
-        if in_vain {
+        let mut waits = order.waits();
+        let all = waits.out;
+        let mine = waits.by_uid.entry(uid).or_default();
+        if mine.paused() || mine.out >= RELEASE_WAITS_PER_UID || all >= RELEASE_WAITS {
             return None;
         }
-        order
-            .release_waits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < RELEASE_WAITS).then_some(n + 1)
-            })
-            .ok()?;
+        mine.out += 1;
+        waits.out += 1;
         Some(AfterRelease {
             node,
             uid,
@@ -136,16 +147,23 @@ impl AfterRelease {
 
     /// Waits for the releases, at most [`RELEASE_WAIT`]; remembers a wait in vain.
     pub(super) fn wait(&self) {
-        if self.node.io.wait_writers_released(RELEASE_WAIT) {
-            return;
+        if !self.node.io.wait_writers_released(RELEASE_WAIT) {
+            let now = std::time::Instant::now();
+            self.order
+                .waits()
+                .by_uid
+                .entry(self.uid)
+                .or_default()
+                .in_vain = Some(now);
         }
-        let mut in_vain = self
-            .order
-            .in_vain
+    }
+}
+
+impl MoveOrder {
+    fn waits(&self) -> std::sync::MutexGuard<'_, ReleaseWaits> {
+        self.release_waits
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        in_vain.retain(|_, at| at.elapsed() < IN_VAIN_PAUSE);
-        in_vain.insert(self.uid, std::time::Instant::now());
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -157,9 +175,13 @@ impl std::fmt::Debug for AfterRelease {
 
 impl Drop for AfterRelease {
     fn drop(&mut self) {
-        self.order
-            .release_waits
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let mut waits = self.order.waits();
+        waits.out -= 1;
+        if let Some(mine) = waits.by_uid.get_mut(&self.uid) {
+            mine.out -= 1;
+        }
+        // Forgotten once nothing is out and no pause is running.
+        waits.by_uid.retain(|_, w| w.out > 0 || w.paused());
     }
 }
 

@@ -446,7 +446,12 @@ impl ClawFs {
                 None => return Ok(None),
                 Some(GitRename::NeedsSoleTurn) if !sole => sole = true,
                 Some(GitRename::Writing(node)) if !waited => {
-                    if let Some(after) = AfterRelease::take(&self.git_moves, node, caller.uid) {
+                    // Put off only within one folder, as git renames its lock files: across
+                    // folders the kernel holds the whole mount's rename lock meanwhile.
+                    let after = (parent == newparent)
+                        .then(|| AfterRelease::take(&self.git_moves, node, caller.uid))
+                        .flatten();
+                    if let Some(after) = after {
                         // Put off: what was decided so far is decided again after the wait.
                         super::gate::decide_again();
                         return Ok(Some(after));
