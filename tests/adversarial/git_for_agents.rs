@@ -1255,6 +1255,51 @@ print("renames", " ".join(sorted(got)))
     });
 }
 
+/// An agent that renames its open `config.lock` and closes it only while the rename waits
+/// (a red-team round closed it just before the wait ended, over and over) kept root's `.git`
+/// folder locked: the kernel holds it while the rename waits, and root's `git commit` took
+/// 11.5 s. A release that comes late was not on its way: that wait counts as in vain, and the
+/// agent's next such renames are decided at once (refused while the file is open).
+#[test]
+fn a_config_closed_during_the_wait_pauses_the_agents_waits() {
+    let m = Mounted::new();
+    let repo = shared_repository(&m, 2);
+    let script = format!(
+        r#"
+import errno, os, threading
+G, CLEAN = {g:?}, {clean:?}
+got = []
+for i in range(10):
+    fd = os.open(G + "/config.lock", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, CLEAN.encode())
+    closer = threading.Timer(0.15, os.close, (fd,)); closer.start()
+    try:
+        os.rename(G + "/config.lock", G + "/config"); got.append("ok")
+    except OSError as e:
+        got.append(errno.errorcode[e.errno])
+    closer.join()
+    if os.path.exists(G + "/config.lock"): os.unlink(G + "/config.lock")
+print("ok", got.count("ok"), "refused", got.count("EROFS"))
+"#,
+        g = repo.join(".git").display().to_string(),
+        clean = CLEAN_CONFIG,
+    );
+    let out = crate::support::python_as_agent(&m, &script);
+    let counts: Vec<usize> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ok "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        matches!(counts[..], [ok, refused] if ok <= 1 && ok + refused == 10),
+        "{out}"
+    );
+}
+
 /// Root's git writes a config (or `.gitmodules`) as a lock file it then renames into place,
 /// unchecked: in a repository shared with the agents' group (`git init --shared=group`) the
 /// lock file is group-writable. Found by a red-team round: the agent opened root's

@@ -53,7 +53,8 @@ struct ReleaseWaits {
 #[derive(Default)]
 struct UidWaits {
     out: usize,
-    /// When the uid's last one waited in vain (its file still open after [`RELEASE_WAIT`]).
+    /// When the uid's last one waited in vain: its file still open after [`RELEASE_WAIT`], or
+    /// closed only after [`RELEASE_LATE`].
     in_vain: Option<std::time::Instant>,
 }
 
@@ -70,8 +71,9 @@ const RELEASE_WAITS_PER_UID: usize = 4;
 
 /// How long after a put-off rename of a uid waited in vain its next ones are decided at once.
 /// While a rename waits, the kernel holds its folder's lock: a caller that keeps its file open
-/// and renames it over and over would otherwise hold it (and up someone else's git in that
-/// folder) most of the time. git's own renames never wait in vain.
+/// (or closes it just before the wait ends) and renames it over and over would otherwise hold
+/// it, and hold up someone else's git in that folder, most of the time. git's own renames
+/// never wait in vain: their release is already on its way.
 const IN_VAIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A turn in [`MoveOrder`], until dropped.
@@ -109,7 +111,11 @@ impl MoveOrder {
 /// How long a rename that would seal a file waits, holding no turn, for the releases of the
 /// file's writers to arrive: git closes its `config.lock` and renames it at once, and the
 /// kernel's RELEASE of the close may still be on its way, behind other requests.
-pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A release that comes later than this after the rename was not on its way when the rename
+/// came: the file was closed meanwhile (the wait is then counted in vain).
+const RELEASE_LATE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A rename put off until the releases of a file it would seal have come (or
 /// [`RELEASE_WAIT`] has passed): [`ClawFs::rename`] returns it so that the wait holds no thread
@@ -147,7 +153,9 @@ impl AfterRelease {
 
     /// Waits for the releases, at most [`RELEASE_WAIT`]; remembers a wait in vain.
     pub(super) fn wait(&self) {
-        if !self.node.io.wait_writers_released(RELEASE_WAIT) {
+        let started = std::time::Instant::now();
+        let released = self.node.io.wait_writers_released(RELEASE_WAIT);
+        if !released || started.elapsed() > RELEASE_LATE {
             let now = std::time::Instant::now();
             self.order
                 .waits()
