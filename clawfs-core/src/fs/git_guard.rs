@@ -97,6 +97,13 @@ impl MoveOrder {
         }
     }
 
+    /// The renames put off now.
+    fn waits(&self) -> std::sync::MutexGuard<'_, ReleaseWaits> {
+        self.release_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The only turn: a look through a folder and its move.
     pub(super) fn sole(&self) -> Turn<'_> {
         Turn::Sole {
@@ -164,14 +171,6 @@ impl AfterRelease {
                 .or_default()
                 .in_vain = Some(now);
         }
-    }
-}
-
-impl MoveOrder {
-    fn waits(&self) -> std::sync::MutexGuard<'_, ReleaseWaits> {
-        self.release_waits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

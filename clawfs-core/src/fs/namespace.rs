@@ -381,11 +381,11 @@ impl ClawFs {
         self.entry_at(newparent, dir.as_fd(), newname, place)
     }
 
-    /// Renames `parent/name` to `newparent/newname`.
-    /// Renames as `caller`; or, when the rename would seal a file still counted open for
-    /// writing (a writer's release may be on its way: git closes its `config.lock` and renames
-    /// it at once), puts it off: nothing is done or recorded, and the caller waits for
-    /// [`ClawFs::rename_after_release`], run on a thread that may wait.
+    /// Renames `parent/name` to `newparent/newname` as `caller`; or, when the rename would
+    /// seal a file still counted open for writing (a writer's release may be on its way: git
+    /// closes its `config.lock` and renames it at once), puts it off: nothing is done or
+    /// recorded, and the caller waits for [`ClawFs::rename_after_release`], run on a thread
+    /// that may wait.
     pub fn rename(
         &self,
         caller: &Caller,
