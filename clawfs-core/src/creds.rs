@@ -135,14 +135,34 @@ fn daemon_is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+thread_local! {
+    /// The supplementary groups this thread holds, when this module set them last. A thread
+    /// keeps the last caller's groups between calls: with fsuid 0 again the daemon acts by its
+    /// file capabilities (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`, …), which groups add nothing to, and
+    /// what it creates takes its fsgid, not its groups. So the next call of the same caller
+    /// (nearly every call a queue thread serves) switches only its fsuid and fsgid: the groups'
+    /// two commits were a third of the credential switch.
+    static THREAD_GROUPS: std::cell::RefCell<Option<Vec<libc::gid_t>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
-    // The raw syscall changes only this thread; glibc's setgroups() would change every thread.
-    // SAFETY: the pointer and length describe a valid slice of gid_t.
-    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    THREAD_GROUPS.with_borrow_mut(|held| {
+        if held.as_deref() == Some(groups) {
+            return Ok(());
+        }
+        // Unknown until the call succeeds: a failed setgroups leaves the kernel's choice.
+        *held = None;
+        // The raw syscall changes only this thread; glibc's setgroups() would change every
+        // thread.
+        // SAFETY: the pointer and length describe a valid slice of gid_t.
+        let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *held = Some(groups.to_vec());
+        Ok(())
+    })
 }
 
 impl AsCaller {
@@ -253,12 +273,90 @@ impl Drop for AsCaller {
             return;
         }
         // SAFETY: see `enter`; restoring root fs credentials also restores the fs capabilities.
+        // The caller's groups stay (see `THREAD_GROUPS`).
         unsafe {
             libc::setfsuid(0);
             libc::setfsgid(0);
         }
-        if let Err(e) = set_thread_groups(&[0]) {
-            tracing::error!(error = %e, "could not restore the daemon's groups");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// This thread's filesystem uid and groups, as the kernel reports them.
+    fn thread_ids() -> (u32, Vec<u32>) {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap()
+                .split_whitespace()
+                .map(|n| n.parse::<u32>().unwrap())
+                .collect::<Vec<_>>()
+        };
+        (field("Uid:")[3], field("Groups:"))
+    }
+
+    fn creds(uid: u32, groups: &[u32]) -> Credentials {
+        Credentials {
+            caller: Caller {
+                uid,
+                gid: uid,
+                pid: 0,
+            },
+            groups: groups.to_vec(),
+            umask: 0o022,
         }
+    }
+
+    #[test]
+    fn each_caller_acts_with_its_own_groups_and_the_daemon_with_its_capabilities() {
+        if !daemon_is_root() {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // Open to all, so that only the file's own mode refuses the callers.
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        let private = dir.path().join("private");
+        std::fs::write(&private, "root's").unwrap();
+        std::os::unix::fs::chown(&private, Some(4242), Some(4242)).unwrap();
+        std::fs::set_permissions(&private, PermissionsExt::from_mode(0o600)).unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, "group 5555's").unwrap();
+        std::os::unix::fs::chown(&shared, Some(4242), Some(5555)).unwrap();
+        std::fs::set_permissions(&shared, PermissionsExt::from_mode(0o640)).unwrap();
+        // A thread of its own: credentials are per thread.
+        std::thread::spawn(move || {
+            for (uid, groups) in [
+                (1001, vec![5555]),
+                (1001, vec![5555]),
+                (1002, vec![6666, 7777]),
+                (1003, vec![]),
+            ] {
+                let c = creds(uid, &groups);
+                {
+                    let _as = AsCaller::enter_with(&c).unwrap();
+                    assert_eq!(thread_ids(), (uid, groups.clone()));
+                    let denied = std::fs::read(&private).unwrap_err();
+                    assert_eq!(denied.raw_os_error(), Some(libc::EACCES));
+                    assert_eq!(std::fs::read(&shared).is_ok(), groups.contains(&5555));
+                    {
+                        let _daemon = AsDaemon::enter(&c).unwrap();
+                        assert_eq!(thread_ids(), (0, vec![0]));
+                    }
+                    assert_eq!(thread_ids(), (uid, groups.clone()));
+                }
+                // The caller's groups may stay, but the daemon's capabilities are back.
+                assert_eq!(thread_ids().0, 0);
+                assert_eq!(std::fs::read(&private).unwrap(), b"root's");
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

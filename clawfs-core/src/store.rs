@@ -482,13 +482,19 @@ impl Store {
             host: self.host.clone().filter(|_| self.shared),
             by: self.daemon_info().map(Box::new),
         };
+        let exiting_until = std::time::Instant::now() + EXITING_HOLDER_WAIT;
         // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io_err(&path)(e));
+            }
+            // A killed daemon is a zombie before it lets go of its descriptors: its other
+            // threads (a queue's io_uring, torn down at exit) still hold the lock for a moment.
+            if !self.holder_is_exiting() || std::time::Instant::now() >= exiting_until {
                 return Err(locked());
             }
-            return Err(io_err(&path)(e));
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if self.shared {
             let held_elsewhere = self.daemon_info().is_some_and(|d| {
@@ -501,6 +507,25 @@ impl Store {
             }
         }
         Ok(StoreLock { _file: file })
+    }
+
+    /// Whether the daemon recorded as serving this store is a process of this machine that has
+    /// exited but not yet let go of its files (its main thread a zombie).
+    fn holder_is_exiting(&self) -> bool {
+        let Some(d) = self.daemon_info() else {
+            return false;
+        };
+        if d.boot_id.as_ref().is_some_and(|b| *b != hosts::boot_id()) {
+            return false;
+        }
+        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", d.pid)) else {
+            return false;
+        };
+        // The state follows the command name, which may itself hold parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        matches!(state, Some('Z' | 'X'))
     }
 
     /// The daemon serving this store here, as it recorded itself, once checked to be one: a
@@ -577,6 +602,8 @@ impl Store {
 /// The modes that close the store to everyone but root: agents and users reach its data only
 /// through the mount, where the policy and the audit see them.
 const ROOT_MODE: u32 = 0o700;
+/// How long taking the serving lock waits for a daemon that has exited but still holds it.
+const EXITING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What [`Store::close_to_others`] changed.
 #[derive(Debug, Default, PartialEq, Eq)]
