@@ -12,7 +12,9 @@
 #   - stat of a missing name: one LOOKUP round trip on FUSE, a dentry miss natively;
 #   - open+close of a small file: an OPEN round trip (and an asynchronous RELEASE) on FUSE;
 # and, for the LOOKUP, the one thing ClawFS must do that the floor does not: look the missing name
-# up in its store (a single-name fstatat beneath the store's open directory).
+# up in its store (a single-name fstatat beneath the store's open directory). ClawFS's names are
+# in a folder the script makes through the mount. With the io_uring floor, both io_uring sides run
+# again with the caller pinned to CPU 0, which shows what the scheduler's moves of the caller cost.
 # No FUSE file system can answer faster than the floor mount, so the floor bounds the ratio any
 # per-file workload can reach here (docs/benchmarks.md). Needs root (mounts). Cleans up on exit.
 set -euo pipefail
@@ -25,7 +27,7 @@ CALLS=20000
 ROUNDS=5
 
 usage() {
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
 }
 
 while (($#)); do
@@ -77,7 +79,6 @@ cc -O2 -Wall -o "$WORK/bin/helper" "$REPO/bench/helper.c" || die "cannot compile
 H=$WORK/bin/helper
 "$FLOOR" "$WORK/floor" 2>"$WORK/floor.log" &
 FLOOR_PID=$!
-"$CLAWFS" mount "$WORK/clawfs" --store "$WORK/store" >/dev/null || die "clawfs mount failed"
 for _ in $(seq 100); do [[ -f $WORK/floor/f ]] && break; sleep 0.1; done
 [[ -f $WORK/floor/f ]] || die "fuse_floor did not mount (see $WORK/floor.log)"
 
@@ -92,13 +93,20 @@ if [[ -w $URING_PARAM ]]; then
     [[ -f $WORK/uring/f ]] || die "fuse_uring_floor did not mount (see $WORK/uring.log)"
     ! grep -q "serving /dev/fuse" "$WORK/uring.log" || die "the kernel refused FUSE-over-io_uring"
 fi
+# Mounted after the parameter is set: ClawFS serves over the transport the io_uring floor uses.
+"$CLAWFS" mount "$WORK/clawfs" --store "$WORK/store" >/dev/null || die "clawfs mount failed"
+# The folder the names are looked up in is the benchmark's own, made through the mount.
+mkdir "$WORK/clawfs/workspaces/default/floor"
 
 head -c 4096 /dev/zero >"$WORK/native/f"
-head -c 4096 /dev/zero >"$WORK/clawfs/workspaces/default/f"
+head -c 4096 /dev/zero >"$WORK/clawfs/workspaces/default/floor/f"
 declare -A DIR=([native]=$WORK/native [floor]=$WORK/floor [uring]=$WORK/uring
-    [clawfs]=$WORK/clawfs/workspaces/default)
+    [clawfs]=$WORK/clawfs/workspaces/default/floor)
+DIR[uringpin]=${DIR[uring]} DIR[clawfspin]=${DIR[clawfs]}
 SIDES="native floor clawfs"
-[[ -n $URING_PID ]] && SIDES="native floor uring clawfs"
+# Over io_uring, a caller woken on the other CPU pays for the move (docs/benchmarks.md): the
+# "pin" sides run the caller on CPU 0 only, to tell the scheduler's share from the daemon's.
+[[ -n $URING_PID ]] && SIDES="native floor uring clawfs uringpin clawfspin"
 
 
 # Median of ROUNDS runs of `helper PROBE TARGET CALLS` per side. The rounds are interleaved
@@ -111,10 +119,12 @@ for probe in statmiss openclose; do
         for t in $SIDES; do
             target=${DIR[$t]}
             [[ $probe == openclose ]] && target=$target/f
-            RUNS[$t]+="$("$H" "$probe" "$target" "$CALLS") "
+            pin=()
+            [[ $t == *pin ]] && pin=(taskset -c 0)
+            RUNS[$t]+="$("${pin[@]}" "$H" "$probe" "$target" "$CALLS") "
         done
         if [[ $probe == statmiss ]]; then
-            RUNS[store]+="$("$H" statmissat "$WORK/store/workspaces/default" "$CALLS") "
+            RUNS[store]+="$("$H" statmissat "$WORK/store/workspaces/default/floor" "$CALLS") "
         fi
     done
     for t in $SIDES store; do
@@ -129,15 +139,21 @@ echo "## FUSE round-trip floor — $(date -u '+%Y-%m-%d %H:%M UTC'), kernel $(un
 echo
 echo "µs per call, median of $ROUNDS interleaved runs of $CALLS calls; native = the directory's own fs ($(df -T "$WORK" | awk 'NR == 2 { print $2 }'))."
 echo
-echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor | store's own lookup | ClawFS − floor − store |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "ClawFS serves over io_uring when the io_uring floor runs, and is set against that floor; otherwise against /dev/fuse's."
+echo
+echo "| Call | Native | FUSE floor (/dev/fuse) | FUSE floor (io_uring) | ClawFS | ClawFS − floor | store's own lookup | ClawFS − floor − store | floor, caller pinned | ClawFS, caller pinned | pinned: ClawFS − floor |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for probe in statmiss openclose; do
     label="stat of a missing name (1 LOOKUP)"
     [[ $probe == openclose ]] && label="open+close of a 4 KiB file (OPEN, async RELEASE)"
     awk -v l="$label" -v n="${R[$probe,native]}" -v f="${R[$probe,floor]}" -v u="${R[$probe,uring]:-}" \
-        -v c="${R[$probe,clawfs]}" -v s="${R[$probe,store]:-}" 'BEGIN {
-            printf "| %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s |\n", l, n, f,
-                (u == "" ? "n/a" : sprintf("%.2f", u)), c, c - f,
-                (s == "" ? "—" : sprintf("%.2f", s)), (s == "" ? "—" : sprintf("%.2f", c - f - s)) }'
+        -v c="${R[$probe,clawfs]}" -v s="${R[$probe,store]:-}" -v up="${R[$probe,uringpin]:-}" \
+        -v cp="${R[$probe,clawfspin]:-}" 'BEGIN {
+            same = (u == "" ? f : u)
+            printf "| %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s | %s | %s | %s |\n", l, n, f,
+                (u == "" ? "n/a" : sprintf("%.2f", u)), c, c - same,
+                (s == "" ? "—" : sprintf("%.2f", s)), (s == "" ? "—" : sprintf("%.2f", c - same - s)),
+                (up == "" ? "n/a" : sprintf("%.2f", up)), (cp == "" ? "n/a" : sprintf("%.2f", cp)),
+                (up == "" ? "n/a" : sprintf("%.2f", cp - up)) }'
 done
 [[ -n $URING_PID ]] || echo "(io_uring floor not run: $URING_PARAM is missing or not writable)"

@@ -70,7 +70,8 @@ fn credentials_cache() -> &'static Mutex<HashMap<CredentialsKey, (Instant, Crede
 }
 
 impl Credentials {
-    /// The credentials of `caller` now (as read within [`CREDENTIALS_TTL`]).
+    /// The credentials of `caller` now (as read within [`CREDENTIALS_TTL`]), for a call the
+    /// kernel has checked with the caller's live credentials already.
     pub fn of(caller: &Caller) -> Credentials {
         if caller.pid == 0 {
             return Self::read(caller);
@@ -83,6 +84,21 @@ impl Credentials {
                 return creds.clone();
             }
         }
+        Self::fresh(caller)
+    }
+
+    /// The credentials of `caller` read from `/proc` now, never from the cache: for what the
+    /// daemon carries out as the caller with no permission check of the kernel's before it (a
+    /// tool call, a search), where the backing filesystem's check is the only one. A pid reused
+    /// within [`CREDENTIALS_TTL`] by a process of the same uid and gid but fewer groups would
+    /// otherwise act with the groups of the process before it.
+    pub fn fresh(caller: &Caller) -> Credentials {
+        if caller.pid == 0 {
+            return Self::read(caller);
+        }
+        let key = (caller.pid, caller.uid, caller.gid);
+        let now = Instant::now();
+        let cache = credentials_cache();
         // Read outside the lock: other threads' requests do not wait for this one's /proc.
         let creds = Self::read(caller);
         let mut cached = lock(cache);
@@ -311,6 +327,33 @@ mod tests {
             groups: groups.to_vec(),
             umask: 0o022,
         }
+    }
+
+    #[test]
+    fn fresh_credentials_are_read_now_whatever_was_cached() {
+        if !daemon_is_root() {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            return;
+        }
+        // A thread of its own, whose groups change between two reads under the same pid, as a
+        // reused pid's would.
+        std::thread::spawn(|| {
+            let caller = Caller {
+                uid: 0,
+                gid: 0,
+                pid: rustix::thread::gettid().as_raw_nonzero().get() as u32,
+            };
+            set_thread_groups(&[4711]).unwrap();
+            assert_eq!(Credentials::of(&caller).groups, [4711]);
+            set_thread_groups(&[]).unwrap();
+            // Within the time-to-live the cache answers; a fresh read does not.
+            assert_eq!(Credentials::of(&caller).groups, [4711]);
+            assert!(Credentials::fresh(&caller).groups.is_empty());
+            // And the fresh read is what the cache holds now.
+            assert!(Credentials::of(&caller).groups.is_empty());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -647,4 +647,59 @@ mod tests {
             Err(StoreError::BadFormat { .. })
         ));
     }
+
+    fn record_daemon(store: &Store, pid: u32) {
+        store
+            .write_daemon_info(&DaemonInfo {
+                pid,
+                mountpoint: "/clawfs".into(),
+                version: "test".into(),
+                started_at: "2026-12-02T00:00:00Z".into(),
+                passthrough: false,
+                host: None,
+                machine: None,
+                boot_id: None,
+                renewed_at: None,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn the_serving_lock_waits_only_for_a_daemon_that_has_exited() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        Store::init(&path).unwrap();
+        let store = Store::open(&path).unwrap();
+        // The lock's holder: another open description of the lock file, as a daemon's exiting
+        // threads hold theirs after its main thread died.
+        let holder = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.join(".clawfs/lock"))
+            .unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+        // A live daemon on record: refused at once.
+        record_daemon(&store, std::process::id());
+        let started = std::time::Instant::now();
+        assert!(matches!(store.lock(), Err(StoreError::Locked { .. })));
+        assert!(started.elapsed() < EXITING_HOLDER_WAIT / 2);
+        // A zombie on record: the lock is waited for, and taken once its holder lets go.
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let zombie_stat = format!("/proc/{}/stat", zombie.id());
+        while !fs::read_to_string(&zombie_stat).unwrap().contains(") Z ") {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        record_daemon(&store, zombie.id());
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(holder);
+        });
+        store
+            .lock()
+            .expect("taken once the exited daemon's holder let go");
+        letting_go.join().unwrap();
+        zombie.wait().unwrap();
+    }
 }

@@ -287,17 +287,30 @@ impl ClawFs {
     /// cannot leave), else by the policy's uid mapping, else admin (root, the store owner, the
     /// policy's admins) or an ordinary user. Nothing the caller can write is consulted.
     pub fn identify(&self, caller: &Caller) -> Identity {
+        self.identify_as_of(caller, IDENTITY_TTL)
+    }
+
+    /// [`Self::identify`], read from `/proc` now: for what the daemon carries out as the caller
+    /// with no permission check of the kernel's before it (see [`Credentials::fresh`]).
+    ///
+    /// [`Credentials::fresh`]: crate::creds::Credentials::fresh
+    pub fn identify_fresh(&self, caller: &Caller) -> Identity {
+        self.identify_as_of(caller, Duration::ZERO)
+    }
+
+    /// The caller's identity, from the cache if read within `ttl`.
+    fn identify_as_of(&self, caller: &Caller, ttl: Duration) -> Identity {
         if let Some(who) = self.delegated_identity(caller) {
             return who;
         }
-        if caller.pid != 0 {
+        if caller.pid != 0 && !ttl.is_zero() {
             let cache = self
                 .gate
                 .identities
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if let Some((at, who)) = cache.get(&(caller.pid, caller.uid, caller.gid)) {
-                if at.elapsed() < IDENTITY_TTL {
+                if at.elapsed() < ttl {
                     return who.clone();
                 }
             }

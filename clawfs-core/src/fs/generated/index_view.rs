@@ -45,7 +45,7 @@ impl ClawFs {
         }
         let index = indexer.index(ws)?;
         let ws_fd = indexer.workspace_dir(ws)?;
-        let creds = Credentials::of(caller);
+        let creds = Credentials::fresh(caller);
         // What a `semantic_search` call by the caller would show: the tools' access (protected
         // names, the policy), then the file's own permissions.
         let access = super::tool_calls::ToolAccess {

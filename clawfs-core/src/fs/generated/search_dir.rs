@@ -18,8 +18,8 @@ impl ClawFs {
         workspace: &str,
         query: &str,
     ) -> FsResult<Vec<(String, String)>> {
-        let who = self.identify(caller);
-        let creds = crate::creds::Credentials::of(caller);
+        let who = self.identify_fresh(caller);
+        let creds = crate::creds::Credentials::fresh(caller);
         // More chunks than files: a file's several chunks count once.
         let request = serde_json::json!({
             "workspace": workspace,

@@ -368,7 +368,11 @@ impl ClawFs {
         let (fh, _) = self.generated.handles.insert(GeneratedHandle {
             node,
             caller: *caller,
-            opener: (self.identify(caller), crate::creds::Credentials::of(caller)),
+            // The call runs with these, checked by nothing of the kernel's: read now.
+            opener: (
+                self.identify_fresh(caller),
+                crate::creds::Credentials::fresh(caller),
+            ),
             state: std::sync::Mutex::new(exchange),
             content,
             charge,
