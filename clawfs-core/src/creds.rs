@@ -73,18 +73,7 @@ impl Credentials {
     /// The credentials of `caller` now (as read within [`CREDENTIALS_TTL`]), for a call the
     /// kernel has checked with the caller's live credentials already.
     pub fn of(caller: &Caller) -> Credentials {
-        if caller.pid == 0 {
-            return Self::read(caller);
-        }
-        let key = (caller.pid, caller.uid, caller.gid);
-        let now = Instant::now();
-        let cache = credentials_cache();
-        if let Some((at, creds)) = lock(cache).get(&key) {
-            if now.duration_since(*at) < CREDENTIALS_TTL {
-                return creds.clone();
-            }
-        }
-        Self::fresh(caller)
+        Self::as_of(caller, CREDENTIALS_TTL)
     }
 
     /// The credentials of `caller` read from `/proc` now, never from the cache: for what the
@@ -93,12 +82,22 @@ impl Credentials {
     /// within [`CREDENTIALS_TTL`] by a process of the same uid and gid but fewer groups would
     /// otherwise act with the groups of the process before it.
     pub fn fresh(caller: &Caller) -> Credentials {
+        Self::as_of(caller, Duration::ZERO)
+    }
+
+    /// The credentials of `caller`, from the cache if read within `ttl`.
+    fn as_of(caller: &Caller, ttl: Duration) -> Credentials {
         if caller.pid == 0 {
             return Self::read(caller);
         }
         let key = (caller.pid, caller.uid, caller.gid);
         let now = Instant::now();
         let cache = credentials_cache();
+        if let Some((at, creds)) = lock(cache).get(&key) {
+            if now.duration_since(*at) < ttl {
+                return creds.clone();
+            }
+        }
         // Read outside the lock: other threads' requests do not wait for this one's /proc.
         let creds = Self::read(caller);
         let mut cached = lock(cache);

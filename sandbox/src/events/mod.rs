@@ -372,6 +372,11 @@ impl AgentEvents {
     /// attaches the tracepoints while a run of the store is alive, and detaches them when none
     /// is and no run was announced for [`ARMED`].
     pub fn refresh(&self) {
+        // The groups are read under the lock an announcement takes to watch its agent's group:
+        // a group made and watched between a reading made before the lock and the lock would
+        // count as vanished, and its run's refusals would go unseen (two agents started at once
+        // lost one's refusal of a write to the other's folder).
+        let mut guard = self.shared.watching();
         let base = self.shared.cgroup.base_dir();
         let mut present: Vec<(u64, String)> = Vec::new();
         let mut ours_alive = false;
@@ -392,7 +397,6 @@ impl AgentEvents {
                 }
             }
         }
-        let mut guard = self.shared.watching();
         let Some(w) = guard.as_mut() else { return };
         let gone: Vec<u64> = w
             .ids
