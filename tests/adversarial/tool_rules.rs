@@ -223,3 +223,50 @@ fn an_agent_cannot_list_or_restore_another_agents_backups() {
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(fs::read_to_string(&shared).unwrap(), "v1 plans\n");
 }
+
+/// A tool call, which the kernel checks nothing of, acts with the groups its opener has at the
+/// open, never with what the daemon read for the same thread id, uid and gid a moment before:
+/// a process given a reused pid (of an earlier process of its uid and gid in more groups)
+/// would otherwise read what only that group may.
+#[test]
+fn a_tool_call_acts_with_the_groups_its_opener_has_now() {
+    const UID: u32 = 47_111;
+    const GROUP: u32 = 47_113;
+    let m = Mounted::new();
+    m.open_workspace_to_all();
+    let secret = m.ws().join("group-secret.txt");
+    fs::write(&secret, "TOPSECRET\n").unwrap();
+    std::os::unix::fs::chown(&secret, Some(0), Some(GROUP)).unwrap();
+    fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let request = serde_json::json!({"path": "group-secret.txt"});
+    let set_groups = |groups: &[libc::gid_t]| {
+        // SAFETY: the raw system call changes this thread's groups alone; the slice is valid.
+        let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+        assert_eq!(rc, 0, "setgroups: {}", std::io::Error::last_os_error());
+    };
+    // One thread, one thread id, acting as uid and gid UID: first in the group, then not, as
+    // the earlier process and the one given its pid would be.
+    let (with_group, without) = std::thread::scope(|s| {
+        s.spawn(|| {
+            set_groups(&[GROUP]);
+            // SAFETY: this thread's filesystem ids alone.
+            unsafe {
+                libc::setfsgid(UID);
+                libc::setfsuid(UID);
+            }
+            let with_group = tool_call(&m, "read_file", &request);
+            set_groups(&[]);
+            let refused = fs::read(&secret).unwrap_err();
+            assert_eq!(refused.raw_os_error(), Some(libc::EACCES));
+            (with_group, tool_call(&m, "read_file", &request))
+        })
+        .join()
+        .unwrap()
+    });
+    // The harness reaches the file with the group ...
+    assert!(with_group.to_string().contains("TOPSECRET"), "{with_group}");
+    // ... and the same thread id, uid and gid without it does not.
+    assert_ne!(without["ok"], true, "{without}");
+    assert!(!without.to_string().contains("TOPSECRET"), "{without}");
+    assert_eq!(fs::read(&secret).unwrap(), b"TOPSECRET\n");
+}
