@@ -19,11 +19,13 @@
 # bucket on the loop ext4), the store joined as host h1: ClawFS over JuiceFS against JuiceFS
 # alone (no bindfs or `--no-search` side there). `--mount-arg ARG` (repeatable) passes ARG to
 # both `clawfs mount`s, to time one of its options. `--skip SIDE` (repeatable: bindfs,
-# nosearch) leaves a side out.
+# nosearch) leaves a side out. `--pin CPUS` runs every side's work on CPUS only (taskset): a
+# caller that stays on one CPU, as a kernel that woke io_uring waiters on their own CPU would
+# keep it (docs/benchmarks.md, "Where the caller is woken").
 #
 #   bash bench/agentwork.sh [--clawfs-bin BIN] [--rounds N] [--workdir DIR] [--cycles N]
 #                           [--quota SIZE|unlimited] [--juicefs BIN] [--mount-arg ARG]...
-#                           [--skip bindfs|nosearch]...
+#                           [--skip bindfs|nosearch]... [--pin CPUS]
 #
 # Run as root. Without --clawfs-bin it builds target/release/clawfs first.
 set -euo pipefail
@@ -31,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB juicefs=""
-mount_args=() skip=" "
+mount_args=() skip=" " pin=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --clawfs-bin) bin=$2; shift 2 ;;
@@ -42,7 +44,8 @@ while [[ $# -gt 0 ]]; do
         --juicefs) juicefs=$2; shift 2 ;;
         --mount-arg) mount_args+=("$2"); shift 2 ;;
         --skip) skip+="$2 "; shift 2 ;;
-        -h|--help) sed -n 2,28p "$0"; exit 0 ;;
+        --pin) pin=(taskset -c "$2"); shift 2 ;;
+        -h|--help) sed -n 2,31p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -213,7 +216,7 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 run_native() {
     for part in $parts; do
         drop_caches
-        setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
+        "${pin[@]}" setpriv --reuid "$AGENT_UID" --regid "$AGENT_UID" --clear-groups \
             env HOME="$native/home" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$native" "$inputs/repo" "$inputs/node_modules.tar" "$inputs/py.tar" "$part"
     done
 }
@@ -253,12 +256,12 @@ PY
 # workspace, with its inputs there.
 agent_day() {
     local ws=$2/workspaces/default
-    "$bin" run --store "$1" --mount "$2" --agent fs-engine -- \
+    "${pin[@]}" "$bin" run --store "$1" --mount "$2" --agent fs-engine -- \
         env HOME="$2/agents/fs-engine" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$ws" "$ws/repo" "$ws/node_modules.tar" "$ws/py.tar" "$3"
 }
 # root_day HOME DIR INPUTS PART: the day's PART as root in DIR, the inputs in INPUTS.
 root_day() {
-    env HOME="$1" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$2" "$3/repo" "$3/node_modules.tar" "$3/py.tar" "$4"
+    "${pin[@]}" env HOME="$1" GIT_CONFIG_NOSYSTEM=1 sh -c "$day" day "$2" "$3/repo" "$3/node_modules.tar" "$3/py.tar" "$4"
 }
 run_root() {
     for part in $parts; do
