@@ -45,7 +45,7 @@ while [[ $# -gt 0 ]]; do
         --mount-arg) mount_args+=("$2"); shift 2 ;;
         --skip) skip+="$2 "; shift 2 ;;
         --pin) pin=(taskset -c "$2"); shift 2 ;;
-        -h|--help) sed -n 2,31p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,30p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
