@@ -50,6 +50,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "$0: run as root" >&2; exit 1; }
+if [[ ${#pin[@]} -gt 0 ]] && ! "${pin[@]}" true 2>/dev/null; then
+    echo "$0: --pin: no such CPUs: ${pin[2]}" >&2; exit 2
+fi
 bin=$(release_clawfs "$bin")
 AGENT_UID=61006
 [[ -z $juicefs ]] || skip+="bindfs nosearch "
