@@ -33,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 bin="" rounds=3 work=/tmp/clawfs-agentwork cycles=20 quota=512MiB juicefs=""
-mount_args=() skip=" " pin=()
+mount_args=() skip=" " pin=() pin_cpus=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         --clawfs-bin) bin=$2; shift 2 ;;
@@ -44,14 +44,14 @@ while [[ $# -gt 0 ]]; do
         --juicefs) juicefs=$2; shift 2 ;;
         --mount-arg) mount_args+=("$2"); shift 2 ;;
         --skip) skip+="$2 "; shift 2 ;;
-        --pin) pin=(taskset -c "$2"); shift 2 ;;
+        --pin) pin_cpus=$2 pin=(taskset -c "$2"); shift 2 ;;
         -h|--help) sed -n 2,30p "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "$0: run as root" >&2; exit 1; }
-if [[ ${#pin[@]} -gt 0 ]] && ! "${pin[@]}" true 2>/dev/null; then
-    echo "$0: --pin: no such CPUs: ${pin[2]}" >&2; exit 2
+if [[ -n $pin_cpus ]] && ! "${pin[@]}" true 2>/dev/null; then
+    echo "$0: --pin: no such CPUs: $pin_cpus" >&2; exit 2
 fi
 bin=$(release_clawfs "$bin")
 AGENT_UID=61006

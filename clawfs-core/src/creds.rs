@@ -93,9 +93,12 @@ impl Credentials {
         let key = (caller.pid, caller.uid, caller.gid);
         let now = Instant::now();
         let cache = credentials_cache();
-        if let Some((at, creds)) = lock(cache).get(&key) {
-            if now.duration_since(*at) < ttl {
-                return creds.clone();
+        // A fresh read (no time to live) has nothing to look up, as `identify_as_of`.
+        if !ttl.is_zero() {
+            if let Some((at, creds)) = lock(cache).get(&key) {
+                if now.duration_since(*at) < ttl {
+                    return creds.clone();
+                }
             }
         }
         // Read outside the lock: other threads' requests do not wait for this one's /proc.
